@@ -1,0 +1,229 @@
+//! Bounded, batched credit channels: the data lane between two subtasks.
+//!
+//! One channel connects one upstream subtask to one downstream subtask and carries
+//! [`Event`]s: record batches and in-band markers (end of input) that must keep their order
+//! with the records. Capacity is counted in events, so credit is per batch, never per record.
+//! A sender with no credit gets its event back ([`Full`]) and registers to be woken when the
+//! receiver frees a slot: that wait is backpressure. All channels into one subtask share that
+//! subtask's receive waker, so one wake-up serves every input.
+//!
+//! The rule every channel keeps: events are received in the order they were sent, and an event
+//! is never dropped or duplicated; a full channel refuses and hands the event back.
+//! This module does not decide where records go (see `partition`).
+
+use std::collections::VecDeque;
+use std::task::Context;
+
+use futures::task::AtomicWaker;
+
+use crate::sync::atomic::{AtomicBool, Ordering};
+use crate::sync::{lock, Arc, Mutex};
+
+/// A batch of records, owned or shared by several receivers (broadcast). Sharing never copies
+/// the records; a receiver that needs ownership of a shared batch clones them out.
+#[derive(Debug)]
+pub(crate) enum Batch<T> {
+    Owned(Vec<T>),
+    Shared(std::sync::Arc<Vec<T>>),
+}
+
+impl<T: Clone> Batch<T> {
+    pub(crate) fn len(&self) -> usize {
+        match self {
+            Batch::Owned(v) => v.len(),
+            Batch::Shared(v) => v.len(),
+        }
+    }
+
+    /// Moves the records into `buf` (which the caller has emptied), without copying when it can.
+    pub(crate) fn move_into(self, buf: &mut Vec<T>) {
+        match self {
+            Batch::Owned(v) => {
+                if buf.is_empty() {
+                    *buf = v;
+                } else {
+                    buf.extend(v);
+                }
+            }
+            Batch::Shared(arc) => match std::sync::Arc::try_unwrap(arc) {
+                Ok(v) => Batch::Owned(v).move_into(buf),
+                Err(arc) => buf.extend(arc.iter().cloned()),
+            },
+        }
+    }
+}
+
+/// What travels on a channel.
+#[derive(Debug)]
+pub(crate) enum Event<T> {
+    Batch(Batch<T>),
+    EndOfInput,
+}
+
+/// A refused send: the channel had no credit. Holds the event, which is not lost.
+#[derive(Debug)]
+pub(crate) struct Full<T>(pub(crate) Event<T>);
+
+struct Shared<T> {
+    queue: Mutex<VecDeque<Event<T>>>,
+    capacity: usize,
+    rx_waker: Arc<AtomicWaker>,
+    tx_waker: AtomicWaker,
+    closed: AtomicBool,
+}
+
+/// Sending half: owned by the upstream subtask.
+pub(crate) struct Sender<T> {
+    shared: Arc<Shared<T>>,
+}
+
+/// Receiving half: owned by the downstream subtask.
+pub(crate) struct Receiver<T> {
+    shared: Arc<Shared<T>>,
+}
+
+/// A channel of `capacity` events whose arrivals wake `rx_waker`.
+pub(crate) fn channel<T>(capacity: usize, rx_waker: Arc<AtomicWaker>) -> (Sender<T>, Receiver<T>) {
+    let shared = Arc::new(Shared {
+        queue: Mutex::new(VecDeque::with_capacity(capacity)),
+        capacity: capacity.max(1),
+        rx_waker,
+        tx_waker: AtomicWaker::new(),
+        closed: AtomicBool::new(false),
+    });
+    (
+        Sender {
+            shared: shared.clone(),
+        },
+        Receiver { shared },
+    )
+}
+
+impl<T> Sender<T> {
+    /// Sends if there is credit; otherwise hands the event back.
+    pub(crate) fn try_send(&self, event: Event<T>) -> Result<(), Full<T>> {
+        {
+            let mut q = lock(&self.shared.queue);
+            if q.len() >= self.shared.capacity {
+                return Err(Full(event));
+            }
+            q.push_back(event);
+        }
+        self.shared.rx_waker.wake();
+        Ok(())
+    }
+
+    /// Sends if there is credit; otherwise registers the task in `cx` to be woken when credit
+    /// returns, and hands the event back. A channel whose receiver is gone (the job is
+    /// stopping) accepts and drops the event, since nothing will ever read it.
+    pub(crate) fn send_or_register(&self, cx: &mut Context<'_>, event: Event<T>) -> Result<(), Full<T>> {
+        match self.try_send(event) {
+            Ok(()) => Ok(()),
+            Err(Full(event)) => {
+                if self.shared.closed.load(Ordering::Acquire) {
+                    return Ok(());
+                }
+                self.shared.tx_waker.register(cx.waker());
+                // Credit may have returned between the refusal and the registration.
+                self.try_send(event)
+            }
+        }
+    }
+
+}
+
+impl<T> Receiver<T> {
+    /// Takes the next event, if any, and returns a credit to the sender.
+    pub(crate) fn try_recv(&self) -> Option<Event<T>> {
+        let event = lock(&self.shared.queue).pop_front();
+        if event.is_some() {
+            self.shared.tx_waker.wake();
+        }
+        event
+    }
+
+    /// Events waiting in the channel.
+    pub(crate) fn queued(&self) -> usize {
+        lock(&self.shared.queue).len()
+    }
+
+    /// Capacity in events.
+    pub(crate) fn capacity(&self) -> usize {
+        self.shared.capacity
+    }
+}
+
+impl<T> Drop for Receiver<T> {
+    fn drop(&mut self) {
+        self.shared.closed.store(true, Ordering::Release);
+        self.shared.tx_waker.wake();
+    }
+}
+
+#[cfg(all(test, not(weir_loom)))]
+mod tests {
+    use super::*;
+    use futures::task::noop_waker;
+
+    fn batch(v: Vec<u32>) -> Event<u32> {
+        Event::Batch(Batch::Owned(v))
+    }
+
+    #[test]
+    fn refuses_when_full_and_hands_the_event_back() {
+        let (tx, rx) = channel::<u32>(2, Arc::new(AtomicWaker::new()));
+        tx.try_send(batch(vec![1])).unwrap();
+        tx.try_send(batch(vec![2])).unwrap();
+        let Err(Full(Event::Batch(b))) = tx.try_send(batch(vec![3])) else {
+            panic!("third send should be refused")
+        };
+        assert_eq!(b.len(), 1);
+        assert_eq!(rx.queued(), 2);
+        let Some(Event::Batch(Batch::Owned(v))) = rx.try_recv() else {
+            panic!("expected a batch")
+        };
+        assert_eq!(v, vec![1]);
+        tx.try_send(batch(vec![3])).unwrap();
+    }
+
+    #[test]
+    fn refused_sender_is_woken_when_credit_returns() {
+        use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+        use std::task::{Wake, Waker};
+        struct Counting(AtomicUsize);
+        impl Wake for Counting {
+            fn wake(self: std::sync::Arc<Self>) {
+                self.0.fetch_add(1, SeqCst);
+            }
+        }
+        let count = std::sync::Arc::new(Counting(AtomicUsize::new(0)));
+        let waker = Waker::from(count.clone());
+        let mut cx = Context::from_waker(&waker);
+
+        let (tx, rx) = channel::<u32>(1, Arc::new(AtomicWaker::new()));
+        assert!(tx.send_or_register(&mut cx, batch(vec![1])).is_ok());
+        let Err(Full(refused)) = tx.send_or_register(&mut cx, batch(vec![2])) else {
+            panic!("second send should be refused")
+        };
+        assert_eq!(count.0.load(SeqCst), 0);
+        assert!(rx.try_recv().is_some());
+        assert_eq!(count.0.load(SeqCst), 1);
+        let noop = noop_waker();
+        let mut cx = Context::from_waker(&noop);
+        assert!(tx.send_or_register(&mut cx, refused).is_ok());
+    }
+
+    #[test]
+    fn shared_batches_are_cloned_only_when_shared() {
+        let data = std::sync::Arc::new(vec![1u32, 2, 3]);
+        let a = Batch::Shared(data.clone());
+        let mut buf = Vec::new();
+        a.move_into(&mut buf);
+        assert_eq!(buf, vec![1, 2, 3]);
+        drop(data);
+        let b = Batch::Shared(std::sync::Arc::new(vec![4u32]));
+        let mut buf2 = Vec::new();
+        b.move_into(&mut buf2);
+        assert_eq!(buf2, vec![4]);
+    }
+}

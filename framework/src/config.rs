@@ -1,0 +1,86 @@
+//! Job configuration: batch size, linger, channel capacity, arbiters, parallelism, chaining.
+//!
+//! [`EnvConfig`] is plain data with defaults that suit most jobs; [`EnvConfig::validate`]
+//! names the first bad value. This module does not own settings of later subsystems
+//! (checkpoints, backup), which bring their own config types.
+
+use std::time::Duration;
+
+use crate::error::PlanError;
+use crate::key_group::DEFAULT_MAX_PARALLELISM;
+
+/// Settings of an [`Env`](crate::Env) and the jobs it runs.
+///
+/// ```
+/// let mut cfg = weir::EnvConfig::default();
+/// cfg.batch_size = 512;
+/// cfg.arbiters = 2;
+/// assert!(cfg.validate().is_ok());
+/// ```
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct EnvConfig {
+    /// Most records in one batch (default 1024). Actor and channel costs are paid per batch.
+    pub batch_size: usize,
+    /// Longest a partial output batch waits while its operator is busy (default 2 ms). An
+    /// operator with no more input flushes at once.
+    pub linger: Duration,
+    /// Capacity of each input channel, in batches (default 8). A sender without credit waits:
+    /// that is backpressure.
+    pub channel_capacity: usize,
+    /// Number of arbiter threads subtasks are placed on (default: available cores).
+    pub arbiters: usize,
+    /// Parallelism of operators that do not set their own (default 1).
+    pub default_parallelism: usize,
+    /// Number of key groups, the upper bound of any keyed operator's parallelism (default 128).
+    pub max_parallelism: usize,
+    /// Fuse forward edges of equal parallelism into one actor (default true).
+    pub chaining: bool,
+}
+
+impl Default for EnvConfig {
+    fn default() -> Self {
+        EnvConfig {
+            batch_size: 1024,
+            linger: Duration::from_millis(2),
+            channel_capacity: 8,
+            arbiters: std::thread::available_parallelism()
+                .map(|n| n.get())
+                .unwrap_or(2),
+            default_parallelism: 1,
+            max_parallelism: DEFAULT_MAX_PARALLELISM,
+            chaining: true,
+        }
+    }
+}
+
+impl EnvConfig {
+    /// Checks every value; the error names the first bad one.
+    pub fn validate(&self) -> Result<(), PlanError> {
+        let bad = |key, message: &str| {
+            Err(PlanError::BadConfig {
+                key,
+                message: message.to_owned(),
+            })
+        };
+        if self.batch_size == 0 {
+            return bad("batch_size", "must be at least 1");
+        }
+        if self.channel_capacity == 0 {
+            return bad("channel_capacity", "must be at least 1 batch");
+        }
+        if self.arbiters == 0 {
+            return bad("arbiters", "must be at least 1");
+        }
+        if self.max_parallelism == 0 {
+            return bad("max_parallelism", "must be at least 1");
+        }
+        if self.default_parallelism == 0 || self.default_parallelism > self.max_parallelism {
+            return bad(
+                "default_parallelism",
+                &format!("must be in 1..={}", self.max_parallelism),
+            );
+        }
+        Ok(())
+    }
+}

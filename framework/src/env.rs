@@ -1,0 +1,167 @@
+//! The job builder: [`Env`] holds the graph being built, adds sources, and runs jobs.
+
+use std::cell::RefCell;
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
+
+use crate::config::EnvConfig;
+use crate::error::{JobError, SourceError, TaskError};
+use crate::graph::{unbox, AnyBox, Built, Graph, Node, OpEnv, Port};
+use crate::job::{start, JobHandle, JobResult};
+use crate::operator::BoxOutput;
+use crate::source::collection::CollectionSource;
+use crate::source::generator::GeneratorSource;
+use crate::source::jsonl::{BadLine, FailingJsonl, JsonlReader, SkippingJsonl};
+use crate::source::{Source, SourceContext, SourceDriver};
+use crate::stream::{DataStream, SharedGraph};
+use crate::Data;
+
+/// Builds and runs jobs.
+///
+/// ```
+/// use weir::Env;
+/// let env = Env::new();
+/// let out = env.generate(10, |i| i * i).filter(|x| x % 2 == 0).collect();
+/// let result = env.execute("squares").unwrap();
+/// let mut v = out.take();
+/// v.sort();
+/// assert_eq!(v, vec![0, 4, 16, 36, 64]);
+/// assert_eq!(result.operators.len(), 3);
+/// ```
+pub struct Env {
+    graph: SharedGraph,
+    config: RefCell<EnvConfig>,
+}
+
+impl Default for Env {
+    fn default() -> Self {
+        Env::new()
+    }
+}
+
+impl Env {
+    /// An environment with the default [`EnvConfig`].
+    pub fn new() -> Self {
+        Env::with_config(EnvConfig::default())
+    }
+
+    /// An environment with `config` (checked when the job starts).
+    pub fn with_config(config: EnvConfig) -> Self {
+        Env {
+            graph: Rc::new(RefCell::new(Graph::default())),
+            config: RefCell::new(config),
+        }
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> EnvConfig {
+        self.config.borrow().clone()
+    }
+
+    /// Replaces the configuration (for jobs started afterwards).
+    pub fn set_config(&self, config: EnvConfig) {
+        *self.config.borrow_mut() = config;
+    }
+
+    /// Adds a source made per subtask by `factory`.
+    pub fn add_source<T, S, F>(&self, name: &str, factory: F) -> DataStream<T>
+    where
+        T: Data,
+        S: Source<T>,
+        F: Fn(SourceContext) -> Result<S, SourceError> + Send + 'static,
+    {
+        let builder = Box::new(move |env: &OpEnv, mut outputs: Vec<AnyBox>| {
+            let out = unbox::<BoxOutput<T>>(outputs.remove(0));
+            let cx = SourceContext {
+                subtask: env.info.subtask,
+                parallelism: env.info.parallelism,
+            };
+            let source = factory(cx).map_err(|source| TaskError::Source {
+                uid: env.info.uid.clone(),
+                subtask: env.info.subtask,
+                source,
+            })?;
+            Ok(Built::Source(Box::new(SourceDriver {
+                source: Box::new(source),
+                buf: Vec::with_capacity(env.config.batch_size),
+                out,
+                batch_size: env.config.batch_size,
+                info: env.info.clone(),
+                counters: env.counters.clone(),
+            })))
+        });
+        let id = self.graph.borrow_mut().add_node(Node {
+            name: name.to_owned(),
+            uid: None,
+            parallelism: None,
+            part_of: None,
+            is_source: true,
+            n_inputs: 0,
+            ports: vec![Port::<T>::boxed()],
+            builder,
+        });
+        DataStream::new(self.graph.clone(), id, 0)
+    }
+
+    /// `n` records `f(0), f(1), ..., f(n - 1)`; each subtask generates a contiguous share.
+    pub fn generate<T, F>(&self, n: u64, f: F) -> DataStream<T>
+    where
+        T: Data,
+        F: FnMut(u64) -> T + Clone + Send + 'static,
+    {
+        self.add_source("generate", move |cx: SourceContext| {
+            Ok(GeneratorSource::new(f.clone(), cx.share_of(n)))
+        })
+    }
+
+    /// The elements of `items`, in order; each subtask emits a contiguous share.
+    pub fn from_collection<T: Data>(&self, items: Vec<T>) -> DataStream<T> {
+        let items = std::sync::Arc::new(items);
+        self.add_source("collection", move |cx: SourceContext| {
+            let r = cx.share_of(items.len() as u64);
+            Ok(CollectionSource::new(
+                items.clone(),
+                r.start as usize..r.end as usize,
+            ))
+        })
+    }
+
+    /// Records of type `T` from a JSON Lines file or directory. A malformed line fails the
+    /// job with an error naming the file and line ([`MalformedPolicy::Fail`]).
+    ///
+    /// [`MalformedPolicy::Fail`]: crate::source::jsonl::MalformedPolicy::Fail
+    pub fn read_jsonl<T: Data>(&self, path: impl AsRef<Path>) -> DataStream<T> {
+        let path: PathBuf = path.as_ref().to_owned();
+        self.add_source("read_jsonl", move |cx| {
+            JsonlReader::new(&path, cx).map(FailingJsonl)
+        })
+    }
+
+    /// Like [`read_jsonl`](Self::read_jsonl), but malformed lines are skipped, counted
+    /// (`records_rejected` of the source) and emitted on the second stream
+    /// ([`MalformedPolicy::Skip`]).
+    ///
+    /// [`MalformedPolicy::Skip`]: crate::source::jsonl::MalformedPolicy::Skip
+    pub fn read_jsonl_skipping<T: Data>(
+        &self,
+        path: impl AsRef<Path>,
+    ) -> (DataStream<T>, DataStream<BadLine>) {
+        let path: PathBuf = path.as_ref().to_owned();
+        let raw: DataStream<Result<T, BadLine>> = self.add_source("read_jsonl", move |cx| {
+            JsonlReader::new(&path, cx).map(SkippingJsonl)
+        });
+        raw.split_named("malformed", true)
+    }
+
+    /// Plans and starts the job; returns once every subtask is deployed. The graph built so
+    /// far moves into the job: an `Env` runs what was added since its last start.
+    pub fn start(&self, name: &str) -> Result<JobHandle, JobError> {
+        let graph = std::mem::take(&mut *self.graph.borrow_mut());
+        start(graph, self.config(), name)
+    }
+
+    /// Runs the job to completion and returns its result.
+    pub fn execute(&self, name: &str) -> Result<JobResult, JobError> {
+        self.start(name)?.wait()
+    }
+}

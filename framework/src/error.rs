@@ -1,0 +1,254 @@
+//! Typed errors of Weir: what went wrong, where (job, operator uid, subtask, file, line) and
+//! whether the input or the program is at fault.
+//!
+//! Each layer has its own enum: [`PlanError`] for graphs that cannot run (found before any
+//! actor starts), [`SourceError`] and [`SinkError`] for I/O and malformed input, and
+//! [`JobError`] for what `execute` returns. This module owns no recovery policy.
+
+use std::path::PathBuf;
+
+/// A graph that cannot be turned into a running job. Found by `execute`/`start` before any
+/// actor starts, so nothing has been read or written.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum PlanError {
+    /// The graph has no source.
+    #[error("the job graph has no source")]
+    NoSource,
+    /// Two operators were given the same uid.
+    #[error("duplicate operator uid `{0}`: uids must be unique within a job")]
+    DuplicateUid(String),
+    /// Parallelism 0, or above the maximum parallelism (the number of key groups).
+    #[error("operator `{uid}`: parallelism {parallelism} is not in 1..={max}")]
+    BadParallelism {
+        /// The operator.
+        uid: String,
+        /// What was asked.
+        parallelism: usize,
+        /// The job's maximum parallelism.
+        max: usize,
+    },
+    /// A `forward()` edge between operators of different parallelism.
+    #[error("forward edge `{from}` -> `{to}` needs equal parallelism, found {from_parallelism} and {to_parallelism}; use rebalance() or set equal parallelism")]
+    ForwardMismatch {
+        /// Upstream uid.
+        from: String,
+        /// Downstream uid.
+        to: String,
+        /// Upstream parallelism.
+        from_parallelism: usize,
+        /// Downstream parallelism.
+        to_parallelism: usize,
+    },
+    /// A builder method that names one operator (`uid`, `set_parallelism`, `name`) was called
+    /// on a stream that is not the output of exactly one operator (a union).
+    #[error("`{method}` was called on a union of streams; call it on an operator's output")]
+    NotAnOperator {
+        /// The method.
+        method: &'static str,
+    },
+    /// A configuration value out of range.
+    #[error("invalid configuration `{key}`: {message}")]
+    BadConfig {
+        /// The setting.
+        key: &'static str,
+        /// What is wrong with it.
+        message: String,
+    },
+}
+
+/// A source could not produce its records.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SourceError {
+    /// Reading a file failed.
+    #[error("cannot read {path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A line of a JSON Lines file is not a valid record (policy `Fail`).
+    #[error("malformed record in {path} line {line}: {message}")]
+    Malformed {
+        /// The file.
+        path: PathBuf,
+        /// 1-based line number.
+        line: u64,
+        /// Why it did not parse.
+        message: String,
+    },
+}
+
+/// A sink could not write its records.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SinkError {
+    /// Writing a file failed.
+    #[error("cannot write {path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A record could not be encoded.
+    #[error("cannot encode a record for {path}: {message}")]
+    Encode {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        message: String,
+    },
+}
+
+/// Why a job did not complete.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum JobError {
+    /// The graph cannot run; nothing was started.
+    #[error("job `{job}` cannot be planned: {source}")]
+    Plan {
+        /// Job name.
+        job: String,
+        /// What is wrong.
+        #[source]
+        source: PlanError,
+    },
+    /// User code panicked.
+    #[error("job `{job}`: operator `{uid}` subtask {subtask} panicked: {message}")]
+    OperatorPanicked {
+        /// Job name.
+        job: String,
+        /// The operator's uid.
+        uid: String,
+        /// Subtask index.
+        subtask: usize,
+        /// The panic message.
+        message: String,
+    },
+    /// A source failed (I/O, malformed input).
+    #[error("job `{job}`: source `{uid}` subtask {subtask} failed: {source}")]
+    SourceFailed {
+        /// Job name.
+        job: String,
+        /// The source's uid.
+        uid: String,
+        /// Subtask index.
+        subtask: usize,
+        /// The cause.
+        #[source]
+        source: SourceError,
+    },
+    /// A sink failed.
+    #[error("job `{job}`: sink `{uid}` subtask {subtask} failed: {source}")]
+    SinkFailed {
+        /// Job name.
+        job: String,
+        /// The sink's uid.
+        uid: String,
+        /// Subtask index.
+        subtask: usize,
+        /// The cause.
+        #[source]
+        source: SinkError,
+    },
+    /// A subtask's actor stopped without finishing (its arbiter died, or the runtime failed).
+    #[error("job `{job}`: subtask {subtask} of `{uid}` was lost: {reason}")]
+    SubtaskLost {
+        /// Job name.
+        job: String,
+        /// The chain head's uid.
+        uid: String,
+        /// Subtask index.
+        subtask: usize,
+        /// What is known.
+        reason: String,
+    },
+    /// The job was cancelled through its handle.
+    #[error("job `{job}` was cancelled")]
+    Cancelled {
+        /// Job name.
+        job: String,
+    },
+    /// The runtime (threads, arbiters) could not be started or did not answer.
+    #[error("job `{job}`: runtime failure: {message}")]
+    Runtime {
+        /// Job name.
+        job: String,
+        /// What failed.
+        message: String,
+    },
+}
+
+/// A failure inside one subtask, before the job name is attached.
+#[derive(Debug)]
+pub(crate) enum TaskError {
+    Panic {
+        uid: String,
+        subtask: usize,
+        message: String,
+    },
+    Source {
+        uid: String,
+        subtask: usize,
+        source: SourceError,
+    },
+    Sink {
+        uid: String,
+        subtask: usize,
+        source: SinkError,
+    },
+}
+
+impl TaskError {
+    pub(crate) fn into_job_error(self, job: &str) -> JobError {
+        let job = job.to_owned();
+        match self {
+            TaskError::Panic {
+                uid,
+                subtask,
+                message,
+            } => JobError::OperatorPanicked {
+                job,
+                uid,
+                subtask,
+                message,
+            },
+            TaskError::Source {
+                uid,
+                subtask,
+                source,
+            } => JobError::SourceFailed {
+                job,
+                uid,
+                subtask,
+                source,
+            },
+            TaskError::Sink {
+                uid,
+                subtask,
+                source,
+            } => JobError::SinkFailed {
+                job,
+                uid,
+                subtask,
+                source,
+            },
+        }
+    }
+}
+
+/// The text of a panic payload (`&str` or `String`; anything else is named as such).
+pub(crate) fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    if let Some(s) = payload.downcast_ref::<&str>() {
+        (*s).to_owned()
+    } else if let Some(s) = payload.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "a panic with a non-string payload".to_owned()
+    }
+}

@@ -1,0 +1,236 @@
+//! The logical graph: operators (nodes), their typed output ports, and the edges between them.
+//!
+//! The typed API (`stream`) checks every type when the graph is built; here types are erased
+//! behind small traits whose typed implementations were captured at that moment
+//! ([`NodeBuilder`], [`PortType`], [`EdgeOutput`]). Erased values travel as `Box<dyn Any>`
+//! and are downcast exactly where they were typed, so a mismatch is an internal bug, not a user
+//! error. This module owns the graph's shape; it does not decide chaining or placement (`plan`).
+
+use std::any::Any;
+use std::task::{Context, Poll};
+
+use futures::task::AtomicWaker;
+
+use crate::channel::{channel, Event, Receiver, Sender};
+use crate::config::EnvConfig;
+use crate::error::{PlanError, TaskError};
+use crate::metrics::OperatorCounters;
+use crate::operator::connect::SelectionCell;
+use crate::operator::{BoxOutput, OperatorInfo, Tee};
+use crate::partition::{OutputConfig, PartitionKind, Partitioning};
+use crate::sync::Arc;
+use crate::task::{GateStep, InputGate, SourceStep};
+use crate::Data;
+
+pub(crate) type NodeId = usize;
+/// A type-erased value: a `BoxOutput<T>`, a `Sender<T>` or a `Receiver<T>`.
+pub(crate) type AnyBox = Box<dyn Any + Send>;
+
+/// Downcasts an erased value that was typed by the same graph.
+pub(crate) fn unbox<T: 'static>(b: AnyBox) -> T {
+    match b.downcast::<T>() {
+        Ok(v) => *v,
+        Err(_) => unreachable!(
+            "internal error: graph wiring type mismatch for {}",
+            std::any::type_name::<T>()
+        ),
+    }
+}
+
+/// What a node's builder gets for one subtask.
+pub(crate) struct OpEnv {
+    pub(crate) info: Arc<OperatorInfo>,
+    pub(crate) counters: Arc<OperatorCounters>,
+    pub(crate) config: EnvConfig,
+}
+
+/// One subtask's instance of a node.
+pub(crate) enum Built {
+    /// A source: drives itself.
+    Source(Box<dyn SourceStep>),
+    /// An operator: one erased `BoxOutput<In_i>` per logical input.
+    Inputs {
+        heads: Vec<AnyBox>,
+        selection: Option<Arc<SelectionCell>>,
+    },
+}
+
+/// Builds a node's per-subtask instance, given the (erased) output of each of its ports.
+pub(crate) trait NodeBuilder: Send {
+    fn build(&self, env: &OpEnv, outputs: Vec<AnyBox>) -> Result<Built, TaskError>;
+}
+
+impl<F> NodeBuilder for F
+where
+    F: Fn(&OpEnv, Vec<AnyBox>) -> Result<Built, TaskError> + Send,
+{
+    fn build(&self, env: &OpEnv, outputs: Vec<AnyBox>) -> Result<Built, TaskError> {
+        self(env, outputs)
+    }
+}
+
+/// Operations on streams of one record type.
+pub(crate) trait PortType: Send {
+    /// Combines the outputs of every consumer of a port (none: discard).
+    fn tee(&self, outs: Vec<AnyBox>) -> AnyBox;
+    /// A channel of this type: (`Sender<T>`, `Receiver<T>`).
+    fn channel(&self, capacity: usize, waker: Arc<AtomicWaker>) -> (AnyBox, AnyBox);
+    /// The input gate over `receivers` that feeds `head`.
+    fn gate(&self, receivers: Vec<AnyBox>, head: AnyBox) -> Box<dyn InputGate>;
+}
+
+pub(crate) struct Port<T>(std::marker::PhantomData<fn() -> T>);
+
+impl<T: Data> Port<T> {
+    pub(crate) fn boxed() -> Box<dyn PortType> {
+        Box::new(Port::<T>(std::marker::PhantomData))
+    }
+}
+
+impl<T: Data> PortType for Port<T> {
+    fn tee(&self, outs: Vec<AnyBox>) -> AnyBox {
+        let outs = outs.into_iter().map(unbox::<BoxOutput<T>>).collect();
+        Box::new(Tee::<T>::boxed(outs))
+    }
+    fn channel(&self, capacity: usize, waker: Arc<AtomicWaker>) -> (AnyBox, AnyBox) {
+        let (tx, rx) = channel::<T>(capacity, waker);
+        (Box::new(tx), Box::new(rx))
+    }
+    fn gate(&self, receivers: Vec<AnyBox>, head: AnyBox) -> Box<dyn InputGate> {
+        let receivers: Vec<Receiver<T>> = receivers.into_iter().map(unbox).collect();
+        let n = receivers.len();
+        Box::new(TypedGate {
+            receivers,
+            ended: vec![false; n],
+            n_ended: 0,
+            next: 0,
+            head: unbox::<BoxOutput<T>>(head),
+            scratch: Vec::new(),
+        })
+    }
+}
+
+/// The typed partitioning of an edge.
+pub(crate) trait EdgeOutput: Send {
+    fn kind(&self) -> PartitionKind;
+    fn output(&self, resolved: PartitionKind, senders: Vec<AnyBox>, cfg: OutputConfig) -> AnyBox;
+}
+
+impl<T: Data> EdgeOutput for Partitioning<T> {
+    fn kind(&self) -> PartitionKind {
+        Partitioning::kind(self)
+    }
+    fn output(&self, resolved: PartitionKind, senders: Vec<AnyBox>, cfg: OutputConfig) -> AnyBox {
+        let senders: Vec<Sender<T>> = senders.into_iter().map(unbox).collect();
+        Box::new(Partitioning::output(self, resolved, senders, cfg))
+    }
+}
+
+/// A logical operator.
+pub(crate) struct Node {
+    pub(crate) name: String,
+    pub(crate) uid: Option<String>,
+    pub(crate) parallelism: Option<usize>,
+    /// A node that is part of another (a source's side-output split): it shares that node's
+    /// parallelism and is named after it.
+    pub(crate) part_of: Option<NodeId>,
+    pub(crate) is_source: bool,
+    pub(crate) n_inputs: usize,
+    pub(crate) ports: Vec<Box<dyn PortType>>,
+    pub(crate) builder: Box<dyn NodeBuilder>,
+}
+
+/// A connection from an output port to a logical input of another node.
+pub(crate) struct Edge {
+    pub(crate) from: NodeId,
+    pub(crate) port: usize,
+    pub(crate) to: NodeId,
+    pub(crate) input: usize,
+    pub(crate) partition: Box<dyn EdgeOutput>,
+}
+
+/// The whole logical graph, plus errors found while it was built (reported by `execute`).
+#[derive(Default)]
+pub(crate) struct Graph {
+    pub(crate) nodes: Vec<Node>,
+    pub(crate) edges: Vec<Edge>,
+    pub(crate) errors: Vec<PlanError>,
+}
+
+impl Graph {
+    pub(crate) fn add_node(&mut self, node: Node) -> NodeId {
+        self.nodes.push(node);
+        self.nodes.len() - 1
+    }
+
+    pub(crate) fn add_edge(&mut self, edge: Edge) {
+        self.edges.push(edge);
+    }
+
+    /// The node that builder settings (`uid`, `set_parallelism`, ...) apply to.
+    pub(crate) fn settable(&self, id: NodeId) -> NodeId {
+        self.nodes[id].part_of.unwrap_or(id)
+    }
+}
+
+/// The typed input side of one logical input of a subtask: its channels and the operator
+/// they feed.
+struct TypedGate<T> {
+    receivers: Vec<Receiver<T>>,
+    ended: Vec<bool>,
+    n_ended: usize,
+    /// Round robin: the channel to look at first next time.
+    next: usize,
+    head: BoxOutput<T>,
+    scratch: Vec<T>,
+}
+
+impl<T: Data> InputGate for TypedGate<T> {
+    fn try_step(&mut self) -> Result<GateStep, TaskError> {
+        let n = self.receivers.len();
+        for k in 0..n {
+            let idx = (self.next + k) % n;
+            if self.ended[idx] {
+                continue;
+            }
+            let Some(event) = self.receivers[idx].try_recv() else {
+                continue;
+            };
+            self.next = (idx + 1) % n;
+            return match event {
+                Event::Batch(batch) => {
+                    let len = batch.len();
+                    batch.move_into(&mut self.scratch);
+                    self.head.push(&mut self.scratch)?;
+                    Ok(GateStep::Batch(len))
+                }
+                Event::EndOfInput => {
+                    self.ended[idx] = true;
+                    self.n_ended += 1;
+                    if self.n_ended == n {
+                        self.head.finish()?;
+                        Ok(GateStep::Ended)
+                    } else {
+                        Ok(GateStep::Marker)
+                    }
+                }
+            };
+        }
+        Ok(GateStep::Empty)
+    }
+    fn flush(&mut self) {
+        self.head.flush()
+    }
+    fn poll_pending(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        self.head.poll_pending(cx)
+    }
+    fn is_ended(&self) -> bool {
+        self.n_ended == self.receivers.len()
+    }
+    fn queued(&self) -> usize {
+        self.receivers.iter().map(Receiver::queued).sum()
+    }
+    fn capacity(&self) -> usize {
+        self.receivers.iter().map(Receiver::capacity).sum()
+    }
+}

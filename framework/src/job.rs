@@ -1,0 +1,358 @@
+//! Running jobs: deployment on arbiters, the job's verdict, its handle and its result.
+//!
+//! A job runs on a thread of its own with an actix `System`; its subtask actors are placed
+//! round robin on a pool of `Arbiter`s (threads). The job waits for one event per subtask:
+//! all finished is success; the first failure, a lost subtask or `cancel()` stops every actor
+//! and arbiter and is the job's error. A hung user function cannot be interrupted (threads
+//! cannot be killed); the job still returns, and that arbiter thread is left to end on its own
+//! (logged). This module owns the lifecycle; planning is `plan`, the actor is `task`.
+
+use std::sync::mpsc as std_mpsc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use actix::prelude::*;
+use futures::channel::mpsc::{unbounded, UnboundedSender};
+use futures::StreamExt;
+
+use crate::config::EnvConfig;
+use crate::error::JobError;
+use crate::graph::Graph;
+use crate::plan::{instantiate, plan, OperatorRegistry, Plan};
+use crate::task::{JobEvent, Ping, Stop, SubtaskActor, SubtaskStatus};
+
+/// Counters of one operator over all its subtasks, at the end of a job.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct OperatorResult {
+    /// The operator's uid.
+    pub uid: String,
+    /// Its display name.
+    pub name: String,
+    /// Its parallelism.
+    pub parallelism: usize,
+    /// Records it received.
+    pub records_in: u64,
+    /// Records it emitted.
+    pub records_out: u64,
+    /// Records a source refused as malformed (`MalformedPolicy::Skip`).
+    pub records_rejected: u64,
+}
+
+/// What a completed job reports.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct JobResult {
+    /// The job's name.
+    pub name: String,
+    /// Wall time from deployment to the last subtask finishing.
+    pub duration: Duration,
+    /// Per operator, in graph order.
+    pub operators: Vec<OperatorResult>,
+}
+
+impl JobResult {
+    /// The result of the operator with `uid`.
+    pub fn operator(&self, uid: &str) -> Option<&OperatorResult> {
+        self.operators.iter().find(|o| o.uid == uid)
+    }
+}
+
+/// Cancels a running job from any thread.
+#[derive(Debug, Clone)]
+pub struct Canceller {
+    events: UnboundedSender<JobEvent>,
+}
+
+impl Canceller {
+    /// Asks the job to stop; `wait` then returns [`JobError::Cancelled`]. Cancelling a job
+    /// that has already ended does nothing.
+    pub fn cancel(&self) {
+        let _ = self.events.unbounded_send(JobEvent::Cancel);
+    }
+}
+
+struct ActorEntry {
+    /// Uids of every operator in the actor's chain.
+    uids: Vec<String>,
+    subtask: usize,
+    addr: Addr<SubtaskActor>,
+}
+
+/// A running job.
+pub struct JobHandle {
+    name: String,
+    canceller: Canceller,
+    actors: Vec<ActorEntry>,
+    thread: Option<JoinHandle<Result<JobResult, JobError>>>,
+}
+
+impl std::fmt::Debug for JobHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("JobHandle")
+            .field("name", &self.name)
+            .field("subtasks", &self.actors.len())
+            .finish()
+    }
+}
+
+impl JobHandle {
+    /// The job's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// A handle that cancels this job from another thread.
+    pub fn canceller(&self) -> Canceller {
+        self.canceller.clone()
+    }
+
+    /// Cancels the job.
+    pub fn cancel(&self) {
+        self.canceller.cancel()
+    }
+
+    /// Sends a heartbeat ping through the system lane of the subtask that runs operator `uid`,
+    /// subtask `subtask`, and waits for its answer. `None` if there is no such subtask or it
+    /// has already stopped.
+    pub fn ping(&self, uid: &str, subtask: usize) -> Option<SubtaskStatus> {
+        let entry = self
+            .actors
+            .iter()
+            .find(|a| a.subtask == subtask && a.uids.iter().any(|u| u == uid))?;
+        futures::executor::block_on(entry.addr.send(Ping)).ok()
+    }
+
+    /// Waits for the job to end.
+    pub fn wait(mut self) -> Result<JobResult, JobError> {
+        let thread = self.thread.take().expect("a handle is waited on once");
+        match thread.join() {
+            Ok(r) => r,
+            Err(_) => Err(JobError::Runtime {
+                job: self.name.clone(),
+                message: "the job thread panicked".into(),
+            }),
+        }
+    }
+}
+
+/// Plans `graph` and starts it on a job thread; returns once every subtask is deployed.
+pub(crate) fn start(graph: Graph, cfg: EnvConfig, name: &str) -> Result<JobHandle, JobError> {
+    let job = name.to_owned();
+    let plan = plan(&graph, &cfg).map_err(|source| JobError::Plan {
+        job: job.clone(),
+        source,
+    })?;
+    let (events_tx, events_rx) = unbounded::<JobEvent>();
+    let (deployed_tx, deployed_rx) = std_mpsc::channel::<Vec<ActorEntry>>();
+    let canceller = Canceller {
+        events: events_tx.clone(),
+    };
+    let job_for_thread = job.clone();
+    let thread = std::thread::Builder::new()
+        .name(format!("weir-job-{job}"))
+        .spawn(move || {
+            let span = tracing::info_span!("job", name = %job_for_thread);
+            let _enter = span.enter();
+            let system = actix_rt::System::new();
+            system.block_on(run(
+                graph,
+                plan,
+                cfg,
+                job_for_thread,
+                events_tx,
+                events_rx,
+                deployed_tx,
+            ))
+        })
+        .map_err(|e| JobError::Runtime {
+            job: job.clone(),
+            message: format!("cannot spawn the job thread: {e}"),
+        })?;
+    // Deployment either sends the actors or ends the thread with an error.
+    let actors = match deployed_rx.recv() {
+        Ok(actors) => actors,
+        Err(_) => {
+            let handle = JobHandle {
+                name: job,
+                canceller,
+                actors: Vec::new(),
+                thread: Some(thread),
+            };
+            return match handle.wait() {
+                Err(e) => Err(e),
+                Ok(_) => unreachable!("a job that did not deploy cannot succeed"),
+            };
+        }
+    };
+    Ok(JobHandle {
+        name: job,
+        canceller,
+        actors,
+        thread: Some(thread),
+    })
+}
+
+async fn run(
+    graph: Graph,
+    plan: Plan,
+    cfg: EnvConfig,
+    job: String,
+    events_tx: UnboundedSender<JobEvent>,
+    mut events_rx: futures::channel::mpsc::UnboundedReceiver<JobEvent>,
+    deployed: std_mpsc::Sender<Vec<ActorEntry>>,
+) -> Result<JobResult, JobError> {
+    let started = Instant::now();
+    let (specs, registry) =
+        instantiate(&graph, &plan, &cfg).map_err(|e| e.into_job_error(&job))?;
+    let arbiters: Vec<Arbiter> = (0..cfg.arbiters.min(specs.len().max(1)))
+        .map(|_| Arbiter::new())
+        .collect();
+    let mut actors = Vec::with_capacity(specs.len());
+    for (k, spec) in specs.into_iter().enumerate() {
+        let uids = plan
+            .head_of
+            .iter()
+            .enumerate()
+            .filter(|&(_, &h)| plan.uids[h] == spec.id.head_uid)
+            .map(|(n, _)| plan.uids[n].clone())
+            .collect();
+        let subtask = spec.id.subtask;
+        let events = events_tx.clone();
+        let linger = cfg.linger;
+        let addr = SubtaskActor::start_in_arbiter(&arbiters[k % arbiters.len()].handle(), move |_| {
+            SubtaskActor::new(
+                spec.id,
+                spec.driver,
+                events,
+                spec.counters,
+                spec.rx_waker,
+                linger,
+            )
+        });
+        actors.push(ActorEntry {
+            uids,
+            subtask,
+            addr,
+        });
+    }
+    let addrs: Vec<Addr<SubtaskActor>> = actors.iter().map(|a| a.addr.clone()).collect();
+    drop(events_tx);
+    let total = actors.len();
+    let _ = deployed.send(actors);
+    tracing::info!(subtasks = total, arbiters = arbiters.len(), "job deployed");
+
+    let mut finished = vec![false; total];
+    let mut remaining = total;
+    let verdict = loop {
+        if remaining == 0 {
+            break Ok(());
+        }
+        match events_rx.next().await {
+            Some(JobEvent::Finished { actor }) => {
+                if !finished[actor] {
+                    finished[actor] = true;
+                    remaining -= 1;
+                }
+            }
+            Some(JobEvent::Failed(e)) => break Err(e.into_job_error(&job)),
+            Some(JobEvent::Lost {
+                uid,
+                subtask,
+                reason,
+            }) => {
+                break Err(JobError::SubtaskLost {
+                    job: job.clone(),
+                    uid,
+                    subtask,
+                    reason,
+                })
+            }
+            Some(JobEvent::Cancel) => break Err(JobError::Cancelled { job: job.clone() }),
+            None => {
+                break Err(JobError::Runtime {
+                    job: job.clone(),
+                    message: "every subtask went away without reporting".into(),
+                })
+            }
+        }
+    };
+    if verdict.is_err() {
+        for addr in &addrs {
+            addr.do_send(Stop);
+        }
+    }
+    stop_arbiters(arbiters, &job);
+    match verdict {
+        Ok(()) => {
+            tracing::info!(elapsed = ?started.elapsed(), "job finished");
+            Ok(result(&graph, &plan, &registry, job, started.elapsed()))
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "job failed");
+            Err(e)
+        }
+    }
+}
+
+/// Stops every arbiter and waits a bounded time for their threads.
+fn stop_arbiters(arbiters: Vec<Arbiter>, job: &str) {
+    for a in &arbiters {
+        a.stop();
+    }
+    let (tx, rx) = std_mpsc::channel();
+    let joiner = std::thread::spawn(move || {
+        for a in arbiters {
+            let _ = a.join();
+        }
+        let _ = tx.send(());
+    });
+    if rx.recv_timeout(Duration::from_secs(5)).is_ok() {
+        let _ = joiner.join();
+    } else {
+        tracing::warn!(job, "an arbiter thread did not stop within 5 s (user code hung); leaving it");
+    }
+}
+
+fn result(
+    graph: &Graph,
+    plan: &Plan,
+    registry: &OperatorRegistry,
+    name: String,
+    duration: Duration,
+) -> JobResult {
+    let operators = graph
+        .nodes
+        .iter()
+        .enumerate()
+        .map(|(id, node)| {
+            let (mut i, mut o, mut r) = (0, 0, 0);
+            for c in &registry.counters[id] {
+                let (a, b, c) = c.snapshot();
+                i += a;
+                o += b;
+                r += c;
+            }
+            OperatorResult {
+                uid: plan.uids[id].clone(),
+                name: node.name.clone(),
+                parallelism: plan.parallelism[id],
+                records_in: i,
+                records_out: o,
+                records_rejected: r,
+            }
+        })
+        .collect::<Vec<OperatorResult>>();
+    // A part (a source's malformed-line split) reports its rejections on its owner.
+    let mut operators = operators;
+    for (id, node) in graph.nodes.iter().enumerate() {
+        if let Some(owner) = node.part_of {
+            operators[owner].records_rejected += operators[id].records_rejected;
+        }
+    }
+    JobResult {
+        name,
+        duration,
+        operators,
+    }
+}

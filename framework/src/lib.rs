@@ -1,0 +1,76 @@
+//! # Weir
+//!
+//! Stream processing in which every operator instance is an actix actor.
+//!
+//! An app builds a typed dataflow graph with [`Env`]: sources, then `map`, `flat_map`,
+//! `filter`, `key_by` + keyed `process`/`reduce`, `union`, `connect` (optionally with a
+//! broadcast side), then sinks; [`Env::execute`] runs it. Each operator runs as
+//! `parallelism` subtasks; forward edges of equal parallelism are chained into one actor.
+//! Records travel in batches over bounded channels (credit-based backpressure), and every
+//! subtask has a two-lane mailbox: control mail is served between any two data batches.
+//!
+//! ```
+//! use weir::Env;
+//!
+//! let env = Env::new();
+//! let sums = env
+//!     .generate(1_000, |i| i)
+//!     .map(|x| x * 2)
+//!     .key_by(|x: &u64| x % 10)
+//!     .reduce(|a, b| a + b)
+//!     .collect();
+//! env.execute("sums").unwrap();
+//! assert!(sums.take().contains(&((0..1_000u64).filter(|x| x * 2 % 10 == 0).map(|x| x * 2).sum())));
+//! ```
+//!
+//! Modules: [`stream`] (the API), [`source`] and [`sink`], [`key_group`] (how keys map to
+//! subtasks), [`error`]. Internals: `graph` (logical graph), `plan` (chaining, channels),
+//! `task` (the subtask actor and its mailbox), `channel` (credit channels), `partition`
+//! (network outputs), `operator` (per-batch operator chains), `job` (lifecycle).
+
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+mod channel;
+mod config;
+mod env;
+pub mod error;
+mod graph;
+mod job;
+pub mod key_group;
+mod metrics;
+mod operator;
+mod partition;
+mod plan;
+pub mod sink;
+pub mod source;
+mod state;
+pub mod stream;
+mod sync;
+mod task;
+
+pub use config::EnvConfig;
+pub use env::Env;
+pub use error::{JobError, PlanError, SinkError, SourceError};
+pub use job::{Canceller, JobHandle, JobResult, OperatorResult};
+pub use operator::connect::{BroadcastProcessFunction, CoProcessFunction, InputSelection};
+pub use operator::keyed::{KeyedFn, KeyedProcessFunction};
+pub use operator::process::ProcessFunction;
+pub use operator::{Collector, OperatorInfo};
+pub use sink::CollectSink;
+pub use source::jsonl::{BadLine, MalformedPolicy};
+pub use state::{KeyedState, MapState, ValueState};
+pub use stream::{DataStream, KeyedStream, SinkStream};
+pub use task::SubtaskStatus;
+pub use weir_macros::Record;
+
+/// What a stream element must be: cloneable (for broadcast and fan-out), shareable across
+/// threads, serializable (for snapshots and channel state), and owned.
+pub trait Data: Clone + Send + Sync + serde::Serialize + serde::de::DeserializeOwned + 'static {}
+
+impl<T> Data for T where T: Clone + Send + Sync + serde::Serialize + serde::de::DeserializeOwned + 'static {}
+
+/// What a key must be: [`Data`] that hashes and compares.
+pub trait Key: Data + std::hash::Hash + Eq {}
+
+impl<T> Key for T where T: Data + std::hash::Hash + Eq {}

@@ -1,0 +1,224 @@
+//! Two-input operators: `connect` (two streams, one operator) and its broadcast variant.
+//!
+//! Both inputs of one subtask feed one operator instance, shared by the two input facades
+//! under a mutex that is only ever taken by the subtask's own actor (so it is uncontended;
+//! it exists because the two facades are separate `Output`s). The output ends when both
+//! inputs have ended.
+//!
+//! An operator may ask to read only its second input for a while ([`InputSelection`], Flink's
+//! `InputSelectable`): the broadcast variant uses it to load all of a bounded broadcast side
+//! (rules, thresholds) before the first main record.
+
+use std::marker::PhantomData;
+use std::task::{Context, Poll};
+
+use super::{Collector, OpCore, Output};
+use crate::error::TaskError;
+use crate::sync::atomic::{AtomicU8, Ordering};
+use crate::sync::{lock, Arc, Mutex};
+use crate::Data;
+
+/// A two-input operator (`a.connect(b).process(..)`).
+///
+/// ```
+/// use weir::{Collector, CoProcessFunction};
+/// #[derive(Clone)]
+/// struct Merge;
+/// impl CoProcessFunction<u32, String, String> for Merge {
+///     fn process1(&mut self, x: u32, out: &mut Collector<String>) { out.collect(x.to_string()) }
+///     fn process2(&mut self, s: String, out: &mut Collector<String>) { out.collect(s) }
+/// }
+/// # let _ = Merge;
+/// ```
+pub trait CoProcessFunction<A, B, O>: Send + 'static {
+    /// Handles a record of the first input.
+    fn process1(&mut self, input: A, out: &mut Collector<O>);
+    /// Handles a record of the second input.
+    fn process2(&mut self, input: B, out: &mut Collector<O>);
+    /// Called once when both inputs have ended.
+    fn end_of_input(&mut self, _out: &mut Collector<O>) {}
+}
+
+/// A broadcast-connected operator: every subtask sees every broadcast record and keeps the
+/// same broadcast state; main records read it (Flink's `BroadcastProcessFunction`).
+///
+/// ```
+/// use weir::{BroadcastProcessFunction, Collector};
+/// #[derive(Clone)]
+/// struct Tag;
+/// impl BroadcastProcessFunction<u64, String, String> for Tag {
+///     type State = Vec<String>;
+///     fn process_element(&mut self, x: u64, tags: &Vec<String>, out: &mut Collector<String>) {
+///         out.collect(format!("{x}:{}", tags.join("|")));
+///     }
+///     fn process_broadcast(&mut self, t: String, tags: &mut Vec<String>, _out: &mut Collector<String>) {
+///         tags.push(t);
+///     }
+/// }
+/// # let _ = Tag;
+/// ```
+pub trait BroadcastProcessFunction<I, B, O>: Send + 'static {
+    /// The broadcast state (the same on every subtask).
+    type State: Default + Data;
+    /// Handles a main-input record; the broadcast state is read-only here.
+    fn process_element(&mut self, input: I, state: &Self::State, out: &mut Collector<O>);
+    /// Handles a broadcast record.
+    fn process_broadcast(&mut self, input: B, state: &mut Self::State, out: &mut Collector<O>);
+    /// Called once when both inputs have ended.
+    fn end_of_input(&mut self, _state: &Self::State, _out: &mut Collector<O>) {}
+}
+
+/// Which inputs a two-input subtask reads next.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum InputSelection {
+    /// Either input, fairly.
+    All = 0,
+    /// Only the first input (until it ends).
+    First = 1,
+    /// Only the second input (until it ends).
+    Second = 2,
+}
+
+/// Shared cell through which an operator tells its subtask what to read.
+#[derive(Debug, Default)]
+pub(crate) struct SelectionCell(AtomicU8);
+
+impl SelectionCell {
+    pub(crate) fn new(s: InputSelection) -> Self {
+        SelectionCell(AtomicU8::new(s as u8))
+    }
+    pub(crate) fn get(&self) -> InputSelection {
+        match self.0.load(Ordering::Relaxed) {
+            1 => InputSelection::First,
+            2 => InputSelection::Second,
+            _ => InputSelection::All,
+        }
+    }
+    pub(crate) fn set(&self, s: InputSelection) {
+        self.0.store(s as u8, Ordering::Relaxed)
+    }
+}
+
+/// The two-input interface both public traits are adapted to.
+pub(crate) trait TwoInput<A, B, O>: Send + 'static {
+    fn process1(&mut self, input: A, out: &mut Collector<O>);
+    fn process2(&mut self, input: B, out: &mut Collector<O>);
+    fn end_of_input(&mut self, out: &mut Collector<O>);
+}
+
+pub(crate) struct CoAdapter<P>(pub(crate) P);
+
+impl<A, B, O, P: CoProcessFunction<A, B, O>> TwoInput<A, B, O> for CoAdapter<P> {
+    fn process1(&mut self, input: A, out: &mut Collector<O>) {
+        self.0.process1(input, out)
+    }
+    fn process2(&mut self, input: B, out: &mut Collector<O>) {
+        self.0.process2(input, out)
+    }
+    fn end_of_input(&mut self, out: &mut Collector<O>) {
+        self.0.end_of_input(out)
+    }
+}
+
+pub(crate) struct BroadcastAdapter<P, S> {
+    pub(crate) f: P,
+    pub(crate) state: S,
+}
+
+impl<I, B, O, P> TwoInput<I, B, O> for BroadcastAdapter<P, P::State>
+where
+    P: BroadcastProcessFunction<I, B, O>,
+{
+    fn process1(&mut self, input: I, out: &mut Collector<O>) {
+        self.f.process_element(input, &self.state, out)
+    }
+    fn process2(&mut self, input: B, out: &mut Collector<O>) {
+        self.f.process_broadcast(input, &mut self.state, out)
+    }
+    fn end_of_input(&mut self, out: &mut Collector<O>) {
+        self.f.end_of_input(&self.state, out)
+    }
+}
+
+struct CoShared<C, O> {
+    op: C,
+    core: OpCore<O>,
+    ended: [bool; 2],
+    selection: Arc<SelectionCell>,
+}
+
+/// One input side of a two-input operator; `SIDE` is 0 or 1.
+pub(crate) struct CoSide<C, A, B, O, const SIDE: usize> {
+    shared: Arc<Mutex<CoShared<C, O>>>,
+    _types: PhantomData<fn(A, B)>,
+}
+
+/// Builds the two input facades of one two-input operator instance.
+#[allow(clippy::type_complexity)]
+pub(crate) fn co_sides<C, A, B, O>(
+    op: C,
+    core: OpCore<O>,
+    selection: Arc<SelectionCell>,
+) -> (CoSide<C, A, B, O, 0>, CoSide<C, A, B, O, 1>) {
+    let shared = Arc::new(Mutex::new(CoShared {
+        op,
+        core,
+        ended: [false; 2],
+        selection,
+    }));
+    (
+        CoSide {
+            shared: shared.clone(),
+            _types: PhantomData,
+        },
+        CoSide {
+            shared,
+            _types: PhantomData,
+        },
+    )
+}
+
+macro_rules! co_side_impl {
+    ($side:literal, $ty:ident, $method:ident, $other:expr) => {
+        impl<A, B, O, C> Output<$ty> for CoSide<C, A, B, O, $side>
+        where
+            C: TwoInput<A, B, O>,
+            O: Send,
+            A: Send,
+            B: Send,
+        {
+            fn push(&mut self, batch: &mut Vec<$ty>) -> Result<(), TaskError> {
+                let mut g = lock(&self.shared);
+                let CoShared { op, core, .. } = &mut *g;
+                core.run(batch.len(), |out| {
+                    for r in batch.drain(..) {
+                        op.$method(r, out);
+                    }
+                })
+            }
+            fn flush(&mut self) {
+                lock(&self.shared).core.next.flush()
+            }
+            fn finish(&mut self) -> Result<(), TaskError> {
+                let mut g = lock(&self.shared);
+                g.ended[$side] = true;
+                if g.selection.get() != InputSelection::All {
+                    g.selection.set(InputSelection::All);
+                }
+                if g.ended[$other] {
+                    let CoShared { op, core, .. } = &mut *g;
+                    core.finish_with(|out| op.end_of_input(out))
+                } else {
+                    Ok(())
+                }
+            }
+            fn poll_pending(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+                lock(&self.shared).core.next.poll_pending(cx)
+            }
+        }
+    };
+}
+
+co_side_impl!(0, A, process1, 1);
+co_side_impl!(1, B, process2, 0);

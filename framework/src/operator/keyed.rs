@@ -1,0 +1,139 @@
+//! Keyed operators: `process` with per-key state, and rolling `reduce`.
+//!
+//! The key is extracted again on the receiving side (as in Flink); the upstream hash
+//! partitioner sent every record of a key group here. A state entry is created with
+//! `Default` on a key's first record, with no clone of the key on the common path.
+
+use std::hash::Hash;
+use std::marker::PhantomData;
+
+use super::{forward_output_plumbing, Collector, OpCore, Output};
+use crate::error::TaskError;
+use crate::state::{KeyedState, ValueState};
+use crate::Data;
+
+/// A keyed operator: per-key state, one required method.
+///
+/// ```
+/// use weir::{Collector, KeyedProcessFunction, ValueState};
+/// #[derive(Clone)]
+/// struct Count;
+/// impl KeyedProcessFunction<u64, u64, (u64, u64)> for Count {
+///     type State = ValueState<u64>;
+///     fn process(&mut self, key: &u64, s: &mut ValueState<u64>, _x: u64, out: &mut Collector<(u64, u64)>) {
+///         let n = s.get_or_insert_with(|| 0);
+///         *n += 1;
+///         out.collect((*key, *n));
+///     }
+/// }
+/// # let _ = Count;
+/// ```
+pub trait KeyedProcessFunction<K, I, O>: Send + 'static {
+    /// What is kept per key.
+    type State: Default + Data;
+    /// Handles one record of `key`.
+    fn process(&mut self, key: &K, state: &mut Self::State, input: I, out: &mut Collector<O>);
+    /// Called once when the input has ended, with every key's state.
+    fn end_of_input(
+        &mut self,
+        _state: &mut KeyedState<K, Self::State>,
+        _out: &mut Collector<O>,
+    ) {
+    }
+}
+
+/// A closure as a [`KeyedProcessFunction`] (what `KeyedStream::process` builds).
+pub struct KeyedFn<F, S> {
+    f: F,
+    _state: PhantomData<fn() -> S>,
+}
+
+impl<F: Clone, S> Clone for KeyedFn<F, S> {
+    fn clone(&self) -> Self {
+        KeyedFn {
+            f: self.f.clone(),
+            _state: PhantomData,
+        }
+    }
+}
+
+impl<F, S> KeyedFn<F, S> {
+    pub(crate) fn new(f: F) -> Self {
+        KeyedFn {
+            f,
+            _state: PhantomData,
+        }
+    }
+}
+
+impl<K, I, O, S, F> KeyedProcessFunction<K, I, O> for KeyedFn<F, S>
+where
+    F: FnMut(&K, &mut S, I, &mut Collector<O>) + Send + 'static,
+    S: Default + Data,
+{
+    type State = S;
+    #[inline]
+    fn process(&mut self, key: &K, state: &mut S, input: I, out: &mut Collector<O>) {
+        (self.f)(key, state, input, out)
+    }
+}
+
+/// Rolling reduce: emits the running reduction of each key after every record.
+#[derive(Clone)]
+pub(crate) struct ReduceFn<F>(pub(crate) F);
+
+impl<K, T, F> KeyedProcessFunction<K, T, T> for ReduceFn<F>
+where
+    F: FnMut(T, T) -> T + Send + 'static,
+    T: Data,
+{
+    type State = ValueState<T>;
+    #[inline]
+    fn process(&mut self, _key: &K, state: &mut ValueState<T>, input: T, out: &mut Collector<T>) {
+        let next = match state.take() {
+            None => input,
+            Some(acc) => (self.0)(acc, input),
+        };
+        out.collect(next.clone());
+        state.update(next);
+    }
+}
+
+pub(crate) struct KeyedOp<KF, K, P: KeyedProcessFunction<K, I, O>, I, O> {
+    pub(crate) key_fn: KF,
+    pub(crate) f: P,
+    pub(crate) state: KeyedState<K, P::State>,
+    pub(crate) core: OpCore<O>,
+    pub(crate) _in: PhantomData<fn(I)>,
+}
+
+impl<KF, K, P, I, O> Output<I> for KeyedOp<KF, K, P, I, O>
+where
+    KF: FnMut(&I) -> K + Send,
+    K: Hash + Eq + Send,
+    P: KeyedProcessFunction<K, I, O>,
+    O: Send,
+    I: Send,
+{
+    #[inline]
+    fn push(&mut self, batch: &mut Vec<I>) -> Result<(), TaskError> {
+        let (key_fn, f, map) = (&mut self.key_fn, &mut self.f, &mut self.state.map);
+        self.core.run(batch.len(), |out| {
+            for r in batch.drain(..) {
+                let k = key_fn(&r);
+                if let Some(s) = map.get_mut(&k) {
+                    f.process(&k, s, r, out);
+                } else {
+                    let mut s = P::State::default();
+                    f.process(&k, &mut s, r, out);
+                    map.insert(k, s);
+                }
+            }
+        })
+    }
+    fn finish(&mut self) -> Result<(), TaskError> {
+        let (f, state) = (&mut self.f, &mut self.state);
+        self.core.finish_with(|out| f.end_of_input(state, out))
+    }
+    forward_output_plumbing!();
+}

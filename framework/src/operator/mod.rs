@@ -1,0 +1,256 @@
+//! Operators: what a subtask does to each batch, and how chained operators hand batches on.
+//!
+//! Every operator, chained or not, is an [`Output`] of the operator before it: it takes a
+//! whole batch, runs the user's function over it in a tight loop (monomorphized, no dynamic
+//! call per record), and pushes its own output batch to the next [`Output`]. A chain of
+//! forward operators is therefore a chain of per-batch calls inside one actor: no channel, no
+//! copy. The last `Output` of a chain is a network output (`partition`) or a sink.
+//!
+//! User code runs inside [`OpCore::run`], which counts records per batch and turns a panic
+//! into a [`TaskError`] naming the operator uid and subtask.
+//!
+//! One operator kind per file, named for its verb (`map`, `filter`, `flat_map`, `process`,
+//! `keyed`, `connect`, `split`). This module does not own the actor loop (`task`).
+
+pub(crate) mod connect;
+pub(crate) mod filter;
+pub(crate) mod flat_map;
+pub(crate) mod keyed;
+pub(crate) mod map;
+pub(crate) mod process;
+pub(crate) mod split;
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::task::{Context, Poll};
+
+use crate::error::{panic_message, TaskError};
+use crate::metrics::OperatorCounters;
+use crate::sync::Arc;
+
+/// Where an operator pushes its output batches. Implemented by operators (for the operator
+/// before them in a chain), network outputs and sinks.
+pub(crate) trait Output<T>: Send {
+    /// Takes every record out of `batch`, leaving it empty with its capacity.
+    fn push(&mut self, batch: &mut Vec<T>) -> Result<(), TaskError>;
+    /// Sends partial network batches now (linger expired or the subtask is idle).
+    fn flush(&mut self);
+    /// No more input: emit what the operator holds back, flush, and send end-of-input.
+    fn finish(&mut self) -> Result<(), TaskError>;
+    /// Moves batches waiting for credit into their channels; `Pending` while some channel has
+    /// no credit (the task is woken when it has).
+    fn poll_pending(&mut self, cx: &mut Context<'_>) -> Poll<()>;
+}
+
+/// Boxed output, the unit the plan builder wires together.
+pub(crate) type BoxOutput<T> = Box<dyn Output<T>>;
+
+/// Where an operator's function puts its output records.
+///
+/// ```
+/// use weir::Collector;
+/// fn split_words(line: String, out: &mut Collector<String>) {
+///     for w in line.split_whitespace() {
+///         out.collect(w.to_owned());
+///     }
+/// }
+/// # let _ = split_words;
+/// ```
+#[derive(Debug)]
+pub struct Collector<T> {
+    buf: Vec<T>,
+}
+
+impl<T> Collector<T> {
+    pub(crate) fn with_capacity(n: usize) -> Self {
+        Collector {
+            buf: Vec::with_capacity(n),
+        }
+    }
+    /// Emits one record.
+    #[inline]
+    pub fn collect(&mut self, record: T) {
+        self.buf.push(record);
+    }
+    /// Records emitted so far in this batch.
+    pub fn len(&self) -> usize {
+        self.buf.len()
+    }
+    /// Whether nothing was emitted so far in this batch.
+    pub fn is_empty(&self) -> bool {
+        self.buf.is_empty()
+    }
+    pub(crate) fn buf(&mut self) -> &mut Vec<T> {
+        &mut self.buf
+    }
+}
+
+impl<T> Extend<T> for Collector<T> {
+    fn extend<I: IntoIterator<Item = T>>(&mut self, iter: I) {
+        self.buf.extend(iter)
+    }
+}
+
+/// Identity of one operator instance: uid, name and subtask.
+#[derive(Debug, Clone)]
+pub struct OperatorInfo {
+    /// The operator's stable uid.
+    pub uid: String,
+    /// Display name (the verb, or what the user set).
+    pub name: String,
+    /// This instance's subtask index.
+    pub subtask: usize,
+    /// The operator's parallelism.
+    pub parallelism: usize,
+}
+
+/// What every operator has: identity, counters, an output buffer and the next output.
+pub(crate) struct OpCore<U> {
+    pub(crate) info: Arc<OperatorInfo>,
+    pub(crate) counters: Arc<OperatorCounters>,
+    pub(crate) out: Collector<U>,
+    pub(crate) next: BoxOutput<U>,
+}
+
+impl<U> OpCore<U> {
+    pub(crate) fn new(
+        info: Arc<OperatorInfo>,
+        counters: Arc<OperatorCounters>,
+        next: BoxOutput<U>,
+        batch_size: usize,
+    ) -> Self {
+        OpCore {
+            info,
+            counters,
+            out: Collector::with_capacity(batch_size),
+            next,
+        }
+    }
+
+    /// Runs user code that reads `n_in` records and writes to the collector, then pushes the
+    /// output on. A panic becomes a [`TaskError::Panic`] naming this operator.
+    #[inline]
+    pub(crate) fn run(
+        &mut self,
+        n_in: usize,
+        f: impl FnOnce(&mut Collector<U>),
+    ) -> Result<(), TaskError> {
+        self.counters.add_in(n_in);
+        let out = &mut self.out;
+        if let Err(payload) = catch_unwind(AssertUnwindSafe(|| f(out))) {
+            self.out.buf.clear();
+            return Err(self.panic(payload));
+        }
+        self.emit()
+    }
+
+    /// Pushes whatever is in the collector to the next output.
+    #[inline]
+    pub(crate) fn emit(&mut self) -> Result<(), TaskError> {
+        if self.out.buf.is_empty() {
+            return Ok(());
+        }
+        self.counters.add_out(self.out.buf.len());
+        self.next.push(&mut self.out.buf)
+    }
+
+    pub(crate) fn panic(&self, payload: Box<dyn std::any::Any + Send>) -> TaskError {
+        TaskError::Panic {
+            uid: self.info.uid.clone(),
+            subtask: self.info.subtask,
+            message: panic_message(&*payload),
+        }
+    }
+
+    /// Runs a user end-of-input hook, emits what it produced, and finishes the next output.
+    pub(crate) fn finish_with(
+        &mut self,
+        f: impl FnOnce(&mut Collector<U>),
+    ) -> Result<(), TaskError> {
+        let out = &mut self.out;
+        if let Err(payload) = catch_unwind(AssertUnwindSafe(|| f(out))) {
+            self.out.buf.clear();
+            return Err(self.panic(payload));
+        }
+        self.emit()?;
+        self.next.finish()
+    }
+}
+
+/// Implements the three forwarding methods of [`Output`] for an operator with an `OpCore`
+/// field named `core`.
+macro_rules! forward_output_plumbing {
+    () => {
+        fn flush(&mut self) {
+            self.core.next.flush()
+        }
+        fn poll_pending(&mut self, cx: &mut std::task::Context<'_>) -> std::task::Poll<()> {
+            self.core.next.poll_pending(cx)
+        }
+    };
+}
+pub(crate) use forward_output_plumbing;
+
+/// Sends each batch to several outputs: a stream consumed by more than one operator. All but
+/// the last get a clone.
+pub(crate) struct Tee<T> {
+    outs: Vec<BoxOutput<T>>,
+    scratch: Vec<T>,
+}
+
+impl<T: Clone + Send + 'static> Tee<T> {
+    pub(crate) fn boxed(mut outs: Vec<BoxOutput<T>>) -> BoxOutput<T> {
+        match outs.len() {
+            0 => Box::new(Discard),
+            1 => outs.pop().expect("one output"),
+            _ => Box::new(Tee {
+                outs,
+                scratch: Vec::new(),
+            }),
+        }
+    }
+}
+
+impl<T: Clone + Send + 'static> Output<T> for Tee<T> {
+    fn push(&mut self, batch: &mut Vec<T>) -> Result<(), TaskError> {
+        let (last, rest) = self.outs.split_last_mut().expect("tee has outputs");
+        for out in rest {
+            self.scratch.extend_from_slice(batch);
+            out.push(&mut self.scratch)?;
+        }
+        last.push(batch)
+    }
+    fn flush(&mut self) {
+        self.outs.iter_mut().for_each(|o| o.flush())
+    }
+    fn finish(&mut self) -> Result<(), TaskError> {
+        self.outs.iter_mut().try_for_each(|o| o.finish())
+    }
+    fn poll_pending(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        let mut ready = true;
+        for o in &mut self.outs {
+            ready &= o.poll_pending(cx).is_ready();
+        }
+        if ready {
+            Poll::Ready(())
+        } else {
+            Poll::Pending
+        }
+    }
+}
+
+/// Drops records: the output of a stream nothing consumes, and the `discard` sink.
+pub(crate) struct Discard;
+
+impl<T> Output<T> for Discard {
+    fn push(&mut self, batch: &mut Vec<T>) -> Result<(), TaskError> {
+        batch.clear();
+        Ok(())
+    }
+    fn flush(&mut self) {}
+    fn finish(&mut self) -> Result<(), TaskError> {
+        Ok(())
+    }
+    fn poll_pending(&mut self, _cx: &mut Context<'_>) -> Poll<()> {
+        Poll::Ready(())
+    }
+}

@@ -1,0 +1,50 @@
+//! `split`: routes `Ok` records to one output and `Err` records to another (side outputs).
+//! `Err` records are also counted as rejected (a source's malformed lines).
+
+use std::task::{Context, Poll};
+
+use super::{Collector, OpCore, Output};
+use crate::error::TaskError;
+
+pub(crate) struct SplitOp<A, B> {
+    pub(crate) core: OpCore<A>,
+    pub(crate) side: Collector<B>,
+    pub(crate) side_next: super::BoxOutput<B>,
+}
+
+impl<A: Send, B: Send> Output<Result<A, B>> for SplitOp<A, B> {
+    fn push(&mut self, batch: &mut Vec<Result<A, B>>) -> Result<(), TaskError> {
+        let side = &mut self.side;
+        self.core.run(batch.len(), |out| {
+            for r in batch.drain(..) {
+                match r {
+                    Ok(a) => out.collect(a),
+                    Err(b) => side.collect(b),
+                }
+            }
+        })?;
+        if !self.side.is_empty() {
+            self.core.counters.add_out(self.side.len());
+            self.core.counters.add_rejected(self.side.len() as u64);
+            self.side_next.push(self.side.buf())?;
+        }
+        Ok(())
+    }
+    fn flush(&mut self) {
+        self.core.next.flush();
+        self.side_next.flush();
+    }
+    fn finish(&mut self) -> Result<(), TaskError> {
+        self.core.finish_with(|_| {})?;
+        self.side_next.finish()
+    }
+    fn poll_pending(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        let a = self.core.next.poll_pending(cx).is_ready();
+        let b = self.side_next.poll_pending(cx).is_ready();
+        if a && b {
+            Poll::Ready(())
+        } else {
+            Poll::Pending
+        }
+    }
+}

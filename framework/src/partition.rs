@@ -1,0 +1,326 @@
+//! Network outputs: how records of one subtask are spread over the channels of the next
+//! operator's subtasks.
+//!
+//! - **forward**: to the subtask with the same index (equal parallelism); the default when
+//!   parallelism is equal.
+//! - **rebalance**: round robin per record; the default when parallelism differs.
+//! - **broadcast**: every record to every subtask; each batch is built once and shared
+//!   (`Arc`), never copied per receiver.
+//! - **hash**: by key, through key groups (`key_group`), so a key always reaches the subtask
+//!   that owns its state.
+//!
+//! The rule every partitioner keeps: records sent from one subtask to one receiver arrive in
+//! the order they were emitted, and batches that find no credit wait in a FIFO (the subtask
+//! takes no new input until it is empty), so nothing is dropped or reordered. This module
+//! does not own channels (`channel`) or chaining (`plan`).
+
+use std::collections::VecDeque;
+use std::task::{Context, Poll};
+
+use crate::channel::{Batch, Event, Full, Sender};
+use crate::error::TaskError;
+use crate::key_group::{key_group_of, subtask_for_key_group};
+use crate::operator::{BoxOutput, Output};
+use crate::Data;
+
+/// How an edge distributes records (the resolved kind, after `Auto`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum PartitionKind {
+    /// Forward if parallelism is equal, else rebalance.
+    Auto,
+    Forward,
+    Rebalance,
+    Broadcast,
+    Hash,
+}
+
+/// Settings a network output needs.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct OutputConfig {
+    pub(crate) batch_size: usize,
+    pub(crate) subtask: usize,
+    pub(crate) max_parallelism: usize,
+}
+
+/// Builds a keyed (hash) output for a given set of channels.
+pub(crate) type HashOutputFactory<T> =
+    Box<dyn Fn(Vec<Sender<T>>, OutputConfig) -> BoxOutput<T> + Send>;
+
+/// The typed partitioning of one edge.
+pub(crate) enum Partitioning<T> {
+    Auto,
+    Forward,
+    Rebalance,
+    Broadcast,
+    Hash(HashOutputFactory<T>),
+}
+
+impl<T: Data> Partitioning<T> {
+    pub(crate) fn kind(&self) -> PartitionKind {
+        match self {
+            Partitioning::Auto => PartitionKind::Auto,
+            Partitioning::Forward => PartitionKind::Forward,
+            Partitioning::Rebalance => PartitionKind::Rebalance,
+            Partitioning::Broadcast => PartitionKind::Broadcast,
+            Partitioning::Hash(_) => PartitionKind::Hash,
+        }
+    }
+
+    /// The output of one upstream subtask over `senders` (one per connected downstream
+    /// subtask, in index order; one only for forward).
+    pub(crate) fn output(
+        &self,
+        resolved: PartitionKind,
+        senders: Vec<Sender<T>>,
+        cfg: OutputConfig,
+    ) -> BoxOutput<T> {
+        match (self, resolved) {
+            (Partitioning::Hash(make), _) => make(senders, cfg),
+            (_, PartitionKind::Broadcast) => Box::new(BroadcastOutput::new(senders, cfg)),
+            (_, PartitionKind::Forward) => Box::new(NetOutput::new(senders, OneTarget, cfg)),
+            _ => {
+                let n = senders.len();
+                let start = cfg.subtask % n.max(1);
+                Box::new(NetOutput::new(senders, RoundRobin { next: start, n }, cfg))
+            }
+        }
+    }
+}
+
+/// Builds the hash output for a key selector.
+pub(crate) fn hash_output_factory<T, K, KF>(key_fn: KF) -> HashOutputFactory<T>
+where
+    T: Data,
+    K: std::hash::Hash,
+    KF: FnMut(&T) -> K + Clone + Send + 'static,
+{
+    Box::new(move |senders, cfg| {
+        let router = ByKey {
+            key_fn: key_fn.clone(),
+            max_parallelism: cfg.max_parallelism,
+            n: senders.len(),
+        };
+        Box::new(NetOutput::new(senders, router, cfg)) as BoxOutput<T>
+    })
+}
+
+/// Chooses the receiver of one record.
+pub(crate) trait Router<T>: Send {
+    fn route(&mut self, record: &T) -> usize;
+    /// Whether every record goes to receiver 0 (lets whole batches move without a per-record
+    /// loop).
+    const SINGLE: bool = false;
+}
+
+pub(crate) struct OneTarget;
+impl<T> Router<T> for OneTarget {
+    #[inline]
+    fn route(&mut self, _: &T) -> usize {
+        0
+    }
+    const SINGLE: bool = true;
+}
+
+pub(crate) struct RoundRobin {
+    next: usize,
+    n: usize,
+}
+impl<T> Router<T> for RoundRobin {
+    #[inline]
+    fn route(&mut self, _: &T) -> usize {
+        let t = self.next;
+        self.next += 1;
+        if self.next == self.n {
+            self.next = 0;
+        }
+        t
+    }
+}
+
+pub(crate) struct ByKey<KF> {
+    key_fn: KF,
+    max_parallelism: usize,
+    n: usize,
+}
+impl<T, K, KF> Router<T> for ByKey<KF>
+where
+    KF: FnMut(&T) -> K + Send,
+    K: std::hash::Hash,
+{
+    #[inline]
+    fn route(&mut self, record: &T) -> usize {
+        let kg = key_group_of(&(self.key_fn)(record), self.max_parallelism);
+        subtask_for_key_group(kg, self.max_parallelism, self.n)
+    }
+}
+
+/// Batches that found no credit, in send order.
+struct PendingQueue<T> {
+    queue: VecDeque<(usize, Event<T>)>,
+}
+
+impl<T> PendingQueue<T> {
+    fn new() -> Self {
+        PendingQueue {
+            queue: VecDeque::new(),
+        }
+    }
+
+    #[inline]
+    fn send(&mut self, senders: &[Sender<T>], target: usize, event: Event<T>) {
+        if self.queue.is_empty() {
+            match senders[target].try_send(event) {
+                Ok(()) => {}
+                Err(Full(event)) => self.queue.push_back((target, event)),
+            }
+        } else {
+            self.queue.push_back((target, event));
+        }
+    }
+
+    fn poll(&mut self, senders: &[Sender<T>], cx: &mut Context<'_>) -> Poll<()> {
+        while let Some((target, event)) = self.queue.pop_front() {
+            if let Err(Full(event)) = senders[target].send_or_register(cx, event) {
+                self.queue.push_front((target, event));
+                return Poll::Pending;
+            }
+        }
+        Poll::Ready(())
+    }
+}
+
+/// Point-to-point output: forward, rebalance or hash, per the router.
+pub(crate) struct NetOutput<T, R> {
+    senders: Vec<Sender<T>>,
+    bufs: Vec<Vec<T>>,
+    router: R,
+    batch_size: usize,
+    pending: PendingQueue<T>,
+}
+
+impl<T, R> NetOutput<T, R> {
+    fn new(senders: Vec<Sender<T>>, router: R, cfg: OutputConfig) -> Self {
+        let bufs = (0..senders.len())
+            .map(|_| Vec::with_capacity(cfg.batch_size))
+            .collect();
+        NetOutput {
+            senders,
+            bufs,
+            router,
+            batch_size: cfg.batch_size,
+            pending: PendingQueue::new(),
+        }
+    }
+
+    #[inline]
+    fn send_buf(&mut self, t: usize) {
+        let full = std::mem::replace(&mut self.bufs[t], Vec::with_capacity(self.batch_size));
+        self.pending
+            .send(&self.senders, t, Event::Batch(Batch::Owned(full)));
+    }
+}
+
+impl<T: Send + Sync, R: Router<T>> Output<T> for NetOutput<T, R> {
+    #[inline]
+    fn push(&mut self, batch: &mut Vec<T>) -> Result<(), TaskError> {
+        if R::SINGLE {
+            if self.bufs[0].is_empty() && batch.len() >= self.batch_size {
+                let full = std::mem::replace(batch, Vec::with_capacity(self.batch_size));
+                self.pending
+                    .send(&self.senders, 0, Event::Batch(Batch::Owned(full)));
+            } else {
+                self.bufs[0].append(batch);
+                if self.bufs[0].len() >= self.batch_size {
+                    self.send_buf(0);
+                }
+            }
+            return Ok(());
+        }
+        for r in batch.drain(..) {
+            let t = self.router.route(&r);
+            let buf = &mut self.bufs[t];
+            buf.push(r);
+            if buf.len() >= self.batch_size {
+                let full = std::mem::replace(buf, Vec::with_capacity(self.batch_size));
+                self.pending
+                    .send(&self.senders, t, Event::Batch(Batch::Owned(full)));
+            }
+        }
+        Ok(())
+    }
+    fn flush(&mut self) {
+        for t in 0..self.bufs.len() {
+            if !self.bufs[t].is_empty() {
+                self.send_buf(t);
+            }
+        }
+    }
+    fn finish(&mut self) -> Result<(), TaskError> {
+        self.flush();
+        for t in 0..self.senders.len() {
+            self.pending.send(&self.senders, t, Event::EndOfInput);
+        }
+        Ok(())
+    }
+    fn poll_pending(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        self.pending.poll(&self.senders, cx)
+    }
+}
+
+/// Every record to every receiver; one shared batch per send.
+pub(crate) struct BroadcastOutput<T> {
+    senders: Vec<Sender<T>>,
+    buf: Vec<T>,
+    batch_size: usize,
+    pending: PendingQueue<T>,
+}
+
+impl<T> BroadcastOutput<T> {
+    fn new(senders: Vec<Sender<T>>, cfg: OutputConfig) -> Self {
+        BroadcastOutput {
+            senders,
+            buf: Vec::with_capacity(cfg.batch_size),
+            batch_size: cfg.batch_size,
+            pending: PendingQueue::new(),
+        }
+    }
+
+    fn send_buf(&mut self) {
+        let full = std::mem::replace(&mut self.buf, Vec::with_capacity(self.batch_size));
+        if self.senders.len() == 1 {
+            self.pending
+                .send(&self.senders, 0, Event::Batch(Batch::Owned(full)));
+            return;
+        }
+        let shared = std::sync::Arc::new(full);
+        for t in 0..self.senders.len() {
+            self.pending
+                .send(&self.senders, t, Event::Batch(Batch::Shared(shared.clone())));
+        }
+    }
+}
+
+impl<T: Send + Sync> Output<T> for BroadcastOutput<T> {
+    fn push(&mut self, batch: &mut Vec<T>) -> Result<(), TaskError> {
+        self.buf.append(batch);
+        if self.buf.len() >= self.batch_size {
+            self.send_buf();
+        }
+        Ok(())
+    }
+    fn flush(&mut self) {
+        if !self.buf.is_empty() {
+            self.send_buf();
+        }
+    }
+    fn finish(&mut self) -> Result<(), TaskError> {
+        self.flush();
+        for t in 0..self.senders.len() {
+            self.pending.send(&self.senders, t, Event::EndOfInput);
+        }
+        Ok(())
+    }
+    fn poll_pending(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        self.pending.poll(&self.senders, cx)
+    }
+}

@@ -1,0 +1,297 @@
+//! The physical plan: from the logical graph to subtasks, channels and chains.
+//!
+//! [`plan`] resolves each operator's uid and parallelism, each edge's partitioning (`Auto`
+//! becomes forward when parallelism is equal, rebalance otherwise) and which edges are
+//! chained. An edge is chained (its two operators fused into one actor, no channel) when
+//! chaining is on, the edge is forward, and the downstream operator has that edge as its only
+//! input (Arroyo's rule; an upstream may feed several chained and networked consumers). Every
+//! error is found here, before anything runs.
+//!
+//! [`instantiate`] then builds, for every chain head and subtask, the operators of the chain
+//! and the channels between subtasks. It does not start actors or own placement (`job`).
+
+use std::collections::HashSet;
+
+use futures::task::AtomicWaker;
+
+use crate::config::EnvConfig;
+use crate::error::{PlanError, TaskError};
+use crate::graph::{AnyBox, Built, Graph, NodeId, OpEnv};
+use crate::metrics::{OperatorCounters, SubtaskCounters};
+use crate::operator::OperatorInfo;
+use crate::partition::{OutputConfig, PartitionKind};
+use crate::sync::Arc;
+use crate::task::{Driver, InputGate, SubtaskId};
+
+/// The resolved shape of a job.
+#[derive(Debug, Clone)]
+pub(crate) struct Plan {
+    pub(crate) uids: Vec<String>,
+    pub(crate) parallelism: Vec<usize>,
+    /// Per edge: its resolved partitioning.
+    pub(crate) kinds: Vec<PartitionKind>,
+    /// Per edge: fused into its upstream's actor.
+    pub(crate) chained: Vec<bool>,
+    /// Chain heads (nodes with an actor of their own), in graph order.
+    pub(crate) heads: Vec<NodeId>,
+    /// Per node: the head of its chain.
+    pub(crate) head_of: Vec<NodeId>,
+}
+
+/// Resolves uids, parallelism, partitioning and chaining; finds every planning error.
+pub(crate) fn plan(graph: &Graph, cfg: &EnvConfig) -> Result<Plan, PlanError> {
+    cfg.validate()?;
+    if let Some(e) = graph.errors.first() {
+        return Err(e.clone());
+    }
+    if !graph.nodes.iter().any(|n| n.is_source) {
+        return Err(PlanError::NoSource);
+    }
+    let n = graph.nodes.len();
+    // Uids: user-set or `{name}-{id}`; parts are named after their owner.
+    let mut uids = Vec::with_capacity(n);
+    for (id, node) in graph.nodes.iter().enumerate() {
+        let uid = match (node.part_of, &node.uid) {
+            (_, Some(u)) => u.clone(),
+            (Some(owner), None) => format!("{}.{}", uids[owner], node.name),
+            (None, None) => format!("{}-{}", node.name, id),
+        };
+        uids.push(uid);
+    }
+    let mut seen = HashSet::new();
+    for uid in &uids {
+        if !seen.insert(uid.as_str()) {
+            return Err(PlanError::DuplicateUid(uid.clone()));
+        }
+    }
+    let mut parallelism = Vec::with_capacity(n);
+    for (id, node) in graph.nodes.iter().enumerate() {
+        let p = match node.part_of {
+            Some(owner) => parallelism[owner],
+            None => node.parallelism.unwrap_or(cfg.default_parallelism),
+        };
+        if p == 0 || p > cfg.max_parallelism {
+            return Err(PlanError::BadParallelism {
+                uid: uids[id].clone(),
+                parallelism: p,
+                max: cfg.max_parallelism,
+            });
+        }
+        parallelism.push(p);
+    }
+    let mut in_degree = vec![0usize; n];
+    for e in &graph.edges {
+        in_degree[e.to] += 1;
+    }
+    let mut kinds = Vec::with_capacity(graph.edges.len());
+    let mut chained = Vec::with_capacity(graph.edges.len());
+    for e in &graph.edges {
+        let (pf, pt) = (parallelism[e.from], parallelism[e.to]);
+        let kind = match e.partition.kind() {
+            PartitionKind::Auto if pf == pt => PartitionKind::Forward,
+            PartitionKind::Auto => PartitionKind::Rebalance,
+            PartitionKind::Forward if pf != pt => {
+                return Err(PlanError::ForwardMismatch {
+                    from: uids[e.from].clone(),
+                    to: uids[e.to].clone(),
+                    from_parallelism: pf,
+                    to_parallelism: pt,
+                })
+            }
+            k => k,
+        };
+        let part = graph.nodes[e.to].part_of == Some(e.from);
+        chained.push(part || (cfg.chaining && kind == PartitionKind::Forward && in_degree[e.to] == 1));
+        kinds.push(kind);
+    }
+    // Nodes are created after their inputs, so graph order is a topological order.
+    let mut head_of: Vec<NodeId> = (0..n).collect();
+    for (i, e) in graph.edges.iter().enumerate() {
+        if chained[i] {
+            head_of[e.to] = head_of[e.from];
+        }
+    }
+    let heads = (0..n).filter(|&id| head_of[id] == id).collect();
+    Ok(Plan {
+        uids,
+        parallelism,
+        kinds,
+        chained,
+        heads,
+        head_of,
+    })
+}
+
+/// A subtask ready to be started as an actor.
+pub(crate) struct SubtaskSpec {
+    pub(crate) id: SubtaskId,
+    pub(crate) driver: Driver,
+    pub(crate) counters: Arc<SubtaskCounters>,
+    pub(crate) rx_waker: Arc<AtomicWaker>,
+}
+
+/// Counters of every operator subtask, by node.
+pub(crate) struct OperatorRegistry {
+    pub(crate) counters: Vec<Vec<Arc<OperatorCounters>>>,
+}
+
+/// Builds every subtask's chain and every channel.
+pub(crate) fn instantiate(
+    graph: &Graph,
+    plan: &Plan,
+    cfg: &EnvConfig,
+) -> Result<(Vec<SubtaskSpec>, OperatorRegistry), TaskError> {
+    let registry = OperatorRegistry {
+        counters: plan
+            .parallelism
+            .iter()
+            .map(|&p| (0..p).map(|_| Arc::new(OperatorCounters::default())).collect())
+            .collect(),
+    };
+    // One actor per (head, subtask).
+    let mut actor_of = vec![Vec::new(); graph.nodes.len()];
+    let mut wakers = Vec::new();
+    for &h in &plan.heads {
+        for _ in 0..plan.parallelism[h] {
+            actor_of[h].push(wakers.len());
+            wakers.push(Arc::new(AtomicWaker::new()));
+        }
+    }
+    // Channels of every networked edge: senders by (edge, upstream subtask), receivers by
+    // (node, input, downstream subtask).
+    let mut senders: Vec<Vec<Option<Vec<AnyBox>>>> = Vec::new();
+    let mut receivers: Vec<Vec<Vec<Vec<AnyBox>>>> = graph
+        .nodes
+        .iter()
+        .enumerate()
+        .map(|(id, node)| {
+            (0..node.n_inputs)
+                .map(|_| (0..plan.parallelism[id]).map(|_| Vec::new()).collect())
+                .collect()
+        })
+        .collect();
+    for (ei, e) in graph.edges.iter().enumerate() {
+        let mut per_up = Vec::new();
+        if plan.chained[ei] {
+            senders.push(per_up);
+            continue;
+        }
+        let port = &graph.nodes[e.from].ports[e.port];
+        for i in 0..plan.parallelism[e.from] {
+            let targets: Vec<usize> = if plan.kinds[ei] == PartitionKind::Forward {
+                vec![i]
+            } else {
+                (0..plan.parallelism[e.to]).collect()
+            };
+            let mut txs = Vec::with_capacity(targets.len());
+            for j in targets {
+                let waker = wakers[actor_of[e.to][j]].clone();
+                let (tx, rx) = port.channel(cfg.channel_capacity, waker);
+                txs.push(tx);
+                receivers[e.to][e.input][j].push(rx);
+            }
+            per_up.push(Some(txs));
+        }
+        senders.push(per_up);
+    }
+
+    let mut builder = ChainBuilder {
+        graph,
+        plan,
+        cfg,
+        senders,
+        registry: &registry,
+    };
+    let mut specs = Vec::new();
+    for &h in &plan.heads {
+        for j in 0..plan.parallelism[h] {
+            let actor = actor_of[h][j];
+            let driver = match builder.build(h, j)? {
+                Built::Source(step) => Driver::Source(step),
+                Built::Inputs { heads, selection } => {
+                    let mut gates: Vec<Box<dyn InputGate>> = Vec::new();
+                    for (input, head) in heads.into_iter().enumerate() {
+                        let rxs = std::mem::take(&mut receivers[h][input][j]);
+                        let port = graph
+                            .edges
+                            .iter()
+                            .find(|e| e.to == h && e.input == input)
+                            .map(|e| &graph.nodes[e.from].ports[e.port])
+                            .expect("every input of a planned node has an edge");
+                        gates.push(port.gate(rxs, head));
+                    }
+                    Driver::Inputs {
+                        gates,
+                        selection,
+                        next: 0,
+                    }
+                }
+            };
+            specs.push(SubtaskSpec {
+                id: SubtaskId {
+                    actor,
+                    head_uid: plan.uids[h].clone(),
+                    subtask: j,
+                },
+                driver,
+                counters: Arc::new(SubtaskCounters::default()),
+                rx_waker: wakers[actor].clone(),
+            });
+        }
+    }
+    Ok((specs, registry))
+}
+
+struct ChainBuilder<'a> {
+    graph: &'a Graph,
+    plan: &'a Plan,
+    cfg: &'a EnvConfig,
+    senders: Vec<Vec<Option<Vec<AnyBox>>>>,
+    registry: &'a OperatorRegistry,
+}
+
+impl ChainBuilder<'_> {
+    /// Builds node `n` of subtask `j` with everything chained after it.
+    fn build(&mut self, n: NodeId, j: usize) -> Result<Built, TaskError> {
+        let node = &self.graph.nodes[n];
+        let mut outputs = Vec::with_capacity(node.ports.len());
+        for (p, port) in node.ports.iter().enumerate() {
+            let mut outs = Vec::new();
+            for (ei, e) in self.graph.edges.iter().enumerate() {
+                if e.from != n || e.port != p {
+                    continue;
+                }
+                if self.plan.chained[ei] {
+                    match self.build(e.to, j)? {
+                        Built::Inputs { mut heads, .. } if heads.len() == 1 => {
+                            outs.push(heads.remove(0))
+                        }
+                        _ => unreachable!("internal error: only one-input operators are chained"),
+                    }
+                } else {
+                    let txs = self.senders[ei][j]
+                        .take()
+                        .expect("each upstream subtask's senders are used once");
+                    let cfg = OutputConfig {
+                        batch_size: self.cfg.batch_size,
+                        subtask: j,
+                        max_parallelism: self.cfg.max_parallelism,
+                    };
+                    outs.push(e.partition.output(self.plan.kinds[ei], txs, cfg));
+                }
+            }
+            outputs.push(port.tee(outs));
+        }
+        let env = OpEnv {
+            info: Arc::new(OperatorInfo {
+                uid: self.plan.uids[n].clone(),
+                name: node.name.clone(),
+                subtask: j,
+                parallelism: self.plan.parallelism[n],
+            }),
+            counters: self.registry.counters[n][j].clone(),
+            config: self.cfg.clone(),
+        };
+        node.builder.build(&env, outputs)
+    }
+}

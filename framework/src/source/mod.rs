@@ -1,0 +1,106 @@
+//! Sources: where records enter a job.
+//!
+//! A [`Source`] fills a batch per call; the subtask's actor calls it once per step, so a
+//! source never blocks control mail for more than one batch. Built-in bounded sources:
+//! [`generator`] (n records from a closure of the index), [`collection`] (a `Vec`),
+//! [`jsonl`] (JSON Lines files, with a policy for malformed lines). Each subtask of a source
+//! reads its own share (a range of indices, or a set of files). This module owns reading; it
+//! does not own positions for checkpoints (which come with the checkpoint subsystem).
+
+pub mod collection;
+pub mod generator;
+pub mod jsonl;
+
+use crate::error::SourceError;
+
+/// Whether a source has more to read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SourceStatus {
+    /// More records may follow.
+    More,
+    /// The source has ended; no record follows.
+    End,
+}
+
+/// Which share of the input a source subtask reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SourceContext {
+    /// This subtask's index.
+    pub subtask: usize,
+    /// The source's parallelism.
+    pub parallelism: usize,
+}
+
+impl SourceContext {
+    /// The half-open range of `0..n` this subtask owns (contiguous, sizes differ by one at most).
+    ///
+    /// ```
+    /// let cx = weir::source::SourceContext { subtask: 1, parallelism: 3 };
+    /// assert_eq!(cx.share_of(10), 3..6);
+    /// ```
+    pub fn share_of(&self, n: u64) -> std::ops::Range<u64> {
+        let p = self.parallelism as u64;
+        let i = self.subtask as u64;
+        (n * i / p)..(n * (i + 1) / p)
+    }
+}
+
+/// A reader of records. One required method.
+pub trait Source<T>: Send + 'static {
+    /// Appends at most `max` records to `out` and says whether more may follow.
+    fn poll_batch(&mut self, out: &mut Vec<T>, max: usize) -> Result<SourceStatus, SourceError>;
+}
+
+/// A source instance and the chain it feeds: one step reads one batch.
+pub(crate) struct SourceDriver<T> {
+    pub(crate) source: Box<dyn Source<T>>,
+    pub(crate) buf: Vec<T>,
+    pub(crate) out: crate::operator::BoxOutput<T>,
+    pub(crate) batch_size: usize,
+    pub(crate) info: crate::sync::Arc<crate::operator::OperatorInfo>,
+    pub(crate) counters: crate::sync::Arc<crate::metrics::OperatorCounters>,
+}
+
+impl<T: Send + 'static> crate::task::SourceStep for SourceDriver<T> {
+    fn step(&mut self) -> Result<crate::task::SourceProgress, crate::error::TaskError> {
+        use crate::error::{panic_message, TaskError};
+        use crate::task::SourceProgress;
+        let (source, buf, max) = (&mut self.source, &mut self.buf, self.batch_size);
+        let status = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            source.poll_batch(buf, max)
+        })) {
+            Ok(Ok(s)) => s,
+            Ok(Err(source)) => {
+                return Err(TaskError::Source {
+                    uid: self.info.uid.clone(),
+                    subtask: self.info.subtask,
+                    source,
+                })
+            }
+            Err(payload) => {
+                return Err(TaskError::Panic {
+                    uid: self.info.uid.clone(),
+                    subtask: self.info.subtask,
+                    message: panic_message(&*payload),
+                })
+            }
+        };
+        if !self.buf.is_empty() {
+            self.counters.add_out(self.buf.len());
+            self.out.push(&mut self.buf)?;
+        }
+        Ok(match status {
+            SourceStatus::More => SourceProgress::More,
+            SourceStatus::End => {
+                self.out.finish()?;
+                SourceProgress::Ended
+            }
+        })
+    }
+    fn flush(&mut self) {
+        self.out.flush()
+    }
+    fn poll_pending(&mut self, cx: &mut std::task::Context<'_>) -> std::task::Poll<()> {
+        self.out.poll_pending(cx)
+    }
+}

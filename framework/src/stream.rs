@@ -1,0 +1,673 @@
+//! The typed dataflow API: [`DataStream`], [`KeyedStream`], [`ConnectedStreams`] and
+//! [`BroadcastConnectedStreams`].
+//!
+//! Each method adds one operator to the job's graph and returns the stream of its output.
+//! Settings that name an operator (`uid`, `name`, `set_parallelism`) apply to the operator
+//! that produced the stream, as in Flink. The partitioning methods (`forward`, `rebalance`,
+//! `broadcast`, `key_by`) choose how the *next* operator receives the stream.
+//!
+//! ```
+//! use weir::Env;
+//! let env = Env::new();
+//! let counts = env
+//!     .from_collection(vec!["a b".to_string(), "b c".into(), "c".into()])
+//!     .flat_map(|line: String| line.split(' ').map(str::to_owned).collect::<Vec<_>>())
+//!     .key_by(|w: &String| w.clone())
+//!     .reduce_by(|w| (w, 1u64), |(w, a), (_, b)| (w, a + b))
+//!     .collect();
+//! env.execute("doc").unwrap();
+//! let mut final_counts = std::collections::BTreeMap::new();
+//! for (w, n) in counts.take() { final_counts.insert(w, n); }
+//! assert_eq!(final_counts["c"], 2);
+//! ```
+
+use std::cell::RefCell;
+use std::marker::PhantomData;
+use std::rc::Rc;
+
+use crate::error::PlanError;
+use crate::graph::{unbox, AnyBox, Built, Edge, Graph, Node, NodeId, OpEnv, Port};
+use crate::operator::connect::{
+    co_sides, BroadcastAdapter, BroadcastProcessFunction, CoAdapter, CoProcessFunction,
+    InputSelection, SelectionCell, TwoInput,
+};
+use crate::operator::filter::FilterOp;
+use crate::operator::flat_map::FlatMapOp;
+use crate::operator::keyed::{KeyedFn, KeyedOp, KeyedProcessFunction, ReduceFn};
+use crate::operator::map::MapOp;
+use crate::operator::process::{ProcessFunction, ProcessOp};
+use crate::operator::split::SplitOp;
+use crate::operator::{BoxOutput, Collector, OpCore};
+use crate::partition::{hash_output_factory, PartitionKind, Partitioning};
+use crate::sink::file::{JsonlFileSink, PartFile, TextFileSink};
+use crate::sink::{CollectSink, DiscardSink, Sink, SinkContext, SinkOp, StdoutSink};
+use crate::sync::Arc;
+use crate::{Data, Key};
+
+pub(crate) type SharedGraph = Rc<RefCell<Graph>>;
+
+/// A stream of records of type `T`.
+pub struct DataStream<T> {
+    pub(crate) graph: SharedGraph,
+    /// The output ports this stream is the union of.
+    pub(crate) producers: Vec<(NodeId, usize)>,
+    pub(crate) partition: PartitionKind,
+    pub(crate) _t: PhantomData<fn() -> T>,
+}
+
+impl<T> Clone for DataStream<T> {
+    fn clone(&self) -> Self {
+        DataStream {
+            graph: self.graph.clone(),
+            producers: self.producers.clone(),
+            partition: self.partition,
+            _t: PhantomData,
+        }
+    }
+}
+
+pub(crate) fn core<U>(env: &OpEnv, next: BoxOutput<U>) -> OpCore<U> {
+    OpCore::new(
+        env.info.clone(),
+        env.counters.clone(),
+        next,
+        env.config.batch_size,
+    )
+}
+
+/// One-input operator node builder from a typed constructor.
+fn one_input_builder<T, U, B>(build: B) -> Box<dyn crate::graph::NodeBuilder>
+where
+    T: Data,
+    U: Data,
+    B: Fn(&OpEnv, BoxOutput<U>) -> BoxOutput<T> + Send + 'static,
+{
+    Box::new(move |env: &OpEnv, mut outputs: Vec<AnyBox>| {
+        let next = unbox::<BoxOutput<U>>(outputs.remove(0));
+        Ok(Built::Inputs {
+            heads: vec![Box::new(build(env, next)) as AnyBox],
+            selection: None,
+        })
+    })
+}
+
+impl<T: Data> DataStream<T> {
+    pub(crate) fn new(graph: SharedGraph, node: NodeId, port: usize) -> Self {
+        DataStream {
+            graph,
+            producers: vec![(node, port)],
+            partition: PartitionKind::Auto,
+            _t: PhantomData,
+        }
+    }
+
+    fn edges_into(&self, g: &mut Graph, to: NodeId, input: usize, part: impl Fn() -> Partitioning<T>) {
+        for &(from, port) in &self.producers {
+            g.add_edge(Edge {
+                from,
+                port,
+                to,
+                input,
+                partition: Box::new(part()),
+            });
+        }
+    }
+
+    fn partitioning(&self) -> impl Fn() -> Partitioning<T> {
+        let kind = self.partition;
+        move || match kind {
+            PartitionKind::Forward => Partitioning::Forward,
+            PartitionKind::Rebalance => Partitioning::Rebalance,
+            PartitionKind::Broadcast => Partitioning::Broadcast,
+            PartitionKind::Auto | PartitionKind::Hash => Partitioning::Auto,
+        }
+    }
+
+    /// Adds a one-input operator fed by this stream.
+    pub(crate) fn add_operator<U: Data>(
+        &self,
+        name: &str,
+        builder: Box<dyn crate::graph::NodeBuilder>,
+        part: impl Fn() -> Partitioning<T>,
+    ) -> DataStream<U> {
+        let mut g = self.graph.borrow_mut();
+        let id = g.add_node(Node {
+            name: name.to_owned(),
+            uid: None,
+            parallelism: None,
+            part_of: None,
+            is_source: false,
+            n_inputs: 1,
+            ports: vec![Port::<U>::boxed()],
+            builder,
+        });
+        self.edges_into(&mut g, id, 0, part);
+        drop(g);
+        DataStream::new(self.graph.clone(), id, 0)
+    }
+
+    fn add_one<U: Data, B>(self, name: &str, build: B) -> DataStream<U>
+    where
+        B: Fn(&OpEnv, BoxOutput<U>) -> BoxOutput<T> + Send + 'static,
+    {
+        let part = self.partitioning();
+        self.add_operator(name, one_input_builder::<T, U, B>(build), part)
+    }
+
+    fn set(&self, method: &'static str, f: impl FnOnce(&mut Node)) {
+        let mut g = self.graph.borrow_mut();
+        match self.producers.as_slice() {
+            [(id, _)] => {
+                let id = g.settable(*id);
+                f(&mut g.nodes[id])
+            }
+            _ => g.errors.push(PlanError::NotAnOperator { method }),
+        }
+    }
+
+    /// Sets the stable uid of the operator that produced this stream (state is matched by it).
+    pub fn uid(self, uid: &str) -> Self {
+        self.set("uid", |n| n.uid = Some(uid.to_owned()));
+        self
+    }
+
+    /// Sets the display name of the operator that produced this stream.
+    pub fn name(self, name: &str) -> Self {
+        self.set("name", |n| n.name = name.to_owned());
+        self
+    }
+
+    /// Sets the parallelism of the operator that produced this stream.
+    pub fn set_parallelism(self, parallelism: usize) -> Self {
+        self.set("set_parallelism", |n| n.parallelism = Some(parallelism));
+        self
+    }
+
+    /// The next operator receives this stream from the subtask with the same index (needs
+    /// equal parallelism).
+    pub fn forward(mut self) -> Self {
+        self.partition = PartitionKind::Forward;
+        self
+    }
+
+    /// The next operator receives this stream round robin over its subtasks.
+    pub fn rebalance(mut self) -> Self {
+        self.partition = PartitionKind::Rebalance;
+        self
+    }
+
+    /// Every subtask of the next operator receives every record.
+    pub fn broadcast(mut self) -> Self {
+        self.partition = PartitionKind::Broadcast;
+        self
+    }
+
+    /// Applies `f` to every record.
+    pub fn map<U, F>(self, f: F) -> DataStream<U>
+    where
+        U: Data,
+        F: FnMut(T) -> U + Clone + Send + 'static,
+    {
+        self.add_one("map", move |env, next| {
+            Box::new(MapOp {
+                f: f.clone(),
+                core: core(env, next),
+            })
+        })
+    }
+
+    /// Keeps the records for which `f` is true.
+    pub fn filter<F>(self, f: F) -> DataStream<T>
+    where
+        F: FnMut(&T) -> bool + Clone + Send + 'static,
+    {
+        self.add_one("filter", move |env, next| {
+            Box::new(FilterOp {
+                f: f.clone(),
+                core: core(env, next),
+            })
+        })
+    }
+
+    /// Emits every item of `f(record)`.
+    pub fn flat_map<U, I, F>(self, f: F) -> DataStream<U>
+    where
+        U: Data,
+        I: IntoIterator<Item = U>,
+        F: FnMut(T) -> I + Clone + Send + 'static,
+    {
+        self.add_one("flat_map", move |env, next| {
+            Box::new(FlatMapOp {
+                f: f.clone(),
+                core: core(env, next),
+            })
+        })
+    }
+
+    /// Runs a [`ProcessFunction`] (or a closure `FnMut(T, &mut Collector<U>)`) per record.
+    pub fn process<U, P>(self, f: P) -> DataStream<U>
+    where
+        U: Data,
+        P: ProcessFunction<T, U> + Clone,
+    {
+        self.add_one("process", move |env, next| {
+            Box::new(ProcessOp {
+                f: f.clone(),
+                core: core(env, next),
+            })
+        })
+    }
+
+    /// Partitions the stream by key: records with equal keys reach the same subtask of the
+    /// next (keyed) operator.
+    pub fn key_by<K, KF>(self, key_fn: KF) -> KeyedStream<T, K, KF>
+    where
+        K: Key,
+        KF: Fn(&T) -> K + Clone + Send + 'static,
+    {
+        KeyedStream {
+            stream: self,
+            key_fn,
+            _k: PhantomData,
+        }
+    }
+
+    /// One stream of the records of `self` and of every stream in `others`.
+    pub fn union(mut self, others: impl IntoIterator<Item = DataStream<T>>) -> DataStream<T> {
+        for o in others {
+            self.producers.extend(o.producers);
+        }
+        self
+    }
+
+    /// Connects two streams for a two-input operator.
+    pub fn connect<B: Data>(self, other: DataStream<B>) -> ConnectedStreams<T, B> {
+        ConnectedStreams {
+            first: self,
+            second: other,
+        }
+    }
+
+    /// Connects with a stream that is broadcast to every subtask of the operator (Flink's
+    /// broadcast state pattern).
+    pub fn connect_broadcast<B: Data>(
+        self,
+        broadcast: DataStream<B>,
+    ) -> BroadcastConnectedStreams<T, B> {
+        BroadcastConnectedStreams {
+            main: self,
+            broadcast: broadcast.broadcast(),
+            broadcast_first: false,
+        }
+    }
+
+    /// Adds a sink made per subtask by `factory`.
+    pub fn add_sink<S, F>(self, name: &str, factory: F) -> SinkStream
+    where
+        S: Sink<T>,
+        F: Fn(&SinkContext) -> Result<S, crate::error::SinkError> + Send + 'static,
+    {
+        let part = self.partitioning();
+        let builder = Box::new(move |env: &OpEnv, _outputs: Vec<AnyBox>| {
+            let cx = SinkContext {
+                uid: env.info.uid.clone(),
+                subtask: env.info.subtask,
+                parallelism: env.info.parallelism,
+            };
+            let sink = factory(&cx).map_err(|source| crate::error::TaskError::Sink {
+                uid: env.info.uid.clone(),
+                subtask: env.info.subtask,
+                source,
+            })?;
+            let op: BoxOutput<T> = Box::new(SinkOp {
+                sink: Box::new(sink),
+                info: env.info.clone(),
+                counters: env.counters.clone(),
+            });
+            Ok(Built::Inputs {
+                heads: vec![Box::new(op) as AnyBox],
+                selection: None,
+            })
+        });
+        let mut g = self.graph.borrow_mut();
+        let id = g.add_node(Node {
+            name: name.to_owned(),
+            uid: None,
+            parallelism: None,
+            part_of: None,
+            is_source: false,
+            n_inputs: 1,
+            ports: Vec::new(),
+            builder,
+        });
+        self.edges_into(&mut g, id, 0, part);
+        drop(g);
+        SinkStream {
+            stream: DataStream::<()>::new(self.graph.clone(), id, 0),
+        }
+    }
+
+    /// Collects every record into memory; read them after the job with the returned handle.
+    pub fn collect(self) -> CollectSink<T> {
+        let handle = CollectSink::default();
+        let h = handle.clone();
+        self.add_sink("collect", move |_| Ok(h.clone()));
+        handle
+    }
+
+    /// Drops every record (counted).
+    pub fn discard(self) -> SinkStream {
+        self.add_sink("discard", |_| Ok(DiscardSink))
+    }
+}
+
+impl<T: Data + std::fmt::Display> DataStream<T> {
+    /// Writes each record's `Display` form as a line to stdout.
+    pub fn print(self) -> SinkStream {
+        self.add_sink("print", |_| Ok(StdoutSink))
+    }
+
+    /// Writes each record's `Display` form as a line to `part-{uid}-{subtask}` in `dir`.
+    pub fn write_text(self, dir: impl AsRef<std::path::Path>) -> SinkStream {
+        let dir = dir.as_ref().to_owned();
+        self.add_sink("write_text", move |cx| {
+            PartFile::create(&dir, cx).map(TextFileSink)
+        })
+    }
+}
+
+impl<T: Data> DataStream<T> {
+    /// Writes each record as a line of JSON to `part-{uid}-{subtask}` in `dir`.
+    pub fn write_jsonl(self, dir: impl AsRef<std::path::Path>) -> SinkStream {
+        let dir = dir.as_ref().to_owned();
+        self.add_sink("write_jsonl", move |cx| {
+            PartFile::create(&dir, cx).map(JsonlFileSink)
+        })
+    }
+}
+
+impl<A: Data, B: Data> DataStream<Result<A, B>> {
+    /// Splits `Ok` and `Err` records into two streams (side outputs), without copying.
+    pub fn split(self) -> (DataStream<A>, DataStream<B>) {
+        self.split_named("split", false)
+    }
+
+    pub(crate) fn split_named(self, name: &str, part_of_source: bool) -> (DataStream<A>, DataStream<B>) {
+        let builder = Box::new(move |env: &OpEnv, mut outputs: Vec<AnyBox>| {
+            let side_next = unbox::<BoxOutput<B>>(outputs.remove(1));
+            let next = unbox::<BoxOutput<A>>(outputs.remove(0));
+            let op: BoxOutput<Result<A, B>> = Box::new(SplitOp {
+                core: core(env, next),
+                side: Collector::with_capacity(0),
+                side_next,
+            });
+            Ok(Built::Inputs {
+                heads: vec![Box::new(op) as AnyBox],
+                selection: None,
+            })
+        });
+        let part = self.partitioning();
+        let mut g = self.graph.borrow_mut();
+        let owner = match (part_of_source, self.producers.as_slice()) {
+            (true, [(id, _)]) => Some(*id),
+            _ => None,
+        };
+        let id = g.add_node(Node {
+            name: name.to_owned(),
+            uid: None,
+            parallelism: None,
+            part_of: owner,
+            is_source: false,
+            n_inputs: 1,
+            ports: vec![Port::<A>::boxed(), Port::<B>::boxed()],
+            builder,
+        });
+        self.edges_into(&mut g, id, 0, part);
+        drop(g);
+        (
+            DataStream::new(self.graph.clone(), id, 0),
+            DataStream::new(self.graph.clone(), id, 1),
+        )
+    }
+}
+
+/// The end of a stream: a sink. Settings apply to the sink operator.
+pub struct SinkStream {
+    stream: DataStream<()>,
+}
+
+impl SinkStream {
+    /// Sets the sink's uid.
+    pub fn uid(self, uid: &str) -> Self {
+        SinkStream {
+            stream: self.stream.uid(uid),
+        }
+    }
+    /// Sets the sink's display name.
+    pub fn name(self, name: &str) -> Self {
+        SinkStream {
+            stream: self.stream.name(name),
+        }
+    }
+    /// Sets the sink's parallelism.
+    pub fn set_parallelism(self, parallelism: usize) -> Self {
+        SinkStream {
+            stream: self.stream.set_parallelism(parallelism),
+        }
+    }
+}
+
+/// A stream partitioned by key (see [`DataStream::key_by`]).
+pub struct KeyedStream<T, K, KF> {
+    stream: DataStream<T>,
+    key_fn: KF,
+    _k: PhantomData<fn() -> K>,
+}
+
+impl<T, K, KF> KeyedStream<T, K, KF>
+where
+    T: Data,
+    K: Key,
+    KF: Fn(&T) -> K + Clone + Send + 'static,
+{
+    /// Runs a [`KeyedProcessFunction`] with per-key state.
+    pub fn process_with<O, P>(self, f: P) -> DataStream<O>
+    where
+        O: Data,
+        P: KeyedProcessFunction<K, T, O> + Clone,
+    {
+        let key_fn = self.key_fn.clone();
+        let builder = one_input_builder::<T, O, _>(move |env, next| {
+            Box::new(KeyedOp {
+                key_fn: key_fn.clone(),
+                f: f.clone(),
+                state: Default::default(),
+                core: core(env, next),
+                _in: PhantomData,
+            })
+        });
+        let hash_key = self.key_fn;
+        self.stream.add_operator("keyed_process", builder, move || {
+            Partitioning::Hash(hash_output_factory::<T, K, KF>(hash_key.clone()))
+        })
+    }
+
+    /// Runs `f(key, state, record, out)` per record with per-key state `S` (created with
+    /// `Default` on a key's first record).
+    ///
+    /// ```
+    /// use weir::{Collector, Env, ValueState};
+    /// let env = Env::new();
+    /// let out = env
+    ///     .from_collection(vec![1u64, 2, 3, 4, 5])
+    ///     .key_by(|x: &u64| x % 2)
+    ///     .process(|k: &u64, n: &mut ValueState<u64>, _x: u64, out: &mut Collector<(u64, u64)>| {
+    ///         let c = n.get_or_insert_with(|| 0);
+    ///         *c += 1;
+    ///         out.collect((*k, *c));
+    ///     })
+    ///     .collect();
+    /// env.execute("keyed-doc").unwrap();
+    /// assert!(out.take().contains(&(1, 3)));
+    /// ```
+    pub fn process<O, S, F>(self, f: F) -> DataStream<O>
+    where
+        O: Data,
+        S: Default + Data,
+        F: FnMut(&K, &mut S, T, &mut Collector<O>) + Clone + Send + 'static,
+    {
+        self.process_with(KeyedFn::<F, S>::new(f)).name("keyed_process")
+    }
+
+    /// Rolling reduce: emits each key's running reduction after every record.
+    pub fn reduce<F>(self, f: F) -> DataStream<T>
+    where
+        F: FnMut(T, T) -> T + Clone + Send + 'static,
+    {
+        self.process_with(ReduceFn(f)).name("reduce")
+    }
+
+    /// Maps each record with `init`, then reduces per key with `f` (a rolling reduce over a
+    /// different type).
+    pub fn reduce_by<U, I, F>(self, init: I, f: F) -> DataStream<U>
+    where
+        U: Data,
+        I: FnMut(T) -> U + Clone + Send + 'static,
+        F: FnMut(U, U) -> U + Clone + Send + 'static,
+    {
+        let mut init = init;
+        let mut f = f;
+        self.process(move |_k: &K, s: &mut crate::ValueState<U>, x: T, out: &mut Collector<U>| {
+            let v = init(x);
+            let next = match s.take() {
+                None => v,
+                Some(acc) => f(acc, v),
+            };
+            out.collect(next.clone());
+            s.update(next);
+        })
+        .name("reduce")
+    }
+}
+
+fn two_input_node<A: Data, B: Data, O: Data, C, MK>(
+    first: DataStream<A>,
+    second: DataStream<B>,
+    name: &str,
+    selection: InputSelection,
+    make: MK,
+) -> DataStream<O>
+where
+    C: TwoInput<A, B, O>,
+    MK: Fn() -> C + Send + 'static,
+{
+    let builder = Box::new(move |env: &OpEnv, mut outputs: Vec<AnyBox>| {
+        let next = unbox::<BoxOutput<O>>(outputs.remove(0));
+        let cell = Arc::new(SelectionCell::new(selection));
+        let (a, b) = co_sides::<C, A, B, O>(make(), core(env, next), cell.clone());
+        Ok(Built::Inputs {
+            heads: vec![
+                Box::new(Box::new(a) as BoxOutput<A>) as AnyBox,
+                Box::new(Box::new(b) as BoxOutput<B>) as AnyBox,
+            ],
+            selection: Some(cell),
+        })
+    });
+    let pa = first.partitioning();
+    let pb = second.partitioning();
+    let graph = first.graph.clone();
+    let mut g = graph.borrow_mut();
+    let id = g.add_node(Node {
+        name: name.to_owned(),
+        uid: None,
+        parallelism: None,
+        part_of: None,
+        is_source: false,
+        n_inputs: 2,
+        ports: vec![Port::<O>::boxed()],
+        builder,
+    });
+    first.edges_into(&mut g, id, 0, pa);
+    second.edges_into(&mut g, id, 1, pb);
+    drop(g);
+    DataStream::new(graph, id, 0)
+}
+
+/// Two streams feeding one two-input operator.
+pub struct ConnectedStreams<A, B> {
+    first: DataStream<A>,
+    second: DataStream<B>,
+}
+
+impl<A: Data, B: Data> ConnectedStreams<A, B> {
+    /// Runs a [`CoProcessFunction`].
+    pub fn process<O, P>(self, f: P) -> DataStream<O>
+    where
+        O: Data,
+        P: CoProcessFunction<A, B, O> + Clone,
+    {
+        two_input_node(self.first, self.second, "co_process", InputSelection::All, move || {
+            CoAdapter(f.clone())
+        })
+    }
+
+    /// Maps records of both inputs to one output type.
+    pub fn map<O, F1, F2>(self, f1: F1, f2: F2) -> DataStream<O>
+    where
+        O: Data,
+        F1: FnMut(A) -> O + Clone + Send + 'static,
+        F2: FnMut(B) -> O + Clone + Send + 'static,
+    {
+        #[derive(Clone)]
+        struct CoMap<F1, F2>(F1, F2);
+        impl<A, B, O, F1, F2> CoProcessFunction<A, B, O> for CoMap<F1, F2>
+        where
+            F1: FnMut(A) -> O + Send + 'static,
+            F2: FnMut(B) -> O + Send + 'static,
+        {
+            fn process1(&mut self, a: A, out: &mut Collector<O>) {
+                out.collect((self.0)(a))
+            }
+            fn process2(&mut self, b: B, out: &mut Collector<O>) {
+                out.collect((self.1)(b))
+            }
+        }
+        self.process(CoMap(f1, f2)).name("co_map")
+    }
+}
+
+/// A main stream connected with a broadcast stream.
+pub struct BroadcastConnectedStreams<A, B> {
+    main: DataStream<A>,
+    broadcast: DataStream<B>,
+    broadcast_first: bool,
+}
+
+impl<A: Data, B: Data> BroadcastConnectedStreams<A, B> {
+    /// Reads the whole broadcast input before the first main record (for a bounded broadcast
+    /// side such as rules or thresholds loaded at start). The main input waits meanwhile,
+    /// backpressuring its upstream.
+    pub fn broadcast_first(mut self) -> Self {
+        self.broadcast_first = true;
+        self
+    }
+
+    /// Runs a [`BroadcastProcessFunction`].
+    pub fn process<O, P>(self, f: P) -> DataStream<O>
+    where
+        O: Data,
+        P: BroadcastProcessFunction<A, B, O> + Clone,
+    {
+        let selection = if self.broadcast_first {
+            InputSelection::Second
+        } else {
+            InputSelection::All
+        };
+        two_input_node(self.main, self.broadcast, "broadcast_process", selection, move || {
+            BroadcastAdapter {
+                f: f.clone(),
+                state: P::State::default(),
+            }
+        })
+    }
+}
