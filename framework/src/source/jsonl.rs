@@ -1,4 +1,4 @@
-//! JSON Lines files, read into a user type with serde.
+//! Line files: JSON Lines read into a user type with serde, and plain text lines.
 //!
 //! A path is a file or a directory (its regular files, sorted by name); files are dealt to
 //! the source's subtasks round robin. Blank lines hold no record and are passed over. A line
@@ -62,8 +62,8 @@ pub(crate) fn list_files(path: &Path) -> Result<Vec<PathBuf>, SourceError> {
     Ok(files)
 }
 
-/// Reads the files of one subtask, line by line.
-pub struct JsonlReader<T> {
+/// Reads the files of one subtask, line by line, with line numbers and byte offsets.
+pub struct LineReader {
     files: Vec<PathBuf>,
     file_idx: usize,
     current: Option<(BufReader<File>, PathBuf)>,
@@ -71,10 +71,11 @@ pub struct JsonlReader<T> {
     /// Byte offset in the current file of the next line.
     offset: u64,
     buf: Vec<u8>,
-    _t: PhantomData<fn() -> T>,
+    /// End of the current line in `buf`, without the line ending.
+    end: usize,
 }
 
-impl<T: DeserializeOwned> JsonlReader<T> {
+impl LineReader {
     /// The share of `path`'s files that subtask `cx` reads.
     pub fn new(path: &Path, cx: SourceContext) -> Result<Self, SourceError> {
         let files = list_files(path)?
@@ -83,23 +84,24 @@ impl<T: DeserializeOwned> JsonlReader<T> {
             .filter(|(i, _)| i % cx.parallelism == cx.subtask)
             .map(|(_, p)| p)
             .collect();
-        Ok(JsonlReader {
+        Ok(LineReader {
             files,
             file_idx: 0,
             current: None,
             line_no: 0,
             offset: 0,
             buf: Vec::with_capacity(1024),
-            _t: PhantomData,
+            end: 0,
         })
     }
 
-    /// The next record, a malformed line, or `None` at the end of the last file.
-    pub fn next_record(&mut self) -> Result<Option<Result<T, BadLine>>, SourceError> {
+    /// Moves to the next non-blank line; `false` after the last file. Read it with
+    /// [`line`](Self::line), [`path`](Self::path) and [`line_number`](Self::line_number).
+    pub fn advance(&mut self) -> Result<bool, SourceError> {
         loop {
             if self.current.is_none() {
                 let Some(path) = self.files.get(self.file_idx).cloned() else {
-                    return Ok(None);
+                    return Ok(false);
                 };
                 self.file_idx += 1;
                 let f = File::open(&path).map_err(|source| SourceError::Io {
@@ -126,23 +128,88 @@ impl<T: DeserializeOwned> JsonlReader<T> {
             }
             self.line_no += 1;
             self.offset += n as u64;
-            let mut line = &self.buf[..];
-            while let [rest @ .., b'\n' | b'\r'] = line {
-                line = rest;
+            let mut end = self.buf.len();
+            while end > 0 && matches!(self.buf[end - 1], b'\n' | b'\r') {
+                end -= 1;
             }
-            if line.iter().all(u8::is_ascii_whitespace) {
+            if self.buf[..end].iter().all(u8::is_ascii_whitespace) {
                 continue;
             }
-            return Ok(Some(match serde_json::from_slice::<T>(line) {
-                Ok(v) => Ok(v),
-                Err(e) => Err(BadLine {
-                    path: path.display().to_string(),
-                    line: self.line_no,
-                    text: String::from_utf8_lossy(line).into_owned(),
-                    error: e.to_string(),
-                }),
-            }));
+            self.end = end;
+            return Ok(true);
         }
+    }
+
+    /// The current line, without its line ending.
+    pub fn line(&self) -> &[u8] {
+        &self.buf[..self.end]
+    }
+
+    /// The file of the current line.
+    pub fn path(&self) -> &Path {
+        self.current
+            .as_ref()
+            .map(|(_, p)| p.as_path())
+            .unwrap_or(Path::new(""))
+    }
+
+    /// The 1-based number of the current line in its file.
+    pub fn line_number(&self) -> u64 {
+        self.line_no
+    }
+}
+
+/// Reads records of type `T`, one JSON document per line.
+pub struct JsonlReader<T> {
+    lines: LineReader,
+    _t: PhantomData<fn() -> T>,
+}
+
+impl<T: DeserializeOwned> JsonlReader<T> {
+    /// The share of `path`'s files that subtask `cx` reads.
+    pub fn new(path: &Path, cx: SourceContext) -> Result<Self, SourceError> {
+        Ok(JsonlReader {
+            lines: LineReader::new(path, cx)?,
+            _t: PhantomData,
+        })
+    }
+
+    /// The next record, a malformed line, or `None` at the end of the last file.
+    pub fn next_record(&mut self) -> Result<Option<Result<T, BadLine>>, SourceError> {
+        if !self.lines.advance()? {
+            return Ok(None);
+        }
+        let line = self.lines.line();
+        Ok(Some(serde_json::from_slice::<T>(line).map_err(|e| BadLine {
+            path: self.lines.path().display().to_string(),
+            line: self.lines.line_number(),
+            text: String::from_utf8_lossy(line).into_owned(),
+            error: e.to_string(),
+        })))
+    }
+}
+
+/// Text lines as `String`s; a line that is not UTF-8 fails the job, naming file and line.
+pub(crate) struct TextLines(pub(crate) LineReader);
+
+impl Source<String> for TextLines {
+    fn poll_batch(&mut self, out: &mut Vec<String>, max: usize) -> Result<SourceStatus, SourceError> {
+        for _ in 0..max {
+            if !self.0.advance()? {
+                return Ok(SourceStatus::End);
+            }
+            match std::str::from_utf8(self.0.line()) {
+                Ok(s) => out.push(s.to_owned()),
+                Err(e) => {
+                    return Err(SourceError::Malformed {
+                        path: self.0.path().to_owned(),
+                        line: self.0.line_number(),
+                        message: format!("not UTF-8: {e}"),
+                    })
+                }
+            }
+        }
+        Ok(SourceStatus::More)
     }
 }
 
