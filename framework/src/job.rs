@@ -79,6 +79,26 @@ struct ActorEntry {
     addr: Addr<SubtaskActor>,
 }
 
+/// A ping already in a subtask's system lane, waiting for its answer.
+pub struct PendingPing {
+    reply: std::pin::Pin<
+        Box<dyn std::future::Future<Output = Result<SubtaskStatus, MailboxError>> + Send>,
+    >,
+}
+
+impl std::fmt::Debug for PendingPing {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("PendingPing")
+    }
+}
+
+impl PendingPing {
+    /// Waits for the answer; `None` if the subtask stopped first.
+    pub fn wait(self) -> Option<SubtaskStatus> {
+        futures::executor::block_on(self.reply).ok()
+    }
+}
+
 /// A running job.
 pub struct JobHandle {
     name: String,
@@ -116,11 +136,20 @@ impl JobHandle {
     /// subtask `subtask`, and waits for its answer. `None` if there is no such subtask or it
     /// has already stopped.
     pub fn ping(&self, uid: &str, subtask: usize) -> Option<SubtaskStatus> {
+        self.send_ping(uid, subtask)?.wait()
+    }
+
+    /// Puts a ping in the system lane of that subtask now and returns without waiting; the
+    /// answer is read with [`PendingPing::wait`]. `None` if there is no such subtask.
+    pub fn send_ping(&self, uid: &str, subtask: usize) -> Option<PendingPing> {
         let entry = self
             .actors
             .iter()
             .find(|a| a.subtask == subtask && a.uids.iter().any(|u| u == uid))?;
-        futures::executor::block_on(entry.addr.send(Ping)).ok()
+        // `Addr::send` enqueues the mail before it returns the reply future.
+        Some(PendingPing {
+            reply: Box::pin(entry.addr.send(Ping)),
+        })
     }
 
     /// Waits for the job to end.
@@ -203,8 +232,7 @@ async fn run(
     deployed: std_mpsc::Sender<Vec<ActorEntry>>,
 ) -> Result<JobResult, JobError> {
     let started = Instant::now();
-    let (specs, registry) =
-        instantiate(&graph, &plan, &cfg).map_err(|e| e.into_job_error(&job))?;
+    let (specs, registry) = instantiate(&graph, &plan, &cfg).map_err(|e| e.into_job_error(&job))?;
     let arbiters: Vec<Arbiter> = (0..cfg.arbiters.min(specs.len().max(1)))
         .map(|_| Arbiter::new())
         .collect();
@@ -220,16 +248,17 @@ async fn run(
         let subtask = spec.id.subtask;
         let events = events_tx.clone();
         let linger = cfg.linger;
-        let addr = SubtaskActor::start_in_arbiter(&arbiters[k % arbiters.len()].handle(), move |_| {
-            SubtaskActor::new(
-                spec.id,
-                spec.driver,
-                events,
-                spec.counters,
-                spec.rx_waker,
-                linger,
-            )
-        });
+        let addr =
+            SubtaskActor::start_in_arbiter(&arbiters[k % arbiters.len()].handle(), move |_| {
+                SubtaskActor::new(
+                    spec.id,
+                    spec.driver,
+                    events,
+                    spec.counters,
+                    spec.rx_waker,
+                    linger,
+                )
+            });
         actors.push(ActorEntry {
             uids,
             subtask,
@@ -310,7 +339,10 @@ fn stop_arbiters(arbiters: Vec<Arbiter>, job: &str) {
     if rx.recv_timeout(Duration::from_secs(5)).is_ok() {
         let _ = joiner.join();
     } else {
-        tracing::warn!(job, "an arbiter thread did not stop within 5 s (user code hung); leaving it");
+        tracing::warn!(
+            job,
+            "an arbiter thread did not stop within 5 s (user code hung); leaving it"
+        );
     }
 }
 

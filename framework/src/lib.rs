@@ -42,6 +42,7 @@ mod metrics;
 mod operator;
 mod partition;
 mod plan;
+pub mod rate;
 pub mod sink;
 pub mod source;
 mod state;
@@ -52,7 +53,7 @@ mod task;
 pub use config::EnvConfig;
 pub use env::Env;
 pub use error::{JobError, PlanError, SinkError, SourceError};
-pub use job::{Canceller, JobHandle, JobResult, OperatorResult};
+pub use job::{Canceller, JobHandle, JobResult, OperatorResult, PendingPing};
 pub use operator::connect::{BroadcastProcessFunction, CoProcessFunction, InputSelection};
 pub use operator::keyed::{KeyedFn, KeyedProcessFunction};
 pub use operator::process::ProcessFunction;
@@ -66,9 +67,15 @@ pub use weir_macros::Record;
 
 /// What a stream element must be: cloneable (for broadcast and fan-out), shareable across
 /// threads, serializable (for snapshots and channel state), and owned.
-pub trait Data: Clone + Send + Sync + serde::Serialize + serde::de::DeserializeOwned + 'static {}
+pub trait Data:
+    Clone + Send + Sync + serde::Serialize + serde::de::DeserializeOwned + 'static
+{
+}
 
-impl<T> Data for T where T: Clone + Send + Sync + serde::Serialize + serde::de::DeserializeOwned + 'static {}
+impl<T> Data for T where
+    T: Clone + Send + Sync + serde::Serialize + serde::de::DeserializeOwned + 'static
+{
+}
 
 /// What a key must be: [`Data`] that hashes and compares.
 pub trait Key: Data + std::hash::Hash + Eq {}
