@@ -116,7 +116,11 @@ impl<T> Sender<T> {
     /// Sends if there is credit; otherwise registers the task in `cx` to be woken when credit
     /// returns, and hands the event back. A channel whose receiver is gone (the job is
     /// stopping) accepts and drops the event, since nothing will ever read it.
-    pub(crate) fn send_or_register(&self, cx: &mut Context<'_>, event: Event<T>) -> Result<(), Full<T>> {
+    pub(crate) fn send_or_register(
+        &self,
+        cx: &mut Context<'_>,
+        event: Event<T>,
+    ) -> Result<(), Full<T>> {
         match self.try_send(event) {
             Ok(()) => Ok(()),
             Err(Full(event)) => {
@@ -129,7 +133,6 @@ impl<T> Sender<T> {
             }
         }
     }
-
 }
 
 impl<T> Receiver<T> {

@@ -11,7 +11,9 @@ use crate::job::{start, JobHandle, JobResult};
 use crate::operator::BoxOutput;
 use crate::source::collection::CollectionSource;
 use crate::source::generator::GeneratorSource;
-use crate::source::jsonl::{BadLine, FailingJsonl, JsonlReader, LineReader, SkippingJsonl, TextLines};
+use crate::source::jsonl::{
+    BadLine, FailingJsonl, JsonlReader, LineReader, SkippingJsonl, TextLines,
+};
 use crate::source::{Source, SourceContext, SourceDriver};
 use crate::stream::{DataStream, SharedGraph};
 use crate::Data;
@@ -157,7 +159,9 @@ impl Env {
     /// over. A line that is not UTF-8 fails the job with an error naming the file and line.
     pub fn read_lines(&self, path: impl AsRef<Path>) -> DataStream<String> {
         let path: PathBuf = path.as_ref().to_owned();
-        self.add_source("read_lines", move |cx| LineReader::new(&path, cx).map(TextLines))
+        self.add_source("read_lines", move |cx| {
+            LineReader::new(&path, cx).map(TextLines)
+        })
     }
 
     /// Plans and starts the job; returns once every subtask is deployed. The graph built so

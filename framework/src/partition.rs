@@ -294,8 +294,11 @@ impl<T> BroadcastOutput<T> {
         }
         let shared = std::sync::Arc::new(full);
         for t in 0..self.senders.len() {
-            self.pending
-                .send(&self.senders, t, Event::Batch(Batch::Shared(shared.clone())));
+            self.pending.send(
+                &self.senders,
+                t,
+                Event::Batch(Batch::Shared(shared.clone())),
+            );
         }
     }
 }

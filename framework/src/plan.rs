@@ -101,7 +101,8 @@ pub(crate) fn plan(graph: &Graph, cfg: &EnvConfig) -> Result<Plan, PlanError> {
             k => k,
         };
         let part = graph.nodes[e.to].part_of == Some(e.from);
-        chained.push(part || (cfg.chaining && kind == PartitionKind::Forward && in_degree[e.to] == 1));
+        chained
+            .push(part || (cfg.chaining && kind == PartitionKind::Forward && in_degree[e.to] == 1));
         kinds.push(kind);
     }
     // Nodes are created after their inputs, so graph order is a topological order.
@@ -145,7 +146,11 @@ pub(crate) fn instantiate(
         counters: plan
             .parallelism
             .iter()
-            .map(|&p| (0..p).map(|_| Arc::new(OperatorCounters::default())).collect())
+            .map(|&p| {
+                (0..p)
+                    .map(|_| Arc::new(OperatorCounters::default()))
+                    .collect()
+            })
             .collect(),
     };
     // One actor per (head, subtask).

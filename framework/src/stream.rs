@@ -101,7 +101,13 @@ impl<T: Data> DataStream<T> {
         }
     }
 
-    fn edges_into(&self, g: &mut Graph, to: NodeId, input: usize, part: impl Fn() -> Partitioning<T>) {
+    fn edges_into(
+        &self,
+        g: &mut Graph,
+        to: NodeId,
+        input: usize,
+        part: impl Fn() -> Partitioning<T>,
+    ) {
         for &(from, port) in &self.producers {
             g.add_edge(Edge {
                 from,
@@ -392,7 +398,11 @@ impl<A: Data, B: Data> DataStream<Result<A, B>> {
         self.split_named("split", false)
     }
 
-    pub(crate) fn split_named(self, name: &str, part_of_source: bool) -> (DataStream<A>, DataStream<B>) {
+    pub(crate) fn split_named(
+        self,
+        name: &str,
+        part_of_source: bool,
+    ) -> (DataStream<A>, DataStream<B>) {
         let builder = Box::new(move |env: &OpEnv, mut outputs: Vec<AnyBox>| {
             let side_next = unbox::<BoxOutput<B>>(outputs.remove(1));
             let next = unbox::<BoxOutput<A>>(outputs.remove(0));
@@ -516,7 +526,8 @@ where
         S: Default + Data,
         F: FnMut(&K, &mut S, T, &mut Collector<O>) + Clone + Send + 'static,
     {
-        self.process_with(KeyedFn::<F, S>::new(f)).name("keyed_process")
+        self.process_with(KeyedFn::<F, S>::new(f))
+            .name("keyed_process")
     }
 
     /// Rolling reduce: emits each key's running reduction after every record.
@@ -537,15 +548,17 @@ where
     {
         let mut init = init;
         let mut f = f;
-        self.process(move |_k: &K, s: &mut crate::ValueState<U>, x: T, out: &mut Collector<U>| {
-            let v = init(x);
-            let next = match s.take() {
-                None => v,
-                Some(acc) => f(acc, v),
-            };
-            out.collect(next.clone());
-            s.update(next);
-        })
+        self.process(
+            move |_k: &K, s: &mut crate::ValueState<U>, x: T, out: &mut Collector<U>| {
+                let v = init(x);
+                let next = match s.take() {
+                    None => v,
+                    Some(acc) => f(acc, v),
+                };
+                out.collect(next.clone());
+                s.update(next);
+            },
+        )
         .name("reduce")
     }
 }
@@ -606,9 +619,13 @@ impl<A: Data, B: Data> ConnectedStreams<A, B> {
         O: Data,
         P: CoProcessFunction<A, B, O> + Clone,
     {
-        two_input_node(self.first, self.second, "co_process", InputSelection::All, move || {
-            CoAdapter(f.clone())
-        })
+        two_input_node(
+            self.first,
+            self.second,
+            "co_process",
+            InputSelection::All,
+            move || CoAdapter(f.clone()),
+        )
     }
 
     /// Maps records of both inputs to one output type.
@@ -663,11 +680,15 @@ impl<A: Data, B: Data> BroadcastConnectedStreams<A, B> {
         } else {
             InputSelection::All
         };
-        two_input_node(self.main, self.broadcast, "broadcast_process", selection, move || {
-            BroadcastAdapter {
+        two_input_node(
+            self.main,
+            self.broadcast,
+            "broadcast_process",
+            selection,
+            move || BroadcastAdapter {
                 f: f.clone(),
                 state: P::State::default(),
-            }
-        })
+            },
+        )
     }
 }

@@ -334,7 +334,9 @@ impl ActorFuture<SubtaskActor> for DataLane {
             Poll::Pending => Poll::Pending,
             Poll::Ready(Ok(())) => {
                 tracing::debug!(uid = %act.id.head_uid, subtask = act.id.subtask, "subtask finished");
-                act.report(JobEvent::Finished { actor: act.id.actor });
+                act.report(JobEvent::Finished {
+                    actor: act.id.actor,
+                });
                 ctx.stop();
                 Poll::Ready(())
             }

@@ -34,12 +34,7 @@ pub trait KeyedProcessFunction<K, I, O>: Send + 'static {
     /// Handles one record of `key`.
     fn process(&mut self, key: &K, state: &mut Self::State, input: I, out: &mut Collector<O>);
     /// Called once when the input has ended, with every key's state.
-    fn end_of_input(
-        &mut self,
-        _state: &mut KeyedState<K, Self::State>,
-        _out: &mut Collector<O>,
-    ) {
-    }
+    fn end_of_input(&mut self, _state: &mut KeyedState<K, Self::State>, _out: &mut Collector<O>) {}
 }
 
 /// A closure as a [`KeyedProcessFunction`] (what `KeyedStream::process` builds).

@@ -180,11 +180,13 @@ impl<T: DeserializeOwned> JsonlReader<T> {
             return Ok(None);
         }
         let line = self.lines.line();
-        Ok(Some(serde_json::from_slice::<T>(line).map_err(|e| BadLine {
-            path: self.lines.path().display().to_string(),
-            line: self.lines.line_number(),
-            text: String::from_utf8_lossy(line).into_owned(),
-            error: e.to_string(),
+        Ok(Some(serde_json::from_slice::<T>(line).map_err(|e| {
+            BadLine {
+                path: self.lines.path().display().to_string(),
+                line: self.lines.line_number(),
+                text: String::from_utf8_lossy(line).into_owned(),
+                error: e.to_string(),
+            }
         })))
     }
 }
@@ -193,7 +195,11 @@ impl<T: DeserializeOwned> JsonlReader<T> {
 pub(crate) struct TextLines(pub(crate) LineReader);
 
 impl Source<String> for TextLines {
-    fn poll_batch(&mut self, out: &mut Vec<String>, max: usize) -> Result<SourceStatus, SourceError> {
+    fn poll_batch(
+        &mut self,
+        out: &mut Vec<String>,
+        max: usize,
+    ) -> Result<SourceStatus, SourceError> {
         for _ in 0..max {
             if !self.0.advance()? {
                 return Ok(SourceStatus::End);
