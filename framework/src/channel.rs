@@ -14,7 +14,7 @@
 use std::collections::VecDeque;
 use std::task::Context;
 
-use futures::task::AtomicWaker;
+use crate::sync::AtomicWaker;
 
 use crate::sync::atomic::{AtomicBool, Ordering};
 use crate::sync::{lock, Arc, Mutex};
@@ -228,5 +228,115 @@ mod tests {
         let mut buf2 = Vec::new();
         b.move_into(&mut buf2);
         assert_eq!(buf2, vec![4]);
+    }
+}
+
+/// Loom models: run with
+/// `RUSTFLAGS="--cfg weir_loom" LOOM_MAX_PREEMPTIONS=2 cargo test -p weir --lib --release loom_`.
+#[cfg(all(test, weir_loom))]
+mod loom_tests {
+    use super::*;
+    use std::task::{Wake, Waker};
+
+    fn send_spinning(tx: &Sender<u32>, mut event: Event<u32>) {
+        loop {
+            match tx.try_send(event) {
+                Ok(()) => return,
+                Err(Full(e)) => {
+                    event = e;
+                    loom::thread::yield_now();
+                }
+            }
+        }
+    }
+
+    fn receive_all(rx: &Receiver<u32>) -> Vec<u32> {
+        let mut got = Vec::new();
+        loop {
+            match rx.try_recv() {
+                Some(Event::Batch(b)) => b.move_into(&mut got),
+                Some(Event::EndOfInput) => return got,
+                None => loom::thread::yield_now(),
+            }
+        }
+    }
+
+    /// Events arrive in order, none lost or duplicated, under every interleaving of a
+    /// sender and a receiver on a channel of capacity 1.
+    #[test]
+    fn loom_channel_is_fifo_and_lossless() {
+        loom::model(|| {
+            let (tx, rx) = channel::<u32>(1, Arc::new(AtomicWaker::new()));
+            let t = loom::thread::spawn(move || {
+                for i in 0..2u32 {
+                    send_spinning(&tx, Event::Batch(Batch::Owned(vec![i, i + 10])));
+                }
+                send_spinning(&tx, Event::EndOfInput);
+            });
+            let got = receive_all(&rx);
+            t.join().unwrap();
+            assert_eq!(got, vec![0, 10, 1, 11]);
+        });
+    }
+
+    /// A waker that sets a flag under a loom mutex and signals a loom condvar.
+    struct Flag(loom::sync::Mutex<bool>, loom::sync::Condvar);
+    impl Flag {
+        /// Blocks until woken (spurious condvar wake-ups are absorbed by the loop).
+        fn wait(&self) {
+            let mut woken = self.0.lock().unwrap();
+            while !*woken {
+                woken = self.1.wait(woken).unwrap();
+            }
+            *woken = false;
+        }
+    }
+    impl Wake for Flag {
+        fn wake(self: std::sync::Arc<Self>) {
+            *self.0.lock().unwrap() = true;
+            self.1.notify_one();
+        }
+    }
+
+    /// A sender refused for lack of credit is always woken once the receiver frees a slot
+    /// (no lost wake-up between the refusal and the registration).
+    #[test]
+    fn loom_refused_sender_is_always_woken() {
+        loom::model(|| {
+            let (tx, rx) = channel::<u32>(1, Arc::new(AtomicWaker::new()));
+            tx.try_send(Event::Batch(Batch::Owned(vec![1]))).unwrap();
+            let t = loom::thread::spawn(move || {
+                let flag = std::sync::Arc::new(Flag(
+                    loom::sync::Mutex::new(false),
+                    loom::sync::Condvar::new(),
+                ));
+                let waker = Waker::from(flag.clone());
+                let mut cx = Context::from_waker(&waker);
+                let mut event = Event::Batch(Batch::Owned(vec![2]));
+                loop {
+                    match tx.send_or_register(&mut cx, event) {
+                        Ok(()) => break,
+                        Err(Full(e)) => {
+                            event = e;
+                            // Block until woken: a lost wake-up is a deadlock, which
+                            // loom reports.
+                            flag.wait();
+                        }
+                    }
+                }
+            });
+            // Free the one slot while the sender may be anywhere in its attempt.
+            let mut got = Vec::new();
+            match rx.try_recv() {
+                Some(Event::Batch(b)) => b.move_into(&mut got),
+                other => panic!("expected the first batch, got {other:?}"),
+            }
+            t.join().unwrap();
+            match rx.try_recv() {
+                Some(Event::Batch(b)) => b.move_into(&mut got),
+                other => panic!("expected the second batch, got {other:?}"),
+            }
+            assert_eq!(got, vec![1, 2]);
+        });
     }
 }

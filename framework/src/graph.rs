@@ -9,7 +9,7 @@
 use std::any::Any;
 use std::task::{Context, Poll};
 
-use futures::task::AtomicWaker;
+use crate::sync::AtomicWaker;
 
 use crate::channel::{channel, Event, Receiver, Sender};
 use crate::config::EnvConfig;

@@ -12,7 +12,7 @@
 
 use std::collections::HashSet;
 
-use futures::task::AtomicWaker;
+use crate::sync::AtomicWaker;
 
 use crate::config::EnvConfig;
 use crate::error::{PlanError, TaskError};

@@ -34,3 +34,32 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
         Err(poisoned) => poisoned.into_inner(),
     }
 }
+
+/// A cell holding the waker of the task to wake: futures' `AtomicWaker`, or loom's so that
+/// loom sees the register/wake race (it cannot see inside futures).
+#[derive(Debug, Default)]
+pub(crate) struct AtomicWaker {
+    #[cfg(not(weir_loom))]
+    inner: futures::task::AtomicWaker,
+    #[cfg(weir_loom)]
+    inner: loom::future::AtomicWaker,
+}
+
+impl AtomicWaker {
+    pub(crate) fn new() -> Self {
+        Self::default()
+    }
+
+    /// Stores `waker` to be woken by the next [`wake`](Self::wake).
+    pub(crate) fn register(&self, waker: &std::task::Waker) {
+        #[cfg(not(weir_loom))]
+        self.inner.register(waker);
+        #[cfg(weir_loom)]
+        self.inner.register_by_ref(waker);
+    }
+
+    /// Wakes the stored waker, if any.
+    pub(crate) fn wake(&self) {
+        self.inner.wake();
+    }
+}

@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 
 use actix::prelude::*;
 use futures::channel::mpsc::UnboundedSender;
-use futures::task::AtomicWaker;
+use crate::sync::AtomicWaker;
 
 use crate::error::TaskError;
 use crate::metrics::SubtaskCounters;
