@@ -64,8 +64,14 @@ pub(crate) enum Event<T> {
 #[derive(Debug)]
 pub(crate) struct Full<T>(pub(crate) Event<T>);
 
+struct Queue<T> {
+    events: VecDeque<Event<T>>,
+    /// Records in the queued batches.
+    records: usize,
+}
+
 struct Shared<T> {
-    queue: Mutex<VecDeque<Event<T>>>,
+    queue: Mutex<Queue<T>>,
     capacity: usize,
     rx_waker: Arc<AtomicWaker>,
     tx_waker: AtomicWaker,
@@ -85,7 +91,10 @@ pub(crate) struct Receiver<T> {
 /// A channel of `capacity` events whose arrivals wake `rx_waker`.
 pub(crate) fn channel<T>(capacity: usize, rx_waker: Arc<AtomicWaker>) -> (Sender<T>, Receiver<T>) {
     let shared = Arc::new(Shared {
-        queue: Mutex::new(VecDeque::with_capacity(capacity)),
+        queue: Mutex::new(Queue {
+            events: VecDeque::with_capacity(capacity),
+            records: 0,
+        }),
         capacity: capacity.max(1),
         rx_waker,
         tx_waker: AtomicWaker::new(),
@@ -99,15 +108,31 @@ pub(crate) fn channel<T>(capacity: usize, rx_waker: Arc<AtomicWaker>) -> (Sender
     )
 }
 
+impl<T> Event<T> {
+    fn records(&self) -> usize {
+        match self {
+            Event::Batch(Batch::Owned(v)) => v.len(),
+            Event::Batch(Batch::Shared(v)) => v.len(),
+            Event::EndOfInput => 0,
+        }
+    }
+}
+
 impl<T> Sender<T> {
+    /// Events waiting in the channel, and its capacity.
+    pub(crate) fn usage(&self) -> (usize, usize) {
+        (lock(&self.shared.queue).events.len(), self.shared.capacity)
+    }
+
     /// Sends if there is credit; otherwise hands the event back.
     pub(crate) fn try_send(&self, event: Event<T>) -> Result<(), Full<T>> {
         {
             let mut q = lock(&self.shared.queue);
-            if q.len() >= self.shared.capacity {
+            if q.events.len() >= self.shared.capacity {
                 return Err(Full(event));
             }
-            q.push_back(event);
+            q.records += event.records();
+            q.events.push_back(event);
         }
         self.shared.rx_waker.wake();
         Ok(())
@@ -138,7 +163,14 @@ impl<T> Sender<T> {
 impl<T> Receiver<T> {
     /// Takes the next event, if any, and returns a credit to the sender.
     pub(crate) fn try_recv(&self) -> Option<Event<T>> {
-        let event = lock(&self.shared.queue).pop_front();
+        let event = {
+            let mut q = lock(&self.shared.queue);
+            let event = q.events.pop_front();
+            if let Some(e) = &event {
+                q.records -= e.records();
+            }
+            event
+        };
         if event.is_some() {
             self.shared.tx_waker.wake();
         }
@@ -147,7 +179,12 @@ impl<T> Receiver<T> {
 
     /// Events waiting in the channel.
     pub(crate) fn queued(&self) -> usize {
-        lock(&self.shared.queue).len()
+        lock(&self.shared.queue).events.len()
+    }
+
+    /// Records in the batches waiting in the channel.
+    pub(crate) fn queued_records(&self) -> usize {
+        lock(&self.shared.queue).records
     }
 
     /// Capacity in events.

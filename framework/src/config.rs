@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use crate::error::PlanError;
 use crate::key_group::DEFAULT_MAX_PARALLELISM;
+use crate::rate::RateControlConfig;
 
 /// Settings of an [`Env`](crate::Env) and the jobs it runs.
 ///
@@ -36,6 +37,12 @@ pub struct EnvConfig {
     pub max_parallelism: usize,
     /// Fuse forward edges of equal parallelism into one actor (default true).
     pub chaining: bool,
+    /// How often the job samples its subtasks' metrics (default 1 s); also the update
+    /// interval of the source rate controller.
+    pub metrics_interval: Duration,
+    /// PID rate control of the sources (default off); changeable while the job runs with
+    /// `JobHandle::set_rate_control`.
+    pub rate_control: RateControlConfig,
 }
 
 impl Default for EnvConfig {
@@ -50,6 +57,8 @@ impl Default for EnvConfig {
             default_parallelism: 1,
             max_parallelism: DEFAULT_MAX_PARALLELISM,
             chaining: true,
+            metrics_interval: Duration::from_secs(1),
+            rate_control: RateControlConfig::default(),
         }
     }
 }
@@ -74,6 +83,12 @@ impl EnvConfig {
         }
         if self.max_parallelism == 0 {
             return bad("max_parallelism", "must be at least 1");
+        }
+        if self.metrics_interval < Duration::from_millis(10) {
+            return bad("metrics_interval", "must be at least 10 ms");
+        }
+        if let Err(e) = self.rate_control.validate() {
+            return bad("rate_control", &e.to_string());
         }
         if self.default_parallelism == 0 || self.default_parallelism > self.max_parallelism {
             return bad(

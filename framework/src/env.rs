@@ -90,6 +90,7 @@ impl Env {
                 batch_size: env.config.batch_size,
                 info: env.info.clone(),
                 counters: env.counters.clone(),
+                limiter: None,
             })))
         });
         let id = self.graph.borrow_mut().add_node(Node {

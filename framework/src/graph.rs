@@ -233,4 +233,10 @@ impl<T: Data> InputGate for TypedGate<T> {
     fn capacity(&self) -> usize {
         self.receivers.iter().map(Receiver::capacity).sum()
     }
+    fn queued_records(&self) -> usize {
+        self.receivers.iter().map(Receiver::queued_records).sum()
+    }
+    fn output_usage(&self, usage: &mut crate::operator::QueueUsage) {
+        self.head.usage(usage)
+    }
 }

@@ -18,8 +18,13 @@ use futures::StreamExt;
 use crate::config::EnvConfig;
 use crate::error::JobError;
 use crate::graph::Graph;
+use crate::metrics::{JobMetrics, SubtaskCounters, SubtaskSample};
 use crate::plan::{instantiate, plan, OperatorRegistry, Plan};
-use crate::task::{JobEvent, Ping, Stop, SubtaskActor, SubtaskStatus};
+use crate::rate::{RateConfigError, RateControlConfig};
+use crate::sampler::{OperatorProbe, RateController, Sampler, SubtaskProbe};
+use crate::sync::atomic::Ordering;
+use crate::sync::{lock, Arc, Mutex};
+use crate::task::{JobEvent, Ping, Sample, SetRate, Stop, SubtaskActor, SubtaskStatus};
 
 /// Counters of one operator over all its subtasks, at the end of a job.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -77,6 +82,20 @@ struct ActorEntry {
     uids: Vec<String>,
     subtask: usize,
     addr: Addr<SubtaskActor>,
+    counters: Arc<SubtaskCounters>,
+}
+
+impl ActorEntry {
+    /// Puts a control mail in the subtask's system lane (counted for `mailboxQueueSize`).
+    fn mail<M>(&self, msg: M)
+    where
+        M: Message + Send + 'static,
+        M::Result: Send,
+        SubtaskActor: Handler<M>,
+    {
+        self.counters.mails_sent.fetch_add(1, Ordering::Relaxed);
+        self.addr.do_send(msg);
+    }
 }
 
 /// A ping already in a subtask's system lane, waiting for its answer.
@@ -104,6 +123,7 @@ pub struct JobHandle {
     name: String,
     canceller: Canceller,
     actors: Vec<ActorEntry>,
+    metrics: Arc<Mutex<Option<JobMetrics>>>,
     thread: Option<JoinHandle<Result<JobResult, JobError>>>,
 }
 
@@ -147,9 +167,27 @@ impl JobHandle {
             .iter()
             .find(|a| a.subtask == subtask && a.uids.iter().any(|u| u == uid))?;
         // `Addr::send` enqueues the mail before it returns the reply future.
+        entry.counters.mails_sent.fetch_add(1, Ordering::Relaxed);
         Some(PendingPing {
             reply: Box::pin(entry.addr.send(Ping)),
         })
+    }
+
+    /// The job's metrics over the last metrics interval (`None` before the first interval
+    /// has passed).
+    pub fn metrics(&self) -> Option<JobMetrics> {
+        lock(&self.metrics).clone()
+    }
+
+    /// Changes the sources' rate control while the job runs (enable, disable, rates, gains).
+    /// The new settings take effect at the next update; disabling lifts the limit at once.
+    pub fn set_rate_control(&self, config: RateControlConfig) -> Result<(), RateConfigError> {
+        config.validate()?;
+        let _ = self
+            .canceller
+            .events
+            .unbounded_send(JobEvent::RateControl(config));
+        Ok(())
     }
 
     /// Waits for the job to end.
@@ -174,6 +212,8 @@ pub(crate) fn start(graph: Graph, cfg: EnvConfig, name: &str) -> Result<JobHandl
     })?;
     let (events_tx, events_rx) = unbounded::<JobEvent>();
     let (deployed_tx, deployed_rx) = std_mpsc::channel::<Vec<ActorEntry>>();
+    let metrics = Arc::new(Mutex::new(None));
+    let metrics_for_thread = metrics.clone();
     let canceller = Canceller {
         events: events_tx.clone(),
     };
@@ -192,6 +232,7 @@ pub(crate) fn start(graph: Graph, cfg: EnvConfig, name: &str) -> Result<JobHandl
                 events_tx,
                 events_rx,
                 deployed_tx,
+                metrics_for_thread,
             ))
         })
         .map_err(|e| JobError::Runtime {
@@ -206,6 +247,7 @@ pub(crate) fn start(graph: Graph, cfg: EnvConfig, name: &str) -> Result<JobHandl
                 name: job,
                 canceller,
                 actors: Vec::new(),
+                metrics,
                 thread: Some(thread),
             };
             return match handle.wait() {
@@ -218,6 +260,7 @@ pub(crate) fn start(graph: Graph, cfg: EnvConfig, name: &str) -> Result<JobHandl
         name: job,
         canceller,
         actors,
+        metrics,
         thread: Some(thread),
     })
 }
@@ -230,6 +273,7 @@ async fn run(
     events_tx: UnboundedSender<JobEvent>,
     mut events_rx: futures::channel::mpsc::UnboundedReceiver<JobEvent>,
     deployed: std_mpsc::Sender<Vec<ActorEntry>>,
+    metrics: Arc<Mutex<Option<JobMetrics>>>,
 ) -> Result<JobResult, JobError> {
     let started = Instant::now();
     let (specs, registry) = instantiate(&graph, &plan, &cfg).map_err(|e| e.into_job_error(&job))?;
@@ -237,12 +281,23 @@ async fn run(
         .map(|_| Arbiter::new())
         .collect();
     let mut actors = Vec::with_capacity(specs.len());
+    let mut probes = Vec::with_capacity(specs.len());
     for (k, spec) in specs.into_iter().enumerate() {
+        let slot = Arc::new(Mutex::new(SubtaskSample::default()));
+        probes.push(SubtaskProbe {
+            head: spec.id.head,
+            head_uid: spec.id.head_uid.clone(),
+            subtask: spec.id.subtask,
+            is_source: graph.nodes[spec.id.head].is_source,
+            slot: slot.clone(),
+            counters: spec.counters.clone(),
+        });
+        let counters = spec.counters.clone();
         let uids = plan
             .head_of
             .iter()
             .enumerate()
-            .filter(|&(_, &h)| plan.uids[h] == spec.id.head_uid)
+            .filter(|&(_, &h)| h == spec.id.head)
             .map(|(n, _)| plan.uids[n].clone())
             .collect();
         let subtask = spec.id.subtask;
@@ -257,18 +312,58 @@ async fn run(
                     spec.counters,
                     spec.rx_waker,
                     linger,
+                    slot,
                 )
             });
         actors.push(ActorEntry {
             uids,
             subtask,
             addr,
+            counters,
         });
     }
-    let addrs: Vec<Addr<SubtaskActor>> = actors.iter().map(|a| a.addr.clone()).collect();
+    let mailers: Vec<ActorEntry> = actors
+        .iter()
+        .map(|a| ActorEntry {
+            uids: Vec::new(),
+            subtask: a.subtask,
+            addr: a.addr.clone(),
+            counters: a.counters.clone(),
+        })
+        .collect();
     drop(events_tx);
     let total = actors.len();
     let _ = deployed.send(actors);
+    let operators = graph
+        .nodes
+        .iter()
+        .enumerate()
+        .map(|(id, node)| OperatorProbe {
+            uid: plan.uids[id].clone(),
+            name: node.name.clone(),
+            head: plan.head_of[id],
+            is_source: node.is_source,
+            counters: registry.counters[id].clone(),
+        })
+        .collect();
+    let mut sampler = Sampler::new(probes, operators);
+    let mut controller = RateController::new(cfg.rate_control.clone());
+    let set_rate = |sampler: &Sampler, rate: Option<f64>| {
+        let n = sampler.source_subtasks().max(1) as f64;
+        for i in sampler.source_actors() {
+            mailers[i].mail(SetRate(rate.map(|r| r / n)));
+        }
+    };
+    if let Some(c) = &controller {
+        if c.current.is_some() {
+            set_rate(&sampler, c.current);
+        }
+    }
+    let tick_every = match &controller {
+        Some(c) => cfg.metrics_interval.min(c.config.update_interval),
+        None => cfg.metrics_interval,
+    };
+    let mut ticks = actix_rt::time::interval(tick_every);
     tracing::info!(subtasks = total, arbiters = arbiters.len(), "job deployed");
 
     let mut finished = vec![false; total];
@@ -277,7 +372,36 @@ async fn run(
         if remaining == 0 {
             break Ok(());
         }
-        match events_rx.next().await {
+        let event = futures::select_biased! {
+            e = events_rx.next() => e,
+            _ = futures::FutureExt::fuse(ticks.tick()) => {
+                if let Some(m) = sampler.compute(controller.as_ref().and_then(|c| c.current)) {
+                    if let Some(c) = controller.as_mut() {
+                        if c.due(Instant::now()) {
+                            if let Some(rate) = c.update(&m, &sampler) {
+                                set_rate(&sampler, Some(rate));
+                            }
+                        }
+                    }
+                    *lock(&metrics) = Some(m);
+                }
+                sampler.mark();
+                for (i, mailer) in mailers.iter().enumerate() {
+                    if !finished[i] {
+                        mailer.mail(Sample { sent_at: Instant::now() });
+                    }
+                }
+                continue;
+            }
+        };
+        match event {
+            Some(JobEvent::RateControl(config)) => {
+                controller = RateController::new(config);
+                match &controller {
+                    None => set_rate(&sampler, None),
+                    Some(c) => set_rate(&sampler, c.current),
+                }
+            }
             Some(JobEvent::Finished { actor }) => {
                 if !finished[actor] {
                     finished[actor] = true;
@@ -307,8 +431,10 @@ async fn run(
         }
     };
     if verdict.is_err() {
-        for addr in &addrs {
-            addr.do_send(Stop);
+        for (i, mailer) in mailers.iter().enumerate() {
+            if !finished[i] {
+                mailer.mail(Stop);
+            }
         }
     }
     stop_arbiters(arbiters, &job);

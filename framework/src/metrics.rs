@@ -4,6 +4,8 @@
 //! them costs the hot path nothing measurable. This module owns the counters, not their
 //! export (REST and Prometheus come with the control plane).
 
+use std::time::{Duration, Instant};
+
 use crate::sync::atomic::{AtomicU64, Ordering};
 
 /// Counters of one operator in one subtask.
@@ -42,12 +44,219 @@ impl OperatorCounters {
 pub(crate) struct SubtaskCounters {
     /// Input batches taken from the data lane (or produced by a source step).
     pub(crate) batches_in: AtomicU64,
+    /// System mails put in the subtask's system lane.
+    pub(crate) mails_sent: AtomicU64,
     /// System mails handled.
     pub(crate) mails_handled: AtomicU64,
+}
+
+/// Where a subtask's time went while it waited, per Flink's task time accounting.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum WaitState {
+    /// Runnable (woken by itself to take more input) or handling mail.
+    Busy,
+    /// Waiting for input (or throttled by its rate limit).
+    Idle,
+    /// Waiting for output credit.
+    BackPressured,
+}
+
+/// Cumulative time accounting of one subtask, kept by its actor: two clock reads per poll of
+/// the data lane (one batch), none per record.
+#[derive(Debug, Clone)]
+pub(crate) struct TimeAccount {
+    pub(crate) busy: Duration,
+    pub(crate) idle: Duration,
+    pub(crate) back_pressured: Duration,
+    state: WaitState,
+    since: Instant,
+}
+
+impl TimeAccount {
+    pub(crate) fn new(now: Instant) -> Self {
+        TimeAccount {
+            busy: Duration::ZERO,
+            idle: Duration::ZERO,
+            back_pressured: Duration::ZERO,
+            state: WaitState::Idle,
+            since: now,
+        }
+    }
+
+    /// What the subtask is waiting for now.
+    pub(crate) fn state(&self) -> WaitState {
+        self.state
+    }
+
+    /// Charges the time since the last mark to the current state, and marks `now`.
+    pub(crate) fn charge(&mut self, now: Instant) {
+        let d = now.saturating_duration_since(self.since);
+        match self.state {
+            WaitState::Busy => self.busy += d,
+            WaitState::Idle => self.idle += d,
+            WaitState::BackPressured => self.back_pressured += d,
+        }
+        self.since = now;
+    }
+
+    /// Charges up to `now`, then accounts what follows as `state`.
+    pub(crate) fn switch(&mut self, now: Instant, state: WaitState) {
+        self.charge(now);
+        self.state = state;
+    }
+}
+
+/// What a subtask reports when sampled through its system lane.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct SubtaskSample {
+    pub(crate) busy: Duration,
+    pub(crate) idle: Duration,
+    pub(crate) back_pressured: Duration,
+    pub(crate) input: crate::operator::QueueUsage,
+    pub(crate) input_records: usize,
+    pub(crate) output: crate::operator::QueueUsage,
+    /// How long the sample mail waited in the system lane.
+    pub(crate) mailbox_latency: Duration,
+    /// Waiting for output credit when sampled.
+    pub(crate) back_pressured_now: bool,
+    /// When the sample was taken.
+    pub(crate) at: Option<Instant>,
 }
 
 impl SubtaskCounters {
     pub(crate) fn batches(&self) -> u64 {
         self.batches_in.load(Ordering::Relaxed)
+    }
+}
+
+/// Flink's backpressure level of a subtask or operator, from the share of time it waits for
+/// output credit: OK up to 10 %, LOW up to 50 %, HIGH above.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum BackpressureLevel {
+    /// At most 100 ms per second back-pressured.
+    Ok,
+    /// More than 100 and at most 500 ms per second.
+    Low,
+    /// More than 500 ms per second.
+    High,
+}
+
+impl BackpressureLevel {
+    /// The level of `back_pressured_ms_per_second`.
+    ///
+    /// ```
+    /// use weir::BackpressureLevel;
+    /// assert_eq!(BackpressureLevel::from_ms_per_second(50.0), BackpressureLevel::Ok);
+    /// assert_eq!(BackpressureLevel::from_ms_per_second(300.0), BackpressureLevel::Low);
+    /// assert_eq!(BackpressureLevel::from_ms_per_second(900.0), BackpressureLevel::High);
+    /// ```
+    pub fn from_ms_per_second(ms: f64) -> Self {
+        if ms > 500.0 {
+            BackpressureLevel::High
+        } else if ms > 100.0 {
+            BackpressureLevel::Low
+        } else {
+            BackpressureLevel::Ok
+        }
+    }
+}
+
+/// Metrics of one subtask over the last metrics interval, with Flink's names and meaning.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct SubtaskMetrics {
+    /// Uid of the first operator of the subtask's chain.
+    pub head_uid: String,
+    /// Subtask index.
+    pub subtask: usize,
+    /// `busyTimeMsPerSecond`: processing (or runnable).
+    pub busy_time_ms_per_second: f64,
+    /// `idleTimeMsPerSecond`: waiting for input.
+    pub idle_time_ms_per_second: f64,
+    /// `backPressuredTimeMsPerSecond`: waiting for output credit.
+    pub back_pressured_time_ms_per_second: f64,
+    /// `isBackPressured`: waiting for output credit when sampled.
+    pub is_back_pressured: bool,
+    /// Backpressure level from `back_pressured_time_ms_per_second`.
+    pub backpressure_level: BackpressureLevel,
+    /// `inputQueueLength`: batches waiting in the data lane.
+    pub input_queue_length: usize,
+    /// `inPoolUsage`-like: input queue fill, 0..=1.
+    pub input_queue_usage: f64,
+    /// Records waiting in the data lane.
+    pub input_queue_records: usize,
+    /// `outputQueueLength`: batches waiting in the output channels (and for credit).
+    pub output_queue_length: usize,
+    /// `outPoolUsage`-like: output queue fill, 0..=1.
+    pub output_queue_usage: f64,
+    /// `mailboxLatencyMs`: how long the last sampling mail waited in the system lane.
+    pub mailbox_latency_ms: f64,
+    /// `mailboxQueueSize`: system mails sent and not yet handled.
+    pub mailbox_queue_size: u64,
+}
+
+/// Metrics of one operator over the last metrics interval. Chained operators share their
+/// subtask's time metrics; across subtasks the largest value is reported (as Flink's UI does).
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct OperatorMetrics {
+    /// The operator's uid.
+    pub uid: String,
+    /// Its name.
+    pub name: String,
+    /// `numRecordsIn`.
+    pub num_records_in: u64,
+    /// `numRecordsOut`.
+    pub num_records_out: u64,
+    /// `numRecordsInPerSecond`.
+    pub num_records_in_per_second: f64,
+    /// `numRecordsOutPerSecond`.
+    pub num_records_out_per_second: f64,
+    /// `busyTimeMsPerSecond` (largest over subtasks).
+    pub busy_time_ms_per_second: f64,
+    /// `idleTimeMsPerSecond` (largest over subtasks).
+    pub idle_time_ms_per_second: f64,
+    /// `backPressuredTimeMsPerSecond` (largest over subtasks).
+    pub back_pressured_time_ms_per_second: f64,
+    /// Backpressure level (of the most back-pressured subtask).
+    pub backpressure_level: BackpressureLevel,
+}
+
+impl OperatorMetrics {
+    /// A metric by its Flink name (`numRecordsIn`, `busyTimeMsPerSecond`, ...).
+    pub fn get(&self, name: &str) -> Option<f64> {
+        Some(match name {
+            "numRecordsIn" => self.num_records_in as f64,
+            "numRecordsOut" => self.num_records_out as f64,
+            "numRecordsInPerSecond" => self.num_records_in_per_second,
+            "numRecordsOutPerSecond" => self.num_records_out_per_second,
+            "busyTimeMsPerSecond" => self.busy_time_ms_per_second,
+            "idleTimeMsPerSecond" => self.idle_time_ms_per_second,
+            "backPressuredTimeMsPerSecond" => self.back_pressured_time_ms_per_second,
+            _ => return None,
+        })
+    }
+}
+
+/// A job's metrics over its last metrics interval (see `EnvConfig::metrics_interval`).
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct JobMetrics {
+    /// Time since the job started, when these were computed.
+    pub at: Duration,
+    /// The interval they cover.
+    pub interval: Duration,
+    /// Per subtask (actor).
+    pub subtasks: Vec<SubtaskMetrics>,
+    /// Per operator, in graph order.
+    pub operators: Vec<OperatorMetrics>,
+    /// The rate limit currently set on each source subtask (records/s), if rate control is on.
+    pub source_rate_limit: Option<f64>,
+}
+
+impl JobMetrics {
+    /// The metrics of operator `uid`.
+    pub fn operator(&self, uid: &str) -> Option<&OperatorMetrics> {
+        self.operators.iter().find(|o| o.uid == uid)
     }
 }

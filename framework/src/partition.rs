@@ -20,7 +20,7 @@ use std::task::{Context, Poll};
 use crate::channel::{Batch, Event, Full, Sender};
 use crate::error::TaskError;
 use crate::key_group::{key_group_of, subtask_for_key_group};
-use crate::operator::{BoxOutput, Output};
+use crate::operator::{BoxOutput, Output, QueueUsage};
 use crate::Data;
 
 /// How an edge distributes records (the resolved kind, after `Auto`).
@@ -178,6 +178,15 @@ impl<T> PendingQueue<T> {
         }
     }
 
+    fn usage(&self, senders: &[Sender<T>], usage: &mut QueueUsage) {
+        for s in senders {
+            let (q, c) = s.usage();
+            usage.queued += q;
+            usage.capacity += c;
+        }
+        usage.queued += self.queue.len();
+    }
+
     fn poll(&mut self, senders: &[Sender<T>], cx: &mut Context<'_>) -> Poll<()> {
         while let Some((target, event)) = self.queue.pop_front() {
             if let Err(Full(event)) = senders[target].send_or_register(cx, event) {
@@ -265,6 +274,9 @@ impl<T: Send + Sync, R: Router<T>> Output<T> for NetOutput<T, R> {
     fn poll_pending(&mut self, cx: &mut Context<'_>) -> Poll<()> {
         self.pending.poll(&self.senders, cx)
     }
+    fn usage(&self, usage: &mut QueueUsage) {
+        self.pending.usage(&self.senders, usage)
+    }
 }
 
 /// Every record to every receiver; one shared batch per send.
@@ -325,5 +337,8 @@ impl<T: Send + Sync> Output<T> for BroadcastOutput<T> {
     }
     fn poll_pending(&mut self, cx: &mut Context<'_>) -> Poll<()> {
         self.pending.poll(&self.senders, cx)
+    }
+    fn usage(&self, usage: &mut QueueUsage) {
+        self.pending.usage(&self.senders, usage)
     }
 }

@@ -235,6 +235,7 @@ pub(crate) fn instantiate(
             specs.push(SubtaskSpec {
                 id: SubtaskId {
                     actor,
+                    head: h,
                     head_uid: plan.uids[h].clone(),
                     subtask: j,
                 },

@@ -17,19 +17,22 @@
 //! module owns the actor and its loop; operators (`operator`) and channels (`channel`) are
 //! elsewhere.
 
+use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context as TaskContext, Poll};
 use std::time::{Duration, Instant};
 
+use crate::sync::AtomicWaker;
 use actix::prelude::*;
 use futures::channel::mpsc::UnboundedSender;
-use crate::sync::AtomicWaker;
 
 use crate::error::TaskError;
-use crate::metrics::SubtaskCounters;
+use crate::metrics::{SubtaskCounters, SubtaskSample, TimeAccount, WaitState};
 use crate::operator::connect::{InputSelection, SelectionCell};
+use crate::operator::QueueUsage;
 use crate::sync::atomic::Ordering;
 use crate::sync::Arc;
+use crate::sync::{lock, Mutex};
 
 /// One step of an input gate.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -55,6 +58,10 @@ pub(crate) trait InputGate: Send {
     fn queued(&self) -> usize;
     /// Total capacity of this input's channels, in batches.
     fn capacity(&self) -> usize;
+    /// Records in the batches waiting in this input's channels.
+    fn queued_records(&self) -> usize;
+    /// Fill of the channels the operators behind this input send to.
+    fn output_usage(&self, usage: &mut QueueUsage);
 }
 
 /// What one step of a source produced.
@@ -62,14 +69,19 @@ pub(crate) trait InputGate: Send {
 pub(crate) enum SourceProgress {
     More,
     Ended,
+    /// The rate limit allows no record before this long.
+    Throttled(Duration),
 }
 
 /// A source and the chain it feeds.
 pub(crate) trait SourceStep: Send {
-    /// Reads one batch and pushes it through the chain.
-    fn step(&mut self) -> Result<SourceProgress, TaskError>;
+    /// Reads one batch (at most what the rate limit allows) and pushes it through the chain.
+    fn step(&mut self, now: Instant) -> Result<SourceProgress, TaskError>;
     fn flush(&mut self);
     fn poll_pending(&mut self, cx: &mut TaskContext<'_>) -> Poll<()>;
+    /// Sets (or with `None` lifts) the source's rate limit, in records per second.
+    fn set_rate(&mut self, now: Instant, rate: Option<f64>);
+    fn output_usage(&self, usage: &mut QueueUsage);
 }
 
 /// What drives a subtask.
@@ -89,6 +101,8 @@ enum Work {
     Progress,
     /// Nothing to do until woken.
     Idle,
+    /// A rate-limited source may read again after this long.
+    Throttled(Duration),
     /// All input consumed and end-of-input pushed through the chain.
     Ended,
 }
@@ -116,6 +130,29 @@ impl Driver {
             Driver::Source(s) => s.flush(),
             Driver::Inputs { gates, .. } => gates.iter_mut().for_each(|g| g.flush()),
         }
+    }
+
+    /// Fill of the data lane (batches, capacity) and the records in it.
+    fn input_usage(&self) -> (QueueUsage, usize) {
+        match self {
+            Driver::Source(_) => (QueueUsage::default(), 0),
+            Driver::Inputs { gates, .. } => (
+                QueueUsage {
+                    queued: gates.iter().map(|g| g.queued()).sum(),
+                    capacity: gates.iter().map(|g| g.capacity()).sum(),
+                },
+                gates.iter().map(|g| g.queued_records()).sum(),
+            ),
+        }
+    }
+
+    fn output_usage(&self) -> QueueUsage {
+        let mut u = QueueUsage::default();
+        match self {
+            Driver::Source(s) => s.output_usage(&mut u),
+            Driver::Inputs { gates, .. } => gates.iter().for_each(|g| g.output_usage(&mut u)),
+        }
+        u
     }
 
     /// Tries each readable input once, in round-robin order.
@@ -166,17 +203,19 @@ impl Driver {
     fn step(
         &mut self,
         cx: &mut TaskContext<'_>,
+        now: Instant,
         rx_waker: &AtomicWaker,
         counters: &SubtaskCounters,
     ) -> Result<Work, TaskError> {
         match self {
-            Driver::Source(s) => {
-                counters.batches_in.fetch_add(1, Ordering::Relaxed);
-                Ok(match s.step()? {
-                    SourceProgress::More => Work::Progress,
-                    SourceProgress::Ended => Work::Ended,
-                })
-            }
+            Driver::Source(s) => Ok(match s.step(now)? {
+                SourceProgress::More => {
+                    counters.batches_in.fetch_add(1, Ordering::Relaxed);
+                    Work::Progress
+                }
+                SourceProgress::Ended => Work::Ended,
+                SourceProgress::Throttled(d) => Work::Throttled(d),
+            }),
             Driver::Inputs {
                 gates,
                 selection,
@@ -211,6 +250,7 @@ pub(crate) enum JobEvent {
         reason: String,
     },
     Cancel,
+    RateControl(crate::rate::RateControlConfig),
 }
 
 /// Identity of a subtask actor.
@@ -218,6 +258,8 @@ pub(crate) enum JobEvent {
 pub(crate) struct SubtaskId {
     /// Index of this actor in the job's list.
     pub(crate) actor: usize,
+    /// The chain's first operator.
+    pub(crate) head: usize,
     /// Uid of the chain's first operator.
     pub(crate) head_uid: String,
     pub(crate) subtask: usize,
@@ -234,6 +276,9 @@ pub(crate) struct SubtaskActor {
     linger: Duration,
     last_flush: Instant,
     reported: bool,
+    time: TimeAccount,
+    sample: Arc<Mutex<SubtaskSample>>,
+    throttle: Option<Pin<Box<actix_rt::time::Sleep>>>,
 }
 
 impl SubtaskActor {
@@ -244,8 +289,13 @@ impl SubtaskActor {
         counters: Arc<SubtaskCounters>,
         rx_waker: Arc<AtomicWaker>,
         linger: Duration,
+        sample: Arc<Mutex<SubtaskSample>>,
     ) -> Self {
+        let now = Instant::now();
         SubtaskActor {
+            time: TimeAccount::new(now),
+            sample,
+            throttle: None,
             id,
             driver,
             draining: false,
@@ -253,7 +303,7 @@ impl SubtaskActor {
             counters,
             rx_waker,
             linger,
-            last_flush: Instant::now(),
+            last_flush: now,
             reported: false,
         }
     }
@@ -264,35 +314,73 @@ impl SubtaskActor {
         let _ = self.events.unbounded_send(event);
     }
 
-    /// One poll of the data lane.
-    fn poll_data(&mut self, cx: &mut TaskContext<'_>) -> Poll<Result<(), TaskError>> {
+    /// One poll of the data lane: at most one unit of work. Says what the subtask waits for
+    /// next, for the time accounting.
+    fn poll_data(
+        &mut self,
+        cx: &mut TaskContext<'_>,
+        now: Instant,
+    ) -> (Poll<Result<(), TaskError>>, WaitState) {
+        if let Some(sleep) = self.throttle.as_mut() {
+            if sleep.as_mut().poll(cx).is_pending() {
+                return (Poll::Pending, WaitState::Idle);
+            }
+            self.throttle = None;
+        }
         if self.driver.poll_pending(cx).is_pending() {
-            return Poll::Pending;
+            return (Poll::Pending, WaitState::BackPressured);
         }
         if self.draining {
-            return Poll::Ready(Ok(()));
+            return (Poll::Ready(Ok(())), WaitState::Busy);
         }
-        match self.driver.step(cx, &self.rx_waker, &self.counters) {
-            Err(e) => Poll::Ready(Err(e)),
+        match self.driver.step(cx, now, &self.rx_waker, &self.counters) {
+            Err(e) => (Poll::Ready(Err(e)), WaitState::Busy),
             Ok(Work::Idle) => {
-                self.last_flush = Instant::now();
-                Poll::Pending
+                self.last_flush = now;
+                (Poll::Pending, WaitState::Idle)
             }
             Ok(Work::Progress) => {
-                let now = Instant::now();
                 if now.duration_since(self.last_flush) >= self.linger {
                     self.driver.flush();
                     self.last_flush = now;
                 }
                 cx.waker().wake_by_ref();
-                Poll::Pending
+                (Poll::Pending, WaitState::Busy)
+            }
+            Ok(Work::Throttled(d)) => {
+                // Nothing more comes from this source for a while: send what is buffered.
+                self.driver.flush();
+                self.last_flush = now;
+                self.throttle = Some(Box::pin(actix_rt::time::sleep(d)));
+                cx.waker().wake_by_ref();
+                (Poll::Pending, WaitState::Idle)
             }
             Ok(Work::Ended) => {
                 self.draining = true;
                 cx.waker().wake_by_ref();
-                Poll::Pending
+                (Poll::Pending, WaitState::Busy)
             }
         }
+    }
+
+    /// Charges the time so far and writes a sample for the job to read.
+    fn take_sample(&mut self, mailbox_latency: Duration) {
+        let now = Instant::now();
+        self.time.charge(now);
+        let (input, input_records) = self.driver.input_usage();
+        let output = self.driver.output_usage();
+        let mut slot = lock(&self.sample);
+        *slot = SubtaskSample {
+            busy: self.time.busy,
+            idle: self.time.idle,
+            back_pressured: self.time.back_pressured,
+            input,
+            input_records,
+            output,
+            mailbox_latency,
+            back_pressured_now: self.time.state() == WaitState::BackPressured,
+            at: Some(now),
+        };
     }
 }
 
@@ -330,7 +418,11 @@ impl ActorFuture<SubtaskActor> for DataLane {
         ctx: &mut Context<SubtaskActor>,
         task: &mut TaskContext<'_>,
     ) -> Poll<()> {
-        match act.poll_data(task) {
+        let t0 = Instant::now();
+        act.time.switch(t0, WaitState::Busy);
+        let (poll, next) = act.poll_data(task, t0);
+        act.time.switch(Instant::now(), next);
+        match poll {
             Poll::Pending => Poll::Pending,
             Poll::Ready(Ok(())) => {
                 tracing::debug!(uid = %act.id.head_uid, subtask = act.id.subtask, "subtask finished");
@@ -381,13 +473,8 @@ impl Handler<Ping> for SubtaskActor {
 
     fn handle(&mut self, _msg: Ping, _ctx: &mut Self::Context) -> Self::Result {
         let mails = self.counters.mails_handled.fetch_add(1, Ordering::Relaxed) + 1;
-        let (queued, capacity) = match &self.driver {
-            Driver::Source(_) => (0, 0),
-            Driver::Inputs { gates, .. } => (
-                gates.iter().map(|g| g.queued()).sum(),
-                gates.iter().map(|g| g.capacity()).sum(),
-            ),
-        };
+        let (input, _) = self.driver.input_usage();
+        let (queued, capacity) = (input.queued, input.capacity);
         MessageResult(SubtaskStatus {
             head_uid: self.id.head_uid.clone(),
             subtask: self.id.subtask,
@@ -396,6 +483,46 @@ impl Handler<Ping> for SubtaskActor {
             input_capacity: capacity,
             mails_handled: mails,
         })
+    }
+}
+
+/// Sample the subtask's metrics into its slot (sent by the job every metrics interval).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Sample {
+    pub(crate) sent_at: Instant,
+}
+
+impl Message for Sample {
+    type Result = ();
+}
+
+impl Handler<Sample> for SubtaskActor {
+    type Result = ();
+
+    fn handle(&mut self, msg: Sample, _ctx: &mut Self::Context) {
+        self.counters.mails_handled.fetch_add(1, Ordering::Relaxed);
+        self.take_sample(msg.sent_at.elapsed());
+    }
+}
+
+/// Set (or lift, with `None`) a source subtask's rate limit, in records per second.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct SetRate(pub(crate) Option<f64>);
+
+impl Message for SetRate {
+    type Result = ();
+}
+
+impl Handler<SetRate> for SubtaskActor {
+    type Result = ();
+
+    fn handle(&mut self, msg: SetRate, _ctx: &mut Self::Context) {
+        self.counters.mails_handled.fetch_add(1, Ordering::Relaxed);
+        if let Driver::Source(s) = &mut self.driver {
+            s.set_rate(Instant::now(), msg.0);
+            // A shorter wait may now apply: re-evaluate at the next poll.
+            self.throttle = None;
+        }
     }
 }
 

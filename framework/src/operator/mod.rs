@@ -39,6 +39,16 @@ pub(crate) trait Output<T>: Send {
     /// Moves batches waiting for credit into their channels; `Pending` while some channel has
     /// no credit (the task is woken when it has).
     fn poll_pending(&mut self, cx: &mut Context<'_>) -> Poll<()>;
+    /// Adds the fill of the network channels this output sends to, and their capacity, in
+    /// batches (batches waiting for credit count as queued).
+    fn usage(&self, usage: &mut QueueUsage);
+}
+
+/// Fill of a set of channels, in batches.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct QueueUsage {
+    pub(crate) queued: usize,
+    pub(crate) capacity: usize,
 }
 
 /// Boxed output, the unit the plan builder wires together.
@@ -186,6 +196,9 @@ macro_rules! forward_output_plumbing {
         fn poll_pending(&mut self, cx: &mut std::task::Context<'_>) -> std::task::Poll<()> {
             self.core.next.poll_pending(cx)
         }
+        fn usage(&self, usage: &mut $crate::operator::QueueUsage) {
+            self.core.next.usage(usage)
+        }
     };
 }
 pub(crate) use forward_output_plumbing;
@@ -236,6 +249,9 @@ impl<T: Clone + Send + 'static> Output<T> for Tee<T> {
             Poll::Pending
         }
     }
+    fn usage(&self, usage: &mut QueueUsage) {
+        self.outs.iter().for_each(|o| o.usage(usage))
+    }
 }
 
 /// Drops records: the output of a stream nothing consumes, and the `discard` sink.
@@ -253,4 +269,5 @@ impl<T> Output<T> for Discard {
     fn poll_pending(&mut self, _cx: &mut Context<'_>) -> Poll<()> {
         Poll::Ready(())
     }
+    fn usage(&self, _usage: &mut QueueUsage) {}
 }

@@ -47,4 +47,8 @@ impl<A: Send, B: Send> Output<Result<A, B>> for SplitOp<A, B> {
             Poll::Pending
         }
     }
+    fn usage(&self, usage: &mut super::QueueUsage) {
+        self.core.next.usage(usage);
+        self.side_next.usage(usage);
+    }
 }

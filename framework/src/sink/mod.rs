@@ -81,6 +81,7 @@ impl<T: Send + 'static> Output<T> for SinkOp<T> {
     fn poll_pending(&mut self, _cx: &mut Context<'_>) -> Poll<()> {
         Poll::Ready(())
     }
+    fn usage(&self, _usage: &mut crate::operator::QueueUsage) {}
 }
 
 /// Writes each record's `Display` form as a line to stdout.

@@ -59,13 +59,25 @@ pub(crate) struct SourceDriver<T> {
     pub(crate) batch_size: usize,
     pub(crate) info: crate::sync::Arc<crate::operator::OperatorInfo>,
     pub(crate) counters: crate::sync::Arc<crate::metrics::OperatorCounters>,
+    /// The rate limit, if one is set.
+    pub(crate) limiter: Option<crate::rate::TokenBucket>,
 }
 
 impl<T: Send + 'static> crate::task::SourceStep for SourceDriver<T> {
-    fn step(&mut self) -> Result<crate::task::SourceProgress, crate::error::TaskError> {
+    fn step(
+        &mut self,
+        now: std::time::Instant,
+    ) -> Result<crate::task::SourceProgress, crate::error::TaskError> {
         use crate::error::{panic_message, TaskError};
         use crate::task::SourceProgress;
-        let (source, buf, max) = (&mut self.source, &mut self.buf, self.batch_size);
+        let max = match self.limiter.as_mut() {
+            None => self.batch_size,
+            Some(bucket) => match bucket.try_take(now, self.batch_size as u64) {
+                0 => return Ok(SourceProgress::Throttled(bucket.time_until(now, 1))),
+                n => n as usize,
+            },
+        };
+        let (source, buf) = (&mut self.source, &mut self.buf);
         let status = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             source.poll_batch(buf, max)
         })) {
@@ -102,5 +114,28 @@ impl<T: Send + 'static> crate::task::SourceStep for SourceDriver<T> {
     }
     fn poll_pending(&mut self, cx: &mut std::task::Context<'_>) -> std::task::Poll<()> {
         self.out.poll_pending(cx)
+    }
+    fn set_rate(&mut self, now: std::time::Instant, rate: Option<f64>) {
+        self.limiter = match rate {
+            None => None,
+            Some(r) if !(r.is_finite() && r > 0.0) => {
+                tracing::warn!(uid = %self.info.uid, rate = r, "ignoring an invalid source rate");
+                return;
+            }
+            Some(r) => {
+                // Up to 100 ms of records at once, within one batch.
+                let burst = ((r * 0.1) as u64).clamp(1, self.batch_size as u64);
+                match self.limiter.as_mut() {
+                    Some(b) if b.burst() == burst => {
+                        let _ = b.set_rate(now, r);
+                        return;
+                    }
+                    _ => crate::rate::TokenBucket::new(r, burst, now).ok(),
+                }
+            }
+        };
+    }
+    fn output_usage(&self, usage: &mut crate::operator::QueueUsage) {
+        self.out.usage(usage)
     }
 }

@@ -1,0 +1,266 @@
+//! The job's metrics sampler and source rate controller.
+//!
+//! Every tick the job puts a `Sample` mail in each subtask's system lane; the subtask writes
+//! its cumulative time accounting and queue fill into a slot. The sampler turns two
+//! consecutive samples into per-second figures with Flink's names ([`JobMetrics`]). The rate
+//! controller feeds Spark's PID estimator from those figures and sets the sources' token
+//! buckets. This module owns the arithmetic; sending mail is the job's (`job`).
+
+use std::time::{Duration, Instant};
+
+use crate::metrics::{
+    BackpressureLevel, JobMetrics, OperatorCounters, OperatorMetrics, SubtaskMetrics, SubtaskSample,
+};
+use crate::rate::{PidRateEstimator, RateControlConfig};
+use crate::sync::atomic::Ordering;
+use crate::sync::{lock, Arc, Mutex};
+
+/// What the sampler knows of one subtask.
+pub(crate) struct SubtaskProbe {
+    pub(crate) head: usize,
+    pub(crate) head_uid: String,
+    pub(crate) subtask: usize,
+    pub(crate) is_source: bool,
+    pub(crate) slot: Arc<Mutex<SubtaskSample>>,
+    pub(crate) counters: Arc<crate::metrics::SubtaskCounters>,
+}
+
+/// What the sampler knows of one operator.
+pub(crate) struct OperatorProbe {
+    pub(crate) uid: String,
+    pub(crate) name: String,
+    pub(crate) head: usize,
+    pub(crate) is_source: bool,
+    pub(crate) counters: Vec<Arc<OperatorCounters>>,
+}
+
+pub(crate) struct Sampler {
+    started: Instant,
+    subtasks: Vec<SubtaskProbe>,
+    operators: Vec<OperatorProbe>,
+    prev_samples: Vec<SubtaskSample>,
+    /// Operator record counts when the samples now in the slots were requested, and when the
+    /// samples before them were: rates cover the same window as the samples.
+    last_records: Vec<(u64, u64)>,
+    last_at: Instant,
+    prev_records: Vec<(u64, u64)>,
+    prev_at: Instant,
+    marks: u64,
+}
+
+fn per_second(delta: Duration, over: Duration) -> f64 {
+    if over.is_zero() {
+        return 0.0;
+    }
+    (delta.as_secs_f64() * 1000.0 / over.as_secs_f64()).clamp(0.0, 1000.0)
+}
+
+fn usage(u: crate::operator::QueueUsage) -> f64 {
+    if u.capacity == 0 {
+        0.0
+    } else {
+        (u.queued as f64 / u.capacity as f64).min(1.0)
+    }
+}
+
+impl Sampler {
+    pub(crate) fn new(subtasks: Vec<SubtaskProbe>, operators: Vec<OperatorProbe>) -> Self {
+        let now = Instant::now();
+        Sampler {
+            started: now,
+            prev_samples: vec![SubtaskSample::default(); subtasks.len()],
+            prev_records: vec![(0, 0); operators.len()],
+            last_records: vec![(0, 0); operators.len()],
+            subtasks,
+            operators,
+            prev_at: now,
+            last_at: now,
+            marks: 0,
+        }
+    }
+
+    /// Records the operators' counts now: call when the sample mails are sent.
+    pub(crate) fn mark(&mut self) {
+        let now = Instant::now();
+        self.prev_records = std::mem::take(&mut self.last_records);
+        self.prev_at = self.last_at;
+        self.last_records = self
+            .operators
+            .iter()
+            .map(|op| {
+                op.counters.iter().fold((0, 0), |(i, o), c| {
+                    let (a, b, _) = c.snapshot();
+                    (i + a, o + b)
+                })
+            })
+            .collect();
+        self.last_at = now;
+        self.marks += 1;
+    }
+
+    /// Per-second metrics over the window between the last two [`mark`](Self::mark)s, from
+    /// the samples the subtasks wrote when those marks' mails reached them.
+    /// `None` until two windows have been marked (there is no complete window before).
+    pub(crate) fn compute(&mut self, source_rate_limit: Option<f64>) -> Option<JobMetrics> {
+        if self.marks < 2 {
+            return None;
+        }
+        let now = Instant::now();
+        let interval = self.last_at.duration_since(self.prev_at);
+        let mut subtasks = Vec::with_capacity(self.subtasks.len());
+        for (i, probe) in self.subtasks.iter().enumerate() {
+            let cur = lock(&probe.slot).clone();
+            let prev = &self.prev_samples[i];
+            let span = match (cur.at, prev.at) {
+                (Some(c), Some(p)) => c.saturating_duration_since(p),
+                (Some(c), None) => c.saturating_duration_since(self.started),
+                _ => Duration::ZERO,
+            };
+            let bp = per_second(cur.back_pressured.saturating_sub(prev.back_pressured), span);
+            let sent = probe.counters.mails_sent.load(Ordering::Relaxed);
+            let handled = probe.counters.mails_handled.load(Ordering::Relaxed);
+            subtasks.push(SubtaskMetrics {
+                head_uid: probe.head_uid.clone(),
+                subtask: probe.subtask,
+                busy_time_ms_per_second: per_second(cur.busy.saturating_sub(prev.busy), span),
+                idle_time_ms_per_second: per_second(cur.idle.saturating_sub(prev.idle), span),
+                back_pressured_time_ms_per_second: bp,
+                is_back_pressured: cur.back_pressured_now,
+                backpressure_level: BackpressureLevel::from_ms_per_second(bp),
+                input_queue_length: cur.input.queued,
+                input_queue_usage: usage(cur.input),
+                input_queue_records: cur.input_records,
+                output_queue_length: cur.output.queued,
+                output_queue_usage: usage(cur.output),
+                mailbox_latency_ms: cur.mailbox_latency.as_secs_f64() * 1000.0,
+                mailbox_queue_size: sent.saturating_sub(handled),
+            });
+            self.prev_samples[i] = cur;
+        }
+        let mut operators = Vec::with_capacity(self.operators.len());
+        for (k, op) in self.operators.iter().enumerate() {
+            let (rin, rout) = self.last_records[k];
+            let (pin, pout) = self.prev_records[k];
+            let secs = interval.as_secs_f64().max(1e-9);
+            let mine = subtasks
+                .iter()
+                .zip(&self.subtasks)
+                .filter(|(_, p)| p.head == op.head)
+                .map(|(m, _)| m);
+            let (mut busy, mut idle, mut bp) = (0.0f64, 0.0f64, 0.0f64);
+            for m in mine {
+                busy = busy.max(m.busy_time_ms_per_second);
+                idle = idle.max(m.idle_time_ms_per_second);
+                bp = bp.max(m.back_pressured_time_ms_per_second);
+            }
+            operators.push(OperatorMetrics {
+                uid: op.uid.clone(),
+                name: op.name.clone(),
+                num_records_in: rin,
+                num_records_out: rout,
+                num_records_in_per_second: rin.saturating_sub(pin) as f64 / secs,
+                num_records_out_per_second: rout.saturating_sub(pout) as f64 / secs,
+                busy_time_ms_per_second: busy,
+                idle_time_ms_per_second: idle,
+                back_pressured_time_ms_per_second: bp,
+                backpressure_level: BackpressureLevel::from_ms_per_second(bp),
+            });
+        }
+        Some(JobMetrics {
+            at: now.duration_since(self.started),
+            interval,
+            subtasks,
+            operators,
+            source_rate_limit,
+        })
+    }
+
+    /// Number of source subtasks (the rate limit is split evenly among them).
+    pub(crate) fn source_subtasks(&self) -> usize {
+        self.subtasks.iter().filter(|p| p.is_source).count()
+    }
+
+    /// Indices of the source subtasks.
+    pub(crate) fn source_actors(&self) -> impl Iterator<Item = usize> + '_ {
+        self.subtasks
+            .iter()
+            .enumerate()
+            .filter(|(_, p)| p.is_source)
+            .map(|(i, _)| i)
+    }
+
+    fn is_source_op(&self, uid: &str) -> bool {
+        self.operators.iter().any(|o| o.uid == uid && o.is_source)
+    }
+}
+
+/// Spark's rate controller, fed from Weir's metrics.
+///
+/// Per update: `elements` = records the sources emitted in the interval; `processing delay` =
+/// the busy time, in the interval, of the busiest non-source subtask (the bottleneck: the time
+/// the pipeline needed for those records); `scheduling delay` = the records waiting in
+/// channels divided by the processing rate. The new rate is split evenly over the source
+/// subtasks.
+pub(crate) struct RateController {
+    pub(crate) config: RateControlConfig,
+    estimator: PidRateEstimator,
+    last_update: Instant,
+    elapsed_ms: u64,
+    pub(crate) current: Option<f64>,
+}
+
+impl RateController {
+    pub(crate) fn new(config: RateControlConfig) -> Option<Self> {
+        if !config.enabled {
+            return None;
+        }
+        let estimator = config.estimator().ok()?;
+        Some(RateController {
+            current: config.initial_rate,
+            config,
+            estimator,
+            last_update: Instant::now(),
+            elapsed_ms: 0,
+        })
+    }
+
+    /// Whether an update is due.
+    pub(crate) fn due(&self, now: Instant) -> bool {
+        now.duration_since(self.last_update) >= self.config.update_interval
+    }
+
+    /// Feeds one interval's metrics; returns the new total source rate, if it changed.
+    pub(crate) fn update(&mut self, m: &JobMetrics, sampler: &Sampler) -> Option<f64> {
+        self.last_update = Instant::now();
+        let secs = m.interval.as_secs_f64();
+        self.elapsed_ms += m.interval.as_millis() as u64;
+        let elements: f64 = m
+            .operators
+            .iter()
+            .filter(|o| sampler.is_source_op(&o.uid))
+            .map(|o| o.num_records_out_per_second * secs)
+            .sum();
+        let busiest = m
+            .subtasks
+            .iter()
+            .zip(&sampler.subtasks)
+            .filter(|(_, p)| !p.is_source)
+            .map(|(s, _)| s.busy_time_ms_per_second)
+            .fold(0.0f64, f64::max);
+        let processing_ms = busiest * secs;
+        if elements < 1.0 || processing_ms < 1.0 {
+            return None;
+        }
+        let processing_rate = elements / processing_ms * 1000.0;
+        let queued: usize = m.subtasks.iter().map(|s| s.input_queue_records).sum();
+        let scheduling_ms = queued as f64 / processing_rate * 1000.0;
+        let rate = self.estimator.compute(
+            self.elapsed_ms,
+            elements as u64,
+            processing_ms as u64,
+            scheduling_ms as u64,
+        )?;
+        self.current = Some(rate);
+        Some(rate)
+    }
+}
