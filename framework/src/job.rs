@@ -224,16 +224,16 @@ pub(crate) fn start(graph: Graph, cfg: EnvConfig, name: &str) -> Result<JobHandl
             let span = tracing::info_span!("job", name = %job_for_thread);
             let _enter = span.enter();
             let system = actix_rt::System::new();
-            system.block_on(run(
+            system.block_on(run(JobRun {
                 graph,
                 plan,
                 cfg,
-                job_for_thread,
+                job: job_for_thread,
                 events_tx,
                 events_rx,
-                deployed_tx,
-                metrics_for_thread,
-            ))
+                deployed: deployed_tx,
+                metrics: metrics_for_thread,
+            }))
         })
         .map_err(|e| JobError::Runtime {
             job: job.clone(),
@@ -265,16 +265,29 @@ pub(crate) fn start(graph: Graph, cfg: EnvConfig, name: &str) -> Result<JobHandl
     })
 }
 
-async fn run(
+/// Everything the job thread owns.
+struct JobRun {
     graph: Graph,
     plan: Plan,
     cfg: EnvConfig,
     job: String,
     events_tx: UnboundedSender<JobEvent>,
-    mut events_rx: futures::channel::mpsc::UnboundedReceiver<JobEvent>,
+    events_rx: futures::channel::mpsc::UnboundedReceiver<JobEvent>,
     deployed: std_mpsc::Sender<Vec<ActorEntry>>,
     metrics: Arc<Mutex<Option<JobMetrics>>>,
-) -> Result<JobResult, JobError> {
+}
+
+async fn run(run: JobRun) -> Result<JobResult, JobError> {
+    let JobRun {
+        graph,
+        plan,
+        cfg,
+        job,
+        events_tx,
+        mut events_rx,
+        deployed,
+        metrics,
+    } = run;
     let started = Instant::now();
     let (specs, registry) = instantiate(&graph, &plan, &cfg).map_err(|e| e.into_job_error(&job))?;
     let arbiters: Vec<Arbiter> = (0..cfg.arbiters.min(specs.len().max(1)))
