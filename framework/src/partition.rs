@@ -35,11 +35,13 @@ pub(crate) enum PartitionKind {
 }
 
 /// Settings a network output needs.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub(crate) struct OutputConfig {
     pub(crate) batch_size: usize,
     pub(crate) subtask: usize,
     pub(crate) max_parallelism: usize,
+    /// The receiving operator (named when its key selector panics).
+    pub(crate) target_uid: std::sync::Arc<String>,
 }
 
 /// Builds a keyed (hash) output for a given set of channels.
@@ -205,6 +207,9 @@ pub(crate) struct NetOutput<T, R> {
     router: R,
     batch_size: usize,
     pending: PendingQueue<T>,
+    /// For errors: the receiving operator and this sending subtask.
+    target_uid: std::sync::Arc<String>,
+    subtask: usize,
 }
 
 impl<T, R> NetOutput<T, R> {
@@ -218,6 +223,8 @@ impl<T, R> NetOutput<T, R> {
             router,
             batch_size: cfg.batch_size,
             pending: PendingQueue::new(),
+            target_uid: cfg.target_uid,
+            subtask: cfg.subtask,
         }
     }
 
@@ -245,17 +252,28 @@ impl<T: Send + Sync, R: Router<T>> Output<T> for NetOutput<T, R> {
             }
             return Ok(());
         }
-        for r in batch.drain(..) {
-            let t = self.router.route(&r);
-            let buf = &mut self.bufs[t];
-            buf.push(r);
-            if buf.len() >= self.batch_size {
-                let full = std::mem::replace(buf, Vec::with_capacity(self.batch_size));
-                self.pending
-                    .send(&self.senders, t, Event::Batch(Batch::Owned(full)));
+        // The router may run user code (a key selector): a panic names the keyed operator.
+        let routed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            for r in batch.drain(..) {
+                let t = self.router.route(&r);
+                let buf = &mut self.bufs[t];
+                buf.push(r);
+                if buf.len() >= self.batch_size {
+                    let full = std::mem::replace(buf, Vec::with_capacity(self.batch_size));
+                    self.pending
+                        .send(&self.senders, t, Event::Batch(Batch::Owned(full)));
+                }
             }
-        }
-        Ok(())
+        }));
+        routed.map_err(|payload| TaskError::Panic {
+            uid: self.target_uid.to_string(),
+            subtask: self.subtask,
+            message: format!(
+                "in its key selector (run by upstream subtask {}): {}",
+                self.subtask,
+                crate::error::panic_message(&*payload)
+            ),
+        })
     }
     fn flush(&mut self) {
         for t in 0..self.bufs.len() {

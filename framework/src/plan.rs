@@ -282,6 +282,7 @@ impl ChainBuilder<'_> {
                         batch_size: self.cfg.batch_size,
                         subtask: j,
                         max_parallelism: self.cfg.max_parallelism,
+                        target_uid: Arc::new(self.plan.uids[e.to].clone()),
                     };
                     outs.push(e.partition.output(self.plan.kinds[ei], txs, cfg));
                 }
@@ -298,6 +299,16 @@ impl ChainBuilder<'_> {
             counters: self.registry.counters[n][j].clone(),
             config: self.cfg.clone(),
         };
-        node.builder.build(&env, outputs)
+        // The builder runs user factories (sources, sinks): a panic there names the operator.
+        let built = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            node.builder.build(&env, outputs)
+        }));
+        built.unwrap_or_else(|payload| {
+            Err(TaskError::Panic {
+                uid: self.plan.uids[n].clone(),
+                subtask: j,
+                message: crate::error::panic_message(&*payload),
+            })
+        })
     }
 }

@@ -45,7 +45,7 @@ impl Gate {
         loop {
             let seen = self.seen.load(Ordering::SeqCst);
             let permits = *self.permits.0.lock().unwrap();
-            if permits == 0 && seen % BATCH as u64 == 0 && seen > 0 {
+            if permits == 0 && seen.is_multiple_of(BATCH as u64) && seen > 0 {
                 std::thread::sleep(Duration::from_millis(50));
                 if self.seen.load(Ordering::SeqCst) == seen {
                     return seen;
@@ -59,7 +59,7 @@ impl Gate {
 
 impl ProcessFunction<u64, u64> for Gate {
     fn process(&mut self, x: u64, out: &mut Collector<u64>) {
-        if x % BATCH as u64 == 0 {
+        if x.is_multiple_of(BATCH as u64) {
             let (m, cv) = &*self.permits;
             let mut p = m.lock().unwrap();
             while *p == 0 {

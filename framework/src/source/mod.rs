@@ -39,9 +39,9 @@ impl SourceContext {
     /// assert_eq!(cx.share_of(10), 3..6);
     /// ```
     pub fn share_of(&self, n: u64) -> std::ops::Range<u64> {
-        let p = self.parallelism as u64;
-        let i = self.subtask as u64;
-        (n * i / p)..(n * (i + 1) / p)
+        // In u128: `n * (i + 1)` overflows u64 for large n (an effectively endless source).
+        let (n, p, i) = (n as u128, self.parallelism as u128, self.subtask as u128);
+        ((n * i / p) as u64)..((n * (i + 1) / p) as u64)
     }
 }
 
