@@ -1,0 +1,189 @@
+//! Helpers shared by the integration tests: configs, temp dirs, timeouts, instance ids.
+#![allow(dead_code)]
+
+use std::collections::hash_map::RandomState;
+use std::collections::HashMap;
+use std::hash::{BuildHasher, Hash, Hasher};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{self, RecvTimeoutError};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use weir::EnvConfig;
+
+/// How long a job may take before the test calls it a hang.
+pub const TIMEOUT: Duration = Duration::from_secs(30);
+
+/// A config with the given batch size and channel capacity.
+pub fn cfg(batch_size: usize, channel_capacity: usize) -> EnvConfig {
+    let mut c = EnvConfig::default();
+    c.batch_size = batch_size;
+    c.channel_capacity = channel_capacity;
+    c
+}
+
+/// The default config and a small one (batch 7, capacity 2), with the number of records to
+/// generate under each (fewer for the small one, which costs one actor turn per 7 records).
+pub fn configs() -> Vec<(&'static str, EnvConfig, u64)> {
+    vec![
+        ("default", EnvConfig::default(), 100_000),
+        ("small", cfg(7, 2), 20_000),
+    ]
+}
+
+/// (source parallelism, operator parallelism) pairs: equal (forward, chained) and unequal
+/// (rebalance), odd and even splits.
+pub const PAR_PAIRS: [(usize, usize); 5] = [(1, 1), (2, 2), (3, 3), (1, 3), (3, 2)];
+
+/// `v` sorted.
+pub fn sorted<T: Ord>(mut v: Vec<T>) -> Vec<T> {
+    v.sort();
+    v
+}
+
+/// How many times each element occurs.
+pub fn counts<T: Hash + Eq, I: IntoIterator<Item = T>>(items: I) -> HashMap<T, u64> {
+    let mut m = HashMap::new();
+    for x in items {
+        *m.entry(x).or_insert(0) += 1;
+    }
+    m
+}
+
+/// A random u64 (different on every call), without a dependency.
+pub fn random_u64() -> u64 {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let mut h = RandomState::new().build_hasher();
+    h.write_u64(COUNTER.fetch_add(1, Ordering::Relaxed));
+    h.write_u128(
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0),
+    );
+    h.write_u32(std::process::id());
+    h.finish()
+}
+
+/// A per-operator-instance id, chosen at first use. Put it in a user function struct: the
+/// prototype is cloned per subtask before it is ever used, so every instance gets its own.
+#[derive(Debug, Clone, Default)]
+pub struct InstanceId(Option<u64>);
+
+impl InstanceId {
+    pub fn get(&mut self) -> u64 {
+        *self.0.get_or_insert_with(random_u64)
+    }
+}
+
+/// A directory under the system temp dir, removed on drop.
+#[derive(Debug)]
+pub struct TempDir(PathBuf);
+
+impl TempDir {
+    pub fn new(tag: &str) -> TempDir {
+        static COUNTER: AtomicU64 = AtomicU64::new(0);
+        let name = format!(
+            "weir-tests-{tag}-{}-{}-{:x}",
+            std::process::id(),
+            COUNTER.fetch_add(1, Ordering::Relaxed),
+            random_u64()
+        );
+        let path = std::env::temp_dir().join(name);
+        std::fs::create_dir_all(&path).expect("create temp dir");
+        TempDir(path)
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+
+    /// Writes `bytes` to `name` in this dir and returns the file's path.
+    pub fn write(&self, name: &str, bytes: &[u8]) -> PathBuf {
+        let p = self.0.join(name);
+        std::fs::write(&p, bytes).expect("write temp file");
+        p
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Runs `f` (which builds and runs a job) on a thread of its own and returns its result;
+/// fails the test if it does not return within [`TIMEOUT`] (a hang) or panics.
+pub fn within_timeout<R: Send + 'static>(f: impl FnOnce() -> R + Send + 'static) -> R {
+    let (tx, rx) = mpsc::channel();
+    let thread = std::thread::Builder::new()
+        .name("weir-test-job".into())
+        .spawn(move || {
+            let _ = tx.send(f());
+        })
+        .expect("spawn test thread");
+    match rx.recv_timeout(TIMEOUT) {
+        Ok(r) => {
+            let _ = thread.join();
+            r
+        }
+        Err(RecvTimeoutError::Timeout) => panic!("the job did not return within {TIMEOUT:?}"),
+        Err(RecvTimeoutError::Disconnected) => match thread.join() {
+            Err(payload) => std::panic::resume_unwind(payload),
+            Ok(()) => panic!("the job thread ended without a result"),
+        },
+    }
+}
+
+/// The part files (`part-*`) in `dir`, by name.
+pub fn part_files(dir: &Path) -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
+        .expect("read output dir")
+        .map(|e| e.expect("dir entry").path())
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("part-"))
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+/// Every line of every part file in `dir`.
+pub fn read_part_lines(dir: &Path) -> Vec<String> {
+    let mut lines = Vec::new();
+    for p in part_files(dir) {
+        let text = std::fs::read_to_string(&p).expect("read part file");
+        lines.extend(text.lines().map(str::to_owned));
+    }
+    lines
+}
+
+/// Asserts that `actual` and `expected` hold the same elements with the same multiplicities
+/// (order ignored); on failure names the sizes and the first difference, not every record.
+pub fn assert_multiset_eq<T: Ord + std::fmt::Debug>(actual: Vec<T>, expected: Vec<T>, ctx: &str) {
+    let a = sorted(actual);
+    let e = sorted(expected);
+    if a != e {
+        let i = a
+            .iter()
+            .zip(&e)
+            .position(|(x, y)| x != y)
+            .unwrap_or(a.len().min(e.len()));
+        panic!(
+            "{ctx}: got {} records, expected {}; first difference at sorted index {i}: got {:?}, expected {:?}",
+            a.len(),
+            e.len(),
+            a.get(i),
+            e.get(i)
+        );
+    }
+}
+
+/// Starts the job of `env` and waits for it on another thread, failing the test if it does
+/// not end within [`TIMEOUT`]. (`Env` is not `Send`; the started job's handle is.)
+pub fn execute_within(env: &weir::Env, name: &str) -> Result<weir::JobResult, weir::JobError> {
+    let handle = env.start(name)?;
+    within_timeout(move || handle.wait())
+}
