@@ -102,6 +102,7 @@ impl Env {
             n_inputs: 0,
             ports: vec![Port::<T>::boxed()],
             builder,
+            initial_state: None,
         });
         DataStream::new(self.graph.clone(), id, 0)
     }

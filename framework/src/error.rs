@@ -47,6 +47,16 @@ pub enum PlanError {
         /// The method.
         method: &'static str,
     },
+    /// `with_initial_state` was given a number of snapshots other than the parallelism.
+    #[error("operator `{uid}`: {snapshots} initial state snapshots for parallelism {parallelism}; give one per subtask")]
+    StateParallelism {
+        /// The operator.
+        uid: String,
+        /// Snapshots given.
+        snapshots: usize,
+        /// Its parallelism.
+        parallelism: usize,
+    },
     /// A configuration value out of range.
     #[error("invalid configuration `{key}`: {message}")]
     BadConfig {
@@ -168,6 +178,19 @@ pub enum JobError {
         /// What is known.
         reason: String,
     },
+    /// An operator's initial state could not be restored.
+    #[error("job `{job}`: operator `{uid}` subtask {subtask} cannot restore its state: {source}")]
+    StateRestore {
+        /// Job name.
+        job: String,
+        /// The operator's uid.
+        uid: String,
+        /// Subtask index.
+        subtask: usize,
+        /// Why.
+        #[source]
+        source: crate::hooks::StateError,
+    },
     /// The job was cancelled through its handle.
     #[error("job `{job}` was cancelled")]
     Cancelled {
@@ -202,6 +225,11 @@ pub(crate) enum TaskError {
         subtask: usize,
         source: SinkError,
     },
+    State {
+        uid: String,
+        subtask: usize,
+        source: crate::hooks::StateError,
+    },
 }
 
 impl TaskError {
@@ -233,6 +261,16 @@ impl TaskError {
                 subtask,
                 source,
             } => JobError::SinkFailed {
+                job,
+                uid,
+                subtask,
+                source,
+            },
+            TaskError::State {
+                uid,
+                subtask,
+                source,
+            } => JobError::StateRestore {
                 job,
                 uid,
                 subtask,

@@ -42,6 +42,8 @@ pub(crate) struct OpEnv {
     pub(crate) info: Arc<OperatorInfo>,
     pub(crate) counters: Arc<OperatorCounters>,
     pub(crate) config: EnvConfig,
+    /// The state this subtask starts from (`with_initial_state`).
+    pub(crate) initial_state: Option<crate::hooks::StateSnapshot>,
 }
 
 /// One subtask's instance of a node.
@@ -138,6 +140,8 @@ pub(crate) struct Node {
     pub(crate) n_inputs: usize,
     pub(crate) ports: Vec<Box<dyn PortType>>,
     pub(crate) builder: Box<dyn NodeBuilder>,
+    /// One state snapshot per subtask to start from (`with_initial_state`).
+    pub(crate) initial_state: Option<Vec<crate::hooks::StateSnapshot>>,
 }
 
 /// A connection from an output port to a logical input of another node.
@@ -238,5 +242,8 @@ impl<T: Data> InputGate for TypedGate<T> {
     }
     fn output_usage(&self, usage: &mut crate::operator::QueueUsage) {
         self.head.usage(usage)
+    }
+    fn control(&mut self, c: &mut crate::operator::Control<'_>) {
+        self.head.control(c)
     }
 }

@@ -18,13 +18,16 @@ use futures::StreamExt;
 use crate::config::EnvConfig;
 use crate::error::JobError;
 use crate::graph::Graph;
+use crate::hooks::{ConfigError, StateError, StateSnapshot};
 use crate::metrics::{JobMetrics, SubtaskCounters, SubtaskSample};
 use crate::plan::{instantiate, plan, OperatorRegistry, Plan};
 use crate::rate::{RateConfigError, RateControlConfig};
 use crate::sampler::{OperatorProbe, RateController, Sampler, SubtaskProbe};
 use crate::sync::atomic::Ordering;
 use crate::sync::{lock, Arc, Mutex};
-use crate::task::{JobEvent, Ping, Sample, SetRate, Stop, SubtaskActor, SubtaskStatus};
+use crate::task::{
+    Configure, JobEvent, Ping, Sample, SetRate, SnapshotState, Stop, SubtaskActor, SubtaskStatus,
+};
 
 /// Counters of one operator over all its subtasks, at the end of a job.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -171,6 +174,73 @@ impl JobHandle {
         Some(PendingPing {
             reply: Box::pin(entry.addr.send(Ping)),
         })
+    }
+
+    /// Changes the `#[weir(config)]` field `key` of operator `uid` to `value` (parsed into the
+    /// field's type) in every subtask, between two batches, without stopping the job. A bad
+    /// key or value is refused by the first subtask, so no subtask changes.
+    pub fn update_config(&self, uid: &str, key: &str, value: &str) -> Result<(), ConfigError> {
+        let entries: Vec<&ActorEntry> = self
+            .actors
+            .iter()
+            .filter(|a| a.uids.iter().any(|u| u == uid))
+            .collect();
+        if entries.is_empty() {
+            return Err(ConfigError::NoSuchOperator {
+                uid: uid.to_owned(),
+            });
+        }
+        for entry in entries {
+            entry.counters.mails_sent.fetch_add(1, Ordering::Relaxed);
+            let reply = futures::executor::block_on(entry.addr.send(Configure {
+                uid: uid.to_owned(),
+                key: key.to_owned(),
+                value: value.to_owned(),
+            }));
+            match reply {
+                Ok(r) => r?,
+                Err(_) => {
+                    return Err(ConfigError::NoSuchOperator {
+                        uid: uid.to_owned(),
+                    })
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Snapshots the `#[weir(state)]` fields of operator `uid` in every subtask (in subtask
+    /// order), each between two of its batches. Give the result to
+    /// [`DataStream::with_initial_state`](crate::DataStream::with_initial_state) to start a
+    /// job from it.
+    pub fn snapshot_state(&self, uid: &str) -> Result<Vec<StateSnapshot>, StateError> {
+        let mut entries: Vec<&ActorEntry> = self
+            .actors
+            .iter()
+            .filter(|a| a.uids.iter().any(|u| u == uid))
+            .collect();
+        if entries.is_empty() {
+            return Err(StateError::NoSuchOperator {
+                uid: uid.to_owned(),
+            });
+        }
+        entries.sort_by_key(|e| e.subtask);
+        let mut out = Vec::with_capacity(entries.len());
+        for entry in entries {
+            entry.counters.mails_sent.fetch_add(1, Ordering::Relaxed);
+            let reply = futures::executor::block_on(entry.addr.send(SnapshotState {
+                uid: uid.to_owned(),
+            }));
+            match reply {
+                Ok(r) => out.push(r?),
+                Err(_) => {
+                    return Err(StateError::NoSuchOperator {
+                        uid: uid.to_owned(),
+                    })
+                }
+            }
+        }
+        Ok(out)
     }
 
     /// The job's metrics over the last metrics interval (`None` before the first interval

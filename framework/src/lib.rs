@@ -36,6 +36,7 @@ mod config;
 mod env;
 pub mod error;
 mod graph;
+pub mod hooks;
 mod job;
 pub mod key_group;
 mod metrics;
@@ -54,6 +55,7 @@ mod task;
 pub use config::EnvConfig;
 pub use env::Env;
 pub use error::{JobError, PlanError, SinkError, SourceError};
+pub use hooks::{ConfigError, ConfigKey, Operator, StateError, StateSnapshot};
 pub use job::{Canceller, JobHandle, JobResult, OperatorResult, PendingPing};
 pub use metrics::{BackpressureLevel, JobMetrics, OperatorMetrics, SubtaskMetrics};
 pub use operator::connect::{BroadcastProcessFunction, CoProcessFunction, InputSelection};
@@ -65,7 +67,7 @@ pub use source::jsonl::{BadLine, MalformedPolicy};
 pub use state::{KeyedState, MapState, ValueState};
 pub use stream::{DataStream, KeyedStream, SinkStream};
 pub use task::SubtaskStatus;
-pub use weir_macros::Record;
+pub use weir_macros::{Operator, Record};
 
 /// What a stream element must be: cloneable (for broadcast and fan-out), shareable across
 /// threads, serializable (for snapshots and channel state), and owned.

@@ -295,6 +295,7 @@ impl<T: Send + Sync, R: Router<T>> Output<T> for NetOutput<T, R> {
     fn usage(&self, usage: &mut QueueUsage) {
         self.pending.usage(&self.senders, usage)
     }
+    fn control(&mut self, _c: &mut crate::operator::Control<'_>) {}
 }
 
 /// Every record to every receiver; one shared batch per send.
@@ -359,4 +360,5 @@ impl<T: Send + Sync> Output<T> for BroadcastOutput<T> {
     fn usage(&self, usage: &mut QueueUsage) {
         self.pending.usage(&self.senders, usage)
     }
+    fn control(&mut self, _c: &mut crate::operator::Control<'_>) {}
 }

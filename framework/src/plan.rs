@@ -79,6 +79,17 @@ pub(crate) fn plan(graph: &Graph, cfg: &EnvConfig) -> Result<Plan, PlanError> {
         }
         parallelism.push(p);
     }
+    for (id, node) in graph.nodes.iter().enumerate() {
+        if let Some(states) = &node.initial_state {
+            if states.len() != parallelism[id] {
+                return Err(PlanError::StateParallelism {
+                    uid: uids[id].clone(),
+                    snapshots: states.len(),
+                    parallelism: parallelism[id],
+                });
+            }
+        }
+    }
     let mut in_degree = vec![0usize; n];
     for e in &graph.edges {
         in_degree[e.to] += 1;
@@ -298,6 +309,7 @@ impl ChainBuilder<'_> {
             }),
             counters: self.registry.counters[n][j].clone(),
             config: self.cfg.clone(),
+            initial_state: node.initial_state.as_ref().and_then(|v| v.get(j).cloned()),
         };
         // The builder runs user factories (sources, sinks): a panic there names the operator.
         let built = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {

@@ -27,9 +27,11 @@ use std::rc::Rc;
 
 use crate::error::PlanError;
 use crate::graph::{unbox, AnyBox, Built, Edge, Graph, Node, NodeId, OpEnv, Port};
+use crate::hooks::{Operator, StateSnapshot};
+use crate::operator::apply::ApplyOp;
 use crate::operator::connect::{
     co_sides, BroadcastAdapter, BroadcastProcessFunction, CoAdapter, CoProcessFunction,
-    InputSelection, SelectionCell, TwoInput,
+    HookedBroadcast, HookedCo, InputSelection, SelectionCell, TwoInput,
 };
 use crate::operator::filter::FilterOp;
 use crate::operator::flat_map::FlatMapOp;
@@ -73,6 +75,42 @@ pub(crate) fn core<U>(env: &OpEnv, next: BoxOutput<U>) -> OpCore<U> {
         next,
         env.config.batch_size,
     )
+}
+
+/// Builder of an `apply` node: the operator, restored from its initial state if any.
+fn apply_builder<T, U, P>(op: P) -> Box<dyn crate::graph::NodeBuilder>
+where
+    T: Data,
+    U: Data,
+    P: ProcessFunction<T, U> + Operator + Clone,
+{
+    Box::new(move |env: &OpEnv, mut outputs: Vec<AnyBox>| {
+        let next = unbox::<BoxOutput<U>>(outputs.remove(0));
+        let mut f = op.clone();
+        restore_initial(&mut f, env)?;
+        let head: BoxOutput<T> = Box::new(ApplyOp {
+            f,
+            core: core(env, next),
+        });
+        Ok(Built::Inputs {
+            heads: vec![Box::new(head) as AnyBox],
+            selection: None,
+        })
+    })
+}
+
+/// Restores an operator instance from its subtask's initial state, if one was given.
+fn restore_initial<P: Operator>(op: &mut P, env: &OpEnv) -> Result<(), crate::error::TaskError> {
+    match &env.initial_state {
+        None => Ok(()),
+        Some(snap) => op
+            .restore_state(snap)
+            .map_err(|source| crate::error::TaskError::State {
+                uid: env.info.uid.clone(),
+                subtask: env.info.subtask,
+                source,
+            }),
+    }
 }
 
 /// One-input operator node builder from a typed constructor.
@@ -146,6 +184,7 @@ impl<T: Data> DataStream<T> {
             n_inputs: 1,
             ports: vec![Port::<U>::boxed()],
             builder,
+            initial_state: None,
         });
         self.edges_into(&mut g, id, 0, part);
         drop(g);
@@ -264,6 +303,31 @@ impl<T: Data> DataStream<T> {
         })
     }
 
+    /// Runs a user operator with derived hooks (`#[derive(Operator)]` on a
+    /// [`ProcessFunction`]): like [`process`](Self::process), and its `#[weir(config)]` fields
+    /// can be changed while the job runs ([`JobHandle::update_config`]) and its
+    /// `#[weir(state)]` fields snapshotted ([`JobHandle::snapshot_state`]) and restored
+    /// ([`with_initial_state`](Self::with_initial_state)). The node's default name is the
+    /// operator's type name.
+    ///
+    /// [`JobHandle::update_config`]: crate::JobHandle::update_config
+    /// [`JobHandle::snapshot_state`]: crate::JobHandle::snapshot_state
+    pub fn apply<U, P>(self, op: P) -> DataStream<U>
+    where
+        U: Data,
+        P: ProcessFunction<T, U> + Operator + Clone,
+    {
+        let part = self.partitioning();
+        self.add_operator(P::NAME, apply_builder::<T, U, P>(op), part)
+    }
+
+    /// Starts the operator that produced this stream from these states, one per subtask (as
+    /// returned by [`JobHandle::snapshot_state`](crate::JobHandle::snapshot_state)).
+    pub fn with_initial_state(self, snapshots: Vec<StateSnapshot>) -> Self {
+        self.set("with_initial_state", |n| n.initial_state = Some(snapshots));
+        self
+    }
+
     /// Partitions the stream by key: records with equal keys reach the same subtask of the
     /// next (keyed) operator.
     pub fn key_by<K, KF>(self, key_fn: KF) -> KeyedStream<T, K, KF>
@@ -345,6 +409,7 @@ impl<T: Data> DataStream<T> {
             n_inputs: 1,
             ports: Vec::new(),
             builder,
+            initial_state: None,
         });
         self.edges_into(&mut g, id, 0, part);
         drop(g);
@@ -431,6 +496,7 @@ impl<A: Data, B: Data> DataStream<Result<A, B>> {
             n_inputs: 1,
             ports: vec![Port::<A>::boxed(), Port::<B>::boxed()],
             builder,
+            initial_state: None,
         });
         self.edges_into(&mut g, id, 0, part);
         drop(g);
@@ -530,6 +596,21 @@ where
             .name("keyed_process")
     }
 
+    /// Runs a user operator with derived hooks on the keyed stream: records are partitioned by
+    /// key, and the operator keeps its own (per-subtask) `#[weir(state)]` fields. See
+    /// [`DataStream::apply`].
+    pub fn apply<O, P>(self, op: P) -> DataStream<O>
+    where
+        O: Data,
+        P: ProcessFunction<T, O> + Operator + Clone,
+    {
+        let hash_key = self.key_fn;
+        self.stream
+            .add_operator(P::NAME, apply_builder::<T, O, P>(op), move || {
+                Partitioning::Hash(hash_output_factory::<T, K, KF>(hash_key.clone()))
+            })
+    }
+
     /// Rolling reduce: emits each key's running reduction after every record.
     pub fn reduce<F>(self, f: F) -> DataStream<T>
     where
@@ -572,12 +653,12 @@ fn two_input_node<A: Data, B: Data, O: Data, C, MK>(
 ) -> DataStream<O>
 where
     C: TwoInput<A, B, O>,
-    MK: Fn() -> C + Send + 'static,
+    MK: Fn(&OpEnv) -> Result<C, crate::error::TaskError> + Send + 'static,
 {
     let builder = Box::new(move |env: &OpEnv, mut outputs: Vec<AnyBox>| {
         let next = unbox::<BoxOutput<O>>(outputs.remove(0));
         let cell = Arc::new(SelectionCell::new(selection));
-        let (a, b) = co_sides::<C, A, B, O>(make(), core(env, next), cell.clone());
+        let (a, b) = co_sides::<C, A, B, O>(make(env)?, core(env, next), cell.clone());
         Ok(Built::Inputs {
             heads: vec![
                 Box::new(Box::new(a) as BoxOutput<A>) as AnyBox,
@@ -599,6 +680,7 @@ where
         n_inputs: 2,
         ports: vec![Port::<O>::boxed()],
         builder,
+        initial_state: None,
     });
     first.edges_into(&mut g, id, 0, pa);
     second.edges_into(&mut g, id, 1, pb);
@@ -624,7 +706,27 @@ impl<A: Data, B: Data> ConnectedStreams<A, B> {
             self.second,
             "co_process",
             InputSelection::All,
-            move || CoAdapter(f.clone()),
+            move |_| Ok(CoAdapter(f.clone())),
+        )
+    }
+
+    /// Runs a [`CoProcessFunction`] with derived hooks (`#[derive(Operator)]`); see
+    /// [`DataStream::apply`].
+    pub fn apply<O, P>(self, op: P) -> DataStream<O>
+    where
+        O: Data,
+        P: CoProcessFunction<A, B, O> + Operator + Clone,
+    {
+        two_input_node(
+            self.first,
+            self.second,
+            P::NAME,
+            InputSelection::All,
+            move |env| {
+                let mut f = op.clone();
+                restore_initial(&mut f, env)?;
+                Ok(HookedCo(f))
+            },
         )
     }
 
@@ -669,6 +771,29 @@ impl<A: Data, B: Data> BroadcastConnectedStreams<A, B> {
         self
     }
 
+    /// Runs a [`BroadcastProcessFunction`] with derived hooks (`#[derive(Operator)]`); see
+    /// [`DataStream::apply`]. The broadcast state is rebuilt from the broadcast input, not
+    /// snapshotted; the operator's own `#[weir(state)]` fields are.
+    pub fn apply<O, P>(self, op: P) -> DataStream<O>
+    where
+        O: Data,
+        P: BroadcastProcessFunction<A, B, O> + Operator + Clone,
+    {
+        let selection = if self.broadcast_first {
+            InputSelection::Second
+        } else {
+            InputSelection::All
+        };
+        two_input_node(self.main, self.broadcast, P::NAME, selection, move |env| {
+            let mut f = op.clone();
+            restore_initial(&mut f, env)?;
+            Ok(HookedBroadcast(BroadcastAdapter {
+                f,
+                state: P::State::default(),
+            }))
+        })
+    }
+
     /// Runs a [`BroadcastProcessFunction`].
     pub fn process<O, P>(self, f: P) -> DataStream<O>
     where
@@ -685,9 +810,11 @@ impl<A: Data, B: Data> BroadcastConnectedStreams<A, B> {
             self.broadcast,
             "broadcast_process",
             selection,
-            move || BroadcastAdapter {
-                f: f.clone(),
-                state: P::State::default(),
+            move |_| {
+                Ok(BroadcastAdapter {
+                    f: f.clone(),
+                    state: P::State::default(),
+                })
             },
         )
     }

@@ -27,9 +27,10 @@ use actix::prelude::*;
 use futures::channel::mpsc::UnboundedSender;
 
 use crate::error::TaskError;
+use crate::hooks::{ConfigError, StateError, StateSnapshot};
 use crate::metrics::{SubtaskCounters, SubtaskSample, TimeAccount, WaitState};
 use crate::operator::connect::{InputSelection, SelectionCell};
-use crate::operator::QueueUsage;
+use crate::operator::{Control, ControlAction, ControlOutcome, QueueUsage};
 use crate::sync::atomic::Ordering;
 use crate::sync::Arc;
 use crate::sync::{lock, Mutex};
@@ -62,6 +63,8 @@ pub(crate) trait InputGate: Send {
     fn queued_records(&self) -> usize;
     /// Fill of the channels the operators behind this input send to.
     fn output_usage(&self, usage: &mut QueueUsage);
+    /// Delivers a control request to the operators behind this input.
+    fn control(&mut self, c: &mut Control<'_>);
 }
 
 /// What one step of a source produced.
@@ -82,6 +85,8 @@ pub(crate) trait SourceStep: Send {
     /// Sets (or with `None` lifts) the source's rate limit, in records per second.
     fn set_rate(&mut self, now: Instant, rate: Option<f64>);
     fn output_usage(&self, usage: &mut QueueUsage);
+    /// Delivers a control request to the source or the operators behind it.
+    fn control(&mut self, c: &mut Control<'_>);
 }
 
 /// What drives a subtask.
@@ -143,6 +148,20 @@ impl Driver {
                 },
                 gates.iter().map(|g| g.queued_records()).sum(),
             ),
+        }
+    }
+
+    fn control(&mut self, c: &mut Control<'_>) {
+        match self {
+            Driver::Source(s) => s.control(c),
+            Driver::Inputs { gates, .. } => {
+                for g in gates.iter_mut() {
+                    if c.outcome.is_some() {
+                        return;
+                    }
+                    g.control(c);
+                }
+            }
         }
     }
 
@@ -522,6 +541,72 @@ impl Handler<SetRate> for SubtaskActor {
             s.set_rate(Instant::now(), msg.0);
             // A shorter wait may now apply: re-evaluate at the next poll.
             self.throttle = None;
+        }
+    }
+}
+
+/// Change a `#[weir(config)]` field of the operator `uid` in this subtask.
+#[derive(Debug, Clone)]
+pub(crate) struct Configure {
+    pub(crate) uid: String,
+    pub(crate) key: String,
+    pub(crate) value: String,
+}
+
+impl Message for Configure {
+    type Result = Result<(), ConfigError>;
+}
+
+impl Handler<Configure> for SubtaskActor {
+    type Result = Result<(), ConfigError>;
+
+    fn handle(&mut self, msg: Configure, _ctx: &mut Self::Context) -> Self::Result {
+        self.counters.mails_handled.fetch_add(1, Ordering::Relaxed);
+        let mut c = Control {
+            uid: &msg.uid,
+            action: ControlAction::Configure {
+                key: &msg.key,
+                value: &msg.value,
+            },
+            outcome: None,
+        };
+        self.driver.control(&mut c);
+        match c.outcome {
+            Some(ControlOutcome::Configured(r)) => {
+                if r.is_ok() {
+                    tracing::info!(uid = %msg.uid, subtask = self.id.subtask, key = %msg.key, value = %msg.value, "operator reconfigured");
+                }
+                r
+            }
+            _ => Err(ConfigError::NoSuchOperator { uid: msg.uid }),
+        }
+    }
+}
+
+/// Snapshot the state of operator `uid` in this subtask (between two batches).
+#[derive(Debug, Clone)]
+pub(crate) struct SnapshotState {
+    pub(crate) uid: String,
+}
+
+impl Message for SnapshotState {
+    type Result = Result<StateSnapshot, StateError>;
+}
+
+impl Handler<SnapshotState> for SubtaskActor {
+    type Result = Result<StateSnapshot, StateError>;
+
+    fn handle(&mut self, msg: SnapshotState, _ctx: &mut Self::Context) -> Self::Result {
+        self.counters.mails_handled.fetch_add(1, Ordering::Relaxed);
+        let mut c = Control {
+            uid: &msg.uid,
+            action: ControlAction::Snapshot,
+            outcome: None,
+        };
+        self.driver.control(&mut c);
+        match c.outcome {
+            Some(ControlOutcome::Snapshot(r)) => r,
+            _ => Err(StateError::NoSuchOperator { uid: msg.uid }),
         }
     }
 }

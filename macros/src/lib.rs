@@ -32,3 +32,9 @@ pub fn derive_record(input: TokenStream) -> TokenStream {
     }
     .into()
 }
+
+/// Derives `weir::Operator` (work in progress).
+#[proc_macro_derive(Operator, attributes(weir))]
+pub fn derive_operator(_input: TokenStream) -> TokenStream {
+    TokenStream::new()
+}

@@ -105,6 +105,52 @@ pub(crate) trait TwoInput<A, B, O>: Send + 'static {
     fn process1(&mut self, input: A, out: &mut Collector<O>);
     fn process2(&mut self, input: B, out: &mut Collector<O>);
     fn end_of_input(&mut self, out: &mut Collector<O>);
+    /// Answers a control request addressed to this operator.
+    fn control(&mut self, c: &mut super::Control<'_>) {
+        c.unsupported()
+    }
+}
+
+/// A two-input function with derived hooks (`ConnectedStreams::apply`).
+pub(crate) struct HookedCo<P>(pub(crate) P);
+
+impl<A, B, O, P> TwoInput<A, B, O> for HookedCo<P>
+where
+    P: CoProcessFunction<A, B, O> + crate::hooks::Operator,
+{
+    fn process1(&mut self, input: A, out: &mut Collector<O>) {
+        self.0.process1(input, out)
+    }
+    fn process2(&mut self, input: B, out: &mut Collector<O>) {
+        self.0.process2(input, out)
+    }
+    fn end_of_input(&mut self, out: &mut Collector<O>) {
+        self.0.end_of_input(out)
+    }
+    fn control(&mut self, c: &mut super::Control<'_>) {
+        c.apply(&mut self.0)
+    }
+}
+
+/// A broadcast function with derived hooks (`BroadcastConnectedStreams::apply`).
+pub(crate) struct HookedBroadcast<P, S>(pub(crate) BroadcastAdapter<P, S>);
+
+impl<I, B, O, P> TwoInput<I, B, O> for HookedBroadcast<P, P::State>
+where
+    P: BroadcastProcessFunction<I, B, O> + crate::hooks::Operator,
+{
+    fn process1(&mut self, input: I, out: &mut Collector<O>) {
+        self.0.process1(input, out)
+    }
+    fn process2(&mut self, input: B, out: &mut Collector<O>) {
+        self.0.process2(input, out)
+    }
+    fn end_of_input(&mut self, out: &mut Collector<O>) {
+        self.0.end_of_input(out)
+    }
+    fn control(&mut self, c: &mut super::Control<'_>) {
+        c.apply(&mut self.0.f)
+    }
 }
 
 pub(crate) struct CoAdapter<P>(pub(crate) P);
@@ -220,6 +266,19 @@ macro_rules! co_side_impl {
                 // Both sides share one output: only the first reports it.
                 if $side == 0 {
                     lock(&self.shared).core.next.usage(usage)
+                }
+            }
+            fn control(&mut self, c: &mut super::Control<'_>) {
+                // Both sides share one operator: only the first answers.
+                if $side != 0 {
+                    return;
+                }
+                let mut g = lock(&self.shared);
+                let CoShared { op, core, .. } = &mut *g;
+                if c.uid == core.info.uid {
+                    op.control(c)
+                } else {
+                    core.next.control(c)
                 }
             }
         }

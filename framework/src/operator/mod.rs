@@ -12,6 +12,7 @@
 //! One operator kind per file, named for its verb (`map`, `filter`, `flat_map`, `process`,
 //! `keyed`, `connect`, `split`). This module does not own the actor loop (`task`).
 
+pub(crate) mod apply;
 pub(crate) mod connect;
 pub(crate) mod filter;
 pub(crate) mod flat_map;
@@ -42,6 +43,59 @@ pub(crate) trait Output<T>: Send {
     /// Adds the fill of the network channels this output sends to, and their capacity, in
     /// batches (batches waiting for credit count as queued).
     fn usage(&self, usage: &mut QueueUsage);
+    /// Delivers a control request to the operator it names, if it is in this chain.
+    fn control(&mut self, c: &mut Control<'_>);
+}
+
+/// A control request for one operator of a chain (by uid), answered in place.
+pub(crate) struct Control<'a> {
+    pub(crate) uid: &'a str,
+    pub(crate) action: ControlAction<'a>,
+    pub(crate) outcome: Option<ControlOutcome>,
+}
+
+pub(crate) enum ControlAction<'a> {
+    Configure { key: &'a str, value: &'a str },
+    Snapshot,
+}
+
+pub(crate) enum ControlOutcome {
+    Configured(Result<(), crate::hooks::ConfigError>),
+    Snapshot(Result<crate::hooks::StateSnapshot, crate::hooks::StateError>),
+}
+
+impl Control<'_> {
+    /// Answers for an operator that has no hooks.
+    pub(crate) fn unsupported(&mut self) {
+        let uid = self.uid.to_owned();
+        self.outcome = Some(match self.action {
+            ControlAction::Configure { .. } => {
+                ControlOutcome::Configured(Err(crate::hooks::ConfigError::NotSupported { uid }))
+            }
+            ControlAction::Snapshot => {
+                ControlOutcome::Snapshot(Err(crate::hooks::StateError::NotSupported { uid }))
+            }
+        });
+    }
+
+    /// Answers with the hooks of `op`.
+    pub(crate) fn apply<P: crate::hooks::Operator>(&mut self, op: &mut P) {
+        self.outcome = Some(match self.action {
+            ControlAction::Configure { key, value } => {
+                ControlOutcome::Configured(op.on_config(key, value))
+            }
+            ControlAction::Snapshot => ControlOutcome::Snapshot(op.snapshot_state()),
+        });
+    }
+
+    /// Answers here if `uid` is this operator's (without hooks), else passes it on.
+    pub(crate) fn here_or<F: FnOnce(&mut Self)>(&mut self, uid: &str, next: F) {
+        if self.uid == uid {
+            self.unsupported()
+        } else {
+            next(self)
+        }
+    }
 }
 
 /// Fill of a set of channels, in batches.
@@ -199,6 +253,10 @@ macro_rules! forward_output_plumbing {
         fn usage(&self, usage: &mut $crate::operator::QueueUsage) {
             self.core.next.usage(usage)
         }
+        fn control(&mut self, c: &mut $crate::operator::Control<'_>) {
+            let next = &mut self.core.next;
+            c.here_or(&self.core.info.uid, |c| next.control(c))
+        }
     };
 }
 pub(crate) use forward_output_plumbing;
@@ -252,6 +310,14 @@ impl<T: Clone + Send + 'static> Output<T> for Tee<T> {
     fn usage(&self, usage: &mut QueueUsage) {
         self.outs.iter().for_each(|o| o.usage(usage))
     }
+    fn control(&mut self, c: &mut Control<'_>) {
+        for o in &mut self.outs {
+            if c.outcome.is_some() {
+                return;
+            }
+            o.control(c);
+        }
+    }
 }
 
 /// Drops records: the output of a stream nothing consumes, and the `discard` sink.
@@ -270,4 +336,5 @@ impl<T> Output<T> for Discard {
         Poll::Ready(())
     }
     fn usage(&self, _usage: &mut QueueUsage) {}
+    fn control(&mut self, _c: &mut Control<'_>) {}
 }

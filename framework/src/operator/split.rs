@@ -51,4 +51,13 @@ impl<A: Send, B: Send> Output<Result<A, B>> for SplitOp<A, B> {
         self.core.next.usage(usage);
         self.side_next.usage(usage);
     }
+    fn control(&mut self, c: &mut super::Control<'_>) {
+        let (next, side) = (&mut self.core.next, &mut self.side_next);
+        c.here_or(&self.core.info.uid, |c| {
+            next.control(c);
+            if c.outcome.is_none() {
+                side.control(c);
+            }
+        })
+    }
 }

@@ -82,6 +82,9 @@ impl<T: Send + 'static> Output<T> for SinkOp<T> {
         Poll::Ready(())
     }
     fn usage(&self, _usage: &mut crate::operator::QueueUsage) {}
+    fn control(&mut self, c: &mut crate::operator::Control<'_>) {
+        c.here_or(&self.info.uid, |_| {})
+    }
 }
 
 /// Writes each record's `Display` form as a line to stdout.

@@ -138,4 +138,8 @@ impl<T: Send + 'static> crate::task::SourceStep for SourceDriver<T> {
     fn output_usage(&self, usage: &mut crate::operator::QueueUsage) {
         self.out.usage(usage)
     }
+    fn control(&mut self, c: &mut crate::operator::Control<'_>) {
+        let out = &mut self.out;
+        c.here_or(&self.info.uid, |c| out.control(c))
+    }
 }
