@@ -69,6 +69,12 @@ pub use stream::{DataStream, KeyedStream, SinkStream};
 pub use task::SubtaskStatus;
 pub use weir_macros::{Operator, Record};
 
+/// Support for generated code; not a public API.
+#[doc(hidden)]
+pub mod __private {
+    pub use crate::hooks::__private::*;
+}
+
 /// What a stream element must be: cloneable (for broadcast and fan-out), shareable across
 /// threads, serializable (for snapshots and channel state), and owned.
 pub trait Data:
@@ -85,3 +91,19 @@ impl<T> Data for T where
 pub trait Key: Data + std::hash::Hash + Eq {}
 
 impl<T> Key for T where T: Data + std::hash::Hash + Eq {}
+
+/// A record that names its own key field (`#[derive(Record)]` with `#[weir(key)]`), so
+/// [`DataStream::key_by_field`] needs no closure.
+pub trait RecordKey {
+    /// The key's type.
+    type Key: Key;
+    /// The record's key.
+    fn record_key(&self) -> Self::Key;
+}
+
+/// A record that carries its event time (`#[derive(Record)]` with `#[weir(event_time)]`), in
+/// milliseconds since the Unix epoch.
+pub trait EventTime {
+    /// The record's event time.
+    fn event_time(&self) -> u64;
+}

@@ -342,6 +342,17 @@ impl<T: Data> DataStream<T> {
         }
     }
 
+    /// Partitions the stream by the record's own key field (see [`RecordKey`]).
+    ///
+    /// [`RecordKey`]: crate::RecordKey
+    #[allow(clippy::type_complexity)]
+    pub fn key_by_field(self) -> KeyedStream<T, T::Key, fn(&T) -> T::Key>
+    where
+        T: crate::RecordKey,
+    {
+        self.key_by(T::record_key as fn(&T) -> T::Key)
+    }
+
     /// One stream of the records of `self` and of every stream in `others`.
     pub fn union(mut self, others: impl IntoIterator<Item = DataStream<T>>) -> DataStream<T> {
         for o in others {
