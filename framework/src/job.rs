@@ -166,14 +166,25 @@ impl JobHandle {
     /// answer is read with [`PendingPing::wait`]. `None` if there is no such subtask.
     pub fn send_ping(&self, uid: &str, subtask: usize) -> Option<PendingPing> {
         let entry = self
-            .actors
-            .iter()
-            .find(|a| a.subtask == subtask && a.uids.iter().any(|u| u == uid))?;
+            .subtasks_of(uid)
+            .into_iter()
+            .find(|a| a.subtask == subtask)?;
         // `Addr::send` enqueues the mail before it returns the reply future.
         entry.counters.mails_sent.fetch_add(1, Ordering::Relaxed);
         Some(PendingPing {
             reply: Box::pin(entry.addr.send(Ping)),
         })
+    }
+
+    /// The subtask actors that run operator `uid`, in subtask order.
+    fn subtasks_of(&self, uid: &str) -> Vec<&ActorEntry> {
+        let mut v: Vec<&ActorEntry> = self
+            .actors
+            .iter()
+            .filter(|a| a.uids.iter().any(|u| u == uid))
+            .collect();
+        v.sort_by_key(|e| e.subtask);
+        v
     }
 
     /// Changes the `#[weir(config)]` field `key` of operator `uid` to `value` (parsed into the

@@ -88,10 +88,10 @@ where
         let next = unbox::<BoxOutput<U>>(outputs.remove(0));
         let mut f = op.clone();
         restore_initial(&mut f, env)?;
-        let head: BoxOutput<T> = Box::new(ApplyOp {
+        let head: BoxOutput<T> = Box::new(ApplyOp(ProcessOp {
             f,
             core: core(env, next),
-        });
+        }));
         Ok(Built::Inputs {
             heads: vec![Box::new(head) as AnyBox],
             selection: None,

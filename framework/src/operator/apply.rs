@@ -1,15 +1,13 @@
-//! `apply`: a user operator with derived hooks (`#[derive(Operator)]`): it processes like
-//! `process`, and also answers live config changes and state snapshots addressed to its uid.
+//! `apply`: a user operator with derived hooks (`#[derive(Operator)]`). It processes exactly
+//! like `process` (it wraps a [`ProcessOp`]) and also answers live config changes and state
+//! snapshots addressed to its uid.
 
-use super::{Control, OpCore, Output};
+use super::process::{ProcessFunction, ProcessOp};
+use super::{Control, Output, QueueUsage};
 use crate::error::TaskError;
 use crate::hooks::Operator;
-use crate::operator::process::ProcessFunction;
 
-pub(crate) struct ApplyOp<P, O> {
-    pub(crate) f: P,
-    pub(crate) core: OpCore<O>,
-}
+pub(crate) struct ApplyOp<P, O>(pub(crate) ProcessOp<P, O>);
 
 impl<I, O, P> Output<I> for ApplyOp<P, O>
 where
@@ -18,31 +16,25 @@ where
 {
     #[inline]
     fn push(&mut self, batch: &mut Vec<I>) -> Result<(), TaskError> {
-        let f = &mut self.f;
-        self.core.run(batch.len(), |out| {
-            for r in batch.drain(..) {
-                f.process(r, out);
-            }
-        })
+        self.0.push(batch)
     }
     fn finish(&mut self) -> Result<(), TaskError> {
-        let f = &mut self.f;
-        self.core.finish_with(|out| f.end_of_input(out))
+        Output::<I>::finish(&mut self.0)
     }
     fn flush(&mut self) {
-        self.core.next.flush()
+        Output::<I>::flush(&mut self.0)
     }
     fn poll_pending(&mut self, cx: &mut std::task::Context<'_>) -> std::task::Poll<()> {
-        self.core.next.poll_pending(cx)
+        Output::<I>::poll_pending(&mut self.0, cx)
     }
-    fn usage(&self, usage: &mut super::QueueUsage) {
-        self.core.next.usage(usage)
+    fn usage(&self, usage: &mut QueueUsage) {
+        Output::<I>::usage(&self.0, usage)
     }
     fn control(&mut self, c: &mut Control<'_>) {
-        if c.uid == self.core.info.uid {
-            c.apply(&mut self.f)
+        if c.uid == self.0.core.info.uid {
+            c.apply(&mut self.0.f)
         } else {
-            self.core.next.control(c)
+            self.0.core.next.control(c)
         }
     }
 }
