@@ -189,7 +189,7 @@ pub enum JobError {
         subtask: usize,
         /// Why.
         #[source]
-        source: crate::hooks::StateError,
+        source: Box<crate::hooks::StateError>,
     },
     /// The job was cancelled through its handle.
     #[error("job `{job}` was cancelled")]
@@ -274,7 +274,7 @@ impl TaskError {
                 job,
                 uid,
                 subtask,
-                source,
+                source: Box::new(source),
             },
         }
     }
