@@ -26,14 +26,18 @@ fn channel(c: &mut Criterion) {
     g.throughput(Throughput::Elements(N));
     g.sample_size(20);
     for batch in [16usize, 128, 1024] {
-        g.bench_with_input(BenchmarkId::new("transfer_1M_records", batch), &batch, |b, &batch| {
-            b.iter(|| {
-                let env = Env::with_config(config(batch));
-                env.generate(N, |i| i).rebalance().discard().uid("sink");
-                let r = env.execute("channel").expect("job runs");
-                assert_eq!(r.operator("sink").map(|o| o.records_in), Some(N));
-            })
-        });
+        g.bench_with_input(
+            BenchmarkId::new("transfer_1M_records", batch),
+            &batch,
+            |b, &batch| {
+                b.iter(|| {
+                    let env = Env::with_config(config(batch));
+                    env.generate(N, |i| i).rebalance().discard().uid("sink");
+                    let r = env.execute("channel").expect("job runs");
+                    assert_eq!(r.operator("sink").map(|o| o.records_in), Some(N));
+                })
+            },
+        );
     }
     g.finish();
 }
@@ -65,7 +69,10 @@ fn mailbox(c: &mut Criterion) {
     }
     {
         let env = Env::with_config(config(1024));
-        env.generate(u64::MAX, |i| i).rebalance().discard().uid("sink");
+        env.generate(u64::MAX, |i| i)
+            .rebalance()
+            .discard()
+            .uid("sink");
         let handle = env.start("busy").expect("job starts");
         g.bench_function("ping_saturated_subtask", |b| {
             b.iter(|| handle.ping("sink", 0).expect("answers"))

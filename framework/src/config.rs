@@ -37,8 +37,8 @@ pub struct EnvConfig {
     pub max_parallelism: usize,
     /// Fuse forward edges of equal parallelism into one actor (default true).
     pub chaining: bool,
-    /// How often the job samples its subtasks' metrics (default 1 s); also the update
-    /// interval of the source rate controller.
+    /// How often the job samples its subtasks' metrics (default 1 s). When rate control is
+    /// on at start, sampling runs at the shorter of this and its `update_interval`.
     pub metrics_interval: Duration,
     /// PID rate control of the sources (default off); changeable while the job runs with
     /// `JobHandle::set_rate_control`.

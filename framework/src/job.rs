@@ -468,11 +468,12 @@ async fn run(run: JobRun) -> Result<JobResult, JobError> {
         }
         let event = futures::select_biased! {
             e = events_rx.next() => e,
-            _ = futures::FutureExt::fuse(ticks.tick()) => {
+            at = futures::FutureExt::fuse(ticks.tick()) => {
+                let at = at.into_std();
                 if let Some(m) = sampler.compute(controller.as_ref().and_then(|c| c.current)) {
                     if let Some(c) = controller.as_mut() {
-                        if c.due(Instant::now()) {
-                            if let Some(rate) = c.update(&m, &sampler) {
+                        if c.due(at) {
+                            if let Some(rate) = c.update(&m, &sampler, at) {
                                 set_rate(&sampler, Some(rate));
                             }
                         }
@@ -490,7 +491,11 @@ async fn run(run: JobRun) -> Result<JobResult, JobError> {
         };
         match event {
             Some(JobEvent::RateControl(config)) => {
+                let previous = controller.as_ref().and_then(|c| c.current);
                 controller = RateController::new(config);
+                if let Some(c) = controller.as_mut() {
+                    c.inherit(previous);
+                }
                 match &controller {
                     None => set_rate(&sampler, None),
                     Some(c) => set_rate(&sampler, c.current),

@@ -53,7 +53,8 @@ pub(crate) struct SubtaskCounters {
 /// Where a subtask's time went while it waited, per Flink's task time accounting.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum WaitState {
-    /// Runnable (woken by itself to take more input) or handling mail.
+    /// Processing, or runnable (woken by itself to take more input). Time spent on system
+    /// mail is charged to whatever the subtask was doing before it.
     Busy,
     /// Waiting for input (or throttled by its rate limit).
     Idle,

@@ -224,14 +224,28 @@ impl RateController {
         })
     }
 
-    /// Whether an update is due.
-    pub(crate) fn due(&self, now: Instant) -> bool {
-        now.duration_since(self.last_update) >= self.config.update_interval
+    /// Whether an update is due at the tick scheduled for `at`.
+    pub(crate) fn due(&self, at: Instant) -> bool {
+        at.saturating_duration_since(self.last_update) >= self.config.update_interval
     }
 
-    /// Feeds one interval's metrics; returns the new total source rate, if it changed.
-    pub(crate) fn update(&mut self, m: &JobMetrics, sampler: &Sampler) -> Option<f64> {
-        self.last_update = Instant::now();
+    /// Keeps `previous` (clamped to this controller's bounds) when it has no rate of its own:
+    /// a live change of gains must not lift the limit until the next estimate.
+    pub(crate) fn inherit(&mut self, previous: Option<f64>) {
+        if self.current.is_none() {
+            self.current = previous.map(|r| {
+                let r = r.max(self.config.min_rate);
+                self.config.max_rate.map_or(r, |max| r.min(max))
+            });
+        }
+    }
+
+    /// Feeds one interval's metrics at the tick scheduled for `at`; returns the new total
+    /// source rate, if it changed.
+    pub(crate) fn update(&mut self, m: &JobMetrics, sampler: &Sampler, at: Instant) -> Option<f64> {
+        // The tick's scheduled time, not the time after this tick's work: otherwise the next
+        // tick, exactly one interval later, finds the interval not yet elapsed.
+        self.last_update = at;
         let secs = m.interval.as_secs_f64();
         self.elapsed_ms += m.interval.as_millis() as u64;
         let elements: f64 = m
