@@ -1,1 +1,13 @@
-pub fn placeholder() {}
+//! The runnable Weir apps, as a library so benchmarks and tests reuse them.
+//!
+//! - [`answers`]: answer cleaning, the ETL job of the BQBS paper (the example
+//!   `answer_cleaning` and the benchmark `etl` run it).
+//! - [`words`]: word count over generated or read text lines (the example `wordcount`).
+//! - [`rng`]: a tiny seeded generator for deterministic test input.
+
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod answers;
+pub mod rng;
+pub mod words;
