@@ -21,6 +21,9 @@ struct Args {
     /// Turn operator chaining off.
     #[arg(long)]
     no_chaining: bool,
+    /// Capacity of each channel, in batches (default: the framework's).
+    #[arg(long)]
+    channel_capacity: Option<usize>,
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -29,6 +32,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     cfg.default_parallelism = args.parallelism;
     cfg.batch_size = args.batch_size;
     cfg.chaining = !args.no_chaining;
+    if let Some(c) = args.channel_capacity {
+        cfg.channel_capacity = c;
+    }
+    let channel_capacity = cfg.channel_capacity;
     let env = Env::with_config(cfg);
     env.generate(args.records, |i| i)
         .map(|x| x * 2 + 1)
@@ -53,6 +60,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             "parallelism": args.parallelism,
             "batch_size": args.batch_size,
             "chaining": !args.no_chaining,
+            "channel_capacity": channel_capacity,
             "seconds": secs,
             "records_per_sec": args.records as f64 / secs,
             "counted": counted,
