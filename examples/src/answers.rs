@@ -44,7 +44,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
-use weir::{BroadcastProcessFunction, Collector, Data, DataStream, Env, JobResult};
+use weir::{
+    BroadcastProcessFunction, Collector, Data, DataStream, Env, JobResult, Operator,
+    ProcessFunction,
+};
 
 use crate::rng::SplitMix64;
 
@@ -884,8 +887,9 @@ pub fn build_answer_cleaning(
         .name("connect")
         .set_parallelism(p)
         // Parse and assign the level: one Ok(Cleaned) or Err(BadRecord) per line.
-        .flat_map(|t: Tagged| std::iter::once(clean_line(t.line, &t.levels)))
+        .apply(ParseAndLevel::default())
         .uid(uid::FLAT_MAP)
+        .name("flat_map")
         .set_parallelism(p)
         .split();
     // Malformed lines are kept: a side output, written as JSON Lines.
@@ -896,8 +900,9 @@ pub fn build_answer_cleaning(
     cleaned
         .uid(uid::SPLIT)
         .set_parallelism(p)
-        .filter(Cleaned::is_kept)
+        .apply(DropUnwanted::default())
         .uid(uid::FILTER)
+        .name("filter")
         .set_parallelism(p)
         .map(move |c: Cleaned| {
             counter.add(c.level);
@@ -914,6 +919,72 @@ pub fn build_answer_cleaning(
         out_dir: out_dir.to_owned(),
     }
 }
+
+// ANCHOR: operators
+/// The `flat_map` operator: parses each line and assigns its level, one `Ok(Cleaned)` or
+/// `Err(BadRecord)` per line. Its counters are operator state: they are snapshotted and
+/// restored with the operator.
+#[derive(Debug, Clone, Default, Operator)]
+#[weir(name = "parse-and-level", version = 1)]
+pub struct ParseAndLevel {
+    /// Lines parsed.
+    #[weir(state)]
+    pub parsed: u64,
+    /// Lines that did not parse (sent to the side output).
+    #[weir(state)]
+    pub malformed: u64,
+}
+
+impl ProcessFunction<Tagged, Result<Cleaned, BadRecord>> for ParseAndLevel {
+    #[inline]
+    fn process(&mut self, t: Tagged, out: &mut Collector<Result<Cleaned, BadRecord>>) {
+        let r = clean_line(t.line, &t.levels);
+        match r {
+            Ok(_) => self.parsed += 1,
+            Err(_) => self.malformed += 1,
+        }
+        out.collect(r);
+    }
+}
+
+/// The `filter` operator: drops empty answers and, while `drop_spam` is on, spam. `drop_spam`
+/// can be switched on a running job (`handle.update_config("filter", "drop_spam", "false")`).
+#[derive(Debug, Clone, Operator)]
+#[weir(name = "drop-unwanted", version = 1)]
+pub struct DropUnwanted {
+    /// Whether answers starting with `[spam]` are dropped (default true).
+    #[weir(config)]
+    pub drop_spam: bool,
+    /// Answers dropped so far.
+    #[weir(state)]
+    pub dropped: u64,
+}
+
+impl Default for DropUnwanted {
+    fn default() -> Self {
+        DropUnwanted {
+            drop_spam: true,
+            dropped: 0,
+        }
+    }
+}
+
+impl ProcessFunction<Cleaned, Cleaned> for DropUnwanted {
+    #[inline]
+    fn process(&mut self, c: Cleaned, out: &mut Collector<Cleaned>) {
+        let keep = match c.content_flag {
+            ContentFlag::Ok => true,
+            ContentFlag::Spam => !self.drop_spam,
+            ContentFlag::Empty => false,
+        };
+        if keep {
+            out.collect(c);
+        } else {
+            self.dropped += 1;
+        }
+    }
+}
+// ANCHOR_END: operators
 
 /// What a run of the job did, from its result and handles.
 #[derive(Debug, Clone, PartialEq)]

@@ -3,7 +3,9 @@
 
 use std::path::PathBuf;
 
-use weir::{CollectSink, Collector, DataStream, Env, KeyedProcessFunction, KeyedState};
+use std::collections::HashMap;
+
+use weir::{CollectSink, Collector, DataStream, Env, Operator, ProcessFunction};
 
 use crate::rng::SplitMix64;
 
@@ -53,34 +55,43 @@ pub fn words_of(line: &str) -> Vec<String> {
         .collect()
 }
 
-/// Counts the records of each key; emits `(key, count)` once per key at the end of the input.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct FinalCount;
+// ANCHOR: counter
+/// Counts words; emits `(word, count)` once per word at the end of the input. Fed by a
+/// stream keyed by word, so each subtask counts its own words. The counts are operator state;
+/// `min_len` can be changed on a running job.
+#[derive(Debug, Clone, Operator)]
+#[weir(name = "word-counter", version = 1)]
+pub struct WordCounter {
+    /// Words shorter than this (in characters) are not counted (default 1).
+    #[weir(config)]
+    pub min_len: usize,
+    /// Count per word.
+    #[weir(state)]
+    pub counts: HashMap<String, u64>,
+}
 
-impl KeyedProcessFunction<String, String, (String, u64)> for FinalCount {
-    type State = u64;
-
-    #[inline]
-    fn process(
-        &mut self,
-        _key: &String,
-        n: &mut u64,
-        _w: String,
-        _out: &mut Collector<(String, u64)>,
-    ) {
-        *n += 1;
-    }
-
-    fn end_of_input(
-        &mut self,
-        state: &mut KeyedState<String, u64>,
-        out: &mut Collector<(String, u64)>,
-    ) {
-        for (word, n) in state.iter() {
-            out.collect((word.clone(), *n));
+impl Default for WordCounter {
+    fn default() -> Self {
+        WordCounter {
+            min_len: 1,
+            counts: HashMap::new(),
         }
     }
 }
+
+impl ProcessFunction<String, (String, u64)> for WordCounter {
+    #[inline]
+    fn process(&mut self, word: String, _out: &mut Collector<(String, u64)>) {
+        if word.chars().count() >= self.min_len {
+            *self.counts.entry(word).or_insert(0) += 1;
+        }
+    }
+
+    fn end_of_input(&mut self, out: &mut Collector<(String, u64)>) {
+        out.extend(self.counts.drain());
+    }
+}
+// ANCHOR_END: counter
 
 /// Where the lines come from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -126,7 +137,7 @@ pub fn build_wordcount(env: &Env, text: &Text, parallelism: usize) -> CollectSin
         .uid("words")
         .set_parallelism(parallelism)
         .key_by(|w: &String| w.clone())
-        .process_with(FinalCount)
+        .apply(WordCounter::default())
         .uid("count")
         .set_parallelism(parallelism)
         .collect()
