@@ -293,7 +293,7 @@ impl ChainBuilder<'_> {
                         batch_size: self.cfg.batch_size,
                         subtask: j,
                         max_parallelism: self.cfg.max_parallelism,
-                        target_uid: Arc::new(self.plan.uids[e.to].clone()),
+                        target_uid: std::sync::Arc::new(self.plan.uids[e.to].clone()),
                     };
                     outs.push(e.partition.output(self.plan.kinds[ei], txs, cfg));
                 }
