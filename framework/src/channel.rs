@@ -57,6 +57,9 @@ impl<T: Clone> Batch<T> {
 #[derive(Debug)]
 pub(crate) enum Event<T> {
     Batch(Batch<T>),
+    /// Checkpoint barrier: everything before it belongs to checkpoint `id`, everything after
+    /// it to the next.
+    Barrier(u64),
     EndOfInput,
 }
 
@@ -113,7 +116,7 @@ impl<T> Event<T> {
         match self {
             Event::Batch(Batch::Owned(v)) => v.len(),
             Event::Batch(Batch::Shared(v)) => v.len(),
-            Event::EndOfInput => 0,
+            Event::Barrier(_) | Event::EndOfInput => 0,
         }
     }
 }
@@ -293,6 +296,7 @@ mod loom_tests {
             match rx.try_recv() {
                 Some(Event::Batch(b)) => b.move_into(&mut got),
                 Some(Event::EndOfInput) => return got,
+                Some(Event::Barrier(_)) => {}
                 None => loom::thread::yield_now(),
             }
         }

@@ -6,9 +6,12 @@
 
 use std::time::Duration;
 
+use crate::checkpoint::CheckpointConfig;
 use crate::error::PlanError;
 use crate::key_group::DEFAULT_MAX_PARALLELISM;
 use crate::rate::RateControlConfig;
+use crate::restart::RestartStrategy;
+use crate::testing::FaultPlan;
 
 /// Settings of an [`Env`](crate::Env) and the jobs it runs.
 ///
@@ -46,6 +49,16 @@ pub struct EnvConfig {
     /// PID rate control of the sources (default off); changeable while the job runs with
     /// `JobHandle::set_rate_control`.
     pub rate_control: RateControlConfig,
+    /// Checkpoints (default off: no interval).
+    pub checkpoint: CheckpointConfig,
+    /// How a failed job restarts; `None` (default): Flink's rule — with checkpoints on,
+    /// fixed delay of 1 s practically forever, else never.
+    pub restart: Option<RestartStrategy>,
+    /// A subtask that does not answer the job's sampling mail for this long is declared
+    /// failed (hung) (default 30 s).
+    pub heartbeat_timeout: Duration,
+    /// Injected faults (testing; default none).
+    pub faults: FaultPlan,
 }
 
 impl Default for EnvConfig {
@@ -62,6 +75,10 @@ impl Default for EnvConfig {
             chaining: true,
             metrics_interval: Duration::from_secs(1),
             rate_control: RateControlConfig::default(),
+            checkpoint: CheckpointConfig::default(),
+            restart: None,
+            heartbeat_timeout: Duration::from_secs(30),
+            faults: FaultPlan::default(),
         }
     }
 }
@@ -90,6 +107,7 @@ impl EnvConfig {
         if self.metrics_interval < Duration::from_millis(10) {
             return bad("metrics_interval", "must be at least 10 ms");
         }
+        self.checkpoint.validate()?;
         if let Err(e) = self.rate_control.validate() {
             return bad("rate_control", &e.to_string());
         }

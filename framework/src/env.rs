@@ -78,11 +78,14 @@ impl Env {
                 subtask: env.info.subtask,
                 parallelism: env.info.parallelism,
             };
-            let source = factory(cx).map_err(|source| TaskError::Source {
+            let mut source = factory(cx).map_err(|source| TaskError::Source {
                 uid: env.info.uid.clone(),
                 subtask: env.info.subtask,
                 source,
             })?;
+            if let Some(position) = &env.restored {
+                source.seek(position).map_err(|e| env.restore_error(e))?;
+            }
             Ok(Built::Source(Box::new(SourceDriver {
                 source: Box::new(source),
                 buf: Vec::with_capacity(env.config.batch_size),
@@ -91,6 +94,7 @@ impl Env {
                 info: env.info.clone(),
                 counters: env.counters.clone(),
                 limiter: None,
+                ended: false,
             })))
         });
         let id = self.graph.borrow_mut().add_node(Node {

@@ -80,6 +80,15 @@ pub enum SourceError {
         #[source]
         source: std::io::Error,
     },
+    /// The source cannot resume from a checkpointed position.
+    #[error("the source cannot be replayed from a checkpoint")]
+    NotReplayable,
+    /// A checkpointed position does not fit this source.
+    #[error("cannot resume from the checkpointed position: {message}")]
+    BadPosition {
+        /// Why.
+        message: String,
+    },
     /// A line of a JSON Lines file is not a valid record (policy `Fail`).
     #[error("malformed record in {path} line {line}: {message}")]
     Malformed {
@@ -191,6 +200,38 @@ pub enum JobError {
         #[source]
         source: Box<crate::hooks::StateError>,
     },
+    /// An operator's checkpointed state could not be written or read.
+    #[error("job `{job}`: operator `{uid}` subtask {subtask}: checkpoint state: {message}")]
+    CheckpointState {
+        /// Job name.
+        job: String,
+        /// The operator's uid.
+        uid: String,
+        /// Subtask index.
+        subtask: usize,
+        /// What failed.
+        message: String,
+    },
+    /// Checkpoints failed more often in a row than tolerated.
+    #[error("job `{job}`: {failures} checkpoints failed in a row (tolerated: {tolerated})")]
+    CheckpointsFailing {
+        /// Job name.
+        job: String,
+        /// Failures in a row.
+        failures: u32,
+        /// The configured tolerance.
+        tolerated: u32,
+    },
+    /// The job failed and its restart strategy allows no more restarts.
+    #[error("job `{job}` failed after {restarts} restarts; last failure: {last}")]
+    RestartsExhausted {
+        /// Job name.
+        job: String,
+        /// Restarts done.
+        restarts: u64,
+        /// The failure that was not restarted.
+        last: Box<JobError>,
+    },
     /// The job was cancelled through its handle.
     #[error("job `{job}` was cancelled")]
     Cancelled {
@@ -229,6 +270,12 @@ pub(crate) enum TaskError {
         uid: String,
         subtask: usize,
         source: crate::hooks::StateError,
+    },
+    /// A state could not be snapshotted or restored for a checkpoint.
+    Checkpoint {
+        uid: String,
+        subtask: usize,
+        message: String,
     },
 }
 
@@ -275,6 +322,16 @@ impl TaskError {
                 uid,
                 subtask,
                 source: Box::new(source),
+            },
+            TaskError::Checkpoint {
+                uid,
+                subtask,
+                message,
+            } => JobError::CheckpointState {
+                job,
+                uid,
+                subtask,
+                message,
             },
         }
     }

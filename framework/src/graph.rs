@@ -44,6 +44,19 @@ pub(crate) struct OpEnv {
     pub(crate) config: EnvConfig,
     /// The state this subtask starts from (`with_initial_state`).
     pub(crate) initial_state: Option<crate::hooks::StateSnapshot>,
+    /// The state of this operator subtask in the checkpoint the job restores, if any.
+    pub(crate) restored: Option<Vec<u8>>,
+}
+
+impl OpEnv {
+    /// An error restoring this operator's checkpointed state.
+    pub(crate) fn restore_error(&self, message: impl std::fmt::Display) -> TaskError {
+        TaskError::Checkpoint {
+            uid: self.info.uid.clone(),
+            subtask: self.info.subtask,
+            message: format!("cannot restore: {message}"),
+        }
+    }
 }
 
 /// One subtask's instance of a node.
@@ -190,11 +203,11 @@ struct TypedGate<T> {
 }
 
 impl<T: Data> InputGate for TypedGate<T> {
-    fn try_step(&mut self) -> Result<GateStep, TaskError> {
+    fn try_step(&mut self, blocked: &dyn Fn(usize) -> bool) -> Result<GateStep, TaskError> {
         let n = self.receivers.len();
         for k in 0..n {
             let idx = (self.next + k) % n;
-            if self.ended[idx] {
+            if self.ended[idx] || blocked(idx) {
                 continue;
             }
             let Some(event) = self.receivers[idx].try_recv() else {
@@ -208,15 +221,15 @@ impl<T: Data> InputGate for TypedGate<T> {
                     self.head.push(&mut self.scratch)?;
                     Ok(GateStep::Batch(len))
                 }
+                Event::Barrier(id) => Ok(GateStep::Barrier { channel: idx, id }),
                 Event::EndOfInput => {
                     self.ended[idx] = true;
                     self.n_ended += 1;
-                    if self.n_ended == n {
+                    let all = self.n_ended == n;
+                    if all {
                         self.head.finish()?;
-                        Ok(GateStep::Ended)
-                    } else {
-                        Ok(GateStep::Marker)
                     }
+                    Ok(GateStep::ChannelEnded { channel: idx, all })
                 }
             };
         }
@@ -245,5 +258,18 @@ impl<T: Data> InputGate for TypedGate<T> {
     }
     fn control(&mut self, c: &mut crate::operator::Control<'_>) {
         self.head.control(c)
+    }
+    fn channels(&self) -> usize {
+        self.receivers.len()
+    }
+    fn barrier(
+        &mut self,
+        id: u64,
+        w: &mut crate::checkpoint::StateWriter,
+    ) -> Result<(), TaskError> {
+        self.head.barrier(id, w)
+    }
+    fn notify_complete(&mut self, id: u64) -> Result<(), TaskError> {
+        self.head.notify_complete(id)
     }
 }

@@ -15,19 +15,24 @@ use actix::prelude::*;
 use futures::channel::mpsc::{unbounded, UnboundedSender};
 use futures::StreamExt;
 
+use crate::checkpoint::coordinator::{CheckpointStats, Completed, Coordinator};
+use crate::checkpoint::store;
 use crate::config::EnvConfig;
 use crate::error::JobError;
 use crate::graph::Graph;
 use crate::hooks::{ConfigError, StateError, StateSnapshot};
 use crate::metrics::{JobMetrics, SubtaskCounters, SubtaskSample};
-use crate::plan::{instantiate, plan, OperatorRegistry, Plan};
+use crate::plan::{instantiate, plan, OperatorRegistry, Plan, Restore};
 use crate::rate::{RateConfigError, RateControlConfig};
+use crate::restart::{RestartStrategy, RestartTracker};
 use crate::sampler::{OperatorProbe, RateController, Sampler, SubtaskProbe};
 use crate::sync::atomic::Ordering;
 use crate::sync::{lock, Arc, Mutex};
 use crate::task::{
-    Configure, JobEvent, Ping, Sample, SetRate, SnapshotState, Stop, SubtaskActor, SubtaskStatus,
+    Configure, JobEvent, NotifyComplete, Ping, Sample, SetRate, SnapshotState, Stop, SubtaskActor,
+    SubtaskStatus, TriggerCheckpoint,
 };
+use std::collections::BTreeMap;
 
 /// Counters of one operator over all its subtasks, at the end of a job.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -80,6 +85,7 @@ impl Canceller {
     }
 }
 
+#[derive(Clone)]
 struct ActorEntry {
     /// Uids of every operator in the actor's chain.
     uids: Vec<String>,
@@ -125,8 +131,10 @@ impl PendingPing {
 pub struct JobHandle {
     name: String,
     canceller: Canceller,
-    actors: Vec<ActorEntry>,
+    /// The current deployment's subtasks (replaced when the job restarts).
+    actors: Arc<Mutex<Vec<ActorEntry>>>,
     metrics: Arc<Mutex<Option<JobMetrics>>>,
+    checkpoints: Arc<Mutex<Option<CheckpointStats>>>,
     thread: Option<JoinHandle<Result<JobResult, JobError>>>,
 }
 
@@ -134,7 +142,7 @@ impl std::fmt::Debug for JobHandle {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("JobHandle")
             .field("name", &self.name)
-            .field("subtasks", &self.actors.len())
+            .field("subtasks", &lock(&self.actors).len())
             .finish()
     }
 }
@@ -176,12 +184,17 @@ impl JobHandle {
         })
     }
 
+    /// The checkpoint statistics (`None` with checkpoints off, or before the first one).
+    pub fn checkpoint_stats(&self) -> Option<CheckpointStats> {
+        lock(&self.checkpoints).clone()
+    }
+
     /// The subtask actors that run operator `uid`, in subtask order.
-    fn subtasks_of(&self, uid: &str) -> Vec<&ActorEntry> {
-        let mut v: Vec<&ActorEntry> = self
-            .actors
+    fn subtasks_of(&self, uid: &str) -> Vec<ActorEntry> {
+        let mut v: Vec<ActorEntry> = lock(&self.actors)
             .iter()
             .filter(|a| a.uids.iter().any(|u| u == uid))
+            .cloned()
             .collect();
         v.sort_by_key(|e| e.subtask);
         v
@@ -191,11 +204,7 @@ impl JobHandle {
     /// field's type) in every subtask, between two batches, without stopping the job. A bad
     /// key or value is refused by the first subtask, so no subtask changes.
     pub fn update_config(&self, uid: &str, key: &str, value: &str) -> Result<(), ConfigError> {
-        let entries: Vec<&ActorEntry> = self
-            .actors
-            .iter()
-            .filter(|a| a.uids.iter().any(|u| u == uid))
-            .collect();
+        let entries = self.subtasks_of(uid);
         if entries.is_empty() {
             return Err(ConfigError::NoSuchOperator {
                 uid: uid.to_owned(),
@@ -225,17 +234,12 @@ impl JobHandle {
     /// [`DataStream::with_initial_state`](crate::DataStream::with_initial_state) to start a
     /// job from it.
     pub fn snapshot_state(&self, uid: &str) -> Result<Vec<StateSnapshot>, StateError> {
-        let mut entries: Vec<&ActorEntry> = self
-            .actors
-            .iter()
-            .filter(|a| a.uids.iter().any(|u| u == uid))
-            .collect();
+        let entries = self.subtasks_of(uid);
         if entries.is_empty() {
             return Err(StateError::NoSuchOperator {
                 uid: uid.to_owned(),
             });
         }
-        entries.sort_by_key(|e| e.subtask);
         let mut out = Vec::with_capacity(entries.len());
         for entry in entries {
             entry.counters.mails_sent.fetch_add(1, Ordering::Relaxed);
@@ -292,9 +296,13 @@ pub(crate) fn start(graph: Graph, cfg: EnvConfig, name: &str) -> Result<JobHandl
         source,
     })?;
     let (events_tx, events_rx) = unbounded::<JobEvent>();
-    let (deployed_tx, deployed_rx) = std_mpsc::channel::<Vec<ActorEntry>>();
+    let (deployed_tx, deployed_rx) = std_mpsc::channel::<()>();
     let metrics = Arc::new(Mutex::new(None));
     let metrics_for_thread = metrics.clone();
+    let actors = Arc::new(Mutex::new(Vec::new()));
+    let actors_for_thread = actors.clone();
+    let checkpoints = Arc::new(Mutex::new(None));
+    let checkpoints_for_thread = checkpoints.clone();
     let canceller = Canceller {
         events: events_tx.clone(),
     };
@@ -314,36 +322,30 @@ pub(crate) fn start(graph: Graph, cfg: EnvConfig, name: &str) -> Result<JobHandl
                 events_rx,
                 deployed: deployed_tx,
                 metrics: metrics_for_thread,
+                actors: actors_for_thread,
+                checkpoints: checkpoints_for_thread,
             }))
         })
         .map_err(|e| JobError::Runtime {
             job: job.clone(),
             message: format!("cannot spawn the job thread: {e}"),
         })?;
-    // Deployment either sends the actors or ends the thread with an error.
-    let actors = match deployed_rx.recv() {
-        Ok(actors) => actors,
-        Err(_) => {
-            let handle = JobHandle {
-                name: job,
-                canceller,
-                actors: Vec::new(),
-                metrics,
-                thread: Some(thread),
-            };
-            return match handle.wait() {
-                Err(e) => Err(e),
-                Ok(_) => unreachable!("a job that did not deploy cannot succeed"),
-            };
-        }
-    };
-    Ok(JobHandle {
+    // Deployment either signals or ends the thread with an error.
+    let handle = JobHandle {
         name: job,
         canceller,
         actors,
         metrics,
+        checkpoints,
         thread: Some(thread),
-    })
+    };
+    match deployed_rx.recv() {
+        Ok(()) => Ok(handle),
+        Err(_) => match handle.wait() {
+            Err(e) => Err(e),
+            Ok(_) => unreachable!("a job that did not deploy cannot succeed"),
+        },
+    }
 }
 
 /// Everything the job thread owns.
@@ -354,8 +356,10 @@ struct JobRun {
     job: String,
     events_tx: UnboundedSender<JobEvent>,
     events_rx: futures::channel::mpsc::UnboundedReceiver<JobEvent>,
-    deployed: std_mpsc::Sender<Vec<ActorEntry>>,
+    deployed: std_mpsc::Sender<()>,
     metrics: Arc<Mutex<Option<JobMetrics>>>,
+    actors: Arc<Mutex<Vec<ActorEntry>>>,
+    checkpoints: Arc<Mutex<Option<CheckpointStats>>>,
 }
 
 async fn run(run: JobRun) -> Result<JobResult, JobError> {
@@ -368,21 +372,218 @@ async fn run(run: JobRun) -> Result<JobResult, JobError> {
         mut events_rx,
         deployed,
         metrics,
+        actors: shared_actors,
+        checkpoints: shared_stats,
     } = run;
     let started = Instant::now();
-    let (specs, registry) = instantiate(&graph, &plan, &cfg).map_err(|e| e.into_job_error(&job))?;
+    let registry = OperatorRegistry::new(&plan);
+    let checkpoint_root = cfg
+        .checkpoint
+        .interval
+        .is_some()
+        .then(|| cfg.checkpoint.directory.join(&job));
+    let mut coordinator = Coordinator::new(&cfg.checkpoint, 0, 1);
+    let mut restarts = RestartTracker::new(cfg.restart.clone().unwrap_or_else(|| {
+        if coordinator.is_some() {
+            RestartStrategy::default_with_checkpoints()
+        } else {
+            RestartStrategy::None
+        }
+    }));
+    let mut controller = RateController::new(cfg.rate_control.clone());
+    let mut deployed = Some(deployed);
+    let mut restore: Option<Restore> = None;
+    let mut attempt: u64 = 0;
+    let mut num_restarts: u64 = 0;
+    loop {
+        cfg.faults.rearm();
+        let specs = match instantiate(&graph, &plan, &cfg, &registry, restore.as_ref(), attempt) {
+            Ok(specs) => specs,
+            Err(e) => {
+                let e = e.into_job_error(&job);
+                if let Some(d) = deployed.take() {
+                    drop(d);
+                }
+                return Err(e);
+            }
+        };
+        let mut dep = deploy(
+            &graph,
+            &plan,
+            &cfg,
+            specs,
+            &events_tx,
+            &registry,
+            checkpoint_root.clone(),
+        );
+        *lock(&shared_actors) = dep.actors.clone();
+        if let Some(d) = deployed.take() {
+            let _ = d.send(());
+        }
+        if let Some(c) = coordinator.as_mut() {
+            c.reset(
+                dep.actors.len(),
+                restore.as_ref().map_or(1, |r| r.checkpoint + 1),
+                Instant::now(),
+            );
+            c.stats.num_restarts = num_restarts;
+        }
+        tracing::info!(attempt, subtasks = dep.actors.len(), arbiters = dep.arbiters.len(), restored = ?restore.as_ref().map(|r| r.checkpoint), "job deployed");
+        let verdict = supervise(
+            &mut dep,
+            &mut events_rx,
+            &cfg,
+            &job,
+            attempt,
+            &metrics,
+            &mut controller,
+            coordinator.as_mut(),
+            checkpoint_root.as_deref(),
+            &shared_stats,
+        )
+        .await;
+        let failure = match verdict {
+            Ok(()) => {
+                dep.commit_final().await;
+                dep.stop(&job, &cfg);
+                tracing::info!(elapsed = ?started.elapsed(), "job finished");
+                return Ok(result(&graph, &plan, &registry, job, started.elapsed()));
+            }
+            Err(e) => e,
+        };
+        dep.stop(&job, &cfg);
+        let restartable = !matches!(
+            failure,
+            JobError::Cancelled { .. } | JobError::CheckpointsFailing { .. }
+        );
+        let delay = if restartable {
+            restarts.on_failure(Instant::now())
+        } else {
+            None
+        };
+        let Some(delay) = delay else {
+            tracing::warn!(error = %failure, "job failed");
+            if num_restarts > 0 && restartable {
+                return Err(JobError::RestartsExhausted {
+                    job,
+                    restarts: num_restarts,
+                    last: Box::new(failure),
+                });
+            }
+            return Err(failure);
+        };
+        num_restarts += 1;
+        attempt += 1;
+        tracing::warn!(error = %failure, restart = num_restarts, ?delay, "job failed; restarting from the last complete checkpoint");
+        actix_rt::time::sleep(delay).await;
+        restore = match &checkpoint_root {
+            Some(root) => load_latest(root, &plan),
+            None => None,
+        };
+        if let Some(s) = lock(&shared_stats).as_mut() {
+            s.num_restarts = num_restarts;
+        }
+    }
+}
+
+/// The newest complete checkpoint whose files all read back; an unreadable one is skipped
+/// with a warning (falling back to the one before).
+fn load_latest(root: &std::path::Path, plan: &Plan) -> Option<Restore> {
+    'checkpoints: for id in store::completed(root) {
+        let meta = match store::read_metadata(root, id) {
+            Ok(m) => m,
+            Err(e) => {
+                tracing::warn!(checkpoint = id, error = %e, "cannot read checkpoint metadata; trying an older one");
+                continue;
+            }
+        };
+        let mut states = std::collections::HashMap::new();
+        for (uid, files) in &meta.states {
+            if !plan.uids.contains(uid) {
+                tracing::warn!(
+                    checkpoint = id,
+                    uid,
+                    "state of an operator the job no longer has; ignored"
+                );
+                continue;
+            }
+            for (subtask, file) in files {
+                match store::read_state(root, id, file, uid, *subtask) {
+                    Ok(env) => {
+                        states.insert((uid.clone(), *subtask), env.payload);
+                    }
+                    Err(e) => {
+                        tracing::warn!(checkpoint = id, error = %e, "checkpoint unreadable; falling back to an older one");
+                        continue 'checkpoints;
+                    }
+                }
+            }
+        }
+        tracing::info!(checkpoint = id, "restoring checkpoint");
+        return Some(Restore {
+            checkpoint: id,
+            states,
+        });
+    }
+    tracing::warn!("no complete checkpoint to restore: restarting from the beginning");
+    None
+}
+
+/// One deployment of the job: its arbiters and actors.
+struct Deployment {
+    arbiters: Vec<Arbiter>,
+    actors: Vec<ActorEntry>,
+    sampler: Sampler,
+    sources: Vec<bool>,
+    finished: Vec<bool>,
+    last_seen: Vec<Instant>,
+}
+
+impl Deployment {
+    /// Every subtask finished: sinks commit what they staged last (end of input).
+    async fn commit_final(&self) {
+        for a in &self.actors {
+            let _ = a.addr.send(NotifyComplete(FINAL_COMMIT)).await;
+        }
+    }
+
+    fn stop(self, job: &str, cfg: &EnvConfig) {
+        for a in &self.actors {
+            a.mail(Stop);
+        }
+        cfg.faults.release();
+        stop_arbiters(self.arbiters, job);
+    }
+}
+
+/// The id of the commit made when a job's input has ended.
+pub(crate) const FINAL_COMMIT: u64 = u64::MAX;
+
+#[allow(clippy::too_many_arguments)]
+fn deploy(
+    graph: &Graph,
+    plan: &Plan,
+    cfg: &EnvConfig,
+    specs: Vec<crate::plan::SubtaskSpec>,
+    events_tx: &UnboundedSender<JobEvent>,
+    registry: &OperatorRegistry,
+    checkpoint_root: Option<std::path::PathBuf>,
+) -> Deployment {
     let arbiters: Vec<Arbiter> = (0..cfg.arbiters.min(specs.len().max(1)))
         .map(|_| Arbiter::new())
         .collect();
     let mut actors = Vec::with_capacity(specs.len());
     let mut probes = Vec::with_capacity(specs.len());
+    let mut sources = Vec::with_capacity(specs.len());
     for (k, spec) in specs.into_iter().enumerate() {
         let slot = Arc::new(Mutex::new(SubtaskSample::default()));
+        let is_source = graph.nodes[spec.id.head].is_source;
+        sources.push(is_source);
         probes.push(SubtaskProbe {
             head: spec.id.head,
             head_uid: spec.id.head_uid.clone(),
             subtask: spec.id.subtask,
-            is_source: graph.nodes[spec.id.head].is_source,
+            is_source,
             slot: slot.clone(),
             counters: spec.counters.clone(),
         });
@@ -397,6 +598,7 @@ async fn run(run: JobRun) -> Result<JobResult, JobError> {
         let subtask = spec.id.subtask;
         let events = events_tx.clone();
         let linger = cfg.linger;
+        let root = checkpoint_root.clone();
         let addr =
             SubtaskActor::start_in_arbiter(&arbiters[k % arbiters.len()].handle(), move |_| {
                 SubtaskActor::new(
@@ -407,6 +609,7 @@ async fn run(run: JobRun) -> Result<JobResult, JobError> {
                     spec.rx_waker,
                     linger,
                     slot,
+                    root,
                 )
             });
         actors.push(ActorEntry {
@@ -416,18 +619,6 @@ async fn run(run: JobRun) -> Result<JobResult, JobError> {
             counters,
         });
     }
-    let mailers: Vec<ActorEntry> = actors
-        .iter()
-        .map(|a| ActorEntry {
-            uids: Vec::new(),
-            subtask: a.subtask,
-            addr: a.addr.clone(),
-            counters: a.counters.clone(),
-        })
-        .collect();
-    drop(events_tx);
-    let total = actors.len();
-    let _ = deployed.send(actors);
     let operators = graph
         .nodes
         .iter()
@@ -440,112 +631,236 @@ async fn run(run: JobRun) -> Result<JobResult, JobError> {
             counters: registry.counters[id].clone(),
         })
         .collect();
-    let mut sampler = Sampler::new(probes, operators);
-    let mut controller = RateController::new(cfg.rate_control.clone());
-    let set_rate = |sampler: &Sampler, rate: Option<f64>| {
-        let n = sampler.source_subtasks().max(1) as f64;
-        for i in sampler.source_actors() {
-            mailers[i].mail(SetRate(rate.map(|r| r / n)));
+    let n = actors.len();
+    Deployment {
+        arbiters,
+        actors,
+        sampler: Sampler::new(probes, operators),
+        sources,
+        finished: vec![false; n],
+        last_seen: vec![Instant::now(); n],
+    }
+}
+
+/// Runs one deployment until every subtask finished (`Ok`) or the first failure.
+#[allow(clippy::too_many_arguments)]
+async fn supervise(
+    dep: &mut Deployment,
+    events_rx: &mut futures::channel::mpsc::UnboundedReceiver<JobEvent>,
+    cfg: &EnvConfig,
+    job: &str,
+    attempt: u64,
+    metrics: &Arc<Mutex<Option<JobMetrics>>>,
+    controller: &mut Option<RateController>,
+    mut coordinator: Option<&mut Coordinator>,
+    checkpoint_root: Option<&std::path::Path>,
+    shared_stats: &Arc<Mutex<Option<CheckpointStats>>>,
+) -> Result<(), JobError> {
+    let set_rate = |dep: &Deployment, rate: Option<f64>| {
+        let n = dep.sampler.source_subtasks().max(1) as f64;
+        for i in dep.sampler.source_actors() {
+            dep.actors[i].mail(SetRate(rate.map(|r| r / n)));
         }
     };
-    if let Some(c) = &controller {
+    if let Some(c) = controller.as_ref() {
         if c.current.is_some() {
-            set_rate(&sampler, c.current);
+            set_rate(dep, c.current);
         }
     }
-    let tick_every = match &controller {
+    let mut tick_every = match controller.as_ref() {
         Some(c) => cfg.metrics_interval.min(c.config.update_interval),
         None => cfg.metrics_interval,
     };
+    if let Some(i) = cfg.checkpoint.interval {
+        tick_every = tick_every.min(i);
+    }
     let mut ticks = actix_rt::time::interval(tick_every);
-    tracing::info!(subtasks = total, arbiters = arbiters.len(), "job deployed");
-
-    let mut finished = vec![false; total];
+    let total = dep.actors.len();
     let mut remaining = total;
-    let verdict = loop {
+    let lost = |uid: String, subtask: usize, reason: String| JobError::SubtaskLost {
+        job: job.to_owned(),
+        uid,
+        subtask,
+        reason,
+    };
+    loop {
         if remaining == 0 {
-            break Ok(());
+            return Ok(());
         }
         let event = futures::select_biased! {
             e = events_rx.next() => e,
             at = futures::FutureExt::fuse(ticks.tick()) => {
                 let at = at.into_std();
-                if let Some(m) = sampler.compute(controller.as_ref().and_then(|c| c.current)) {
+                let now = Instant::now();
+                if let Some(m) = dep.sampler.compute(controller.as_ref().and_then(|c| c.current)) {
                     if let Some(c) = controller.as_mut() {
                         if c.due(at) {
-                            if let Some(rate) = c.update(&m, &sampler, at) {
-                                set_rate(&sampler, Some(rate));
+                            if let Some(rate) = c.update(&m, &dep.sampler, at) {
+                                set_rate(dep, Some(rate));
                             }
                         }
                     }
-                    *lock(&metrics) = Some(m);
+                    *lock(metrics) = Some(m);
                 }
-                sampler.mark();
-                for (i, mailer) in mailers.iter().enumerate() {
-                    if !finished[i] {
-                        mailer.mail(Sample { sent_at: Instant::now() });
+                // Heartbeats: a subtask that answered no sampling mail for too long is hung.
+                for (i, probe) in dep.sampler.probes().iter().enumerate() {
+                    if let Some(t) = lock(&probe.slot).at {
+                        dep.last_seen[i] = dep.last_seen[i].max(t);
                     }
+                    if !dep.finished[i]
+                        && now.saturating_duration_since(dep.last_seen[i]) > cfg.heartbeat_timeout
+                    {
+                        return Err(lost(
+                            probe.head_uid.clone(),
+                            probe.subtask,
+                            format!("no answer to the system lane for {:?} (hung)", cfg.heartbeat_timeout),
+                        ));
+                    }
+                }
+                dep.sampler.mark();
+                for (i, a) in dep.actors.iter().enumerate() {
+                    if !dep.finished[i] {
+                        a.mail(Sample { sent_at: Instant::now() });
+                    }
+                }
+                if let Some(c) = coordinator.as_deref_mut() {
+                    if let Err(failures) = c.expire(now) {
+                        return Err(JobError::CheckpointsFailing {
+                            job: job.to_owned(),
+                            failures,
+                            tolerated: cfg.checkpoint.tolerable_failed_checkpoints,
+                        });
+                    }
+                    if let Some(id) = c.maybe_trigger(now) {
+                        tracing::debug!(checkpoint = id, "triggering checkpoint");
+                        for (i, a) in dep.actors.iter().enumerate() {
+                            if dep.sources[i] {
+                                a.mail(TriggerCheckpoint { id, sent_at: now });
+                            }
+                        }
+                    }
+                    *lock(shared_stats) = Some(c.stats.clone());
                 }
                 continue;
             }
         };
+        let Some(event) = event else {
+            return Err(JobError::Runtime {
+                job: job.to_owned(),
+                message: "the job's event channel closed".into(),
+            });
+        };
         match event {
-            Some(JobEvent::RateControl(config)) => {
+            JobEvent::RateControl(config) => {
                 let previous = controller.as_ref().and_then(|c| c.current);
-                controller = RateController::new(config);
+                *controller = RateController::new(config);
                 if let Some(c) = controller.as_mut() {
                     c.inherit(previous);
                 }
-                match &controller {
-                    None => set_rate(&sampler, None),
-                    Some(c) => set_rate(&sampler, c.current),
+                set_rate(dep, controller.as_ref().and_then(|c| c.current));
+            }
+            JobEvent::Cancel => {
+                return Err(JobError::Cancelled {
+                    job: job.to_owned(),
+                })
+            }
+            JobEvent::Finished { attempt: a, actor } if a == attempt && !dep.finished[actor] => {
+                dep.finished[actor] = true;
+                remaining -= 1;
+                if !dep.sources[actor] {
+                    // A finished operator could not be restored consistently.
+                    if let Some(c) = coordinator.as_deref_mut() {
+                        c.stop_triggering();
+                    }
                 }
             }
-            Some(JobEvent::Finished { actor }) => {
-                if !finished[actor] {
-                    finished[actor] = true;
-                    remaining -= 1;
-                }
+            JobEvent::Failed { attempt: a, error } if a == attempt => {
+                return Err(error.into_job_error(job))
             }
-            Some(JobEvent::Failed(e)) => break Err(e.into_job_error(&job)),
-            Some(JobEvent::Lost {
+            JobEvent::Lost {
+                attempt: a,
                 uid,
                 subtask,
                 reason,
-            }) => {
-                break Err(JobError::SubtaskLost {
-                    job: job.clone(),
-                    uid,
-                    subtask,
-                    reason,
-                })
+            } if a == attempt => return Err(lost(uid, subtask, reason)),
+            JobEvent::Ack {
+                attempt: a,
+                id,
+                actor,
+                files,
+                alignment,
+                start_delay,
+            } if a == attempt => {
+                let (Some(c), Some(root)) = (coordinator.as_deref_mut(), checkpoint_root) else {
+                    continue;
+                };
+                if let Some(done) = c.ack(id, actor, files, alignment, start_delay, Instant::now())
+                {
+                    let meta = metadata(job, dep, &done);
+                    match store::write_metadata(root, &meta) {
+                        Ok(()) => {
+                            tracing::info!(checkpoint = done.id, duration = ?done.duration, size = done.size, "checkpoint complete");
+                            store::retain(root, cfg.checkpoint.retained);
+                            for a in &dep.actors {
+                                a.mail(NotifyComplete(done.id));
+                            }
+                        }
+                        Err(e) => {
+                            tracing::warn!(checkpoint = done.id, error = %e, "cannot write checkpoint metadata");
+                            if let Err(failures) = c.fail_one(done.id) {
+                                return Err(JobError::CheckpointsFailing {
+                                    job: job.to_owned(),
+                                    failures,
+                                    tolerated: cfg.checkpoint.tolerable_failed_checkpoints,
+                                });
+                            }
+                        }
+                    }
+                    *lock(shared_stats) = Some(c.stats.clone());
+                }
             }
-            Some(JobEvent::Cancel) => break Err(JobError::Cancelled { job: job.clone() }),
-            None => {
-                break Err(JobError::Runtime {
-                    job: job.clone(),
-                    message: "every subtask went away without reporting".into(),
-                })
+            JobEvent::Declined {
+                attempt: a,
+                id,
+                reason,
+            } if a == attempt => {
+                tracing::warn!(checkpoint = id, reason, "checkpoint declined");
+                if let Some(c) = coordinator.as_deref_mut() {
+                    if let Err(failures) = c.fail_one(id) {
+                        return Err(JobError::CheckpointsFailing {
+                            job: job.to_owned(),
+                            failures,
+                            tolerated: cfg.checkpoint.tolerable_failed_checkpoints,
+                        });
+                    }
+                }
             }
-        }
-    };
-    if verdict.is_err() {
-        for (i, mailer) in mailers.iter().enumerate() {
-            if !finished[i] {
-                mailer.mail(Stop);
-            }
+            // Events of an earlier run of the job.
+            _ => {}
         }
     }
-    stop_arbiters(arbiters, &job);
-    match verdict {
-        Ok(()) => {
-            tracing::info!(elapsed = ?started.elapsed(), "job finished");
-            Ok(result(&graph, &plan, &registry, job, started.elapsed()))
-        }
-        Err(e) => {
-            tracing::warn!(error = %e, "job failed");
-            Err(e)
-        }
+}
+
+fn metadata(job: &str, dep: &Deployment, done: &Completed) -> store::CheckpointMetadata {
+    let mut states: BTreeMap<String, BTreeMap<usize, String>> = BTreeMap::new();
+    for f in &done.files {
+        states
+            .entry(f.uid.clone())
+            .or_default()
+            .insert(f.subtask, f.file.clone());
+    }
+    let mut parallelism = BTreeMap::new();
+    for p in dep.sampler.probes() {
+        let e = parallelism.entry(p.head_uid.clone()).or_insert(0);
+        *e = (*e).max(p.subtask + 1);
+    }
+    store::CheckpointMetadata {
+        format_version: store::FORMAT_VERSION,
+        checkpoint_id: done.id,
+        job: job.to_owned(),
+        states,
+        parallelism,
+        size: done.size,
     }
 }
 

@@ -32,6 +32,7 @@
 #![warn(missing_docs)]
 
 mod channel;
+pub mod checkpoint;
 mod config;
 mod env;
 pub mod error;
@@ -44,6 +45,7 @@ mod operator;
 mod partition;
 mod plan;
 pub mod rate;
+mod restart;
 mod sampler;
 pub mod sink;
 pub mod source;
@@ -51,7 +53,11 @@ mod state;
 pub mod stream;
 mod sync;
 mod task;
+pub mod testing;
 
+pub use checkpoint::coordinator::CheckpointStats;
+pub use checkpoint::store::CheckpointError;
+pub use checkpoint::{CheckpointConfig, CheckpointMode};
 pub use config::EnvConfig;
 pub use env::Env;
 pub use error::{JobError, PlanError, SinkError, SourceError};
@@ -62,6 +68,7 @@ pub use operator::connect::{BroadcastProcessFunction, CoProcessFunction, InputSe
 pub use operator::keyed::{KeyedFn, KeyedProcessFunction};
 pub use operator::process::ProcessFunction;
 pub use operator::{Collector, OperatorInfo};
+pub use restart::RestartStrategy;
 pub use sink::CollectSink;
 pub use source::jsonl::{BadLine, MalformedPolicy};
 pub use state::{KeyedState, MapState, ValueState};

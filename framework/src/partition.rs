@@ -296,6 +296,21 @@ impl<T: Send + Sync, R: Router<T>> Output<T> for NetOutput<T, R> {
         self.pending.usage(&self.senders, usage)
     }
     fn control(&mut self, _c: &mut crate::operator::Control<'_>) {}
+    fn barrier(
+        &mut self,
+        id: u64,
+        _w: &mut crate::checkpoint::StateWriter,
+    ) -> Result<(), TaskError> {
+        // Records before the barrier go before it, on every channel.
+        self.flush();
+        for t in 0..self.senders.len() {
+            self.pending.send(&self.senders, t, Event::Barrier(id));
+        }
+        Ok(())
+    }
+    fn notify_complete(&mut self, _id: u64) -> Result<(), TaskError> {
+        Ok(())
+    }
 }
 
 /// Every record to every receiver; one shared batch per send.
@@ -361,4 +376,19 @@ impl<T: Send + Sync> Output<T> for BroadcastOutput<T> {
         self.pending.usage(&self.senders, usage)
     }
     fn control(&mut self, _c: &mut crate::operator::Control<'_>) {}
+    fn barrier(
+        &mut self,
+        id: u64,
+        _w: &mut crate::checkpoint::StateWriter,
+    ) -> Result<(), TaskError> {
+        // Records before the barrier go before it, on every channel.
+        self.flush();
+        for t in 0..self.senders.len() {
+            self.pending.send(&self.senders, t, Event::Barrier(id));
+        }
+        Ok(())
+    }
+    fn notify_complete(&mut self, _id: u64) -> Result<(), TaskError> {
+        Ok(())
+    }
 }

@@ -14,6 +14,7 @@ use std::collections::HashSet;
 
 use crate::sync::AtomicWaker;
 
+use crate::checkpoint::align::AlignMode;
 use crate::config::EnvConfig;
 use crate::error::{PlanError, TaskError};
 use crate::graph::{AnyBox, Built, Graph, NodeId, OpEnv};
@@ -147,23 +148,38 @@ pub(crate) struct OperatorRegistry {
     pub(crate) counters: Vec<Vec<Arc<OperatorCounters>>>,
 }
 
-/// Builds every subtask's chain and every channel.
+impl OperatorRegistry {
+    pub(crate) fn new(plan: &Plan) -> Self {
+        OperatorRegistry {
+            counters: plan
+                .parallelism
+                .iter()
+                .map(|&p| {
+                    (0..p)
+                        .map(|_| Arc::new(OperatorCounters::default()))
+                        .collect()
+                })
+                .collect(),
+        }
+    }
+}
+
+/// The states a job restores: (uid, subtask) -> payload, from checkpoint `checkpoint`.
+#[derive(Debug, Default)]
+pub(crate) struct Restore {
+    pub(crate) checkpoint: u64,
+    pub(crate) states: std::collections::HashMap<(String, usize), Vec<u8>>,
+}
+
+/// Builds every subtask's chain and every channel (restoring `restore` if given).
 pub(crate) fn instantiate(
     graph: &Graph,
     plan: &Plan,
     cfg: &EnvConfig,
-) -> Result<(Vec<SubtaskSpec>, OperatorRegistry), TaskError> {
-    let registry = OperatorRegistry {
-        counters: plan
-            .parallelism
-            .iter()
-            .map(|&p| {
-                (0..p)
-                    .map(|_| Arc::new(OperatorCounters::default()))
-                    .collect()
-            })
-            .collect(),
-    };
+    registry: &OperatorRegistry,
+    restore: Option<&Restore>,
+    attempt: u64,
+) -> Result<Vec<SubtaskSpec>, TaskError> {
     // One actor per (head, subtask).
     let mut actor_of = vec![Vec::new(); graph.nodes.len()];
     let mut wakers = Vec::new();
@@ -216,7 +232,8 @@ pub(crate) fn instantiate(
         plan,
         cfg,
         senders,
-        registry: &registry,
+        registry,
+        restore,
     };
     let mut specs = Vec::new();
     for &h in &plan.heads {
@@ -236,16 +253,17 @@ pub(crate) fn instantiate(
                             .expect("every input of a planned node has an edge");
                         gates.push(port.gate(rxs, head));
                     }
-                    Driver::Inputs {
-                        gates,
-                        selection,
-                        next: 0,
-                    }
+                    let mode = match cfg.checkpoint.mode {
+                        crate::checkpoint::CheckpointMode::ExactlyOnce => AlignMode::ExactlyOnce,
+                        crate::checkpoint::CheckpointMode::AtLeastOnce => AlignMode::AtLeastOnce,
+                    };
+                    Driver::inputs(gates, selection, mode)
                 }
             };
             specs.push(SubtaskSpec {
                 id: SubtaskId {
                     actor,
+                    attempt,
                     head: h,
                     head_uid: plan.uids[h].clone(),
                     subtask: j,
@@ -256,7 +274,7 @@ pub(crate) fn instantiate(
             });
         }
     }
-    Ok((specs, registry))
+    Ok(specs)
 }
 
 struct ChainBuilder<'a> {
@@ -265,6 +283,7 @@ struct ChainBuilder<'a> {
     cfg: &'a EnvConfig,
     senders: Vec<Vec<Option<Vec<AnyBox>>>>,
     registry: &'a OperatorRegistry,
+    restore: Option<&'a Restore>,
 }
 
 impl ChainBuilder<'_> {
@@ -310,6 +329,9 @@ impl ChainBuilder<'_> {
             counters: self.registry.counters[n][j].clone(),
             config: self.cfg.clone(),
             initial_state: node.initial_state.as_ref().and_then(|v| v.get(j).cloned()),
+            restored: self
+                .restore
+                .and_then(|r| r.states.get(&(self.plan.uids[n].clone(), j)).cloned()),
         };
         // The builder runs user factories (sources, sinks): a panic there names the operator.
         let built = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {

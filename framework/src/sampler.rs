@@ -175,6 +175,11 @@ impl Sampler {
         })
     }
 
+    /// What the sampler knows of each subtask.
+    pub(crate) fn probes(&self) -> &[SubtaskProbe] {
+        &self.subtasks
+    }
+
     /// Number of source subtasks (the rate limit is split evenly among them).
     pub(crate) fn source_subtasks(&self) -> usize {
         self.subtasks.iter().filter(|p| p.is_source).count()

@@ -69,12 +69,17 @@ impl<T> Clone for DataStream<T> {
 }
 
 pub(crate) fn core<U>(env: &OpEnv, next: BoxOutput<U>) -> OpCore<U> {
-    OpCore::new(
+    let mut core = OpCore::new(
         env.info.clone(),
         env.counters.clone(),
         next,
         env.config.batch_size,
-    )
+    );
+    core.fault = env
+        .config
+        .faults
+        .for_instance(&env.info.uid, env.info.subtask);
+    core
 }
 
 /// Builder of an `apply` node: the operator, restored from its initial state if any.
@@ -101,6 +106,11 @@ where
 
 /// Restores an operator instance from its subtask's initial state, if one was given.
 fn restore_initial<P: Operator>(op: &mut P, env: &OpEnv) -> Result<(), crate::error::TaskError> {
+    if let Some(payload) = &env.restored {
+        // A checkpoint being restored wins over the job's initial state.
+        return crate::operator::apply::restore_hooked(op, payload)
+            .map_err(|e| env.restore_error(e));
+    }
     match &env.initial_state {
         None => Ok(()),
         Some(snap) => op
@@ -118,12 +128,12 @@ fn one_input_builder<T, U, B>(build: B) -> Box<dyn crate::graph::NodeBuilder>
 where
     T: Data,
     U: Data,
-    B: Fn(&OpEnv, BoxOutput<U>) -> BoxOutput<T> + Send + 'static,
+    B: Fn(&OpEnv, BoxOutput<U>) -> Result<BoxOutput<T>, crate::error::TaskError> + Send + 'static,
 {
     Box::new(move |env: &OpEnv, mut outputs: Vec<AnyBox>| {
         let next = unbox::<BoxOutput<U>>(outputs.remove(0));
         Ok(Built::Inputs {
-            heads: vec![Box::new(build(env, next)) as AnyBox],
+            heads: vec![Box::new(build(env, next)?) as AnyBox],
             selection: None,
         })
     })
@@ -193,7 +203,9 @@ impl<T: Data> DataStream<T> {
 
     fn add_one<U: Data, B>(self, name: &str, build: B) -> DataStream<U>
     where
-        B: Fn(&OpEnv, BoxOutput<U>) -> BoxOutput<T> + Send + 'static,
+        B: Fn(&OpEnv, BoxOutput<U>) -> Result<BoxOutput<T>, crate::error::TaskError>
+            + Send
+            + 'static,
     {
         let part = self.partitioning();
         self.add_operator(name, one_input_builder::<T, U, B>(build), part)
@@ -254,10 +266,10 @@ impl<T: Data> DataStream<T> {
         F: FnMut(T) -> U + Clone + Send + 'static,
     {
         self.add_one("map", move |env, next| {
-            Box::new(MapOp {
+            Ok(Box::new(MapOp {
                 f: f.clone(),
                 core: core(env, next),
-            })
+            }))
         })
     }
 
@@ -267,10 +279,10 @@ impl<T: Data> DataStream<T> {
         F: FnMut(&T) -> bool + Clone + Send + 'static,
     {
         self.add_one("filter", move |env, next| {
-            Box::new(FilterOp {
+            Ok(Box::new(FilterOp {
                 f: f.clone(),
                 core: core(env, next),
-            })
+            }))
         })
     }
 
@@ -282,10 +294,10 @@ impl<T: Data> DataStream<T> {
         F: FnMut(T) -> I + Clone + Send + 'static,
     {
         self.add_one("flat_map", move |env, next| {
-            Box::new(FlatMapOp {
+            Ok(Box::new(FlatMapOp {
                 f: f.clone(),
                 core: core(env, next),
-            })
+            }))
         })
     }
 
@@ -296,10 +308,10 @@ impl<T: Data> DataStream<T> {
         P: ProcessFunction<T, U> + Clone,
     {
         self.add_one("process", move |env, next| {
-            Box::new(ProcessOp {
+            Ok(Box::new(ProcessOp {
                 f: f.clone(),
                 core: core(env, next),
-            })
+            }))
         })
     }
 
@@ -394,12 +406,16 @@ impl<T: Data> DataStream<T> {
                 uid: env.info.uid.clone(),
                 subtask: env.info.subtask,
                 parallelism: env.info.parallelism,
+                checkpointing: env.config.checkpoint.interval.is_some(),
             };
-            let sink = factory(&cx).map_err(|source| crate::error::TaskError::Sink {
+            let mut sink = factory(&cx).map_err(|source| crate::error::TaskError::Sink {
                 uid: env.info.uid.clone(),
                 subtask: env.info.subtask,
                 source,
             })?;
+            if let Some(state) = &env.restored {
+                sink.restore(state).map_err(|e| env.restore_error(e))?;
+            }
             let op: BoxOutput<T> = Box::new(SinkOp {
                 sink: Box::new(sink),
                 info: env.info.clone(),
@@ -433,7 +449,7 @@ impl<T: Data> DataStream<T> {
     pub fn collect(self) -> CollectSink<T> {
         let handle = CollectSink::default();
         let h = handle.clone();
-        self.add_sink("collect", move |_| Ok(h.clone()));
+        self.add_sink("collect", move |cx| Ok(h.instance(cx)));
         handle
     }
 
@@ -565,13 +581,18 @@ where
     {
         let key_fn = self.key_fn.clone();
         let builder = one_input_builder::<T, O, _>(move |env, next| {
-            Box::new(KeyedOp {
+            let mut op = KeyedOp {
                 key_fn: key_fn.clone(),
                 f: f.clone(),
                 state: Default::default(),
                 core: core(env, next),
+                max_parallelism: env.config.max_parallelism,
                 _in: PhantomData,
-            })
+            };
+            if let Some(payload) = &env.restored {
+                op.restore(payload)?;
+            }
+            Ok(Box::new(op) as BoxOutput<T>)
         });
         let hash_key = self.key_fn;
         self.stream.add_operator("keyed_process", builder, move || {
@@ -669,7 +690,11 @@ where
     let builder = Box::new(move |env: &OpEnv, mut outputs: Vec<AnyBox>| {
         let next = unbox::<BoxOutput<O>>(outputs.remove(0));
         let cell = Arc::new(SelectionCell::new(selection));
-        let (a, b) = co_sides::<C, A, B, O>(make(env)?, core(env, next), cell.clone());
+        let mut op = make(env)?;
+        if let Some(payload) = &env.restored {
+            op.restore(payload).map_err(|e| env.restore_error(e))?;
+        }
+        let (a, b) = co_sides::<C, A, B, O>(op, core(env, next), cell.clone());
         Ok(Built::Inputs {
             heads: vec![
                 Box::new(Box::new(a) as BoxOutput<A>) as AnyBox,

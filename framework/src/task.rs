@@ -26,6 +26,10 @@ use crate::sync::AtomicWaker;
 use actix::prelude::*;
 use futures::channel::mpsc::UnboundedSender;
 
+use crate::checkpoint::align::{AlignMode, Alignment, BarrierAligner};
+use crate::checkpoint::coordinator::StateFile;
+use crate::checkpoint::store::SnapshotEnvelope;
+use crate::checkpoint::StateWriter;
 use crate::error::TaskError;
 use crate::hooks::{ConfigError, StateError, StateSnapshot};
 use crate::metrics::{SubtaskCounters, SubtaskSample, TimeAccount, WaitState};
@@ -40,18 +44,26 @@ use crate::sync::{lock, Mutex};
 pub(crate) enum GateStep {
     /// A batch of this many records was processed.
     Batch(usize),
-    /// An in-band marker was processed (one channel ended).
-    Marker,
-    /// Every channel of this input has ended; the operator was told.
-    Ended,
+    /// Channel `channel` (of this input) delivered checkpoint barrier `id`.
+    Barrier { channel: usize, id: u64 },
+    /// Channel `channel` ended; `all`: every channel of this input has ended and the operator
+    /// was told.
+    ChannelEnded { channel: usize, all: bool },
     /// Nothing available now.
     Empty,
 }
 
 /// One logical input of a subtask: its channels and the operator they feed.
 pub(crate) trait InputGate: Send {
-    /// Processes at most one event from one channel (round robin).
-    fn try_step(&mut self) -> Result<GateStep, TaskError>;
+    /// Processes at most one event from one channel (round robin), skipping the channels
+    /// `blocked` names (by index within this input).
+    fn try_step(&mut self, blocked: &dyn Fn(usize) -> bool) -> Result<GateStep, TaskError>;
+    /// Number of channels of this input.
+    fn channels(&self) -> usize;
+    /// Passes checkpoint barrier `id` to the operators behind this input.
+    fn barrier(&mut self, id: u64, w: &mut StateWriter) -> Result<(), TaskError>;
+    /// Checkpoint `id` is complete.
+    fn notify_complete(&mut self, id: u64) -> Result<(), TaskError>;
     fn flush(&mut self);
     fn poll_pending(&mut self, cx: &mut TaskContext<'_>) -> Poll<()>;
     fn is_ended(&self) -> bool;
@@ -87,6 +99,11 @@ pub(crate) trait SourceStep: Send {
     fn output_usage(&self, usage: &mut QueueUsage);
     /// Delivers a control request to the source or the operators behind it.
     fn control(&mut self, c: &mut Control<'_>);
+    /// Checkpoint `id`: the source's position and its chain's states, then the barrier
+    /// downstream (not after the source has ended: its channels have ended too).
+    fn checkpoint(&mut self, id: u64, w: &mut StateWriter) -> Result<(), TaskError>;
+    /// Checkpoint `id` is complete.
+    fn notify_complete(&mut self, id: u64) -> Result<(), TaskError>;
 }
 
 /// What drives a subtask.
@@ -97,7 +114,37 @@ pub(crate) enum Driver {
         selection: Option<Arc<SelectionCell>>,
         /// Round robin over logical inputs.
         next: usize,
+        /// Barrier alignment over every channel of every input (gate `g`'s channel `c` is
+        /// `offsets[g] + c`).
+        aligner: BarrierAligner,
+        offsets: Vec<usize>,
+        /// When the barrier being aligned first arrived.
+        align_started: Option<Instant>,
     },
+}
+
+impl Driver {
+    /// An input-driven driver over `gates`, aligning barriers per `mode`.
+    pub(crate) fn inputs(
+        gates: Vec<Box<dyn InputGate>>,
+        selection: Option<Arc<SelectionCell>>,
+        mode: AlignMode,
+    ) -> Self {
+        let mut offsets = Vec::with_capacity(gates.len());
+        let mut total = 0;
+        for g in &gates {
+            offsets.push(total);
+            total += g.channels();
+        }
+        Driver::Inputs {
+            gates,
+            selection,
+            next: 0,
+            aligner: BarrierAligner::new(total, mode),
+            offsets,
+            align_started: None,
+        }
+    }
 }
 
 /// Result of one unit of work.
@@ -110,6 +157,8 @@ enum Work {
     Throttled(Duration),
     /// All input consumed and end-of-input pushed through the chain.
     Ended,
+    /// Every input delivered barrier `id` (the subtask snapshots and passes it on).
+    Aligned(u64),
 }
 
 impl Driver {
@@ -151,6 +200,35 @@ impl Driver {
         }
     }
 
+    /// All inputs delivered barrier `id`: the chain's states, barrier passed on; returns the
+    /// states and how long the alignment took.
+    fn snapshot_aligned(&mut self, id: u64) -> Result<(StateWriter, Duration), TaskError> {
+        let mut w = StateWriter::default();
+        match self {
+            Driver::Source(_) => Ok((w, Duration::ZERO)),
+            Driver::Inputs {
+                gates,
+                align_started,
+                ..
+            } => {
+                for g in gates.iter_mut() {
+                    g.barrier(id, &mut w)?;
+                }
+                let took = align_started.take().map_or(Duration::ZERO, |t| t.elapsed());
+                Ok((w, took))
+            }
+        }
+    }
+
+    fn notify_complete(&mut self, id: u64) -> Result<(), TaskError> {
+        match self {
+            Driver::Source(s) => s.notify_complete(id),
+            Driver::Inputs { gates, .. } => {
+                gates.iter_mut().try_for_each(|g| g.notify_complete(id))
+            }
+        }
+    }
+
     fn control(&mut self, c: &mut Control<'_>) {
         match self {
             Driver::Source(s) => s.control(c),
@@ -175,17 +253,23 @@ impl Driver {
     }
 
     /// Tries each readable input once, in round-robin order.
+    #[allow(clippy::too_many_arguments)]
     fn try_inputs(
         gates: &mut [Box<dyn InputGate>],
         selection: &Option<Arc<SelectionCell>>,
         next: &mut usize,
+        aligner: &mut BarrierAligner,
+        offsets: &[usize],
+        align_started: &mut Option<Instant>,
         counters: &SubtaskCounters,
     ) -> Result<Option<Work>, TaskError> {
         let n = gates.len();
-        let selected = selection
-            .as_ref()
-            .map(|s| s.get())
-            .unwrap_or(InputSelection::All);
+        // While a barrier is being aligned every unblocked channel must be read, whatever
+        // the operator's preference, or the alignment could never finish.
+        let selected = match (aligner.in_progress(), selection) {
+            (None, Some(s)) => s.get(),
+            _ => InputSelection::All,
+        };
         for k in 0..n {
             let i = (*next + k) % n;
             if gates[i].is_ended() {
@@ -199,22 +283,40 @@ impl Driver {
             if !wanted {
                 continue;
             }
-            match gates[i].try_step()? {
+            let offset = offsets[i];
+            let step = {
+                let aligner = &*aligner;
+                gates[i].try_step(&|c| aligner.is_blocked(offset + c))?
+            };
+            let alignment = match step {
                 GateStep::Empty => continue,
                 GateStep::Batch(_) => {
                     counters.batches_in.fetch_add(1, Ordering::Relaxed);
                     *next = (i + 1) % n;
                     return Ok(Some(Work::Progress));
                 }
-                GateStep::Marker => return Ok(Some(Work::Progress)),
-                GateStep::Ended => {
-                    return Ok(Some(if gates.iter().all(|g| g.is_ended()) {
-                        Work::Ended
-                    } else {
-                        Work::Progress
-                    }))
+                GateStep::Barrier { channel, id } => {
+                    if aligner.in_progress().is_none() {
+                        *align_started = Some(Instant::now());
+                    }
+                    aligner.on_barrier(offset + channel, id)
                 }
-            }
+                GateStep::ChannelEnded { channel, all } => {
+                    let a = aligner.on_end_of_input(offset + channel);
+                    if all && gates.iter().all(|g| g.is_ended()) {
+                        // A barrier completed by this end is taken before the end.
+                        if let Alignment::Aligned(id) = a {
+                            return Ok(Some(Work::Aligned(id)));
+                        }
+                        return Ok(Some(Work::Ended));
+                    }
+                    a
+                }
+            };
+            return Ok(Some(match alignment {
+                Alignment::Aligned(id) => Work::Aligned(id),
+                Alignment::Pending => Work::Progress,
+            }));
         }
         Ok(None)
     }
@@ -239,15 +341,29 @@ impl Driver {
                 gates,
                 selection,
                 next,
+                aligner,
+                offsets,
+                align_started,
             } => {
-                if let Some(w) = Self::try_inputs(gates, selection, next, counters)? {
+                let mut attempt = |gates: &mut Vec<Box<dyn InputGate>>| {
+                    Self::try_inputs(
+                        gates,
+                        selection,
+                        next,
+                        aligner,
+                        offsets,
+                        align_started,
+                        counters,
+                    )
+                };
+                if let Some(w) = attempt(gates)? {
                     return Ok(w);
                 }
                 // Idle: send partial batches now, then sleep until an input arrives. Register
                 // before the second look so an arrival in between is not missed.
                 gates.iter_mut().for_each(|g| g.flush());
                 rx_waker.register(cx.waker());
-                if let Some(w) = Self::try_inputs(gates, selection, next, counters)? {
+                if let Some(w) = attempt(gates)? {
                     return Ok(w);
                 }
                 Ok(Work::Idle)
@@ -260,16 +376,36 @@ impl Driver {
 #[derive(Debug)]
 pub(crate) enum JobEvent {
     Finished {
+        attempt: u64,
         actor: usize,
     },
-    Failed(TaskError),
+    Failed {
+        attempt: u64,
+        error: TaskError,
+    },
     Lost {
+        attempt: u64,
         uid: String,
         subtask: usize,
         reason: String,
     },
     Cancel,
     RateControl(crate::rate::RateControlConfig),
+    /// A subtask wrote its state for checkpoint `id`.
+    Ack {
+        attempt: u64,
+        id: u64,
+        actor: usize,
+        files: Vec<StateFile>,
+        alignment: Duration,
+        start_delay: Duration,
+    },
+    /// A subtask could not take its part of checkpoint `id`.
+    Declined {
+        attempt: u64,
+        id: u64,
+        reason: String,
+    },
 }
 
 /// Identity of a subtask actor.
@@ -279,6 +415,8 @@ pub(crate) struct SubtaskId {
     pub(crate) actor: usize,
     /// The chain's first operator.
     pub(crate) head: usize,
+    /// Which run of the job (0, then +1 per restart): events of older runs are ignored.
+    pub(crate) attempt: u64,
     /// Uid of the chain's first operator.
     pub(crate) head_uid: String,
     pub(crate) subtask: usize,
@@ -298,9 +436,12 @@ pub(crate) struct SubtaskActor {
     time: TimeAccount,
     sample: Arc<Mutex<SubtaskSample>>,
     throttle: Option<Pin<Box<actix_rt::time::Sleep>>>,
+    /// Where checkpoint state files go (checkpoints on).
+    checkpoint_dir: Option<std::path::PathBuf>,
 }
 
 impl SubtaskActor {
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
         id: SubtaskId,
         driver: Driver,
@@ -309,12 +450,14 @@ impl SubtaskActor {
         rx_waker: Arc<AtomicWaker>,
         linger: Duration,
         sample: Arc<Mutex<SubtaskSample>>,
+        checkpoint_dir: Option<std::path::PathBuf>,
     ) -> Self {
         let now = Instant::now();
         SubtaskActor {
             time: TimeAccount::new(now),
             sample,
             throttle: None,
+            checkpoint_dir,
             id,
             driver,
             draining: false,
@@ -379,7 +522,75 @@ impl SubtaskActor {
                 cx.waker().wake_by_ref();
                 (Poll::Pending, WaitState::Busy)
             }
+            Ok(Work::Aligned(id)) => {
+                match self.driver.snapshot_aligned(id) {
+                    Ok((w, alignment)) => self.write_and_ack(id, w, alignment, Duration::ZERO),
+                    Err(e) => self.decline(id, e),
+                }
+                cx.waker().wake_by_ref();
+                (Poll::Pending, WaitState::Busy)
+            }
         }
+    }
+
+    /// Writes this subtask's states for checkpoint `id` and acknowledges it.
+    fn write_and_ack(
+        &mut self,
+        id: u64,
+        w: StateWriter,
+        alignment: Duration,
+        start_delay: Duration,
+    ) {
+        let Some(root) = self.checkpoint_dir.clone() else {
+            return;
+        };
+        let mut files = Vec::with_capacity(w.entries.len());
+        for e in w.entries {
+            let env = SnapshotEnvelope {
+                format_version: crate::checkpoint::store::FORMAT_VERSION,
+                uid: e.uid,
+                subtask: self.id.subtask,
+                checkpoint_id: id,
+                key_groups: e.key_groups,
+                payload: e.payload,
+            };
+            match crate::checkpoint::store::write_state(&root, &env) {
+                Ok((file, size)) => files.push(StateFile {
+                    uid: env.uid,
+                    subtask: env.subtask,
+                    file,
+                    size,
+                }),
+                Err(err) => {
+                    let reason = err.to_string();
+                    tracing::warn!(uid = %self.id.head_uid, subtask = self.id.subtask, checkpoint = id, %reason, "cannot write checkpoint state");
+                    let _ = self.events.unbounded_send(JobEvent::Declined {
+                        attempt: self.id.attempt,
+                        id,
+                        reason,
+                    });
+                    return;
+                }
+            }
+        }
+        let _ = self.events.unbounded_send(JobEvent::Ack {
+            attempt: self.id.attempt,
+            id,
+            actor: self.id.actor,
+            files,
+            alignment,
+            start_delay,
+        });
+    }
+
+    fn decline(&mut self, id: u64, e: TaskError) {
+        let reason = format!("{e:?}");
+        tracing::warn!(uid = %self.id.head_uid, subtask = self.id.subtask, checkpoint = id, %reason, "checkpoint declined");
+        let _ = self.events.unbounded_send(JobEvent::Declined {
+            attempt: self.id.attempt,
+            id,
+            reason,
+        });
     }
 
     /// Charges the time so far and writes a sample for the job to read.
@@ -416,6 +627,7 @@ impl Drop for SubtaskActor {
     fn drop(&mut self) {
         if !self.reported {
             let event = JobEvent::Lost {
+                attempt: self.id.attempt,
                 uid: self.id.head_uid.clone(),
                 subtask: self.id.subtask,
                 reason: "the subtask's actor stopped before its input ended".into(),
@@ -446,14 +658,19 @@ impl ActorFuture<SubtaskActor> for DataLane {
             Poll::Ready(Ok(())) => {
                 tracing::debug!(uid = %act.id.head_uid, subtask = act.id.subtask, "subtask finished");
                 act.report(JobEvent::Finished {
+                    attempt: act.id.attempt,
                     actor: act.id.actor,
                 });
-                ctx.stop();
+                // The actor stays until the job ends: a finished source still answers
+                // checkpoint triggers (with its end position).
                 Poll::Ready(())
             }
             Poll::Ready(Err(e)) => {
                 tracing::warn!(uid = %act.id.head_uid, subtask = act.id.subtask, error = ?e, "subtask failed");
-                act.report(JobEvent::Failed(e));
+                act.report(JobEvent::Failed {
+                    attempt: act.id.attempt,
+                    error: e,
+                });
                 ctx.stop();
                 Poll::Ready(())
             }
@@ -607,6 +824,58 @@ impl Handler<SnapshotState> for SubtaskActor {
         match c.outcome {
             Some(ControlOutcome::Snapshot(r)) => r,
             _ => Err(StateError::NoSuchOperator { uid: msg.uid }),
+        }
+    }
+}
+
+/// Take checkpoint `id` (sent to source subtasks; the others receive barriers in-band).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct TriggerCheckpoint {
+    pub(crate) id: u64,
+    pub(crate) sent_at: Instant,
+}
+
+impl Message for TriggerCheckpoint {
+    type Result = ();
+}
+
+impl Handler<TriggerCheckpoint> for SubtaskActor {
+    type Result = ();
+
+    fn handle(&mut self, msg: TriggerCheckpoint, _ctx: &mut Self::Context) {
+        self.counters.mails_handled.fetch_add(1, Ordering::Relaxed);
+        let start_delay = msg.sent_at.elapsed();
+        let mut w = StateWriter::default();
+        let r = match &mut self.driver {
+            Driver::Source(s) => s.checkpoint(msg.id, &mut w),
+            Driver::Inputs { .. } => return,
+        };
+        match r {
+            Ok(()) => self.write_and_ack(msg.id, w, Duration::ZERO, start_delay),
+            Err(e) => self.decline(msg.id, e),
+        }
+    }
+}
+
+/// Checkpoint `id` is complete: sinks commit.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct NotifyComplete(pub(crate) u64);
+
+impl Message for NotifyComplete {
+    type Result = ();
+}
+
+impl Handler<NotifyComplete> for SubtaskActor {
+    type Result = ();
+
+    fn handle(&mut self, msg: NotifyComplete, ctx: &mut Self::Context) {
+        self.counters.mails_handled.fetch_add(1, Ordering::Relaxed);
+        if let Err(e) = self.driver.notify_complete(msg.0) {
+            self.report(JobEvent::Failed {
+                attempt: self.id.attempt,
+                error: e,
+            });
+            ctx.stop();
         }
     }
 }

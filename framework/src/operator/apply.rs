@@ -4,6 +4,7 @@
 
 use super::process::{ProcessFunction, ProcessOp};
 use super::{Control, Output, QueueUsage};
+use crate::checkpoint::StateWriter;
 use crate::error::TaskError;
 use crate::hooks::Operator;
 
@@ -37,4 +38,24 @@ where
             self.0.core.next.control(c)
         }
     }
+    fn barrier(&mut self, id: u64, w: &mut StateWriter) -> Result<(), TaskError> {
+        let core = &self.0.core;
+        let snap = self
+            .0
+            .f
+            .snapshot_state()
+            .map_err(|e| core.state_error(e.to_string()))?;
+        let payload = crate::checkpoint::encode(&snap).map_err(|e| core.state_error(e))?;
+        w.put(&core.info.uid, None, payload);
+        self.0.core.next.barrier(id, w)
+    }
+    fn notify_complete(&mut self, id: u64) -> Result<(), TaskError> {
+        self.0.core.next.notify_complete(id)
+    }
+}
+
+/// Restores an operator with hooks from a checkpointed payload (a `StateSnapshot`).
+pub(crate) fn restore_hooked<P: Operator>(op: &mut P, payload: &[u8]) -> Result<(), String> {
+    let snap: crate::hooks::StateSnapshot = crate::checkpoint::decode(payload)?;
+    op.restore_state(&snap).map_err(|e| e.to_string())
 }

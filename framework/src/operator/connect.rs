@@ -109,6 +109,14 @@ pub(crate) trait TwoInput<A, B, O>: Send + 'static {
     fn control(&mut self, c: &mut super::Control<'_>) {
         c.unsupported()
     }
+    /// The operator's checkpointed state, if it keeps any.
+    fn snapshot(&self) -> Result<Option<Vec<u8>>, String> {
+        Ok(None)
+    }
+    /// Restores the state [`snapshot`](Self::snapshot) returned.
+    fn restore(&mut self, _payload: &[u8]) -> Result<(), String> {
+        Ok(())
+    }
 }
 
 /// A two-input function with derived hooks (`ConnectedStreams::apply`).
@@ -130,6 +138,13 @@ where
     fn control(&mut self, c: &mut super::Control<'_>) {
         c.apply(&mut self.0)
     }
+    fn snapshot(&self) -> Result<Option<Vec<u8>>, String> {
+        let snap = self.0.snapshot_state().map_err(|e| e.to_string())?;
+        crate::checkpoint::encode(&snap).map(Some)
+    }
+    fn restore(&mut self, payload: &[u8]) -> Result<(), String> {
+        super::apply::restore_hooked(&mut self.0, payload)
+    }
 }
 
 /// A broadcast function with derived hooks (`BroadcastConnectedStreams::apply`).
@@ -150,6 +165,17 @@ where
     }
     fn control(&mut self, c: &mut super::Control<'_>) {
         c.apply(&mut self.0.f)
+    }
+    fn snapshot(&self) -> Result<Option<Vec<u8>>, String> {
+        let hooks = self.0.f.snapshot_state().map_err(|e| e.to_string())?;
+        crate::checkpoint::encode(&(hooks, &self.0.state)).map(Some)
+    }
+    fn restore(&mut self, payload: &[u8]) -> Result<(), String> {
+        let (hooks, state): (crate::hooks::StateSnapshot, P::State) =
+            crate::checkpoint::decode(payload)?;
+        self.0.f.restore_state(&hooks).map_err(|e| e.to_string())?;
+        self.0.state = state;
+        Ok(())
     }
 }
 
@@ -184,6 +210,13 @@ where
     }
     fn end_of_input(&mut self, out: &mut Collector<O>) {
         self.f.end_of_input(&self.state, out)
+    }
+    fn snapshot(&self) -> Result<Option<Vec<u8>>, String> {
+        crate::checkpoint::encode(&self.state).map(Some)
+    }
+    fn restore(&mut self, payload: &[u8]) -> Result<(), String> {
+        self.state = crate::checkpoint::decode(payload)?;
+        Ok(())
     }
 }
 
@@ -267,6 +300,29 @@ macro_rules! co_side_impl {
                 if $side == 0 {
                     lock(&self.shared).core.next.usage(usage)
                 }
+            }
+            fn barrier(
+                &mut self,
+                id: u64,
+                w: &mut crate::checkpoint::StateWriter,
+            ) -> Result<(), TaskError> {
+                // Both sides share one operator: the first snapshots it and passes the
+                // barrier on (the subtask calls it once both inputs are aligned).
+                if $side != 0 {
+                    return Ok(());
+                }
+                let mut g = lock(&self.shared);
+                let CoShared { op, core, .. } = &mut *g;
+                if let Some(payload) = op.snapshot().map_err(|e| core.state_error(e))? {
+                    w.put(&core.info.uid, None, payload);
+                }
+                core.next.barrier(id, w)
+            }
+            fn notify_complete(&mut self, id: u64) -> Result<(), TaskError> {
+                if $side != 0 {
+                    return Ok(());
+                }
+                lock(&self.shared).core.next.notify_complete(id)
             }
             fn control(&mut self, c: &mut super::Control<'_>) {
                 // Both sides share one operator: only the first answers.

@@ -4,11 +4,12 @@
 //! partitioner sent every record of a key group here. A state entry is created with
 //! `Default` on a key's first record, with no clone of the key on the common path.
 
-use std::hash::Hash;
 use std::marker::PhantomData;
 
-use super::{forward_output_plumbing, Collector, OpCore, Output};
+use super::{Collector, Control, OpCore, Output, QueueUsage};
+use crate::checkpoint::StateWriter;
 use crate::error::TaskError;
+use crate::key_group::{key_group_of, key_group_range};
 use crate::state::{KeyedState, ValueState};
 use crate::Data;
 
@@ -99,13 +100,34 @@ pub(crate) struct KeyedOp<KF, K, P: KeyedProcessFunction<K, I, O>, I, O> {
     pub(crate) f: P,
     pub(crate) state: KeyedState<K, P::State>,
     pub(crate) core: OpCore<O>,
+    pub(crate) max_parallelism: usize,
     pub(crate) _in: PhantomData<fn(I)>,
+}
+
+/// The checkpointed form of keyed state: entries grouped by key group (the unit of
+/// redistribution when an operator is rescaled).
+type KeyedPayload<K, S> = Vec<(usize, Vec<(K, S)>)>;
+
+impl<KF, K, P, I, O> KeyedOp<KF, K, P, I, O>
+where
+    K: crate::Key,
+    P: KeyedProcessFunction<K, I, O>,
+{
+    /// Loads the entries of a checkpointed payload.
+    pub(crate) fn restore(&mut self, payload: &[u8]) -> Result<(), TaskError> {
+        let groups: KeyedPayload<K, P::State> =
+            crate::checkpoint::decode(payload).map_err(|e| self.core.state_error(e))?;
+        for (_, entries) in groups {
+            self.state.map.extend(entries);
+        }
+        Ok(())
+    }
 }
 
 impl<KF, K, P, I, O> Output<I> for KeyedOp<KF, K, P, I, O>
 where
     KF: FnMut(&I) -> K + Send,
-    K: Hash + Eq + Send,
+    K: crate::Key,
     P: KeyedProcessFunction<K, I, O>,
     O: Send,
     I: Send,
@@ -130,5 +152,39 @@ where
         let (f, state) = (&mut self.f, &mut self.state);
         self.core.finish_with(|out| f.end_of_input(state, out))
     }
-    forward_output_plumbing!();
+    fn barrier(&mut self, id: u64, w: &mut StateWriter) -> Result<(), TaskError> {
+        let mut groups: std::collections::BTreeMap<usize, Vec<(&K, &P::State)>> =
+            Default::default();
+        for (k, s) in &self.state.map {
+            groups
+                .entry(key_group_of(k, self.max_parallelism))
+                .or_default()
+                .push((k, s));
+        }
+        let groups: KeyedPayload<&K, &P::State> = groups.into_iter().collect();
+        let payload = crate::checkpoint::encode(&groups).map_err(|e| self.core.state_error(e))?;
+        let range = key_group_range(
+            self.core.info.subtask,
+            self.max_parallelism,
+            self.core.info.parallelism,
+        );
+        w.put(&self.core.info.uid, Some((range.start, range.end)), payload);
+        self.core.next.barrier(id, w)
+    }
+    fn notify_complete(&mut self, id: u64) -> Result<(), TaskError> {
+        self.core.next.notify_complete(id)
+    }
+    fn flush(&mut self) {
+        self.core.next.flush()
+    }
+    fn poll_pending(&mut self, cx: &mut std::task::Context<'_>) -> std::task::Poll<()> {
+        self.core.next.poll_pending(cx)
+    }
+    fn usage(&self, usage: &mut QueueUsage) {
+        self.core.next.usage(usage)
+    }
+    fn control(&mut self, c: &mut Control<'_>) {
+        let next = &mut self.core.next;
+        c.here_or(&self.core.info.uid, |c| next.control(c))
+    }
 }

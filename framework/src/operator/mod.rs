@@ -24,6 +24,7 @@ pub(crate) mod split;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::task::{Context, Poll};
 
+use crate::checkpoint::StateWriter;
 use crate::error::{panic_message, TaskError};
 use crate::metrics::OperatorCounters;
 use crate::sync::Arc;
@@ -45,6 +46,11 @@ pub(crate) trait Output<T>: Send {
     fn usage(&self, usage: &mut QueueUsage);
     /// Delivers a control request to the operator it names, if it is in this chain.
     fn control(&mut self, c: &mut Control<'_>);
+    /// Checkpoint barrier `id`: add this operator's state to `w`, then pass the barrier on
+    /// (network outputs send their partial batches first, then the barrier, in order).
+    fn barrier(&mut self, id: u64, w: &mut StateWriter) -> Result<(), TaskError>;
+    /// Checkpoint `id` is complete (sinks commit what they staged for it).
+    fn notify_complete(&mut self, id: u64) -> Result<(), TaskError>;
 }
 
 /// A control request for one operator of a chain (by uid), answered in place.
@@ -173,6 +179,8 @@ pub(crate) struct OpCore<U> {
     pub(crate) counters: Arc<OperatorCounters>,
     pub(crate) out: Collector<U>,
     pub(crate) next: BoxOutput<U>,
+    /// Injected faults of this instance (testing).
+    pub(crate) fault: Option<crate::testing::FaultProbe>,
 }
 
 impl<U> OpCore<U> {
@@ -187,6 +195,7 @@ impl<U> OpCore<U> {
             counters,
             out: Collector::with_capacity(batch_size),
             next,
+            fault: None,
         }
     }
 
@@ -199,8 +208,13 @@ impl<U> OpCore<U> {
         f: impl FnOnce(&mut Collector<U>),
     ) -> Result<(), TaskError> {
         self.counters.add_in(n_in);
-        let out = &mut self.out;
-        if let Err(payload) = catch_unwind(AssertUnwindSafe(|| f(out))) {
+        let (out, fault) = (&mut self.out, &mut self.fault);
+        if let Err(payload) = catch_unwind(AssertUnwindSafe(|| {
+            if let Some(probe) = fault {
+                probe.before_batch(n_in);
+            }
+            f(out)
+        })) {
             self.out.buf.clear();
             return Err(self.panic(payload));
         }
@@ -215,6 +229,15 @@ impl<U> OpCore<U> {
         }
         self.counters.add_out(self.out.buf.len());
         self.next.push(&mut self.out.buf)
+    }
+
+    /// A state that could not be encoded or restored, naming this operator.
+    pub(crate) fn state_error(&self, message: String) -> TaskError {
+        TaskError::Checkpoint {
+            uid: self.info.uid.clone(),
+            subtask: self.info.subtask,
+            message,
+        }
     }
 
     pub(crate) fn panic(&self, payload: Box<dyn std::any::Any + Send>) -> TaskError {
@@ -256,6 +279,16 @@ macro_rules! forward_output_plumbing {
         fn control(&mut self, c: &mut $crate::operator::Control<'_>) {
             let next = &mut self.core.next;
             c.here_or(&self.core.info.uid, |c| next.control(c))
+        }
+        fn barrier(
+            &mut self,
+            id: u64,
+            w: &mut $crate::checkpoint::StateWriter,
+        ) -> Result<(), $crate::error::TaskError> {
+            self.core.next.barrier(id, w)
+        }
+        fn notify_complete(&mut self, id: u64) -> Result<(), $crate::error::TaskError> {
+            self.core.next.notify_complete(id)
         }
     };
 }
@@ -318,6 +351,12 @@ impl<T: Clone + Send + 'static> Output<T> for Tee<T> {
             o.control(c);
         }
     }
+    fn barrier(&mut self, id: u64, w: &mut StateWriter) -> Result<(), TaskError> {
+        self.outs.iter_mut().try_for_each(|o| o.barrier(id, w))
+    }
+    fn notify_complete(&mut self, id: u64) -> Result<(), TaskError> {
+        self.outs.iter_mut().try_for_each(|o| o.notify_complete(id))
+    }
 }
 
 /// Drops records: the output of a stream nothing consumes, and the `discard` sink.
@@ -337,4 +376,10 @@ impl<T> Output<T> for Discard {
     }
     fn usage(&self, _usage: &mut QueueUsage) {}
     fn control(&mut self, _c: &mut Control<'_>) {}
+    fn barrier(&mut self, _id: u64, _w: &mut StateWriter) -> Result<(), TaskError> {
+        Ok(())
+    }
+    fn notify_complete(&mut self, _id: u64) -> Result<(), TaskError> {
+        Ok(())
+    }
 }

@@ -51,6 +51,18 @@ impl<A: Send, B: Send> Output<Result<A, B>> for SplitOp<A, B> {
         self.core.next.usage(usage);
         self.side_next.usage(usage);
     }
+    fn barrier(
+        &mut self,
+        id: u64,
+        w: &mut crate::checkpoint::StateWriter,
+    ) -> Result<(), TaskError> {
+        self.core.next.barrier(id, w)?;
+        self.side_next.barrier(id, w)
+    }
+    fn notify_complete(&mut self, id: u64) -> Result<(), TaskError> {
+        self.core.next.notify_complete(id)?;
+        self.side_next.notify_complete(id)
+    }
     fn control(&mut self, c: &mut super::Control<'_>) {
         let (next, side) = (&mut self.core.next, &mut self.side_next);
         c.here_or(&self.core.info.uid, |c| {

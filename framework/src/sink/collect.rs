@@ -1,8 +1,11 @@
 //! Collects records into memory: for tests and small results.
 
-use super::Sink;
+use std::collections::{BTreeMap, HashSet};
+
+use super::{Sink, SinkContext};
 use crate::error::SinkError;
 use crate::sync::{lock, Arc, Mutex};
+use crate::Data;
 
 /// Handle to the records a `collect()` sink received, from every subtask (in arrival order
 /// per subtask; subtasks interleave).
@@ -18,13 +21,20 @@ use crate::sync::{lock, Arc, Mutex};
 /// ```
 #[derive(Debug)]
 pub struct CollectSink<T> {
-    items: Arc<Mutex<Vec<T>>>,
+    shared: Arc<Mutex<Collected<T>>>,
+}
+
+#[derive(Debug)]
+struct Collected<T> {
+    items: Vec<T>,
+    /// (subtask, checkpoint) transactions already committed: commits are idempotent.
+    committed: HashSet<(usize, u64)>,
 }
 
 impl<T> Clone for CollectSink<T> {
     fn clone(&self) -> Self {
         CollectSink {
-            items: self.items.clone(),
+            shared: self.shared.clone(),
         }
     }
 }
@@ -32,33 +42,113 @@ impl<T> Clone for CollectSink<T> {
 impl<T> Default for CollectSink<T> {
     fn default() -> Self {
         CollectSink {
-            items: Arc::new(Mutex::new(Vec::new())),
+            shared: Arc::new(Mutex::new(Collected {
+                items: Vec::new(),
+                committed: HashSet::new(),
+            })),
         }
     }
 }
 
 impl<T: Clone> CollectSink<T> {
-    /// Takes the records collected so far.
+    /// Takes the records collected (committed) so far.
     pub fn take(&self) -> Vec<T> {
-        std::mem::take(&mut *lock(&self.items))
+        std::mem::take(&mut lock(&self.shared).items)
     }
-    /// A copy of the records collected so far.
+    /// A copy of the records collected (committed) so far.
     pub fn snapshot(&self) -> Vec<T> {
-        lock(&self.items).clone()
+        lock(&self.shared).items.clone()
     }
-    /// How many records were collected so far.
+    /// How many records were collected (committed) so far.
     pub fn len(&self) -> usize {
-        lock(&self.items).len()
+        lock(&self.shared).items.len()
     }
     /// Whether nothing was collected yet.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
+
+    pub(crate) fn instance(&self, cx: &SinkContext) -> CollectInstance<T> {
+        CollectInstance {
+            shared: self.shared.clone(),
+            subtask: cx.subtask,
+            transactional: cx.checkpointing,
+            staged: Vec::new(),
+            pending: BTreeMap::new(),
+        }
+    }
 }
 
-impl<T: Send + 'static> Sink<T> for CollectSink<T> {
+/// One subtask of a collect sink. Without checkpoints it writes through. With them it is
+/// exactly-once (two-phase commit): records since the last barrier are staged, set aside per
+/// checkpoint at its barrier, and made visible when that checkpoint completes (or at the
+/// end of the input); what a checkpoint set aside is part of its state, so a restored job
+/// commits it, once.
+pub(crate) struct CollectInstance<T> {
+    shared: Arc<Mutex<Collected<T>>>,
+    subtask: usize,
+    transactional: bool,
+    staged: Vec<T>,
+    pending: BTreeMap<u64, Vec<T>>,
+}
+
+impl<T> CollectInstance<T> {
+    fn commit_up_to(&mut self, id: u64) {
+        let ready: Vec<u64> = self.pending.range(..=id).map(|(k, _)| *k).collect();
+        let mut shared = lock(&self.shared);
+        for k in ready {
+            if let Some(records) = self.pending.remove(&k) {
+                if shared.committed.insert((self.subtask, k)) {
+                    shared.items.extend(records);
+                }
+            }
+        }
+    }
+}
+
+impl<T: Data> Sink<T> for CollectInstance<T> {
     fn write_batch(&mut self, batch: &mut Vec<T>) -> Result<(), SinkError> {
-        lock(&self.items).append(batch);
+        if self.transactional {
+            self.staged.append(batch);
+        } else {
+            lock(&self.shared).items.append(batch);
+        }
+        Ok(())
+    }
+
+    fn pre_commit(&mut self, checkpoint: u64) -> Result<Option<Vec<u8>>, SinkError> {
+        if !self.transactional {
+            return Ok(None);
+        }
+        let staged = std::mem::take(&mut self.staged);
+        self.pending.insert(checkpoint, staged);
+        let state: Vec<(u64, &Vec<T>)> = self.pending.iter().map(|(k, v)| (*k, v)).collect();
+        crate::checkpoint::encode(&state)
+            .map(Some)
+            .map_err(|message| SinkError::Encode {
+                path: "<collect>".into(),
+                message,
+            })
+    }
+
+    fn commit(&mut self, checkpoint: u64) -> Result<(), SinkError> {
+        if checkpoint == crate::job::FINAL_COMMIT && !self.staged.is_empty() {
+            let staged = std::mem::take(&mut self.staged);
+            self.pending.insert(crate::job::FINAL_COMMIT, staged);
+        }
+        self.commit_up_to(checkpoint);
+        Ok(())
+    }
+
+    fn restore(&mut self, state: &[u8]) -> Result<(), SinkError> {
+        let pending: Vec<(u64, Vec<T>)> =
+            crate::checkpoint::decode(state).map_err(|message| SinkError::Encode {
+                path: "<collect>".into(),
+                message,
+            })?;
+        self.pending.extend(pending);
+        // The restored checkpoint is complete: everything it set aside is committed.
+        self.commit_up_to(u64::MAX - 1);
         Ok(())
     }
 }

@@ -26,6 +26,22 @@ pub trait Sink<T>: Send + 'static {
     fn finish(&mut self) -> Result<(), SinkError> {
         Ok(())
     }
+    /// Checkpoint `id`'s barrier arrived: make what was written since the previous barrier
+    /// ready to commit, and return the state that lets a restored sink commit it (two-phase
+    /// commit). A write-through (at-least-once) sink flushes and returns `None`.
+    fn pre_commit(&mut self, _checkpoint: u64) -> Result<Option<Vec<u8>>, SinkError> {
+        Ok(None)
+    }
+    /// Checkpoint `id` is complete: make what was staged up to it visible. Must be
+    /// idempotent: after a restore the same checkpoint may be committed again.
+    fn commit(&mut self, _checkpoint: u64) -> Result<(), SinkError> {
+        Ok(())
+    }
+    /// The job restarts from a checkpoint whose `pre_commit` returned `state`: commit what it
+    /// staged (the checkpoint is complete) and drop anything newer.
+    fn restore(&mut self, _state: &[u8]) -> Result<(), SinkError> {
+        Ok(())
+    }
 }
 
 /// Which sink subtask is being created.
@@ -37,6 +53,9 @@ pub struct SinkContext {
     pub subtask: usize,
     /// The sink's parallelism.
     pub parallelism: usize,
+    /// Whether the job takes checkpoints (an exactly-once sink then stages its output until
+    /// the checkpoint that covers it completes).
+    pub checkpointing: bool,
 }
 
 /// The sink as the last output of a chain.
@@ -84,6 +103,27 @@ impl<T: Send + 'static> Output<T> for SinkOp<T> {
     fn usage(&self, _usage: &mut crate::operator::QueueUsage) {}
     fn control(&mut self, c: &mut crate::operator::Control<'_>) {
         c.here_or(&self.info.uid, |_| {})
+    }
+    fn barrier(
+        &mut self,
+        id: u64,
+        w: &mut crate::checkpoint::StateWriter,
+    ) -> Result<(), TaskError> {
+        let sink = &mut self.sink;
+        let mut state = None;
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            sink.pre_commit(id).map(|s| state = s)
+        }));
+        self.check(r)?;
+        if let Some(payload) = state {
+            w.put(&self.info.uid, None, payload);
+        }
+        Ok(())
+    }
+    fn notify_complete(&mut self, id: u64) -> Result<(), TaskError> {
+        let sink = &mut self.sink;
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| sink.commit(id)));
+        self.check(r)
     }
 }
 

@@ -34,4 +34,15 @@ impl<T: Clone + Send + Sync + 'static> Source<T> for CollectionSource<T> {
             SourceStatus::More
         })
     }
+
+    fn position(&self) -> Option<Vec<u8>> {
+        crate::checkpoint::encode(&(self.next as u64)).ok()
+    }
+
+    fn seek(&mut self, position: &[u8]) -> Result<(), SourceError> {
+        let next: u64 = crate::checkpoint::decode(position)
+            .map_err(|message| SourceError::BadPosition { message })?;
+        self.next = (next as usize).min(self.end);
+        Ok(())
+    }
 }

@@ -36,4 +36,15 @@ where
             SourceStatus::More
         })
     }
+
+    fn position(&self) -> Option<Vec<u8>> {
+        crate::checkpoint::encode(&self.next).ok()
+    }
+
+    fn seek(&mut self, position: &[u8]) -> Result<(), SourceError> {
+        let next: u64 = crate::checkpoint::decode(position)
+            .map_err(|message| SourceError::BadPosition { message })?;
+        self.next = next.min(self.end);
+        Ok(())
+    }
 }

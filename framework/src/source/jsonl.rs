@@ -140,6 +140,55 @@ impl LineReader {
         }
     }
 
+    /// Where the next line starts: (file index, byte offset, lines read in that file).
+    pub fn position(&self) -> (u64, u64, u64) {
+        match self.current {
+            Some(_) => ((self.file_idx - 1) as u64, self.offset, self.line_no),
+            None => (self.file_idx as u64, 0, 0),
+        }
+    }
+
+    /// Resumes at a [`position`](Self::position).
+    pub fn seek(&mut self, (file, offset, line_no): (u64, u64, u64)) -> Result<(), SourceError> {
+        use std::io::{Seek, SeekFrom};
+        let file = file as usize;
+        self.current = None;
+        self.file_idx = file;
+        if file >= self.files.len() {
+            return Ok(());
+        }
+        let path = self.files[file].clone();
+        let mut f = File::open(&path).map_err(|source| SourceError::Io {
+            path: path.clone(),
+            source,
+        })?;
+        let len = f
+            .metadata()
+            .map_err(|source| SourceError::Io {
+                path: path.clone(),
+                source,
+            })?
+            .len();
+        if offset > len {
+            return Err(SourceError::BadPosition {
+                message: format!(
+                    "{} has {len} bytes, the checkpoint resumes at byte {offset}",
+                    path.display()
+                ),
+            });
+        }
+        f.seek(SeekFrom::Start(offset))
+            .map_err(|source| SourceError::Io {
+                path: path.clone(),
+                source,
+            })?;
+        self.current = Some((BufReader::with_capacity(64 * 1024, f), path));
+        self.file_idx = file + 1;
+        self.offset = offset;
+        self.line_no = line_no;
+        Ok(())
+    }
+
     /// The current line, without its line ending.
     pub fn line(&self) -> &[u8] {
         &self.buf[..self.end]
@@ -217,8 +266,17 @@ impl Source<String> for TextLines {
         }
         Ok(SourceStatus::More)
     }
-}
 
+    fn position(&self) -> Option<Vec<u8>> {
+        crate::checkpoint::encode(&self.0.position()).ok()
+    }
+
+    fn seek(&mut self, position: &[u8]) -> Result<(), SourceError> {
+        let p: (u64, u64, u64) = crate::checkpoint::decode(position)
+            .map_err(|message| SourceError::BadPosition { message })?;
+        self.0.seek(p)
+    }
+}
 /// The `Fail` policy: a malformed line is an error.
 pub(crate) struct FailingJsonl<T>(pub(crate) JsonlReader<T>);
 
@@ -239,8 +297,17 @@ impl<T: DeserializeOwned + Send + 'static> Source<T> for FailingJsonl<T> {
         }
         Ok(SourceStatus::More)
     }
-}
 
+    fn position(&self) -> Option<Vec<u8>> {
+        crate::checkpoint::encode(&self.0.lines.position()).ok()
+    }
+
+    fn seek(&mut self, position: &[u8]) -> Result<(), SourceError> {
+        let p: (u64, u64, u64) = crate::checkpoint::decode(position)
+            .map_err(|message| SourceError::BadPosition { message })?;
+        self.0.lines.seek(p)
+    }
+}
 /// The `Skip` policy: malformed lines travel as `Err` to the side output split.
 pub(crate) struct SkippingJsonl<T>(pub(crate) JsonlReader<T>);
 
@@ -257,5 +324,15 @@ impl<T: DeserializeOwned + Send + 'static> Source<Result<T, BadLine>> for Skippi
             }
         }
         Ok(SourceStatus::More)
+    }
+
+    fn position(&self) -> Option<Vec<u8>> {
+        crate::checkpoint::encode(&self.0.lines.position()).ok()
+    }
+
+    fn seek(&mut self, position: &[u8]) -> Result<(), SourceError> {
+        let p: (u64, u64, u64) = crate::checkpoint::decode(position)
+            .map_err(|message| SourceError::BadPosition { message })?;
+        self.0.lines.seek(p)
     }
 }

@@ -49,6 +49,18 @@ impl SourceContext {
 pub trait Source<T>: Send + 'static {
     /// Appends at most `max` records to `out` and says whether more may follow.
     fn poll_batch(&mut self, out: &mut Vec<T>, max: usize) -> Result<SourceStatus, SourceError>;
+
+    /// The position to resume from after the records emitted so far (for checkpoints), in
+    /// the source's own encoding; `None` if the source cannot be replayed (then checkpoints
+    /// of its job fail, naming it).
+    fn position(&self) -> Option<Vec<u8>> {
+        None
+    }
+
+    /// Resumes from a position [`position`](Self::position) returned.
+    fn seek(&mut self, _position: &[u8]) -> Result<(), SourceError> {
+        Err(SourceError::NotReplayable)
+    }
 }
 
 /// A source instance and the chain it feeds: one step reads one batch.
@@ -61,6 +73,8 @@ pub(crate) struct SourceDriver<T> {
     pub(crate) counters: crate::sync::Arc<crate::metrics::OperatorCounters>,
     /// The rate limit, if one is set.
     pub(crate) limiter: Option<crate::rate::TokenBucket>,
+    /// End of input was sent downstream.
+    pub(crate) ended: bool,
 }
 
 impl<T: Send + 'static> crate::task::SourceStep for SourceDriver<T> {
@@ -105,6 +119,7 @@ impl<T: Send + 'static> crate::task::SourceStep for SourceDriver<T> {
             SourceStatus::More => SourceProgress::More,
             SourceStatus::End => {
                 self.out.finish()?;
+                self.ended = true;
                 SourceProgress::Ended
             }
         })
@@ -141,5 +156,27 @@ impl<T: Send + 'static> crate::task::SourceStep for SourceDriver<T> {
     fn control(&mut self, c: &mut crate::operator::Control<'_>) {
         let out = &mut self.out;
         c.here_or(&self.info.uid, |c| out.control(c))
+    }
+    fn checkpoint(
+        &mut self,
+        id: u64,
+        w: &mut crate::checkpoint::StateWriter,
+    ) -> Result<(), crate::error::TaskError> {
+        let Some(position) = self.source.position() else {
+            return Err(crate::error::TaskError::Checkpoint {
+                uid: self.info.uid.clone(),
+                subtask: self.info.subtask,
+                message: "the source cannot be replayed (Source::position returns None)".into(),
+            });
+        };
+        w.put(&self.info.uid, None, position);
+        if self.ended {
+            // Its channels have ended: downstream counts them as aligned.
+            return Ok(());
+        }
+        self.out.barrier(id, w)
+    }
+    fn notify_complete(&mut self, id: u64) -> Result<(), crate::error::TaskError> {
+        self.out.notify_complete(id)
     }
 }

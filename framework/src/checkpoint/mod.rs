@@ -1,0 +1,138 @@
+//! Checkpoints: Chandy–Lamport barriers through the dataflow, snapshots of every operator's
+//! state, and the files that make a checkpoint complete.
+//!
+//! - [`CheckpointConfig`]: Flink's settings and defaults (off unless an interval is set).
+//! - `align`: which input channels a subtask reads while a barrier is being aligned.
+//! - `store`: snapshot files (CBOR in a versioned envelope, temp → fsync → rename) and the
+//!   checkpoint's `_metadata`, written last: only a checkpoint with `_metadata` is complete.
+//! - `coordinator`: triggers checkpoints at the sources, collects acknowledgements, completes
+//!   or aborts them.
+//!
+//! Recovery (restoring the last complete checkpoint) is the job's (`job`).
+
+pub(crate) mod align;
+pub mod coordinator;
+pub mod store;
+
+use std::path::PathBuf;
+
+/// The states an operator chain contributes to one checkpoint, in chain order.
+#[derive(Debug, Default)]
+pub(crate) struct StateWriter {
+    pub(crate) entries: Vec<StateEntry>,
+}
+
+/// One operator subtask's state.
+#[derive(Debug)]
+pub(crate) struct StateEntry {
+    pub(crate) uid: String,
+    pub(crate) key_groups: Option<(usize, usize)>,
+    pub(crate) payload: Vec<u8>,
+}
+
+impl StateWriter {
+    pub(crate) fn put(&mut self, uid: &str, key_groups: Option<(usize, usize)>, payload: Vec<u8>) {
+        self.entries.push(StateEntry {
+            uid: uid.to_owned(),
+            key_groups,
+            payload,
+        });
+    }
+}
+
+/// Encodes a state payload as CBOR.
+pub(crate) fn encode<T: serde::Serialize>(value: &T) -> Result<Vec<u8>, String> {
+    let mut out = Vec::new();
+    ciborium::into_writer(value, &mut out).map_err(|e| e.to_string())?;
+    Ok(out)
+}
+
+/// Decodes a CBOR state payload.
+pub(crate) fn decode<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, String> {
+    ciborium::from_reader(bytes).map_err(|e| e.to_string())
+}
+use std::time::Duration;
+
+use crate::error::PlanError;
+
+/// The delivery guarantee of checkpoints.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CheckpointMode {
+    /// Aligned barriers: each record is reflected in the state exactly once.
+    ExactlyOnce,
+    /// Unaligned processing of barriers: after a restore some records may be reflected twice.
+    AtLeastOnce,
+}
+
+/// Checkpoint settings (Flink's names and defaults).
+///
+/// ```
+/// let mut c = weir::CheckpointConfig::default();
+/// assert!(c.interval.is_none(), "off unless an interval is set");
+/// c.interval = Some(std::time::Duration::from_secs(1));
+/// c.directory = std::env::temp_dir().join("weir-doc-checkpoints");
+/// assert!(c.validate().is_ok());
+/// ```
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct CheckpointConfig {
+    /// How often to checkpoint; `None` (default) turns checkpoints off.
+    pub interval: Option<Duration>,
+    /// A checkpoint not complete after this long is aborted (default 10 min).
+    pub timeout: Duration,
+    /// Least time between the end of one checkpoint and the start of the next (default 0).
+    pub min_pause: Duration,
+    /// Checkpoints in progress at once (default 1).
+    pub max_concurrent: usize,
+    /// Exactly-once (aligned, default) or at-least-once.
+    pub mode: CheckpointMode,
+    /// Failed checkpoints tolerated in a row before the job fails (default 0).
+    pub tolerable_failed_checkpoints: u32,
+    /// Completed checkpoints kept on disk (default 1).
+    pub retained: usize,
+    /// Where checkpoints are written (`chk-<id>/` per checkpoint).
+    pub directory: PathBuf,
+}
+
+impl Default for CheckpointConfig {
+    fn default() -> Self {
+        CheckpointConfig {
+            interval: None,
+            timeout: Duration::from_secs(600),
+            min_pause: Duration::ZERO,
+            max_concurrent: 1,
+            mode: CheckpointMode::ExactlyOnce,
+            tolerable_failed_checkpoints: 0,
+            retained: 1,
+            directory: std::env::temp_dir().join("weir-checkpoints"),
+        }
+    }
+}
+
+impl CheckpointConfig {
+    /// Checks every value; the error names the first bad one.
+    pub fn validate(&self) -> Result<(), PlanError> {
+        let bad = |key, message: &str| {
+            Err(PlanError::BadConfig {
+                key,
+                message: message.to_owned(),
+            })
+        };
+        if self.interval.is_some_and(|i| i < Duration::from_millis(10)) {
+            return bad("checkpoint.interval", "must be at least 10 ms");
+        }
+        if self.timeout.is_zero() {
+            return bad("checkpoint.timeout", "must be more than 0");
+        }
+        if self.max_concurrent == 0 {
+            return bad("checkpoint.max_concurrent", "must be at least 1");
+        }
+        if self.retained == 0 {
+            return bad("checkpoint.retained", "must keep at least 1 checkpoint");
+        }
+        if self.directory.as_os_str().is_empty() {
+            return bad("checkpoint.directory", "must be set");
+        }
+        Ok(())
+    }
+}

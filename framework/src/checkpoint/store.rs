@@ -1,0 +1,278 @@
+//! Checkpoint files.
+//!
+//! Layout under the checkpoint directory: `chk-<id>/<uid>-<subtask>.state` per operator
+//! subtask with state, and `chk-<id>/_metadata` written last by the coordinator. Every file is
+//! written to a temporary name, fsynced, then renamed, so a reader sees a whole file or none; a
+//! checkpoint directory without `_metadata` is incomplete and never restored. Each state file is
+//! a CBOR [`SnapshotEnvelope`] carrying its format version, operator uid, subtask, checkpoint id
+//! and key-group range, so a misplaced or corrupted file is detected, not misread.
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+/// Version of the envelope format.
+pub(crate) const FORMAT_VERSION: u32 = 1;
+
+/// One operator subtask's state in one checkpoint.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SnapshotEnvelope {
+    /// Envelope format version.
+    pub format_version: u32,
+    /// Operator uid.
+    pub uid: String,
+    /// Subtask index.
+    pub subtask: usize,
+    /// Checkpoint id.
+    pub checkpoint_id: u64,
+    /// Key groups covered (keyed operators).
+    pub key_groups: Option<(usize, usize)>,
+    /// The operator's own encoding of its state.
+    pub payload: Vec<u8>,
+}
+
+/// What `_metadata` records: which file holds which operator subtask's state.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct CheckpointMetadata {
+    pub(crate) format_version: u32,
+    pub(crate) checkpoint_id: u64,
+    pub(crate) job: String,
+    /// uid -> subtask -> file name (relative to the checkpoint directory).
+    pub(crate) states: BTreeMap<String, BTreeMap<usize, String>>,
+    /// uid -> parallelism when taken.
+    pub(crate) parallelism: BTreeMap<String, usize>,
+    /// Total bytes of the state files.
+    pub(crate) size: u64,
+}
+
+/// Why a checkpoint could not be written or read.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum CheckpointError {
+    /// File I/O failed.
+    #[error("checkpoint I/O on {path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A file is not what it should be (corrupted, partial, misplaced).
+    #[error("checkpoint file {path} is invalid: {message}")]
+    Invalid {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        message: String,
+    },
+}
+
+fn io(path: &Path) -> impl FnOnce(std::io::Error) -> CheckpointError + '_ {
+    move |source| CheckpointError::Io {
+        path: path.to_owned(),
+        source,
+    }
+}
+
+/// The directory of checkpoint `id`.
+pub(crate) fn checkpoint_dir(root: &Path, id: u64) -> PathBuf {
+    root.join(format!("chk-{id}"))
+}
+
+/// Writes `bytes` to `path` atomically: temp file, fsync, rename, fsync of the directory.
+pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), CheckpointError> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    std::fs::create_dir_all(dir).map_err(io(dir))?;
+    let tmp = path.with_extension("tmp");
+    {
+        let mut f = File::create(&tmp).map_err(io(&tmp))?;
+        f.write_all(bytes).map_err(io(&tmp))?;
+        f.sync_all().map_err(io(&tmp))?;
+    }
+    std::fs::rename(&tmp, path).map_err(io(path))?;
+    if let Ok(d) = File::open(dir) {
+        let _ = d.sync_all();
+    }
+    Ok(())
+}
+
+/// Writes one state file; returns its name and size.
+pub(crate) fn write_state(
+    root: &Path,
+    env: &SnapshotEnvelope,
+) -> Result<(String, u64), CheckpointError> {
+    let name = format!("{}-{}.state", env.uid, env.subtask);
+    let path = checkpoint_dir(root, env.checkpoint_id).join(&name);
+    let mut bytes = Vec::new();
+    ciborium::into_writer(env, &mut bytes).map_err(|e| CheckpointError::Invalid {
+        path: path.clone(),
+        message: e.to_string(),
+    })?;
+    write_atomic(&path, &bytes)?;
+    Ok((name, bytes.len() as u64))
+}
+
+/// Reads and checks one state file.
+pub(crate) fn read_state(
+    root: &Path,
+    id: u64,
+    name: &str,
+    uid: &str,
+    subtask: usize,
+) -> Result<SnapshotEnvelope, CheckpointError> {
+    let path = checkpoint_dir(root, id).join(name);
+    let bytes = std::fs::read(&path).map_err(io(&path))?;
+    let env: SnapshotEnvelope =
+        ciborium::from_reader(bytes.as_slice()).map_err(|e| CheckpointError::Invalid {
+            path: path.clone(),
+            message: e.to_string(),
+        })?;
+    let invalid = |message: String| CheckpointError::Invalid {
+        path: path.clone(),
+        message,
+    };
+    if env.format_version != FORMAT_VERSION {
+        return Err(invalid(format!(
+            "format version {} (this build reads {FORMAT_VERSION})",
+            env.format_version
+        )));
+    }
+    if env.uid != uid || env.subtask != subtask || env.checkpoint_id != id {
+        return Err(invalid(format!(
+            "holds {}/{} of checkpoint {}, expected {uid}/{subtask} of {id}",
+            env.uid, env.subtask, env.checkpoint_id
+        )));
+    }
+    Ok(env)
+}
+
+/// Writes `_metadata`, which makes the checkpoint complete.
+pub(crate) fn write_metadata(
+    root: &Path,
+    meta: &CheckpointMetadata,
+) -> Result<(), CheckpointError> {
+    let path = checkpoint_dir(root, meta.checkpoint_id).join("_metadata");
+    let mut bytes = Vec::new();
+    ciborium::into_writer(meta, &mut bytes).map_err(|e| CheckpointError::Invalid {
+        path: path.clone(),
+        message: e.to_string(),
+    })?;
+    write_atomic(&path, &bytes)
+}
+
+/// Reads `_metadata` of checkpoint `id`.
+pub(crate) fn read_metadata(root: &Path, id: u64) -> Result<CheckpointMetadata, CheckpointError> {
+    let path = checkpoint_dir(root, id).join("_metadata");
+    let bytes = std::fs::read(&path).map_err(io(&path))?;
+    ciborium::from_reader(bytes.as_slice()).map_err(|e| CheckpointError::Invalid {
+        path,
+        message: e.to_string(),
+    })
+}
+
+/// Ids of the checkpoint directories under `root` that have `_metadata`, newest first.
+pub(crate) fn completed(root: &Path) -> Vec<u64> {
+    let mut ids: Vec<u64> = std::fs::read_dir(root)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| {
+            let name = e.file_name().into_string().ok()?;
+            let id = name.strip_prefix("chk-")?.parse().ok()?;
+            e.path().join("_metadata").is_file().then_some(id)
+        })
+        .collect();
+    ids.sort_unstable_by(|a, b| b.cmp(a));
+    ids
+}
+
+/// Deletes completed checkpoints beyond the newest `keep`, and incomplete ones older than the
+/// newest completed.
+pub(crate) fn retain(root: &Path, keep: usize) {
+    let done = completed(root);
+    let Some(&newest) = done.first() else { return };
+    let keep: std::collections::HashSet<u64> = done.iter().take(keep).copied().collect();
+    for entry in std::fs::read_dir(root).into_iter().flatten().flatten() {
+        let Some(id) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.strip_prefix("chk-"))
+            .and_then(|n| n.parse::<u64>().ok())
+        else {
+            continue;
+        };
+        if !keep.contains(&id) && id < newest {
+            if let Err(e) = std::fs::remove_dir_all(entry.path()) {
+                tracing::warn!(path = %entry.path().display(), error = %e, "cannot delete an old checkpoint");
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tmp(name: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("weir-store-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        d
+    }
+
+    #[test]
+    fn state_files_round_trip_and_are_checked() {
+        let root = tmp("roundtrip");
+        let env = SnapshotEnvelope {
+            format_version: FORMAT_VERSION,
+            uid: "count".into(),
+            subtask: 1,
+            checkpoint_id: 7,
+            key_groups: Some((64, 128)),
+            payload: vec![1, 2, 3],
+        };
+        let (name, size) = write_state(&root, &env).unwrap();
+        assert!(size > 3);
+        assert_eq!(read_state(&root, 7, &name, "count", 1).unwrap(), env);
+        let wrong = read_state(&root, 7, &name, "count", 0).unwrap_err();
+        assert!(wrong.to_string().contains("expected count/0"), "{wrong}");
+        std::fs::write(checkpoint_dir(&root, 7).join(&name), b"\xff\x00garbage").unwrap();
+        assert!(matches!(
+            read_state(&root, 7, &name, "count", 1),
+            Err(CheckpointError::Invalid { .. })
+        ));
+        std::fs::remove_dir_all(&root).unwrap();
+    }
+
+    #[test]
+    fn only_checkpoints_with_metadata_are_complete_and_retention_keeps_the_newest() {
+        let root = tmp("retain");
+        for id in 1..=4 {
+            let meta = CheckpointMetadata {
+                format_version: FORMAT_VERSION,
+                checkpoint_id: id,
+                job: "j".into(),
+                states: BTreeMap::new(),
+                parallelism: BTreeMap::new(),
+                size: 0,
+            };
+            if id != 3 {
+                write_metadata(&root, &meta).unwrap();
+            } else {
+                std::fs::create_dir_all(checkpoint_dir(&root, id)).unwrap();
+            }
+        }
+        assert_eq!(completed(&root), vec![4, 2, 1]);
+        retain(&root, 2);
+        assert_eq!(completed(&root), vec![4, 2]);
+        assert!(
+            !checkpoint_dir(&root, 3).exists(),
+            "incomplete and older: deleted"
+        );
+        assert_eq!(read_metadata(&root, 4).unwrap().checkpoint_id, 4);
+        std::fs::remove_dir_all(&root).unwrap();
+    }
+}
