@@ -62,6 +62,8 @@ pub struct JobResult {
     pub duration: Duration,
     /// Per operator, in graph order.
     pub operators: Vec<OperatorResult>,
+    /// Checkpoint statistics, with checkpoints on (including `num_restarts`).
+    pub checkpoints: Option<CheckpointStats>,
 }
 
 impl JobResult {
@@ -447,7 +449,12 @@ async fn run(run: JobRun) -> Result<JobResult, JobError> {
                 dep.commit_final().await;
                 dep.stop(&job, &cfg);
                 tracing::info!(elapsed = ?started.elapsed(), "job finished");
-                return Ok(result(&graph, &plan, &registry, job, started.elapsed()));
+                let mut r = result(&graph, &plan, &registry, job, started.elapsed());
+                r.checkpoints = lock(&shared_stats).clone().map(|mut s| {
+                    s.num_restarts = num_restarts;
+                    s
+                });
+                return Ok(r);
             }
             Err(e) => e,
         };
@@ -477,56 +484,14 @@ async fn run(run: JobRun) -> Result<JobResult, JobError> {
         tracing::warn!(error = %failure, restart = num_restarts, ?delay, "job failed; restarting from the last complete checkpoint");
         actix_rt::time::sleep(delay).await;
         restore = match &checkpoint_root {
-            Some(root) => load_latest(root, &plan),
+            Some(root) => store::load_latest(root, &plan.uids)
+                .map(|(checkpoint, states)| Restore { checkpoint, states }),
             None => None,
         };
         if let Some(s) = lock(&shared_stats).as_mut() {
             s.num_restarts = num_restarts;
         }
     }
-}
-
-/// The newest complete checkpoint whose files all read back; an unreadable one is skipped
-/// with a warning (falling back to the one before).
-fn load_latest(root: &std::path::Path, plan: &Plan) -> Option<Restore> {
-    'checkpoints: for id in store::completed(root) {
-        let meta = match store::read_metadata(root, id) {
-            Ok(m) => m,
-            Err(e) => {
-                tracing::warn!(checkpoint = id, error = %e, "cannot read checkpoint metadata; trying an older one");
-                continue;
-            }
-        };
-        let mut states = std::collections::HashMap::new();
-        for (uid, files) in &meta.states {
-            if !plan.uids.contains(uid) {
-                tracing::warn!(
-                    checkpoint = id,
-                    uid,
-                    "state of an operator the job no longer has; ignored"
-                );
-                continue;
-            }
-            for (subtask, file) in files {
-                match store::read_state(root, id, file, uid, *subtask) {
-                    Ok(env) => {
-                        states.insert((uid.clone(), *subtask), env.payload);
-                    }
-                    Err(e) => {
-                        tracing::warn!(checkpoint = id, error = %e, "checkpoint unreadable; falling back to an older one");
-                        continue 'checkpoints;
-                    }
-                }
-            }
-        }
-        tracing::info!(checkpoint = id, "restoring checkpoint");
-        return Some(Restore {
-            checkpoint: id,
-            states,
-        });
-    }
-    tracing::warn!("no complete checkpoint to restore: restarting from the beginning");
-    None
 }
 
 /// One deployment of the job: its arbiters and actors.
@@ -926,5 +891,6 @@ fn result(
         name,
         duration,
         operators,
+        checkpoints: None,
     }
 }

@@ -12,6 +12,8 @@
 
 pub(crate) mod align;
 pub mod coordinator;
+#[cfg(all(test, weir_loom))]
+mod loom_align;
 pub mod store;
 
 use std::path::PathBuf;

@@ -213,6 +213,49 @@ pub(crate) fn retain(root: &Path, keep: usize) {
     }
 }
 
+/// Every state of a checkpoint: (uid, subtask) -> payload.
+pub(crate) type States = std::collections::HashMap<(String, usize), Vec<u8>>;
+
+/// The newest complete checkpoint under `root` whose files all read back, with its states
+/// for the operators in `uids` (others are logged and ignored). An unreadable checkpoint
+/// (corrupted or partial file) is skipped with a warning, falling back to an older one.
+pub(crate) fn load_latest(root: &Path, uids: &[String]) -> Option<(u64, States)> {
+    for id in completed(root) {
+        match load(root, id, uids) {
+            Ok(states) => {
+                tracing::info!(checkpoint = id, "restoring checkpoint");
+                return Some((id, states));
+            }
+            Err(e) => {
+                tracing::warn!(checkpoint = id, error = %e, "checkpoint unreadable; falling back to an older one")
+            }
+        }
+    }
+    tracing::warn!(root = %root.display(), "no readable complete checkpoint: starting from the beginning");
+    None
+}
+
+/// The states of checkpoint `id` for the operators in `uids`.
+pub(crate) fn load(root: &Path, id: u64, uids: &[String]) -> Result<States, CheckpointError> {
+    let meta = read_metadata(root, id)?;
+    let mut states = States::new();
+    for (uid, files) in &meta.states {
+        if !uids.contains(uid) {
+            tracing::warn!(
+                checkpoint = id,
+                uid,
+                "state of an operator the job does not have; ignored"
+            );
+            continue;
+        }
+        for (subtask, file) in files {
+            let env = read_state(root, id, file, uid, *subtask)?;
+            states.insert((uid.clone(), *subtask), env.payload);
+        }
+    }
+    Ok(states)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -244,6 +287,57 @@ mod tests {
             read_state(&root, 7, &name, "count", 1),
             Err(CheckpointError::Invalid { .. })
         ));
+        std::fs::remove_dir_all(&root).unwrap();
+    }
+
+    fn checkpoint_with_state(root: &Path, id: u64, payload: &[u8]) {
+        let env = SnapshotEnvelope {
+            format_version: FORMAT_VERSION,
+            uid: "count".into(),
+            subtask: 0,
+            checkpoint_id: id,
+            key_groups: None,
+            payload: payload.to_vec(),
+        };
+        let (name, size) = write_state(root, &env).unwrap();
+        let mut states = BTreeMap::new();
+        states.insert("count".to_string(), BTreeMap::from([(0usize, name)]));
+        write_metadata(
+            root,
+            &CheckpointMetadata {
+                format_version: FORMAT_VERSION,
+                checkpoint_id: id,
+                job: "j".into(),
+                states,
+                parallelism: BTreeMap::new(),
+                size,
+            },
+        )
+        .unwrap();
+    }
+
+    #[test]
+    fn a_corrupted_or_partial_checkpoint_falls_back_to_the_previous_one() {
+        let root = tmp("fallback");
+        let uids = vec!["count".to_string()];
+        checkpoint_with_state(&root, 1, b"one");
+        checkpoint_with_state(&root, 2, b"two");
+        assert_eq!(load_latest(&root, &uids).unwrap().0, 2);
+        // Corrupt checkpoint 2's state file: it is skipped, 1 is restored.
+        let file = checkpoint_dir(&root, 2).join("count-0.state");
+        let bytes = std::fs::read(&file).unwrap();
+        std::fs::write(&file, &bytes[..bytes.len() / 2]).unwrap();
+        let (id, states) = load_latest(&root, &uids).unwrap();
+        assert_eq!(id, 1);
+        assert_eq!(states[&("count".to_string(), 0)], b"one".to_vec());
+        // A partial _metadata is not complete either.
+        let meta = checkpoint_dir(&root, 1).join("_metadata");
+        std::fs::write(&meta, b"\xa1").unwrap();
+        assert!(load_latest(&root, &uids).is_none());
+        // State of an operator the job no longer has is ignored, not an error.
+        checkpoint_with_state(&root, 3, b"three");
+        let (id, states) = load_latest(&root, &["other".to_string()]).unwrap();
+        assert_eq!((id, states.len()), (3, 0));
         std::fs::remove_dir_all(&root).unwrap();
     }
 

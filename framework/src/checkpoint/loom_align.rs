@@ -1,0 +1,214 @@
+//! Loom models of barrier alignment: two producer threads, each owning one credit channel into
+//! one consumer (the model's main thread), which reads both channels under a
+//! [`BarrierAligner`] and takes "snapshot 1" when `Barrier(1)` is aligned.
+//!
+//! Checked under every interleaving (bounded by `LOOM_MAX_PREEMPTIONS`, 2 if unset):
+//! - exactly-once: snapshot 1 holds exactly the records each producer sent before its
+//!   `Barrier(1)` (all of them, none after), and every record is processed exactly once;
+//! - at-least-once: snapshot 1 holds every record sent before a `Barrier(1)` (it may hold
+//!   later ones too), and every record is processed exactly once.
+//!
+//! Nothing spins: the producers wait on the channel's sender waker and the consumer on the
+//! receive waker its channels share, so a lost wake-up shows up as a loom deadlock.
+//!
+//! Run with
+//! `RUSTFLAGS="--cfg weir_loom" LOOM_MAX_PREEMPTIONS=2 cargo test -p weir --lib --release loom_`.
+
+use std::task::{Context, Wake, Waker};
+
+use crate::channel::{channel, Batch, Event, Full, Receiver, Sender};
+use crate::checkpoint::align::{AlignMode, Alignment, BarrierAligner};
+use crate::sync::{Arc, AtomicWaker};
+
+/// Credit of each channel, in events.
+const CAPACITY: usize = 1;
+
+/// What producer `p` sends before and after its `Barrier(1)`, batch by batch. Values are
+/// distinct across producers: `p * 100 + k`, post-barrier ones from `p * 100 + 50`.
+fn pre_barrier(p: u32) -> Vec<Vec<u32>> {
+    vec![vec![p * 100, p * 100 + 1]]
+}
+
+fn post_barrier(p: u32) -> Vec<Vec<u32>> {
+    vec![vec![p * 100 + 50]]
+}
+
+fn sorted(mut v: Vec<u32>) -> Vec<u32> {
+    v.sort_unstable();
+    v
+}
+
+/// A waker over a loom `Notify`: `wake` leaves a permit, `wait` blocks until there is one
+/// (spurious returns are absorbed by the callers' loops).
+struct Wakeup(loom::sync::Notify);
+
+impl Wake for Wakeup {
+    fn wake(self: std::sync::Arc<Self>) {
+        self.0.notify();
+    }
+}
+
+fn wakeup() -> (std::sync::Arc<Wakeup>, Waker) {
+    let w = std::sync::Arc::new(Wakeup(loom::sync::Notify::new()));
+    let waker = Waker::from(w.clone());
+    (w, waker)
+}
+
+/// Sends `event`, waiting for credit on the channel's sender waker.
+fn send(tx: &Sender<u32>, wake: &Wakeup, cx: &mut Context<'_>, mut event: Event<u32>) {
+    loop {
+        match tx.send_or_register(cx, event) {
+            Ok(()) => return,
+            Err(Full(e)) => {
+                event = e;
+                wake.0.wait();
+            }
+        }
+    }
+}
+
+/// Producer `p`: its pre-barrier batches, `Barrier(1)`, its post-barrier batches, end of input.
+fn produce(p: u32, tx: Sender<u32>) {
+    let (wake, waker) = wakeup();
+    let mut cx = Context::from_waker(&waker);
+    for b in pre_barrier(p) {
+        send(&tx, &wake, &mut cx, Event::Batch(Batch::Owned(b)));
+    }
+    send(&tx, &wake, &mut cx, Event::Barrier(1));
+    for b in post_barrier(p) {
+        send(&tx, &wake, &mut cx, Event::Batch(Batch::Owned(b)));
+    }
+    send(&tx, &wake, &mut cx, Event::EndOfInput);
+}
+
+/// What the consumer saw.
+struct Outcome {
+    /// Every record, in processing order.
+    processed: Vec<u32>,
+    /// `processed` when checkpoint 1 was aligned.
+    snapshot: Vec<u32>,
+}
+
+/// The consumer: reads both channels as the aligner allows until both ended; waits on the
+/// shared receive waker when no readable channel has an event.
+fn consume(rxs: [Receiver<u32>; 2], rx_waker: &AtomicWaker, mode: AlignMode) -> Outcome {
+    let (wake, waker) = wakeup();
+    let mut aligner = BarrierAligner::new(2, mode);
+    let mut ended = [false; 2];
+    let mut processed = Vec::new();
+    let mut snapshot = None;
+    let mut on_alignment = |a: Alignment, processed: &Vec<u32>| match a {
+        Alignment::Pending => {}
+        Alignment::Aligned(id) => {
+            assert_eq!(id, 1, "only checkpoint 1 is in flight");
+            assert!(snapshot.is_none(), "checkpoint 1 aligned twice");
+            snapshot = Some(processed.clone());
+        }
+    };
+    while !ended.iter().all(|e| *e) {
+        // Register before looking, so an event sent after the look wakes us.
+        rx_waker.register(&waker);
+        let mut progress = false;
+        for (ch, rx) in rxs.iter().enumerate() {
+            if ended[ch] || aligner.is_blocked(ch) {
+                continue;
+            }
+            let Some(event) = rx.try_recv() else { continue };
+            progress = true;
+            match event {
+                Event::Batch(b) => {
+                    let mut records = Vec::new();
+                    b.move_into(&mut records);
+                    processed.extend(records);
+                }
+                Event::Barrier(id) => {
+                    let a = aligner.on_barrier(ch, id);
+                    on_alignment(a, &processed);
+                }
+                Event::EndOfInput => {
+                    ended[ch] = true;
+                    let a = aligner.on_end_of_input(ch);
+                    on_alignment(a, &processed);
+                }
+            }
+        }
+        if !progress {
+            wake.0.wait();
+        }
+    }
+    Outcome {
+        processed,
+        snapshot: snapshot.expect("both channels delivered Barrier(1): checkpoint 1 aligned"),
+    }
+}
+
+/// Runs two producers against one consumer in `mode`, under every interleaving, and checks
+/// the outcome with `check`.
+fn model(mode: AlignMode, check: fn(&Outcome, &[u32], &[u32])) {
+    let mut builder = loom::model::Builder::new();
+    if builder.preemption_bound.is_none() {
+        builder.preemption_bound = Some(2);
+    }
+    builder.check(move || {
+        let rx_waker = Arc::new(AtomicWaker::new());
+        let (tx0, rx0) = channel::<u32>(CAPACITY, rx_waker.clone());
+        let (tx1, rx1) = channel::<u32>(CAPACITY, rx_waker.clone());
+        let p0 = loom::thread::spawn(move || produce(0, tx0));
+        let p1 = loom::thread::spawn(move || produce(1, tx1));
+        let out = consume([rx0, rx1], &rx_waker, mode);
+        p0.join().unwrap();
+        p1.join().unwrap();
+
+        let pre: Vec<u32> = (0..2).flat_map(pre_barrier).flatten().collect();
+        let post: Vec<u32> = (0..2).flat_map(post_barrier).flatten().collect();
+        // Every record processed exactly once, and each channel's in its order.
+        let all = sorted(pre.iter().chain(&post).copied().collect());
+        assert_eq!(sorted(out.processed.clone()), all, "lost or duplicated");
+        for p in 0..2u32 {
+            let mine: Vec<u32> = out
+                .processed
+                .iter()
+                .copied()
+                .filter(|r| r / 100 == p)
+                .collect();
+            let sent: Vec<u32> = pre_barrier(p)
+                .into_iter()
+                .chain(post_barrier(p))
+                .flatten()
+                .collect();
+            assert_eq!(mine, sent, "channel {p} out of order");
+        }
+        check(&out, &pre, &post);
+    });
+}
+
+/// Exactly-once: snapshot 1 is exactly the records sent before `Barrier(1)` on every channel:
+/// none that follows a barrier is processed before the snapshot, and none before it is missing.
+#[test]
+fn loom_aligned_snapshot_is_exactly_the_pre_barrier_records() {
+    model(AlignMode::ExactlyOnce, |out, pre, _post| {
+        assert_eq!(
+            sorted(out.snapshot.clone()),
+            sorted(pre.to_vec()),
+            "snapshot 1 must hold every pre-barrier record and no post-barrier one"
+        );
+    });
+}
+
+/// At-least-once: snapshot 1 holds every record sent before `Barrier(1)` on every channel
+/// (post-barrier records of a channel whose barrier came first may be in it too).
+#[test]
+fn loom_at_least_once_snapshot_holds_every_pre_barrier_record() {
+    model(AlignMode::AtLeastOnce, |out, pre, post| {
+        for r in pre {
+            assert!(
+                out.snapshot.contains(r),
+                "pre-barrier record {r} missing from snapshot 1: {:?}",
+                out.snapshot
+            );
+        }
+        for r in &out.snapshot {
+            assert!(pre.contains(r) || post.contains(r), "unknown record {r}");
+        }
+    });
+}
