@@ -232,6 +232,16 @@ pub enum JobError {
         /// The failure that was not restarted.
         last: Box<JobError>,
     },
+    /// A savepoint could not be taken.
+    #[error("job `{job}`: savepoint into {dir} failed: {message}")]
+    Savepoint {
+        /// Job name.
+        job: String,
+        /// The directory asked for.
+        dir: PathBuf,
+        /// Why.
+        message: String,
+    },
     /// The job was cancelled through its handle.
     #[error("job `{job}` was cancelled")]
     Cancelled {

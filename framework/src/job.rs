@@ -186,6 +186,52 @@ impl JobHandle {
         })
     }
 
+    /// Takes a savepoint of the running job into `dir` (a directory that holds no savepoint)
+    /// and returns its path once it is complete. A savepoint is a checkpoint in a place of
+    /// your choosing that is never deleted automatically; start a job from it with
+    /// `CheckpointConfig::restore_from`.
+    pub fn savepoint(
+        &self,
+        dir: impl AsRef<std::path::Path>,
+    ) -> Result<std::path::PathBuf, JobError> {
+        self.request_savepoint(dir.as_ref(), false)
+    }
+
+    /// Takes a savepoint into `dir`, then stops the job; returns the savepoint's path and the
+    /// job's result. Output after the savepoint is not committed: a job started from the
+    /// savepoint produces it.
+    pub fn stop_with_savepoint(
+        self,
+        dir: impl AsRef<std::path::Path>,
+    ) -> Result<(std::path::PathBuf, JobResult), JobError> {
+        let path = self.request_savepoint(dir.as_ref(), true)?;
+        let result = self.wait()?;
+        Ok((path, result))
+    }
+
+    fn request_savepoint(
+        &self,
+        dir: &std::path::Path,
+        stop: bool,
+    ) -> Result<std::path::PathBuf, JobError> {
+        let (reply, answer) = std_mpsc::channel();
+        let _ = self.canceller.events.unbounded_send(JobEvent::Savepoint {
+            dir: dir.to_owned(),
+            stop,
+            reply,
+        });
+        let message = match answer.recv() {
+            Ok(Ok(path)) => return Ok(path),
+            Ok(Err(message)) => message,
+            Err(_) => "the job ended before the savepoint completed".to_string(),
+        };
+        Err(JobError::Savepoint {
+            job: self.name.clone(),
+            dir: dir.to_owned(),
+            message,
+        })
+    }
+
     /// The checkpoint statistics (`None` with checkpoints off, or before the first one).
     pub fn checkpoint_stats(&self) -> Option<CheckpointStats> {
         lock(&self.checkpoints).clone()
@@ -379,14 +425,10 @@ async fn run(run: JobRun) -> Result<JobResult, JobError> {
     } = run;
     let started = Instant::now();
     let registry = OperatorRegistry::new(&plan);
-    let checkpoint_root = cfg
-        .checkpoint
-        .interval
-        .is_some()
-        .then(|| cfg.checkpoint.directory.join(&job));
-    let mut coordinator = Coordinator::new(&cfg.checkpoint, 0, 1);
+    let checkpoint_root = Some(cfg.checkpoint.directory.join(&job));
+    let mut coordinator = Some(Coordinator::new(&cfg.checkpoint, 0, 1));
     let mut restarts = RestartTracker::new(cfg.restart.clone().unwrap_or_else(|| {
-        if coordinator.is_some() {
+        if cfg.checkpoint.interval.is_some() {
             RestartStrategy::default_with_checkpoints()
         } else {
             RestartStrategy::None
@@ -394,7 +436,27 @@ async fn run(run: JobRun) -> Result<JobResult, JobError> {
     }));
     let mut controller = RateController::new(cfg.rate_control.clone());
     let mut deployed = Some(deployed);
-    let mut restore: Option<Restore> = None;
+    let mut restore: Option<Restore> = match &cfg.checkpoint.restore_from {
+        None => None,
+        Some(dir) => match store::load_dir(
+            dir,
+            &plan.uids,
+            &plan.parallelism,
+            cfg.checkpoint.allow_non_restored_state,
+        ) {
+            Ok((checkpoint, states)) => {
+                tracing::info!(savepoint = %dir.display(), checkpoint, "starting from a savepoint");
+                Some(Restore { checkpoint, states })
+            }
+            Err(e) => {
+                drop(deployed);
+                return Err(JobError::Runtime {
+                    job,
+                    message: format!("cannot start from savepoint {}: {e}", dir.display()),
+                });
+            }
+        },
+    };
     let mut attempt: u64 = 0;
     let mut num_restarts: u64 = 0;
     loop {
@@ -445,7 +507,16 @@ async fn run(run: JobRun) -> Result<JobResult, JobError> {
         )
         .await;
         let failure = match verdict {
-            Ok(()) => {
+            Ok(Outcome::Stopped) => {
+                // Stopped with a savepoint: what came after it is not committed (a job
+                // started from the savepoint produces it again).
+                dep.stop(&job, &cfg);
+                tracing::info!(elapsed = ?started.elapsed(), "job stopped with a savepoint");
+                let mut r = result(&graph, &plan, &registry, job, started.elapsed());
+                r.checkpoints = lock(&shared_stats).clone();
+                return Ok(r);
+            }
+            Ok(Outcome::Finished) => {
                 dep.commit_final().await;
                 dep.stop(&job, &cfg);
                 tracing::info!(elapsed = ?started.elapsed(), "job finished");
@@ -607,6 +678,20 @@ fn deploy(
     }
 }
 
+/// How a deployment ended without failing.
+enum Outcome {
+    /// Every subtask finished.
+    Finished,
+    /// Stopped after a savepoint.
+    Stopped,
+}
+
+struct SavepointRequest {
+    dir: std::path::PathBuf,
+    stop: bool,
+    reply: std_mpsc::Sender<Result<std::path::PathBuf, String>>,
+}
+
 /// Runs one deployment until every subtask finished (`Ok`) or the first failure.
 #[allow(clippy::too_many_arguments)]
 async fn supervise(
@@ -620,7 +705,11 @@ async fn supervise(
     mut coordinator: Option<&mut Coordinator>,
     checkpoint_root: Option<&std::path::Path>,
     shared_stats: &Arc<Mutex<Option<CheckpointStats>>>,
-) -> Result<(), JobError> {
+) -> Result<Outcome, JobError> {
+    let mut savepoints: std::collections::HashMap<u64, SavepointRequest> = Default::default();
+    let fail_savepoint = |sp: SavepointRequest, why: String| {
+        let _ = sp.reply.send(Err(why));
+    };
     let set_rate = |dep: &Deployment, rate: Option<f64>| {
         let n = dep.sampler.source_subtasks().max(1) as f64;
         for i in dep.sampler.source_actors() {
@@ -650,7 +739,10 @@ async fn supervise(
     };
     loop {
         if remaining == 0 {
-            return Ok(());
+            for (_, sp) in savepoints.drain() {
+                fail_savepoint(sp, "the job finished before the savepoint completed".into());
+            }
+            return Ok(Outcome::Finished);
         }
         let event = futures::select_biased! {
             e = events_rx.next() => e,
@@ -689,12 +781,20 @@ async fn supervise(
                     }
                 }
                 if let Some(c) = coordinator.as_deref_mut() {
-                    if let Err(failures) = c.expire(now) {
-                        return Err(JobError::CheckpointsFailing {
-                            job: job.to_owned(),
-                            failures,
-                            tolerated: cfg.checkpoint.tolerable_failed_checkpoints,
-                        });
+                    let expired = match c.expire(now) {
+                        Ok(expired) => expired,
+                        Err(failures) => {
+                            return Err(JobError::CheckpointsFailing {
+                                job: job.to_owned(),
+                                failures,
+                                tolerated: cfg.checkpoint.tolerable_failed_checkpoints,
+                            })
+                        }
+                    };
+                    for id in expired {
+                        if let Some(sp) = savepoints.remove(&id) {
+                            fail_savepoint(sp, format!("savepoint {id} timed out"));
+                        }
                     }
                     if let Some(id) = c.maybe_trigger(now) {
                         tracing::debug!(checkpoint = id, "triggering checkpoint");
@@ -728,6 +828,21 @@ async fn supervise(
                 return Err(JobError::Cancelled {
                     job: job.to_owned(),
                 })
+            }
+            JobEvent::Savepoint { dir, stop, reply } => {
+                let Some(c) = coordinator.as_deref_mut() else {
+                    let _ = reply.send(Err("checkpoints are not available".into()));
+                    continue;
+                };
+                let now = Instant::now();
+                let id = c.force(now);
+                tracing::info!(checkpoint = id, dir = %dir.display(), stop, "triggering a savepoint");
+                for (i, a) in dep.actors.iter().enumerate() {
+                    if dep.sources[i] {
+                        a.mail(TriggerCheckpoint { id, sent_at: now });
+                    }
+                }
+                savepoints.insert(id, SavepointRequest { dir, stop, reply });
             }
             JobEvent::Finished { attempt: a, actor } if a == attempt && !dep.finished[actor] => {
                 dep.finished[actor] = true;
@@ -769,6 +884,18 @@ async fn supervise(
                             for a in &dep.actors {
                                 a.mail(NotifyComplete(done.id));
                             }
+                            if let Some(sp) = savepoints.remove(&done.id) {
+                                match store::copy_to(root, done.id, &sp.dir) {
+                                    Ok(()) => {
+                                        tracing::info!(savepoint = %sp.dir.display(), "savepoint complete");
+                                        let _ = sp.reply.send(Ok(sp.dir.clone()));
+                                        if sp.stop {
+                                            return Ok(Outcome::Stopped);
+                                        }
+                                    }
+                                    Err(e) => fail_savepoint(sp, e.to_string()),
+                                }
+                            }
                         }
                         Err(e) => {
                             tracing::warn!(checkpoint = done.id, error = %e, "cannot write checkpoint metadata");
@@ -790,6 +917,9 @@ async fn supervise(
                 reason,
             } if a == attempt => {
                 tracing::warn!(checkpoint = id, reason, "checkpoint declined");
+                if let Some(sp) = savepoints.remove(&id) {
+                    fail_savepoint(sp, format!("savepoint declined: {reason}"));
+                }
                 if let Some(c) = coordinator.as_deref_mut() {
                     if let Err(failures) = c.fail_one(id) {
                         return Err(JobError::CheckpointsFailing {

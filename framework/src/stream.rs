@@ -453,6 +453,14 @@ impl<T: Data> DataStream<T> {
         handle
     }
 
+    /// Collects into an existing handle: a job resumed from a savepoint of another job that
+    /// collected into `sink` commits each record once across both (commits are idempotent
+    /// per subtask and checkpoint).
+    pub fn collect_into(self, sink: &CollectSink<T>) -> SinkStream {
+        let h = sink.clone();
+        self.add_sink("collect", move |cx| Ok(h.instance(cx)))
+    }
+
     /// Drops every record (counted).
     pub fn discard(self) -> SinkStream {
         self.add_sink("discard", |_| Ok(DiscardSink))

@@ -400,6 +400,12 @@ pub(crate) enum JobEvent {
         alignment: Duration,
         start_delay: Duration,
     },
+    /// Take a savepoint into `dir` (then stop the job if `stop`); the path or why not.
+    Savepoint {
+        dir: std::path::PathBuf,
+        stop: bool,
+        reply: std::sync::mpsc::Sender<Result<std::path::PathBuf, String>>,
+    },
     /// A subtask could not take its part of checkpoint `id`.
     Declined {
         attempt: u64,

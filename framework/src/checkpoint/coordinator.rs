@@ -58,6 +58,8 @@ pub struct CheckpointStats {
 
 pub(crate) struct Coordinator {
     cfg: CheckpointConfig,
+    /// Periodic interval; `Duration::MAX` when checkpoints are only taken on demand
+    /// (savepoints) or were stopped.
     interval: Duration,
     subtasks: usize,
     next_id: u64,
@@ -69,10 +71,10 @@ pub(crate) struct Coordinator {
 }
 
 impl Coordinator {
-    /// `None` when checkpoints are off. `next_id` continues after restored checkpoints.
-    pub(crate) fn new(cfg: &CheckpointConfig, subtasks: usize, next_id: u64) -> Option<Self> {
-        let interval = cfg.interval?;
-        Some(Coordinator {
+    /// Periodic when `cfg.interval` is set; otherwise only [`force`](Self::force) triggers.
+    pub(crate) fn new(cfg: &CheckpointConfig, subtasks: usize, next_id: u64) -> Self {
+        let interval = cfg.interval.unwrap_or(Duration::MAX);
+        Coordinator {
             cfg: cfg.clone(),
             interval,
             subtasks,
@@ -82,12 +84,30 @@ impl Coordinator {
             last_completion: None,
             failures_in_a_row: 0,
             stats: CheckpointStats::default(),
-        })
+        }
+    }
+
+    /// Triggers a checkpoint now, whatever the interval (a savepoint).
+    pub(crate) fn force(&mut self, now: Instant) -> u64 {
+        let id = self.next_id;
+        self.next_id += 1;
+        self.pending.insert(
+            id,
+            Pending {
+                started: now,
+                waiting: (0..self.subtasks).collect(),
+                files: Vec::new(),
+                max_alignment: Duration::ZERO,
+            },
+        );
+        self.stats.number_of_in_progress_checkpoints = self.pending.len() as u64;
+        id
     }
 
     /// Forgets checkpoints in progress (the job is restarting) and starts ids after `next_id`.
     pub(crate) fn reset(&mut self, subtasks: usize, next_id: u64, now: Instant) {
         self.subtasks = subtasks;
+        self.interval = self.cfg.interval.unwrap_or(Duration::MAX);
         self.next_id = self.next_id.max(next_id);
         self.pending.clear();
         self.last_trigger = Some(now);
@@ -221,7 +241,7 @@ mod tests {
     #[test]
     fn completes_when_every_subtask_acked_once() {
         let t0 = Instant::now();
-        let mut c = Coordinator::new(&cfg(), 2, 1).unwrap();
+        let mut c = Coordinator::new(&cfg(), 2, 1);
         let id = c.maybe_trigger(t0).unwrap();
         assert_eq!(c.maybe_trigger(t0), None, "max concurrent 1");
         assert!(c
@@ -256,7 +276,7 @@ mod tests {
     #[test]
     fn timeouts_fail_checkpoints_and_too_many_fail_the_job() {
         let t0 = Instant::now();
-        let mut c = Coordinator::new(&cfg(), 1, 1).unwrap();
+        let mut c = Coordinator::new(&cfg(), 1, 1);
         c.maybe_trigger(t0).unwrap();
         assert_eq!(c.expire(t0 + Duration::from_millis(600)), Ok(vec![1]));
         c.maybe_trigger(t0 + Duration::from_millis(700)).unwrap();

@@ -92,8 +92,12 @@ pub struct CheckpointConfig {
     pub tolerable_failed_checkpoints: u32,
     /// Completed checkpoints kept on disk (default 1).
     pub retained: usize,
-    /// Where checkpoints are written (`chk-<id>/` per checkpoint).
+    /// Where checkpoints are written (`<directory>/<job>/chk-<id>/`).
     pub directory: PathBuf,
+    /// Start the job from this savepoint (or complete checkpoint) directory.
+    pub restore_from: Option<PathBuf>,
+    /// With `restore_from`: drop state of operators the job no longer has instead of failing.
+    pub allow_non_restored_state: bool,
 }
 
 impl Default for CheckpointConfig {
@@ -107,6 +111,8 @@ impl Default for CheckpointConfig {
             tolerable_failed_checkpoints: 0,
             retained: 1,
             directory: std::env::temp_dir().join("weir-checkpoints"),
+            restore_from: None,
+            allow_non_restored_state: false,
         }
     }
 }

@@ -124,7 +124,18 @@ pub(crate) fn read_state(
     uid: &str,
     subtask: usize,
 ) -> Result<SnapshotEnvelope, CheckpointError> {
-    let path = checkpoint_dir(root, id).join(name);
+    read_state_at(&checkpoint_dir(root, id), id, name, uid, subtask)
+}
+
+/// Reads and checks one state file of the checkpoint (or savepoint) in `dir`.
+pub(crate) fn read_state_at(
+    dir: &Path,
+    id: u64,
+    name: &str,
+    uid: &str,
+    subtask: usize,
+) -> Result<SnapshotEnvelope, CheckpointError> {
+    let path = dir.join(name);
     let bytes = std::fs::read(&path).map_err(io(&path))?;
     let env: SnapshotEnvelope =
         ciborium::from_reader(bytes.as_slice()).map_err(|e| CheckpointError::Invalid {
@@ -166,7 +177,12 @@ pub(crate) fn write_metadata(
 
 /// Reads `_metadata` of checkpoint `id`.
 pub(crate) fn read_metadata(root: &Path, id: u64) -> Result<CheckpointMetadata, CheckpointError> {
-    let path = checkpoint_dir(root, id).join("_metadata");
+    read_metadata_at(&checkpoint_dir(root, id))
+}
+
+/// Reads `_metadata` of the checkpoint (or savepoint) in `dir`.
+pub(crate) fn read_metadata_at(dir: &Path) -> Result<CheckpointMetadata, CheckpointError> {
+    let path = dir.join("_metadata");
     let bytes = std::fs::read(&path).map_err(io(&path))?;
     ciborium::from_reader(bytes.as_slice()).map_err(|e| CheckpointError::Invalid {
         path,
@@ -211,6 +227,73 @@ pub(crate) fn retain(root: &Path, keep: usize) {
             }
         }
     }
+}
+
+/// Copies complete checkpoint `id` to `dest` (a savepoint: never deleted by retention).
+pub(crate) fn copy_to(root: &Path, id: u64, dest: &Path) -> Result<(), CheckpointError> {
+    if dest.join("_metadata").exists() {
+        return Err(CheckpointError::Invalid {
+            path: dest.to_owned(),
+            message: "a savepoint is already there; choose another directory".into(),
+        });
+    }
+    std::fs::create_dir_all(dest).map_err(io(dest))?;
+    let src = checkpoint_dir(root, id);
+    let mut names: Vec<_> = std::fs::read_dir(&src)
+        .map_err(io(&src))?
+        .flatten()
+        .map(|e| e.file_name())
+        .filter(|n| n != "_metadata")
+        .collect();
+    // `_metadata` last, as for a checkpoint: only a whole savepoint is complete.
+    names.push("_metadata".into());
+    for name in names {
+        let from = src.join(&name);
+        let bytes = std::fs::read(&from).map_err(io(&from))?;
+        write_atomic(&dest.join(&name), &bytes)?;
+    }
+    Ok(())
+}
+
+/// The states of the savepoint (or checkpoint directory) `dir`, matched to the job's
+/// operators by uid. State of an operator the job does not have is an error unless
+/// `allow_non_restored` (then it is logged and dropped); a parallelism other than the job's
+/// is an error (state redistribution comes with rescaling).
+pub(crate) fn load_dir(
+    dir: &Path,
+    uids: &[String],
+    parallelism: &[usize],
+    allow_non_restored: bool,
+) -> Result<(u64, States), CheckpointError> {
+    let meta = read_metadata_at(dir)?;
+    let invalid = |message: String| CheckpointError::Invalid {
+        path: dir.to_owned(),
+        message,
+    };
+    let mut states = States::new();
+    for (uid, files) in &meta.states {
+        let Some(pos) = uids.iter().position(|u| u == uid) else {
+            if allow_non_restored {
+                tracing::warn!(uid, "savepoint state of an operator the job does not have: dropped (allow_non_restored_state)");
+                continue;
+            }
+            return Err(invalid(format!(
+                "it holds state of operator `{uid}`, which the job does not have (set allow_non_restored_state to drop it)"
+            )));
+        };
+        let had = meta.parallelism.get(uid).copied().unwrap_or(files.len());
+        if had != parallelism[pos] {
+            return Err(invalid(format!(
+                "operator `{uid}` had parallelism {had} in the savepoint and has {} now; rescaling state is not supported yet",
+                parallelism[pos]
+            )));
+        }
+        for (subtask, file) in files {
+            let env = read_state_at(dir, meta.checkpoint_id, file, uid, *subtask)?;
+            states.insert((uid.clone(), *subtask), env.payload);
+        }
+    }
+    Ok((meta.checkpoint_id, states))
 }
 
 /// Every state of a checkpoint: (uid, subtask) -> payload.

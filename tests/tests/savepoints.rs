@@ -1,0 +1,145 @@
+//! Savepoints: take one from a running job, stop with one, start a job from one; state is
+//! matched by operator uid.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use weir::rate::RateControlConfig;
+use weir::{CollectSink, Collector, Env, EnvConfig, JobError, ValueState};
+
+const N: u64 = 40_000;
+const KEYS: u64 = 5;
+
+fn tmp(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("weir-sp-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    d
+}
+
+/// Checkpoints on (so the collect sink is exactly-once) but rare: only savepoints happen.
+fn config(ckpt_dir: &Path, restore_from: Option<&Path>, allow_non_restored: bool) -> EnvConfig {
+    let mut cfg = EnvConfig::default();
+    cfg.batch_size = 64;
+    cfg.arbiters = 2;
+    cfg.checkpoint.interval = Some(Duration::from_secs(3600));
+    cfg.checkpoint.directory = ckpt_dir.to_owned();
+    cfg.checkpoint.restore_from = restore_from.map(Path::to_owned);
+    cfg.checkpoint.allow_non_restored_state = allow_non_restored;
+    let mut rc = RateControlConfig::default();
+    rc.enabled = true;
+    rc.initial_rate = Some(40_000.0);
+    rc.min_rate = 40_000.0;
+    rc.max_rate = Some(40_000.0);
+    cfg.rate_control = rc;
+    cfg
+}
+
+fn job(env: &Env, count_uid: &str, out: &CollectSink<(u64, u64, u64)>) {
+    env.generate(N, |i| i)
+        .uid("src")
+        .key_by(|x: &u64| x % KEYS)
+        .process(
+            |k: &u64, s: &mut ValueState<u64>, x: u64, out: &mut Collector<(u64, u64, u64)>| {
+                let c = s.get_or_insert_with(|| 0);
+                *c += 1;
+                out.collect((*k, *c, x));
+            },
+        )
+        .uid(count_uid)
+        .collect_into(out);
+}
+
+#[test]
+fn stop_with_savepoint_then_resume_is_exactly_once() {
+    let (ckpt, sp) = (tmp("ckpt-a"), tmp("stop"));
+    // One sink handle across both jobs, as one external system would be.
+    let out = CollectSink::default();
+    let env = Env::with_config(config(&ckpt, None, false));
+    job(&env, "count", &out);
+    let handle = env.start("savepoint-a").unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    // A savepoint while running, then stop with another.
+    let first = handle.savepoint(tmp("running")).expect("savepoint");
+    assert!(first.join("_metadata").is_file());
+    let (path, _result) = handle
+        .stop_with_savepoint(&sp)
+        .expect("stop with savepoint");
+    assert_eq!(path, sp);
+    let a = out.len();
+    assert!(a > 0 && (a as u64) < N, "stopped mid-way: {a} records");
+
+    // Resume from the savepoint.
+    let env = Env::with_config(config(&tmp("ckpt-b"), Some(&sp), false));
+    job(&env, "count", &out);
+    env.execute("savepoint-b").expect("resumed job completes");
+    let all = out.take();
+
+    let mut seen = vec![0u8; N as usize];
+    let mut counts: HashMap<u64, Vec<u64>> = HashMap::new();
+    for &(k, c, id) in &all {
+        seen[id as usize] += 1;
+        counts.entry(k).or_default().push(c);
+    }
+    assert!(
+        seen.iter().all(|&n| n == 1),
+        "every id exactly once across both jobs"
+    );
+    for k in 0..KEYS {
+        let mut cs = counts.remove(&k).unwrap();
+        cs.sort_unstable();
+        assert_eq!(
+            cs,
+            (1..=N / KEYS).collect::<Vec<_>>(),
+            "key {k}: counts continue"
+        );
+    }
+    // Reusing a savepoint directory is refused.
+    let env = Env::with_config(config(&tmp("ckpt-c"), None, false));
+    job(&env, "count", &CollectSink::default());
+    let handle = env.start("savepoint-c").unwrap();
+    match handle.savepoint(&sp) {
+        Err(JobError::Savepoint { message, .. }) => {
+            assert!(message.contains("already"), "{message}")
+        }
+        other => panic!("expected a refused savepoint, got {other:?}"),
+    }
+    handle.cancel();
+    let _ = handle.wait();
+}
+
+#[test]
+fn unmatched_state_is_an_error_unless_allowed() {
+    let (ckpt, sp) = (tmp("ckpt-u"), tmp("unmatched"));
+    let out = CollectSink::default();
+    let env = Env::with_config(config(&ckpt, None, false));
+    job(&env, "count", &out);
+    let handle = env.start("unmatched-a").unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    handle
+        .stop_with_savepoint(&sp)
+        .expect("stop with savepoint");
+    let before = out.len();
+
+    // The keyed operator got a new uid: its state has no home.
+    let env = Env::with_config(config(&tmp("ckpt-u2"), Some(&sp), false));
+    job(&env, "count-v2", &out);
+    match env.execute("unmatched-b") {
+        Err(JobError::Runtime { message, .. }) => {
+            assert!(message.contains("`count`"), "names the uid: {message}");
+            assert!(message.contains("allow_non_restored_state"), "{message}");
+        }
+        other => panic!("expected an unmatched-state error, got {other:?}"),
+    }
+    // Allowed: it runs, the source resumes, the new operator starts empty.
+    let env = Env::with_config(config(&tmp("ckpt-u3"), Some(&sp), true));
+    job(&env, "count-v2", &out);
+    env.execute("unmatched-c")
+        .expect("runs with allow_non_restored_state");
+    // The source resumed at its position: every id once across both jobs.
+    let all = out.take();
+    assert!(before > 0 && (before as u64) < N);
+    let mut ids: Vec<u64> = all.iter().map(|r| r.2).collect();
+    ids.sort_unstable();
+    assert_eq!(ids, (0..N).collect::<Vec<_>>());
+}
