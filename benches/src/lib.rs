@@ -4,6 +4,8 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod recovery_support;
+
 use std::sync::OnceLock;
 use std::time::Instant;
 

@@ -425,7 +425,8 @@ async fn run(run: JobRun) -> Result<JobResult, JobError> {
     } = run;
     let started = Instant::now();
     let registry = OperatorRegistry::new(&plan);
-    let checkpoint_root = Some(cfg.checkpoint.directory.join(&job));
+    // A directory per run: a new run never restores another run's checkpoints.
+    let checkpoint_root = Some(cfg.checkpoint.directory.join(&job).join(run_id()));
     let mut coordinator = Some(Coordinator::new(&cfg.checkpoint, 0, 1));
     let mut restarts = RestartTracker::new(cfg.restart.clone().unwrap_or_else(|| {
         if cfg.checkpoint.interval.is_some() {
@@ -490,6 +491,9 @@ async fn run(run: JobRun) -> Result<JobResult, JobError> {
                 restore.as_ref().map_or(1, |r| r.checkpoint + 1),
                 Instant::now(),
             );
+            if let Some(r) = &restore {
+                c.stats.last_restored_checkpoint_id = Some(r.checkpoint);
+            }
             c.stats.num_restarts = num_restarts;
         }
         tracing::info!(attempt, subtasks = dep.actors.len(), arbiters = dep.arbiters.len(), restored = ?restore.as_ref().map(|r| r.checkpoint), "job deployed");
@@ -512,14 +516,28 @@ async fn run(run: JobRun) -> Result<JobResult, JobError> {
                 // started from the savepoint produces it again).
                 dep.stop(&job, &cfg);
                 tracing::info!(elapsed = ?started.elapsed(), "job stopped with a savepoint");
+                // The run is over: its checkpoints are of no further use (savepoints are
+                // elsewhere). A failed run keeps them.
+                if let Some(root) = &checkpoint_root {
+                    let _ = std::fs::remove_dir_all(root);
+                }
                 let mut r = result(&graph, &plan, &registry, job, started.elapsed());
                 r.checkpoints = lock(&shared_stats).clone();
                 return Ok(r);
             }
             Ok(Outcome::Finished) => {
-                dep.commit_final().await;
+                if let Err(e) = dep.commit_final(&job).await {
+                    dep.stop(&job, &cfg);
+                    tracing::warn!(error = %e, "final commit failed");
+                    return Err(e);
+                }
                 dep.stop(&job, &cfg);
                 tracing::info!(elapsed = ?started.elapsed(), "job finished");
+                // The run is over: its checkpoints are of no further use (savepoints are
+                // elsewhere). A failed run keeps them.
+                if let Some(root) = &checkpoint_root {
+                    let _ = std::fs::remove_dir_all(root);
+                }
                 let mut r = result(&graph, &plan, &registry, job, started.elapsed());
                 r.checkpoints = lock(&shared_stats).clone().map(|mut s| {
                     s.num_restarts = num_restarts;
@@ -576,11 +594,22 @@ struct Deployment {
 }
 
 impl Deployment {
-    /// Every subtask finished: sinks commit what they staged last (end of input).
-    async fn commit_final(&self) {
+    /// Every subtask finished: sinks commit what they staged last (end of input). The first
+    /// failure is the job's.
+    async fn commit_final(&self, job: &str) -> Result<(), JobError> {
         for a in &self.actors {
-            let _ = a.addr.send(NotifyComplete(FINAL_COMMIT)).await;
+            match a.addr.send(NotifyComplete(FINAL_COMMIT)).await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => return Err(e.into_job_error(job)),
+                Err(_) => {
+                    return Err(JobError::Runtime {
+                        job: job.to_owned(),
+                        message: "a subtask went away before the final commit".into(),
+                    })
+                }
+            }
         }
+        Ok(())
     }
 
     fn stop(self, job: &str, cfg: &EnvConfig) {
@@ -590,6 +619,16 @@ impl Deployment {
         cfg.faults.release();
         stop_arbiters(self.arbiters, job);
     }
+}
+
+/// A name unique to this run of a job (time, process, sequence).
+fn run_id() -> String {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let millis = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis());
+    let seq = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    format!("run-{millis}-{}-{seq}", std::process::id())
 }
 
 /// The id of the commit made when a job's input has ended.

@@ -413,9 +413,8 @@ impl<T: Data> DataStream<T> {
                 subtask: env.info.subtask,
                 source,
             })?;
-            if let Some(state) = &env.restored {
-                sink.restore(state).map_err(|e| env.restore_error(e))?;
-            }
+            sink.initialize(env.restored.as_deref())
+                .map_err(|e| env.restore_error(e))?;
             let op: BoxOutput<T> = Box::new(SinkOp {
                 sink: Box::new(sink),
                 info: env.info.clone(),

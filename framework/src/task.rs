@@ -868,20 +868,26 @@ impl Handler<TriggerCheckpoint> for SubtaskActor {
 pub(crate) struct NotifyComplete(pub(crate) u64);
 
 impl Message for NotifyComplete {
-    type Result = ();
+    type Result = Result<(), TaskError>;
 }
 
 impl Handler<NotifyComplete> for SubtaskActor {
-    type Result = ();
+    type Result = Result<(), TaskError>;
 
-    fn handle(&mut self, msg: NotifyComplete, ctx: &mut Self::Context) {
+    fn handle(&mut self, msg: NotifyComplete, ctx: &mut Self::Context) -> Self::Result {
         self.counters.mails_handled.fetch_add(1, Ordering::Relaxed);
-        if let Err(e) = self.driver.notify_complete(msg.0) {
-            self.report(JobEvent::Failed {
-                attempt: self.id.attempt,
-                error: e,
-            });
-            ctx.stop();
+        match self.driver.notify_complete(msg.0) {
+            Ok(()) => Ok(()),
+            // The final commit's caller waits for the answer and fails the job.
+            Err(e) if msg.0 == crate::job::FINAL_COMMIT => Err(e),
+            Err(e) => {
+                self.report(JobEvent::Failed {
+                    attempt: self.id.attempt,
+                    error: e,
+                });
+                ctx.stop();
+                Ok(())
+            }
         }
     }
 }

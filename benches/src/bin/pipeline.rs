@@ -24,6 +24,9 @@ struct Args {
     /// Capacity of each channel, in batches (default: the framework's).
     #[arg(long)]
     channel_capacity: Option<usize>,
+    /// Checkpoint the keyed counts this often (off by default).
+    #[arg(long)]
+    checkpoint_interval_ms: Option<u64>,
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -36,6 +39,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         cfg.channel_capacity = c;
     }
     let channel_capacity = cfg.channel_capacity;
+    let checkpoint_dir = std::env::temp_dir().join(format!("weir-pipeline-{}", std::process::id()));
+    if let Some(ms) = args.checkpoint_interval_ms {
+        cfg.checkpoint.interval = Some(std::time::Duration::from_millis(ms));
+        cfg.checkpoint.directory = checkpoint_dir.clone();
+    }
     let env = Env::with_config(cfg);
     env.generate(args.records, |i| i)
         .map(|x| x * 2 + 1)
@@ -49,6 +57,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .uid("count")
         .discard();
     let result = env.execute("pipeline")?;
+    let _ = std::fs::remove_dir_all(&checkpoint_dir);
+    let checkpoints = result
+        .checkpoints
+        .as_ref()
+        .map_or(0, |c| c.number_of_completed_checkpoints);
     let counted = result.operator("count").map(|o| o.records_in).unwrap_or(0);
     let expected = (0..args.records).filter(|x| (x * 2 + 1) % 3 != 0).count() as u64;
     let secs = result.duration.as_secs_f64();
@@ -61,6 +74,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             "batch_size": args.batch_size,
             "chaining": !args.no_chaining,
             "channel_capacity": channel_capacity,
+            "checkpoint_interval_ms": args.checkpoint_interval_ms,
+            "checkpoints_completed": checkpoints,
             "seconds": secs,
             "records_per_sec": args.records as f64 / secs,
             "counted": counted,

@@ -54,6 +54,8 @@ pub struct CheckpointStats {
     pub last_completed_checkpoint_id: Option<u64>,
     /// `numRestarts`.
     pub num_restarts: u64,
+    /// Id of the checkpoint the job last restored (after a failure, or a savepoint at start).
+    pub last_restored_checkpoint_id: Option<u64>,
 }
 
 pub(crate) struct Coordinator {

@@ -140,7 +140,10 @@ impl<T: Data> Sink<T> for CollectInstance<T> {
         Ok(())
     }
 
-    fn restore(&mut self, state: &[u8]) -> Result<(), SinkError> {
+    fn initialize(&mut self, restored: Option<&[u8]>) -> Result<(), SinkError> {
+        let Some(state) = restored else {
+            return Ok(());
+        };
         let pending: Vec<(u64, Vec<T>)> =
             crate::checkpoint::decode(state).map_err(|message| SinkError::Encode {
                 path: "<collect>".into(),

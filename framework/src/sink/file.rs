@@ -1,5 +1,10 @@
 //! Line files: each sink subtask writes `part-{uid}-{subtask}` in a directory, one line per
 //! record, as text (`Display`) or JSON.
+//!
+//! With checkpoints, a part file's length is part of the checkpoint: a restored job cuts the
+//! file back to that length and appends, so after recovery the file holds every record once
+//! (records written after the checkpoint and before a failure are visible until then: the
+//! guarantee is exactly-once on completion, not transactional visibility).
 
 use std::fs::File;
 use std::io::{BufWriter, Write};
@@ -23,14 +28,56 @@ impl PartFile {
             source,
         })?;
         let path = dir.join(format!("part-{}-{}", cx.uid, cx.subtask));
-        let f = File::create(&path).map_err(|source| SinkError::Io {
-            path: path.clone(),
-            source,
-        })?;
+        // Not truncated yet: `initialize` decides (fresh start, or resume at a length).
+        let f = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&path)
+            .map_err(|source| SinkError::Io {
+                path: path.clone(),
+                source,
+            })?;
         Ok(PartFile {
             path,
             out: BufWriter::with_capacity(256 * 1024, f),
         })
+    }
+
+    /// Truncates to `len` (0 on a fresh start) and positions at the end.
+    fn resume_at(&mut self, len: u64) -> Result<(), SinkError> {
+        use std::io::{Seek, SeekFrom};
+        self.out.flush().map_err(|e| self.io(e))?;
+        let f = self.out.get_mut();
+        f.set_len(len)
+            .and_then(|()| f.seek(SeekFrom::Start(len)).map(|_| ()))
+            .map_err(|e| self.io(e))
+    }
+
+    /// Flushes and fsyncs; returns the length, the state of a checkpoint.
+    fn checkpoint(&mut self) -> Result<Option<Vec<u8>>, SinkError> {
+        self.out.flush().map_err(|e| self.io(e))?;
+        self.out.get_ref().sync_data().map_err(|e| self.io(e))?;
+        let len = self.out.get_ref().metadata().map_err(|e| self.io(e))?.len();
+        crate::checkpoint::encode(&len)
+            .map(Some)
+            .map_err(|message| SinkError::Encode {
+                path: self.path.clone(),
+                message,
+            })
+    }
+
+    fn initialize(&mut self, restored: Option<&[u8]>) -> Result<(), SinkError> {
+        let len = match restored {
+            None => 0,
+            Some(state) => {
+                crate::checkpoint::decode::<u64>(state).map_err(|message| SinkError::Encode {
+                    path: self.path.clone(),
+                    message,
+                })?
+            }
+        };
+        self.resume_at(len)
     }
 
     fn io(&self, source: std::io::Error) -> SinkError {
@@ -61,6 +108,12 @@ impl<T: std::fmt::Display + Send + 'static> Sink<T> for TextFileSink {
     fn finish(&mut self) -> Result<(), SinkError> {
         self.0.close()
     }
+    fn pre_commit(&mut self, _checkpoint: u64) -> Result<Option<Vec<u8>>, SinkError> {
+        self.0.checkpoint()
+    }
+    fn initialize(&mut self, restored: Option<&[u8]>) -> Result<(), SinkError> {
+        self.0.initialize(restored)
+    }
 }
 
 /// Writes each record as one line of JSON.
@@ -81,5 +134,11 @@ impl<T: Serialize + Send + 'static> Sink<T> for JsonlFileSink {
     }
     fn finish(&mut self) -> Result<(), SinkError> {
         self.0.close()
+    }
+    fn pre_commit(&mut self, _checkpoint: u64) -> Result<Option<Vec<u8>>, SinkError> {
+        self.0.checkpoint()
+    }
+    fn initialize(&mut self, restored: Option<&[u8]>) -> Result<(), SinkError> {
+        self.0.initialize(restored)
     }
 }

@@ -37,9 +37,11 @@ pub trait Sink<T>: Send + 'static {
     fn commit(&mut self, _checkpoint: u64) -> Result<(), SinkError> {
         Ok(())
     }
-    /// The job restarts from a checkpoint whose `pre_commit` returned `state`: commit what it
-    /// staged (the checkpoint is complete) and drop anything newer.
-    fn restore(&mut self, _state: &[u8]) -> Result<(), SinkError> {
+    /// Called once before the first record, on every start of the subtask: `restored` is
+    /// the state `pre_commit` returned for the checkpoint the job restarts from (commit what it
+    /// staged — that checkpoint is complete — and drop anything newer), or `None` on a fresh
+    /// start (drop leftovers of a failed earlier attempt).
+    fn initialize(&mut self, _restored: Option<&[u8]>) -> Result<(), SinkError> {
         Ok(())
     }
 }

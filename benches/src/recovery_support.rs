@@ -1,0 +1,887 @@
+//! Helpers of the `recovery` harness: an exactly-once part-file sink (two-phase commit on the
+//! [`Sink`] hooks), the [`RecoveryProbe`] that times a restart, the expected output of the
+//! answer-cleaning job computed sequentially, and the check of what was committed.
+//!
+//! # The exactly-once file sink
+//!
+//! Each sink subtask `s` writes the records of one checkpoint interval to
+//! `part-<s>-<n>.inprogress` (opened at the first record after a barrier). At the barrier of
+//! checkpoint `id`, [`Sink::pre_commit`] flushes and fsyncs that file and renames it to
+//! `part-<s>-<id>.pending`; the state it returns (JSON: the checkpoint id and the names of every
+//! pending file not committed yet) goes into the checkpoint. [`Sink::commit`] (checkpoint `id`
+//! complete) renames every pending file of a checkpoint `<= id` to its final name
+//! `part-<s>-<checkpoint>` (a file already renamed is skipped, so commits are idempotent);
+//! `commit(u64::MAX)` at the end of the input also commits the in-progress data. A restored
+//! subtask ([`Sink::restore`]) commits the pending files its checkpoint lists and deletes the
+//! output of the failed attempt: its `.inprogress` files, and `.pending` files of checkpoints
+//! newer than the restored one (they never completed). A subtask that is created without a
+//! restore (a fresh start, or a restart before any checkpoint completed) deletes all of its
+//! `.inprogress` and `.pending` files, because none of them belongs to a complete checkpoint.
+//! Only final files are output: [`read_committed`] reads those.
+//!
+//! Without checkpoints ([`SinkContext::checkpointing`] false) the sink writes through to
+//! `part-<s>-0`, created (truncated) when the subtask starts.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fs::File;
+use std::hash::{Hash, Hasher};
+use std::io::{BufRead, BufWriter, Write};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use serde::{Deserialize, Serialize};
+use weir::sink::{Sink, SinkContext};
+use weir::SinkError;
+use weir_examples::answers::{answer_json, clean_line, default_levels, format_cleaned, Thresholds};
+
+use crate::clock_ns;
+
+/// The id of the commit the job makes at the end of its input.
+pub const FINAL_COMMIT: u64 = u64::MAX;
+
+/// "Not recorded yet" in the probe's time slots.
+const UNSET: u64 = 0;
+
+// ---------------------------------------------------------------------------------------------
+// The probe
+// ---------------------------------------------------------------------------------------------
+
+/// Times of one run, in [`clock_ns`] nanoseconds (0: not happened), shared by the panic hook and
+/// every sink subtask of every attempt.
+#[derive(Debug, Default)]
+pub struct RecoveryProbe {
+    /// `"<id>,"`: the start of the output line of the record whose reprocessing ends recovery.
+    target_prefix: Option<Vec<u8>>,
+    /// When the injected fault fired (set by the panic hook, in the failing thread).
+    pub fault_ns: AtomicU64,
+    /// When a sink subtask was first created after the fault (the restarted job deploys).
+    pub first_sink_after_fault_ns: AtomicU64,
+    /// When a sink subtask created after the fault first received records.
+    pub first_write_after_fault_ns: AtomicU64,
+    /// When a sink subtask created after the fault first committed records it wrote itself.
+    pub first_commit_after_fault_ns: AtomicU64,
+    /// When the target record first reached a sink after the fault.
+    pub target_after_fault_ns: AtomicU64,
+    /// How often the target record reached a sink before the fault.
+    pub target_before_fault: AtomicU64,
+    /// How often the target record reached a sink after the fault.
+    pub target_after_fault: AtomicU64,
+    /// Sink subtasks created (every attempt).
+    pub sink_instances: AtomicU64,
+    /// Pending files committed by a restore.
+    pub committed_by_restore: AtomicU64,
+    /// Uncommitted files of failed attempts deleted.
+    pub discarded_files: AtomicU64,
+    /// The checkpoint the restarted job was restored from (largest over subtasks), if any.
+    pub restored_checkpoint: Mutex<Option<u64>>,
+}
+
+impl RecoveryProbe {
+    /// A probe that watches for the output line of record `target_id` (none: no target).
+    pub fn new(target_id: Option<u64>) -> Self {
+        RecoveryProbe {
+            target_prefix: target_id.map(|id| format!("{id},").into_bytes()),
+            ..Default::default()
+        }
+    }
+
+    /// Milliseconds from the fault to the time in `slot`; `None` if either did not happen.
+    pub fn ms_after_fault(&self, slot: &AtomicU64) -> Option<f64> {
+        let fault = self.fault_ns.load(Ordering::SeqCst);
+        let t = slot.load(Ordering::SeqCst);
+        (fault != UNSET && t != UNSET).then(|| t.saturating_sub(fault) as f64 / 1e6)
+    }
+
+    fn fault_fired(&self) -> bool {
+        self.fault_ns.load(Ordering::SeqCst) != UNSET
+    }
+
+    fn stamp(slot: &AtomicU64) {
+        let _ = slot.compare_exchange(UNSET, clock_ns().max(1), Ordering::SeqCst, Ordering::SeqCst);
+    }
+}
+
+/// Installs a panic hook that records in `probe` when the injected fault fires: the framework
+/// panics with `injected fault: ...` right after the fault plan marks it fired, in the thread
+/// of the failing subtask, before unwinding. Other panics go to the previous hook.
+pub fn install_fault_hook(probe: Arc<RecoveryProbe>) {
+    let previous = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let payload = info.payload();
+        let message = payload
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| payload.downcast_ref::<&str>().copied())
+            .unwrap_or("");
+        if message.starts_with("injected fault") {
+            RecoveryProbe::stamp(&probe.fault_ns);
+            // One line instead of the default hook's message: with `RUST_BACKTRACE` set, that
+            // hook captures and prints a backtrace in the failing thread before it unwinds
+            // (about 80 ms measured), which would be counted as recovery time.
+            eprintln!("recovery: {message}");
+            return;
+        }
+        previous(info)
+    }));
+}
+
+// ---------------------------------------------------------------------------------------------
+// The exactly-once file sink
+// ---------------------------------------------------------------------------------------------
+
+/// Kinds of the sink's files.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PartKind {
+    /// `part-<s>-<n>`: committed output.
+    Final,
+    /// `part-<s>-<n>.pending`: pre-committed at checkpoint `n`, waiting for it to complete.
+    Pending,
+    /// `part-<s>-<n>.inprogress`: being written.
+    InProgress,
+}
+
+/// Parses a file name of the sink: `(subtask, checkpoint, kind)`.
+///
+/// ```
+/// use weir_benches::recovery_support::{parse_part_name, PartKind};
+/// assert_eq!(parse_part_name("part-1-12.pending"), Some((1, 12, PartKind::Pending)));
+/// assert_eq!(parse_part_name("part-10-3"), Some((10, 3, PartKind::Final)));
+/// assert_eq!(parse_part_name("part-sink-0"), None);
+/// ```
+pub fn parse_part_name(name: &str) -> Option<(usize, u64, PartKind)> {
+    let rest = name.strip_prefix("part-")?;
+    let (stem, kind) = if let Some(s) = rest.strip_suffix(".pending") {
+        (s, PartKind::Pending)
+    } else if let Some(s) = rest.strip_suffix(".inprogress") {
+        (s, PartKind::InProgress)
+    } else {
+        (rest, PartKind::Final)
+    };
+    let (s, n) = stem.split_once('-')?;
+    let digits = |x: &str| !x.is_empty() && x.bytes().all(|b| b.is_ascii_digit());
+    if !digits(s) || !digits(n) {
+        return None;
+    }
+    Some((s.parse().ok()?, n.parse().ok()?, kind))
+}
+
+fn part_name(subtask: usize, checkpoint: u64, kind: PartKind) -> String {
+    match kind {
+        PartKind::Final => format!("part-{subtask}-{checkpoint}"),
+        PartKind::Pending => format!("part-{subtask}-{checkpoint}.pending"),
+        PartKind::InProgress => format!("part-{subtask}-{checkpoint}.inprogress"),
+    }
+}
+
+/// The state a subtask puts in a checkpoint.
+#[derive(Debug, Serialize, Deserialize)]
+struct SinkState {
+    checkpoint: u64,
+    subtask: usize,
+    pending: Vec<String>,
+}
+
+/// The open in-progress file.
+struct InProgress {
+    checkpoint: u64,
+    out: BufWriter<File>,
+}
+
+/// Encodes one record as the bytes of its line (without the newline).
+pub type Encode<T> = fn(&T, &mut Vec<u8>);
+
+/// Encodes a `String` record as its line.
+pub fn encode_string(s: &String, out: &mut Vec<u8>) {
+    out.extend_from_slice(s.as_bytes());
+}
+
+/// One subtask of the exactly-once part-file sink (see the module documentation).
+pub struct TwoPhaseFileSink<T> {
+    dir: PathBuf,
+    subtask: usize,
+    transactional: bool,
+    encode: Encode<T>,
+    current: Option<InProgress>,
+    /// The checkpoint the next in-progress file most likely belongs to (only its name).
+    next_checkpoint: u64,
+    /// Pre-committed files of this subtask not committed yet, by checkpoint.
+    pending: BTreeMap<u64, String>,
+    /// Leftovers of earlier attempts were dealt with (by `restore`, or at the first call).
+    initialized: bool,
+    probe: Option<Arc<RecoveryProbe>>,
+    /// Created after the fault fired (part of the restarted job).
+    after_fault: bool,
+    wrote: bool,
+    line: Vec<u8>,
+}
+
+impl<T> TwoPhaseFileSink<T> {
+    /// The subtask `cx` of a sink writing into `dir`; `probe` (the main sink's) is told about
+    /// writes, commits and the target record.
+    pub fn create(
+        dir: &Path,
+        cx: &SinkContext,
+        encode: Encode<T>,
+        probe: Option<Arc<RecoveryProbe>>,
+    ) -> Result<Self, SinkError> {
+        std::fs::create_dir_all(dir).map_err(|source| SinkError::Io {
+            path: dir.to_owned(),
+            source,
+        })?;
+        let after_fault = probe.as_ref().is_some_and(|p| {
+            p.sink_instances.fetch_add(1, Ordering::SeqCst);
+            let after = p.fault_fired();
+            if after {
+                RecoveryProbe::stamp(&p.first_sink_after_fault_ns);
+            }
+            after
+        });
+        let mut sink = TwoPhaseFileSink {
+            dir: dir.to_owned(),
+            subtask: cx.subtask,
+            transactional: cx.checkpointing,
+            encode,
+            current: None,
+            next_checkpoint: 1,
+            pending: BTreeMap::new(),
+            initialized: !cx.checkpointing,
+            probe,
+            after_fault,
+            wrote: false,
+            line: Vec::with_capacity(256),
+        };
+        if sink.transactional {
+            // In-progress data is never part of a complete checkpoint: it is the output of a
+            // failed attempt (the job replays it).
+            sink.discard(|_, kind| kind == PartKind::InProgress)?;
+        } else {
+            let path = dir.join(part_name(cx.subtask, 0, PartKind::Final));
+            let f = File::create(&path).map_err(|source| SinkError::Io { path, source })?;
+            sink.current = Some(InProgress {
+                checkpoint: 0,
+                out: BufWriter::with_capacity(256 * 1024, f),
+            });
+        }
+        Ok(sink)
+    }
+
+    fn io(&self, name: &str, source: std::io::Error) -> SinkError {
+        SinkError::Io {
+            path: self.dir.join(name),
+            source,
+        }
+    }
+
+    /// This subtask's files in the directory: `(checkpoint, kind, name)`.
+    fn own_files(&self) -> Result<Vec<(u64, PartKind, String)>, SinkError> {
+        let entries = std::fs::read_dir(&self.dir).map_err(|e| self.io("", e))?;
+        let mut files = Vec::new();
+        for entry in entries {
+            let entry = entry.map_err(|e| self.io("", e))?;
+            let Ok(name) = entry.file_name().into_string() else {
+                continue;
+            };
+            if let Some((s, n, kind)) = parse_part_name(&name) {
+                if s == self.subtask {
+                    files.push((n, kind, name));
+                }
+            }
+        }
+        Ok(files)
+    }
+
+    /// Deletes this subtask's files for which `which(checkpoint, kind)` holds.
+    fn discard(&mut self, which: impl Fn(u64, PartKind) -> bool) -> Result<(), SinkError> {
+        for (n, kind, name) in self.own_files()? {
+            if which(n, kind) {
+                std::fs::remove_file(self.dir.join(&name)).map_err(|e| self.io(&name, e))?;
+                if let Some(p) = &self.probe {
+                    p.discarded_files.fetch_add(1, Ordering::SeqCst);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Without a restore, no pre-committed file belongs to a complete checkpoint.
+    fn ensure_initialized(&mut self) -> Result<(), SinkError> {
+        if !self.initialized {
+            self.initialized = true;
+            self.discard(|_, kind| kind == PartKind::Pending)?;
+        }
+        Ok(())
+    }
+
+    fn sync_dir(&self) -> Result<(), SinkError> {
+        File::open(&self.dir)
+            .and_then(|d| d.sync_all())
+            .map_err(|e| self.io("", e))
+    }
+
+    /// Flushes, fsyncs and closes the in-progress file; its checkpoint number.
+    fn close_current(&mut self) -> Result<Option<u64>, SinkError> {
+        let Some(mut cur) = self.current.take() else {
+            return Ok(None);
+        };
+        let name = part_name(self.subtask, cur.checkpoint, PartKind::InProgress);
+        cur.out.flush().map_err(|e| self.io(&name, e))?;
+        cur.out
+            .get_ref()
+            .sync_all()
+            .map_err(|e| self.io(&name, e))?;
+        Ok(Some(cur.checkpoint))
+    }
+
+    fn rename(&self, from: &str, to: &str) -> Result<(), SinkError> {
+        std::fs::rename(self.dir.join(from), self.dir.join(to)).map_err(|e| self.io(from, e))
+    }
+
+    /// Renames the pending file `name` of checkpoint `n` to its final name; `false` if it was
+    /// already committed.
+    fn commit_file(&self, n: u64, name: &str) -> Result<bool, SinkError> {
+        let final_name = part_name(self.subtask, n, PartKind::Final);
+        if self.dir.join(name).exists() {
+            self.rename(name, &final_name)?;
+            return Ok(true);
+        }
+        if self.dir.join(&final_name).exists() {
+            return Ok(false);
+        }
+        Err(SinkError::Encode {
+            path: self.dir.join(name),
+            message: "a pending file of a complete checkpoint is gone (neither pending nor \
+                      committed): its records are lost"
+                .into(),
+        })
+    }
+
+    fn commit_up_to(&mut self, id: u64) -> Result<(), SinkError> {
+        let ready: Vec<(u64, String)> = self
+            .pending
+            .range(..=id)
+            .map(|(k, v)| (*k, v.clone()))
+            .collect();
+        let mut any = false;
+        for (k, name) in ready {
+            any |= self.commit_file(k, &name)?;
+            self.pending.remove(&k);
+        }
+        if any {
+            self.sync_dir()?;
+            if let Some(p) = self.probe.as_ref().filter(|_| self.after_fault) {
+                RecoveryProbe::stamp(&p.first_commit_after_fault_ns);
+            }
+        }
+        Ok(())
+    }
+
+    fn observe(&mut self) {
+        let Some(p) = &self.probe else { return };
+        if self.after_fault && !self.wrote {
+            self.wrote = true;
+            RecoveryProbe::stamp(&p.first_write_after_fault_ns);
+        }
+    }
+}
+
+impl<T: Send + 'static> Sink<T> for TwoPhaseFileSink<T> {
+    fn write_batch(&mut self, batch: &mut Vec<T>) -> Result<(), SinkError> {
+        if batch.is_empty() {
+            return Ok(());
+        }
+        self.ensure_initialized()?;
+        self.observe();
+        if self.current.is_none() {
+            let n = self.next_checkpoint;
+            let name = part_name(self.subtask, n, PartKind::InProgress);
+            let f = File::create(self.dir.join(&name)).map_err(|e| self.io(&name, e))?;
+            self.current = Some(InProgress {
+                checkpoint: n,
+                out: BufWriter::with_capacity(256 * 1024, f),
+            });
+        }
+        let target = self.probe.as_ref().and_then(|p| p.target_prefix.as_ref());
+        let mut hits = 0u64;
+        let cur = self.current.as_mut().expect("opened above");
+        let mut result = Ok(());
+        for r in batch.drain(..) {
+            self.line.clear();
+            (self.encode)(&r, &mut self.line);
+            if target.is_some_and(|t| self.line.starts_with(t)) {
+                hits += 1;
+            }
+            self.line.push(b'\n');
+            if let Err(e) = cur.out.write_all(&self.line) {
+                result = Err(e);
+                break;
+            }
+        }
+        if let Err(e) = result {
+            let name = part_name(self.subtask, cur.checkpoint, PartKind::InProgress);
+            return Err(self.io(&name, e));
+        }
+        if hits > 0 {
+            let p = self.probe.as_ref().expect("a target implies a probe");
+            if p.fault_fired() {
+                p.target_after_fault.fetch_add(hits, Ordering::SeqCst);
+                RecoveryProbe::stamp(&p.target_after_fault_ns);
+            } else {
+                p.target_before_fault.fetch_add(hits, Ordering::SeqCst);
+            }
+        }
+        Ok(())
+    }
+
+    fn finish(&mut self) -> Result<(), SinkError> {
+        self.ensure_initialized()?;
+        if !self.transactional {
+            self.close_current()?;
+            return Ok(());
+        }
+        // Kept in progress: `commit(FINAL_COMMIT)` makes it final. Made durable now.
+        if let Some(cur) = self.current.as_mut() {
+            let r = cur.out.flush().and_then(|()| cur.out.get_ref().sync_all());
+            let name = part_name(self.subtask, cur.checkpoint, PartKind::InProgress);
+            r.map_err(|e| self.io(&name, e))?;
+        }
+        Ok(())
+    }
+
+    fn pre_commit(&mut self, checkpoint: u64) -> Result<Option<Vec<u8>>, SinkError> {
+        if !self.transactional {
+            if let Some(cur) = self.current.as_mut() {
+                let name = part_name(self.subtask, 0, PartKind::Final);
+                cur.out.flush().map_err(|e| SinkError::Io {
+                    path: self.dir.join(name),
+                    source: e,
+                })?;
+            }
+            return Ok(None);
+        }
+        self.ensure_initialized()?;
+        if let Some(n) = self.close_current()? {
+            let from = part_name(self.subtask, n, PartKind::InProgress);
+            let to = part_name(self.subtask, checkpoint, PartKind::Pending);
+            self.rename(&from, &to)?;
+            self.sync_dir()?;
+            self.pending.insert(checkpoint, to);
+        }
+        self.next_checkpoint = checkpoint + 1;
+        let state = SinkState {
+            checkpoint,
+            subtask: self.subtask,
+            pending: self.pending.values().cloned().collect(),
+        };
+        serde_json::to_vec(&state)
+            .map(Some)
+            .map_err(|e| SinkError::Encode {
+                path: self.dir.clone(),
+                message: e.to_string(),
+            })
+    }
+
+    fn commit(&mut self, checkpoint: u64) -> Result<(), SinkError> {
+        if !self.transactional {
+            return Ok(());
+        }
+        self.ensure_initialized()?;
+        if checkpoint == FINAL_COMMIT {
+            if let Some(n) = self.close_current()? {
+                // The end of the input: the last data becomes final under an unused number.
+                let mut k = n;
+                while self.pending.contains_key(&k)
+                    || self
+                        .dir
+                        .join(part_name(self.subtask, k, PartKind::Final))
+                        .exists()
+                {
+                    k += 1;
+                }
+                let from = part_name(self.subtask, n, PartKind::InProgress);
+                self.rename(&from, &part_name(self.subtask, k, PartKind::Pending))?;
+                self.pending
+                    .insert(k, part_name(self.subtask, k, PartKind::Pending));
+            }
+        }
+        self.commit_up_to(checkpoint)
+    }
+
+    fn initialize(&mut self, restored: Option<&[u8]>) -> Result<(), SinkError> {
+        let Some(state) = restored else {
+            // A fresh start: drop what a failed earlier attempt left.
+            return self.ensure_initialized();
+        };
+        let state: SinkState = serde_json::from_slice(state).map_err(|e| SinkError::Encode {
+            path: self.dir.clone(),
+            message: format!("bad sink state: {e}"),
+        })?;
+        // The restored checkpoint is complete: what it pre-committed is committed now.
+        let mut committed = 0;
+        for name in &state.pending {
+            let Some((_, n, PartKind::Pending)) = parse_part_name(name) else {
+                return Err(SinkError::Encode {
+                    path: self.dir.join(name),
+                    message: "not a pending file name".into(),
+                });
+            };
+            if self.commit_file(n, name)? {
+                committed += 1;
+            }
+        }
+        // Pre-committed for checkpoints after the restored one: they never completed.
+        let restored = state.checkpoint;
+        self.discard(|n, kind| {
+            kind == PartKind::InProgress || (kind == PartKind::Pending && n > restored)
+        })?;
+        self.sync_dir()?;
+        self.initialized = true;
+        self.next_checkpoint = restored + 1;
+        if let Some(p) = &self.probe {
+            p.committed_by_restore
+                .fetch_add(committed, Ordering::SeqCst);
+            let mut r = p
+                .restored_checkpoint
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            *r = Some(r.map_or(restored, |x: u64| x.max(restored)));
+        }
+        Ok(())
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Output directories
+// ---------------------------------------------------------------------------------------------
+
+/// Makes `dir` and deletes the sink's files (`part-<s>-<n>[.pending|.inprogress]`) an earlier
+/// run left there; other files are left alone. The number deleted.
+pub fn clear_part_files(dir: &Path) -> std::io::Result<usize> {
+    std::fs::create_dir_all(dir)?;
+    let mut n = 0;
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        let name = entry.file_name();
+        if parse_part_name(&name.to_string_lossy()).is_some() && entry.file_type()?.is_file() {
+            std::fs::remove_file(entry.path())?;
+            n += 1;
+        }
+    }
+    Ok(n)
+}
+
+/// The committed output of a sink directory.
+#[derive(Debug, Default)]
+pub struct Committed {
+    /// Every line of the final files.
+    pub lines: Vec<String>,
+    /// Final files read.
+    pub files: usize,
+    /// `.pending` and `.inprogress` files left (none after a job that finished).
+    pub uncommitted_files: usize,
+}
+
+/// Reads the final files of `dir` (in name order).
+pub fn read_committed(dir: &Path) -> std::io::Result<Committed> {
+    let mut out = Committed::default();
+    if !dir.exists() {
+        return Ok(out);
+    }
+    let mut finals = Vec::new();
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        match parse_part_name(&name) {
+            Some((s, n, PartKind::Final)) => finals.push((s, n, entry.path())),
+            Some(_) => out.uncommitted_files += 1,
+            None => {}
+        }
+    }
+    finals.sort();
+    out.files = finals.len();
+    for (_, _, path) in finals {
+        for line in std::io::BufReader::new(File::open(path)?).lines() {
+            out.lines.push(line?);
+        }
+    }
+    Ok(out)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Expected output
+// ---------------------------------------------------------------------------------------------
+
+/// A kept record of the input.
+#[derive(Debug, Clone, Copy)]
+pub struct KeptRecord {
+    /// 0-based index of the record (non-blank line) in the input.
+    pub index: u64,
+    /// Its answer id.
+    pub id: u64,
+    /// Hash of its output line.
+    pub line_hash: u64,
+}
+
+/// What the job must commit, computed sequentially with the job's functions (`clean_line`
+/// with the built-in thresholds, then the `filter` rule `Cleaned::is_kept`, then
+/// `format_cleaned`).
+#[derive(Debug, Default)]
+pub struct Expected {
+    /// Records of the input.
+    pub records: u64,
+    /// The records the `sink` must commit, in input order.
+    pub kept: Vec<KeptRecord>,
+    /// Records dropped by `filter`.
+    pub dropped: u64,
+    /// Records sent to the `malformed` side output.
+    pub malformed: u64,
+}
+
+/// Hash of a line (the same in every run of the program).
+pub fn line_hash(line: &str) -> u64 {
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    line.hash(&mut h);
+    h.finish()
+}
+
+impl Expected {
+    fn push(&mut self, index: u64, line: String, levels: &Thresholds) {
+        self.records += 1;
+        match clean_line(line, levels) {
+            Err(_) => self.malformed += 1,
+            Ok(c) if !c.is_kept() => self.dropped += 1,
+            Ok(c) => self.kept.push(KeptRecord {
+                index,
+                id: c.id,
+                line_hash: line_hash(&format_cleaned(&c)),
+            }),
+        }
+    }
+
+    /// The output of `records` generated answers of stream `seed`.
+    pub fn generated(records: u64, seed: u64) -> Self {
+        let levels = Thresholds::from_vec(default_levels());
+        let mut e = Expected::default();
+        for i in 0..records {
+            e.push(i, answer_json(seed, i), &levels);
+        }
+        e
+    }
+
+    /// The output of the lines of `path`, read as `read_lines` does (line endings removed,
+    /// blank lines passed over, a line that is not UTF-8 is an error).
+    pub fn from_file(path: &Path) -> std::io::Result<Self> {
+        let levels = Thresholds::from_vec(default_levels());
+        let mut e = Expected::default();
+        let mut r = std::io::BufReader::with_capacity(1 << 20, File::open(path)?);
+        let mut buf = Vec::new();
+        let mut line_no = 0u64;
+        loop {
+            buf.clear();
+            if r.read_until(b'\n', &mut buf)? == 0 {
+                break;
+            }
+            line_no += 1;
+            let mut end = buf.len();
+            while end > 0 && matches!(buf[end - 1], b'\n' | b'\r') {
+                end -= 1;
+            }
+            if buf[..end].iter().all(u8::is_ascii_whitespace) {
+                continue;
+            }
+            let line = std::str::from_utf8(&buf[..end]).map_err(|err| {
+                std::io::Error::new(
+                    std::io::ErrorKind::InvalidData,
+                    format!("line {line_no} is not UTF-8: {err}"),
+                )
+            })?;
+            let index = e.records;
+            e.push(index, line.to_owned(), &levels);
+        }
+        Ok(e)
+    }
+}
+
+/// The committed output compared with the expected one.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Tally {
+    /// Lines committed.
+    pub committed: u64,
+    /// Extra copies of expected ids (an id committed k times more than expected counts k).
+    pub duplicates: u64,
+    /// Expected ids not committed (as often as expected).
+    pub missing: u64,
+    /// Committed lines whose id is not expected at all.
+    pub unexpected: u64,
+    /// Committed lines that are not an expected line (wrong content), by multiset.
+    pub wrong_lines: u64,
+    /// Committed lines without a numeric id before the first comma.
+    pub unparsable: u64,
+    /// Up to 10 duplicated ids, for diagnosis.
+    pub duplicate_examples: Vec<u64>,
+    /// Up to 10 missing ids, for diagnosis.
+    pub missing_examples: Vec<u64>,
+}
+
+/// Compares `lines` (committed) with `expected`.
+pub fn tally(expected: &Expected, lines: &[String]) -> Tally {
+    let mut want: HashMap<u64, i64> = HashMap::with_capacity(expected.kept.len());
+    let mut want_lines: HashMap<u64, i64> = HashMap::with_capacity(expected.kept.len());
+    for k in &expected.kept {
+        *want.entry(k.id).or_default() += 1;
+        *want_lines.entry(k.line_hash).or_default() += 1;
+    }
+    let mut t = Tally {
+        committed: lines.len() as u64,
+        ..Default::default()
+    };
+    let mut seen: HashMap<u64, i64> = HashMap::with_capacity(lines.len());
+    for line in lines {
+        match line.split(',').next().and_then(|s| s.parse::<u64>().ok()) {
+            Some(id) => *seen.entry(id).or_default() += 1,
+            None => t.unparsable += 1,
+        }
+        match want_lines.get_mut(&line_hash(line)) {
+            Some(n) if *n > 0 => *n -= 1,
+            _ => t.wrong_lines += 1,
+        }
+    }
+    let mut dup_ids = Vec::new();
+    let mut missing_ids = Vec::new();
+    for (id, &n) in &seen {
+        match want.get(id) {
+            None => t.unexpected += n as u64,
+            Some(&w) if n > w => {
+                t.duplicates += (n - w) as u64;
+                dup_ids.push(*id);
+            }
+            _ => {}
+        }
+    }
+    for (id, &w) in &want {
+        let n = seen.get(id).copied().unwrap_or(0);
+        if n < w {
+            t.missing += (w - n) as u64;
+            missing_ids.push(*id);
+        }
+    }
+    dup_ids.sort_unstable();
+    missing_ids.sort_unstable();
+    t.duplicate_examples = dup_ids.into_iter().take(10).collect();
+    t.missing_examples = missing_ids.into_iter().take(10).collect();
+    t
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn dir(name: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!(
+            "weir-recovery-support-{name}-{}",
+            std::process::id()
+        ));
+        let _ = std::fs::remove_dir_all(&d);
+        d
+    }
+
+    fn cx(subtask: usize) -> SinkContext {
+        SinkContext {
+            uid: "sink".into(),
+            subtask,
+            parallelism: 2,
+            checkpointing: true,
+        }
+    }
+
+    fn write(s: &mut TwoPhaseFileSink<String>, lines: &[&str]) {
+        let mut batch: Vec<String> = lines.iter().map(|l| l.to_string()).collect();
+        s.write_batch(&mut batch).unwrap();
+    }
+
+    fn names(d: &Path) -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_dir(d)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        v.sort();
+        v
+    }
+
+    #[test]
+    fn restore_commits_the_checkpoint_and_drops_the_failed_attempt() {
+        let d = dir("restore");
+        let mut a = TwoPhaseFileSink::create(&d, &cx(0), encode_string, None).unwrap();
+        write(&mut a, &["1,a", "2,b"]);
+        let state = a.pre_commit(1).unwrap().unwrap();
+        write(&mut a, &["3,c"]);
+        a.pre_commit(2).unwrap(); // checkpoint 2 never completes
+        write(&mut a, &["4,d"]);
+        drop(a); // the failure
+        assert_eq!(
+            names(&d),
+            [
+                "part-0-1.pending",
+                "part-0-2.pending",
+                "part-0-3.inprogress"
+            ]
+        );
+        let mut b = TwoPhaseFileSink::create(&d, &cx(0), encode_string, None).unwrap();
+        b.initialize(Some(&state)).unwrap();
+        assert_eq!(names(&d), ["part-0-1"]);
+        b.commit(1).unwrap(); // a late notification is harmless
+        write(&mut b, &["3,c", "4,d"]);
+        b.finish().unwrap();
+        b.commit(FINAL_COMMIT).unwrap();
+        let c = read_committed(&d).unwrap();
+        assert_eq!(c.lines, ["1,a", "2,b", "3,c", "4,d"]);
+        assert_eq!(c.uncommitted_files, 0);
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn a_restart_without_a_checkpoint_starts_clean_and_leaves_other_subtasks_alone() {
+        let d = dir("fresh");
+        let mut a = TwoPhaseFileSink::create(&d, &cx(0), encode_string, None).unwrap();
+        let mut other = TwoPhaseFileSink::create(&d, &cx(1), encode_string, None).unwrap();
+        write(&mut a, &["1,a"]);
+        a.pre_commit(1).unwrap();
+        write(&mut a, &["2,b"]);
+        write(&mut other, &["9,z"]);
+        other.pre_commit(1).unwrap();
+        drop(a);
+        let mut b = TwoPhaseFileSink::create(&d, &cx(0), encode_string, None).unwrap();
+        write(&mut b, &["1,a", "2,b"]);
+        assert_eq!(
+            names(&d),
+            ["part-0-1.inprogress", "part-1-1.pending"],
+            "the failed attempt's files are gone, subtask 1's stay"
+        );
+        b.pre_commit(1).unwrap();
+        b.commit(1).unwrap();
+        other.commit(1).unwrap();
+        assert_eq!(read_committed(&d).unwrap().lines, ["1,a", "2,b", "9,z"]);
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn tally_counts_duplicates_missing_and_wrong_lines() {
+        let mut e = Expected::default();
+        for (i, line) in ["1,x,0,L0", "2,x,0,L0", "3,x,0,L0"].iter().enumerate() {
+            e.kept.push(KeptRecord {
+                index: i as u64,
+                id: i as u64 + 1,
+                line_hash: line_hash(line),
+            });
+        }
+        let got: Vec<String> = ["1,x,0,L0", "1,x,0,L0", "3,y,0,L0", "7,x,0,L0"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        let t = tally(&e, &got);
+        assert_eq!((t.duplicates, t.missing, t.unexpected), (1, 1, 1));
+        assert_eq!(t.wrong_lines, 3);
+        assert_eq!(t.duplicate_examples, [1]);
+        assert_eq!(t.missing_examples, [2]);
+    }
+}
