@@ -548,10 +548,8 @@ async fn run(run: JobRun) -> Result<JobResult, JobError> {
             Err(e) => e,
         };
         dep.stop(&job, &cfg);
-        let restartable = !matches!(
-            failure,
-            JobError::Cancelled { .. } | JobError::CheckpointsFailing { .. }
-        );
+        // Like Flink, too many failed checkpoints is a failure the restart strategy handles.
+        let restartable = !matches!(failure, JobError::Cancelled { .. });
         let delay = if restartable {
             restarts.on_failure(Instant::now())
         } else {

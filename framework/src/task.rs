@@ -589,7 +589,17 @@ impl SubtaskActor {
         });
     }
 
+    /// Checkpoint `id` could not be taken here. A panic of user code (a sink's pre-commit, an
+    /// operator's snapshot hook) fails the subtask like any panic; anything else declines the
+    /// checkpoint and the coordinator decides.
     fn decline(&mut self, id: u64, e: TaskError) {
+        if matches!(e, TaskError::Panic { .. }) {
+            self.report(JobEvent::Failed {
+                attempt: self.id.attempt,
+                error: e,
+            });
+            return;
+        }
         let reason = format!("{e:?}");
         tracing::warn!(uid = %self.id.head_uid, subtask = self.id.subtask, checkpoint = id, %reason, "checkpoint declined");
         let _ = self.events.unbounded_send(JobEvent::Declined {

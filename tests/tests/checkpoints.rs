@@ -258,3 +258,101 @@ fn text_files_resume_at_the_checkpointed_length() {
     );
     let _ = std::fs::remove_dir_all(&out_dir);
 }
+
+/// A two-phase-commit sink (the same protocol as the built-in collect sink) whose
+/// `pre_commit` panics once, at its second checkpoint: the fault happens while a checkpoint
+/// is in progress (the sources have acknowledged it, the sink has not).
+struct FailingPreCommit {
+    committed:
+        std::sync::Arc<std::sync::Mutex<(Vec<u64>, std::collections::HashSet<(usize, u64)>)>>,
+    fired: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    subtask: usize,
+    seen_checkpoints: u32,
+    staged: Vec<u64>,
+    pending: std::collections::BTreeMap<u64, Vec<u64>>,
+}
+
+impl FailingPreCommit {
+    fn commit_up_to(&mut self, id: u64) {
+        let ready: Vec<u64> = self.pending.range(..=id).map(|(k, _)| *k).collect();
+        let mut c = self.committed.lock().unwrap();
+        for k in ready {
+            let records = self.pending.remove(&k).unwrap();
+            if c.1.insert((self.subtask, k)) {
+                c.0.extend(records);
+            }
+        }
+    }
+}
+
+impl weir::sink::Sink<u64> for FailingPreCommit {
+    fn write_batch(&mut self, batch: &mut Vec<u64>) -> Result<(), weir::SinkError> {
+        self.staged.append(batch);
+        Ok(())
+    }
+    fn pre_commit(&mut self, id: u64) -> Result<Option<Vec<u8>>, weir::SinkError> {
+        self.seen_checkpoints += 1;
+        if self.seen_checkpoints == 2 && !self.fired.swap(true, std::sync::atomic::Ordering::SeqCst)
+        {
+            panic!("fault during checkpoint {id}");
+        }
+        self.pending.insert(id, std::mem::take(&mut self.staged));
+        let state: Vec<(u64, Vec<u64>)> =
+            self.pending.iter().map(|(k, v)| (*k, v.clone())).collect();
+        Ok(Some(serde_json::to_vec(&state).unwrap()))
+    }
+    fn commit(&mut self, id: u64) -> Result<(), weir::SinkError> {
+        if id == u64::MAX {
+            let staged = std::mem::take(&mut self.staged);
+            self.pending.insert(u64::MAX, staged);
+        }
+        self.commit_up_to(id);
+        Ok(())
+    }
+    fn initialize(&mut self, restored: Option<&[u8]>) -> Result<(), weir::SinkError> {
+        if let Some(state) = restored {
+            let pending: Vec<(u64, Vec<u64>)> = serde_json::from_slice(state).unwrap();
+            self.pending.extend(pending);
+            self.commit_up_to(u64::MAX - 1);
+        }
+        Ok(())
+    }
+}
+
+#[test]
+fn a_fault_during_a_checkpoint_is_recovered_exactly_once() {
+    let n = 20_000;
+    let dir = tmp_dir("during");
+    let env = Env::with_config(config(
+        CheckpointMode::ExactlyOnce,
+        FaultPlan::default(),
+        100_000.0,
+        &dir,
+    ));
+    let committed = std::sync::Arc::new(std::sync::Mutex::new(Default::default()));
+    let fired = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (c, f) = (committed.clone(), fired.clone());
+    env.generate(n, |i| i)
+        .uid("src")
+        .set_parallelism(2)
+        .rebalance()
+        .add_sink("failing-pre-commit", move |cx| {
+            Ok(FailingPreCommit {
+                committed: c.clone(),
+                fired: f.clone(),
+                subtask: cx.subtask,
+                seen_checkpoints: 0,
+                staged: Vec::new(),
+                pending: Default::default(),
+            })
+        })
+        .set_parallelism(2);
+    let result = env
+        .execute("fault-during-checkpoint")
+        .expect("job recovers");
+    assert!(fired.load(std::sync::atomic::Ordering::SeqCst));
+    assert!(result.checkpoints.unwrap().num_restarts >= 1);
+    let mut ids = committed.lock().unwrap().0.clone();
+    ids.sort_unstable();
+    assert_eq!(ids, (0..n).collect::<Vec<_>>(), "every id once");
+}
