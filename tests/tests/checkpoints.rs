@@ -262,9 +262,12 @@ fn text_files_resume_at_the_checkpointed_length() {
 /// A two-phase-commit sink (the same protocol as the built-in collect sink) whose
 /// `pre_commit` panics once, at its second checkpoint: the fault happens while a checkpoint
 /// is in progress (the sources have acknowledged it, the sink has not).
+/// Committed ids, and the (subtask, checkpoint) transactions already committed.
+type Committed =
+    std::sync::Arc<std::sync::Mutex<(Vec<u64>, std::collections::HashSet<(usize, u64)>)>>;
+
 struct FailingPreCommit {
-    committed:
-        std::sync::Arc<std::sync::Mutex<(Vec<u64>, std::collections::HashSet<(usize, u64)>)>>,
+    committed: Committed,
     fired: std::sync::Arc<std::sync::atomic::AtomicBool>,
     subtask: usize,
     seen_checkpoints: u32,
