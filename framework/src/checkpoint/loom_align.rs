@@ -20,13 +20,15 @@ use crate::channel::{channel, Batch, Event, Full, Receiver, Sender};
 use crate::checkpoint::align::{AlignMode, Alignment, BarrierAligner};
 use crate::sync::{Arc, AtomicWaker};
 
-/// Credit of each channel, in events.
-const CAPACITY: usize = 1;
+/// Credit of each channel, in events. With 2, a producer still runs out of credit (it sends
+/// five events, and an aligned channel is not read), so the refused-send path is explored;
+/// with 1 it took about 40x as many interleavings (some 40 s a model).
+const CAPACITY: usize = 2;
 
 /// What producer `p` sends before and after its `Barrier(1)`, batch by batch. Values are
 /// distinct across producers: `p * 100 + k`, post-barrier ones from `p * 100 + 50`.
 fn pre_barrier(p: u32) -> Vec<Vec<u32>> {
-    vec![vec![p * 100, p * 100 + 1]]
+    vec![vec![p * 100, p * 100 + 1], vec![p * 100 + 2]]
 }
 
 fn post_barrier(p: u32) -> Vec<Vec<u32>> {
@@ -38,30 +40,35 @@ fn sorted(mut v: Vec<u32>) -> Vec<u32> {
     v
 }
 
-/// A waker over a loom `Notify`: `wake` leaves a permit, `wait` blocks until there is one
-/// (spurious returns are absorbed by the callers' loops).
-struct Wakeup(loom::sync::Notify);
+/// A waker that unparks the loom thread that made it; [`park`] waits for it. Park/unpark
+/// adds no scheduling point on the waking side (a loom `Notify` or `Condvar` would, and the
+/// models would not finish in time); a wake-up before the park is kept, as with std.
+struct Unpark(loom::thread::Thread);
 
-impl Wake for Wakeup {
+impl Wake for Unpark {
     fn wake(self: std::sync::Arc<Self>) {
-        self.0.notify();
+        self.0.unpark();
     }
 }
 
-fn wakeup() -> (std::sync::Arc<Wakeup>, Waker) {
-    let w = std::sync::Arc::new(Wakeup(loom::sync::Notify::new()));
-    let waker = Waker::from(w.clone());
-    (w, waker)
+/// A waker for the calling thread.
+fn waker() -> Waker {
+    Waker::from(std::sync::Arc::new(Unpark(loom::thread::current())))
+}
+
+/// Blocks until the calling thread's waker is woken; a lost wake-up is a loom deadlock.
+fn park() {
+    loom::thread::park();
 }
 
 /// Sends `event`, waiting for credit on the channel's sender waker.
-fn send(tx: &Sender<u32>, wake: &Wakeup, cx: &mut Context<'_>, mut event: Event<u32>) {
+fn send(tx: &Sender<u32>, cx: &mut Context<'_>, mut event: Event<u32>) {
     loop {
         match tx.send_or_register(cx, event) {
             Ok(()) => return,
             Err(Full(e)) => {
                 event = e;
-                wake.0.wait();
+                park();
             }
         }
     }
@@ -69,16 +76,16 @@ fn send(tx: &Sender<u32>, wake: &Wakeup, cx: &mut Context<'_>, mut event: Event<
 
 /// Producer `p`: its pre-barrier batches, `Barrier(1)`, its post-barrier batches, end of input.
 fn produce(p: u32, tx: Sender<u32>) {
-    let (wake, waker) = wakeup();
+    let waker = waker();
     let mut cx = Context::from_waker(&waker);
     for b in pre_barrier(p) {
-        send(&tx, &wake, &mut cx, Event::Batch(Batch::Owned(b)));
+        send(&tx, &mut cx, Event::Batch(Batch::Owned(b)));
     }
-    send(&tx, &wake, &mut cx, Event::Barrier(1));
+    send(&tx, &mut cx, Event::Barrier(1));
     for b in post_barrier(p) {
-        send(&tx, &wake, &mut cx, Event::Batch(Batch::Owned(b)));
+        send(&tx, &mut cx, Event::Batch(Batch::Owned(b)));
     }
-    send(&tx, &wake, &mut cx, Event::EndOfInput);
+    send(&tx, &mut cx, Event::EndOfInput);
 }
 
 /// What the consumer saw.
@@ -89,56 +96,82 @@ struct Outcome {
     snapshot: Vec<u32>,
 }
 
-/// The consumer: reads both channels as the aligner allows until both ended; waits on the
-/// shared receive waker when no readable channel has an event.
-fn consume(rxs: [Receiver<u32>; 2], rx_waker: &AtomicWaker, mode: AlignMode) -> Outcome {
-    let (wake, waker) = wakeup();
-    let mut aligner = BarrierAligner::new(2, mode);
-    let mut ended = [false; 2];
-    let mut processed = Vec::new();
-    let mut snapshot = None;
-    let mut on_alignment = |a: Alignment, processed: &Vec<u32>| match a {
-        Alignment::Pending => {}
-        Alignment::Aligned(id) => {
+/// The consumer's state: its two channels, read as the aligner allows.
+struct Consumer {
+    rxs: [Receiver<u32>; 2],
+    aligner: BarrierAligner,
+    ended: [bool; 2],
+    processed: Vec<u32>,
+    snapshot: Option<Vec<u32>>,
+}
+
+impl Consumer {
+    fn on_alignment(&mut self, a: Alignment) {
+        if let Alignment::Aligned(id) = a {
             assert_eq!(id, 1, "only checkpoint 1 is in flight");
-            assert!(snapshot.is_none(), "checkpoint 1 aligned twice");
-            snapshot = Some(processed.clone());
+            assert!(self.snapshot.is_none(), "checkpoint 1 aligned twice");
+            self.snapshot = Some(self.processed.clone());
         }
-    };
-    while !ended.iter().all(|e| *e) {
-        // Register before looking, so an event sent after the look wakes us.
-        rx_waker.register(&waker);
+    }
+
+    /// Takes at most one event from each readable channel; whether it took any.
+    fn poll(&mut self) -> bool {
         let mut progress = false;
-        for (ch, rx) in rxs.iter().enumerate() {
-            if ended[ch] || aligner.is_blocked(ch) {
+        for ch in 0..2 {
+            if self.ended[ch] || self.aligner.is_blocked(ch) {
                 continue;
             }
-            let Some(event) = rx.try_recv() else { continue };
+            let Some(event) = self.rxs[ch].try_recv() else {
+                continue;
+            };
             progress = true;
             match event {
                 Event::Batch(b) => {
                     let mut records = Vec::new();
                     b.move_into(&mut records);
-                    processed.extend(records);
+                    self.processed.extend(records);
                 }
                 Event::Barrier(id) => {
-                    let a = aligner.on_barrier(ch, id);
-                    on_alignment(a, &processed);
+                    let a = self.aligner.on_barrier(ch, id);
+                    self.on_alignment(a);
                 }
                 Event::EndOfInput => {
-                    ended[ch] = true;
-                    let a = aligner.on_end_of_input(ch);
-                    on_alignment(a, &processed);
+                    self.ended[ch] = true;
+                    let a = self.aligner.on_end_of_input(ch);
+                    self.on_alignment(a);
                 }
             }
         }
-        if !progress {
-            wake.0.wait();
+        progress
+    }
+}
+
+/// The consumer: reads both channels as the aligner allows until both ended; when no readable
+/// channel has an event it registers on the shared receive waker, looks once more (an event
+/// sent before the registration woke no one) and waits.
+fn consume(rxs: [Receiver<u32>; 2], rx_waker: &AtomicWaker, mode: AlignMode) -> Outcome {
+    let waker = waker();
+    let mut c = Consumer {
+        rxs,
+        aligner: BarrierAligner::new(2, mode),
+        ended: [false; 2],
+        processed: Vec::new(),
+        snapshot: None,
+    };
+    while !c.ended.iter().all(|e| *e) {
+        if c.poll() {
+            continue;
+        }
+        rx_waker.register(&waker);
+        if !c.poll() {
+            park();
         }
     }
     Outcome {
-        processed,
-        snapshot: snapshot.expect("both channels delivered Barrier(1): checkpoint 1 aligned"),
+        processed: c.processed,
+        snapshot: c
+            .snapshot
+            .expect("both channels delivered Barrier(1): checkpoint 1 aligned"),
     }
 }
 
