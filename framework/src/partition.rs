@@ -200,6 +200,43 @@ impl<T> PendingQueue<T> {
     }
 }
 
+/// The [`Output`] methods every network output shares (it has `senders`, `pending` and a
+/// `flush` that moves partial batches into `pending`): in-band events go to every channel
+/// behind the records already emitted.
+macro_rules! network_output_plumbing {
+    () => {
+        fn finish(&mut self) -> Result<(), TaskError> {
+            self.flush();
+            for t in 0..self.senders.len() {
+                self.pending.send(&self.senders, t, Event::EndOfInput);
+            }
+            Ok(())
+        }
+        fn poll_pending(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+            self.pending.poll(&self.senders, cx)
+        }
+        fn usage(&self, usage: &mut QueueUsage) {
+            self.pending.usage(&self.senders, usage)
+        }
+        fn control(&mut self, _c: &mut crate::operator::Control<'_>) {}
+        fn barrier(
+            &mut self,
+            id: u64,
+            _w: &mut crate::checkpoint::StateWriter,
+        ) -> Result<(), TaskError> {
+            // Records before the barrier go before it, on every channel.
+            self.flush();
+            for t in 0..self.senders.len() {
+                self.pending.send(&self.senders, t, Event::Barrier(id));
+            }
+            Ok(())
+        }
+        fn notify_complete(&mut self, _id: u64) -> Result<(), TaskError> {
+            Ok(())
+        }
+    };
+}
+
 /// Point-to-point output: forward, rebalance or hash, per the router.
 pub(crate) struct NetOutput<T, R> {
     senders: Vec<Sender<T>>,
@@ -282,35 +319,7 @@ impl<T: Send + Sync, R: Router<T>> Output<T> for NetOutput<T, R> {
             }
         }
     }
-    fn finish(&mut self) -> Result<(), TaskError> {
-        self.flush();
-        for t in 0..self.senders.len() {
-            self.pending.send(&self.senders, t, Event::EndOfInput);
-        }
-        Ok(())
-    }
-    fn poll_pending(&mut self, cx: &mut Context<'_>) -> Poll<()> {
-        self.pending.poll(&self.senders, cx)
-    }
-    fn usage(&self, usage: &mut QueueUsage) {
-        self.pending.usage(&self.senders, usage)
-    }
-    fn control(&mut self, _c: &mut crate::operator::Control<'_>) {}
-    fn barrier(
-        &mut self,
-        id: u64,
-        _w: &mut crate::checkpoint::StateWriter,
-    ) -> Result<(), TaskError> {
-        // Records before the barrier go before it, on every channel.
-        self.flush();
-        for t in 0..self.senders.len() {
-            self.pending.send(&self.senders, t, Event::Barrier(id));
-        }
-        Ok(())
-    }
-    fn notify_complete(&mut self, _id: u64) -> Result<(), TaskError> {
-        Ok(())
-    }
+    network_output_plumbing!();
 }
 
 /// Every record to every receiver; one shared batch per send.
@@ -362,33 +371,5 @@ impl<T: Send + Sync> Output<T> for BroadcastOutput<T> {
             self.send_buf();
         }
     }
-    fn finish(&mut self) -> Result<(), TaskError> {
-        self.flush();
-        for t in 0..self.senders.len() {
-            self.pending.send(&self.senders, t, Event::EndOfInput);
-        }
-        Ok(())
-    }
-    fn poll_pending(&mut self, cx: &mut Context<'_>) -> Poll<()> {
-        self.pending.poll(&self.senders, cx)
-    }
-    fn usage(&self, usage: &mut QueueUsage) {
-        self.pending.usage(&self.senders, usage)
-    }
-    fn control(&mut self, _c: &mut crate::operator::Control<'_>) {}
-    fn barrier(
-        &mut self,
-        id: u64,
-        _w: &mut crate::checkpoint::StateWriter,
-    ) -> Result<(), TaskError> {
-        // Records before the barrier go before it, on every channel.
-        self.flush();
-        for t in 0..self.senders.len() {
-            self.pending.send(&self.senders, t, Event::Barrier(id));
-        }
-        Ok(())
-    }
-    fn notify_complete(&mut self, _id: u64) -> Result<(), TaskError> {
-        Ok(())
-    }
+    network_output_plumbing!();
 }

@@ -12,8 +12,7 @@ use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use weir::rate::RateControlConfig;
-use weir::sink::Sink;
-use weir::{BackpressureLevel, Env, EnvConfig, JobError, JobHandle, JobMetrics, SinkError};
+use weir::{BackpressureLevel, Env, EnvConfig, JobError, JobHandle, JobMetrics};
 
 /// Metrics interval of every job here (default 1 s), to make the tests faster.
 const METRICS_INTERVAL: Duration = Duration::from_millis(200);
@@ -34,26 +33,7 @@ fn serial() -> MutexGuard<'static, ()> {
     SERIAL.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-// ANCHOR: paced_sink
-/// A server of fixed capacity: each batch of n records takes n / capacity seconds from when
-/// the sink is free (an idle sink does not bank time to burst later). As in `slow_sink`.
-struct PacedSink {
-    capacity: f64,
-    free_at: Option<Instant>,
-}
-
-impl Sink<u64> for PacedSink {
-    fn write_batch(&mut self, batch: &mut Vec<u64>) -> Result<(), SinkError> {
-        let now = Instant::now();
-        let start = self.free_at.map_or(now, |f| f.max(now));
-        let done = start + Duration::from_secs_f64(batch.len() as f64 / self.capacity);
-        batch.clear();
-        self.free_at = Some(done);
-        std::thread::sleep(done.saturating_duration_since(Instant::now()));
-        Ok(())
-    }
-}
-// ANCHOR_END: paced_sink
+use weir::testing::PacedSink;
 
 // ANCHOR: config
 /// Small batches and channels, two arbiters (source and sink on different threads), and a
@@ -168,12 +148,7 @@ fn start_slow_sink_job(cfg: EnvConfig, capacity: f64, name: &str) -> Job {
     env.generate(u64::MAX, |i| i)
         .uid("source")
         .rebalance()
-        .add_sink("paced", move |_| {
-            Ok(PacedSink {
-                capacity,
-                free_at: None,
-            })
-        })
+        .add_sink("paced", move |_| Ok(PacedSink::new(capacity)))
         .uid("sink");
     Job {
         handle: Some(env.start(name).expect("the job starts")),

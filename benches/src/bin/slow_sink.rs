@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 
 use clap::Parser;
 use weir::rate::RateControlConfig;
-use weir::sink::Sink;
-use weir::{Env, EnvConfig, SinkError};
+use weir::testing::PacedSink;
+use weir::{Env, EnvConfig};
 
 #[derive(Parser)]
 struct Args {
@@ -29,25 +29,6 @@ struct Args {
     /// Records per batch (small batches make per-second rates less grainy at low rates).
     #[arg(long, default_value_t = 256)]
     batch_size: usize,
-}
-
-/// A server of fixed capacity: each batch of n records takes n / capacity seconds from when
-/// the sink is free (an idle sink does not bank time to burst later).
-struct PacedSink {
-    capacity: f64,
-    free_at: Option<Instant>,
-}
-
-impl Sink<u64> for PacedSink {
-    fn write_batch(&mut self, batch: &mut Vec<u64>) -> Result<(), SinkError> {
-        let now = Instant::now();
-        let start = self.free_at.map_or(now, |f| f.max(now));
-        let done = start + Duration::from_secs_f64(batch.len() as f64 / self.capacity);
-        batch.clear();
-        self.free_at = Some(done);
-        std::thread::sleep(done.saturating_duration_since(Instant::now()));
-        Ok(())
-    }
 }
 
 fn rss_bytes() -> u64 {
@@ -78,12 +59,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     env.generate(u64::MAX, |i| i)
         .uid("source")
         .rebalance()
-        .add_sink("paced", move |_| {
-            Ok(PacedSink {
-                capacity,
-                free_at: None,
-            })
-        })
+        .add_sink("paced", move |_| Ok(PacedSink::new(capacity)))
         .uid("sink");
     let handle = env.start("slow_sink")?;
     let started = Instant::now();

@@ -91,6 +91,11 @@ impl Coordinator {
 
     /// Triggers a checkpoint now, whatever the interval (a savepoint).
     pub(crate) fn force(&mut self, now: Instant) -> u64 {
+        self.start(now)
+    }
+
+    /// Starts the next checkpoint: it waits for every subtask.
+    fn start(&mut self, now: Instant) -> u64 {
         let id = self.next_id;
         self.next_id += 1;
         self.pending.insert(
@@ -127,20 +132,8 @@ impl Coordinator {
         if !due || paused || self.pending.len() >= self.cfg.max_concurrent {
             return None;
         }
-        let id = self.next_id;
-        self.next_id += 1;
         self.last_trigger = Some(now);
-        self.pending.insert(
-            id,
-            Pending {
-                started: now,
-                waiting: (0..self.subtasks).collect(),
-                files: Vec::new(),
-                max_alignment: Duration::ZERO,
-            },
-        );
-        self.stats.number_of_in_progress_checkpoints = self.pending.len() as u64;
-        Some(id)
+        Some(self.start(now))
     }
 
     /// Subtask `actor` acknowledged checkpoint `id`; the checkpoint if it is now complete.
