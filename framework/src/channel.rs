@@ -185,6 +185,18 @@ impl<T> Receiver<T> {
         lock(&self.shared.queue).events.len()
     }
 
+    /// The id of the first checkpoint barrier waiting in the channel, if any (an unaligned
+    /// checkpoint starts as soon as its barrier is visible, ahead of the data before it).
+    pub(crate) fn peek_barrier(&self) -> Option<u64> {
+        lock(&self.shared.queue)
+            .events
+            .iter()
+            .find_map(|e| match e {
+                Event::Barrier(id) => Some(*id),
+                _ => None,
+            })
+    }
+
     /// Records in the batches waiting in the channel.
     pub(crate) fn queued_records(&self) -> usize {
         lock(&self.shared.queue).records

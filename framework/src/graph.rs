@@ -90,8 +90,14 @@ pub(crate) trait PortType: Send {
     fn tee(&self, outs: Vec<AnyBox>) -> AnyBox;
     /// A channel of this type: (`Sender<T>`, `Receiver<T>`).
     fn channel(&self, capacity: usize, waker: Arc<AtomicWaker>) -> (AnyBox, AnyBox);
-    /// The input gate over `receivers` that feeds `head`.
-    fn gate(&self, receivers: Vec<AnyBox>, head: AnyBox) -> Box<dyn InputGate>;
+    /// The input gate over `receivers` that feeds `head`, replaying restored channel state
+    /// (unaligned checkpoints) before any new input.
+    fn gate(
+        &self,
+        receivers: Vec<AnyBox>,
+        head: AnyBox,
+        replay: Option<&[u8]>,
+    ) -> Result<Box<dyn InputGate>, String>;
 }
 
 pub(crate) struct Port<T>(std::marker::PhantomData<fn() -> T>);
@@ -111,17 +117,29 @@ impl<T: Data> PortType for Port<T> {
         let (tx, rx) = channel::<T>(capacity, waker);
         (Box::new(tx), Box::new(rx))
     }
-    fn gate(&self, receivers: Vec<AnyBox>, head: AnyBox) -> Box<dyn InputGate> {
+    fn gate(
+        &self,
+        receivers: Vec<AnyBox>,
+        head: AnyBox,
+        replay: Option<&[u8]>,
+    ) -> Result<Box<dyn InputGate>, String> {
         let receivers: Vec<Receiver<T>> = receivers.into_iter().map(unbox).collect();
         let n = receivers.len();
-        Box::new(TypedGate {
+        let replay: std::collections::VecDeque<Vec<T>> = match replay {
+            None => Default::default(),
+            Some(bytes) => crate::checkpoint::decode::<Vec<Vec<T>>>(bytes)?.into(),
+        };
+        Ok(Box::new(TypedGate {
             receivers,
             ended: vec![false; n],
             n_ended: 0,
             next: 0,
             head: unbox::<BoxOutput<T>>(head),
             scratch: Vec::new(),
-        })
+            recording: vec![false; n],
+            recorded: Vec::new(),
+            replay,
+        }))
     }
 }
 
@@ -200,10 +218,20 @@ struct TypedGate<T> {
     next: usize,
     head: BoxOutput<T>,
     scratch: Vec<T>,
+    /// Channels whose batches are being recorded as channel state (unaligned checkpoint).
+    recording: Vec<bool>,
+    recorded: Vec<Vec<T>>,
+    /// Restored channel state, processed before any new input.
+    replay: std::collections::VecDeque<Vec<T>>,
 }
 
 impl<T: Data> InputGate for TypedGate<T> {
     fn try_step(&mut self, blocked: &dyn Fn(usize) -> bool) -> Result<GateStep, TaskError> {
+        if let Some(mut batch) = self.replay.pop_front() {
+            let len = batch.len();
+            self.head.push(&mut batch)?;
+            return Ok(GateStep::Batch(len));
+        }
         let n = self.receivers.len();
         for k in 0..n {
             let idx = (self.next + k) % n;
@@ -218,6 +246,9 @@ impl<T: Data> InputGate for TypedGate<T> {
                 Event::Batch(batch) => {
                     let len = batch.len();
                     batch.move_into(&mut self.scratch);
+                    if self.recording[idx] {
+                        self.recorded.push(self.scratch.clone());
+                    }
                     self.head.push(&mut self.scratch)?;
                     Ok(GateStep::Batch(len))
                 }
@@ -261,6 +292,26 @@ impl<T: Data> InputGate for TypedGate<T> {
     }
     fn channels(&self) -> usize {
         self.receivers.len()
+    }
+    fn peek_barrier(&self) -> Option<u64> {
+        self.receivers
+            .iter()
+            .zip(&self.ended)
+            .filter(|(_, e)| !**e)
+            .filter_map(|(r, _)| r.peek_barrier())
+            .max()
+    }
+    fn set_recording(&mut self, channel: usize, on: bool) {
+        self.recording[channel] = on;
+    }
+    fn take_channel_state(&mut self) -> Result<Vec<u8>, String> {
+        let state = crate::checkpoint::encode(&self.recorded);
+        self.recorded.clear();
+        self.recording.iter_mut().for_each(|r| *r = false);
+        state
+    }
+    fn is_channel_ended(&self, channel: usize) -> bool {
+        self.ended[channel]
     }
     fn barrier(
         &mut self,

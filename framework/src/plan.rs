@@ -251,13 +251,31 @@ pub(crate) fn instantiate(
                             .find(|e| e.to == h && e.input == input)
                             .map(|e| &graph.nodes[e.from].ports[e.port])
                             .expect("every input of a planned node has an edge");
-                        gates.push(port.gate(rxs, head));
+                        let key = (format!("{}#in{input}", plan.uids[h]), j);
+                        let replay = restore
+                            .and_then(|r| r.states.get(&key))
+                            .map(|v| v.as_slice());
+                        let gate = port.gate(rxs, head, replay).map_err(|message| {
+                            TaskError::Checkpoint {
+                                uid: plan.uids[h].clone(),
+                                subtask: j,
+                                message: format!("cannot restore channel state: {message}"),
+                            }
+                        })?;
+                        gates.push(gate);
                     }
                     let mode = match cfg.checkpoint.mode {
                         crate::checkpoint::CheckpointMode::ExactlyOnce => AlignMode::ExactlyOnce,
                         crate::checkpoint::CheckpointMode::AtLeastOnce => AlignMode::AtLeastOnce,
                     };
-                    Driver::inputs(gates, selection, mode)
+                    Driver::inputs(
+                        gates,
+                        selection,
+                        mode,
+                        cfg.checkpoint.unaligned,
+                        cfg.checkpoint.aligned_checkpoint_timeout,
+                        plan.uids[h].clone(),
+                    )
                 }
             };
             specs.push(SubtaskSpec {

@@ -60,6 +60,14 @@ pub(crate) trait InputGate: Send {
     fn try_step(&mut self, blocked: &dyn Fn(usize) -> bool) -> Result<GateStep, TaskError>;
     /// Number of channels of this input.
     fn channels(&self) -> usize;
+    /// The newest checkpoint barrier waiting in any of this input's channels.
+    fn peek_barrier(&self) -> Option<u64>;
+    /// Starts or stops recording `channel`'s batches as channel state.
+    fn set_recording(&mut self, channel: usize, on: bool);
+    /// The recorded channel state (encoded), and stops recording.
+    fn take_channel_state(&mut self) -> Result<Vec<u8>, String>;
+    /// Whether `channel` has ended.
+    fn is_channel_ended(&self, channel: usize) -> bool;
     /// Passes checkpoint barrier `id` to the operators behind this input.
     fn barrier(&mut self, id: u64, w: &mut StateWriter) -> Result<(), TaskError>;
     /// Checkpoint `id` is complete.
@@ -106,7 +114,8 @@ pub(crate) trait SourceStep: Send {
     fn notify_complete(&mut self, id: u64) -> Result<(), TaskError>;
 }
 
-/// What drives a subtask.
+/// What drives a subtask. One per subtask actor, never per record: its size does not matter.
+#[allow(clippy::large_enum_variant)]
 pub(crate) enum Driver {
     Source(Box<dyn SourceStep>),
     Inputs {
@@ -120,7 +129,31 @@ pub(crate) enum Driver {
         offsets: Vec<usize>,
         /// When the barrier being aligned first arrived.
         align_started: Option<Instant>,
+        /// Unaligned checkpoints, and the aligned-checkpoint timeout that switches to them.
+        unaligned: Unaligned,
     },
+}
+
+/// The state of unaligned checkpointing in one subtask.
+pub(crate) struct Unaligned {
+    /// Every checkpoint is unaligned.
+    always: bool,
+    /// Aligned checkpoints switch to unaligned after this long.
+    timeout: Option<Duration>,
+    /// Uid under which the channel state is stored (`<head uid>#in<input>`).
+    state_uid: String,
+    /// The checkpoint whose channel state is being recorded.
+    pending: Option<UnalignedPending>,
+    /// Newest checkpoint started unaligned (older barriers are stale).
+    last_started: Option<u64>,
+}
+
+struct UnalignedPending {
+    id: u64,
+    writer: StateWriter,
+    /// Per global channel: its barrier has not arrived yet.
+    waiting: Vec<bool>,
+    started: Instant,
 }
 
 impl Driver {
@@ -129,6 +162,9 @@ impl Driver {
         gates: Vec<Box<dyn InputGate>>,
         selection: Option<Arc<SelectionCell>>,
         mode: AlignMode,
+        unaligned: bool,
+        aligned_timeout: Option<Duration>,
+        state_uid: String,
     ) -> Self {
         let mut offsets = Vec::with_capacity(gates.len());
         let mut total = 0;
@@ -143,7 +179,99 @@ impl Driver {
             aligner: BarrierAligner::new(total, mode),
             offsets,
             align_started: None,
+            unaligned: Unaligned {
+                always: unaligned && mode == AlignMode::ExactlyOnce,
+                timeout: aligned_timeout.filter(|_| mode == AlignMode::ExactlyOnce),
+                state_uid,
+                pending: None,
+                last_started: None,
+            },
         }
+    }
+}
+
+impl Unaligned {
+    /// Starts unaligned checkpoint `id` now: the chain's states (and the barrier passed on),
+    /// and recording on every channel that still owes its barrier.
+    fn start(
+        &mut self,
+        id: u64,
+        gates: &mut [Box<dyn InputGate>],
+        offsets: &[usize],
+        owes: impl Fn(usize) -> bool,
+    ) -> Result<(), TaskError> {
+        let mut writer = StateWriter::default();
+        for g in gates.iter_mut() {
+            g.barrier(id, &mut writer)?;
+        }
+        let total = offsets.last().copied().unwrap_or(0) + gates.last().map_or(0, |g| g.channels());
+        let mut waiting = vec![false; total];
+        for (gi, g) in gates.iter_mut().enumerate() {
+            for c in 0..g.channels() {
+                let global = offsets[gi] + c;
+                if owes(global) && !g.is_channel_ended(c) {
+                    waiting[global] = true;
+                    g.set_recording(c, true);
+                }
+            }
+        }
+        self.last_started = Some(id);
+        self.pending = Some(UnalignedPending {
+            id,
+            writer,
+            waiting,
+            started: Instant::now(),
+        });
+        Ok(())
+    }
+
+    /// Channel `global` (gate `gi`, channel `c`) delivered its barrier or ended.
+    fn channel_done(
+        &mut self,
+        gates: &mut [Box<dyn InputGate>],
+        gi: usize,
+        c: usize,
+        global: usize,
+    ) {
+        if let Some(p) = self.pending.as_mut() {
+            if p.waiting[global] {
+                p.waiting[global] = false;
+                gates[gi].set_recording(c, false);
+            }
+        }
+    }
+
+    /// The checkpoint with its channel state, once every channel delivered its barrier.
+    fn try_complete(
+        &mut self,
+        gates: &mut [Box<dyn InputGate>],
+    ) -> Result<Option<Work>, TaskError> {
+        if !self
+            .pending
+            .as_ref()
+            .is_some_and(|p| p.waiting.iter().all(|w| !w))
+        {
+            return Ok(None);
+        }
+        let Some(mut p) = self.pending.take() else {
+            return Ok(None);
+        };
+        for (gi, g) in gates.iter_mut().enumerate() {
+            let state = g
+                .take_channel_state()
+                .map_err(|message| TaskError::Checkpoint {
+                    uid: self.state_uid.clone(),
+                    subtask: 0,
+                    message,
+                })?;
+            p.writer
+                .put(&format!("{}#in{gi}", self.state_uid), None, state);
+        }
+        Ok(Some(Work::Checkpointed {
+            id: p.id,
+            writer: p.writer,
+            took: p.started.elapsed(),
+        }))
     }
 }
 
@@ -159,6 +287,12 @@ enum Work {
     Ended,
     /// Every input delivered barrier `id` (the subtask snapshots and passes it on).
     Aligned(u64),
+    /// An unaligned checkpoint is complete with its channel state.
+    Checkpointed {
+        id: u64,
+        writer: StateWriter,
+        took: Duration,
+    },
 }
 
 impl Driver {
@@ -261,9 +395,37 @@ impl Driver {
         aligner: &mut BarrierAligner,
         offsets: &[usize],
         align_started: &mut Option<Instant>,
+        unaligned: &mut Unaligned,
         counters: &SubtaskCounters,
     ) -> Result<Option<Work>, TaskError> {
         let n = gates.len();
+        // Unaligned: start as soon as a barrier is visible in any queue, ahead of the data
+        // before it (which is then recorded as channel state).
+        if unaligned.always && unaligned.pending.is_none() {
+            let newest = gates.iter().filter_map(|g| g.peek_barrier()).max();
+            if let Some(id) = newest.filter(|id| unaligned.last_started.is_none_or(|l| *id > l)) {
+                unaligned.start(id, gates, offsets, |_| true)?;
+                return Ok(Some(Work::Progress));
+            }
+        }
+        // Aligned for too long: switch this checkpoint to unaligned. Channels that delivered
+        // the barrier (blocked) owe nothing; the others are recorded until theirs arrives.
+        if let (Some(timeout), Some(id), Some(t)) =
+            (unaligned.timeout, aligner.in_progress(), *align_started)
+        {
+            if unaligned.pending.is_none() && t.elapsed() > timeout {
+                let blocked: Vec<bool> = (0..aligner.channels())
+                    .map(|c| aligner.is_blocked(c))
+                    .collect();
+                aligner.abandon();
+                *align_started = None;
+                unaligned.start(id, gates, offsets, |c| !blocked[c])?;
+                if let Some(w) = unaligned.try_complete(gates)? {
+                    return Ok(Some(w));
+                }
+                return Ok(Some(Work::Progress));
+            }
+        }
         // While a barrier is being aligned every unblocked channel must be read, whatever
         // the operator's preference, or the alignment could never finish.
         let selected = match (aligner.in_progress(), selection) {
@@ -295,6 +457,27 @@ impl Driver {
                     *next = (i + 1) % n;
                     return Ok(Some(Work::Progress));
                 }
+                GateStep::Barrier { channel, id }
+                    if unaligned.pending.as_ref().is_some_and(|p| p.id == id) =>
+                {
+                    unaligned.channel_done(gates, i, channel, offset + channel);
+                    if let Some(w) = unaligned.try_complete(gates)? {
+                        return Ok(Some(w));
+                    }
+                    Alignment::Pending
+                }
+                GateStep::Barrier { channel, id } if unaligned.always => {
+                    if unaligned.last_started.is_none_or(|l| id > l) {
+                        // Not seen by the peek (it reached the head at once): start now;
+                        // this channel owes nothing more.
+                        let global = offset + channel;
+                        unaligned.start(id, gates, offsets, |c| c != global)?;
+                        if let Some(w) = unaligned.try_complete(gates)? {
+                            return Ok(Some(w));
+                        }
+                    }
+                    Alignment::Pending
+                }
                 GateStep::Barrier { channel, id } => {
                     if aligner.in_progress().is_none() {
                         *align_started = Some(Instant::now());
@@ -302,6 +485,10 @@ impl Driver {
                     aligner.on_barrier(offset + channel, id)
                 }
                 GateStep::ChannelEnded { channel, all } => {
+                    unaligned.channel_done(gates, i, channel, offset + channel);
+                    if let Some(w) = unaligned.try_complete(gates)? {
+                        return Ok(Some(w));
+                    }
                     let a = aligner.on_end_of_input(offset + channel);
                     if all && gates.iter().all(|g| g.is_ended()) {
                         // A barrier completed by this end is taken before the end.
@@ -344,6 +531,7 @@ impl Driver {
                 aligner,
                 offsets,
                 align_started,
+                unaligned,
             } => {
                 let mut attempt = |gates: &mut Vec<Box<dyn InputGate>>| {
                     Self::try_inputs(
@@ -353,6 +541,7 @@ impl Driver {
                         aligner,
                         offsets,
                         align_started,
+                        unaligned,
                         counters,
                     )
                 };
@@ -525,6 +714,11 @@ impl SubtaskActor {
             }
             Ok(Work::Ended) => {
                 self.draining = true;
+                cx.waker().wake_by_ref();
+                (Poll::Pending, WaitState::Busy)
+            }
+            Ok(Work::Checkpointed { id, writer, took }) => {
+                self.write_and_ack(id, writer, took, Duration::ZERO);
                 cx.waker().wake_by_ref();
                 (Poll::Pending, WaitState::Busy)
             }

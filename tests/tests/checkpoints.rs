@@ -58,9 +58,36 @@ fn config(mode: CheckpointMode, faults: FaultPlan, rate: f64, dir: &std::path::P
     cfg
 }
 
+/// How barriers are handled.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Barriers {
+    Aligned,
+    Unaligned,
+    /// Aligned, switching to unaligned after 1 ms of alignment.
+    AlignedTimeout,
+    AtLeastOnce,
+}
+
 fn run(n: u64, mode: CheckpointMode, faults: FaultPlan, rate: f64) -> Result<Run, JobError> {
+    let barriers = match mode {
+        CheckpointMode::ExactlyOnce => Barriers::Aligned,
+        CheckpointMode::AtLeastOnce => Barriers::AtLeastOnce,
+    };
+    run_with(n, barriers, faults, rate)
+}
+
+fn run_with(n: u64, barriers: Barriers, faults: FaultPlan, rate: f64) -> Result<Run, JobError> {
     let dir = tmp_dir("run");
-    let env = Env::with_config(config(mode, faults, rate, &dir));
+    let mode = match barriers {
+        Barriers::AtLeastOnce => CheckpointMode::AtLeastOnce,
+        _ => CheckpointMode::ExactlyOnce,
+    };
+    let mut cfg = config(mode, faults, rate, &dir);
+    cfg.checkpoint.unaligned = barriers == Barriers::Unaligned;
+    if barriers == Barriers::AlignedTimeout {
+        cfg.checkpoint.aligned_checkpoint_timeout = Some(Duration::from_millis(1));
+    }
+    let env = Env::with_config(cfg);
     let out = env
         .generate(n, |i| i)
         .uid("src")
@@ -155,7 +182,7 @@ impl Lcg {
     }
 }
 
-fn seeded_runs(mode: CheckpointMode, runs: u64) {
+fn seeded_runs(barriers: Barriers, runs: u64) {
     let n = 12_000;
     for seed in 0..runs {
         let mut rng = Lcg(seed * 7919 + 17);
@@ -166,16 +193,16 @@ fn seeded_runs(mode: CheckpointMode, runs: u64) {
         };
         let at = 300 + rng.next() % 5_000;
         let plan = FaultPlan::new(vec![Fault::new("map", kind, at)]);
-        let r = run(n, mode, plan.clone(), 120_000.0)
+        let r = run_with(n, barriers, plan.clone(), 120_000.0)
             .unwrap_or_else(|e| panic!("seed {seed} ({kind:?} at {at}): job failed: {e}"));
         assert_eq!(plan.fired(), 1, "seed {seed}: the fault fired");
         assert!(
             r.restarts >= 1,
             "seed {seed} ({kind:?} at {at}): no restart"
         );
-        match mode {
-            CheckpointMode::ExactlyOnce => check_exactly_once(n, &r.committed),
-            CheckpointMode::AtLeastOnce => check_nothing_missing(n, &r.committed),
+        match barriers {
+            Barriers::AtLeastOnce => check_nothing_missing(n, &r.committed),
+            _ => check_exactly_once(n, &r.committed),
         }
     }
 }
@@ -191,12 +218,22 @@ fn check_nothing_missing(n: u64, committed: &[(u64, u64, u64)]) {
 
 #[test]
 fn fifty_seeded_faults_exactly_once() {
-    seeded_runs(CheckpointMode::ExactlyOnce, 50);
+    seeded_runs(Barriers::Aligned, 50);
+}
+
+#[test]
+fn fifty_seeded_faults_unaligned_exactly_once() {
+    seeded_runs(Barriers::Unaligned, 50);
+}
+
+#[test]
+fn twenty_seeded_faults_aligned_switching_to_unaligned_exactly_once() {
+    seeded_runs(Barriers::AlignedTimeout, 20);
 }
 
 #[test]
 fn fifty_seeded_faults_at_least_once_loses_nothing() {
-    seeded_runs(CheckpointMode::AtLeastOnce, 50);
+    seeded_runs(Barriers::AtLeastOnce, 50);
 }
 
 #[test]

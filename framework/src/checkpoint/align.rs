@@ -57,6 +57,20 @@ impl BarrierAligner {
         self.mode == AlignMode::ExactlyOnce && self.current.is_some() && self.seen[channel]
     }
 
+    /// Number of channels.
+    pub(crate) fn channels(&self) -> usize {
+        self.seen.len()
+    }
+
+    /// Gives up aligning the current checkpoint (it continues unaligned): nothing is blocked,
+    /// and its remaining barriers are stale to the aligner.
+    pub(crate) fn abandon(&mut self) {
+        if let Some(id) = self.current.take() {
+            self.last_aligned = Some(id);
+            self.seen.iter_mut().for_each(|s| *s = false);
+        }
+    }
+
     /// The checkpoint being aligned, if any.
     pub(crate) fn in_progress(&self) -> Option<u64> {
         self.current

@@ -88,6 +88,13 @@ pub struct CheckpointConfig {
     pub max_concurrent: usize,
     /// Exactly-once (aligned, default) or at-least-once.
     pub mode: CheckpointMode,
+    /// Unaligned checkpoints (exactly-once mode): a subtask snapshots as soon as the first
+    /// barrier is visible in any input, without blocking channels, and stores the data that
+    /// was still in flight before the barrier on each channel as channel state (default off).
+    pub unaligned: bool,
+    /// An aligned checkpoint whose alignment takes longer than this switches to unaligned
+    /// (default none).
+    pub aligned_checkpoint_timeout: Option<Duration>,
     /// Failed checkpoints tolerated in a row before the job fails (default 0).
     pub tolerable_failed_checkpoints: u32,
     /// Completed checkpoints kept on disk (default 1).
@@ -108,6 +115,8 @@ impl Default for CheckpointConfig {
             min_pause: Duration::ZERO,
             max_concurrent: 1,
             mode: CheckpointMode::ExactlyOnce,
+            unaligned: false,
+            aligned_checkpoint_timeout: None,
             tolerable_failed_checkpoints: 0,
             retained: 1,
             directory: std::env::temp_dir().join("weir-checkpoints"),

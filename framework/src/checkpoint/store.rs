@@ -272,7 +272,8 @@ pub(crate) fn load_dir(
     };
     let mut states = States::new();
     for (uid, files) in &meta.states {
-        let Some(pos) = uids.iter().position(|u| u == uid) else {
+        let owner = uid.split_once("#in").map_or(uid.as_str(), |(o, _)| o);
+        let Some(pos) = uids.iter().position(|u| u == owner) else {
             if allow_non_restored {
                 tracing::warn!(uid, "savepoint state of an operator the job does not have: dropped (allow_non_restored_state)");
                 continue;
@@ -294,6 +295,13 @@ pub(crate) fn load_dir(
         }
     }
     Ok((meta.checkpoint_id, states))
+}
+
+/// Whether `uid` is one of the job's operators, or the channel state of one
+/// (`<uid>#in<input>`).
+fn known(uids: &[String], uid: &str) -> bool {
+    let owner = uid.split_once("#in").map_or(uid, |(o, _)| o);
+    uids.iter().any(|u| u == owner)
 }
 
 /// Every state of a checkpoint: (uid, subtask) -> payload.
@@ -323,7 +331,7 @@ pub(crate) fn load(root: &Path, id: u64, uids: &[String]) -> Result<States, Chec
     let meta = read_metadata(root, id)?;
     let mut states = States::new();
     for (uid, files) in &meta.states {
-        if !uids.contains(uid) {
+        if !known(uids, uid) {
             tracing::warn!(
                 checkpoint = id,
                 uid,
