@@ -472,6 +472,19 @@ impl<T: Data + std::fmt::Display> DataStream<T> {
         self.add_sink("print", |_| Ok(StdoutSink))
     }
 
+    /// Writes each record's `Display` form as a line, exactly once with checkpoints on (two-
+    /// phase commit): each checkpoint interval is staged in a hidden file and becomes visible
+    /// as `part-{uid}-{subtask}-{checkpoint}` in `dir` only when its checkpoint completes (the
+    /// last interval as `part-{uid}-{subtask}-final` at the end of the input). Readers see
+    /// only committed output; a restored job commits what its checkpoint staged and drops the
+    /// failed attempt's staging files.
+    pub fn write_text_exactly_once(self, dir: impl AsRef<std::path::Path>) -> SinkStream {
+        let dir = dir.as_ref().to_owned();
+        self.add_sink("write_text", move |cx| {
+            crate::sink::file::StagedTextSink::create(&dir, cx)
+        })
+    }
+
     /// Writes each record's `Display` form as a line to `part-{uid}-{subtask}` in `dir`.
     pub fn write_text(self, dir: impl AsRef<std::path::Path>) -> SinkStream {
         let dir = dir.as_ref().to_owned();

@@ -396,3 +396,53 @@ fn a_fault_during_a_checkpoint_is_recovered_exactly_once() {
     ids.sort_unstable();
     assert_eq!(ids, (0..n).collect::<Vec<_>>(), "every id once");
 }
+
+#[test]
+fn exactly_once_text_files_show_only_committed_output() {
+    let n = 20_000;
+    let dir = tmp_dir("staged");
+    let out_dir = tmp_dir("staged-out");
+    let plan = FaultPlan::new(vec![Fault::new("map", FaultKind::Panic, 6_000)]);
+    let env = Env::with_config(config(
+        CheckpointMode::ExactlyOnce,
+        plan.clone(),
+        100_000.0,
+        &dir,
+    ));
+    env.generate(n, |i| i)
+        .uid("src")
+        .set_parallelism(2)
+        .map(|x: u64| x)
+        .uid("map")
+        .set_parallelism(2)
+        .rebalance()
+        .write_text_exactly_once(&out_dir)
+        .uid("files")
+        .set_parallelism(2);
+    let result = env.execute("staged-files").expect("job recovers");
+    assert_eq!(plan.fired(), 1);
+    assert!(result
+        .checkpoints
+        .unwrap()
+        .last_restored_checkpoint_id
+        .is_some());
+    let mut ids = Vec::new();
+    let mut visible = 0;
+    for entry in std::fs::read_dir(&out_dir).unwrap() {
+        let entry = entry.unwrap();
+        let name = entry.file_name().to_string_lossy().into_owned();
+        assert!(!name.starts_with('.'), "staging file left behind: {name}");
+        assert!(name.starts_with("part-files-"), "{name}");
+        visible += 1;
+        let text = std::fs::read_to_string(entry.path()).unwrap();
+        ids.extend(text.lines().map(|l| l.parse::<u64>().unwrap()));
+    }
+    assert!(visible > 2, "one file per committed checkpoint and subtask");
+    ids.sort_unstable();
+    assert_eq!(
+        ids,
+        (0..n).collect::<Vec<_>>(),
+        "every line once, only committed files"
+    );
+    let _ = std::fs::remove_dir_all(&out_dir);
+}

@@ -142,3 +142,227 @@ impl<T: Serialize + Send + 'static> Sink<T> for JsonlFileSink {
         self.0.initialize(restored)
     }
 }
+
+/// Exactly-once text files (two-phase commit). Each checkpoint interval is written to a
+/// hidden staging file `.{uid}-{subtask}-{seq}.inprogress`; at the checkpoint's barrier it is
+/// fsynced and renamed `.{uid}-{subtask}-{checkpoint}.pending` (its name goes into the
+/// checkpoint); when the checkpoint completes it is renamed to its visible name
+/// `part-{uid}-{subtask}-{checkpoint}`. Commits are idempotent (a file already renamed is
+/// skipped). A restored subtask commits the pending files its checkpoint lists and deletes the
+/// failed attempt's staging files; a fresh start deletes every staging file of its subtask.
+/// At the end of the input the last interval becomes `part-{uid}-{subtask}-final`.
+/// Without checkpoints it writes `part-{uid}-{subtask}-final` directly at the end.
+pub(crate) struct StagedTextSink {
+    dir: PathBuf,
+    prefix: String,
+    current: Option<(String, BufWriter<File>)>,
+    seq: u64,
+    /// Pending file per checkpoint, not committed yet.
+    pending: std::collections::BTreeMap<u64, String>,
+}
+
+impl StagedTextSink {
+    pub(crate) fn create(dir: &Path, cx: &SinkContext) -> Result<Self, SinkError> {
+        std::fs::create_dir_all(dir).map_err(|source| SinkError::Io {
+            path: dir.to_owned(),
+            source,
+        })?;
+        Ok(StagedTextSink {
+            dir: dir.to_owned(),
+            prefix: format!("{}-{}", cx.uid, cx.subtask),
+            current: None,
+            seq: 0,
+            pending: Default::default(),
+        })
+    }
+
+    fn io(&self, name: &str, source: std::io::Error) -> SinkError {
+        SinkError::Io {
+            path: self.dir.join(name),
+            source,
+        }
+    }
+
+    fn writer(&mut self) -> Result<&mut BufWriter<File>, SinkError> {
+        if self.current.is_none() {
+            let name = format!(".{}-{}.inprogress", self.prefix, self.seq);
+            self.seq += 1;
+            let f = File::create(self.dir.join(&name)).map_err(|e| self.io(&name, e))?;
+            self.current = Some((name, BufWriter::with_capacity(256 * 1024, f)));
+        }
+        Ok(&mut self.current.as_mut().expect("just set").1)
+    }
+
+    /// Closes the staging file (flushed, fsynced) and renames it to `to`.
+    fn close_as(&mut self, to: &str) -> Result<bool, SinkError> {
+        let Some((name, mut w)) = self.current.take() else {
+            return Ok(false);
+        };
+        w.flush().map_err(|e| self.io(&name, e))?;
+        w.get_ref().sync_all().map_err(|e| self.io(&name, e))?;
+        std::fs::rename(self.dir.join(&name), self.dir.join(to)).map_err(|e| self.io(to, e))?;
+        Ok(true)
+    }
+
+    fn commit_up_to(&mut self, id: u64) -> Result<(), SinkError> {
+        let ready: Vec<u64> = self.pending.range(..=id).map(|(k, _)| *k).collect();
+        for k in ready {
+            let Some(name) = self.pending.remove(&k) else {
+                continue;
+            };
+            let to = format!("part-{}-{k}", self.prefix);
+            if self.dir.join(&name).exists() {
+                std::fs::rename(self.dir.join(&name), self.dir.join(&to))
+                    .map_err(|e| self.io(&to, e))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Deletes this subtask's staging files, except those in `keep`.
+    fn clean(&self, keep: &[String]) -> Result<(), SinkError> {
+        let staged = format!(".{}-", self.prefix);
+        for entry in std::fs::read_dir(&self.dir)
+            .map_err(|e| self.io("", e))?
+            .flatten()
+        {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if name.starts_with(&staged) && !keep.contains(&name) {
+                std::fs::remove_file(entry.path()).map_err(|e| self.io(&name, e))?;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl<T: std::fmt::Display + Send + 'static> Sink<T> for StagedTextSink {
+    fn write_batch(&mut self, batch: &mut Vec<T>) -> Result<(), SinkError> {
+        let w = self.writer()?;
+        let mut failed = None;
+        for r in batch.drain(..) {
+            if let Err(e) = writeln!(w, "{r}") {
+                failed = Some(e);
+                break;
+            }
+        }
+        match failed {
+            Some(e) => {
+                let name = self.current.as_ref().map_or(String::new(), |c| c.0.clone());
+                Err(self.io(&name, e))
+            }
+            None => Ok(()),
+        }
+    }
+
+    fn pre_commit(&mut self, checkpoint: u64) -> Result<Option<Vec<u8>>, SinkError> {
+        let pending = format!(".{}-{checkpoint}.pending", self.prefix);
+        if self.close_as(&pending)? {
+            self.pending.insert(checkpoint, pending);
+        }
+        let names: Vec<(u64, &String)> = self.pending.iter().map(|(k, v)| (*k, v)).collect();
+        crate::checkpoint::encode(&names)
+            .map(Some)
+            .map_err(|message| SinkError::Encode {
+                path: self.dir.clone(),
+                message,
+            })
+    }
+
+    fn commit(&mut self, checkpoint: u64) -> Result<(), SinkError> {
+        if checkpoint == crate::job::FINAL_COMMIT {
+            let last = format!("part-{}-final", self.prefix);
+            self.close_as(&last)?;
+        }
+        self.commit_up_to(checkpoint)
+    }
+
+    fn initialize(&mut self, restored: Option<&[u8]>) -> Result<(), SinkError> {
+        let Some(state) = restored else {
+            // Nothing staged by an earlier attempt belongs to a complete checkpoint.
+            return self.clean(&[]);
+        };
+        let names: Vec<(u64, String)> =
+            crate::checkpoint::decode(state).map_err(|message| SinkError::Encode {
+                path: self.dir.clone(),
+                message,
+            })?;
+        self.pending.extend(names);
+        // The restored checkpoint is complete: what it lists is committed; the rest of the
+        // failed attempt's staging is dropped.
+        self.commit_up_to(u64::MAX - 1)?;
+        self.clean(&[])
+    }
+}
+
+#[cfg(all(test, not(weir_loom)))]
+mod tests {
+    use super::*;
+
+    fn cx() -> SinkContext {
+        SinkContext {
+            uid: "out".into(),
+            subtask: 0,
+            parallelism: 1,
+            checkpointing: true,
+        }
+    }
+
+    fn visible(dir: &Path) -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        v.sort();
+        v
+    }
+
+    #[test]
+    fn staged_files_commit_on_notify_or_on_restore_and_a_fresh_start_cleans_up() {
+        let dir = std::env::temp_dir().join(format!("weir-staged-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let mut a = StagedTextSink::create(&dir, &cx()).unwrap();
+        Sink::<u32>::initialize(&mut a, None).unwrap();
+        a.write_batch(&mut vec![1u32, 2]).unwrap();
+        let s1 = Sink::<u32>::pre_commit(&mut a, 1).unwrap().unwrap();
+        a.write_batch(&mut vec![3u32]).unwrap();
+        // Nothing is visible before a commit.
+        assert!(visible(&dir).iter().all(|n| n.starts_with('.')));
+        Sink::<u32>::commit(&mut a, 1).unwrap();
+        assert_eq!(
+            std::fs::read_to_string(dir.join("part-out-0-1")).unwrap(),
+            "1\n2\n"
+        );
+        // Checkpoint 2 is pre-committed, then the subtask dies before its notification.
+        a.write_batch(&mut vec![4u32]).unwrap();
+        let s2 = Sink::<u32>::pre_commit(&mut a, 2).unwrap().unwrap();
+        a.write_batch(&mut vec![5u32]).unwrap();
+        drop(a);
+        // Restored from checkpoint 2: its pending file is committed, the rest dropped.
+        let mut b = StagedTextSink::create(&dir, &cx()).unwrap();
+        Sink::<u32>::initialize(&mut b, Some(&s2)).unwrap();
+        assert_eq!(
+            std::fs::read_to_string(dir.join("part-out-0-2")).unwrap(),
+            "3\n4\n"
+        );
+        assert_eq!(visible(&dir), vec!["part-out-0-1", "part-out-0-2"]);
+        // Committing again (a late notification, or restoring checkpoint 1) changes nothing.
+        Sink::<u32>::initialize(&mut b, Some(&s1)).unwrap();
+        Sink::<u32>::commit(&mut b, 2).unwrap();
+        assert_eq!(visible(&dir), vec!["part-out-0-1", "part-out-0-2"]);
+        // A fresh start deletes staging left by a failed attempt.
+        b.write_batch(&mut vec![6u32]).unwrap();
+        drop(b);
+        let mut c = StagedTextSink::create(&dir, &cx()).unwrap();
+        Sink::<u32>::initialize(&mut c, None).unwrap();
+        assert_eq!(visible(&dir), vec!["part-out-0-1", "part-out-0-2"]);
+        // The end of the input commits the last interval.
+        c.write_batch(&mut vec![7u32]).unwrap();
+        Sink::<u32>::commit(&mut c, crate::job::FINAL_COMMIT).unwrap();
+        assert_eq!(
+            std::fs::read_to_string(dir.join("part-out-0-final")).unwrap(),
+            "7\n"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
