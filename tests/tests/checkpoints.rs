@@ -253,11 +253,14 @@ fn a_fault_during_recovery_and_four_in_a_row_still_exactly_once() {
     check_exactly_once(n, &r.committed);
 }
 
-#[test]
-fn text_files_resume_at_the_checkpointed_length() {
-    let n = 20_000;
-    let dir = tmp_dir("text");
-    let out_dir = tmp_dir("text-out");
+/// Runs 20,000 ids through `sink` (parallelism 2) with a panic in `map` at record 6,000,
+/// checks that the job restored a checkpoint, and returns the sink's output directory.
+fn file_job(
+    name: &str,
+    sink: impl FnOnce(weir::DataStream<u64>, &std::path::Path) -> weir::SinkStream,
+) -> std::path::PathBuf {
+    let dir = tmp_dir(name);
+    let out_dir = tmp_dir(&format!("{name}-out"));
     let plan = FaultPlan::new(vec![Fault::new("map", FaultKind::Panic, 6_000)]);
     let env = Env::with_config(config(
         CheckpointMode::ExactlyOnce,
@@ -265,23 +268,29 @@ fn text_files_resume_at_the_checkpointed_length() {
         100_000.0,
         &dir,
     ));
-    env.generate(n, |i| i)
+    let stream = env
+        .generate(20_000, |i| i)
         .uid("src")
         .set_parallelism(2)
         .map(|x: u64| x)
         .uid("map")
         .set_parallelism(2)
-        .rebalance()
-        .write_text(&out_dir)
-        .uid("text")
-        .set_parallelism(2);
-    let result = env.execute("text-resume").expect("job recovers");
+        .rebalance();
+    sink(stream, &out_dir).set_parallelism(2);
+    let result = env.execute(name).expect("job recovers");
     assert_eq!(plan.fired(), 1);
     assert!(result
         .checkpoints
         .unwrap()
         .last_restored_checkpoint_id
         .is_some());
+    out_dir
+}
+
+#[test]
+fn text_files_resume_at_the_checkpointed_length() {
+    let n = 20_000;
+    let out_dir = file_job("text", |s, d| s.write_text(d).uid("text"));
     let mut ids = Vec::new();
     for entry in std::fs::read_dir(&out_dir).unwrap() {
         let text = std::fs::read_to_string(entry.unwrap().path()).unwrap();
@@ -400,32 +409,7 @@ fn a_fault_during_a_checkpoint_is_recovered_exactly_once() {
 #[test]
 fn exactly_once_text_files_show_only_committed_output() {
     let n = 20_000;
-    let dir = tmp_dir("staged");
-    let out_dir = tmp_dir("staged-out");
-    let plan = FaultPlan::new(vec![Fault::new("map", FaultKind::Panic, 6_000)]);
-    let env = Env::with_config(config(
-        CheckpointMode::ExactlyOnce,
-        plan.clone(),
-        100_000.0,
-        &dir,
-    ));
-    env.generate(n, |i| i)
-        .uid("src")
-        .set_parallelism(2)
-        .map(|x: u64| x)
-        .uid("map")
-        .set_parallelism(2)
-        .rebalance()
-        .write_text_exactly_once(&out_dir)
-        .uid("files")
-        .set_parallelism(2);
-    let result = env.execute("staged-files").expect("job recovers");
-    assert_eq!(plan.fired(), 1);
-    assert!(result
-        .checkpoints
-        .unwrap()
-        .last_restored_checkpoint_id
-        .is_some());
+    let out_dir = file_job("staged", |s, d| s.write_text_exactly_once(d).uid("files"));
     let mut ids = Vec::new();
     let mut visible = 0;
     for entry in std::fs::read_dir(&out_dir).unwrap() {
