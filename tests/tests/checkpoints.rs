@@ -16,6 +16,14 @@ use weir::{CheckpointMode, Collector, Env, EnvConfig, JobError, RestartStrategy,
 
 const KEYS: u64 = 7;
 
+/// These jobs measure nothing, but each runs two arbiter threads and checkpoints every 25 ms:
+/// run them one at a time so that, on a loaded 2-core machine, checkpoints still complete
+/// before the injected faults (the tests assert that a checkpoint was restored).
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    LOCK.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 struct Run {
     committed: Vec<(u64, u64, u64)>,
     restarts: u64,
@@ -152,6 +160,7 @@ fn check_exactly_once(n: u64, committed: &[(u64, u64, u64)]) {
 
 #[test]
 fn smoke_panic_recovers_exactly_once() {
+    let _serial = serial();
     let n = 20_000;
     let plan = FaultPlan::new(vec![Fault::new("map", FaultKind::Panic, 4_000)]);
     let r = run(n, CheckpointMode::ExactlyOnce, plan.clone(), 100_000.0).expect("job recovers");
@@ -218,26 +227,31 @@ fn check_nothing_missing(n: u64, committed: &[(u64, u64, u64)]) {
 
 #[test]
 fn fifty_seeded_faults_exactly_once() {
+    let _serial = serial();
     seeded_runs(Barriers::Aligned, 50);
 }
 
 #[test]
 fn fifty_seeded_faults_unaligned_exactly_once() {
+    let _serial = serial();
     seeded_runs(Barriers::Unaligned, 50);
 }
 
 #[test]
 fn twenty_seeded_faults_aligned_switching_to_unaligned_exactly_once() {
+    let _serial = serial();
     seeded_runs(Barriers::AlignedTimeout, 20);
 }
 
 #[test]
 fn fifty_seeded_faults_at_least_once_loses_nothing() {
+    let _serial = serial();
     seeded_runs(Barriers::AtLeastOnce, 50);
 }
 
 #[test]
 fn a_fault_during_recovery_and_four_in_a_row_still_exactly_once() {
+    let _serial = serial();
     let n = 20_000;
     // The second fault fires while the job replays after the first. Records are counted per
     // operator instance and run, so later faults use counts a restored run still reaches.
@@ -261,7 +275,8 @@ fn file_job(
 ) -> std::path::PathBuf {
     let dir = tmp_dir(name);
     let out_dir = tmp_dir(&format!("{name}-out"));
-    let plan = FaultPlan::new(vec![Fault::new("map", FaultKind::Panic, 6_000)]);
+    // Late in the input (8,000 of each subtask's 10,000), after several checkpoints.
+    let plan = FaultPlan::new(vec![Fault::new("map", FaultKind::Panic, 8_000)]);
     let env = Env::with_config(config(
         CheckpointMode::ExactlyOnce,
         plan.clone(),
@@ -289,6 +304,7 @@ fn file_job(
 
 #[test]
 fn text_files_resume_at_the_checkpointed_length() {
+    let _serial = serial();
     let n = 20_000;
     let out_dir = file_job("text", |s, d| s.write_text(d).uid("text"));
     let mut ids = Vec::new();
@@ -370,6 +386,7 @@ impl weir::sink::Sink<u64> for FailingPreCommit {
 
 #[test]
 fn a_fault_during_a_checkpoint_is_recovered_exactly_once() {
+    let _serial = serial();
     let n = 20_000;
     let dir = tmp_dir("during");
     let env = Env::with_config(config(
@@ -408,6 +425,7 @@ fn a_fault_during_a_checkpoint_is_recovered_exactly_once() {
 
 #[test]
 fn exactly_once_text_files_show_only_committed_output() {
+    let _serial = serial();
     let n = 20_000;
     let out_dir = file_job("staged", |s, d| s.write_text_exactly_once(d).uid("files"));
     let mut ids = Vec::new();
