@@ -100,21 +100,12 @@ impl Source<Stamped> for StampedLines {
     ) -> Result<SourceStatus, SourceError> {
         let t_ns = clock_ns();
         for _ in 0..max {
-            if !self.0.advance()? {
-                return Ok(SourceStatus::End);
-            }
-            match std::str::from_utf8(self.0.line()) {
-                Ok(s) => out.push(Stamped {
+            match self.0.next_text()? {
+                None => return Ok(SourceStatus::End),
+                Some(line) => out.push(Stamped {
                     t_ns,
-                    line: s.to_owned(),
+                    line: line.to_owned(),
                 }),
-                Err(e) => {
-                    return Err(SourceError::Malformed {
-                        path: self.0.path().to_owned(),
-                        line: self.0.line_number(),
-                        message: format!("not UTF-8: {e}"),
-                    })
-                }
             }
         }
         Ok(SourceStatus::More)

@@ -189,6 +189,22 @@ impl LineReader {
         Ok(())
     }
 
+    /// Moves to the next non-blank line and returns it as text; `None` after the last file.
+    /// A line that is not UTF-8 is an error naming its file and line.
+    pub fn next_text(&mut self) -> Result<Option<&str>, SourceError> {
+        if !self.advance()? {
+            return Ok(None);
+        }
+        match std::str::from_utf8(&self.buf[..self.end]) {
+            Ok(s) => Ok(Some(s)),
+            Err(e) => Err(SourceError::Malformed {
+                path: self.path().to_owned(),
+                line: self.line_no,
+                message: format!("not UTF-8: {e}"),
+            }),
+        }
+    }
+
     /// The current line, without its line ending.
     pub fn line(&self) -> &[u8] {
         &self.buf[..self.end]
@@ -250,18 +266,9 @@ impl Source<String> for TextLines {
         max: usize,
     ) -> Result<SourceStatus, SourceError> {
         for _ in 0..max {
-            if !self.0.advance()? {
-                return Ok(SourceStatus::End);
-            }
-            match std::str::from_utf8(self.0.line()) {
-                Ok(s) => out.push(s.to_owned()),
-                Err(e) => {
-                    return Err(SourceError::Malformed {
-                        path: self.0.path().to_owned(),
-                        line: self.0.line_number(),
-                        message: format!("not UTF-8: {e}"),
-                    })
-                }
+            match self.0.next_text()? {
+                None => return Ok(SourceStatus::End),
+                Some(line) => out.push(line.to_owned()),
             }
         }
         Ok(SourceStatus::More)
