@@ -832,6 +832,59 @@ pub fn levels_stream(env: &Env, levels: &Levels) -> DataStream<LevelThreshold> {
     s.uid(uid::LEVELS).name("levels").set_parallelism(1)
 }
 
+/// The answer-cleaning job up to its sinks: every operator but `map` and the sinks, at
+/// `parallelism` (`levels` at 1). Returns the answers the `filter` keeps and the lines that did
+/// not parse. [`build_answer_cleaning`] adds the `map` and file sinks; benchmarks add their own.
+pub fn cleaning_streams(
+    env: &Env,
+    input: &Input,
+    parallelism: usize,
+) -> (DataStream<Cleaned>, DataStream<BadRecord>) {
+    let p = parallelism;
+    // ANCHOR: graph
+    // The thresholds: one subtask, broadcast to every `connect` subtask. (Made first: subtasks
+    // are dealt to arbiter threads round robin in graph order, so `source` and `connect` do
+    // not share a thread when there are two.)
+    let levels = levels_stream(env, &input.levels);
+    // The answers: raw JSON lines, generated or read from files.
+    let lines: DataStream<String> = match &input.answers {
+        Answers::Generated { records, seed } => {
+            let seed = *seed;
+            env.generate(*records, move |i| answer_json(seed, i))
+        }
+        Answers::Lines(path) => env.read_lines(path),
+    };
+    let lines = lines.uid(uid::SOURCE).set_parallelism(p);
+    // Files are dealt to source subtasks whole: spread the lines of fewer files than subtasks.
+    let lines = match (&input.answers, p) {
+        (Answers::Lines(_), 2..) => lines.rebalance(),
+        _ => lines,
+    };
+    let (parsed, malformed) = lines
+        // Every connect subtask reads all the thresholds before its first line.
+        .connect_broadcast(levels)
+        .broadcast_first()
+        .process(Attach)
+        .uid(uid::CONNECT)
+        .name("connect")
+        .set_parallelism(p)
+        // Parse and assign the level: one Ok(Cleaned) or Err(BadRecord) per line.
+        .apply(ParseAndLevel::default())
+        .uid(uid::FLAT_MAP)
+        .name("flat_map")
+        .set_parallelism(p)
+        .split();
+    let kept = parsed
+        .uid(uid::SPLIT)
+        .set_parallelism(p)
+        .apply(DropUnwanted::default())
+        .uid(uid::FILTER)
+        .name("filter")
+        .set_parallelism(p);
+    // ANCHOR_END: graph
+    (kept, malformed)
+}
+
 /// Adds the answer-cleaning job to `env`: answers from `input`, lines to
 /// `out_dir/part-sink-<subtask>`, malformed lines to `out_dir/part-malformed-<subtask>`, every
 /// operator but `levels` at `parallelism`. Run it with `env.execute(..)`.
@@ -860,50 +913,13 @@ pub fn build_answer_cleaning(
     let level_counts = LevelCounts::default();
     let mut counter = level_counts.counter();
     // ANCHOR: pipeline
-    // The thresholds: one subtask, broadcast to every `connect` subtask. (Made first: subtasks
-    // are dealt to arbiter threads round robin in graph order, so `source` and `connect` do
-    // not share a thread when there are two.)
-    let levels = levels_stream(env, &input.levels);
-    // The answers: raw JSON lines, generated or read from files.
-    let lines: DataStream<String> = match &input.answers {
-        Answers::Generated { records, seed } => {
-            let seed = *seed;
-            env.generate(*records, move |i| answer_json(seed, i))
-        }
-        Answers::Lines(path) => env.read_lines(path),
-    };
-    let lines = lines.uid(uid::SOURCE).set_parallelism(p);
-    // Files are dealt to source subtasks whole: spread the lines of fewer files than subtasks.
-    let lines = match (&input.answers, p) {
-        (Answers::Lines(_), 2..) => lines.rebalance(),
-        _ => lines,
-    };
-    let (cleaned, malformed) = lines
-        // Every connect subtask reads all the thresholds before its first line.
-        .connect_broadcast(levels)
-        .broadcast_first()
-        .process(Attach)
-        .uid(uid::CONNECT)
-        .name("connect")
-        .set_parallelism(p)
-        // Parse and assign the level: one Ok(Cleaned) or Err(BadRecord) per line.
-        .apply(ParseAndLevel::default())
-        .uid(uid::FLAT_MAP)
-        .name("flat_map")
-        .set_parallelism(p)
-        .split();
+    let (cleaned, malformed) = cleaning_streams(env, input, p);
     // Malformed lines are kept: a side output, written as JSON Lines.
     malformed
         .write_jsonl(out_dir)
         .uid(uid::MALFORMED)
         .set_parallelism(p);
     cleaned
-        .uid(uid::SPLIT)
-        .set_parallelism(p)
-        .apply(DropUnwanted::default())
-        .uid(uid::FILTER)
-        .name("filter")
-        .set_parallelism(p)
         .map(move |c: Cleaned| {
             counter.add(c.level);
             format_cleaned(&c)

@@ -65,15 +65,14 @@ use std::time::{Duration, Instant};
 
 use clap::Parser;
 use weir::testing::{Fault, FaultKind, FaultPlan};
-use weir::{DataStream, Env, EnvConfig, RestartStrategy};
+use weir::{Env, EnvConfig, RestartStrategy};
 use weir_benches::clock_ns;
 use weir_benches::recovery_support::{
     clear_part_files, encode_string, install_fault_hook, read_committed, tally, Expected,
     RecoveryProbe, TwoPhaseFileSink,
 };
 use weir_examples::answers::{
-    answer_json, format_cleaned, levels_stream, uid, Attach, BadRecord, Cleaned, DropUnwanted,
-    Levels, ParseAndLevel, DEFAULT_SEED,
+    cleaning_streams, format_cleaned, uid, Answers, BadRecord, Cleaned, Input, Levels, DEFAULT_SEED,
 };
 
 /// Restarts allowed before the job fails (the fault fires once, so one is used).
@@ -121,12 +120,6 @@ struct Args {
     checkpoint_dir: Option<PathBuf>,
 }
 
-/// Where the answers come from.
-enum Answers {
-    Generated { records: u64, seed: u64 },
-    File(PathBuf),
-}
-
 /// Where the fault goes: `flat_map` subtask and its record, and which input records that
 /// subtask reads (to find the target record).
 struct Placement {
@@ -155,7 +148,7 @@ fn place_fault(answers: &Answers, records: u64, p: usize, fault_at: u64) -> Plac
                 reads: Box::new(move |i| range.contains(&i)),
             }
         }
-        Answers::File(_) => {
+        Answers::Lines(_) => {
             let s = (fault_at % p as u64) as usize;
             Placement {
                 subtask: s,
@@ -184,32 +177,11 @@ fn encode_bad_record(r: &BadRecord, out: &mut Vec<u8>) {
 
 /// The answer-cleaning graph of `build_answer_cleaning`, with exactly-once file sinks.
 fn build(env: &Env, answers: &Answers, p: usize, out_dir: &Path, probe: Arc<RecoveryProbe>) {
-    // `levels` first, as in `build_answer_cleaning` (arbiter placement).
-    let levels = levels_stream(env, &Levels::Builtin);
-    let lines: DataStream<String> = match answers {
-        Answers::Generated { records, seed } => {
-            let seed = *seed;
-            env.generate(*records, move |i| answer_json(seed, i))
-        }
-        Answers::File(path) => env.read_lines(path),
+    let input = Input {
+        answers: answers.clone(),
+        levels: Levels::Builtin,
     };
-    let lines = lines.uid(uid::SOURCE).set_parallelism(p);
-    let lines = match (answers, p) {
-        (Answers::File(_), 2..) => lines.rebalance(),
-        _ => lines,
-    };
-    let (cleaned, malformed) = lines
-        .connect_broadcast(levels)
-        .broadcast_first()
-        .process(Attach)
-        .uid(uid::CONNECT)
-        .name("connect")
-        .set_parallelism(p)
-        .apply(ParseAndLevel::default())
-        .uid(uid::FLAT_MAP)
-        .name("flat_map")
-        .set_parallelism(p)
-        .split();
+    let (cleaned, malformed) = cleaning_streams(env, &input, p);
     let malformed_dir = out_dir.join("malformed");
     malformed
         .add_sink("exactly_once_jsonl", move |cx| {
@@ -219,12 +191,6 @@ fn build(env: &Env, answers: &Answers, p: usize, out_dir: &Path, probe: Arc<Reco
         .set_parallelism(p);
     let dir = out_dir.to_owned();
     cleaned
-        .uid(uid::SPLIT)
-        .set_parallelism(p)
-        .apply(DropUnwanted::default())
-        .uid(uid::FILTER)
-        .name("filter")
-        .set_parallelism(p)
         .map(|c: Cleaned| format_cleaned(&c))
         .uid(uid::MAP)
         .set_parallelism(p)
@@ -273,7 +239,7 @@ fn run(args: Args) -> Result<(), String> {
                     path.display()
                 ));
             }
-            Answers::File(path.clone())
+            Answers::Lines(path.clone())
         }
         (None, records) => Answers::Generated {
             records: records.unwrap_or(1_000_000),
@@ -286,7 +252,7 @@ fn run(args: Args) -> Result<(), String> {
     let t = Instant::now();
     let expected = match &answers {
         Answers::Generated { records, seed } => Expected::generated(*records, *seed),
-        Answers::File(path) => Expected::from_file(path)
+        Answers::Lines(path) => Expected::from_file(path)
             .map_err(|e| format!("cannot read input {}: {e}", path.display()))?,
     };
     let expect_seconds = t.elapsed().as_secs_f64();
@@ -400,7 +366,7 @@ fn run(args: Args) -> Result<(), String> {
             "mode": args.mode,
             "input": match &answers {
                 Answers::Generated { .. } => "generated".to_string(),
-                Answers::File(p) => p.display().to_string(),
+                Answers::Lines(p) => p.display().to_string(),
             },
             "seed": args.seed,
             "records": records,
