@@ -71,6 +71,17 @@ struct Queue<T> {
     events: VecDeque<Event<T>>,
     /// Records in the queued batches.
     records: usize,
+    /// Senders of older epochs were fenced: what they send is dropped.
+    epoch: u64,
+    /// Position of the next batch / record sent (the first one is 0 unless the channel was
+    /// opened at a later position).
+    sent_batches: u64,
+    sent_records: u64,
+    /// Position of the next batch taken by the receiver.
+    taken_batches: u64,
+    /// Records at positions below this are dropped on send: a promoted backup replays them
+    /// and the receiver has them already.
+    suppress_below: u64,
 }
 
 struct Shared<T> {
@@ -83,7 +94,12 @@ struct Shared<T> {
 
 /// Sending half: owned by the upstream subtask.
 pub(crate) struct Sender<T> {
-    shared: Arc<Shared<T>>,
+    target: Target<T>,
+}
+
+enum Target<T> {
+    One { shared: Arc<Shared<T>>, epoch: u64 },
+    Dual(std::sync::Arc<Dual<T>>),
 }
 
 /// Receiving half: owned by the downstream subtask.
@@ -91,21 +107,33 @@ pub(crate) struct Receiver<T> {
     shared: Arc<Shared<T>>,
 }
 
-/// A channel of `capacity` events whose arrivals wake `rx_waker`.
-pub(crate) fn channel<T>(capacity: usize, rx_waker: Arc<AtomicWaker>) -> (Sender<T>, Receiver<T>) {
-    let shared = Arc::new(Shared {
+fn new_shared<T>(capacity: usize, rx_waker: Arc<AtomicWaker>, sent_batches: u64) -> Arc<Shared<T>> {
+    Arc::new(Shared {
         queue: Mutex::new(Queue {
             events: VecDeque::with_capacity(capacity),
             records: 0,
+            epoch: 0,
+            sent_batches,
+            sent_records: 0,
+            taken_batches: sent_batches,
+            suppress_below: 0,
         }),
         capacity: capacity.max(1),
         rx_waker,
         tx_waker: AtomicWaker::new(),
         closed: AtomicBool::new(false),
-    });
+    })
+}
+
+/// A channel of `capacity` events whose arrivals wake `rx_waker`.
+pub(crate) fn channel<T>(capacity: usize, rx_waker: Arc<AtomicWaker>) -> (Sender<T>, Receiver<T>) {
+    let shared = new_shared(capacity, rx_waker, 0);
     (
         Sender {
-            shared: shared.clone(),
+            target: Target::One {
+                shared: shared.clone(),
+                epoch: 0,
+            },
         },
         Receiver { shared },
     )
@@ -121,24 +149,70 @@ impl<T> Event<T> {
     }
 }
 
-impl<T> Sender<T> {
+impl<T: Clone> Queue<T> {
+    /// Enqueues `event` (credit was checked), dropping records below `suppress_below`.
+    fn push(&mut self, event: Event<T>) {
+        let event = match event {
+            Event::Batch(batch) if self.sent_records < self.suppress_below => {
+                let n = batch.len() as u64;
+                let k = n.min(self.suppress_below - self.sent_records);
+                self.sent_records += k;
+                if k == n {
+                    return;
+                }
+                let rest = match batch {
+                    Batch::Owned(mut v) => {
+                        v.drain(..k as usize);
+                        v
+                    }
+                    Batch::Shared(a) => a[k as usize..].to_vec(),
+                };
+                Event::Batch(Batch::Owned(rest))
+            }
+            e => e,
+        };
+        if let Event::Batch(b) = &event {
+            self.sent_batches += 1;
+            self.sent_records += b.len() as u64;
+        }
+        self.records += event.records();
+        self.events.push_back(event);
+    }
+}
+
+impl<T: Clone> Sender<T> {
     /// Events waiting in the channel, and its capacity.
     pub(crate) fn usage(&self) -> (usize, usize) {
-        (lock(&self.shared.queue).events.len(), self.shared.capacity)
+        match &self.target {
+            Target::One { shared, .. } => (lock(&shared.queue).events.len(), shared.capacity),
+            Target::Dual(d) => {
+                let t = lock(&d.targets);
+                let n = lock(&t.primary.queue).events.len();
+                (n, t.primary.capacity)
+            }
+        }
     }
 
-    /// Sends if there is credit; otherwise hands the event back.
+    /// Sends if there is credit; otherwise hands the event back. A sender of a fenced epoch
+    /// drops what it sends.
     pub(crate) fn try_send(&self, event: Event<T>) -> Result<(), Full<T>> {
-        {
-            let mut q = lock(&self.shared.queue);
-            if q.events.len() >= self.shared.capacity {
-                return Err(Full(event));
+        match &self.target {
+            Target::One { shared, epoch } => {
+                {
+                    let mut q = lock(&shared.queue);
+                    if q.epoch != *epoch {
+                        return Ok(());
+                    }
+                    if q.events.len() >= shared.capacity {
+                        return Err(Full(event));
+                    }
+                    q.push(event);
+                }
+                shared.rx_waker.wake();
+                Ok(())
             }
-            q.records += event.records();
-            q.events.push_back(event);
+            Target::Dual(d) => d.try_send(event),
         }
-        self.shared.rx_waker.wake();
-        Ok(())
     }
 
     /// Sends if there is credit; otherwise registers the task in `cx` to be woken when credit
@@ -152,10 +226,21 @@ impl<T> Sender<T> {
         match self.try_send(event) {
             Ok(()) => Ok(()),
             Err(Full(event)) => {
-                if self.shared.closed.load(Ordering::Acquire) {
-                    return Ok(());
+                match &self.target {
+                    Target::One { shared, .. } => {
+                        if shared.closed.load(Ordering::Acquire) {
+                            return Ok(());
+                        }
+                        shared.tx_waker.register(cx.waker());
+                    }
+                    Target::Dual(d) => {
+                        let t = lock(&d.targets);
+                        t.primary.tx_waker.register(cx.waker());
+                        if let Some(b) = &t.backup {
+                            b.tx_waker.register(cx.waker());
+                        }
+                    }
                 }
-                self.shared.tx_waker.register(cx.waker());
                 // Credit may have returned between the refusal and the registration.
                 self.try_send(event)
             }
@@ -163,21 +248,206 @@ impl<T> Sender<T> {
     }
 }
 
+/// The sending side of a channel into a backed-up subtask: every event goes to the primary's
+/// and the backup's channel together (one shared batch, never copied), or to neither while
+/// either has no credit, so both see the same events at the same positions. The targets are
+/// switched on promotion. A target whose receiver is gone is skipped.
+pub(crate) struct Dual<T> {
+    targets: Mutex<DualTargets<T>>,
+}
+
+struct DualTargets<T> {
+    primary: Arc<Shared<T>>,
+    backup: Option<Arc<Shared<T>>>,
+    /// End of input was sent (a backup attached later gets it at once).
+    ended: bool,
+}
+
+impl<T: Clone> Dual<T> {
+    fn try_send(&self, event: Event<T>) -> Result<(), Full<T>> {
+        let mut t = lock(&self.targets);
+        let end = matches!(event, Event::EndOfInput);
+        let open = |s: &Shared<T>| !s.closed.load(Ordering::Acquire);
+        let (p_open, b_open) = (
+            open(&t.primary),
+            t.backup.as_deref().is_some_and(|b| open(b)),
+        );
+        {
+            let mut qp = lock(&t.primary.queue);
+            let mut qb = match (&t.backup, b_open) {
+                (Some(b), true) => Some(lock(&b.queue)),
+                _ => None,
+            };
+            if p_open && qp.events.len() >= t.primary.capacity {
+                return Err(Full(event));
+            }
+            if let (Some(q), Some(b)) = (&qb, &t.backup) {
+                if q.events.len() >= b.capacity {
+                    return Err(Full(event));
+                }
+            }
+            let (for_p, for_b) = match event {
+                Event::Batch(batch) => {
+                    let shared = match batch {
+                        Batch::Owned(v) => std::sync::Arc::new(v),
+                        Batch::Shared(a) => a,
+                    };
+                    (
+                        Event::Batch(Batch::Shared(shared.clone())),
+                        Event::Batch(Batch::Shared(shared)),
+                    )
+                }
+                Event::Barrier(id) => (Event::Barrier(id), Event::Barrier(id)),
+                Event::EndOfInput => (Event::EndOfInput, Event::EndOfInput),
+            };
+            if p_open {
+                qp.push(for_p);
+            } else {
+                // Keep the positions aligned with the backup's even with nobody reading.
+                if let Event::Batch(b) = &for_p {
+                    qp.sent_batches += 1;
+                    qp.sent_records += b.len() as u64;
+                }
+            }
+            if let Some(q) = qb.as_mut() {
+                q.push(for_b);
+            }
+        }
+        t.ended |= end;
+        t.primary.rx_waker.wake();
+        if let Some(b) = &t.backup {
+            b.rx_waker.wake();
+        }
+        Ok(())
+    }
+
+    /// The backup's channel becomes the primary's (the promoted backup reads it); the old
+    /// primary's channel gets nothing more.
+    pub(crate) fn promote(&self) {
+        let mut t = lock(&self.targets);
+        if let Some(b) = t.backup.take() {
+            t.primary = b;
+        }
+    }
+
+    /// Opens a channel for a new backup, at the primary's current position.
+    pub(crate) fn attach_backup(&self, capacity: usize, rx_waker: Arc<AtomicWaker>) -> Receiver<T> {
+        let mut t = lock(&self.targets);
+        let at = lock(&t.primary.queue).sent_batches;
+        let shared = new_shared(capacity, rx_waker, at);
+        if t.ended {
+            lock(&shared.queue).events.push_back(Event::EndOfInput);
+        }
+        t.backup = Some(shared.clone());
+        Receiver { shared }
+    }
+
+    /// Stops sending to the backup (it failed or was promoted away).
+    pub(crate) fn detach_backup(&self) {
+        lock(&self.targets).backup = None;
+    }
+}
+
+/// A dual channel into a backed-up subtask: the upstream's sender, the handle that switches
+/// it, and the primary's and the backup's receivers.
+pub(crate) fn dual_channel<T>(
+    capacity: usize,
+    primary_waker: Arc<AtomicWaker>,
+    backup_waker: Arc<AtomicWaker>,
+) -> (Sender<T>, std::sync::Arc<Dual<T>>, Receiver<T>, Receiver<T>) {
+    let p = new_shared(capacity, primary_waker, 0);
+    let b = new_shared(capacity, backup_waker, 0);
+    let dual = std::sync::Arc::new(Dual {
+        targets: Mutex::new(DualTargets {
+            primary: p.clone(),
+            backup: Some(b.clone()),
+            ended: false,
+        }),
+    });
+    (
+        Sender {
+            target: Target::Dual(dual.clone()),
+        },
+        dual,
+        Receiver { shared: p },
+        Receiver { shared: b },
+    )
+}
+
+/// The receiving end of a channel seen from outside: its position, and fencing its sender.
+/// Used for the output channels of a backed-up subtask.
+pub(crate) struct OutputChannel<T> {
+    shared: Arc<Shared<T>>,
+}
+
+impl<T> Sender<T> {
+    /// A handle on this sender's channel (a single-target sender).
+    pub(crate) fn handle(&self) -> Option<OutputChannel<T>> {
+        match &self.target {
+            Target::One { shared, .. } => Some(OutputChannel {
+                shared: shared.clone(),
+            }),
+            Target::Dual(_) => None,
+        }
+    }
+}
+
+impl<T> OutputChannel<T> {
+    /// Records sent into the channel so far (taken or still queued).
+    pub(crate) fn position(&self) -> u64 {
+        lock(&self.shared.queue).sent_records
+    }
+
+    /// Fences every current sender (what they send from now on is dropped) and returns the
+    /// channel's position: the records the receiver has or will get from them.
+    pub(crate) fn fence(&self) -> u64 {
+        let mut q = lock(&self.shared.queue);
+        q.epoch += 1;
+        q.sent_records
+    }
+
+    /// A sender of the current epoch whose output starts at position `from`; records below
+    /// `have` (the position at the fence) are dropped, the receiver has them.
+    pub(crate) fn reopen(&self, from: u64, have: u64) -> Sender<T> {
+        let mut q = lock(&self.shared.queue);
+        q.sent_records = from;
+        q.suppress_below = have;
+        // Wake a fenced sender that waits for credit: it now drops what it sends.
+        self.shared.tx_waker.wake();
+        Sender {
+            target: Target::One {
+                shared: self.shared.clone(),
+                epoch: q.epoch,
+            },
+        }
+    }
+}
+
 impl<T> Receiver<T> {
     /// Takes the next event, if any, and returns a credit to the sender.
     pub(crate) fn try_recv(&self) -> Option<Event<T>> {
-        let event = {
+        self.try_recv_at().map(|(_, e)| e)
+    }
+
+    /// Like [`try_recv`](Self::try_recv), with the event's batch position (for a batch: its
+    /// own; otherwise the next batch's).
+    pub(crate) fn try_recv_at(&self) -> Option<(u64, Event<T>)> {
+        let taken = {
             let mut q = lock(&self.shared.queue);
             let event = q.events.pop_front();
-            if let Some(e) = &event {
+            event.map(|e| {
                 q.records -= e.records();
-            }
-            event
+                let at = q.taken_batches;
+                if matches!(e, Event::Batch(_)) {
+                    q.taken_batches += 1;
+                }
+                (at, e)
+            })
         };
-        if event.is_some() {
+        if taken.is_some() {
             self.shared.tx_waker.wake();
         }
-        event
+        taken
     }
 
     /// Events waiting in the channel.

@@ -107,6 +107,8 @@ impl Env {
             ports: vec![Port::<T>::boxed()],
             builder,
             initial_state: None,
+            backup: None,
+            stateless: false,
         });
         DataStream::new(self.graph.clone(), id, 0)
     }

@@ -65,6 +65,14 @@ pub enum PlanError {
         /// What is wrong with it.
         message: String,
     },
+    /// An operator cannot be backed up as asked.
+    #[error("cannot back up operator `{uid}`: {message}")]
+    Backup {
+        /// The operator.
+        uid: String,
+        /// Why not.
+        message: String,
+    },
 }
 
 /// A source could not produce its records.
@@ -287,6 +295,13 @@ pub(crate) enum TaskError {
         subtask: usize,
         message: String,
     },
+    /// A primary that was declared failed and replaced by its backup (epoch `epoch`) still
+    /// ran: it stops without emitting anything.
+    Fenced {
+        uid: String,
+        subtask: usize,
+        epoch: u64,
+    },
 }
 
 impl TaskError {
@@ -342,6 +357,16 @@ impl TaskError {
                 uid,
                 subtask,
                 message,
+            },
+            TaskError::Fenced {
+                uid,
+                subtask,
+                epoch,
+            } => JobError::SubtaskLost {
+                job,
+                uid,
+                subtask,
+                reason: format!("fenced: its backup took over as epoch {epoch}"),
             },
         }
     }

@@ -98,6 +98,29 @@ pub(crate) trait PortType: Send {
         head: AnyBox,
         replay: Option<&[u8]>,
     ) -> Result<Box<dyn InputGate>, String>;
+    /// A dual channel into a backed-up subtask: (`Sender<T>`, `Arc<Dual<T>>`, the primary's
+    /// `Receiver<T>`, the backup's `Receiver<T>`).
+    fn dual_channel(
+        &self,
+        capacity: usize,
+        primary_waker: Arc<AtomicWaker>,
+        backup_waker: Arc<AtomicWaker>,
+    ) -> (AnyBox, AnyBox, AnyBox, AnyBox);
+    /// The channel behind a `Sender<T>`, as an output of a backed-up subtask.
+    fn output_fence(&self, sender: &AnyBox) -> Box<dyn crate::backup::OutputFence>;
+    /// The backup group of a subtask whose input is of this type, and its first primary's
+    /// claims (`Claims<T>`).
+    fn backup_group(
+        &self,
+        spec: crate::backup::GroupSpec,
+        duals: Vec<AnyBox>,
+        backup_rx: Vec<AnyBox>,
+        backup_waker: Arc<AtomicWaker>,
+        outputs: Vec<(usize, Vec<Box<dyn crate::backup::OutputFence>>)>,
+    ) -> (std::sync::Arc<dyn crate::backup::BackupGroup>, AnyBox);
+    /// The gate of a backed-up primary (`claims`: a `Claims<T>`).
+    fn claimed_gate(&self, receivers: Vec<AnyBox>, head: AnyBox, claims: AnyBox)
+        -> Box<dyn InputGate>;
 }
 
 pub(crate) struct Port<T>(std::marker::PhantomData<fn() -> T>);
@@ -124,23 +147,65 @@ impl<T: Data> PortType for Port<T> {
         replay: Option<&[u8]>,
     ) -> Result<Box<dyn InputGate>, String> {
         let receivers: Vec<Receiver<T>> = receivers.into_iter().map(unbox).collect();
-        let n = receivers.len();
         let replay: std::collections::VecDeque<Vec<T>> = match replay {
             None => Default::default(),
             Some(bytes) => crate::checkpoint::decode::<Vec<Vec<T>>>(bytes)?.into(),
         };
-        Ok(Box::new(TypedGate {
-            receivers,
-            ended: vec![false; n],
-            n_ended: 0,
-            next: 0,
-            head: unbox::<BoxOutput<T>>(head),
-            scratch: Vec::new(),
-            recording: vec![false; n],
-            recorded: Vec::new(),
-            replay,
-        }))
+        let mut gate = TypedGate::new(receivers, unbox::<BoxOutput<T>>(head), None);
+        gate.replay = replay;
+        Ok(Box::new(gate))
     }
+    fn dual_channel(
+        &self,
+        capacity: usize,
+        primary_waker: Arc<AtomicWaker>,
+        backup_waker: Arc<AtomicWaker>,
+    ) -> (AnyBox, AnyBox, AnyBox, AnyBox) {
+        let (tx, dual, rx_p, rx_b) =
+            crate::channel::dual_channel::<T>(capacity, primary_waker, backup_waker);
+        (Box::new(tx), Box::new(dual), Box::new(rx_p), Box::new(rx_b))
+    }
+    fn output_fence(&self, sender: &AnyBox) -> Box<dyn crate::backup::OutputFence> {
+        let tx = sender
+            .downcast_ref::<Sender<T>>()
+            .expect("internal error: graph wiring type mismatch");
+        Box::new(
+            tx.handle()
+                .expect("internal error: an output of a backed-up operator is a dual channel"),
+        )
+    }
+    fn backup_group(
+        &self,
+        spec: crate::backup::GroupSpec,
+        duals: Vec<AnyBox>,
+        backup_rx: Vec<AnyBox>,
+        backup_waker: Arc<AtomicWaker>,
+        outputs: Vec<(usize, Vec<Box<dyn crate::backup::OutputFence>>)>,
+    ) -> (std::sync::Arc<dyn crate::backup::BackupGroup>, AnyBox) {
+        let duals = duals.into_iter().map(unbox).collect();
+        let backup_rx = backup_rx.into_iter().map(unbox).collect();
+        let group = crate::backup::TypedGroup::<T>::new(spec, duals, backup_rx, backup_waker, outputs);
+        let claims: AnyBox = Box::new(group.claims());
+        (group, claims)
+    }
+    fn claimed_gate(&self, receivers: Vec<AnyBox>, head: AnyBox, claims: AnyBox) -> Box<dyn InputGate> {
+        let receivers = receivers.into_iter().map(unbox).collect();
+        typed_gate::<T>(
+            receivers,
+            unbox(head),
+            Some(Box::new(unbox::<crate::backup::Claims<T>>(claims))),
+        )
+    }
+}
+
+/// The input gate over `receivers` feeding `head`; with `claims`, the gate of a backed-up
+/// primary (each batch is claimed in the buffer queue first, output is flushed per batch).
+pub(crate) fn typed_gate<T: Data>(
+    receivers: Vec<Receiver<T>>,
+    head: BoxOutput<T>,
+    claims: Option<Box<crate::backup::Claims<T>>>,
+) -> Box<dyn InputGate> {
+    Box::new(TypedGate::new(receivers, head, claims))
 }
 
 /// The typed partitioning of an edge.
@@ -173,6 +238,10 @@ pub(crate) struct Node {
     pub(crate) builder: Box<dyn NodeBuilder>,
     /// One state snapshot per subtask to start from (`with_initial_state`).
     pub(crate) initial_state: Option<Vec<crate::hooks::StateSnapshot>>,
+    /// Each subtask has an active backup (buffer-queue backup).
+    pub(crate) backup: Option<crate::backup::BackupPolicy>,
+    /// The operator keeps no state between records (a backup replays less).
+    pub(crate) stateless: bool,
 }
 
 /// A connection from an output port to a logical input of another node.
@@ -223,10 +292,113 @@ struct TypedGate<T> {
     recorded: Vec<Vec<T>>,
     /// Restored channel state, processed before any new input.
     replay: std::collections::VecDeque<Vec<T>>,
+    /// A backed-up primary's claims on its buffer queue.
+    claims: Option<Box<crate::backup::Claims<T>>>,
+}
+
+impl<T: Data> TypedGate<T> {
+    fn new(
+        receivers: Vec<Receiver<T>>,
+        head: BoxOutput<T>,
+        claims: Option<Box<crate::backup::Claims<T>>>,
+    ) -> Self {
+        let n = receivers.len();
+        TypedGate {
+            receivers,
+            ended: vec![false; n],
+            n_ended: 0,
+            next: 0,
+            head,
+            scratch: Vec::new(),
+            recording: vec![false; n],
+            recorded: Vec::new(),
+            replay: Default::default(),
+            claims,
+        }
+    }
+
+    fn end_channel(&mut self, idx: usize) -> Result<GateStep, TaskError> {
+        if self.ended[idx] {
+            return Ok(GateStep::Empty);
+        }
+        self.ended[idx] = true;
+        self.n_ended += 1;
+        let all = self.n_ended == self.receivers.len();
+        if all {
+            self.head.finish()?;
+        }
+        Ok(GateStep::ChannelEnded { channel: idx, all })
+    }
+
+    /// One step of a backed-up primary: replay first, then its channels; every batch is
+    /// claimed before it is processed and its output flushed after.
+    fn try_step_claimed(&mut self, blocked: &dyn Fn(usize) -> bool) -> Result<GateStep, TaskError> {
+        let Some(claims) = self.claims.as_mut() else {
+            unreachable!("internal error: claimed step without claims")
+        };
+        let (idx, seq, event) = match claims.next_replay() {
+            Some(crate::backup::Replay::Batch(id, payload)) => (
+                id.0 as usize,
+                id.1,
+                Event::Batch(crate::channel::Batch::Shared(payload)),
+            ),
+            Some(crate::backup::Replay::End(c)) => return self.end_channel(c),
+            None => {
+                let n = self.receivers.len();
+                let mut found = None;
+                for k in 0..n {
+                    let idx = (self.next + k) % n;
+                    if self.ended[idx] || blocked(idx) {
+                        continue;
+                    }
+                    let Some((seq, event)) = self.receivers[idx].try_recv_at() else {
+                        continue;
+                    };
+                    if let Event::Barrier(id) = event {
+                        if claims.is_stale(id) {
+                            continue;
+                        }
+                    }
+                    self.next = (idx + 1) % n;
+                    found = Some((idx, seq, event));
+                    break;
+                }
+                match found {
+                    Some(f) => f,
+                    None => {
+                        claims.settle();
+                        return Ok(GateStep::Empty);
+                    }
+                }
+            }
+        };
+        match event {
+            Event::Batch(batch) => {
+                let payload = match batch {
+                    crate::channel::Batch::Shared(a) => a,
+                    crate::channel::Batch::Owned(v) => std::sync::Arc::new(v),
+                };
+                claims.claim((idx as u32, seq), &payload)?;
+                let len = payload.len();
+                crate::channel::Batch::Shared(payload).move_into(&mut self.scratch);
+                if self.recording[idx] {
+                    self.recorded.push(self.scratch.clone());
+                }
+                self.head.push(&mut self.scratch)?;
+                self.head.flush();
+                Ok(GateStep::Batch(len))
+            }
+            Event::Barrier(id) => Ok(GateStep::Barrier { channel: idx, id }),
+            Event::EndOfInput => self.end_channel(idx),
+        }
+    }
 }
 
 impl<T: Data> InputGate for TypedGate<T> {
     fn try_step(&mut self, blocked: &dyn Fn(usize) -> bool) -> Result<GateStep, TaskError> {
+        if self.claims.is_some() {
+            return self.try_step_claimed(blocked);
+        }
         if let Some(mut batch) = self.replay.pop_front() {
             let len = batch.len();
             self.head.push(&mut batch)?;
@@ -253,15 +425,7 @@ impl<T: Data> InputGate for TypedGate<T> {
                     Ok(GateStep::Batch(len))
                 }
                 Event::Barrier(id) => Ok(GateStep::Barrier { channel: idx, id }),
-                Event::EndOfInput => {
-                    self.ended[idx] = true;
-                    self.n_ended += 1;
-                    let all = self.n_ended == n;
-                    if all {
-                        self.head.finish()?;
-                    }
-                    Ok(GateStep::ChannelEnded { channel: idx, all })
-                }
+                Event::EndOfInput => self.end_channel(idx),
             };
         }
         Ok(GateStep::Empty)
@@ -318,9 +482,17 @@ impl<T: Data> InputGate for TypedGate<T> {
         id: u64,
         w: &mut crate::checkpoint::StateWriter,
     ) -> Result<(), TaskError> {
-        self.head.barrier(id, w)
+        self.head.barrier(id, w)?;
+        if let Some(c) = self.claims.as_mut() {
+            c.on_barrier(id, w);
+        }
+        Ok(())
     }
     fn notify_complete(&mut self, id: u64) -> Result<(), TaskError> {
-        self.head.notify_complete(id)
+        self.head.notify_complete(id)?;
+        if let Some(c) = self.claims.as_mut() {
+            c.on_complete(id);
+        }
+        Ok(())
     }
 }

@@ -28,9 +28,11 @@ use crate::restart::{RestartStrategy, RestartTracker};
 use crate::sampler::{OperatorProbe, RateController, Sampler, SubtaskProbe};
 use crate::sync::atomic::Ordering;
 use crate::sync::{lock, Arc, Mutex};
+use crate::backup::{BackupGroup, BackupMetrics, BackupPing};
+use crate::checkpoint::align::AlignMode;
 use crate::task::{
-    Configure, JobEvent, NotifyComplete, Ping, Sample, SetRate, SnapshotState, Stop, SubtaskActor,
-    SubtaskStatus, TriggerCheckpoint,
+    AbortCheckpoint, Configure, Driver, JobEvent, NotifyComplete, Ping, Sample, SetRate,
+    SnapshotState, Stop, SubtaskActor, SubtaskId, SubtaskStatus, TriggerCheckpoint,
 };
 use std::collections::BTreeMap;
 
@@ -64,6 +66,9 @@ pub struct JobResult {
     pub operators: Vec<OperatorResult>,
     /// Checkpoint statistics, with checkpoints on (including `num_restarts`).
     pub checkpoints: Option<CheckpointStats>,
+    /// Backed-up subtasks at the end (promotions, failover time, buffer queue); a job that
+    /// restarted reports its last run's, with `degraded` set if any run's queue degraded.
+    pub backups: Vec<BackupMetrics>,
 }
 
 impl JobResult {
@@ -137,8 +142,12 @@ pub struct JobHandle {
     actors: Arc<Mutex<Vec<ActorEntry>>>,
     metrics: Arc<Mutex<Option<JobMetrics>>>,
     checkpoints: Arc<Mutex<Option<CheckpointStats>>>,
+    backups: SharedGroups,
     thread: Option<JoinHandle<Result<JobResult, JobError>>>,
 }
+
+/// The backup groups of the current deployment.
+type SharedGroups = Arc<Mutex<Vec<std::sync::Arc<dyn BackupGroup>>>>;
 
 impl std::fmt::Debug for JobHandle {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -323,6 +332,12 @@ impl JobHandle {
         Ok(())
     }
 
+    /// Metrics of every backed-up subtask (buffer queue, promotions, failover time), in
+    /// operator then subtask order; empty when no operator is backed up.
+    pub fn backup_metrics(&self) -> Vec<BackupMetrics> {
+        lock(&self.backups).iter().map(|g| g.metrics()).collect()
+    }
+
     /// Waits for the job to end.
     pub fn wait(mut self) -> Result<JobResult, JobError> {
         let thread = self.thread.take().expect("a handle is waited on once");
@@ -351,6 +366,8 @@ pub(crate) fn start(graph: Graph, cfg: EnvConfig, name: &str) -> Result<JobHandl
     let actors_for_thread = actors.clone();
     let checkpoints = Arc::new(Mutex::new(None));
     let checkpoints_for_thread = checkpoints.clone();
+    let backups: SharedGroups = Arc::new(Mutex::new(Vec::new()));
+    let backups_for_thread = backups.clone();
     let canceller = Canceller {
         events: events_tx.clone(),
     };
@@ -372,6 +389,7 @@ pub(crate) fn start(graph: Graph, cfg: EnvConfig, name: &str) -> Result<JobHandl
                 metrics: metrics_for_thread,
                 actors: actors_for_thread,
                 checkpoints: checkpoints_for_thread,
+                backups: backups_for_thread,
             }))
         })
         .map_err(|e| JobError::Runtime {
@@ -385,6 +403,7 @@ pub(crate) fn start(graph: Graph, cfg: EnvConfig, name: &str) -> Result<JobHandl
         actors,
         metrics,
         checkpoints,
+        backups,
         thread: Some(thread),
     };
     match deployed_rx.recv() {
@@ -408,6 +427,7 @@ struct JobRun {
     metrics: Arc<Mutex<Option<JobMetrics>>>,
     actors: Arc<Mutex<Vec<ActorEntry>>>,
     checkpoints: Arc<Mutex<Option<CheckpointStats>>>,
+    backups: SharedGroups,
 }
 
 async fn run(run: JobRun) -> Result<JobResult, JobError> {
@@ -422,6 +442,7 @@ async fn run(run: JobRun) -> Result<JobResult, JobError> {
         metrics,
         actors: shared_actors,
         checkpoints: shared_stats,
+        backups: shared_groups,
     } = run;
     let started = Instant::now();
     let registry = OperatorRegistry::new(&plan);
@@ -460,6 +481,7 @@ async fn run(run: JobRun) -> Result<JobResult, JobError> {
     };
     let mut attempt: u64 = 0;
     let mut num_restarts: u64 = 0;
+    let mut degraded_before = false;
     loop {
         cfg.faults.rearm();
         let specs = match instantiate(&graph, &plan, &cfg, &registry, restore.as_ref(), attempt) {
@@ -482,6 +504,7 @@ async fn run(run: JobRun) -> Result<JobResult, JobError> {
             checkpoint_root.clone(),
         );
         *lock(&shared_actors) = dep.actors.clone();
+        *lock(&shared_groups) = dep.backups.iter().map(|b| b.group.clone()).collect();
         if let Some(d) = deployed.take() {
             let _ = d.send(());
         }
@@ -503,6 +526,13 @@ async fn run(run: JobRun) -> Result<JobResult, JobError> {
             &cfg,
             &job,
             attempt,
+            &Failover {
+                graph: &graph,
+                plan: &plan,
+                registry: &registry,
+                events: &events_tx,
+                actors: &shared_actors,
+            },
             &metrics,
             &mut controller,
             coordinator.as_mut(),
@@ -531,6 +561,7 @@ async fn run(run: JobRun) -> Result<JobResult, JobError> {
                     tracing::warn!(error = %e, "final commit failed");
                     return Err(e);
                 }
+                let backups = backup_report(&dep, degraded_before);
                 dep.stop(&job, &cfg);
                 tracing::info!(elapsed = ?started.elapsed(), "job finished");
                 // The run is over: its checkpoints are of no further use (savepoints are
@@ -539,6 +570,7 @@ async fn run(run: JobRun) -> Result<JobResult, JobError> {
                     let _ = std::fs::remove_dir_all(root);
                 }
                 let mut r = result(&graph, &plan, &registry, job, started.elapsed());
+                r.backups = backups;
                 r.checkpoints = lock(&shared_stats).clone().map(|mut s| {
                     s.num_restarts = num_restarts;
                     s
@@ -547,6 +579,7 @@ async fn run(run: JobRun) -> Result<JobResult, JobError> {
             }
             Err(e) => e,
         };
+        degraded_before |= dep.backups.iter().any(|b| b.group.metrics().degraded);
         dep.stop(&job, &cfg);
         // Like Flink, too many failed checkpoints is a failure the restart strategy handles.
         let restartable = !matches!(failure, JobError::Cancelled { .. });
@@ -589,6 +622,30 @@ struct Deployment {
     sources: Vec<bool>,
     finished: Vec<bool>,
     last_seen: Vec<Instant>,
+    /// Per subtask: its id (the current primary's epoch, for a backed-up one).
+    ids: Vec<crate::task::SubtaskId>,
+    /// The backed-up subtasks.
+    backups: Vec<BackupSlot>,
+}
+
+/// A backed-up subtask: its group, and the heartbeats of its primary and backup.
+struct BackupSlot {
+    actor: usize,
+    group: std::sync::Arc<dyn BackupGroup>,
+    primary_arbiter: usize,
+    backup_arbiter: usize,
+    backup: Recipient<BackupPing>,
+    primary_seen: Arc<Mutex<Instant>>,
+    backup_seen: Arc<Mutex<Instant>>,
+}
+
+/// What a failover needs besides the deployment.
+struct Failover<'a> {
+    graph: &'a Graph,
+    plan: &'a Plan,
+    registry: &'a OperatorRegistry,
+    events: &'a UnboundedSender<JobEvent>,
+    actors: &'a Arc<Mutex<Vec<ActorEntry>>>,
 }
 
 impl Deployment {
@@ -642,9 +699,14 @@ fn deploy(
     registry: &OperatorRegistry,
     checkpoint_root: Option<std::path::PathBuf>,
 ) -> Deployment {
-    let arbiters: Vec<Arbiter> = (0..cfg.arbiters.min(specs.len().max(1)))
+    let plain = specs.iter().filter(|s| s.backup.is_none()).count();
+    let mut arbiters: Vec<Arbiter> = (0..cfg.arbiters.min(plain.max(1)))
         .map(|_| Arbiter::new())
         .collect();
+    let pool = arbiters.len();
+    let mut next_plain = 0;
+    let mut ids = Vec::with_capacity(specs.len());
+    let mut backups = Vec::new();
     let mut actors = Vec::with_capacity(specs.len());
     let mut probes = Vec::with_capacity(specs.len());
     let mut sources = Vec::with_capacity(specs.len());
@@ -672,8 +734,39 @@ fn deploy(
         let events = events_tx.clone();
         let linger = cfg.linger;
         let root = checkpoint_root.clone();
+        ids.push(spec.id.clone());
+        // A backed-up primary and its backup get arbiters of their own: a hung primary
+        // blocks nothing else, and the backup never shares its primary's thread.
+        let arbiter = match &spec.backup {
+            None => {
+                next_plain += 1;
+                (next_plain - 1) % pool
+            }
+            Some(group) => {
+                arbiters.push(Arbiter::new());
+                arbiters.push(Arbiter::new());
+                let (p, b) = (arbiters.len() - 2, arbiters.len() - 1);
+                let backup = group.clone().start_backup(
+                    &arbiters[b].handle(),
+                    events_tx.clone(),
+                    spec.id.attempt,
+                    k,
+                );
+                let now = Instant::now();
+                backups.push(BackupSlot {
+                    actor: k,
+                    group: group.clone(),
+                    primary_arbiter: p,
+                    backup_arbiter: b,
+                    backup,
+                    primary_seen: Arc::new(Mutex::new(now)),
+                    backup_seen: Arc::new(Mutex::new(now)),
+                });
+                p
+            }
+        };
         let addr =
-            SubtaskActor::start_in_arbiter(&arbiters[k % arbiters.len()].handle(), move |_| {
+            SubtaskActor::start_in_arbiter(&arbiters[arbiter].handle(), move |_| {
                 SubtaskActor::new(
                     spec.id,
                     spec.driver,
@@ -712,7 +805,155 @@ fn deploy(
         sources,
         finished: vec![false; n],
         last_seen: vec![Instant::now(); n],
+        ids,
+        backups,
     }
+}
+
+/// The backup metrics of a deployment at its end.
+fn backup_report(dep: &Deployment, degraded_before: bool) -> Vec<BackupMetrics> {
+    dep.backups
+        .iter()
+        .map(|b| {
+            let mut m = b.group.metrics();
+            m.degraded |= degraded_before;
+            m
+        })
+        .collect()
+}
+
+/// Replaces a failed backup (of `generation`, or the current one) by a fresh one on a new
+/// arbiter; the primary is not disturbed.
+fn replace_backup(
+    dep: &mut Deployment,
+    i: usize,
+    generation: Option<u64>,
+    fo: &Failover<'_>,
+    attempt: u64,
+) {
+    let slot = &mut dep.backups[i];
+    if !slot.group.drop_backup(generation) {
+        return; // an older backup's report
+    }
+    tracing::warn!(uid = %slot.group.uid(), subtask = slot.group.subtask(), "backup failed: starting a new one");
+    dep.arbiters[slot.backup_arbiter].stop();
+    dep.arbiters.push(Arbiter::new());
+    slot.backup_arbiter = dep.arbiters.len() - 1;
+    slot.backup = slot.group.clone().start_backup(
+        &dep.arbiters[slot.backup_arbiter].handle(),
+        fo.events.clone(),
+        attempt,
+        slot.actor,
+    );
+    *lock(&slot.backup_seen) = Instant::now();
+}
+
+/// Promotes the backup of `dep.backups[i]` (the paper's Algorithm 2, with fencing): the old
+/// primary is fenced, the downstream channels say how far they got, the backup becomes the
+/// primary on its arbiter and replays, a fresh backup starts on a new arbiter, and checkpoints
+/// in flight are aborted (the new primary never saw their barriers). `Err` when no promotion
+/// is possible (the caller restarts the job).
+#[allow(clippy::too_many_arguments)]
+fn failover(
+    dep: &mut Deployment,
+    i: usize,
+    reason: &str,
+    fo: &Failover<'_>,
+    cfg: &EnvConfig,
+    attempt: u64,
+    coordinator: Option<&mut Coordinator>,
+    checkpoint_root: Option<&std::path::Path>,
+    savepoints: &mut std::collections::HashMap<u64, SavepointRequest>,
+) -> Result<(), String> {
+    let started = Instant::now();
+    let k = dep.backups[i].actor;
+    let group = dep.backups[i].group.clone();
+    let old = dep.ids[k].clone();
+    tracing::warn!(uid = %old.head_uid, subtask = old.subtask, reason, "primary failed: promoting its backup");
+    let promotion = group.begin_promotion()?;
+    let head = crate::plan::build_promoted(
+        fo.graph,
+        fo.plan,
+        cfg,
+        fo.registry,
+        old.head,
+        old.subtask,
+        promotion.senders,
+        promotion.restore,
+    )
+    .map_err(|e| format!("cannot build the promoted operator: {e:?}"))?;
+    let stale = match coordinator {
+        Some(c) => {
+            let (aborted, newest) = c.abort_for_failover();
+            for id in &aborted {
+                if let Some(sp) = savepoints.remove(id) {
+                    let _ = sp.reply.send(Err(format!(
+                        "savepoint {id} aborted: `{}` failed over",
+                        old.head_uid
+                    )));
+                }
+                for (a, entry) in dep.actors.iter().enumerate() {
+                    if a != k && !dep.finished[a] {
+                        entry.mail(AbortCheckpoint(*id));
+                    }
+                }
+            }
+            newest
+        }
+        None => 0,
+    };
+    let gate = group.clone().finish_promotion(head, stale);
+    let mode = match cfg.checkpoint.mode {
+        crate::checkpoint::CheckpointMode::ExactlyOnce => AlignMode::ExactlyOnce,
+        crate::checkpoint::CheckpointMode::AtLeastOnce => AlignMode::AtLeastOnce,
+    };
+    let driver = Driver::inputs(
+        vec![gate],
+        None,
+        mode,
+        cfg.checkpoint.unaligned,
+        cfg.checkpoint.aligned_checkpoint_timeout,
+        old.head_uid.clone(),
+    );
+    let id = SubtaskId {
+        epoch: promotion.epoch,
+        ..old.clone()
+    };
+    dep.ids[k] = id.clone();
+    let slot = dep.sampler.probes()[k].slot.clone();
+    let counters = dep.actors[k].counters.clone();
+    let (events, linger, root) = (
+        fo.events.clone(),
+        cfg.linger,
+        checkpoint_root.map(|r| r.to_path_buf()),
+    );
+    let waker = promotion.waker;
+    let b = &mut dep.backups[i];
+    let arbiter = b.backup_arbiter;
+    let addr = SubtaskActor::start_in_arbiter(&dep.arbiters[arbiter].handle(), move |_| {
+        SubtaskActor::new(id, driver, events, counters, waker, linger, slot, root)
+    });
+    dep.actors[k].addr = addr;
+    *lock(fo.actors) = dep.actors.clone();
+    // The old primary's arbiter: stopped (a hung thread ends when its function returns).
+    dep.arbiters[b.primary_arbiter].stop();
+    b.primary_arbiter = arbiter;
+    *lock(&b.primary_seen) = Instant::now();
+    dep.last_seen[k] = Instant::now();
+    // A fresh backup, so the next failure is as fast as this one.
+    dep.arbiters.push(Arbiter::new());
+    b.backup_arbiter = dep.arbiters.len() - 1;
+    b.backup = group.clone().start_backup(
+        &dep.arbiters[b.backup_arbiter].handle(),
+        fo.events.clone(),
+        attempt,
+        k,
+    );
+    *lock(&b.backup_seen) = Instant::now();
+    let took = started.elapsed();
+    group.promoted(took);
+    tracing::warn!(uid = %old.head_uid, subtask = old.subtask, epoch = promotion.epoch, reprocessed = promotion.reprocessed, replayed = promotion.replayed, ?took, "backup promoted");
+    Ok(())
 }
 
 /// How a deployment ended without failing.
@@ -737,6 +978,7 @@ async fn supervise(
     cfg: &EnvConfig,
     job: &str,
     attempt: u64,
+    fo: &Failover<'_>,
     metrics: &Arc<Mutex<Option<JobMetrics>>>,
     controller: &mut Option<RateController>,
     mut coordinator: Option<&mut Coordinator>,
@@ -766,6 +1008,14 @@ async fn supervise(
         tick_every = tick_every.min(i);
     }
     let mut ticks = actix_rt::time::interval(tick_every);
+    // Heartbeats of backed-up primaries and their backups.
+    let hb_every = dep
+        .backups
+        .iter()
+        .map(|b| b.group.policy().heartbeat_interval)
+        .min()
+        .unwrap_or(Duration::from_secs(3600));
+    let mut heartbeats = actix_rt::time::interval(hb_every);
     let total = dep.actors.len();
     let mut remaining = total;
     let lost = |uid: String, subtask: usize, reason: String| JobError::SubtaskLost {
@@ -783,6 +1033,40 @@ async fn supervise(
         }
         let event = futures::select_biased! {
             e = events_rx.next() => e,
+            _ = futures::FutureExt::fuse(heartbeats.tick()) => {
+                let now = Instant::now();
+                for i in 0..dep.backups.len() {
+                    let b = &dep.backups[i];
+                    let (k, timeout) = (b.actor, b.group.policy().heartbeat_timeout);
+                    if !dep.finished[k] {
+                        let seen = *lock(&b.primary_seen);
+                        if now.saturating_duration_since(seen) > timeout {
+                            let why = format!("no heartbeat answer for {timeout:?} (hung)");
+                            failover(dep, i, &why, fo, cfg, attempt, coordinator.as_deref_mut(), checkpoint_root, &mut savepoints)
+                                .map_err(|m| lost(dep.ids[k].head_uid.clone(), dep.ids[k].subtask, m))?;
+                            continue;
+                        }
+                        let (addr, seen) = (dep.actors[k].addr.clone(), b.primary_seen.clone());
+                        actix_rt::spawn(async move {
+                            if addr.send(Ping).await.is_ok() {
+                                *lock(&seen) = Instant::now();
+                            }
+                        });
+                    }
+                    let seen = *lock(&b.backup_seen);
+                    if now.saturating_duration_since(seen) > timeout {
+                        replace_backup(dep, i, None, fo, attempt);
+                        continue;
+                    }
+                    let (addr, seen) = (b.backup.clone(), b.backup_seen.clone());
+                    actix_rt::spawn(async move {
+                        if addr.send(BackupPing).await.is_ok() {
+                            *lock(&seen) = Instant::now();
+                        }
+                    });
+                }
+                continue;
+            }
             at = futures::FutureExt::fuse(ticks.tick()) => {
                 let at = at.into_std();
                 let now = Instant::now();
@@ -891,15 +1175,54 @@ async fn supervise(
                     }
                 }
             }
-            JobEvent::Failed { attempt: a, error } if a == attempt => {
-                return Err(error.into_job_error(job))
+            JobEvent::Failed {
+                attempt: a,
+                actor,
+                epoch,
+                error,
+            } if a == attempt => {
+                if epoch != dep.ids[actor].epoch {
+                    continue; // a fenced primary
+                }
+                match dep.backups.iter().position(|b| b.actor == actor) {
+                    Some(i) => {
+                        let why = format!("{:?}", error);
+                        if let Err(m) = failover(dep, i, &why, fo, cfg, attempt, coordinator.as_deref_mut(), checkpoint_root, &mut savepoints) {
+                            tracing::warn!(reason = %m, "promotion impossible: restarting the job");
+                            return Err(error.into_job_error(job));
+                        }
+                    }
+                    None => return Err(error.into_job_error(job)),
+                }
             }
             JobEvent::Lost {
                 attempt: a,
+                actor,
+                epoch,
                 uid,
                 subtask,
                 reason,
-            } if a == attempt => return Err(lost(uid, subtask, reason)),
+            } if a == attempt => {
+                if epoch != dep.ids[actor].epoch {
+                    continue;
+                }
+                match dep.backups.iter().position(|b| b.actor == actor) {
+                    Some(i) => {
+                        failover(dep, i, &reason, fo, cfg, attempt, coordinator.as_deref_mut(), checkpoint_root, &mut savepoints)
+                            .map_err(|m| lost(uid, subtask, format!("{reason}; promotion impossible: {m}")))?;
+                    }
+                    None => return Err(lost(uid, subtask, reason)),
+                }
+            }
+            JobEvent::BackupLost {
+                attempt: a,
+                actor,
+                generation,
+            } if a == attempt => {
+                if let Some(i) = dep.backups.iter().position(|b| b.actor == actor) {
+                    replace_backup(dep, i, Some(generation), fo, attempt);
+                }
+            }
             JobEvent::Ack {
                 attempt: a,
                 id,
@@ -1059,5 +1382,6 @@ fn result(
         duration,
         operators,
         checkpoints: None,
+        backups: Vec::new(),
     }
 }

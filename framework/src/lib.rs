@@ -31,6 +31,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+mod backup;
 mod channel;
 pub mod checkpoint;
 mod config;
@@ -55,6 +56,7 @@ mod sync;
 mod task;
 pub mod testing;
 
+pub use backup::{BackupMetrics, BackupPolicy};
 pub use checkpoint::coordinator::CheckpointStats;
 pub use checkpoint::store::CheckpointError;
 pub use checkpoint::{CheckpointConfig, CheckpointMode};

@@ -161,7 +161,7 @@ struct PendingQueue<T> {
     queue: VecDeque<(usize, Event<T>)>,
 }
 
-impl<T> PendingQueue<T> {
+impl<T: Clone> PendingQueue<T> {
     fn new() -> Self {
         PendingQueue {
             queue: VecDeque::new(),
@@ -249,7 +249,7 @@ pub(crate) struct NetOutput<T, R> {
     subtask: usize,
 }
 
-impl<T, R> NetOutput<T, R> {
+impl<T: Clone, R> NetOutput<T, R> {
     fn new(senders: Vec<Sender<T>>, router: R, cfg: OutputConfig) -> Self {
         let bufs = (0..senders.len())
             .map(|_| Vec::with_capacity(cfg.batch_size))
@@ -273,7 +273,7 @@ impl<T, R> NetOutput<T, R> {
     }
 }
 
-impl<T: Send + Sync, R: Router<T>> Output<T> for NetOutput<T, R> {
+impl<T: Send + Sync + Clone, R: Router<T>> Output<T> for NetOutput<T, R> {
     #[inline]
     fn push(&mut self, batch: &mut Vec<T>) -> Result<(), TaskError> {
         if R::SINGLE {
@@ -330,7 +330,7 @@ pub(crate) struct BroadcastOutput<T> {
     pending: PendingQueue<T>,
 }
 
-impl<T> BroadcastOutput<T> {
+impl<T: Clone> BroadcastOutput<T> {
     fn new(senders: Vec<Sender<T>>, cfg: OutputConfig) -> Self {
         BroadcastOutput {
             senders,
@@ -358,7 +358,7 @@ impl<T> BroadcastOutput<T> {
     }
 }
 
-impl<T: Send + Sync> Output<T> for BroadcastOutput<T> {
+impl<T: Send + Sync + Clone> Output<T> for BroadcastOutput<T> {
     fn push(&mut self, batch: &mut Vec<T>) -> Result<(), TaskError> {
         self.buf.append(batch);
         if self.buf.len() >= self.batch_size {

@@ -22,6 +22,7 @@ use crate::metrics::{OperatorCounters, SubtaskCounters};
 use crate::operator::OperatorInfo;
 use crate::partition::{OutputConfig, PartitionKind};
 use crate::sync::Arc;
+use crate::backup::{BackupGroup, GroupSpec};
 use crate::task::{Driver, InputGate, SubtaskId};
 
 /// The resolved shape of a job.
@@ -113,9 +114,43 @@ pub(crate) fn plan(graph: &Graph, cfg: &EnvConfig) -> Result<Plan, PlanError> {
             k => k,
         };
         let part = graph.nodes[e.to].part_of == Some(e.from);
-        chained
-            .push(part || (cfg.chaining && kind == PartitionKind::Forward && in_degree[e.to] == 1));
+        let backed = |id: NodeId| graph.nodes[id].backup.is_some();
+        if part && backed(e.from) {
+            return Err(PlanError::Backup {
+                uid: uids[e.from].clone(),
+                message: "an operator with side outputs cannot be backed up".into(),
+            });
+        }
+        if backed(e.from) && backed(e.to) {
+            return Err(PlanError::Backup {
+                uid: uids[e.to].clone(),
+                message: format!(
+                    "its input comes from `{}`, also backed up: back up one of two adjacent operators",
+                    uids[e.from]
+                ),
+            });
+        }
+        // A backed-up operator is an actor of its own: its input arrives on dual channels
+        // and its output on channels it can be fenced from.
+        let networked = backed(e.from) || backed(e.to);
+        chained.push(
+            part || (cfg.chaining
+                && !networked
+                && kind == PartitionKind::Forward
+                && in_degree[e.to] == 1),
+        );
         kinds.push(kind);
+    }
+    for (id, node) in graph.nodes.iter().enumerate() {
+        if let Some(policy) = &node.backup {
+            policy.validate()?;
+            if node.is_source || node.n_inputs != 1 {
+                return Err(PlanError::Backup {
+                    uid: uids[id].clone(),
+                    message: "only one-input operators can be backed up (not sources, connect or sinks' siblings with two inputs)".into(),
+                });
+            }
+        }
     }
     // Nodes are created after their inputs, so graph order is a topological order.
     let mut head_of: Vec<NodeId> = (0..n).collect();
@@ -141,6 +176,8 @@ pub(crate) struct SubtaskSpec {
     pub(crate) driver: Driver,
     pub(crate) counters: Arc<SubtaskCounters>,
     pub(crate) rx_waker: Arc<AtomicWaker>,
+    /// The subtask's backup group, if its operator is backed up.
+    pub(crate) backup: Option<std::sync::Arc<dyn BackupGroup>>,
 }
 
 /// Counters of every operator subtask, by node.
@@ -202,6 +239,16 @@ pub(crate) fn instantiate(
                 .collect()
         })
         .collect();
+    // Backed-up subtasks: their dual channels in, their output channels, by (node, subtask).
+    let mut backups: std::collections::HashMap<(NodeId, usize), BackupParts> =
+        Default::default();
+    for (id, node) in graph.nodes.iter().enumerate() {
+        if node.backup.is_some() {
+            for j in 0..plan.parallelism[id] {
+                backups.insert((id, j), BackupParts::default());
+            }
+        }
+    }
     for (ei, e) in graph.edges.iter().enumerate() {
         let mut per_up = Vec::new();
         if plan.chained[ei] {
@@ -218,13 +265,51 @@ pub(crate) fn instantiate(
             let mut txs = Vec::with_capacity(targets.len());
             for j in targets {
                 let waker = wakers[actor_of[e.to][j]].clone();
-                let (tx, rx) = port.channel(cfg.channel_capacity, waker);
-                txs.push(tx);
-                receivers[e.to][e.input][j].push(rx);
+                match backups.get_mut(&(e.to, j)) {
+                    Some(parts) => {
+                        let bw = parts.waker.clone();
+                        let (tx, dual, rx, rx_b) =
+                            port.dual_channel(cfg.channel_capacity, waker, bw);
+                        txs.push(tx);
+                        receivers[e.to][e.input][j].push(rx);
+                        parts.duals.push(dual);
+                        parts.backup_rx.push(rx_b);
+                    }
+                    None => {
+                        let (tx, rx) = port.channel(cfg.channel_capacity, waker);
+                        txs.push(tx);
+                        receivers[e.to][e.input][j].push(rx);
+                    }
+                }
+            }
+            if let Some(parts) = backups.get_mut(&(e.from, i)) {
+                let fences = txs.iter().map(|tx| port.output_fence(tx)).collect();
+                parts.outputs.push((ei, fences));
             }
             per_up.push(Some(txs));
         }
         senders.push(per_up);
+    }
+    // The groups, and the first primaries' claims.
+    let mut groups: std::collections::HashMap<(NodeId, usize), std::sync::Arc<dyn BackupGroup>> =
+        Default::default();
+    let mut claims: std::collections::HashMap<(NodeId, usize), AnyBox> = Default::default();
+    for ((id, j), parts) in backups {
+        let node = &graph.nodes[id];
+        let port = input_port(graph, id, 0);
+        let spec = GroupSpec {
+            uid: plan.uids[id].clone(),
+            subtask: j,
+            policy: node.backup.clone().unwrap_or_default(),
+            stateful: !node.stateless,
+            capacity: cfg.channel_capacity,
+            initial: restore.and_then(|r| r.states.get(&(plan.uids[id].clone(), j)).cloned()),
+            faults: cfg.faults.clone(),
+        };
+        let (group, first) =
+            port.backup_group(spec, parts.duals, parts.backup_rx, parts.waker, parts.outputs);
+        groups.insert((id, j), group);
+        claims.insert((id, j), first);
     }
 
     let mut builder = ChainBuilder {
@@ -245,12 +330,11 @@ pub(crate) fn instantiate(
                     let mut gates: Vec<Box<dyn InputGate>> = Vec::new();
                     for (input, head) in heads.into_iter().enumerate() {
                         let rxs = std::mem::take(&mut receivers[h][input][j]);
-                        let port = graph
-                            .edges
-                            .iter()
-                            .find(|e| e.to == h && e.input == input)
-                            .map(|e| &graph.nodes[e.from].ports[e.port])
-                            .expect("every input of a planned node has an edge");
+                        let port = input_port(graph, h, input);
+                        if let Some(c) = claims.remove(&(h, j)) {
+                            gates.push(port.claimed_gate(rxs, head, c));
+                            continue;
+                        }
                         let key = (format!("{}#in{input}", plan.uids[h]), j);
                         let replay = restore
                             .and_then(|r| r.states.get(&key))
@@ -282,6 +366,7 @@ pub(crate) fn instantiate(
                 id: SubtaskId {
                     actor,
                     attempt,
+                    epoch: 0,
                     head: h,
                     head_uid: plan.uids[h].clone(),
                     subtask: j,
@@ -289,10 +374,67 @@ pub(crate) fn instantiate(
                 driver,
                 counters: Arc::new(SubtaskCounters::default()),
                 rx_waker: wakers[actor].clone(),
+                backup: groups.remove(&(h, j)),
             });
         }
     }
     Ok(specs)
+}
+
+/// The parts of a backed-up subtask gathered while its channels are made.
+#[derive(Default)]
+struct BackupParts {
+    duals: Vec<AnyBox>,
+    backup_rx: Vec<AnyBox>,
+    waker: Arc<AtomicWaker>,
+    outputs: Vec<(usize, Vec<Box<dyn crate::backup::OutputFence>>)>,
+}
+
+/// The record type of input `input` of node `n` (the port of an edge into it).
+fn input_port(graph: &Graph, n: NodeId, input: usize) -> &dyn crate::graph::PortType {
+    graph
+        .edges
+        .iter()
+        .find(|e| e.to == n && e.input == input)
+        .map(|e| &*graph.nodes[e.from].ports[e.port])
+        .expect("every input of a planned node has an edge")
+}
+
+/// The operator of a promoted backup: node `n`, subtask `j`, over the reopened `senders` of
+/// its outgoing edges, restoring `restored` (or what it was deployed with). Returns its head
+/// (`BoxOutput<In>`, erased).
+pub(crate) fn build_promoted(
+    graph: &Graph,
+    plan: &Plan,
+    cfg: &EnvConfig,
+    registry: &OperatorRegistry,
+    n: NodeId,
+    j: usize,
+    senders: Vec<(usize, Vec<AnyBox>)>,
+    restored: Option<Vec<u8>>,
+) -> Result<AnyBox, TaskError> {
+    let mut table: Vec<Vec<Option<Vec<AnyBox>>>> =
+        graph.edges.iter().map(|_| Vec::new()).collect();
+    for (ei, txs) in senders {
+        table[ei] = (0..plan.parallelism[n]).map(|_| None).collect();
+        table[ei][j] = Some(txs);
+    }
+    let restore = restored.map(|bytes| Restore {
+        checkpoint: 0,
+        states: [((plan.uids[n].clone(), j), bytes)].into_iter().collect(),
+    });
+    let mut builder = ChainBuilder {
+        graph,
+        plan,
+        cfg,
+        senders: table,
+        registry,
+        restore: restore.as_ref(),
+    };
+    match builder.build(n, j)? {
+        Built::Inputs { mut heads, .. } if heads.len() == 1 => Ok(heads.remove(0)),
+        _ => unreachable!("internal error: a backed-up operator has one input"),
+    }
 }
 
 struct ChainBuilder<'a> {

@@ -195,6 +195,8 @@ impl<T: Data> DataStream<T> {
             ports: vec![Port::<U>::boxed()],
             builder,
             initial_state: None,
+            backup: None,
+            stateless: false,
         });
         self.edges_into(&mut g, id, 0, part);
         drop(g);
@@ -240,6 +242,41 @@ impl<T: Data> DataStream<T> {
         self
     }
 
+    /// Backs up the operator that produced this stream with the default [`BackupPolicy`]
+    /// (heartbeat every 50 ms, timeout 250 ms): each subtask gets an active backup on another
+    /// thread, fed the same batches, which takes over in milliseconds when the primary
+    /// panics, hangs or loses its thread, with nothing lost or duplicated downstream. The
+    /// operator must be deterministic (the backup recomputes what the primary's output
+    /// lacked), have one input, and not be next to another backed-up operator.
+    ///
+    /// ```no_run
+    /// use weir::Env;
+    ///
+    /// let env = Env::new();
+    /// env.from_collection((0..1000u64).collect::<Vec<_>>())
+    ///     .map(|x| x * 2)
+    ///     .uid("double")
+    ///     .with_backup()
+    ///     .collect();
+    /// env.execute("backed-up").unwrap();
+    /// ```
+    pub fn with_backup(self) -> Self {
+        self.with_backup_policy(crate::BackupPolicy::default())
+    }
+
+    /// Backs up the operator that produced this stream with `policy` (see
+    /// [`with_backup`](Self::with_backup)).
+    pub fn with_backup_policy(self, policy: crate::BackupPolicy) -> Self {
+        self.set("with_backup", |n| n.backup = Some(policy));
+        self
+    }
+
+    /// Marks the operator that produced this stream as keeping no state between records.
+    fn stateless(self) -> Self {
+        self.set("stateless", |n| n.stateless = true);
+        self
+    }
+
     /// The next operator receives this stream from the subtask with the same index (needs
     /// equal parallelism).
     pub fn forward(mut self) -> Self {
@@ -271,6 +308,7 @@ impl<T: Data> DataStream<T> {
                 core: core(env, next),
             }))
         })
+        .stateless()
     }
 
     /// Keeps the records for which `f` is true.
@@ -284,6 +322,7 @@ impl<T: Data> DataStream<T> {
                 core: core(env, next),
             }))
         })
+        .stateless()
     }
 
     /// Emits every item of `f(record)`.
@@ -299,6 +338,7 @@ impl<T: Data> DataStream<T> {
                 core: core(env, next),
             }))
         })
+        .stateless()
     }
 
     /// Runs a [`ProcessFunction`] (or a closure `FnMut(T, &mut Collector<U>)`) per record.
@@ -436,6 +476,8 @@ impl<T: Data> DataStream<T> {
             ports: Vec::new(),
             builder,
             initial_state: None,
+            backup: None,
+            stateless: false,
         });
         self.edges_into(&mut g, id, 0, part);
         drop(g);
@@ -544,6 +586,8 @@ impl<A: Data, B: Data> DataStream<Result<A, B>> {
             ports: vec![Port::<A>::boxed(), Port::<B>::boxed()],
             builder,
             initial_state: None,
+            backup: None,
+            stateless: false,
         });
         self.edges_into(&mut g, id, 0, part);
         drop(g);
@@ -737,6 +781,8 @@ where
         ports: vec![Port::<O>::boxed()],
         builder,
         initial_state: None,
+        backup: None,
+        stateless: false,
     });
     first.edges_into(&mut g, id, 0, pa);
     second.edges_into(&mut g, id, 1, pb);

@@ -63,3 +63,91 @@ impl AtomicWaker {
         self.inner.wake();
     }
 }
+
+/// A concurrent map with per-entry atomic updates: dashmap (sharded locks), or under loom a
+/// mutex around a `HashMap`, so loom sees every interleaving of the code that uses it.
+pub(crate) struct ConcurrentMap<K, V> {
+    #[cfg(not(weir_loom))]
+    inner: dashmap::DashMap<K, V, std::hash::BuildHasherDefault<rustc_hash::FxHasher>>,
+    #[cfg(weir_loom)]
+    inner: Mutex<std::collections::HashMap<K, V>>,
+}
+
+impl<K: std::hash::Hash + Eq + Clone, V> ConcurrentMap<K, V> {
+    pub(crate) fn new() -> Self {
+        ConcurrentMap {
+            #[cfg(not(weir_loom))]
+            inner: dashmap::DashMap::default(),
+            #[cfg(weir_loom)]
+            inner: Mutex::new(std::collections::HashMap::new()),
+        }
+    }
+
+    /// Runs `occupied` on the entry of `key`, or `vacant` (which may insert a value) when there
+    /// is none, with the entry locked against every other update of `key` meanwhile.
+    pub(crate) fn upsert<R>(
+        &self,
+        key: K,
+        occupied: impl FnOnce(&mut V) -> R,
+        vacant: impl FnOnce() -> (R, Option<V>),
+    ) -> R {
+        #[cfg(not(weir_loom))]
+        {
+            match self.inner.entry(key) {
+                dashmap::Entry::Occupied(mut o) => occupied(o.get_mut()),
+                dashmap::Entry::Vacant(v) => {
+                    let (r, value) = vacant();
+                    if let Some(value) = value {
+                        v.insert(value);
+                    }
+                    r
+                }
+            }
+        }
+        #[cfg(weir_loom)]
+        {
+            let mut map = lock(&self.inner);
+            match map.get_mut(&key) {
+                Some(v) => occupied(v),
+                None => {
+                    let (r, value) = vacant();
+                    if let Some(value) = value {
+                        map.insert(key, value);
+                    }
+                    r
+                }
+            }
+        }
+    }
+
+    pub(crate) fn remove(&self, key: &K) -> Option<V> {
+        #[cfg(not(weir_loom))]
+        {
+            self.inner.remove(key).map(|(_, v)| v)
+        }
+        #[cfg(weir_loom)]
+        {
+            lock(&self.inner).remove(key)
+        }
+    }
+
+    /// Keeps only the entries for which `keep` is true.
+    pub(crate) fn retain(&self, mut keep: impl FnMut(&K, &mut V) -> bool) {
+        #[cfg(not(weir_loom))]
+        self.inner.retain(|k, v| keep(k, v));
+        #[cfg(weir_loom)]
+        lock(&self.inner).retain(|k, v| keep(k, v));
+    }
+
+    /// Calls `f` on every entry (not a snapshot: concurrent updates may or may not be seen).
+    pub(crate) fn for_each(&self, mut f: impl FnMut(&K, &V)) {
+        #[cfg(not(weir_loom))]
+        for r in self.inner.iter() {
+            f(r.key(), r.value());
+        }
+        #[cfg(weir_loom)]
+        for (k, v) in lock(&self.inner).iter() {
+            f(k, v);
+        }
+    }
+}

@@ -354,6 +354,30 @@ impl Driver {
         }
     }
 
+    /// Checkpoint `id` was aborted (a backed-up subtask failed over): stop aligning it, so no
+    /// channel stays blocked waiting for a barrier that will not come.
+    fn abort_checkpoint(&mut self, id: u64) {
+        if let Driver::Inputs {
+            gates,
+            aligner,
+            align_started,
+            unaligned,
+            ..
+        } = self
+        {
+            if aligner.in_progress().is_some_and(|cur| cur <= id) {
+                aligner.abandon();
+                *align_started = None;
+            }
+            if unaligned.pending.as_ref().is_some_and(|p| p.id <= id) {
+                unaligned.pending = None;
+                for g in gates.iter_mut() {
+                    let _ = g.take_channel_state();
+                }
+            }
+        }
+    }
+
     fn notify_complete(&mut self, id: u64) -> Result<(), TaskError> {
         match self {
             Driver::Source(s) => s.notify_complete(id),
@@ -570,15 +594,26 @@ pub(crate) enum JobEvent {
     },
     Failed {
         attempt: u64,
+        actor: usize,
+        /// Which primary of a backed-up subtask (0 until a promotion).
+        epoch: u64,
         error: TaskError,
     },
     Lost {
         attempt: u64,
+        actor: usize,
+        epoch: u64,
         uid: String,
         subtask: usize,
         reason: String,
     },
     Cancel,
+    /// The backup of subtask `actor` stopped (it failed, or its arbiter did).
+    BackupLost {
+        attempt: u64,
+        actor: usize,
+        generation: u64,
+    },
     RateControl(crate::rate::RateControlConfig),
     /// A subtask wrote its state for checkpoint `id`.
     Ack {
@@ -612,6 +647,9 @@ pub(crate) struct SubtaskId {
     pub(crate) head: usize,
     /// Which run of the job (0, then +1 per restart): events of older runs are ignored.
     pub(crate) attempt: u64,
+    /// Which primary of a backed-up subtask (0, then +1 per promotion): events of a fenced
+    /// primary are ignored.
+    pub(crate) epoch: u64,
     /// Uid of the chain's first operator.
     pub(crate) head_uid: String,
     pub(crate) subtask: usize,
@@ -790,6 +828,8 @@ impl SubtaskActor {
         if matches!(e, TaskError::Panic { .. }) {
             self.report(JobEvent::Failed {
                 attempt: self.id.attempt,
+                actor: self.id.actor,
+                epoch: self.id.epoch,
                 error: e,
             });
             return;
@@ -838,6 +878,8 @@ impl Drop for SubtaskActor {
         if !self.reported {
             let event = JobEvent::Lost {
                 attempt: self.id.attempt,
+                actor: self.id.actor,
+                epoch: self.id.epoch,
                 uid: self.id.head_uid.clone(),
                 subtask: self.id.subtask,
                 reason: "the subtask's actor stopped before its input ended".into(),
@@ -879,6 +921,8 @@ impl ActorFuture<SubtaskActor> for DataLane {
                 tracing::warn!(uid = %act.id.head_uid, subtask = act.id.subtask, error = ?e, "subtask failed");
                 act.report(JobEvent::Failed {
                     attempt: act.id.attempt,
+                    actor: act.id.actor,
+                    epoch: act.id.epoch,
                     error: e,
                 });
                 ctx.stop();
@@ -1087,12 +1131,31 @@ impl Handler<NotifyComplete> for SubtaskActor {
             Err(e) => {
                 self.report(JobEvent::Failed {
                     attempt: self.id.attempt,
+                    actor: self.id.actor,
+                    epoch: self.id.epoch,
                     error: e,
                 });
                 ctx.stop();
                 Ok(())
             }
         }
+    }
+}
+
+/// Checkpoint `id` was aborted because a backed-up subtask failed over.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct AbortCheckpoint(pub(crate) u64);
+
+impl Message for AbortCheckpoint {
+    type Result = ();
+}
+
+impl Handler<AbortCheckpoint> for SubtaskActor {
+    type Result = ();
+
+    fn handle(&mut self, msg: AbortCheckpoint, _ctx: &mut Self::Context) {
+        self.counters.mails_handled.fetch_add(1, Ordering::Relaxed);
+        self.driver.abort_checkpoint(msg.0);
     }
 }
 

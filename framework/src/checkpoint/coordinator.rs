@@ -214,6 +214,17 @@ impl Coordinator {
         Ok(())
     }
 
+    /// Aborts every checkpoint in progress because a backed-up subtask failed over (its new
+    /// primary never saw their barriers). Not counted against the tolerance: nothing failed
+    /// to persist. Returns the aborted ids and the newest id triggered so far (barriers up to
+    /// it are stale for the new primary).
+    pub(crate) fn abort_for_failover(&mut self) -> (Vec<u64>, u64) {
+        let aborted: Vec<u64> = self.pending.keys().copied().collect();
+        self.pending.clear();
+        self.stats.number_of_in_progress_checkpoints = 0;
+        (aborted, self.next_id.saturating_sub(1))
+    }
+
     /// Stops triggering (a subtask finished: later checkpoints could not restore it).
     pub(crate) fn stop_triggering(&mut self) {
         self.interval = Duration::MAX;

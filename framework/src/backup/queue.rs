@@ -1,0 +1,517 @@
+//! The buffer queue of one backed-up subtask: the input batches its primary claimed (and the
+//! order it processed them in), the batches its backup received first, and what a promoted
+//! backup must replay.
+//!
+//! Ids are per input batch: `(channel, seq)`, where `seq` is the batch's position on that
+//! input channel (dense, increasing; the primary's and the backup's copies of a channel have
+//! the same positions, see `channel::Dual`). The queue works per batch, never per record.
+//!
+//! - **ADD / FILTER** (the paper's Algorithm 1): the backup [`offer`](BufferQueue::offer)s
+//!   every batch it receives. If the primary has claimed it already, the offer is *filtered*
+//!   (no second copy, no computation); otherwise the payload is *added* and waits for the
+//!   primary's claim. The primary [`claim`](BufferQueue::claim)s each batch before processing
+//!   it, in its processing order (its *steps*), inserting the payload if the backup has not.
+//!   A channel's claim watermark is raised under the entry's lock, so a late offer of a batch
+//!   that was claimed and already released is filtered, never re-added.
+//! - **Release**: a step's entry is dropped once everything it emitted is in the downstream
+//!   subtasks' input channels (they survive the primary) and, for a stateful operator, once
+//!   a completed checkpoint covers it.
+//! - **Fencing**: [`fence`](BufferQueue::fence) raises the epoch; a claim of an older epoch (a
+//!   primary that was declared dead but still runs) fails, so it can never add steps.
+//! - **Bound**: above `max_bytes` the queue turns *degraded*: it drops its payloads and keeps
+//!   none (a failure then falls back to restart-all, which replays from the sources, so
+//!   nothing a replay needs is lost) and says so in its metrics.
+//!
+//! This module owns the data structure only; who calls it when is `backup`'s business.
+
+use std::collections::VecDeque;
+
+use crate::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use crate::sync::{lock, ConcurrentMap, Mutex};
+
+/// An input batch: (input channel, position of the batch on that channel).
+pub(crate) type BatchId = (u32, u64);
+
+struct Entry<P> {
+    payload: P,
+    bytes: u64,
+    claimed: bool,
+}
+
+/// One processing step of the primary: the batch it processed, and the positions of its
+/// output channels after the step's output (unknown until the next step begins).
+#[derive(Debug)]
+struct Step {
+    id: BatchId,
+    after: Option<Box<[u64]>>,
+}
+
+#[derive(Debug)]
+struct StepLog {
+    /// Step number of `steps[0]`.
+    first: u64,
+    steps: VecDeque<Step>,
+    /// Output positions before `steps[0]`.
+    base: Box<[u64]>,
+    /// The current primary's epoch.
+    epoch: u64,
+}
+
+/// The state a promoted backup starts from (stateful operators): the last completed
+/// checkpoint of the primary, held in memory.
+#[derive(Debug, Clone)]
+pub(crate) struct Restart {
+    /// Checkpoint id (0: the state the subtask was deployed with).
+    pub(crate) checkpoint: u64,
+    /// The first step after the checkpoint.
+    pub(crate) step: u64,
+    /// Output positions at the checkpoint.
+    pub(crate) positions: Box<[u64]>,
+    /// The operator's snapshot, if it had one.
+    pub(crate) state: Option<Vec<u8>>,
+}
+
+/// What a promoted backup replays, in order, before it reads its input channels.
+#[derive(Debug)]
+pub(crate) struct ReplayPlan<P> {
+    /// The state to restore (stateful operators), and its checkpoint.
+    pub(crate) restore: Option<(u64, Vec<u8>)>,
+    /// Output positions before the first replayed batch: the replay's output starts there.
+    pub(crate) positions: Box<[u64]>,
+    /// The batches to process again: the primary's steps from the restart point, then the
+    /// batches only the backup had (per channel in position order).
+    pub(crate) batches: Vec<(BatchId, P)>,
+    /// How many of `batches` the primary had processed (claimed) before.
+    pub(crate) reprocessed: usize,
+}
+
+/// A claim refused because the claimer was fenced (a newer primary exists).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Fenced {
+    pub(crate) epoch: u64,
+}
+
+/// What became of an offered batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Offer {
+    /// Kept: the primary has not claimed it yet.
+    Added,
+    /// The primary claimed it already: not kept again.
+    Filtered,
+    /// The queue is degraded and keeps nothing.
+    Dropped,
+}
+
+/// Counters for the metrics.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct QueueStats {
+    pub(crate) entries: u64,
+    pub(crate) bytes: u64,
+    pub(crate) filtered: u64,
+    pub(crate) added: u64,
+    pub(crate) claimed: u64,
+    pub(crate) degraded: bool,
+}
+
+/// See the module doc.
+pub(crate) struct BufferQueue<P> {
+    entries: ConcurrentMap<BatchId, Entry<P>>,
+    /// Per input channel: every batch below this position was claimed.
+    claimed_upto: Box<[AtomicU64]>,
+    log: Mutex<StepLog>,
+    restart: Mutex<Restart>,
+    stateful: bool,
+    max_bytes: u64,
+    bytes: AtomicU64,
+    len: AtomicU64,
+    filtered: AtomicU64,
+    added: AtomicU64,
+    claimed: AtomicU64,
+    degraded: AtomicBool,
+}
+
+impl<P: Clone> BufferQueue<P> {
+    /// A queue for a subtask with `inputs` input channels and `outputs` output channels.
+    /// `initial` is the state the subtask was deployed with (stateful operators).
+    pub(crate) fn new(
+        inputs: usize,
+        outputs: usize,
+        stateful: bool,
+        max_bytes: u64,
+        initial: Option<Vec<u8>>,
+    ) -> Self {
+        let zeros: Box<[u64]> = vec![0; outputs].into();
+        BufferQueue {
+            entries: ConcurrentMap::new(),
+            claimed_upto: (0..inputs).map(|_| AtomicU64::new(0)).collect(),
+            log: Mutex::new(StepLog {
+                first: 0,
+                steps: VecDeque::new(),
+                base: zeros.clone(),
+                epoch: 0,
+            }),
+            restart: Mutex::new(Restart {
+                checkpoint: 0,
+                step: 0,
+                positions: zeros,
+                state: initial,
+            }),
+            stateful,
+            max_bytes,
+            bytes: AtomicU64::new(0),
+            len: AtomicU64::new(0),
+            filtered: AtomicU64::new(0),
+            added: AtomicU64::new(0),
+            claimed: AtomicU64::new(0),
+            degraded: AtomicBool::new(false),
+        }
+    }
+
+    /// The backup received batch `id` (ADD or FILTER).
+    pub(crate) fn offer(&self, id: BatchId, payload: P, bytes: u64) -> Offer {
+        if self.degraded.load(Ordering::Acquire) {
+            return Offer::Dropped;
+        }
+        let watermark = &self.claimed_upto[id.0 as usize];
+        let offer = self.entries.upsert(
+            id,
+            |_| Offer::Filtered,
+            || {
+                if id.1 < watermark.load(Ordering::Acquire) {
+                    (Offer::Filtered, None)
+                } else {
+                    let entry = Entry {
+                        payload,
+                        bytes,
+                        claimed: false,
+                    };
+                    (Offer::Added, Some(entry))
+                }
+            },
+        );
+        match offer {
+            Offer::Added => {
+                self.added.fetch_add(1, Ordering::Relaxed);
+                self.account(bytes);
+            }
+            Offer::Filtered => {
+                self.filtered.fetch_add(1, Ordering::Relaxed);
+            }
+            Offer::Dropped => {}
+        }
+        offer
+    }
+
+    /// The primary of `epoch` is about to process batch `id`; `positions` are its output
+    /// channels' positions now (everything the previous step emitted is in them). Returns the
+    /// step number, or [`Fenced`] if a newer primary exists.
+    pub(crate) fn claim(
+        &self,
+        epoch: u64,
+        id: BatchId,
+        payload: &P,
+        bytes: u64,
+        positions: &[u64],
+    ) -> Result<u64, Fenced> {
+        let mut log = lock(&self.log);
+        if log.epoch != epoch {
+            return Err(Fenced { epoch: log.epoch });
+        }
+        if let Some(last) = log.steps.back_mut() {
+            if last.after.is_none() {
+                last.after = Some(positions.into());
+            }
+        }
+        let step = log.first + log.steps.len() as u64;
+        log.steps.push_back(Step { id, after: None });
+        let degraded = self.degraded.load(Ordering::Acquire);
+        let watermark = &self.claimed_upto[id.0 as usize];
+        let inserted = self.entries.upsert(
+            id,
+            |e| {
+                e.claimed = true;
+                watermark.fetch_max(id.1 + 1, Ordering::AcqRel);
+                false
+            },
+            || {
+                watermark.fetch_max(id.1 + 1, Ordering::AcqRel);
+                if degraded {
+                    return (false, None);
+                }
+                let entry = Entry {
+                    payload: payload.clone(),
+                    bytes,
+                    claimed: true,
+                };
+                (true, Some(entry))
+            },
+        );
+        self.claimed.fetch_add(1, Ordering::Relaxed);
+        if inserted {
+            self.account(bytes);
+        }
+        self.release_locked(&mut log);
+        Ok(step)
+    }
+
+    /// The primary's output positions after its latest step (it is idle, or at a barrier),
+    /// so that step can be released without waiting for the next one.
+    pub(crate) fn settle(&self, epoch: u64, positions: &[u64]) {
+        let mut log = lock(&self.log);
+        if log.epoch != epoch {
+            return;
+        }
+        if let Some(last) = log.steps.back_mut() {
+            if last.after.is_none() {
+                last.after = Some(positions.into());
+            }
+        }
+        self.release_locked(&mut log);
+    }
+
+    /// The step the next claim will get (a checkpoint taken now covers every step before it).
+    pub(crate) fn next_step(&self) -> u64 {
+        let log = lock(&self.log);
+        log.first + log.steps.len() as u64
+    }
+
+    /// A checkpoint of the primary completed: a promoted backup restarts from `restart` (if
+    /// newer than what the queue holds), and the steps before it can go.
+    pub(crate) fn checkpoint_complete(&self, restart: Restart) {
+        {
+            let mut r = lock(&self.restart);
+            if restart.checkpoint <= r.checkpoint && r.checkpoint != 0 {
+                return;
+            }
+            *r = restart;
+        }
+        let mut log = lock(&self.log);
+        self.release_locked(&mut log);
+    }
+
+    fn release_locked(&self, log: &mut StepLog) {
+        let limit = if self.stateful {
+            lock(&self.restart).step
+        } else {
+            u64::MAX
+        };
+        while log.first < limit {
+            let Some(front) = log.steps.front() else {
+                break;
+            };
+            let Some(after) = &front.after else { break };
+            let after = after.clone();
+            let id = front.id;
+            log.steps.pop_front();
+            log.first += 1;
+            log.base = after;
+            if let Some(e) = self.entries.remove(&id) {
+                self.unaccount(e.bytes);
+            }
+        }
+    }
+
+    /// Fences every primary of the current epoch: their claims fail from now on. Returns the
+    /// new epoch.
+    pub(crate) fn fence(&self) -> u64 {
+        let mut log = lock(&self.log);
+        log.epoch += 1;
+        log.epoch
+    }
+
+    /// What a promoted backup replays, given how far each output channel got (`delivered`:
+    /// its position when the old primary was fenced). Call after [`fence`](Self::fence) and
+    /// once the backup stopped offering. The replayed steps are taken off the log: the new
+    /// primary claims them again as it replays.
+    pub(crate) fn replay_plan(&self, delivered: &[u64]) -> Option<ReplayPlan<P>> {
+        if self.degraded.load(Ordering::Acquire) {
+            return None;
+        }
+        let mut log = lock(&self.log);
+        let (start, positions, restore) = if self.stateful {
+            let r = lock(&self.restart);
+            if r.step < log.first {
+                return None; // cannot happen: steps after the checkpoint are never released
+            }
+            let restore = r.state.clone().map(|s| (r.checkpoint, s));
+            (r.step, r.positions.clone(), restore)
+        } else {
+            // The first step whose output did not all get through.
+            let mut start = log.first + log.steps.len() as u64;
+            let mut positions = log.base.clone();
+            let mut before = log.base.clone();
+            for (k, s) in log.steps.iter().enumerate() {
+                let through = s.after.as_ref().is_some_and(|after| {
+                    after.iter().zip(delivered).all(|(a, d)| a <= d)
+                });
+                if !through {
+                    start = log.first + k as u64;
+                    positions = before;
+                    break;
+                }
+                if let Some(after) = &s.after {
+                    before = after.clone();
+                    positions = after.clone();
+                }
+            }
+            (start, positions, None)
+        };
+        let skip = (start - log.first) as usize;
+        let mut batches = Vec::new();
+        for s in log.steps.iter().skip(skip) {
+            let payload = self.payload(s.id)?;
+            batches.push((s.id, payload));
+        }
+        let reprocessed = batches.len();
+        log.steps.truncate(skip);
+        drop(log);
+        let mut unclaimed: Vec<(BatchId, P)> = Vec::new();
+        self.entries.for_each(|id, e| {
+            if !e.claimed {
+                unclaimed.push((*id, e.payload.clone()));
+            }
+        });
+        unclaimed.sort_by_key(|(id, _)| (id.1, id.0));
+        batches.extend(unclaimed);
+        Some(ReplayPlan {
+            restore,
+            positions,
+            batches,
+            reprocessed,
+        })
+    }
+
+    fn payload(&self, id: BatchId) -> Option<P> {
+        let mut out = None;
+        self.entries.upsert(
+            id,
+            |e| out = Some(e.payload.clone()),
+            || ((), None),
+        );
+        out
+    }
+
+    fn account(&self, bytes: u64) {
+        self.len.fetch_add(1, Ordering::Relaxed);
+        let total = self.bytes.fetch_add(bytes, Ordering::Relaxed) + bytes;
+        if total > self.max_bytes && !self.degraded.swap(true, Ordering::AcqRel) {
+            tracing::warn!(
+                bytes = total,
+                max_memory = self.max_bytes,
+                "buffer queue full: backup degraded, a failure of this subtask restarts the job"
+            );
+            self.entries.retain(|_, _| false);
+            self.len.store(0, Ordering::Relaxed);
+            self.bytes.store(0, Ordering::Relaxed);
+        }
+    }
+
+    fn unaccount(&self, bytes: u64) {
+        self.len.fetch_sub(1, Ordering::Relaxed);
+        self.bytes.fetch_sub(bytes, Ordering::Relaxed);
+    }
+
+    pub(crate) fn is_degraded(&self) -> bool {
+        self.degraded.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn stats(&self) -> QueueStats {
+        QueueStats {
+            entries: self.len.load(Ordering::Relaxed),
+            bytes: self.bytes.load(Ordering::Relaxed),
+            filtered: self.filtered.load(Ordering::Relaxed),
+            added: self.added.load(Ordering::Relaxed),
+            claimed: self.claimed.load(Ordering::Relaxed),
+            degraded: self.degraded.load(Ordering::Acquire),
+        }
+    }
+}
+
+#[cfg(all(test, not(weir_loom)))]
+mod tests {
+    use super::*;
+
+    fn q(stateful: bool) -> BufferQueue<u64> {
+        BufferQueue::new(2, 1, stateful, 1 << 20, None)
+    }
+
+    #[test]
+    fn offer_after_claim_is_filtered_and_before_claim_is_added() {
+        let q = q(false);
+        assert_eq!(q.claim(0, (0, 0), &10, 8, &[0]), Ok(0));
+        assert_eq!(q.offer((0, 0), 10, 8), Offer::Filtered);
+        assert_eq!(q.offer((0, 1), 11, 8), Offer::Added);
+        assert_eq!(q.claim(0, (0, 1), &11, 8, &[1]), Ok(1));
+        // Step 0 is released (its output got through); a late offer is still filtered.
+        assert_eq!(q.stats().entries, 1);
+        assert_eq!(q.offer((0, 0), 10, 8), Offer::Filtered);
+        assert_eq!(q.stats().entries, 1);
+    }
+
+    #[test]
+    fn stateless_replay_starts_at_the_first_step_not_through() {
+        let q = q(false);
+        q.claim(0, (0, 0), &10, 8, &[0]).unwrap();
+        q.claim(0, (1, 0), &20, 8, &[2]).unwrap();
+        q.claim(0, (0, 1), &11, 8, &[3]).unwrap();
+        q.offer((1, 1), 21, 8);
+        q.fence();
+        // Step 2 emitted from position 3; the downstream has 3 records: replay step 2, then
+        // the batch only the backup had.
+        let plan = q.replay_plan(&[3]).unwrap();
+        let ids: Vec<BatchId> = plan.batches.iter().map(|(id, _)| *id).collect();
+        assert_eq!(ids, vec![(0, 1), (1, 1)]);
+        assert_eq!(&*plan.positions, &[3]);
+        assert_eq!(plan.reprocessed, 1);
+        assert!(plan.restore.is_none());
+    }
+
+    #[test]
+    fn stateful_replay_starts_at_the_checkpoint() {
+        let q = q(true);
+        q.claim(0, (0, 0), &10, 8, &[0]).unwrap();
+        q.claim(0, (0, 1), &11, 8, &[1]).unwrap();
+        let step = q.next_step();
+        q.settle(0, &[2]);
+        q.checkpoint_complete(Restart {
+            checkpoint: 1,
+            step,
+            positions: vec![2].into(),
+            state: Some(vec![7]),
+        });
+        assert_eq!(q.stats().entries, 0, "steps before the checkpoint are released");
+        q.claim(0, (0, 2), &12, 8, &[2]).unwrap();
+        q.claim(0, (0, 3), &13, 8, &[3]).unwrap();
+        q.settle(0, &[4]);
+        assert_eq!(q.stats().entries, 2, "steps after the checkpoint are kept");
+        q.fence();
+        let plan = q.replay_plan(&[4]).unwrap();
+        assert_eq!(plan.restore, Some((1, vec![7])));
+        assert_eq!(&*plan.positions, &[2]);
+        let ids: Vec<BatchId> = plan.batches.iter().map(|(id, _)| *id).collect();
+        assert_eq!(ids, vec![(0, 2), (0, 3)]);
+    }
+
+    #[test]
+    fn a_fenced_primary_cannot_claim() {
+        let q = q(false);
+        q.claim(0, (0, 0), &10, 8, &[0]).unwrap();
+        assert_eq!(q.fence(), 1);
+        assert_eq!(q.claim(0, (0, 1), &11, 8, &[1]), Err(Fenced { epoch: 1 }));
+        assert_eq!(q.claim(1, (0, 1), &11, 8, &[1]), Ok(1));
+    }
+
+    #[test]
+    fn full_queue_degrades_and_keeps_nothing() {
+        let q: BufferQueue<u64> = BufferQueue::new(1, 1, true, 20, None);
+        assert_eq!(q.offer((0, 0), 1, 8), Offer::Added);
+        assert_eq!(q.offer((0, 1), 1, 8), Offer::Added);
+        assert!(!q.is_degraded());
+        q.offer((0, 2), 1, 8);
+        assert!(q.is_degraded());
+        assert_eq!(q.stats().entries, 0);
+        assert_eq!(q.offer((0, 3), 1, 8), Offer::Dropped);
+        q.fence();
+        assert!(q.replay_plan(&[0]).is_none(), "a degraded queue cannot promote");
+    }
+}
