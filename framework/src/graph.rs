@@ -119,8 +119,12 @@ pub(crate) trait PortType: Send {
         outputs: Vec<(usize, Vec<Box<dyn crate::backup::OutputFence>>)>,
     ) -> (std::sync::Arc<dyn crate::backup::BackupGroup>, AnyBox);
     /// The gate of a backed-up primary (`claims`: a `Claims<T>`).
-    fn claimed_gate(&self, receivers: Vec<AnyBox>, head: AnyBox, claims: AnyBox)
-        -> Box<dyn InputGate>;
+    fn claimed_gate(
+        &self,
+        receivers: Vec<AnyBox>,
+        head: AnyBox,
+        claims: AnyBox,
+    ) -> Box<dyn InputGate>;
 }
 
 pub(crate) struct Port<T>(std::marker::PhantomData<fn() -> T>);
@@ -184,11 +188,17 @@ impl<T: Data> PortType for Port<T> {
     ) -> (std::sync::Arc<dyn crate::backup::BackupGroup>, AnyBox) {
         let duals = duals.into_iter().map(unbox).collect();
         let backup_rx = backup_rx.into_iter().map(unbox).collect();
-        let group = crate::backup::TypedGroup::<T>::new(spec, duals, backup_rx, backup_waker, outputs);
+        let group =
+            crate::backup::TypedGroup::<T>::new(spec, duals, backup_rx, backup_waker, outputs);
         let claims: AnyBox = Box::new(group.claims());
         (group, claims)
     }
-    fn claimed_gate(&self, receivers: Vec<AnyBox>, head: AnyBox, claims: AnyBox) -> Box<dyn InputGate> {
+    fn claimed_gate(
+        &self,
+        receivers: Vec<AnyBox>,
+        head: AnyBox,
+        claims: AnyBox,
+    ) -> Box<dyn InputGate> {
         let receivers = receivers.into_iter().map(unbox).collect();
         typed_gate::<T>(
             receivers,

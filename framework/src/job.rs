@@ -15,6 +15,8 @@ use actix::prelude::*;
 use futures::channel::mpsc::{unbounded, UnboundedSender};
 use futures::StreamExt;
 
+use crate::backup::{BackupGroup, BackupMetrics, BackupPing};
+use crate::checkpoint::align::AlignMode;
 use crate::checkpoint::coordinator::{CheckpointStats, Completed, Coordinator};
 use crate::checkpoint::store;
 use crate::config::EnvConfig;
@@ -28,8 +30,6 @@ use crate::restart::{RestartStrategy, RestartTracker};
 use crate::sampler::{OperatorProbe, RateController, Sampler, SubtaskProbe};
 use crate::sync::atomic::Ordering;
 use crate::sync::{lock, Arc, Mutex};
-use crate::backup::{BackupGroup, BackupMetrics, BackupPing};
-use crate::checkpoint::align::AlignMode;
 use crate::task::{
     AbortCheckpoint, Configure, Driver, JobEvent, NotifyComplete, Ping, Sample, SetRate,
     SnapshotState, Stop, SubtaskActor, SubtaskId, SubtaskStatus, TriggerCheckpoint,
@@ -765,19 +765,18 @@ fn deploy(
                 p
             }
         };
-        let addr =
-            SubtaskActor::start_in_arbiter(&arbiters[arbiter].handle(), move |_| {
-                SubtaskActor::new(
-                    spec.id,
-                    spec.driver,
-                    events,
-                    spec.counters,
-                    spec.rx_waker,
-                    linger,
-                    slot,
-                    root,
-                )
-            });
+        let addr = SubtaskActor::start_in_arbiter(&arbiters[arbiter].handle(), move |_| {
+            SubtaskActor::new(
+                spec.id,
+                spec.driver,
+                events,
+                spec.counters,
+                spec.rx_waker,
+                linger,
+                slot,
+                root,
+            )
+        });
         actors.push(ActorEntry {
             uids,
             subtask,
@@ -1187,7 +1186,17 @@ async fn supervise(
                 match dep.backups.iter().position(|b| b.actor == actor) {
                     Some(i) => {
                         let why = format!("{:?}", error);
-                        if let Err(m) = failover(dep, i, &why, fo, cfg, attempt, coordinator.as_deref_mut(), checkpoint_root, &mut savepoints) {
+                        if let Err(m) = failover(
+                            dep,
+                            i,
+                            &why,
+                            fo,
+                            cfg,
+                            attempt,
+                            coordinator.as_deref_mut(),
+                            checkpoint_root,
+                            &mut savepoints,
+                        ) {
                             tracing::warn!(reason = %m, "promotion impossible: restarting the job");
                             return Err(error.into_job_error(job));
                         }
@@ -1208,8 +1217,20 @@ async fn supervise(
                 }
                 match dep.backups.iter().position(|b| b.actor == actor) {
                     Some(i) => {
-                        failover(dep, i, &reason, fo, cfg, attempt, coordinator.as_deref_mut(), checkpoint_root, &mut savepoints)
-                            .map_err(|m| lost(uid, subtask, format!("{reason}; promotion impossible: {m}")))?;
+                        failover(
+                            dep,
+                            i,
+                            &reason,
+                            fo,
+                            cfg,
+                            attempt,
+                            coordinator.as_deref_mut(),
+                            checkpoint_root,
+                            &mut savepoints,
+                        )
+                        .map_err(|m| {
+                            lost(uid, subtask, format!("{reason}; promotion impossible: {m}"))
+                        })?;
                     }
                     None => return Err(lost(uid, subtask, reason)),
                 }

@@ -14,6 +14,7 @@ use std::collections::HashSet;
 
 use crate::sync::AtomicWaker;
 
+use crate::backup::{BackupGroup, GroupSpec};
 use crate::checkpoint::align::AlignMode;
 use crate::config::EnvConfig;
 use crate::error::{PlanError, TaskError};
@@ -22,7 +23,6 @@ use crate::metrics::{OperatorCounters, SubtaskCounters};
 use crate::operator::OperatorInfo;
 use crate::partition::{OutputConfig, PartitionKind};
 use crate::sync::Arc;
-use crate::backup::{BackupGroup, GroupSpec};
 use crate::task::{Driver, InputGate, SubtaskId};
 
 /// The resolved shape of a job.
@@ -240,8 +240,7 @@ pub(crate) fn instantiate(
         })
         .collect();
     // Backed-up subtasks: their dual channels in, their output channels, by (node, subtask).
-    let mut backups: std::collections::HashMap<(NodeId, usize), BackupParts> =
-        Default::default();
+    let mut backups: std::collections::HashMap<(NodeId, usize), BackupParts> = Default::default();
     for (id, node) in graph.nodes.iter().enumerate() {
         if node.backup.is_some() {
             for j in 0..plan.parallelism[id] {
@@ -306,8 +305,13 @@ pub(crate) fn instantiate(
             initial: restore.and_then(|r| r.states.get(&(plan.uids[id].clone(), j)).cloned()),
             faults: cfg.faults.clone(),
         };
-        let (group, first) =
-            port.backup_group(spec, parts.duals, parts.backup_rx, parts.waker, parts.outputs);
+        let (group, first) = port.backup_group(
+            spec,
+            parts.duals,
+            parts.backup_rx,
+            parts.waker,
+            parts.outputs,
+        );
         groups.insert((id, j), group);
         claims.insert((id, j), first);
     }
@@ -413,8 +417,7 @@ pub(crate) fn build_promoted(
     senders: Vec<(usize, Vec<AnyBox>)>,
     restored: Option<Vec<u8>>,
 ) -> Result<AnyBox, TaskError> {
-    let mut table: Vec<Vec<Option<Vec<AnyBox>>>> =
-        graph.edges.iter().map(|_| Vec::new()).collect();
+    let mut table: Vec<Vec<Option<Vec<AnyBox>>>> = graph.edges.iter().map(|_| Vec::new()).collect();
     for (ei, txs) in senders {
         table[ei] = (0..plan.parallelism[n]).map(|_| None).collect();
         table[ei][j] = Some(txs);

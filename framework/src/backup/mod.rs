@@ -21,9 +21,9 @@
 //! The supervisor that decides *when* to promote (heartbeats, failure events) and builds the
 //! new primary's operators is the job's (`job`); placement on arbiters too.
 
-pub(crate) mod queue;
 #[cfg(all(test, weir_loom))]
 mod loom_models;
+pub(crate) mod queue;
 
 use std::collections::VecDeque;
 use std::pin::Pin;

@@ -341,9 +341,10 @@ impl<P: Clone> BufferQueue<P> {
             let mut positions = log.base.clone();
             let mut before = log.base.clone();
             for (k, s) in log.steps.iter().enumerate() {
-                let through = s.after.as_ref().is_some_and(|after| {
-                    after.iter().zip(delivered).all(|(a, d)| a <= d)
-                });
+                let through = s
+                    .after
+                    .as_ref()
+                    .is_some_and(|after| after.iter().zip(delivered).all(|(a, d)| a <= d));
                 if !through {
                     start = log.first + k as u64;
                     positions = before;
@@ -383,11 +384,8 @@ impl<P: Clone> BufferQueue<P> {
 
     fn payload(&self, id: BatchId) -> Option<P> {
         let mut out = None;
-        self.entries.upsert(
-            id,
-            |e| out = Some(e.payload.clone()),
-            || ((), None),
-        );
+        self.entries
+            .upsert(id, |e| out = Some(e.payload.clone()), || ((), None));
         out
     }
 
@@ -479,7 +477,11 @@ mod tests {
             positions: vec![2].into(),
             state: Some(vec![7]),
         });
-        assert_eq!(q.stats().entries, 0, "steps before the checkpoint are released");
+        assert_eq!(
+            q.stats().entries,
+            0,
+            "steps before the checkpoint are released"
+        );
         q.claim(0, (0, 2), &12, 8, &[2]).unwrap();
         q.claim(0, (0, 3), &13, 8, &[3]).unwrap();
         q.settle(0, &[4]);
@@ -512,6 +514,9 @@ mod tests {
         assert_eq!(q.stats().entries, 0);
         assert_eq!(q.offer((0, 3), 1, 8), Offer::Dropped);
         q.fence();
-        assert!(q.replay_plan(&[0]).is_none(), "a degraded queue cannot promote");
+        assert!(
+            q.replay_plan(&[0]).is_none(),
+            "a degraded queue cannot promote"
+        );
     }
 }

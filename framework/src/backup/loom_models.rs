@@ -1,0 +1,141 @@
+//! Loom models of the buffer-queue backup's concurrent cores. Run with
+//! `RUSTFLAGS="--cfg weir_loom" LOOM_MAX_PREEMPTIONS=2 cargo test -p weir --lib --release loom_`.
+//!
+//! 1. The primary (claims) and the backup (offers) race on the same batch ids, while the
+//!    queue releases what got through; then the primary fails mid-step and a promotion plans
+//!    the replay. Every id is processed exactly once: by the primary (its output got
+//!    through) or by the replay, and no payload the replay needs was released.
+//! 2. A promotion races a zombie primary that still emits: after the output channel is
+//!    fenced and reopened, the downstream receives every record exactly once, in order.
+
+use crate::channel::{channel, Batch, Event, Full, OutputChannel, Sender};
+use crate::sync::{Arc, AtomicWaker};
+
+use super::queue::{BufferQueue, Offer};
+
+const N: u64 = 3;
+
+/// Primary claims batches 0..`claimed` of one channel in order, each step emitting one
+/// record; the last claimed step's output never gets out (it fails inside it). The backup
+/// offers every batch concurrently.
+fn claim_filter_release_then_promote(claimed: u64) {
+    loom::model(move || {
+        let q = Arc::new(BufferQueue::<u64>::new(1, 1, false, 1 << 20, None));
+        let delivered = Arc::new(crate::sync::atomic::AtomicU64::new(0));
+        let (qp, dp) = (q.clone(), delivered.clone());
+        let primary = loom::thread::spawn(move || {
+            for id in 0..claimed {
+                // Output position now: one record per completed step.
+                let pos = dp.load(crate::sync::atomic::Ordering::SeqCst);
+                qp.claim(0, (0, id), &(100 + id), 1, &[pos])
+                    .expect("not fenced");
+                if id + 1 < claimed {
+                    dp.store(id + 1, crate::sync::atomic::Ordering::SeqCst);
+                }
+            }
+        });
+        let qb = q.clone();
+        let backup = loom::thread::spawn(move || {
+            let mut kept = 0;
+            for id in 0..N {
+                if qb.offer((0, id), 100 + id, 1) == Offer::Added {
+                    kept += 1;
+                }
+            }
+            kept
+        });
+        primary.join().unwrap();
+        let _ = backup.join().unwrap();
+        q.fence();
+        let d = delivered.load(crate::sync::atomic::Ordering::SeqCst);
+        let plan = q.replay_plan(&[d]).expect("not degraded");
+        let replayed: Vec<u64> = plan.batches.iter().map(|(id, _)| id.1).collect();
+        // Everything the downstream lacks is replayed, once, in order, with its payload.
+        let expected: Vec<u64> = (d..N).collect();
+        assert_eq!(replayed, expected, "delivered {d}");
+        for (id, payload) in &plan.batches {
+            assert_eq!(*payload, 100 + id.1);
+        }
+        assert_eq!(&*plan.positions, &[d]);
+    });
+}
+
+#[test]
+fn loom_buffer_queue_claim_filter_release_primary_failed_early() {
+    claim_filter_release_then_promote(1);
+}
+
+#[test]
+fn loom_buffer_queue_claim_filter_release_primary_failed_late() {
+    claim_filter_release_then_promote(N);
+}
+
+/// The claim watermark: a batch claimed and released before the backup offers it is
+/// filtered, never re-added (it would be replayed a second time).
+#[test]
+fn loom_buffer_queue_late_offer_after_release_is_filtered() {
+    loom::model(|| {
+        let q = Arc::new(BufferQueue::<u64>::new(1, 1, false, 1 << 20, None));
+        let qp = q.clone();
+        let primary = loom::thread::spawn(move || {
+            qp.claim(0, (0, 0), &7, 1, &[0]).unwrap();
+            // Step 0's output is through once step 1 starts: step 0 is released.
+            qp.claim(0, (0, 1), &8, 1, &[1]).unwrap();
+            qp.settle(0, &[2]);
+        });
+        let offer = q.offer((0, 0), 7, 1);
+        primary.join().unwrap();
+        q.fence();
+        let plan = q.replay_plan(&[2]).unwrap();
+        assert!(
+            plan.batches.is_empty(),
+            "offer was {offer:?}; replay {:?}",
+            plan.batches.iter().map(|(id, _)| *id).collect::<Vec<_>>()
+        );
+    });
+}
+
+fn send_spinning(tx: &Sender<u64>, mut event: Event<u64>) {
+    loop {
+        match tx.try_send(event) {
+            Ok(()) => return,
+            Err(Full(e)) => {
+                event = e;
+                loom::thread::yield_now();
+            }
+        }
+    }
+}
+
+/// A zombie primary keeps emitting records 0, 1, 2 (one per batch) while the supervisor
+/// fences the channel and the promoted backup replays from the start: the downstream gets
+/// each record once, in order.
+#[test]
+fn loom_fenced_zombie_primary_duplicates_nothing() {
+    loom::model(|| {
+        let (tx, rx) = channel::<u64>(4, Arc::new(AtomicWaker::new()));
+        let handle: OutputChannel<u64> = tx.handle().unwrap();
+        let zombie = loom::thread::spawn(move || {
+            for id in 0..N {
+                send_spinning(&tx, Event::Batch(Batch::Owned(vec![id])));
+            }
+        });
+        // Promotion: fence, learn how far the channel got, replay everything from 0 with what
+        // it has suppressed.
+        let have = handle.fence();
+        let promoted = handle.reopen(0, have);
+        for id in 0..N {
+            send_spinning(&promoted, Event::Batch(Batch::Owned(vec![id])));
+        }
+        zombie.join().unwrap();
+        let mut got = Vec::new();
+        while let Some(e) = rx.try_recv() {
+            if let Event::Batch(b) = e {
+                let mut v = Vec::new();
+                b.move_into(&mut v);
+                got.extend(v);
+            }
+        }
+        assert_eq!(got, (0..N).collect::<Vec<_>>(), "fenced at {have}");
+    });
+}
