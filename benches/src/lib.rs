@@ -4,6 +4,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod criticality;
 pub mod recovery_support;
 
 use std::sync::OnceLock;
