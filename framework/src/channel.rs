@@ -268,10 +268,7 @@ impl<T: Clone> Dual<T> {
         let mut t = lock(&self.targets);
         let end = matches!(event, Event::EndOfInput);
         let open = |s: &Shared<T>| !s.closed.load(Ordering::Acquire);
-        let (p_open, b_open) = (
-            open(&t.primary),
-            t.backup.as_deref().is_some_and(|b| open(b)),
-        );
+        let (p_open, b_open) = (open(&t.primary), t.backup.as_deref().is_some_and(open));
         {
             let mut qp = lock(&t.primary.queue);
             let mut qb = match (&t.backup, b_open) {
@@ -326,7 +323,10 @@ impl<T: Clone> Dual<T> {
     pub(crate) fn promote(&self) {
         let mut t = lock(&self.targets);
         if let Some(b) = t.backup.take() {
-            t.primary = b;
+            let old = std::mem::replace(&mut t.primary, b);
+            // A sender waiting for the old primary's credit must look again: that channel
+            // no longer counts.
+            old.tx_waker.wake();
         }
     }
 
@@ -344,7 +344,9 @@ impl<T: Clone> Dual<T> {
 
     /// Stops sending to the backup (it failed or was promoted away).
     pub(crate) fn detach_backup(&self) {
-        lock(&self.targets).backup = None;
+        if let Some(old) = lock(&self.targets).backup.take() {
+            old.tx_waker.wake();
+        }
     }
 }
 

@@ -46,6 +46,9 @@ pub(crate) struct OpEnv {
     pub(crate) initial_state: Option<crate::hooks::StateSnapshot>,
     /// The state of this operator subtask in the checkpoint the job restores, if any.
     pub(crate) restored: Option<Vec<u8>>,
+    /// Input records this subtask processed before this instance (a promoted backup):
+    /// injected faults count from there.
+    pub(crate) fault_offset: u64,
 }
 
 impl OpEnv {
@@ -364,10 +367,10 @@ impl<T: Data> TypedGate<T> {
                     let Some((seq, event)) = self.receivers[idx].try_recv_at() else {
                         continue;
                     };
-                    if let Event::Barrier(id) = event {
-                        if claims.is_stale(id) {
-                            continue;
-                        }
+                    match event {
+                        Event::Barrier(id) if claims.is_stale(id) => continue,
+                        Event::Batch(_) if claims.is_claimed(idx, seq) => continue,
+                        _ => {}
                     }
                     self.next = (idx + 1) % n;
                     found = Some((idx, seq, event));

@@ -879,6 +879,7 @@ fn failover(
         old.subtask,
         promotion.senders,
         promotion.restore,
+        promotion.records_before,
     )
     .map_err(|e| format!("cannot build the promoted operator: {e:?}"))?;
     let stale = match coordinator {

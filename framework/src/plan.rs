@@ -323,6 +323,7 @@ pub(crate) fn instantiate(
         senders,
         registry,
         restore,
+        fault_offset: 0,
     };
     let mut specs = Vec::new();
     for &h in &plan.heads {
@@ -407,6 +408,7 @@ fn input_port(graph: &Graph, n: NodeId, input: usize) -> &dyn crate::graph::Port
 /// The operator of a promoted backup: node `n`, subtask `j`, over the reopened `senders` of
 /// its outgoing edges, restoring `restored` (or what it was deployed with). Returns its head
 /// (`BoxOutput<In>`, erased).
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn build_promoted(
     graph: &Graph,
     plan: &Plan,
@@ -416,6 +418,7 @@ pub(crate) fn build_promoted(
     j: usize,
     senders: Vec<(usize, Vec<AnyBox>)>,
     restored: Option<Vec<u8>>,
+    fault_offset: u64,
 ) -> Result<AnyBox, TaskError> {
     let mut table: Vec<Vec<Option<Vec<AnyBox>>>> = graph.edges.iter().map(|_| Vec::new()).collect();
     for (ei, txs) in senders {
@@ -433,6 +436,7 @@ pub(crate) fn build_promoted(
         senders: table,
         registry,
         restore: restore.as_ref(),
+        fault_offset,
     };
     match builder.build(n, j)? {
         Built::Inputs { mut heads, .. } if heads.len() == 1 => Ok(heads.remove(0)),
@@ -447,6 +451,7 @@ struct ChainBuilder<'a> {
     senders: Vec<Vec<Option<Vec<AnyBox>>>>,
     registry: &'a OperatorRegistry,
     restore: Option<&'a Restore>,
+    fault_offset: u64,
 }
 
 impl ChainBuilder<'_> {
@@ -495,6 +500,7 @@ impl ChainBuilder<'_> {
             restored: self
                 .restore
                 .and_then(|r| r.states.get(&(self.plan.uids[n].clone(), j)).cloned()),
+            fault_offset: self.fault_offset,
         };
         // The builder runs user factories (sources, sinks): a panic there names the operator.
         let built = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {

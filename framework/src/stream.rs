@@ -78,7 +78,8 @@ pub(crate) fn core<U>(env: &OpEnv, next: BoxOutput<U>) -> OpCore<U> {
     core.fault = env
         .config
         .faults
-        .for_instance(&env.info.uid, env.info.subtask);
+        .for_instance(&env.info.uid, env.info.subtask)
+        .map(|p| p.starting_at(env.fault_offset));
     core
 }
 

@@ -366,9 +366,10 @@ impl Driver {
         } = self
         {
             if aligner.in_progress().is_some_and(|cur| cur <= id) {
-                aligner.abandon();
                 *align_started = None;
             }
+            aligner.abort_upto(id);
+            unaligned.last_started = Some(unaligned.last_started.map_or(id, |l| l.max(id)));
             if unaligned.pending.as_ref().is_some_and(|p| p.id <= id) {
                 unaligned.pending = None;
                 for g in gates.iter_mut() {

@@ -25,6 +25,9 @@ pub enum FaultKind {
     Hang,
     /// Stop the arbiter thread the subtask runs on (every subtask on it is lost).
     StopArbiter,
+    /// Block the thread this long, then go on as if nothing happened: a primary that was
+    /// declared dead (and fenced) wakes up and keeps emitting, which must change nothing.
+    Pause(Duration),
 }
 
 /// One fault.
@@ -130,6 +133,13 @@ pub(crate) struct FaultProbe {
 }
 
 impl FaultProbe {
+    /// The probe of an instance that takes over after `seen` records of its subtask (a
+    /// promoted backup): faults keep counting the subtask's input records.
+    pub(crate) fn starting_at(mut self, seen: u64) -> Self {
+        self.seen = seen;
+        self
+    }
+
     /// Called before a batch of `n` records: fires a fault that falls in it.
     pub(crate) fn before_batch(&mut self, n: usize) {
         let (from, to) = (self.seen, self.seen + n as u64);
@@ -153,6 +163,7 @@ impl FaultProbe {
                         // dropped and reported lost.
                         actix_rt::Arbiter::current().stop();
                     }
+                    FaultKind::Pause(d) => std::thread::sleep(d),
                 }
             }
         }

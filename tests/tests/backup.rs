@@ -67,6 +67,12 @@ fn tmp_dir() -> std::path::PathBuf {
 }
 
 fn run(s: Setup) -> Result<Run, JobError> {
+    if std::env::var_os("WEIR_BACKUP_VERBOSE").is_some() {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(std::env::var("WEIR_LOG").unwrap_or_else(|_| "weir=debug".into()))
+            .with_test_writer()
+            .try_init();
+    }
     let dir = tmp_dir();
     let mut cfg = EnvConfig::default();
     cfg.batch_size = 64;
@@ -183,6 +189,279 @@ fn assert_state(counts: &[(u64, u64, u64)], n: u64) {
             "counts of key {k} are not 1..=m: state was lost or doubled"
         );
     }
+}
+
+/// Seeds of the seeded runs: `WEIR_BACKUP_SEED` moves the whole set (other fault points).
+fn base_seed() -> u64 {
+    std::env::var("WEIR_BACKUP_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0x5eed)
+}
+
+/// Records per run; each of the two operator subtasks gets about half.
+const N: u64 = 4_000;
+
+/// Records subtask `subtask` of the backed-up operator processes.
+fn records_of(shape: Shape, subtask: usize) -> u64 {
+    match shape {
+        Shape::Stateless => N / 2,
+        Shape::Stateful => (0..N)
+            .filter(|x| {
+                let kg = weir::key_group::key_group_of(&(x % KEYS), 128);
+                weir::key_group::subtask_for_key_group(kg, 128, 2) == subtask
+            })
+            .count() as u64,
+    }
+}
+
+/// `runs` runs, each with one fault of `kind` at a random record of a random subtask of the
+/// backed-up operator: every id once at the sink (and keyed state right), the fault fired,
+/// a promotion recovered it, no restart.
+fn seeded(shape: Shape, kind: FaultKind, runs: u64) {
+    let kind_no = match kind {
+        FaultKind::Panic => 1,
+        FaultKind::Hang => 2,
+        _ => 3,
+    };
+    let mut rng = weir_examples::rng::SplitMix64::new(base_seed() ^ (kind_no << 8) ^ shape as u64);
+    for run_no in 0..runs {
+        let subtask = rng.below(2) as usize;
+        let at = rng.range(0, records_of(shape, subtask) - 100);
+        let faults = FaultPlan::new(vec![Fault::new("op", kind, at).in_subtask(subtask)]);
+        if std::env::var_os("WEIR_BACKUP_VERBOSE").is_some() {
+            eprintln!("run {run_no}: {kind:?} in subtask {subtask} at record {at}");
+        }
+        let r = run(Setup::new(N, shape, faults.clone())).unwrap_or_else(|e| {
+            panic!("run {run_no} ({kind:?} in subtask {subtask} at {at}): {e}")
+        });
+        let ctx = format!("run {run_no}: {kind:?} in subtask {subtask} at record {at}");
+        match shape {
+            Shape::Stateless => assert_exactly_once(&r.ids, N),
+            Shape::Stateful => assert_state(&r.counts, N),
+        }
+        assert_eq!(faults.fired(), 1, "{ctx}: the fault did not fire");
+        assert!(r.promotions >= 1, "{ctx}: no promotion");
+        assert_eq!(r.restarts, 0, "{ctx}: restarted instead of promoting");
+    }
+}
+
+fn runs_per_kind() -> u64 {
+    std::env::var("WEIR_BACKUP_RUNS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(100)
+}
+
+/// One run chosen by `WEIR_BACKUP_ONE=<stateless|stateful>,<kind>,<subtask>,<record>`
+/// (to replay a failing seeded run alone).
+#[test]
+fn one_chosen_run() {
+    let Ok(spec) = std::env::var("WEIR_BACKUP_ONE") else {
+        return;
+    };
+    let f: Vec<&str> = spec.split(',').collect();
+    let shape = if f[0] == "stateful" {
+        Shape::Stateful
+    } else {
+        Shape::Stateless
+    };
+    let kind = match f[1] {
+        "hang" => FaultKind::Hang,
+        "stop" => FaultKind::StopArbiter,
+        _ => FaultKind::Panic,
+    };
+    let (subtask, at) = (f[2].parse().unwrap(), f[3].parse().unwrap());
+    let faults = FaultPlan::new(vec![Fault::new("op", kind, at).in_subtask(subtask)]);
+    let r = run(Setup::new(N, shape, faults)).unwrap();
+    match shape {
+        Shape::Stateless => assert_exactly_once(&r.ids, N),
+        Shape::Stateful => assert_state(&r.counts, N),
+    }
+}
+
+#[test]
+fn seeded_panics_stateless() {
+    seeded(Shape::Stateless, FaultKind::Panic, runs_per_kind());
+}
+
+#[test]
+fn seeded_panics_stateful() {
+    seeded(Shape::Stateful, FaultKind::Panic, runs_per_kind());
+}
+
+#[test]
+fn seeded_hangs_stateless() {
+    seeded(Shape::Stateless, FaultKind::Hang, runs_per_kind());
+}
+
+#[test]
+fn seeded_hangs_stateful() {
+    seeded(Shape::Stateful, FaultKind::Hang, runs_per_kind());
+}
+
+#[test]
+fn seeded_arbiter_stops_stateless() {
+    seeded(Shape::Stateless, FaultKind::StopArbiter, runs_per_kind());
+}
+
+#[test]
+fn seeded_arbiter_stops_stateful() {
+    seeded(Shape::Stateful, FaultKind::StopArbiter, runs_per_kind());
+}
+
+/// Four failures of one subtask in one run, of every kind, each recovered by promoting the
+/// backup started after the previous promotion.
+#[test]
+fn four_successive_failures_each_promoted() {
+    for shape in [Shape::Stateless, Shape::Stateful] {
+        let faults = FaultPlan::new(vec![
+            Fault::new("op", FaultKind::Panic, 300).in_subtask(0),
+            Fault::new("op", FaultKind::Hang, 700).in_subtask(0),
+            Fault::new("op", FaultKind::StopArbiter, 1_100).in_subtask(0),
+            Fault::new("op", FaultKind::Panic, 1_500).in_subtask(0),
+        ]);
+        let r = run(Setup::new(N, shape, faults.clone())).unwrap();
+        match shape {
+            Shape::Stateless => assert_exactly_once(&r.ids, N),
+            Shape::Stateful => assert_state(&r.counts, N),
+        }
+        assert_eq!(faults.fired(), 4, "{shape:?}");
+        assert!(r.promotions >= 4, "{shape:?}: {} promotions", r.promotions);
+        assert_eq!(r.restarts, 0, "{shape:?}");
+    }
+}
+
+/// A primary that stalls past the heartbeat timeout is fenced and replaced; when it wakes up
+/// it goes on processing and emitting, and nothing it emits reaches the sink.
+#[test]
+fn zombie_primary_waking_after_fencing_changes_nothing() {
+    for shape in [Shape::Stateless, Shape::Stateful] {
+        let faults = FaultPlan::new(vec![Fault::new(
+            "op",
+            FaultKind::Pause(Duration::from_millis(300)),
+            600,
+        )
+        .in_subtask(1)]);
+        let mut setup = Setup::new(N, shape, faults.clone());
+        // Slow enough that the zombie wakes while the job still runs.
+        setup.rate = 5_000.0;
+        let r = run(setup).unwrap();
+        match shape {
+            Shape::Stateless => assert_exactly_once(&r.ids, N),
+            Shape::Stateful => assert_state(&r.counts, N),
+        }
+        assert_eq!(faults.fired(), 1);
+        assert!(
+            r.promotions >= 1,
+            "{shape:?}: the stalled primary was not replaced"
+        );
+        assert_eq!(r.restarts, 0);
+    }
+}
+
+/// A backup that fails is replaced without disturbing its primary; the replacement then
+/// takes over when the primary fails.
+#[test]
+fn failed_backup_is_replaced_and_later_promoted() {
+    for (shape, kind) in [
+        (Shape::Stateless, FaultKind::Panic),
+        (Shape::Stateful, FaultKind::StopArbiter),
+    ] {
+        let faults = FaultPlan::new(vec![
+            Fault::new("op.backup", kind, 3).in_subtask(0),
+            Fault::new("op", FaultKind::Panic, 1_200).in_subtask(0),
+        ]);
+        let r = run(Setup::new(N, shape, faults.clone())).unwrap();
+        match shape {
+            Shape::Stateless => assert_exactly_once(&r.ids, N),
+            Shape::Stateful => assert_state(&r.counts, N),
+        }
+        assert_eq!(faults.fired(), 2, "{shape:?}");
+        assert!(
+            r.replacements >= 1,
+            "{shape:?}: the failed backup was not replaced"
+        );
+        assert_eq!(r.promotions, 1, "{shape:?}");
+        assert_eq!(r.restarts, 0, "{shape:?}");
+    }
+}
+
+/// A buffer queue over `max_memory` degrades (nothing kept), and a failure then restarts the
+/// job from its checkpoint: nothing lost, nothing twice.
+#[test]
+fn full_buffer_queue_degrades_to_restart_all() {
+    let faults = FaultPlan::new(vec![Fault::new("op", FaultKind::Panic, 1_500).in_subtask(0)]);
+    let mut setup = Setup::new(N, Shape::Stateful, faults.clone());
+    // Checkpoints every 200 ms at 100k records/s: more than 1 KiB of records waits for one.
+    setup.checkpoint = Some(Duration::from_millis(200));
+    setup.policy = setup.policy.clone().max_memory(1024);
+    let r = run(setup).unwrap();
+    assert_state(&r.counts, N);
+    assert_eq!(faults.fired(), 1);
+    assert!(r.degraded, "the queue did not degrade");
+    assert_eq!(r.promotions, 0);
+    assert_eq!(
+        r.restarts, 1,
+        "a degraded subtask's failure restarts the job"
+    );
+}
+
+/// Without checkpoints a stateless operator still fails over (its queue holds only what is
+/// not yet downstream).
+#[test]
+fn stateless_failover_without_checkpoints() {
+    let faults = FaultPlan::new(vec![Fault::new("op", FaultKind::Panic, 1_000).in_subtask(1)]);
+    let mut setup = Setup::new(N, Shape::Stateless, faults.clone());
+    setup.checkpoint = None;
+    let r = run(setup).unwrap();
+    assert_exactly_once(&r.ids, N);
+    assert_eq!(r.promotions, 1);
+    assert_eq!(r.restarts, 0);
+}
+
+#[test]
+fn backing_up_what_cannot_be_backed_up_is_a_plan_error() {
+    let env = Env::new();
+    let s = env.generate(10, |i| i).uid("src").with_backup();
+    s.collect();
+    let e = env.execute("bad").unwrap_err().to_string();
+    assert!(e.contains("cannot back up operator `src`"), "{e}");
+
+    let env = Env::new();
+    env.generate(10, |i| i)
+        .map(|x: u64| x)
+        .uid("a")
+        .with_backup()
+        .map(|x: u64| x)
+        .uid("b")
+        .with_backup()
+        .collect();
+    let e = env.execute("bad").unwrap_err().to_string();
+    assert!(
+        e.contains("cannot back up operator `b`") && e.contains("`a`"),
+        "{e}"
+    );
+
+    let env = Env::new();
+    env.generate(10, |i| i)
+        .map(|x: u64| x)
+        .with_backup_policy(
+            BackupPolicy::default().heartbeat(Duration::from_millis(50), Duration::from_millis(10)),
+        )
+        .collect();
+    let e = env.execute("bad").unwrap_err().to_string();
+    assert!(e.contains("backup.heartbeat_timeout"), "{e}");
+}
+
+/// Fault-free: the backup filters what the primary claimed, keeps little, and the output is
+/// exactly the input.
+#[test]
+fn fault_free_backup_filters_and_releases() {
+    let r = run(Setup::new(N, Shape::Stateless, FaultPlan::default())).unwrap();
+    assert_exactly_once(&r.ids, N);
+    assert_eq!(r.promotions, 0);
+    assert_eq!(r.restarts, 0);
 }
 
 #[test]

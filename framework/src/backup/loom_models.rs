@@ -27,7 +27,7 @@ fn claim_filter_release_then_promote(claimed: u64) {
             for id in 0..claimed {
                 // Output position now: one record per completed step.
                 let pos = dp.load(crate::sync::atomic::Ordering::SeqCst);
-                qp.claim(0, (0, id), &(100 + id), 1, &[pos])
+                qp.claim(0, (0, id), &(100 + id), 1, 1, &[pos])
                     .expect("not fenced");
                 if id + 1 < claimed {
                     dp.store(id + 1, crate::sync::atomic::Ordering::SeqCst);
@@ -78,9 +78,9 @@ fn loom_buffer_queue_late_offer_after_release_is_filtered() {
         let q = Arc::new(BufferQueue::<u64>::new(1, 1, false, 1 << 20, None));
         let qp = q.clone();
         let primary = loom::thread::spawn(move || {
-            qp.claim(0, (0, 0), &7, 1, &[0]).unwrap();
+            qp.claim(0, (0, 0), &7, 1, 1, &[0]).unwrap();
             // Step 0's output is through once step 1 starts: step 0 is released.
-            qp.claim(0, (0, 1), &8, 1, &[1]).unwrap();
+            qp.claim(0, (0, 1), &8, 1, 1, &[1]).unwrap();
             qp.settle(0, &[2]);
         });
         let offer = q.offer((0, 0), 7, 1);

@@ -219,6 +219,8 @@ pub(crate) struct Promotion {
     /// backup had.
     pub(crate) reprocessed: usize,
     pub(crate) replayed: usize,
+    /// Input records processed before the replay (injected faults count from there).
+    pub(crate) records_before: u64,
 }
 
 /// The inputs of the live backup.
@@ -228,6 +230,9 @@ struct BackupInputs<T> {
     waker: crate::sync::Arc<AtomicWaker>,
     generation: u64,
 }
+
+/// A promotion between its two halves: the backup's inputs, the replay, the new epoch.
+type Promoting<T> = (BackupInputs<T>, queue::ReplayPlan<StdArc<Vec<T>>>, u64);
 
 /// Everything of one backed-up subtask, typed by its input record type.
 pub(crate) struct TypedGroup<T> {
@@ -240,7 +245,7 @@ pub(crate) struct TypedGroup<T> {
     outputs: Vec<(usize, Vec<Box<dyn OutputFence>>)>,
     capacity: usize,
     slot: Mutex<Option<BackupInputs<T>>>,
-    promoting: Mutex<Option<(BackupInputs<T>, Vec<(BatchId, StdArc<Vec<T>>)>, u64)>>,
+    promoting: Mutex<Option<Promoting<T>>>,
     generation: AtomicU64,
     faults: crate::testing::FaultPlan,
     promotions: AtomicU64,
@@ -401,10 +406,8 @@ impl<T: Data> BackupGroup for TypedGroup<T> {
 
     fn drop_backup(&self, generation: Option<u64>) -> bool {
         let mut slot = lock(&self.slot);
-        if !slot
-            .as_ref()
-            .is_some_and(|i| generation.is_none_or(|g| i.generation == g))
-        {
+        let current = slot.as_ref().map(|i| i.generation);
+        if current.is_none() || generation.is_some_and(|g| current != Some(g)) {
             return false;
         }
         *slot = None;
@@ -444,13 +447,14 @@ impl<T: Data> BackupGroup for TypedGroup<T> {
         }
         let promotion = Promotion {
             epoch,
-            restore: plan.restore.map(|(_, state)| state),
+            restore: plan.restore.clone().map(|(_, state)| state),
             senders,
             waker: inputs.waker.clone(),
             reprocessed: plan.reprocessed,
             replayed: plan.batches.len(),
+            records_before: plan.records_before,
         };
-        *lock(&self.promoting) = Some((inputs, plan.batches, epoch));
+        *lock(&self.promoting) = Some((inputs, plan, epoch));
         Ok(promotion)
     }
 
@@ -459,9 +463,10 @@ impl<T: Data> BackupGroup for TypedGroup<T> {
         head: AnyBox,
         stale_barriers: u64,
     ) -> Box<dyn InputGate> {
-        let (inputs, batches, epoch) = lock(&self.promoting)
+        let (inputs, plan, epoch) = lock(&self.promoting)
             .take()
             .expect("internal error: finish_promotion without begin_promotion");
+        let batches = plan.batches;
         for d in &self.duals {
             d.promote();
         }
@@ -474,7 +479,8 @@ impl<T: Data> BackupGroup for TypedGroup<T> {
                 replay.push_back(Replay::End(c));
             }
         }
-        let claims = Claims::new(self.clone(), epoch, replay, stale_barriers);
+        let mut claims = Claims::new(self.clone(), epoch, replay, stale_barriers);
+        claims.skip_below = plan.claimed_upto;
         crate::graph::typed_gate(
             inputs.receivers,
             crate::graph::unbox(head),
@@ -506,6 +512,8 @@ pub(crate) struct Claims<T> {
     positions: Vec<u64>,
     replay: VecDeque<Replay<T>>,
     stale_barriers: u64,
+    /// Per input channel: batches below this position were claimed before the promotion.
+    skip_below: Vec<u64>,
     /// Checkpoints taken and not yet complete: where the queue restarts if they complete.
     pending: Vec<Restart>,
     record_bytes: u64,
@@ -524,6 +532,7 @@ impl<T: Data> Claims<T> {
             positions: Vec::new(),
             replay,
             stale_barriers,
+            skip_below: Vec::new(),
             pending: Vec::new(),
             record_bytes: std::mem::size_of::<T>().max(1) as u64,
         }
@@ -532,6 +541,12 @@ impl<T: Data> Claims<T> {
     /// The next batch or end to replay, if any.
     pub(crate) fn next_replay(&mut self) -> Option<Replay<T>> {
         self.replay.pop_front()
+    }
+
+    /// Batch `seq` of channel `c` was claimed before the promotion (the old primary processed
+    /// it, or it is replayed): the backup's channel still held a copy.
+    pub(crate) fn is_claimed(&self, c: usize, seq: u64) -> bool {
+        self.skip_below.get(c).is_some_and(|&w| seq < w)
     }
 
     /// A barrier from before the promotion (its checkpoint was aborted).
@@ -545,7 +560,14 @@ impl<T: Data> Claims<T> {
         let bytes = payload.len() as u64 * self.record_bytes;
         self.group
             .queue
-            .claim(self.epoch, id, payload, bytes, &self.positions)
+            .claim(
+                self.epoch,
+                id,
+                payload,
+                payload.len() as u64,
+                bytes,
+                &self.positions,
+            )
             .map(|_| ())
             .map_err(|f| TaskError::Fenced {
                 uid: self.group.uid.clone(),

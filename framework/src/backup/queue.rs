@@ -43,6 +43,8 @@ struct Entry<P> {
 #[derive(Debug)]
 struct Step {
     id: BatchId,
+    /// Records in the batch.
+    records: u64,
     after: Option<Box<[u64]>>,
 }
 
@@ -53,6 +55,8 @@ struct StepLog {
     steps: VecDeque<Step>,
     /// Output positions before `steps[0]`.
     base: Box<[u64]>,
+    /// Input records of the steps before `steps[0]`.
+    base_records: u64,
     /// The current primary's epoch.
     epoch: u64,
 }
@@ -83,6 +87,11 @@ pub(crate) struct ReplayPlan<P> {
     pub(crate) batches: Vec<(BatchId, P)>,
     /// How many of `batches` the primary had processed (claimed) before.
     pub(crate) reprocessed: usize,
+    /// Input records the primaries processed before the first replayed batch.
+    pub(crate) records_before: u64,
+    /// Per input channel: batches below this position were claimed (processed, or in
+    /// `batches`); a copy still waiting in the backup's channel must be skipped.
+    pub(crate) claimed_upto: Vec<u64>,
 }
 
 /// A claim refused because the claimer was fenced (a newer primary exists).
@@ -148,6 +157,7 @@ impl<P: Clone> BufferQueue<P> {
                 first: 0,
                 steps: VecDeque::new(),
                 base: zeros.clone(),
+                base_records: 0,
                 epoch: 0,
             }),
             restart: Mutex::new(Restart {
@@ -210,6 +220,7 @@ impl<P: Clone> BufferQueue<P> {
         epoch: u64,
         id: BatchId,
         payload: &P,
+        records: u64,
         bytes: u64,
         positions: &[u64],
     ) -> Result<u64, Fenced> {
@@ -223,7 +234,11 @@ impl<P: Clone> BufferQueue<P> {
             }
         }
         let step = log.first + log.steps.len() as u64;
-        log.steps.push_back(Step { id, after: None });
+        log.steps.push_back(Step {
+            id,
+            records,
+            after: None,
+        });
         let degraded = self.degraded.load(Ordering::Acquire);
         let watermark = &self.claimed_upto[id.0 as usize];
         let inserted = self.entries.upsert(
@@ -301,10 +316,11 @@ impl<P: Clone> BufferQueue<P> {
             };
             let Some(after) = &front.after else { break };
             let after = after.clone();
-            let id = front.id;
+            let (id, records) = (front.id, front.records);
             log.steps.pop_front();
             log.first += 1;
             log.base = after;
+            log.base_records += records;
             if let Some(e) = self.entries.remove(&id) {
                 self.unaccount(e.bytes);
             }
@@ -358,6 +374,8 @@ impl<P: Clone> BufferQueue<P> {
             (start, positions, None)
         };
         let skip = (start - log.first) as usize;
+        let records_before =
+            log.base_records + log.steps.iter().take(skip).map(|s| s.records).sum::<u64>();
         let mut batches = Vec::new();
         for s in log.steps.iter().skip(skip) {
             let payload = self.payload(s.id)?;
@@ -379,6 +397,12 @@ impl<P: Clone> BufferQueue<P> {
             positions,
             batches,
             reprocessed,
+            records_before,
+            claimed_upto: self
+                .claimed_upto
+                .iter()
+                .map(|w| w.load(Ordering::Acquire))
+                .collect(),
         })
     }
 
@@ -436,10 +460,10 @@ mod tests {
     #[test]
     fn offer_after_claim_is_filtered_and_before_claim_is_added() {
         let q = q(false);
-        assert_eq!(q.claim(0, (0, 0), &10, 8, &[0]), Ok(0));
+        assert_eq!(q.claim(0, (0, 0), &10, 1, 8, &[0]), Ok(0));
         assert_eq!(q.offer((0, 0), 10, 8), Offer::Filtered);
         assert_eq!(q.offer((0, 1), 11, 8), Offer::Added);
-        assert_eq!(q.claim(0, (0, 1), &11, 8, &[1]), Ok(1));
+        assert_eq!(q.claim(0, (0, 1), &11, 1, 8, &[1]), Ok(1));
         // Step 0 is released (its output got through); a late offer is still filtered.
         assert_eq!(q.stats().entries, 1);
         assert_eq!(q.offer((0, 0), 10, 8), Offer::Filtered);
@@ -449,9 +473,9 @@ mod tests {
     #[test]
     fn stateless_replay_starts_at_the_first_step_not_through() {
         let q = q(false);
-        q.claim(0, (0, 0), &10, 8, &[0]).unwrap();
-        q.claim(0, (1, 0), &20, 8, &[2]).unwrap();
-        q.claim(0, (0, 1), &11, 8, &[3]).unwrap();
+        q.claim(0, (0, 0), &10, 1, 8, &[0]).unwrap();
+        q.claim(0, (1, 0), &20, 1, 8, &[2]).unwrap();
+        q.claim(0, (0, 1), &11, 1, 8, &[3]).unwrap();
         q.offer((1, 1), 21, 8);
         q.fence();
         // Step 2 emitted from position 3; the downstream has 3 records: replay step 2, then
@@ -467,8 +491,8 @@ mod tests {
     #[test]
     fn stateful_replay_starts_at_the_checkpoint() {
         let q = q(true);
-        q.claim(0, (0, 0), &10, 8, &[0]).unwrap();
-        q.claim(0, (0, 1), &11, 8, &[1]).unwrap();
+        q.claim(0, (0, 0), &10, 1, 8, &[0]).unwrap();
+        q.claim(0, (0, 1), &11, 1, 8, &[1]).unwrap();
         let step = q.next_step();
         q.settle(0, &[2]);
         q.checkpoint_complete(Restart {
@@ -482,8 +506,8 @@ mod tests {
             0,
             "steps before the checkpoint are released"
         );
-        q.claim(0, (0, 2), &12, 8, &[2]).unwrap();
-        q.claim(0, (0, 3), &13, 8, &[3]).unwrap();
+        q.claim(0, (0, 2), &12, 1, 8, &[2]).unwrap();
+        q.claim(0, (0, 3), &13, 1, 8, &[3]).unwrap();
         q.settle(0, &[4]);
         assert_eq!(q.stats().entries, 2, "steps after the checkpoint are kept");
         q.fence();
@@ -497,10 +521,13 @@ mod tests {
     #[test]
     fn a_fenced_primary_cannot_claim() {
         let q = q(false);
-        q.claim(0, (0, 0), &10, 8, &[0]).unwrap();
+        q.claim(0, (0, 0), &10, 1, 8, &[0]).unwrap();
         assert_eq!(q.fence(), 1);
-        assert_eq!(q.claim(0, (0, 1), &11, 8, &[1]), Err(Fenced { epoch: 1 }));
-        assert_eq!(q.claim(1, (0, 1), &11, 8, &[1]), Ok(1));
+        assert_eq!(
+            q.claim(0, (0, 1), &11, 1, 8, &[1]),
+            Err(Fenced { epoch: 1 })
+        );
+        assert_eq!(q.claim(1, (0, 1), &11, 1, 8, &[1]), Ok(1));
     }
 
     #[test]

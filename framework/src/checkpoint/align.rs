@@ -72,6 +72,16 @@ impl BarrierAligner {
     }
 
     /// The checkpoint being aligned, if any.
+    /// Checkpoints up to `id` were aborted: stop aligning them, and ignore their barriers
+    /// when they still arrive.
+    pub(crate) fn abort_upto(&mut self, id: u64) {
+        if self.current.is_some_and(|cur| cur <= id) {
+            self.current = None;
+            self.seen.iter_mut().for_each(|s| *s = false);
+        }
+        self.last_aligned = Some(self.last_aligned.map_or(id, |l| l.max(id)));
+    }
+
     pub(crate) fn in_progress(&self) -> Option<u64> {
         self.current
     }
