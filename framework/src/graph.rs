@@ -309,6 +309,9 @@ struct TypedGate<T> {
     claims: Option<Box<crate::backup::Claims<T>>>,
 }
 
+/// Records a backed-up primary copies out of a claimed batch at a time.
+const CLAIMED_CHUNK: usize = 128;
+
 impl<T: Data> TypedGate<T> {
     fn new(
         receivers: Vec<Receiver<T>>,
@@ -393,12 +396,26 @@ impl<T: Data> TypedGate<T> {
                 };
                 claims.claim((idx as u32, seq), &payload)?;
                 let len = payload.len();
-                crate::channel::Batch::Shared(payload).move_into(&mut self.scratch);
                 if self.recording[idx] {
-                    self.recorded.push(self.scratch.clone());
+                    self.recorded.push(payload.to_vec());
                 }
-                self.head.push(&mut self.scratch)?;
+                // The buffer queue keeps the batch: the operator gets copies, a slice at a
+                // time, so a whole second copy of the batch never exists at once.
+                for chunk in payload.chunks(CLAIMED_CHUNK) {
+                    self.scratch.extend_from_slice(chunk);
+                    self.head.push(&mut self.scratch)?;
+                }
+                drop(payload);
                 self.head.flush();
+                // Output all out: the step can be released now (not at the next one).
+                let waker = futures::task::noop_waker();
+                if self
+                    .head
+                    .poll_pending(&mut Context::from_waker(&waker))
+                    .is_ready()
+                {
+                    claims.settle();
+                }
                 Ok(GateStep::Batch(len))
             }
             Event::Barrier(id) => Ok(GateStep::Barrier { channel: idx, id }),

@@ -386,6 +386,15 @@ pub(crate) fn instantiate(
     Ok(specs)
 }
 
+/// Records per batch on edge `e`: smaller into and out of a backed-up operator (see
+/// [`BackupPolicy::batch_size`](crate::BackupPolicy)), the job's elsewhere.
+fn edge_batch_size(graph: &Graph, cfg: &EnvConfig, e: &crate::graph::Edge) -> usize {
+    [e.from, e.to]
+        .iter()
+        .filter_map(|&n| graph.nodes[n].backup.as_ref().and_then(|b| b.batch_size))
+        .fold(cfg.batch_size, usize::min)
+}
+
 /// The parts of a backed-up subtask gathered while its channels are made.
 #[derive(Default)]
 struct BackupParts {
@@ -477,7 +486,7 @@ impl ChainBuilder<'_> {
                         .take()
                         .expect("each upstream subtask's senders are used once");
                     let cfg = OutputConfig {
-                        batch_size: self.cfg.batch_size,
+                        batch_size: edge_batch_size(self.graph, self.cfg, e),
                         subtask: j,
                         max_parallelism: self.cfg.max_parallelism,
                         target_uid: std::sync::Arc::new(self.plan.uids[e.to].clone()),

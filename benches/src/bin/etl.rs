@@ -80,6 +80,13 @@ struct Args {
     /// Arbiter threads (EnvConfig::arbiters; default: the framework's, one per core).
     #[arg(long)]
     arbiters: Option<usize>,
+    /// Back up `flat_map` (buffer-queue backup with the default policy): its fault-free cost.
+    #[arg(long)]
+    backup: bool,
+    /// With --backup: records per batch into and out of `flat_map` (0: the job's batch size;
+    /// default: the backup policy's).
+    #[arg(long, value_name = "N")]
+    backup_batch_size: Option<usize>,
 }
 
 /// A line with the time its batch was read.
@@ -205,7 +212,7 @@ fn build(env: &Env, args: &Args, out_dir: &Path, merged: Arc<Mutex<(LatencyHisto
         .uid(uid::SOURCE)
         .set_parallelism(p);
     let lines = if p > 1 { lines.rebalance() } else { lines };
-    let (cleaned, malformed) = lines
+    let flat_mapped = lines
         .connect_broadcast(levels)
         .broadcast_first()
         .process(Attach)
@@ -217,8 +224,17 @@ fn build(env: &Env, args: &Args, out_dir: &Path, merged: Arc<Mutex<(LatencyHisto
             std::iter::once(clean_line(t.line.line, &t.levels).map(|c| (stamp, c)))
         })
         .uid(uid::FLAT_MAP)
-        .set_parallelism(p)
-        .split();
+        .set_parallelism(p);
+    let flat_mapped = if args.backup {
+        let mut policy = weir::BackupPolicy::default();
+        if let Some(n) = args.backup_batch_size {
+            policy = policy.batch_size((n > 0).then_some(n));
+        }
+        flat_mapped.with_backup_policy(policy)
+    } else {
+        flat_mapped
+    };
+    let (cleaned, malformed) = flat_mapped.split();
     malformed
         .write_jsonl(out_dir)
         .uid(uid::MALFORMED)
@@ -318,6 +334,10 @@ fn run(args: Args) -> Result<(), String> {
             "batch_size": batch_size,
             "channel_capacity": channel_capacity,
             "arbiters": arbiters,
+            "backup": args.backup,
+            "backup_queue_entries": result.backups.iter().map(|b| b.queue_entries).sum::<u64>(),
+            "backup_filtered": result.backups.iter().map(|b| b.filtered).sum::<u64>(),
+            "backup_added": result.backups.iter().map(|b| b.added).sum::<u64>(),
         })
     );
     Ok(())

@@ -70,6 +70,11 @@ pub struct BackupPolicy {
     /// `size_of` of the record type: heap data the records own is not counted). Above it the
     /// backup is degraded and a failure falls back to restart-all. Default 256 MiB.
     pub max_memory: u64,
+    /// Records per batch on the channels into and out of the operator, if smaller than the
+    /// job's batch size (default 256). A backed-up operator is an actor of its own, so its
+    /// input and output wait in channels that a chained operator would not have; smaller
+    /// batches keep the memory of those batches near the chained job's. `None`: the job's.
+    pub batch_size: Option<usize>,
 }
 
 impl Default for BackupPolicy {
@@ -78,6 +83,7 @@ impl Default for BackupPolicy {
             heartbeat_interval: Duration::from_millis(50),
             heartbeat_timeout: Duration::from_millis(250),
             max_memory: 256 << 20,
+            batch_size: Some(256),
         }
     }
 }
@@ -93,6 +99,13 @@ impl BackupPolicy {
     /// Sets the buffer queue's bound in bytes.
     pub fn max_memory(mut self, bytes: u64) -> Self {
         self.max_memory = bytes;
+        self
+    }
+
+    /// Sets the batch size of the channels into and out of the operator (`None`: the
+    /// job's).
+    pub fn batch_size(mut self, records: Option<usize>) -> Self {
+        self.batch_size = records;
         self
     }
 
@@ -114,6 +127,9 @@ impl BackupPolicy {
         }
         if self.max_memory == 0 {
             return bad("backup.max_memory", "must be more than 0");
+        }
+        if self.batch_size == Some(0) {
+            return bad("backup.batch_size", "must be at least 1 record");
         }
         Ok(())
     }
