@@ -95,6 +95,10 @@ impl Env {
                 counters: env.counters.clone(),
                 limiter: None,
                 ended: false,
+                fault: env
+                    .config
+                    .faults
+                    .for_instance(&env.info.uid, env.info.subtask),
             })))
         });
         let id = self.graph.borrow_mut().add_node(Node {

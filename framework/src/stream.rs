@@ -460,6 +460,10 @@ impl<T: Data> DataStream<T> {
                 sink: Box::new(sink),
                 info: env.info.clone(),
                 counters: env.counters.clone(),
+                fault: env
+                    .config
+                    .faults
+                    .for_instance(&env.info.uid, env.info.subtask),
             });
             Ok(Built::Inputs {
                 heads: vec![Box::new(op) as AnyBox],

@@ -273,10 +273,19 @@ fn file_job(
     name: &str,
     sink: impl FnOnce(weir::DataStream<u64>, &std::path::Path) -> weir::SinkStream,
 ) -> std::path::PathBuf {
+    file_job_failing_in(name, "map", sink)
+}
+
+/// [`file_job`] with the fault in operator `fault_uid` (`src`, `map` or the sink's uid).
+fn file_job_failing_in(
+    name: &str,
+    fault_uid: &str,
+    sink: impl FnOnce(weir::DataStream<u64>, &std::path::Path) -> weir::SinkStream,
+) -> std::path::PathBuf {
     let dir = tmp_dir(name);
     let out_dir = tmp_dir(&format!("{name}-out"));
     // Late in the input (8,000 of each subtask's 10,000), after several checkpoints.
-    let plan = FaultPlan::new(vec![Fault::new("map", FaultKind::Panic, 8_000)]);
+    let plan = FaultPlan::new(vec![Fault::new(fault_uid, FaultKind::Panic, 8_000)]);
     let env = Env::with_config(config(
         CheckpointMode::ExactlyOnce,
         plan.clone(),
@@ -421,6 +430,25 @@ fn a_fault_during_a_checkpoint_is_recovered_exactly_once() {
     let mut ids = committed.lock().unwrap().0.clone();
     ids.sort_unstable();
     assert_eq!(ids, (0..n).collect::<Vec<_>>(), "every id once");
+}
+
+/// Faults reach sources and sinks too (at the K-th record the instance reads / writes).
+#[test]
+fn faults_in_a_source_and_in_a_sink_recover_exactly_once() {
+    for fault_uid in ["src", "files"] {
+        let _serial = serial();
+        let out_dir = file_job_failing_in(&format!("fault-{fault_uid}"), fault_uid, |s, d| {
+            s.write_text_exactly_once(d).uid("files")
+        });
+        let mut ids = Vec::new();
+        for entry in std::fs::read_dir(&out_dir).unwrap() {
+            let text = std::fs::read_to_string(entry.unwrap().path()).unwrap();
+            ids.extend(text.lines().map(|l| l.parse::<u64>().unwrap()));
+        }
+        ids.sort_unstable();
+        assert_eq!(ids, (0..20_000).collect::<Vec<_>>(), "fault in {fault_uid}");
+        let _ = std::fs::remove_dir_all(&out_dir);
+    }
 }
 
 #[test]

@@ -65,6 +65,8 @@ pub(crate) struct SinkOp<T> {
     pub(crate) sink: Box<dyn Sink<T>>,
     pub(crate) info: Arc<OperatorInfo>,
     pub(crate) counters: Arc<OperatorCounters>,
+    /// Injected faults of this instance (testing).
+    pub(crate) fault: Option<crate::testing::FaultProbe>,
 }
 
 impl<T> SinkOp<T> {
@@ -89,8 +91,13 @@ impl<T> SinkOp<T> {
 impl<T: Send + 'static> Output<T> for SinkOp<T> {
     fn push(&mut self, batch: &mut Vec<T>) -> Result<(), TaskError> {
         self.counters.add_in(batch.len());
-        let sink = &mut self.sink;
-        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| sink.write_batch(batch)));
+        let (sink, fault) = (&mut self.sink, &mut self.fault);
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            if let Some(probe) = fault {
+                probe.before_batch(batch.len());
+            }
+            sink.write_batch(batch)
+        }));
         self.check(r)
     }
     fn flush(&mut self) {}

@@ -75,6 +75,8 @@ pub(crate) struct SourceDriver<T> {
     pub(crate) limiter: Option<crate::rate::TokenBucket>,
     /// End of input was sent downstream.
     pub(crate) ended: bool,
+    /// Injected faults of this instance (testing): at the K-th record it reads.
+    pub(crate) fault: Option<crate::testing::FaultProbe>,
 }
 
 impl<T: Send + 'static> crate::task::SourceStep for SourceDriver<T> {
@@ -91,9 +93,13 @@ impl<T: Send + 'static> crate::task::SourceStep for SourceDriver<T> {
                 n => n as usize,
             },
         };
-        let (source, buf) = (&mut self.source, &mut self.buf);
+        let (source, buf, fault) = (&mut self.source, &mut self.buf, &mut self.fault);
         let status = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            source.poll_batch(buf, max)
+            let status = source.poll_batch(buf, max);
+            if let Some(probe) = fault {
+                probe.before_batch(buf.len());
+            }
+            status
         })) {
             Ok(Ok(s)) => s,
             Ok(Err(source)) => {
