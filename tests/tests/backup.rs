@@ -23,6 +23,9 @@ struct Run {
     promotions: u64,
     replacements: u64,
     degraded: bool,
+    /// Batches the backups offered (added or filtered) and the primaries claimed.
+    offered: u64,
+    claimed: u64,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -137,6 +140,8 @@ fn run(s: Setup) -> Result<Run, JobError> {
         promotions: metrics.iter().map(|m| m.promotions).sum(),
         replacements: metrics.iter().map(|m| m.backup_replacements).sum(),
         degraded: metrics.iter().any(|m| m.degraded),
+        offered: metrics.iter().map(|m| m.added + m.filtered).sum(),
+        claimed: metrics.iter().map(|m| m.claimed).sum(),
     })
 }
 
@@ -462,6 +467,14 @@ fn fault_free_backup_filters_and_releases() {
     assert_exactly_once(&r.ids, N);
     assert_eq!(r.promotions, 0);
     assert_eq!(r.restarts, 0);
+    // Every input batch was claimed once; the backups saw (nearly) all of them too.
+    assert!(r.claimed >= N / 256, "claimed {}", r.claimed);
+    assert!(
+        r.offered > 0 && r.offered <= r.claimed,
+        "offered {} of {}",
+        r.offered,
+        r.claimed
+    );
 }
 
 #[test]

@@ -38,7 +38,7 @@ fn claim_filter_release_then_promote(claimed: u64) {
         let backup = loom::thread::spawn(move || {
             let mut kept = 0;
             for id in 0..N {
-                if qb.offer((0, id), 100 + id, 1) == Offer::Added {
+                if qb.offer((0, id), 100 + id, 1, 1) == Offer::Added {
                     kept += 1;
                 }
             }
@@ -83,7 +83,7 @@ fn loom_buffer_queue_late_offer_after_release_is_filtered() {
             qp.claim(0, (0, 1), &8, 1, 1, &[1]).unwrap();
             qp.settle(0, &[2]);
         });
-        let offer = q.offer((0, 0), 7, 1);
+        let offer = q.offer((0, 0), 7, 1, 1);
         primary.join().unwrap();
         q.fence();
         let plan = q.replay_plan(&[2]).unwrap();

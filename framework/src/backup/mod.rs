@@ -43,7 +43,7 @@ use crate::task::{InputGate, JobEvent};
 use crate::testing::FaultProbe;
 use crate::Data;
 
-use queue::{BatchId, BufferQueue, Offer, QueueStats, Restart};
+use queue::{BatchId, BufferQueue, QueueStats, Restart};
 
 type StdArc<T> = std::sync::Arc<T>;
 
@@ -149,6 +149,8 @@ pub struct BackupMetrics {
     pub queue_bytes: u64,
     /// Batches the backup found already claimed by the primary (not kept twice).
     pub filtered: u64,
+    /// Records in those batches: tuples the backup neither stored nor computed.
+    pub filtered_records: u64,
     /// Batches the backup received before the primary claimed them.
     pub added: u64,
     /// Batches the primaries claimed.
@@ -350,6 +352,7 @@ impl<T: Data> BackupGroup for TypedGroup<T> {
             entries,
             bytes,
             filtered,
+            filtered_records,
             added,
             claimed,
             degraded,
@@ -364,6 +367,7 @@ impl<T: Data> BackupGroup for TypedGroup<T> {
             queue_entries: entries,
             queue_bytes: bytes,
             filtered,
+            filtered_records,
             added,
             claimed,
             promotions: self.promotions.load(Ordering::Relaxed),
@@ -708,12 +712,11 @@ impl<T: Data> BackupActor<T> {
                     crate::channel::Batch::Shared(a) => a,
                     crate::channel::Batch::Owned(v) => StdArc::new(v),
                 };
-                let bytes = payload.len() as u64 * std::mem::size_of::<T>().max(1) as u64;
-                let offer = self.group.queue.offer((c as u32, seq), payload, bytes);
-                debug_assert!(matches!(
-                    offer,
-                    Offer::Added | Offer::Filtered | Offer::Dropped
-                ));
+                let records = payload.len() as u64;
+                let bytes = records * std::mem::size_of::<T>().max(1) as u64;
+                self.group
+                    .queue
+                    .offer((c as u32, seq), payload, records, bytes);
             }
             Some((_, Event::EndOfInput)) => inputs.ended[c] = true,
             Some((_, Event::Barrier(_))) | None => {}

@@ -117,6 +117,7 @@ pub(crate) struct QueueStats {
     pub(crate) entries: u64,
     pub(crate) bytes: u64,
     pub(crate) filtered: u64,
+    pub(crate) filtered_records: u64,
     pub(crate) added: u64,
     pub(crate) claimed: u64,
     pub(crate) degraded: bool,
@@ -134,6 +135,7 @@ pub(crate) struct BufferQueue<P> {
     bytes: AtomicU64,
     len: AtomicU64,
     filtered: AtomicU64,
+    filtered_records: AtomicU64,
     added: AtomicU64,
     claimed: AtomicU64,
     degraded: AtomicBool,
@@ -171,6 +173,7 @@ impl<P: Clone> BufferQueue<P> {
             bytes: AtomicU64::new(0),
             len: AtomicU64::new(0),
             filtered: AtomicU64::new(0),
+            filtered_records: AtomicU64::new(0),
             added: AtomicU64::new(0),
             claimed: AtomicU64::new(0),
             degraded: AtomicBool::new(false),
@@ -178,7 +181,7 @@ impl<P: Clone> BufferQueue<P> {
     }
 
     /// The backup received batch `id` (ADD or FILTER).
-    pub(crate) fn offer(&self, id: BatchId, payload: P, bytes: u64) -> Offer {
+    pub(crate) fn offer(&self, id: BatchId, payload: P, records: u64, bytes: u64) -> Offer {
         if self.degraded.load(Ordering::Acquire) {
             return Offer::Dropped;
         }
@@ -206,6 +209,7 @@ impl<P: Clone> BufferQueue<P> {
             }
             Offer::Filtered => {
                 self.filtered.fetch_add(1, Ordering::Relaxed);
+                self.filtered_records.fetch_add(records, Ordering::Relaxed);
             }
             Offer::Dropped => {}
         }
@@ -442,6 +446,7 @@ impl<P: Clone> BufferQueue<P> {
             entries: self.len.load(Ordering::Relaxed),
             bytes: self.bytes.load(Ordering::Relaxed),
             filtered: self.filtered.load(Ordering::Relaxed),
+            filtered_records: self.filtered_records.load(Ordering::Relaxed),
             added: self.added.load(Ordering::Relaxed),
             claimed: self.claimed.load(Ordering::Relaxed),
             degraded: self.degraded.load(Ordering::Acquire),
@@ -461,12 +466,12 @@ mod tests {
     fn offer_after_claim_is_filtered_and_before_claim_is_added() {
         let q = q(false);
         assert_eq!(q.claim(0, (0, 0), &10, 1, 8, &[0]), Ok(0));
-        assert_eq!(q.offer((0, 0), 10, 8), Offer::Filtered);
-        assert_eq!(q.offer((0, 1), 11, 8), Offer::Added);
+        assert_eq!(q.offer((0, 0), 10, 1, 8), Offer::Filtered);
+        assert_eq!(q.offer((0, 1), 11, 1, 8), Offer::Added);
         assert_eq!(q.claim(0, (0, 1), &11, 1, 8, &[1]), Ok(1));
         // Step 0 is released (its output got through); a late offer is still filtered.
         assert_eq!(q.stats().entries, 1);
-        assert_eq!(q.offer((0, 0), 10, 8), Offer::Filtered);
+        assert_eq!(q.offer((0, 0), 10, 1, 8), Offer::Filtered);
         assert_eq!(q.stats().entries, 1);
     }
 
@@ -476,7 +481,7 @@ mod tests {
         q.claim(0, (0, 0), &10, 1, 8, &[0]).unwrap();
         q.claim(0, (1, 0), &20, 1, 8, &[2]).unwrap();
         q.claim(0, (0, 1), &11, 1, 8, &[3]).unwrap();
-        q.offer((1, 1), 21, 8);
+        q.offer((1, 1), 21, 1, 8);
         q.fence();
         // Step 2 emitted from position 3; the downstream has 3 records: replay step 2, then
         // the batch only the backup had.
@@ -533,13 +538,13 @@ mod tests {
     #[test]
     fn full_queue_degrades_and_keeps_nothing() {
         let q: BufferQueue<u64> = BufferQueue::new(1, 1, true, 20, None);
-        assert_eq!(q.offer((0, 0), 1, 8), Offer::Added);
-        assert_eq!(q.offer((0, 1), 1, 8), Offer::Added);
+        assert_eq!(q.offer((0, 0), 1, 1, 8), Offer::Added);
+        assert_eq!(q.offer((0, 1), 1, 1, 8), Offer::Added);
         assert!(!q.is_degraded());
-        q.offer((0, 2), 1, 8);
+        q.offer((0, 2), 1, 1, 8);
         assert!(q.is_degraded());
         assert_eq!(q.stats().entries, 0);
-        assert_eq!(q.offer((0, 3), 1, 8), Offer::Dropped);
+        assert_eq!(q.offer((0, 3), 1, 1, 8), Offer::Dropped);
         q.fence();
         assert!(
             q.replay_plan(&[0]).is_none(),
