@@ -139,6 +139,18 @@ pub(crate) fn channel<T>(capacity: usize, rx_waker: Arc<AtomicWaker>) -> (Sender
     )
 }
 
+impl<T: Clone> Event<T> {
+    /// The same event again: a shared batch is shared once more (an owned one is copied).
+    fn share(&self) -> Event<T> {
+        match self {
+            Event::Batch(Batch::Shared(a)) => Event::Batch(Batch::Shared(a.clone())),
+            Event::Batch(Batch::Owned(v)) => Event::Batch(Batch::Owned(v.clone())),
+            Event::Barrier(id) => Event::Barrier(*id),
+            Event::EndOfInput => Event::EndOfInput,
+        }
+    }
+}
+
 impl<T> Event<T> {
     fn records(&self) -> usize {
         match self {
@@ -330,14 +342,25 @@ impl<T: Clone> Dual<T> {
         }
     }
 
-    /// Opens a channel for a new backup, at the primary's current position.
+    /// Opens a channel for a new backup at the position of the primary's next batch: the
+    /// batches still waiting in the primary's channel are in the new one too (shared, not
+    /// copied), so no batch the primary has not claimed exists only in its channel.
     pub(crate) fn attach_backup(&self, capacity: usize, rx_waker: Arc<AtomicWaker>) -> Receiver<T> {
         let mut t = lock(&self.targets);
-        let at = lock(&t.primary.queue).sent_batches;
-        let shared = new_shared(capacity, rx_waker, at);
-        if t.ended {
-            lock(&shared.queue).events.push_back(Event::EndOfInput);
-        }
+        let shared = {
+            let p = lock(&t.primary.queue);
+            let shared = new_shared(capacity.max(p.events.len()), rx_waker, p.taken_batches);
+            {
+                let mut q = lock(&shared.queue);
+                for e in &p.events {
+                    q.push(e.share());
+                }
+                if t.ended && !p.events.iter().any(|e| matches!(e, Event::EndOfInput)) {
+                    q.events.push_back(Event::EndOfInput);
+                }
+            }
+            shared
+        };
         t.backup = Some(shared.clone());
         Receiver { shared }
     }

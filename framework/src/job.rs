@@ -878,6 +878,7 @@ fn failover(
         old.head,
         old.subtask,
         promotion.senders,
+        promotion.routed_before,
         promotion.restore,
         promotion.records_before,
     )
@@ -1165,7 +1166,11 @@ async fn supervise(
                 }
                 savepoints.insert(id, SavepointRequest { dir, stop, reply });
             }
-            JobEvent::Finished { attempt: a, actor } if a == attempt && !dep.finished[actor] => {
+            JobEvent::Finished {
+                attempt: a,
+                actor,
+                epoch,
+            } if a == attempt && epoch == dep.ids[actor].epoch && !dep.finished[actor] => {
                 dep.finished[actor] = true;
                 remaining -= 1;
                 if !dep.sources[actor] {

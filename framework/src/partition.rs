@@ -42,6 +42,9 @@ pub(crate) struct OutputConfig {
     pub(crate) max_parallelism: usize,
     /// The receiving operator (named when its key selector panics).
     pub(crate) target_uid: std::sync::Arc<String>,
+    /// Records this subtask already sent on the edge (a promoted backup resumes its
+    /// predecessor's round robin where the replay starts).
+    pub(crate) routed_before: u64,
 }
 
 /// Builds a keyed (hash) output for a given set of channels.
@@ -82,7 +85,7 @@ impl<T: Data> Partitioning<T> {
             (_, PartitionKind::Forward) => Box::new(NetOutput::new(senders, OneTarget, cfg)),
             _ => {
                 let n = senders.len();
-                let start = cfg.subtask % n.max(1);
+                let start = ((cfg.subtask as u64 + cfg.routed_before) % n.max(1) as u64) as usize;
                 Box::new(NetOutput::new(senders, RoundRobin { next: start, n }, cfg))
             }
         }

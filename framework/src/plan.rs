@@ -144,6 +144,33 @@ pub(crate) fn plan(graph: &Graph, cfg: &EnvConfig) -> Result<Plan, PlanError> {
     for (id, node) in graph.nodes.iter().enumerate() {
         if let Some(policy) = &node.backup {
             policy.validate()?;
+            let refuse = |message: String| {
+                Err(PlanError::Backup {
+                    uid: uids[id].clone(),
+                    message,
+                })
+            };
+            if cfg.checkpoint.unaligned || cfg.checkpoint.aligned_checkpoint_timeout.is_some() {
+                return refuse(
+                    "backups need aligned checkpoints (unaligned checkpoints and \
+                     `aligned_checkpoint_timeout` are not supported with them yet)"
+                        .into(),
+                );
+            }
+            if !node.stateless && cfg.checkpoint.interval.is_none() {
+                return refuse(
+                    "a stateful operator's backup replays from its last checkpoint: set \
+                     `checkpoint.interval` (only map, filter and flat_map are stateless)"
+                        .into(),
+                );
+            }
+            if policy.heartbeat_timeout >= cfg.heartbeat_timeout {
+                return refuse(format!(
+                    "its heartbeat timeout ({:?}) must be shorter than the job's \
+                     `heartbeat_timeout` ({:?}), or a hang restarts the job instead",
+                    policy.heartbeat_timeout, cfg.heartbeat_timeout
+                ));
+            }
             if node.is_source || node.n_inputs != 1 {
                 return Err(PlanError::Backup {
                     uid: uids[id].clone(),
@@ -324,6 +351,7 @@ pub(crate) fn instantiate(
         registry,
         restore,
         fault_offset: 0,
+        routed_before: Default::default(),
     };
     let mut specs = Vec::new();
     for &h in &plan.heads {
@@ -426,6 +454,7 @@ pub(crate) fn build_promoted(
     n: NodeId,
     j: usize,
     senders: Vec<(usize, Vec<AnyBox>)>,
+    routed_before: Vec<(usize, u64)>,
     restored: Option<Vec<u8>>,
     fault_offset: u64,
 ) -> Result<AnyBox, TaskError> {
@@ -446,6 +475,7 @@ pub(crate) fn build_promoted(
         registry,
         restore: restore.as_ref(),
         fault_offset,
+        routed_before: routed_before.into_iter().collect(),
     };
     match builder.build(n, j)? {
         Built::Inputs { mut heads, .. } if heads.len() == 1 => Ok(heads.remove(0)),
@@ -461,6 +491,8 @@ struct ChainBuilder<'a> {
     registry: &'a OperatorRegistry,
     restore: Option<&'a Restore>,
     fault_offset: u64,
+    /// Per edge: records already sent on it by the subtask being built (a promotion).
+    routed_before: std::collections::HashMap<usize, u64>,
 }
 
 impl ChainBuilder<'_> {
@@ -490,6 +522,7 @@ impl ChainBuilder<'_> {
                         subtask: j,
                         max_parallelism: self.cfg.max_parallelism,
                         target_uid: std::sync::Arc::new(self.plan.uids[e.to].clone()),
+                        routed_before: self.routed_before.get(&ei).copied().unwrap_or(0),
                     };
                     outs.push(e.partition.output(self.plan.kinds[ei], txs, cfg));
                 }

@@ -592,6 +592,8 @@ pub(crate) enum JobEvent {
     Finished {
         attempt: u64,
         actor: usize,
+        /// Which primary (a fenced one's end is not the subtask's).
+        epoch: u64,
     },
     Failed {
         attempt: u64,
@@ -913,6 +915,7 @@ impl ActorFuture<SubtaskActor> for DataLane {
                 act.report(JobEvent::Finished {
                     attempt: act.id.attempt,
                     actor: act.id.actor,
+                    epoch: act.id.epoch,
                 });
                 // The actor stays until the job ends: a finished source still answers
                 // checkpoint triggers (with its end position).

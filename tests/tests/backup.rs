@@ -44,6 +44,11 @@ struct Setup {
     rate: f64,
     checkpoint: Option<Duration>,
     policy: BackupPolicy,
+    /// Parallelism of the sink (the backed-up operator's output is rebalanced when it
+    /// differs from 2).
+    sink_parallelism: usize,
+    /// Records per batch (the job's).
+    batch_size: usize,
 }
 
 impl Setup {
@@ -57,6 +62,8 @@ impl Setup {
             checkpoint: Some(Duration::from_millis(20)),
             policy: BackupPolicy::default()
                 .heartbeat(Duration::from_millis(10), Duration::from_millis(60)),
+            sink_parallelism: 1,
+            batch_size: 64,
         }
     }
 }
@@ -78,7 +85,7 @@ fn run(s: Setup) -> Result<Run, JobError> {
     }
     let dir = tmp_dir();
     let mut cfg = EnvConfig::default();
-    cfg.batch_size = 64;
+    cfg.batch_size = s.batch_size;
     cfg.arbiters = 2;
     cfg.metrics_interval = Duration::from_millis(20);
     cfg.heartbeat_timeout = Duration::from_secs(5);
@@ -102,17 +109,18 @@ fn run(s: Setup) -> Result<Run, JobError> {
         .set_parallelism(s.parallelism);
     let (ids, counts) = match s.shape {
         Shape::Stateless => {
-            let out = src
+            let out = weir::CollectSink::default();
+            let op = src
                 .map(|x: u64| x)
                 .uid("op")
                 .set_parallelism(s.parallelism)
-                .with_backup_policy(s.policy.clone())
-                .collect();
+                .with_backup_policy(s.policy.clone());
+            op.collect_into(&out).set_parallelism(s.sink_parallelism);
             (Some(out), None)
         }
         Shape::Stateful => {
-            let out = src
-                .key_by(|x: &u64| x % KEYS)
+            let out = weir::CollectSink::default();
+            src.key_by(|x: &u64| x % KEYS)
                 .process(
                     |k: &u64,
                      st: &mut ValueState<u64>,
@@ -126,7 +134,8 @@ fn run(s: Setup) -> Result<Run, JobError> {
                 .uid("op")
                 .set_parallelism(s.parallelism)
                 .with_backup_policy(s.policy.clone())
-                .collect();
+                .collect_into(&out)
+                .set_parallelism(s.sink_parallelism);
             (None, Some(out))
         }
     };
@@ -278,7 +287,8 @@ fn one_chosen_run() {
     };
     let (subtask, at) = (f[2].parse().unwrap(), f[3].parse().unwrap());
     let faults = FaultPlan::new(vec![Fault::new("op", kind, at).in_subtask(subtask)]);
-    let r = run(Setup::new(N, shape, faults)).unwrap();
+    let setup = Setup::new(N, shape, faults);
+    let r = run(setup).unwrap();
     match shape {
         Shape::Stateless => assert_exactly_once(&r.ids, N),
         Shape::Stateful => assert_state(&r.counts, N),
@@ -412,6 +422,83 @@ fn full_buffer_queue_degrades_to_restart_all() {
     );
 }
 
+/// Round-robin output from a backed-up operator that emits five records per input, to three
+/// downstream subtasks: a failure in the middle of a step leaves part of the step's
+/// output delivered, unevenly over the channels. The promoted backup must resume the round
+/// robin where the replay starts, or suppression per channel drops the wrong records.
+#[test]
+fn failures_mid_step_with_rebalanced_output() {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static CALLS: AtomicU64 = AtomicU64::new(0);
+    let n = 20_000u64;
+    let mut rng = weir_examples::rng::SplitMix64::new(base_seed() ^ 0x7eba1);
+    for _ in 0..8 {
+        let at = rng.range(2_000, n - 2_000);
+        CALLS.store(0, Ordering::SeqCst);
+        let mut cfg = EnvConfig::default();
+        cfg.batch_size = 1024;
+        cfg.checkpoint.interval = Some(Duration::from_millis(20));
+        cfg.checkpoint.directory = tmp_dir();
+        let env = Env::with_config(cfg);
+        let out = env
+            .generate(n, |i| i)
+            .uid("src")
+            .flat_map(move |x: u64| {
+                assert!(
+                    CALLS.fetch_add(1, Ordering::SeqCst) != at,
+                    "injected: fails in the middle of a batch"
+                );
+                (0..5).map(move |k| x * 5 + k)
+            })
+            .uid("op")
+            .with_backup_policy(
+                BackupPolicy::default()
+                    .heartbeat(Duration::from_millis(10), Duration::from_millis(60))
+                    .batch_size(None),
+            )
+            .map(|x: u64| x)
+            .uid("down")
+            .set_parallelism(3)
+            .collect();
+        let handle = env.start("rebalanced").unwrap();
+        let (result, backups) = wait(handle).unwrap();
+        assert_exactly_once(&out.take(), 5 * n);
+        assert_eq!(backups[0].promotions, 1, "failure at call {at}");
+        assert_eq!(result.checkpoints.map_or(0, |c| c.num_restarts), 0);
+    }
+}
+
+/// A record that fails every time it is processed: promoting again and again would loop;
+/// after two promotions that fail during their replay the job falls back to restart-all,
+/// whose strategy gives up.
+#[test]
+fn an_input_that_always_fails_does_not_loop() {
+    let env = {
+        let mut cfg = EnvConfig::default();
+        cfg.batch_size = 64;
+        cfg.checkpoint.interval = Some(Duration::from_millis(20));
+        cfg.checkpoint.directory = tmp_dir();
+        cfg.restart = Some(RestartStrategy::FixedDelay {
+            attempts: 2,
+            delay: Duration::from_millis(5),
+        });
+        Env::with_config(cfg)
+    };
+    env.generate(N, |i| i)
+        .map(|x: u64| {
+            assert!(x != 1_500, "poison record");
+            x
+        })
+        .uid("op")
+        .with_backup_policy(
+            BackupPolicy::default().heartbeat(Duration::from_millis(10), Duration::from_millis(60)),
+        )
+        .collect();
+    let handle = env.start("poison").unwrap();
+    let e = wait(handle).expect_err("the job fails").to_string();
+    assert!(e.contains("poison record"), "{e}");
+}
+
 /// Without checkpoints a stateless operator still fails over (its queue holds only what is
 /// not yet downstream).
 #[test]
@@ -457,6 +544,36 @@ fn backing_up_what_cannot_be_backed_up_is_a_plan_error() {
         .collect();
     let e = env.execute("bad").unwrap_err().to_string();
     assert!(e.contains("backup.heartbeat_timeout"), "{e}");
+
+    // Stateful without checkpoints: its backup would have nothing to restart from.
+    let env = Env::new();
+    env.generate(10, |i| i)
+        .key_by(|x: &u64| x % 2)
+        .reduce(|a: u64, b: u64| a + b)
+        .uid("sum")
+        .with_backup()
+        .collect();
+    let e = env.execute("bad").unwrap_err().to_string();
+    assert!(
+        e.contains("cannot back up operator `sum`") && e.contains("checkpoint.interval"),
+        "{e}"
+    );
+
+    // Unaligned checkpoints are not supported with backups.
+    let mut cfg = EnvConfig::default();
+    cfg.checkpoint.interval = Some(Duration::from_millis(100));
+    cfg.checkpoint.unaligned = true;
+    let env = Env::with_config(cfg);
+    env.generate(10, |i| i)
+        .map(|x: u64| x)
+        .uid("m")
+        .with_backup()
+        .collect();
+    let e = env.execute("bad").unwrap_err().to_string();
+    assert!(
+        e.contains("cannot back up operator `m`") && e.contains("aligned"),
+        "{e}"
+    );
 }
 
 /// Fault-free: the backup filters what the primary claimed, keeps little, and the output is

@@ -231,6 +231,8 @@ pub(crate) struct Promotion {
     pub(crate) restore: Option<Vec<u8>>,
     /// Per outgoing edge: its senders, reopened for the new primary.
     pub(crate) senders: Vec<(usize, Vec<AnyBox>)>,
+    /// Per outgoing edge: records sent on it before the replay's first batch.
+    pub(crate) routed_before: Vec<(usize, u64)>,
     /// The waker the backup's channels wake (the new primary's data lane).
     pub(crate) waker: crate::sync::Arc<AtomicWaker>,
     /// Batches the old primary had processed that are processed again, and batches only the
@@ -267,9 +269,15 @@ pub(crate) struct TypedGroup<T> {
     generation: AtomicU64,
     faults: crate::testing::FaultPlan,
     promotions: AtomicU64,
+    /// Promotions in a row whose primary failed during its replay.
+    replay_failures: AtomicU64,
     replacements: AtomicU64,
     last_failover_us: AtomicU64,
 }
+
+/// Promotions in a row that fail during their replay before the subtask falls back to
+/// restart-all.
+const MAX_REPLAY_FAILURES: u64 = 2;
 
 /// Settings of a new group.
 pub(crate) struct GroupSpec {
@@ -319,6 +327,7 @@ impl<T: Data> TypedGroup<T> {
             generation: AtomicU64::new(1),
             faults: spec.faults,
             promotions: AtomicU64::new(0),
+            replay_failures: AtomicU64::new(0),
             replacements: AtomicU64::new(0),
             last_failover_us: AtomicU64::new(u64::MAX),
         })
@@ -442,6 +451,22 @@ impl<T: Data> BackupGroup for TypedGroup<T> {
         if self.queue.is_degraded() {
             return Err("its buffer queue is degraded (over max_memory)".into());
         }
+        // A primary that fails again before it got through its replay is failing on the
+        // same input (a record that always panics, a batch slower than the heartbeat
+        // timeout): promoting again would loop. Restart-all, bounded by the restart
+        // strategy, takes over.
+        if self.queue.is_replaying() {
+            let n = self.replay_failures.fetch_add(1, Ordering::AcqRel) + 1;
+            if n >= MAX_REPLAY_FAILURES {
+                return Err(format!(
+                    "its promoted primaries failed {n} times in a row before finishing their \
+                     replay (an input that always fails, or batches slower than the heartbeat \
+                     timeout)"
+                ));
+            }
+        } else {
+            self.replay_failures.store(0, Ordering::Release);
+        }
         let epoch = self.queue.fence();
         let delivered: Vec<u64> = self
             .outputs
@@ -455,20 +480,26 @@ impl<T: Data> BackupGroup for TypedGroup<T> {
             .queue
             .replay_plan(&delivered)
             .ok_or_else(|| "its buffer queue is degraded (over max_memory)".to_owned())?;
+        tracing::debug!(uid = %self.uid, subtask = self.subtask, ?delivered, replay_from = ?plan.positions, batches = plan.batches.len(), "replay planned");
         let mut senders = Vec::with_capacity(self.outputs.len());
+        let mut routed_before = Vec::with_capacity(self.outputs.len());
         let mut k = 0;
         for (edge, fences) in &self.outputs {
             let mut txs = Vec::with_capacity(fences.len());
+            let mut routed = 0;
             for f in fences {
                 txs.push(f.reopen(plan.positions[k], delivered[k]));
+                routed += plan.positions[k];
                 k += 1;
             }
             senders.push((*edge, txs));
+            routed_before.push((*edge, routed));
         }
         let promotion = Promotion {
             epoch,
             restore: plan.restore.clone().map(|(_, state)| state),
             senders,
+            routed_before,
             waker: inputs.waker.clone(),
             reprocessed: plan.reprocessed,
             replayed: plan.batches.len(),
@@ -610,6 +641,10 @@ impl<T: Data> Claims<T> {
             .iter()
             .find(|e| e.uid == self.group.uid)
             .map(|e| e.payload.clone());
+        // Checkpoints that never complete (aborted, expired) must not pile up state copies.
+        if self.pending.len() >= 2 {
+            self.pending.remove(0);
+        }
         self.pending.push(Restart {
             checkpoint: id,
             step: self.group.queue.next_step(),

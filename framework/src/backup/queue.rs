@@ -57,6 +57,9 @@ struct StepLog {
     base: Box<[u64]>,
     /// Input records of the steps before `steps[0]`.
     base_records: u64,
+    /// The last replay plan's batches the current primary has not claimed again yet, in
+    /// order (a failure during a replay replays them again, in the same order).
+    replaying: VecDeque<BatchId>,
     /// The current primary's epoch.
     epoch: u64,
 }
@@ -160,6 +163,7 @@ impl<P: Clone> BufferQueue<P> {
                 steps: VecDeque::new(),
                 base: zeros.clone(),
                 base_records: 0,
+                replaying: VecDeque::new(),
                 epoch: 0,
             }),
             restart: Mutex::new(Restart {
@@ -231,6 +235,17 @@ impl<P: Clone> BufferQueue<P> {
         let mut log = lock(&self.log);
         if log.epoch != epoch {
             return Err(Fenced { epoch: log.epoch });
+        }
+        if log.replaying.front() == Some(&id) {
+            log.replaying.pop_front();
+        }
+        if self.degraded.load(Ordering::Acquire) {
+            // Nothing can be promoted any more: keep no log either.
+            log.steps.clear();
+            log.replaying.clear();
+            self.claimed_upto[id.0 as usize].fetch_max(id.1 + 1, Ordering::AcqRel);
+            self.claimed.fetch_add(1, Ordering::Relaxed);
+            return Ok(log.first);
         }
         if let Some(last) = log.steps.back_mut() {
             if last.after.is_none() {
@@ -331,6 +346,11 @@ impl<P: Clone> BufferQueue<P> {
         }
     }
 
+    /// The current primary is still replaying a promotion's plan.
+    pub(crate) fn is_replaying(&self) -> bool {
+        !lock(&self.log).replaying.is_empty()
+    }
+
     /// Fences every primary of the current epoch: their claims fail from now on. Returns the
     /// new epoch.
     pub(crate) fn fence(&self) -> u64 {
@@ -380,22 +400,30 @@ impl<P: Clone> BufferQueue<P> {
         let skip = (start - log.first) as usize;
         let records_before =
             log.base_records + log.steps.iter().take(skip).map(|s| s.records).sum::<u64>();
+        // The primary's steps from the restart point, then what an earlier replay had not
+        // processed again yet (in its order), then the batches only the backup had.
         let mut batches = Vec::new();
         for s in log.steps.iter().skip(skip) {
             let payload = self.payload(s.id)?;
             batches.push((s.id, payload));
         }
         let reprocessed = batches.len();
+        for id in &log.replaying {
+            let payload = self.payload(*id)?;
+            batches.push((*id, payload));
+        }
         log.steps.truncate(skip);
-        drop(log);
+        let listed: std::collections::HashSet<BatchId> = batches.iter().map(|(id, _)| *id).collect();
         let mut unclaimed: Vec<(BatchId, P)> = Vec::new();
         self.entries.for_each(|id, e| {
-            if !e.claimed {
+            if !e.claimed && !listed.contains(id) {
                 unclaimed.push((*id, e.payload.clone()));
             }
         });
         unclaimed.sort_by_key(|(id, _)| (id.1, id.0));
         batches.extend(unclaimed);
+        log.replaying = batches.iter().map(|(id, _)| *id).collect();
+        drop(log);
         Some(ReplayPlan {
             restore,
             positions,
@@ -521,6 +549,32 @@ mod tests {
         assert_eq!(&*plan.positions, &[2]);
         let ids: Vec<BatchId> = plan.batches.iter().map(|(id, _)| *id).collect();
         assert_eq!(ids, vec![(0, 2), (0, 3)]);
+    }
+
+    #[test]
+    fn a_failure_during_a_replay_replays_the_rest_in_order() {
+        let q = q(true);
+        for (k, id) in [(0, 0), (0, 1), (1, 0), (0, 2)].into_iter().enumerate() {
+            q.claim(0, id, &(k as u64), 1, 8, &[k as u64]).unwrap();
+        }
+        q.offer((1, 1), 9, 1, 8);
+        q.fence();
+        let first = q.replay_plan(&[3]).unwrap();
+        let ids = |p: &ReplayPlan<u64>| p.batches.iter().map(|(id, _)| *id).collect::<Vec<_>>();
+        assert_eq!(ids(&first), vec![(0, 0), (0, 1), (1, 0), (0, 2), (1, 1)]);
+        assert!(q.is_replaying());
+        // The promoted primary processes two of them again, then fails too.
+        q.claim(1, (0, 0), &0, 1, 8, &[0]).unwrap();
+        q.claim(1, (0, 1), &1, 1, 8, &[1]).unwrap();
+        q.fence();
+        let second = q.replay_plan(&[2]).unwrap();
+        assert_eq!(ids(&second), ids(&first), "nothing dropped, same order");
+        assert_eq!(second.reprocessed, 2);
+        // The third primary gets through them all.
+        for (k, (id, _)) in second.batches.iter().enumerate() {
+            q.claim(2, *id, &0, 1, 8, &[k as u64]).unwrap();
+        }
+        assert!(!q.is_replaying());
     }
 
     #[test]

@@ -71,9 +71,8 @@ impl BarrierAligner {
         }
     }
 
-    /// The checkpoint being aligned, if any.
-    /// Checkpoints up to `id` were aborted: stop aligning them, and ignore their barriers
-    /// when they still arrive.
+    /// Checkpoints up to `id` were aborted (a backed-up subtask failed over): stop aligning
+    /// them, and ignore their barriers when they still arrive.
     pub(crate) fn abort_upto(&mut self, id: u64) {
         if self.current.is_some_and(|cur| cur <= id) {
             self.current = None;
@@ -82,6 +81,7 @@ impl BarrierAligner {
         self.last_aligned = Some(self.last_aligned.map_or(id, |l| l.max(id)));
     }
 
+    /// The checkpoint being aligned, if any.
     pub(crate) fn in_progress(&self) -> Option<u64> {
         self.current
     }
