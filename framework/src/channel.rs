@@ -428,7 +428,9 @@ impl<T> OutputChannel<T> {
     pub(crate) fn fence(&self) -> u64 {
         let mut q = lock(&self.shared.queue);
         q.epoch += 1;
-        q.sent_records
+        // A sender that is replaying below what the receiver has (suppressed) has not moved
+        // the receiver's position back.
+        q.sent_records.max(q.suppress_below)
     }
 
     /// A sender of the current epoch whose output starts at position `from`; records below
@@ -561,6 +563,26 @@ mod tests {
         let noop = noop_waker();
         let mut cx = Context::from_waker(&noop);
         assert!(tx.send_or_register(&mut cx, refused).is_ok());
+    }
+
+    #[test]
+    fn a_replaying_sender_suppresses_what_the_receiver_has_and_keeps_its_position() {
+        let (tx, rx) = channel::<u32>(8, Arc::new(AtomicWaker::new()));
+        let h = tx.handle().unwrap();
+        tx.try_send(batch(vec![0, 1, 2, 3, 4])).unwrap();
+        assert_eq!(h.fence(), 5);
+        tx.try_send(batch(vec![5])).unwrap(); // fenced: dropped
+        let replay = h.reopen(0, 5);
+        replay.try_send(batch(vec![0, 1, 2])).unwrap(); // all suppressed
+        // Failing again mid-replay: the receiver still has 5, not 3.
+        assert_eq!(h.fence(), 5);
+        let again = h.reopen(0, 5);
+        again.try_send(batch(vec![0, 1, 2, 3, 4, 5, 6])).unwrap();
+        let mut got = Vec::new();
+        while let Some(Event::Batch(b)) = rx.try_recv() {
+            b.move_into(&mut got);
+        }
+        assert_eq!(got, vec![0, 1, 2, 3, 4, 5, 6]);
     }
 
     #[test]

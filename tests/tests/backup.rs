@@ -468,6 +468,62 @@ fn failures_mid_step_with_rebalanced_output() {
     }
 }
 
+/// The promoted primary fails again while it replays (the first failure's replay goes back
+/// to the last checkpoint, or to the start): the second promotion replays what the first
+/// replay had not redone, in the same order, and the downstream's position is not taken back
+/// by the suppressed part of the first replay.
+#[test]
+fn failures_during_a_replay_lose_nothing() {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static CALLS: AtomicU64 = AtomicU64::new(0);
+    let n = 3_000u64;
+    for (checkpoint_ms, first, second) in [(500, 1_000, 1_300), (20, 1_900, 1_960), (500, 800, 801)]
+    {
+        CALLS.store(0, Ordering::SeqCst);
+        let mut cfg = EnvConfig::default();
+        cfg.batch_size = 64;
+        cfg.checkpoint.interval = Some(Duration::from_millis(checkpoint_ms));
+        cfg.checkpoint.directory = tmp_dir();
+        let mut rc = RateControlConfig::default();
+        rc.enabled = true;
+        rc.initial_rate = Some(100_000.0);
+        rc.min_rate = 100_000.0;
+        rc.max_rate = Some(100_000.0);
+        cfg.rate_control = rc;
+        let env = Env::with_config(cfg);
+        let out = env
+            .generate(n, |i| i)
+            .uid("src")
+            .key_by(|x: &u64| x % KEYS)
+            .process(
+                move |_k: &u64,
+                      st: &mut ValueState<u64>,
+                      x: u64,
+                      out: &mut Collector<(u64, u64, u64)>| {
+                    let c = CALLS.fetch_add(1, Ordering::SeqCst);
+                    assert!(c != first && c != second, "injected failure at call {c}");
+                    let v = st.get_or_insert_with(|| 0);
+                    *v += 1;
+                    out.collect((x % KEYS, *v, x));
+                },
+            )
+            .uid("op")
+            .with_backup_policy(
+                BackupPolicy::default()
+                    .heartbeat(Duration::from_millis(10), Duration::from_millis(60)),
+            )
+            .collect();
+        let handle = env.start("replay-failure").unwrap();
+        let (result, backups) = wait(handle).unwrap();
+        assert_state(&out.take(), n);
+        assert_eq!(
+            backups[0].promotions, 2,
+            "checkpoints every {checkpoint_ms} ms"
+        );
+        assert_eq!(result.checkpoints.map_or(0, |c| c.num_restarts), 0);
+    }
+}
+
 /// A record that fails every time it is processed: promoting again and again would loop;
 /// after two promotions that fail during their replay the job falls back to restart-all,
 /// whose strategy gives up.
