@@ -281,6 +281,11 @@ impl<T: Clone> Dual<T> {
         let end = matches!(event, Event::EndOfInput);
         let open = |s: &Shared<T>| !s.closed.load(Ordering::Acquire);
         let (p_open, b_open) = (open(&t.primary), t.backup.as_deref().is_some_and(open));
+        if !p_open && !b_open {
+            // The primary is gone and no backup reads yet (a promotion is under way): the
+            // event waits for the next target (attaching one wakes this sender).
+            return Err(Full(event));
+        }
         {
             let mut qp = lock(&t.primary.queue);
             let mut qb = match (&t.backup, b_open) {
@@ -362,6 +367,8 @@ impl<T: Clone> Dual<T> {
             shared
         };
         t.backup = Some(shared.clone());
+        // A sender waiting because no channel was open can go on.
+        t.primary.tx_waker.wake();
         Receiver { shared }
     }
 
@@ -574,7 +581,7 @@ mod tests {
         tx.try_send(batch(vec![5])).unwrap(); // fenced: dropped
         let replay = h.reopen(0, 5);
         replay.try_send(batch(vec![0, 1, 2])).unwrap(); // all suppressed
-        // Failing again mid-replay: the receiver still has 5, not 3.
+                                                        // Failing again mid-replay: the receiver still has 5, not 3.
         assert_eq!(h.fence(), 5);
         let again = h.reopen(0, 5);
         again.try_send(batch(vec![0, 1, 2, 3, 4, 5, 6])).unwrap();

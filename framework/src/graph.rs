@@ -372,7 +372,14 @@ impl<T: Data> TypedGate<T> {
                     };
                     match event {
                         Event::Barrier(id) if claims.is_stale(id) => continue,
-                        Event::Batch(_) if claims.is_claimed(idx, seq) => continue,
+                        Event::Batch(_) if claims.is_claimed(idx, seq) => {
+                            tracing::debug!(
+                                channel = idx,
+                                seq,
+                                "skipping a batch claimed before the promotion"
+                            );
+                            continue;
+                        }
                         _ => {}
                     }
                     self.next = (idx + 1) % n;

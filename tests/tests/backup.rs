@@ -178,6 +178,10 @@ fn assert_exactly_once(ids: &[u64], n: u64) {
     }
     let dup: Vec<u64> = (0..n).filter(|&i| seen[i as usize] > 1).take(10).collect();
     let missing: Vec<u64> = (0..n).filter(|&i| seen[i as usize] == 0).take(10).collect();
+    if !missing.is_empty() {
+        let all = (0..n).filter(|&i| seen[i as usize] == 0).count();
+        eprintln!("{all} missing ids, from {:?}", missing.first());
+    }
     assert!(
         dup.is_empty() && missing.is_empty(),
         "duplicates {dup:?} missing {missing:?} (of {n})"
@@ -477,6 +481,12 @@ fn failures_during_a_replay_lose_nothing() {
     use std::sync::atomic::{AtomicU64, Ordering};
     static CALLS: AtomicU64 = AtomicU64::new(0);
     let n = 3_000u64;
+    if std::env::var_os("WEIR_BACKUP_VERBOSE").is_some() {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(std::env::var("WEIR_LOG").unwrap_or_else(|_| "weir=debug".into()))
+            .with_test_writer()
+            .try_init();
+    }
     for (checkpoint_ms, first, second) in [(500, 1_000, 1_300), (20, 1_900, 1_960), (500, 800, 801)]
     {
         CALLS.store(0, Ordering::SeqCst);

@@ -480,7 +480,7 @@ impl<T: Data> BackupGroup for TypedGroup<T> {
             .queue
             .replay_plan(&delivered)
             .ok_or_else(|| "its buffer queue is degraded (over max_memory)".to_owned())?;
-        tracing::debug!(uid = %self.uid, subtask = self.subtask, ?delivered, replay_from = ?plan.positions, batches = plan.batches.len(), "replay planned");
+        tracing::debug!(uid = %self.uid, subtask = self.subtask, ?delivered, replay_from = ?plan.positions, batches = ?plan.batches.iter().map(|(id, p)| (id.1, p.len())).collect::<Vec<_>>(), skip_below = ?plan.claimed_upto, "replay planned");
         let mut senders = Vec::with_capacity(self.outputs.len());
         let mut routed_before = Vec::with_capacity(self.outputs.len());
         let mut k = 0;

@@ -413,7 +413,8 @@ impl<P: Clone> BufferQueue<P> {
             batches.push((*id, payload));
         }
         log.steps.truncate(skip);
-        let listed: std::collections::HashSet<BatchId> = batches.iter().map(|(id, _)| *id).collect();
+        let listed: std::collections::HashSet<BatchId> =
+            batches.iter().map(|(id, _)| *id).collect();
         let mut unclaimed: Vec<(BatchId, P)> = Vec::new();
         self.entries.for_each(|id, e| {
             if !e.claimed && !listed.contains(id) {
