@@ -18,10 +18,11 @@
 //! # One run per fault
 //!
 //! Every fault is one run of the job over the same generated answers, with the graph of the
-//! `recovery` harness: `cleaning_streams` (the job's `levels`, `source`, `connect`,
-//! `flat_map`, `split` and `filter`), then `map` and the exactly-once part-file sinks of
-//! [`recovery_support`](crate::recovery_support) (`sink`, and `malformed` for the side output),
-//! checkpoints every `checkpoint_interval_ms`, and a fixed-delay restart strategy. One fault
+//! `recovery` harness, [`build_cleaning_job`] (the job's `levels`, `source`, `connect`,
+//! `flat_map`, `split` and `filter` as `cleaning_streams` builds them, then `map` and the
+//! exactly-once part-file sinks of [`recovery_support`](crate::recovery_support): `sink`, and
+//! `malformed` for the side output; nothing backed up), checkpoints every
+//! `checkpoint_interval_ms`, and a fixed-delay restart strategy. One fault
 //! fires in the run; the framework stops every subtask, restores the last complete checkpoint
 //! (or starts over without one) and the sources replay from there.
 //!
@@ -70,7 +71,6 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::str::FromStr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -78,17 +78,17 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 use weir::sink::{Sink, SinkContext};
 use weir::source::SourceContext;
-use weir::testing::{Fault, FaultKind, FaultPlan};
+use weir::testing::{Fault, FaultPlan};
 use weir::{Env, EnvConfig, RestartStrategy, SinkError};
 use weir_examples::answers::{
-    answer_json, clean_line, cleaning_streams, default_levels, format_cleaned, uid, Answers,
-    BadRecord, Cleaned, Input, Levels, Thresholds, DEFAULT_SEED,
+    answer_json, clean_line, default_levels, uid, Answers, Thresholds, DEFAULT_SEED,
 };
 use weir_examples::rng::SplitMix64;
 
+pub use crate::recovery_support::Kind;
 use crate::recovery_support::{
-    clear_part_files, encode_string, install_fault_hook, read_committed, tally, Expected,
-    KeptRecord, RecoveryProbe, TwoPhaseFileSink,
+    build_cleaning_job, clear_part_files, encode_string, install_fault_hook, quiet_released_hangs,
+    read_committed, tally, Expected, FlatMapSetup, KeptRecord, RecoveryProbe, TwoPhaseFileSink,
 };
 use crate::{clock_ns, median};
 
@@ -110,68 +110,6 @@ pub const OPERATORS: [&str; 7] = [
     uid::MAP,
     uid::SINK,
 ];
-
-/// How an injected fault fails.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Kind {
-    /// The operator panics ([`FaultKind::Panic`]).
-    #[default]
-    Panic,
-    /// The operator blocks its thread until the job restarts; caught by the heartbeat
-    /// timeout ([`FaultKind::Hang`]).
-    Hang,
-    /// The operator stops its arbiter thread: every subtask on it is lost
-    /// ([`FaultKind::StopArbiter`]).
-    Stop,
-}
-
-impl Kind {
-    /// Its name on the command line and in the report.
-    pub fn name(self) -> &'static str {
-        match self {
-            Kind::Panic => "panic",
-            Kind::Hang => "hang",
-            Kind::Stop => "stop",
-        }
-    }
-
-    fn fault_kind(self) -> FaultKind {
-        match self {
-            Kind::Panic => FaultKind::Panic,
-            Kind::Hang => FaultKind::Hang,
-            Kind::Stop => FaultKind::StopArbiter,
-        }
-    }
-}
-
-impl std::fmt::Display for Kind {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-impl FromStr for Kind {
-    type Err = String;
-
-    /// `panic`, `hang` or `stop`.
-    ///
-    /// ```
-    /// use weir_benches::criticality::Kind;
-    /// assert_eq!("hang".parse::<Kind>(), Ok(Kind::Hang));
-    /// assert!("crash".parse::<Kind>().is_err());
-    /// ```
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "panic" => Ok(Kind::Panic),
-            "hang" => Ok(Kind::Hang),
-            "stop" | "arbiter-stop" => Ok(Kind::Stop),
-            _ => Err(format!(
-                "unknown fault kind `{s}`: one of panic, hang, stop"
-            )),
-        }
-    }
-}
 
 /// What to run.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -741,11 +679,6 @@ impl Sink<String> for FaultySink {
     }
 }
 
-fn encode_bad_record(r: &BadRecord, out: &mut Vec<u8>) {
-    // A struct of two strings always serializes.
-    let _ = serde_json::to_writer(out, r);
-}
-
 /// Whether the run's fault fired (readable from any thread).
 #[derive(Clone)]
 struct Fired {
@@ -763,29 +696,6 @@ impl Fired {
     }
 }
 
-/// Installs, once per process, a panic hook that silences the panic a released hang ends with
-/// (`injected hang of ... released`, in the old attempt's thread when the job restarts): it is
-/// expected, and printing it (with a backtrace if `RUST_BACKTRACE` is set) would hold up the
-/// stop of that thread's arbiter, so the restart. Other panics go to the previous hook; the
-/// per-run hooks of [`install_fault_hook`] are installed on top of this one.
-fn quiet_released_hangs() {
-    static ONCE: std::sync::Once = std::sync::Once::new();
-    ONCE.call_once(|| {
-        let previous = std::panic::take_hook();
-        std::panic::set_hook(Box::new(move |info| {
-            let payload = info.payload();
-            let message = payload
-                .downcast_ref::<String>()
-                .map(String::as_str)
-                .or_else(|| payload.downcast_ref::<&str>().copied())
-                .unwrap_or("");
-            if !message.starts_with("injected hang of") {
-                previous(info)
-            }
-        }));
-    });
-}
-
 /// Records the fault's time in `probe` if the panic hook did not (a hang or an arbiter stop).
 fn stamp_fault(probe: &RecoveryProbe) {
     let _ =
@@ -794,9 +704,9 @@ fn stamp_fault(probe: &RecoveryProbe) {
             .compare_exchange(0, clock_ns().max(1), Ordering::SeqCst, Ordering::SeqCst);
 }
 
-/// The graph of the `recovery` harness (`cleaning_streams`, `map`, exactly-once file sinks):
-/// sink subtasks created after the fault report to `probe` (so only the restarted job's
-/// receipt of the target counts), and `sink_fault` makes the main sink fail.
+/// The graph of the `recovery` harness ([`build_cleaning_job`]): sink subtasks created after
+/// the fault report to `probe` (so only the restarted job's receipt of the target counts), and
+/// `sink_fault` makes the main sink fail.
 fn build(
     env: &Env,
     opts: &CriticalityOptions,
@@ -804,28 +714,18 @@ fn build(
     probe: Arc<RecoveryProbe>,
     fired: Fired,
 ) {
-    let p = opts.parallelism;
-    let input = Input {
-        answers: Answers::Generated {
-            records: opts.records,
-            seed: opts.answers_seed,
-        },
-        levels: Levels::Builtin,
+    let answers = Answers::Generated {
+        records: opts.records,
+        seed: opts.answers_seed,
     };
-    let (cleaned, malformed) = cleaning_streams(env, &input, p);
-    let malformed_dir = dirs.malformed.clone();
-    malformed
-        .add_sink("exactly_once_jsonl", move |cx| {
-            TwoPhaseFileSink::create(&malformed_dir, cx, encode_bad_record, None)
-        })
-        .uid(uid::MALFORMED)
-        .set_parallelism(p);
     let dir = dirs.out.clone();
-    cleaned
-        .map(|c: Cleaned| format_cleaned(&c))
-        .uid(uid::MAP)
-        .set_parallelism(p)
-        .add_sink("exactly_once_text", move |cx: &SinkContext| {
+    build_cleaning_job(
+        env,
+        &answers,
+        opts.parallelism,
+        &dirs.out,
+        &FlatMapSetup::default(),
+        move |cx: &SinkContext| {
             let restarted = fired.get();
             if restarted {
                 // The watcher may not have seen an arbiter stop yet.
@@ -842,9 +742,8 @@ fn build(
                 fault: fired.sink.clone().filter(|f| f.subtask == cx.subtask),
                 seen: 0,
             })
-        })
-        .uid(uid::SINK)
-        .set_parallelism(p);
+        },
+    );
 }
 
 fn run_one(

@@ -1,6 +1,22 @@
-//! Helpers of the `recovery` harness: an exactly-once part-file sink (two-phase commit on the
-//! [`Sink`] hooks), the [`RecoveryProbe`] that times a restart, the expected output of the
-//! answer-cleaning job computed sequentially, and the check of what was committed.
+//! Helpers of the `recovery` and `criticality` harnesses: the answer-cleaning graph they both
+//! run ([`build_cleaning_job`], optionally with a backed-up and fault-injecting `flat_map`), an
+//! exactly-once part-file sink (two-phase commit on the [`Sink`] hooks), the [`RecoveryProbe`]
+//! that times recoveries, the harness's own `flat_map` faults ([`FlatMapFaults`]), the
+//! expected output of the job computed sequentially, and the check of what was committed.
+//!
+//! # The graph
+//!
+//! [`build_cleaning_job`] builds the operators and uids of
+//! `weir_examples::answers::build_answer_cleaning` (`levels`, `source`, `connect`, `flat_map`,
+//! `split`, `filter`, `map`, `sink`, `malformed`) with the same functions (`Attach`,
+//! `ParseAndLevel`, `DropUnwanted`, `format_cleaned`) and built-in levels, exactly as
+//! `weir_examples::answers::cleaning_streams` does up to `filter` (a copy of it: that function
+//! cannot back up `flat_map` or put a fault into it), then `map` and two exactly-once
+//! part-file sinks: `sink` (made by the caller's factory, a [`TwoPhaseFileSink`] or a wrapper
+//! of one) and `malformed` (into `<out_dir>/malformed`). A [`FlatMapSetup`] can back up
+//! `flat_map` (`with_backup_policy`: it then runs as its own actor, never chained) and make it
+//! [`FaultyParseAndLevel`], `ParseAndLevel` with the harness's faults (same operator name,
+//! state and output).
 //!
 //! # The exactly-once file sink
 //!
@@ -21,19 +37,61 @@
 //!
 //! Without checkpoints ([`SinkContext::checkpointing`] false) the sink writes through to
 //! `part-<s>-0`, created (truncated) when the subtask starts.
+//!
+//! # Faults in `flat_map`
+//!
+//! [`FlatMapFaults`] fails `flat_map` when it first sees given input *lines* (the records at
+//! chosen input indices; a line must occur once in the input), in order: before processing
+//! the `k`-th of them for the first time, [`FaultyParseAndLevel`] records the fault's time
+//! and panics, hangs, or stops its arbiter thread ([`Kind`]). A fault is keyed by the
+//! record, not by a count of the subtask's records, because such a count is ambiguous for a
+//! second fault under restart-all (a restarted instance counts from zero at its restored
+//! position, unknown in advance), while the record is the same in every attempt, in a
+//! promoted backup and in a restarted job. Each fault fires once per run.
+//!
+//! - **panic**: `panic!("injected fault: ...")`, before the record is processed.
+//! - **hang**: the thread sleeps (in 5 ms steps) until the job releases the hung subtasks of
+//!   its [`FaultPlan`], as the framework's own `FaultKind::Hang` does: that happens when the
+//!   job stops or restarts (restart-all), just before it joins its arbiter threads, so a hang
+//!   never holds up a restart or the end of the job by the 5 s join timeout. (The plan's
+//!   release flag is not public: [`plan_released`] reads it from the plan's `Debug` output; a
+//!   unit test checks that format.) Released, it panics with `injected hang of ...
+//!   released`, which [`quiet_released_hangs`] keeps off stderr.
+//! - **stop**: `actix_rt::Arbiter::current().stop()`, then the record is processed: the
+//!   arbiter's loop ends after the current poll, so the failed instance may process (and
+//!   emit) some more records first. It counts them ([`WatchedFault::processed_after`]).
+//!
+//! # Recovery of several faults
+//!
+//! A [`FaultWatch`] in the probe holds, per fault, a *window*: the kept records (those that
+//! reach `sink`) of the failed subtask from the fault's record up to the next fault's (or the
+//! end of its input). The sink notes, per window record, when it first received it after that fault
+//! fired, and how often before and after. After the run, a fault's *target* is the first
+//! record of its window that the failed instance did not process (for a panic or a hang the
+//! first at or after the fault's record; for a stop, the first after what it processed), and
+//! its recovery time is fault → the sink's first receipt of the target after the fault.
 
 use std::collections::{BTreeMap, HashMap};
 use std::fs::File;
-use std::hash::{Hash, Hasher};
+use std::hash::{BuildHasherDefault, Hash, Hasher};
 use std::io::{BufRead, BufWriter, Write};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::str::FromStr;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use weir::sink::{Sink, SinkContext};
-use weir::SinkError;
-use weir_examples::answers::{answer_json, clean_line, default_levels, format_cleaned, Thresholds};
+use weir::testing::{FaultKind, FaultPlan};
+use weir::{
+    BackupPolicy, Collector, ConfigError, ConfigKey, DataStream, Env, Operator, ProcessFunction,
+    SinkError, StateError, StateSnapshot,
+};
+use weir_examples::answers::{
+    answer_json, clean_line, default_levels, format_cleaned, levels_stream, uid, Answers, Attach,
+    BadRecord, Cleaned, DropUnwanted, Levels, ParseAndLevel, Tagged, Thresholds,
+};
 
 use crate::clock_ns;
 
@@ -75,6 +133,10 @@ pub struct RecoveryProbe {
     pub discarded_files: AtomicU64,
     /// The checkpoint the restarted job was restored from (largest over subtasks), if any.
     pub restored_checkpoint: Mutex<Option<u64>>,
+    /// The windows of several faults (see the module documentation), if watched.
+    pub watch: Option<FaultWatch>,
+    /// Checkpoints a sink subtask was told are complete: `(id, when)`, first notice of each.
+    pub completed_checkpoints: Mutex<Vec<(u64, u64)>>,
 }
 
 impl RecoveryProbe {
@@ -84,6 +146,45 @@ impl RecoveryProbe {
             target_prefix: target_id.map(|id| format!("{id},").into_bytes()),
             ..Default::default()
         }
+    }
+
+    /// A probe that watches the windows of `watch` (and no single target).
+    pub fn with_watch(watch: FaultWatch) -> Self {
+        RecoveryProbe {
+            watch: Some(watch),
+            ..Default::default()
+        }
+    }
+
+    /// Records that fault `k` of the watch fired now (the first one is also the probe's
+    /// fault).
+    pub fn fault_fired_now(&self, k: usize) {
+        if let Some(f) = self.watch.as_ref().and_then(|w| w.faults.get(k)) {
+            RecoveryProbe::stamp(&f.fault_ns);
+        }
+        RecoveryProbe::stamp(&self.fault_ns);
+    }
+
+    fn checkpoint_completed(&self, id: u64) {
+        let mut c = self
+            .completed_checkpoints
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if !c.iter().any(|&(i, _)| i == id) {
+            c.push((id, clock_ns()));
+        }
+    }
+
+    /// The last checkpoint a sink was told was complete before `ns`, and when.
+    pub fn last_checkpoint_before(&self, ns: u64) -> Option<(u64, u64)> {
+        let c = self
+            .completed_checkpoints
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        c.iter()
+            .copied()
+            .filter(|&(_, t)| t <= ns)
+            .max_by_key(|&(_, t)| t)
     }
 
     /// Milliseconds from the fault to the time in `slot`; `None` if either did not happen.
@@ -108,12 +209,7 @@ impl RecoveryProbe {
 pub fn install_fault_hook(probe: Arc<RecoveryProbe>) {
     let previous = std::panic::take_hook();
     std::panic::set_hook(Box::new(move |info| {
-        let payload = info.payload();
-        let message = payload
-            .downcast_ref::<String>()
-            .map(String::as_str)
-            .or_else(|| payload.downcast_ref::<&str>().copied())
-            .unwrap_or("");
+        let message = panic_message(info);
         if message.starts_with("injected fault") {
             RecoveryProbe::stamp(&probe.fault_ns);
             // One line instead of the default hook's message: with `RUST_BACKTRACE` set, that
@@ -402,6 +498,7 @@ impl<T: Send + 'static> Sink<T> for TwoPhaseFileSink<T> {
             });
         }
         let target = self.probe.as_ref().and_then(|p| p.target_prefix.as_ref());
+        let watch = self.probe.as_ref().and_then(|p| p.watch.as_ref());
         let mut hits = 0u64;
         let cur = self.current.as_mut().expect("opened above");
         let mut result = Ok(());
@@ -410,6 +507,9 @@ impl<T: Send + 'static> Sink<T> for TwoPhaseFileSink<T> {
             (self.encode)(&r, &mut self.line);
             if target.is_some_and(|t| self.line.starts_with(t)) {
                 hits += 1;
+            }
+            if let Some(w) = watch {
+                w.observe(&self.line);
             }
             self.line.push(b'\n');
             if let Err(e) = cur.out.write_all(&self.line) {
@@ -486,6 +586,9 @@ impl<T: Send + 'static> Sink<T> for TwoPhaseFileSink<T> {
             return Ok(());
         }
         self.ensure_initialized()?;
+        if let Some(p) = self.probe.as_ref().filter(|_| checkpoint != FINAL_COMMIT) {
+            p.checkpoint_completed(checkpoint);
+        }
         if checkpoint == FINAL_COMMIT {
             if let Some(n) = self.close_current()? {
                 // The end of the input: the last data becomes final under an unused number.
@@ -547,6 +650,553 @@ impl<T: Send + 'static> Sink<T> for TwoPhaseFileSink<T> {
             *r = Some(r.map_or(restored, |x: u64| x.max(restored)));
         }
         Ok(())
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The graph
+// ---------------------------------------------------------------------------------------------
+
+/// How `flat_map` runs in [`build_cleaning_job`].
+#[derive(Debug, Clone, Default)]
+pub struct FlatMapSetup {
+    /// Back it up (BQBS) with this policy.
+    pub backup: Option<BackupPolicy>,
+    /// Fail it with the harness's faults ([`FaultyParseAndLevel`] instead of `ParseAndLevel`).
+    pub faults: Option<Arc<FlatMapFaults>>,
+}
+
+fn encode_bad_record(r: &BadRecord, out: &mut Vec<u8>) {
+    // A struct of two strings always serializes.
+    let _ = serde_json::to_writer(out, r);
+}
+
+/// Adds the answer-cleaning job to `env` (see the module documentation): `answers` with the
+/// built-in levels, every operator but `levels` at `parallelism`, `flat_map` as `flat_map`
+/// says, `malformed` lines into `<out_dir>/malformed` by an exactly-once [`TwoPhaseFileSink`],
+/// and the formatted lines into the sink that `main_sink` makes per subtask (`sink`).
+pub fn build_cleaning_job<S, F>(
+    env: &Env,
+    answers: &Answers,
+    parallelism: usize,
+    out_dir: &Path,
+    flat_map: &FlatMapSetup,
+    main_sink: F,
+) where
+    S: Sink<String>,
+    F: Fn(&SinkContext) -> Result<S, SinkError> + Send + 'static,
+{
+    let p = parallelism;
+    // As in `cleaning_streams`: the thresholds first (subtasks are dealt to arbiter threads
+    // round robin in graph order, so `source` and `connect` do not share a thread when there
+    // are two), one subtask, broadcast to every `connect` subtask.
+    let levels = levels_stream(env, &Levels::Builtin);
+    let lines: DataStream<String> = match answers {
+        Answers::Generated { records, seed } => {
+            let seed = *seed;
+            env.generate(*records, move |i| answer_json(seed, i))
+        }
+        Answers::Lines(path) => env.read_lines(path),
+    };
+    let lines = lines.uid(uid::SOURCE).set_parallelism(p);
+    // Files are dealt to source subtasks whole: spread the lines of fewer files than subtasks.
+    let lines = match (answers, p) {
+        (Answers::Lines(_), 2..) => lines.rebalance(),
+        _ => lines,
+    };
+    let tagged = lines
+        .connect_broadcast(levels)
+        .broadcast_first()
+        .process(Attach)
+        .uid(uid::CONNECT)
+        .name("connect")
+        .set_parallelism(p);
+    let parsed = match &flat_map.faults {
+        None => tagged.apply(ParseAndLevel::default()),
+        Some(f) => tagged.apply(FaultyParseAndLevel::new(f.clone())),
+    };
+    let parsed = parsed
+        .uid(uid::FLAT_MAP)
+        .name("flat_map")
+        .set_parallelism(p);
+    let parsed = match &flat_map.backup {
+        Some(policy) => parsed.with_backup_policy(policy.clone()),
+        None => parsed,
+    };
+    let (parsed, malformed) = parsed.split();
+    let kept = parsed
+        .uid(uid::SPLIT)
+        .set_parallelism(p)
+        .apply(DropUnwanted::default())
+        .uid(uid::FILTER)
+        .name("filter")
+        .set_parallelism(p);
+    let malformed_dir = out_dir.join("malformed");
+    malformed
+        .add_sink("exactly_once_jsonl", move |cx| {
+            TwoPhaseFileSink::create(&malformed_dir, cx, encode_bad_record, None)
+        })
+        .uid(uid::MALFORMED)
+        .set_parallelism(p);
+    kept.map(|c: Cleaned| format_cleaned(&c))
+        .uid(uid::MAP)
+        .set_parallelism(p)
+        .add_sink("exactly_once_text", main_sink)
+        .uid(uid::SINK)
+        .set_parallelism(p);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Faults
+// ---------------------------------------------------------------------------------------------
+
+/// How an injected fault fails.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Kind {
+    /// The operator panics.
+    #[default]
+    Panic,
+    /// The operator blocks its thread until the job stops or restarts; caught by a heartbeat
+    /// timeout.
+    Hang,
+    /// The operator stops its arbiter thread: every subtask on it is lost.
+    Stop,
+}
+
+impl Kind {
+    /// Its name on the command line and in the reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Panic => "panic",
+            Kind::Hang => "hang",
+            Kind::Stop => "stop",
+        }
+    }
+
+    /// The framework's [`FaultKind`] of the same failure.
+    pub fn fault_kind(self) -> FaultKind {
+        match self {
+            Kind::Panic => FaultKind::Panic,
+            Kind::Hang => FaultKind::Hang,
+            Kind::Stop => FaultKind::StopArbiter,
+        }
+    }
+}
+
+impl std::fmt::Display for Kind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for Kind {
+    type Err = String;
+
+    /// `panic`, `hang` or `stop`.
+    ///
+    /// ```
+    /// use weir_benches::recovery_support::Kind;
+    /// assert_eq!("hang".parse::<Kind>(), Ok(Kind::Hang));
+    /// assert!("crash".parse::<Kind>().is_err());
+    /// ```
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "panic" => Ok(Kind::Panic),
+            "hang" => Ok(Kind::Hang),
+            "stop" | "arbiter-stop" => Ok(Kind::Stop),
+            _ => Err(format!(
+                "unknown fault kind `{s}`: one of panic, hang, stop"
+            )),
+        }
+    }
+}
+
+/// Whether the job running with `plan` has released its hung subtasks (it is stopping or
+/// restarting). The flag is not public in `weir::testing`; it is read from the plan's
+/// `Debug` output (`FaultPlan { faults: [..], released: <bool> }`).
+pub fn plan_released(plan: &FaultPlan) -> bool {
+    format!("{plan:?}").ends_with("released: true }")
+}
+
+fn panic_message(info: &std::panic::PanicHookInfo<'_>) -> String {
+    let payload = info.payload();
+    payload
+        .downcast_ref::<String>()
+        .cloned()
+        .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
+        .unwrap_or_default()
+}
+
+/// Installs, once per process, a panic hook that silences the panic a released hang ends with
+/// (`injected hang of ... released`, in the old attempt's thread when the job restarts or
+/// ends): it is expected, and printing it (with a backtrace if `RUST_BACKTRACE` is set) would
+/// hold up the stop of that thread's arbiter, so the restart. Other panics go to the previous
+/// hook; the per-run hooks of [`install_fault_hook`] are installed on top of this one.
+pub fn quiet_released_hangs() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            if !panic_message(info).starts_with("injected hang of") {
+                previous(info)
+            }
+        }));
+    });
+}
+
+/// Installs, once per process, a panic hook for the harness's injected faults: a panic
+/// `injected fault: ...` prints that one line (the default hook, with `RUST_BACKTRACE` set,
+/// would capture and print a backtrace in the failing thread before it unwinds, about 80 ms
+/// counted as recovery time), `injected hang of ... released` prints nothing. Other panics go
+/// to the previous hook.
+pub fn quiet_injected_panics() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            let message = panic_message(info);
+            if message.starts_with("injected fault") {
+                eprintln!("recovery: {message}");
+            } else if !message.starts_with("injected hang of") {
+                previous(info)
+            }
+        }));
+    });
+}
+
+/// A kept record watched after a fault.
+#[derive(Debug)]
+pub struct Watched {
+    /// Its answer id.
+    pub id: u64,
+    /// Its index in the input.
+    pub index: u64,
+    /// Its position among the failed subtask's input records.
+    pub local: u64,
+    /// When the sink first received it after the fault fired (0: not yet).
+    pub first_after_ns: AtomicU64,
+    /// Receipts before the fault fired.
+    pub before: AtomicU32,
+    /// Receipts after the fault fired (every attempt's, under restart-all).
+    pub after: AtomicU32,
+}
+
+/// One fault of a [`FaultWatch`].
+#[derive(Debug)]
+pub struct WatchedFault {
+    /// The input index of the record it fires at.
+    pub index: u64,
+    /// That record's position among the failed subtask's input records.
+    pub local: u64,
+    /// When it fired (0: not yet).
+    pub fault_ns: AtomicU64,
+    /// Records the failed instance processed from the fault on (a stop lets it finish its
+    /// poll; 0 for a panic or a hang).
+    pub processed_after: AtomicU64,
+    /// Records the recovering instance (the promoted backup, or the restarted job's) processed
+    /// before it reached the fault's record again: the replay up to it (`u64::MAX`: it did
+    /// not reach it).
+    pub replayed_to_fault: AtomicU64,
+    /// The kept records of the failed subtask from the fault's record up to the next fault's.
+    pub window: Vec<Watched>,
+}
+
+impl WatchedFault {
+    /// The window's record whose receipt ends recovery: the first the failed instance did
+    /// not process.
+    pub fn target(&self) -> Option<&Watched> {
+        let done = self.local + self.processed_after.load(Ordering::SeqCst);
+        self.window.iter().find(|w| w.local >= done)
+    }
+
+    /// Milliseconds from the fault to the sink's first receipt of the target after it.
+    pub fn recovery_ms(&self) -> Option<f64> {
+        let fault = self.fault_ns.load(Ordering::SeqCst);
+        let t = self.target()?.first_after_ns.load(Ordering::SeqCst);
+        (fault != UNSET && t != UNSET).then(|| t.saturating_sub(fault) as f64 / 1e6)
+    }
+}
+
+/// A multiplicative hash for answer ids (the sink looks one up per record after a fault).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct IdHasher(u64);
+
+impl Hasher for IdHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u64(u64::from(b) ^ self.0.rotate_left(8));
+        }
+    }
+    fn write_u64(&mut self, n: u64) {
+        self.0 = (self.0 ^ n).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+}
+
+/// The windows of several faults, observed by the sink (see the module documentation).
+#[derive(Debug, Default)]
+pub struct FaultWatch {
+    /// The faults, in firing order.
+    pub faults: Vec<WatchedFault>,
+    by_id: HashMap<u64, (u32, u32), BuildHasherDefault<IdHasher>>,
+    lo: u64,
+    hi: u64,
+}
+
+impl FaultWatch {
+    /// Faults at `(input index, position in the failed subtask)`, in order, each watching the
+    /// kept records `kept` (with their positions in the failed subtask, in order) from its
+    /// record up to the next fault's record (or the end). (A stop can let the failed instance
+    /// process tens of thousands of records before its thread ends: no shorter window.)
+    pub fn new(faults: &[(u64, u64)], kept: &[(KeptRecord, u64)]) -> Self {
+        let mut w = FaultWatch {
+            lo: u64::MAX,
+            ..Default::default()
+        };
+        for (k, &(index, local)) in faults.iter().enumerate() {
+            let end = faults.get(k + 1).map_or(u64::MAX, |f| f.1);
+            let from = kept.partition_point(|(_, l)| *l < local);
+            let window: Vec<Watched> = kept[from..]
+                .iter()
+                .take_while(|(_, l)| *l < end)
+                .map(|(r, l)| Watched {
+                    id: r.id,
+                    index: r.index,
+                    local: *l,
+                    first_after_ns: AtomicU64::new(UNSET),
+                    before: AtomicU32::new(0),
+                    after: AtomicU32::new(0),
+                })
+                .collect();
+            for (r, x) in window.iter().enumerate() {
+                w.by_id.insert(x.id, (k as u32, r as u32));
+                w.lo = w.lo.min(x.id);
+                w.hi = w.hi.max(x.id);
+            }
+            w.faults.push(WatchedFault {
+                index,
+                local,
+                fault_ns: AtomicU64::new(UNSET),
+                processed_after: AtomicU64::new(0),
+                replayed_to_fault: AtomicU64::new(u64::MAX),
+                window,
+            });
+        }
+        w
+    }
+
+    /// Notes the receipt of an output line (`<id>,...`).
+    #[inline]
+    pub fn observe(&self, line: &[u8]) {
+        let mut id = 0u64;
+        let mut digits = 0;
+        for &b in line {
+            if !b.is_ascii_digit() {
+                break;
+            }
+            id = id.wrapping_mul(10).wrapping_add(u64::from(b - b'0'));
+            digits += 1;
+        }
+        if digits == 0 || id < self.lo || id > self.hi {
+            return;
+        }
+        let Some(&(k, r)) = self.by_id.get(&id) else {
+            return;
+        };
+        let f = &self.faults[k as usize];
+        let w = &f.window[r as usize];
+        if f.fault_ns.load(Ordering::SeqCst) != UNSET {
+            w.after.fetch_add(1, Ordering::SeqCst);
+            RecoveryProbe::stamp(&w.first_after_ns);
+        } else {
+            w.before.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+}
+
+/// The harness's faults in `flat_map` (see the module documentation): shared by every
+/// instance of [`FaultyParseAndLevel`] and the probe.
+#[derive(Debug)]
+pub struct FlatMapFaults {
+    kind: Kind,
+    /// The input lines to fail at, in order.
+    lines: Vec<String>,
+    fired: Vec<AtomicBool>,
+    next: AtomicUsize,
+    probe: Arc<RecoveryProbe>,
+    plan: FaultPlan,
+}
+
+impl FlatMapFaults {
+    /// Faults of `kind` at `lines` (in the order they fire), timed in `probe` (its watch has a
+    /// fault per line), released with `plan` (the job's `EnvConfig::faults`).
+    pub fn new(kind: Kind, lines: Vec<String>, probe: Arc<RecoveryProbe>, plan: FaultPlan) -> Self {
+        let fired = lines.iter().map(|_| AtomicBool::new(false)).collect();
+        FlatMapFaults {
+            kind,
+            lines,
+            fired,
+            next: AtomicUsize::new(0),
+            probe,
+            plan,
+        }
+    }
+
+    /// How many fired.
+    pub fn fired(&self) -> usize {
+        self.fired
+            .iter()
+            .filter(|f| f.load(Ordering::SeqCst))
+            .count()
+    }
+
+    /// The fault `line` fires, if any (marked fired and timed).
+    #[inline]
+    fn hit(&self, line: &str) -> Option<usize> {
+        let k = self.next.load(Ordering::Relaxed);
+        if self.lines.get(k).is_none_or(|l| l != line) || self.fired[k].swap(true, Ordering::SeqCst)
+        {
+            return None;
+        }
+        self.probe.fault_fired_now(k);
+        self.next.store(k + 1, Ordering::SeqCst);
+        Some(k)
+    }
+
+    /// The last fault that fired, if any.
+    fn last_fired(&self) -> Option<usize> {
+        self.next.load(Ordering::SeqCst).checked_sub(1)
+    }
+
+    fn watched(&self, k: usize) -> Option<&WatchedFault> {
+        self.probe.watch.as_ref().and_then(|w| w.faults.get(k))
+    }
+
+    fn processed_after(&self, k: usize) {
+        if let Some(f) = self.watched(k) {
+            f.processed_after.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+/// Where an instance of [`FaultyParseAndLevel`] is in replaying up to the last fault.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum CatchUp {
+    /// It has processed nothing yet.
+    Fresh,
+    /// It recovers from fault `k` and has processed `seen` records before reaching its record.
+    Replaying { k: usize, seen: u64 },
+    /// Nothing (more) to measure.
+    Done,
+}
+
+/// `ParseAndLevel` with the harness's faults: the same operator (name, state, output), failing
+/// before it processes a fault's record for the first time (see the module documentation). An
+/// instance created after a fault (a promoted backup, the restarted job's) also counts the
+/// records it processes before it reaches that fault's record
+/// ([`WatchedFault::replayed_to_fault`]).
+#[derive(Debug, Clone)]
+pub struct FaultyParseAndLevel {
+    inner: ParseAndLevel,
+    faults: Arc<FlatMapFaults>,
+    /// The fault this instance fired with a stop (it finishes its poll).
+    stopped_at: Option<usize>,
+    catch_up: CatchUp,
+}
+
+impl FaultyParseAndLevel {
+    /// A fresh operator failing with `faults`.
+    pub fn new(faults: Arc<FlatMapFaults>) -> Self {
+        FaultyParseAndLevel {
+            inner: ParseAndLevel::default(),
+            faults,
+            stopped_at: None,
+            catch_up: CatchUp::Fresh,
+        }
+    }
+
+    #[inline]
+    fn catch_up(&mut self, line: &str) {
+        let (k, seen) = match self.catch_up {
+            CatchUp::Done => return,
+            CatchUp::Fresh => match self.faults.last_fired() {
+                None => {
+                    self.catch_up = CatchUp::Done;
+                    return;
+                }
+                Some(k) => (k, 0),
+            },
+            CatchUp::Replaying { k, seen } => (k, seen),
+        };
+        if self.faults.lines[k] == line {
+            if let Some(f) = self.faults.watched(k) {
+                f.replayed_to_fault.store(seen, Ordering::SeqCst);
+            }
+            self.catch_up = CatchUp::Done;
+        } else {
+            self.catch_up = CatchUp::Replaying { k, seen: seen + 1 };
+        }
+    }
+}
+
+impl ProcessFunction<Tagged, Result<Cleaned, BadRecord>> for FaultyParseAndLevel {
+    #[inline]
+    fn process(&mut self, t: Tagged, out: &mut Collector<Result<Cleaned, BadRecord>>) {
+        self.catch_up(&t.line);
+        if let Some(k) = self.stopped_at {
+            self.faults.processed_after(k);
+        } else if let Some(k) = self.faults.hit(&t.line) {
+            match self.faults.kind {
+                Kind::Panic => panic!(
+                    "injected fault: operator `{}` panics at input record {}",
+                    uid::FLAT_MAP,
+                    self.faults
+                        .probe
+                        .watch
+                        .as_ref()
+                        .map_or(0, |w| w.faults[k].index)
+                ),
+                Kind::Hang => {
+                    while !plan_released(&self.faults.plan) {
+                        std::thread::sleep(Duration::from_millis(5));
+                    }
+                    panic!("injected hang of `{}` released", uid::FLAT_MAP);
+                }
+                Kind::Stop => {
+                    // The arbiter's loop ends after this poll: every actor on it is dropped
+                    // and reported lost.
+                    actix_rt::Arbiter::current().stop();
+                    self.stopped_at = Some(k);
+                    self.faults.processed_after(k);
+                }
+            }
+        }
+        self.inner.process(t, out);
+    }
+
+    fn end_of_input(&mut self, out: &mut Collector<Result<Cleaned, BadRecord>>) {
+        ProcessFunction::<Tagged, Result<Cleaned, BadRecord>>::end_of_input(&mut self.inner, out);
+    }
+}
+
+impl Operator for FaultyParseAndLevel {
+    const NAME: &'static str = ParseAndLevel::NAME;
+    const STATE_VERSION: u32 = ParseAndLevel::STATE_VERSION;
+
+    fn config_keys() -> &'static [ConfigKey] {
+        ParseAndLevel::config_keys()
+    }
+    fn snapshot_state(&self) -> Result<StateSnapshot, StateError> {
+        self.inner.snapshot_state()
+    }
+    fn restore_state(&mut self, snapshot: &StateSnapshot) -> Result<(), StateError> {
+        self.inner.restore_state(snapshot)
+    }
+    fn on_config(&mut self, key: &str, value: &str) -> Result<(), ConfigError> {
+        self.inner.on_config(key, value)
     }
 }
 
@@ -673,32 +1323,86 @@ impl Expected {
     pub fn from_file(path: &Path) -> std::io::Result<Self> {
         let levels = Thresholds::from_vec(default_levels());
         let mut e = Expected::default();
-        let mut r = std::io::BufReader::with_capacity(1 << 20, File::open(path)?);
-        let mut buf = Vec::new();
-        let mut line_no = 0u64;
-        loop {
-            buf.clear();
-            if r.read_until(b'\n', &mut buf)? == 0 {
-                break;
-            }
-            line_no += 1;
-            let mut end = buf.len();
-            while end > 0 && matches!(buf[end - 1], b'\n' | b'\r') {
-                end -= 1;
-            }
-            if buf[..end].iter().all(u8::is_ascii_whitespace) {
-                continue;
-            }
-            let line = std::str::from_utf8(&buf[..end]).map_err(|err| {
-                std::io::Error::new(
-                    std::io::ErrorKind::InvalidData,
-                    format!("line {line_no} is not UTF-8: {err}"),
-                )
-            })?;
-            let index = e.records;
+        for_each_input_line(path, |index, line| {
             e.push(index, line.to_owned(), &levels);
-        }
+        })?;
         Ok(e)
+    }
+}
+
+/// Calls `f(index, line)` for every record of the file `path`, read as `read_lines` does
+/// (line endings removed, blank lines passed over, a line that is not UTF-8 is an error);
+/// `index` counts records from 0.
+pub fn for_each_input_line(path: &Path, mut f: impl FnMut(u64, &str)) -> std::io::Result<()> {
+    let mut r = std::io::BufReader::with_capacity(1 << 20, File::open(path)?);
+    let mut buf = Vec::new();
+    let mut line_no = 0u64;
+    let mut index = 0u64;
+    loop {
+        buf.clear();
+        if r.read_until(b'\n', &mut buf)? == 0 {
+            break;
+        }
+        line_no += 1;
+        let mut end = buf.len();
+        while end > 0 && matches!(buf[end - 1], b'\n' | b'\r') {
+            end -= 1;
+        }
+        if buf[..end].iter().all(u8::is_ascii_whitespace) {
+            continue;
+        }
+        let line = std::str::from_utf8(&buf[..end]).map_err(|err| {
+            std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!("line {line_no} is not UTF-8: {err}"),
+            )
+        })?;
+        f(index, line);
+        index += 1;
+    }
+    Ok(())
+}
+
+/// The input records at `indices` (in that order), and how often each occurs in the whole
+/// input (a fault keyed by its line needs a line that occurs once).
+pub fn input_lines_at(answers: &Answers, indices: &[u64]) -> std::io::Result<Vec<(String, u64)>> {
+    match answers {
+        // Every generated answer has its own id.
+        Answers::Generated { seed, .. } => Ok(indices
+            .iter()
+            .map(|&i| (answer_json(*seed, i), 1))
+            .collect()),
+        Answers::Lines(path) => {
+            let mut lines: Vec<Option<String>> = vec![None; indices.len()];
+            for_each_input_line(path, |i, line| {
+                for (k, &at) in indices.iter().enumerate() {
+                    if at == i {
+                        lines[k] = Some(line.to_owned());
+                    }
+                }
+            })?;
+            let lines: Vec<String> = lines
+                .into_iter()
+                .zip(indices)
+                .map(|(l, i)| {
+                    l.ok_or_else(|| {
+                        std::io::Error::new(
+                            std::io::ErrorKind::InvalidInput,
+                            format!("the input has no record {i}"),
+                        )
+                    })
+                })
+                .collect::<Result<_, _>>()?;
+            let mut counts = vec![0u64; lines.len()];
+            for_each_input_line(path, |_, line| {
+                for (k, l) in lines.iter().enumerate() {
+                    if l == line {
+                        counts[k] += 1;
+                    }
+                }
+            })?;
+            Ok(lines.into_iter().zip(counts).collect())
+        }
     }
 }
 
@@ -862,6 +1566,57 @@ mod tests {
         other.commit(1).unwrap();
         assert_eq!(read_committed(&d).unwrap().lines, ["1,a", "2,b", "9,z"]);
         std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn plan_released_reads_the_jobs_release_of_hung_subtasks() {
+        let plan = FaultPlan::new(Vec::new());
+        assert!(!plan_released(&plan), "{plan:?}");
+        let mut cfg = weir::EnvConfig::default();
+        cfg.faults = plan.clone();
+        let env = Env::with_config(cfg);
+        let _ = env.generate(10, |i| i).collect();
+        env.execute("plan-released").unwrap();
+        // A job releases its plan's hung subtasks when it stops.
+        assert!(plan_released(&plan), "{plan:?}");
+    }
+
+    #[test]
+    fn a_fault_watch_times_the_first_record_the_failed_instance_did_not_process() {
+        let kept = |id: u64, local: u64| {
+            (
+                KeptRecord {
+                    index: local,
+                    id,
+                    line_hash: 0,
+                },
+                local,
+            )
+        };
+        let records = [
+            kept(9, 9),
+            kept(10, 10),
+            kept(12, 12),
+            kept(15, 15),
+            kept(21, 21),
+        ];
+        let w = FaultWatch::new(&[(10, 10), (20, 20)], &records);
+        let ids = |k: usize| w.faults[k].window.iter().map(|x| x.id).collect::<Vec<_>>();
+        assert_eq!((ids(0), ids(1)), (vec![10, 12, 15], vec![21]));
+        w.observe(b"12,x");
+        assert_eq!(w.faults[0].window[1].before.load(Ordering::SeqCst), 1);
+        RecoveryProbe::stamp(&w.faults[0].fault_ns);
+        // A stop: the failed instance processed records 10, 11 and 12 first.
+        w.faults[0].processed_after.store(3, Ordering::SeqCst);
+        assert_eq!(w.faults[0].target().map(|t| t.id), Some(15));
+        assert_eq!(w.faults[0].recovery_ms(), None);
+        for line in [&b"12,x"[..], b"15,y", b"15,y", b"9,z", b"x,15"] {
+            w.observe(line);
+        }
+        let t = w.faults[0].target().unwrap();
+        assert_eq!(t.after.load(Ordering::SeqCst), 2);
+        assert!(w.faults[0].recovery_ms().is_some_and(|ms| ms >= 0.0));
+        assert_eq!(w.faults[1].window[0].before.load(Ordering::SeqCst), 0);
     }
 
     #[test]
