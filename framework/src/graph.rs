@@ -422,6 +422,7 @@ impl<T: Data> TypedGate<T> {
                     .is_ready()
                 {
                     claims.settle();
+                    claims.maybe_hand_state(&mut self.head)?;
                 }
                 Ok(GateStep::Batch(len))
             }

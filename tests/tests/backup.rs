@@ -26,6 +26,8 @@ struct Run {
     /// Batches the backups offered (added or filtered) and the primaries claimed.
     offered: u64,
     claimed: u64,
+    /// Batches the last promotion processed again (over all subtasks).
+    reprocessed: u64,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -151,6 +153,7 @@ fn run(s: Setup) -> Result<Run, JobError> {
         degraded: metrics.iter().any(|m| m.degraded),
         offered: metrics.iter().map(|m| m.added + m.filtered).sum(),
         claimed: metrics.iter().map(|m| m.claimed).sum(),
+        reprocessed: metrics.iter().map(|m| m.last_reprocessed).sum(),
     })
 }
 
@@ -563,6 +566,27 @@ fn an_input_that_always_fails_does_not_loop() {
     let handle = env.start("poison").unwrap();
     let e = wait(handle).expect_err("the job fails").to_string();
     assert!(e.contains("poison record"), "{e}");
+}
+
+/// A stateful primary hands its state to the queue between batches (every `state_interval`),
+/// so a promotion long after the last checkpoint replays a few batches, not everything since.
+#[test]
+fn stateful_failover_replays_only_since_the_last_state_handoff() {
+    for (every, bound) in [(Some(Duration::from_millis(5)), Some(20)), (None, None)] {
+        let faults = FaultPlan::new(vec![Fault::new("op", FaultKind::Panic, 1_500).in_subtask(0)]);
+        let mut setup = Setup::new(N, Shape::Stateful, faults.clone());
+        setup.checkpoint = Some(Duration::from_secs(30));
+        setup.policy = setup.policy.clone().state_interval(every);
+        let r = run(setup).unwrap();
+        assert_state(&r.counts, N);
+        assert_eq!(r.promotions, 1);
+        match bound {
+            // 1,500 records are ~24 batches of 64: far fewer are processed again.
+            Some(b) => assert!(r.reprocessed <= b, "reprocessed {} batches", r.reprocessed),
+            // Without handoffs (and no checkpoint yet) everything is processed again.
+            None => assert!(r.reprocessed >= 20, "reprocessed {} batches", r.reprocessed),
+        }
+    }
 }
 
 /// Without checkpoints a stateless operator still fails over (its queue holds only what is

@@ -75,6 +75,12 @@ pub struct BackupPolicy {
     /// input and output wait in channels that a chained operator would not have; smaller
     /// batches keep the memory of those batches near the chained job's. `None`: the job's.
     pub batch_size: Option<usize>,
+    /// How often a stateful primary hands its operator state to the buffer queue, in
+    /// memory, between two batches (default 20 ms): a promotion restores the latest and
+    /// replays only the batches after it, instead of everything since the last checkpoint.
+    /// Each handoff serializes the subtask's state: for a large keyed state choose a longer
+    /// interval. `None`: only at completed checkpoints.
+    pub state_interval: Option<Duration>,
 }
 
 impl Default for BackupPolicy {
@@ -84,6 +90,7 @@ impl Default for BackupPolicy {
             heartbeat_timeout: Duration::from_millis(250),
             max_memory: 256 << 20,
             batch_size: Some(256),
+            state_interval: Some(Duration::from_millis(20)),
         }
     }
 }
@@ -99,6 +106,13 @@ impl BackupPolicy {
     /// Sets the buffer queue's bound in bytes.
     pub fn max_memory(mut self, bytes: u64) -> Self {
         self.max_memory = bytes;
+        self
+    }
+
+    /// Sets how often a stateful primary hands its state to its backup (`None`: only at
+    /// completed checkpoints).
+    pub fn state_interval(mut self, every: Option<Duration>) -> Self {
+        self.state_interval = every;
         self
     }
 
@@ -127,6 +141,9 @@ impl BackupPolicy {
         }
         if self.max_memory == 0 {
             return bad("backup.max_memory", "must be more than 0");
+        }
+        if self.state_interval.is_some_and(|d| d.is_zero()) {
+            return bad("backup.state_interval", "must be more than 0");
         }
         if self.batch_size == Some(0) {
             return bad("backup.batch_size", "must be at least 1 record");
@@ -161,6 +178,8 @@ pub struct BackupMetrics {
     pub backup_replacements: u64,
     /// From the failure's detection to the new primary running, of the last promotion.
     pub last_failover: Option<Duration>,
+    /// Batches the last promotion processed again (the old primary had processed them).
+    pub last_reprocessed: u64,
     /// Batches waiting in the backup's input channels (how far it trails the upstream).
     pub backup_lag: u64,
     /// The queue is over `max_memory`: a failure restarts the job instead.
@@ -269,6 +288,7 @@ pub(crate) struct TypedGroup<T> {
     generation: AtomicU64,
     faults: crate::testing::FaultPlan,
     promotions: AtomicU64,
+    last_reprocessed: AtomicU64,
     /// Promotions in a row whose primary failed during its replay.
     replay_failures: AtomicU64,
     replacements: AtomicU64,
@@ -327,6 +347,7 @@ impl<T: Data> TypedGroup<T> {
             generation: AtomicU64::new(1),
             faults: spec.faults,
             promotions: AtomicU64::new(0),
+            last_reprocessed: AtomicU64::new(0),
             replay_failures: AtomicU64::new(0),
             replacements: AtomicU64::new(0),
             last_failover_us: AtomicU64::new(u64::MAX),
@@ -382,6 +403,7 @@ impl<T: Data> BackupGroup for TypedGroup<T> {
             promotions: self.promotions.load(Ordering::Relaxed),
             backup_replacements: self.replacements.load(Ordering::Relaxed),
             last_failover: (last != u64::MAX).then(|| Duration::from_micros(last)),
+            last_reprocessed: self.last_reprocessed.load(Ordering::Relaxed),
             backup_lag: lag,
             degraded,
         }
@@ -495,6 +517,8 @@ impl<T: Data> BackupGroup for TypedGroup<T> {
             senders.push((*edge, txs));
             routed_before.push((*edge, routed));
         }
+        self.last_reprocessed
+            .store(plan.reprocessed as u64, Ordering::Relaxed);
         let promotion = Promotion {
             epoch,
             restore: plan.restore.clone().map(|(_, state)| state),
@@ -568,6 +592,8 @@ pub(crate) struct Claims<T> {
     /// Checkpoints taken and not yet complete: where the queue restarts if they complete.
     pending: Vec<Restart>,
     record_bytes: u64,
+    /// When the state was last handed to the queue (stateful operators).
+    state_handed: std::time::Instant,
 }
 
 impl<T: Data> Claims<T> {
@@ -586,6 +612,7 @@ impl<T: Data> Claims<T> {
             skip_below: Vec::new(),
             pending: Vec::new(),
             record_bytes: std::mem::size_of::<T>().max(1) as u64,
+            state_handed: std::time::Instant::now(),
         }
     }
 
@@ -631,6 +658,36 @@ impl<T: Data> Claims<T> {
     pub(crate) fn settle(&mut self) {
         self.group.positions(&mut self.positions);
         self.group.queue.settle(self.epoch, &self.positions);
+    }
+
+    /// The primary is between two batches with all its output out: if the policy says so,
+    /// its operator's state goes to the queue (in memory), so a promotion replays only the
+    /// batches after this point.
+    pub(crate) fn maybe_hand_state(
+        &mut self,
+        head: &mut crate::operator::BoxOutput<T>,
+    ) -> Result<(), TaskError> {
+        let Some(every) = self.group.policy.state_interval else {
+            return Ok(());
+        };
+        if !self.group.queue.is_stateful() || self.state_handed.elapsed() < every {
+            return Ok(());
+        }
+        self.state_handed = std::time::Instant::now();
+        let mut w = StateWriter::default();
+        head.snapshot_state(&mut w)?;
+        let state = w
+            .entries
+            .into_iter()
+            .find(|e| e.uid == self.group.uid)
+            .map(|e| e.payload);
+        self.group.queue.checkpoint_complete(Restart {
+            checkpoint: 0,
+            step: self.group.queue.next_step(),
+            positions: self.positions.clone().into(),
+            state,
+        });
+        Ok(())
     }
 
     /// The chain wrote its part of checkpoint `id` into `w`.

@@ -309,12 +309,13 @@ impl<P: Clone> BufferQueue<P> {
         log.first + log.steps.len() as u64
     }
 
-    /// A checkpoint of the primary completed: a promoted backup restarts from `restart` (if
-    /// newer than what the queue holds), and the steps before it can go.
+    /// The primary's state at step `restart.step` (a completed checkpoint, or a handoff
+    /// between two batches): a promoted backup restarts from it (if it is newer than what
+    /// the queue holds), and the steps before it can go.
     pub(crate) fn checkpoint_complete(&self, restart: Restart) {
         {
             let mut r = lock(&self.restart);
-            if restart.checkpoint <= r.checkpoint && r.checkpoint != 0 {
+            if restart.step < r.step {
                 return;
             }
             *r = restart;
@@ -464,6 +465,10 @@ impl<P: Clone> BufferQueue<P> {
     fn unaccount(&self, bytes: u64) {
         self.len.fetch_sub(1, Ordering::Relaxed);
         self.bytes.fetch_sub(bytes, Ordering::Relaxed);
+    }
+
+    pub(crate) fn is_stateful(&self) -> bool {
+        self.stateful
     }
 
     pub(crate) fn is_degraded(&self) -> bool {

@@ -39,6 +39,10 @@ where
         }
     }
     fn barrier(&mut self, id: u64, w: &mut StateWriter) -> Result<(), TaskError> {
+        self.snapshot_state(w)?;
+        self.0.core.next.barrier(id, w)
+    }
+    fn snapshot_state(&mut self, w: &mut StateWriter) -> Result<(), TaskError> {
         let core = &self.0.core;
         let snap = self
             .0
@@ -47,7 +51,7 @@ where
             .map_err(|e| core.state_error(e.to_string()))?;
         let payload = crate::checkpoint::encode(&snap).map_err(|e| core.state_error(e))?;
         w.put(&core.info.uid, None, payload);
-        self.0.core.next.barrier(id, w)
+        Ok(())
     }
     fn notify_complete(&mut self, id: u64) -> Result<(), TaskError> {
         self.0.core.next.notify_complete(id)

@@ -153,6 +153,10 @@ where
         self.core.finish_with(|out| f.end_of_input(state, out))
     }
     fn barrier(&mut self, id: u64, w: &mut StateWriter) -> Result<(), TaskError> {
+        self.snapshot_state(w)?;
+        self.core.next.barrier(id, w)
+    }
+    fn snapshot_state(&mut self, w: &mut StateWriter) -> Result<(), TaskError> {
         let mut groups: std::collections::BTreeMap<usize, Vec<(&K, &P::State)>> =
             Default::default();
         for (k, s) in &self.state.map {
@@ -169,7 +173,7 @@ where
             self.core.info.parallelism,
         );
         w.put(&self.core.info.uid, Some((range.start, range.end)), payload);
-        self.core.next.barrier(id, w)
+        Ok(())
     }
     fn notify_complete(&mut self, id: u64) -> Result<(), TaskError> {
         self.core.next.notify_complete(id)

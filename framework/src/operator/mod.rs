@@ -51,6 +51,12 @@ pub(crate) trait Output<T>: Send {
     fn barrier(&mut self, id: u64, w: &mut StateWriter) -> Result<(), TaskError>;
     /// Checkpoint `id` is complete (sinks commit what they staged for it).
     fn notify_complete(&mut self, id: u64) -> Result<(), TaskError>;
+    /// Adds this operator's own state to `w`, as [`barrier`](Self::barrier) would, without
+    /// passing anything on (a backed-up primary hands its state to its backup between two
+    /// batches). Operators without state add nothing.
+    fn snapshot_state(&mut self, _w: &mut StateWriter) -> Result<(), TaskError> {
+        Ok(())
+    }
 }
 
 /// A control request for one operator of a chain (by uid), answered in place.
