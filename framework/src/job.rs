@@ -637,6 +637,8 @@ struct BackupSlot {
     backup: Recipient<BackupPing>,
     primary_seen: Arc<Mutex<Instant>>,
     backup_seen: Arc<Mutex<Instant>>,
+    /// When the last heartbeat pings went out.
+    pinged: Instant,
 }
 
 /// What a failover needs besides the deployment.
@@ -761,6 +763,7 @@ fn deploy(
                     backup,
                     primary_seen: Arc::new(Mutex::new(now)),
                     backup_seen: Arc::new(Mutex::new(now)),
+                    pinged: now,
                 });
                 p
             }
@@ -1010,10 +1013,12 @@ async fn supervise(
     }
     let mut ticks = actix_rt::time::interval(tick_every);
     // Heartbeats of backed-up primaries and their backups.
+    // Pings go out every heartbeat interval; silence is checked more often, so a hang is
+    // caught within 10 ms of its timeout.
     let hb_every = dep
         .backups
         .iter()
-        .map(|b| b.group.policy().heartbeat_interval)
+        .map(|b| b.group.policy().heartbeat_interval.min(Duration::from_millis(10)))
         .min()
         .unwrap_or(Duration::from_secs(3600));
     let mut heartbeats = actix_rt::time::interval(hb_every);
@@ -1039,6 +1044,11 @@ async fn supervise(
                 for i in 0..dep.backups.len() {
                     let b = &dep.backups[i];
                     let (k, timeout) = (b.actor, b.group.policy().heartbeat_timeout);
+                    let ping = now.saturating_duration_since(b.pinged) >= b.group.policy().heartbeat_interval;
+                    if ping {
+                        dep.backups[i].pinged = now;
+                    }
+                    let b = &dep.backups[i];
                     if !dep.finished[k] {
                         let seen = *lock(&b.primary_seen);
                         if now.saturating_duration_since(seen) > timeout {
@@ -1047,16 +1057,21 @@ async fn supervise(
                                 .map_err(|m| lost(dep.ids[k].head_uid.clone(), dep.ids[k].subtask, m))?;
                             continue;
                         }
-                        let (addr, seen) = (dep.actors[k].addr.clone(), b.primary_seen.clone());
-                        actix_rt::spawn(async move {
-                            if addr.send(Ping).await.is_ok() {
-                                *lock(&seen) = Instant::now();
-                            }
-                        });
+                        if ping {
+                            let (addr, seen) = (dep.actors[k].addr.clone(), b.primary_seen.clone());
+                            actix_rt::spawn(async move {
+                                if addr.send(Ping).await.is_ok() {
+                                    *lock(&seen) = Instant::now();
+                                }
+                            });
+                        }
                     }
                     let seen = *lock(&b.backup_seen);
                     if now.saturating_duration_since(seen) > timeout {
                         replace_backup(dep, i, None, fo, attempt);
+                        continue;
+                    }
+                    if !ping {
                         continue;
                     }
                     let (addr, seen) = (b.backup.clone(), b.backup_seen.clone());
