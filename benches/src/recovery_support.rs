@@ -53,9 +53,8 @@
 //! - **hang**: the thread sleeps (in 5 ms steps) until the job releases the hung subtasks of
 //!   its [`FaultPlan`], as the framework's own `FaultKind::Hang` does: that happens when the
 //!   job stops or restarts (restart-all), just before it joins its arbiter threads, so a hang
-//!   never holds up a restart or the end of the job by the 5 s join timeout. (The plan's
-//!   release flag is not public: [`plan_released`] reads it from the plan's `Debug` output; a
-//!   unit test checks that format.) Released, it panics with `injected hang of ...
+//!   never holds up a restart or the end of the job by the 5 s join timeout
+//!   ([`FaultPlan::is_released`]). Released, it panics with `injected hang of ...
 //!   released`, which [`quiet_released_hangs`] keeps off stderr.
 //! - **stop**: `actix_rt::Arbiter::current().stop()`, then the record is processed: the
 //!   arbiter's loop ends after the current poll, so the failed instance may process (and
@@ -813,10 +812,9 @@ impl FromStr for Kind {
 }
 
 /// Whether the job running with `plan` has released its hung subtasks (it is stopping or
-/// restarting). The flag is not public in `weir::testing`; it is read from the plan's
-/// `Debug` output (`FaultPlan { faults: [..], released: <bool> }`).
+/// restarting).
 pub fn plan_released(plan: &FaultPlan) -> bool {
-    format!("{plan:?}").ends_with("released: true }")
+    plan.is_released()
 }
 
 fn panic_message(info: &std::panic::PanicHookInfo<'_>) -> String {

@@ -99,6 +99,13 @@ impl FaultPlan {
     }
 
     /// Releases hung subtasks (the job calls this when it stops or restarts).
+    /// Whether the job running with this plan has released its hung subtasks (it is stopping
+    /// or restarting): a fault of your own that hangs should wait for this, as
+    /// [`FaultKind::Hang`] does, so it never holds up the job's end.
+    pub fn is_released(&self) -> bool {
+        self.released.load(Ordering::SeqCst)
+    }
+
     pub(crate) fn release(&self) {
         self.released.store(true, Ordering::SeqCst);
     }
