@@ -352,6 +352,9 @@ impl<T: Data> TypedGate<T> {
         let Some(claims) = self.claims.as_mut() else {
             unreachable!("internal error: claimed step without claims")
         };
+        // The subtask takes input only when its output has nothing waiting for credit: every
+        // earlier batch's output is in the channels, the state is between two batches.
+        claims.maybe_hand_state(&mut self.head)?;
         let (idx, seq, event) = match claims.next_replay() {
             Some(crate::backup::Replay::Batch(id, payload)) => (
                 id.0 as usize,
@@ -422,7 +425,6 @@ impl<T: Data> TypedGate<T> {
                     .is_ready()
                 {
                     claims.settle();
-                    claims.maybe_hand_state(&mut self.head)?;
                 }
                 Ok(GateStep::Batch(len))
             }

@@ -660,9 +660,9 @@ impl<T: Data> Claims<T> {
         self.group.queue.settle(self.epoch, &self.positions);
     }
 
-    /// The primary is between two batches with all its output out: if the policy says so,
-    /// its operator's state goes to the queue (in memory), so a promotion replays only the
-    /// batches after this point.
+    /// The primary is between two batches with all its output in its channels: if the policy
+    /// says so, its operator's state goes to the queue (in memory), so a promotion replays
+    /// only the batches after this point.
     pub(crate) fn maybe_hand_state(
         &mut self,
         head: &mut crate::operator::BoxOutput<T>,
@@ -674,6 +674,7 @@ impl<T: Data> Claims<T> {
             return Ok(());
         }
         self.state_handed = std::time::Instant::now();
+        self.settle();
         let mut w = StateWriter::default();
         head.snapshot_state(&mut w)?;
         let state = w
