@@ -1018,12 +1018,33 @@ async fn supervise(
     let hb_every = dep
         .backups
         .iter()
-        .map(|b| b.group.policy().heartbeat_interval.min(Duration::from_millis(10)))
+        .map(|b| {
+            b.group
+                .policy()
+                .heartbeat_interval
+                .min(Duration::from_millis(10))
+        })
         .min()
         .unwrap_or(Duration::from_secs(3600));
     let mut heartbeats = actix_rt::time::interval(hb_every);
     let total = dep.actors.len();
     let mut remaining = total;
+    // Promotes the backup of `dep.backups[$i]` (see `failover`).
+    macro_rules! promote {
+        ($i:expr, $why:expr) => {
+            failover(
+                dep,
+                $i,
+                $why,
+                fo,
+                cfg,
+                attempt,
+                coordinator.as_deref_mut(),
+                checkpoint_root,
+                &mut savepoints,
+            )
+        };
+    }
     let lost = |uid: String, subtask: usize, reason: String| JobError::SubtaskLost {
         job: job.to_owned(),
         uid,
@@ -1053,7 +1074,7 @@ async fn supervise(
                         let seen = *lock(&b.primary_seen);
                         if now.saturating_duration_since(seen) > timeout {
                             let why = format!("no heartbeat answer for {timeout:?} (hung)");
-                            failover(dep, i, &why, fo, cfg, attempt, coordinator.as_deref_mut(), checkpoint_root, &mut savepoints)
+                            promote!(i, &why)
                                 .map_err(|m| lost(dep.ids[k].head_uid.clone(), dep.ids[k].subtask, m))?;
                             continue;
                         }
@@ -1207,17 +1228,7 @@ async fn supervise(
                 match dep.backups.iter().position(|b| b.actor == actor) {
                     Some(i) => {
                         let why = format!("{:?}", error);
-                        if let Err(m) = failover(
-                            dep,
-                            i,
-                            &why,
-                            fo,
-                            cfg,
-                            attempt,
-                            coordinator.as_deref_mut(),
-                            checkpoint_root,
-                            &mut savepoints,
-                        ) {
+                        if let Err(m) = promote!(i, &why) {
                             tracing::warn!(reason = %m, "promotion impossible: restarting the job");
                             return Err(error.into_job_error(job));
                         }
@@ -1238,18 +1249,7 @@ async fn supervise(
                 }
                 match dep.backups.iter().position(|b| b.actor == actor) {
                     Some(i) => {
-                        failover(
-                            dep,
-                            i,
-                            &reason,
-                            fo,
-                            cfg,
-                            attempt,
-                            coordinator.as_deref_mut(),
-                            checkpoint_root,
-                            &mut savepoints,
-                        )
-                        .map_err(|m| {
+                        promote!(i, &reason).map_err(|m| {
                             lost(uid, subtask, format!("{reason}; promotion impossible: {m}"))
                         })?;
                     }
