@@ -5,6 +5,7 @@
 #![warn(missing_docs)]
 
 pub mod criticality;
+pub mod paper;
 pub mod recovery_support;
 
 use std::sync::OnceLock;
