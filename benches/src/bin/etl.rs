@@ -33,7 +33,7 @@ use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use clap::Parser;
 use serde::{Deserialize, Serialize};
@@ -83,6 +83,10 @@ struct Args {
     /// Back up `flat_map` (buffer-queue backup with the default policy): its fault-free cost.
     #[arg(long)]
     backup: bool,
+    /// Checkpoint interval (0: no checkpoints, the default). Checkpoints go to a temporary
+    /// directory, deleted at the end.
+    #[arg(long, default_value_t = 0, value_name = "MS")]
+    checkpoint_interval_ms: u64,
     /// With --backup: records per batch into and out of `flat_map` (0: the job's batch size;
     /// default: the backup policy's).
     #[arg(long, value_name = "N")]
@@ -116,6 +120,18 @@ impl Source<Stamped> for StampedLines {
             }
         }
         Ok(SourceStatus::More)
+    }
+
+    fn position(&self) -> Option<Vec<u8>> {
+        serde_json::to_vec(&self.0.position()).ok()
+    }
+
+    fn seek(&mut self, position: &[u8]) -> Result<(), SourceError> {
+        let p: (u64, u64, u64) =
+            serde_json::from_slice(position).map_err(|e| SourceError::BadPosition {
+                message: e.to_string(),
+            })?;
+        self.0.seek(p)
     }
 }
 
@@ -290,6 +306,11 @@ fn run(args: Args) -> Result<(), String> {
     if let Some(a) = args.arbiters {
         cfg.arbiters = a;
     }
+    let checkpoint_dir = std::env::temp_dir().join(format!("weir-etl-chk-{}", std::process::id()));
+    if args.checkpoint_interval_ms > 0 {
+        cfg.checkpoint.interval = Some(Duration::from_millis(args.checkpoint_interval_ms));
+        cfg.checkpoint.directory = checkpoint_dir.clone();
+    }
     let (batch_size, channel_capacity, arbiters) =
         (cfg.batch_size, cfg.channel_capacity, cfg.arbiters);
     let env = Env::with_config(cfg);
@@ -297,7 +318,9 @@ fn run(args: Args) -> Result<(), String> {
     build(&env, &args, &out_dir, merged.clone());
     clock_ns(); // fixes the clock's base before the job starts
     let started = Instant::now();
-    let result = env.execute("etl").map_err(|e| e.to_string())?;
+    let result = env.execute("etl").map_err(|e| e.to_string());
+    let _ = std::fs::remove_dir_all(&checkpoint_dir);
+    let result = result?;
     let seconds = started.elapsed().as_secs_f64();
 
     let records = result.operator(uid::SOURCE).map_or(0, |o| o.records_out);
@@ -325,6 +348,7 @@ fn run(args: Args) -> Result<(), String> {
             "seconds": seconds,
             "records_per_sec": records as f64 / seconds,
             "latency_p50_ms": hist.percentile_ms(0.50),
+            "latency_p95_ms": hist.percentile_ms(0.95),
             "latency_p99_ms": hist.percentile_ms(0.99),
             "latency_max_ms": hist.max_ms(),
             "peak_rss_bytes": peak_rss_bytes(),
@@ -335,6 +359,11 @@ fn run(args: Args) -> Result<(), String> {
             "channel_capacity": channel_capacity,
             "arbiters": arbiters,
             "backup": args.backup,
+            "checkpoint_interval_ms": args.checkpoint_interval_ms,
+            "checkpoints_completed": result
+                .checkpoints
+                .as_ref()
+                .map_or(0, |c| c.number_of_completed_checkpoints),
             "backup_queue_entries": result.backups.iter().map(|b| b.queue_entries).sum::<u64>(),
             "backup_filtered": result.backups.iter().map(|b| b.filtered).sum::<u64>(),
             "backup_added": result.backups.iter().map(|b| b.added).sum::<u64>(),

@@ -38,6 +38,8 @@ pub struct Plan {
     pub sizes: Vec<u64>,
     /// Latency: runs per size and mode.
     pub latency_repeats: usize,
+    /// Latency: checkpoint intervals, ms (the paper's 30 s, and 1 s).
+    pub latency_checkpoints_ms: Vec<u64>,
     /// Recovery: generated records.
     pub recovery_records: u64,
     /// Recovery: runs per mode.
@@ -61,6 +63,7 @@ impl Plan {
             quick: false,
             sizes: vec![100_000, 500_000, 1_000_000],
             latency_repeats: 5,
+            latency_checkpoints_ms: vec![30_000, 1_000],
             recovery_records: 1_000_000,
             recovery_repeats: 3,
             failures: 4,
@@ -77,6 +80,7 @@ impl Plan {
             quick: true,
             sizes: vec![100_000],
             latency_repeats: 2,
+            latency_checkpoints_ms: vec![30_000, 1_000],
             recovery_records: 200_000,
             recovery_repeats: 1,
             failures: 4,
@@ -88,7 +92,9 @@ impl Plan {
     }
 
     fn child_runs(&self) -> u64 {
-        (self.sizes.len() * (1 + 2 * self.latency_repeats) + 2 * self.recovery_repeats + 1) as u64
+        (self.sizes.len() * (1 + 2 * self.latency_repeats * self.latency_checkpoints_ms.len())
+            + 2 * self.recovery_repeats
+            + 1) as u64
     }
 }
 
@@ -288,30 +294,14 @@ pub fn run(opts: &Options) -> Result<Results, String> {
     }
 
     let (cpu, memory) = cpu_and_memory(&machine, &latency, &recovery);
-    let unavailable = vec![
-        Unavailable {
-            what: "latency_p95_ms".into(),
-            reason: "`etl` reports p50, p99 and max latency only (benches/src/bin/etl.rs); \
-                     p95 is not computed here rather than guessed."
-                .into(),
-        },
-        Unavailable {
-            what: "latency at checkpoint intervals 30 s and 1 s".into(),
-            reason: "`etl` has no checkpoint option: its runs take no checkpoints. At these \
-                     sizes a run takes about a second, so the paper's 30 s interval would not \
-                     fire within it either, but the cost of 1 s checkpoints on latency is not \
-                     measured."
-                .into(),
-        },
-        Unavailable {
-            what: "recovery at the paper's 30 s checkpoint interval".into(),
-            reason: format!(
-                "both modes use {} ms checkpoints: a run lasts a few seconds, so with 30 s no \
+    let unavailable = vec![Unavailable {
+        what: "recovery at the paper's 30 s checkpoint interval".into(),
+        reason: format!(
+            "both modes use {} ms checkpoints: a run lasts a few seconds, so with 30 s no \
                  checkpoint would complete and every restart would start over.",
-                plan.checkpoint_interval_ms
-            ),
-        },
-    ];
+            plan.checkpoint_interval_ms
+        ),
+    }];
     let git_commit = proc::command_line("git", &["rev-parse", "HEAD"], Some(&opts.workspace));
     let git_dirty = Command::new("git")
         .args(["status", "--porcelain", "--untracked-files=no"])
@@ -375,7 +365,9 @@ fn latency(runner: &mut Runner, work: &Path) -> Result<Latency, String> {
             timeout,
             |_| {},
         )?;
-        for rep in 0..plan.latency_repeats {
+        for (rep, &interval) in (0..plan.latency_repeats)
+            .flat_map(|rep| plan.latency_checkpoints_ms.iter().map(move |i| (rep, i)))
+        {
             // Alternate which mode goes first.
             let order = if rep % 2 == 0 {
                 [false, true]
@@ -387,7 +379,14 @@ fn latency(runner: &mut Runner, work: &Path) -> Result<Latency, String> {
                 if backup {
                     args.push("--backup".into());
                 }
-                let label = format!("{n} {} #{}", if backup { "bqbs" } else { "none" }, rep + 1);
+                args.push("--checkpoint-interval-ms".into());
+                args.push(interval.to_string());
+                let label = format!(
+                    "{n} {} ckpt {} s #{}",
+                    if backup { "bqbs" } else { "none" },
+                    interval as f64 / 1000.0,
+                    rep + 1
+                );
                 let (run, j, cmd) = runner.run(&bar, &label, &etl, &args, timeout, |_| {})?;
                 let who = "etl";
                 if j.get("records").and_then(Value::as_u64) != Some(n) {
@@ -401,6 +400,8 @@ fn latency(runner: &mut Runner, work: &Path) -> Result<Latency, String> {
                 runs.push(LatencyRun {
                     records: n,
                     backup,
+                    checkpoint_interval_ms: interval,
+                    checkpoints_completed: j["checkpoints_completed"].as_u64().unwrap_or(0),
                     rep,
                     seconds: f64_field(&j, "seconds", who)?,
                     records_per_sec: f64_field(&j, "records_per_sec", who)?,
@@ -423,15 +424,22 @@ fn latency(runner: &mut Runner, work: &Path) -> Result<Latency, String> {
     bar.finish_with_message("done");
     let mut summary = Vec::new();
     let mut overhead = Vec::new();
-    for &n in &plan.sizes {
+    for (&n, &interval) in plan
+        .sizes
+        .iter()
+        .flat_map(|n| plan.latency_checkpoints_ms.iter().map(move |i| (n, i)))
+    {
         for backup in [false, true] {
             let rs: Vec<&LatencyRun> = runs
                 .iter()
-                .filter(|r| r.records == n && r.backup == backup)
+                .filter(|r| {
+                    r.records == n && r.backup == backup && r.checkpoint_interval_ms == interval
+                })
                 .collect();
             summary.push(LatencyRow {
                 records: n,
                 backup,
+                checkpoint_interval_ms: interval,
                 runs: rs.len(),
                 latency_p50_ms: med(rs.iter().map(|r| r.latency_p50_ms)),
                 latency_p95_ms: med_opt(rs.iter().map(|r| r.latency_p95_ms)),
@@ -447,6 +455,7 @@ fn latency(runner: &mut Runner, work: &Path) -> Result<Latency, String> {
         let (a, b) = (&summary[summary.len() - 2], &summary[summary.len() - 1]);
         overhead.push(LatencyOverhead {
             records: n,
+            checkpoint_interval_ms: interval,
             p50_pct: pct_change(a.latency_p50_ms, b.latency_p50_ms),
             p99_pct: pct_change(a.latency_p99_ms, b.latency_p99_ms),
             seconds_pct: pct_change(a.seconds, b.seconds),
@@ -456,7 +465,15 @@ fn latency(runner: &mut Runner, work: &Path) -> Result<Latency, String> {
     Ok(Latency {
         sizes: plan.sizes.clone(),
         repeats: plan.latency_repeats,
-        checkpointing: "none (`etl` has no checkpoint option; see \"Not measured\")".into(),
+        checkpointing: format!(
+            "every {} (`etl --checkpoint-interval-ms`)",
+            plan.latency_checkpoints_ms
+                .iter()
+                .map(|i| format!("{} s", *i as f64 / 1000.0))
+                .collect::<Vec<_>>()
+                .join(" and every ")
+        ),
+        checkpoint_intervals_ms: plan.latency_checkpoints_ms.clone(),
         runs,
         summary,
         overhead,
@@ -775,7 +792,12 @@ fn cpu_and_memory(m: &Machine, l: &Latency, r: &Recovery) -> (Cpu, Memory) {
         });
     }
     let largest = l.sizes.iter().copied().max().unwrap_or(0);
-    for s in l.summary.iter().filter(|s| s.records == largest) {
+    let ckpt = l.checkpoint_intervals_ms.iter().copied().max().unwrap_or(0);
+    for s in l
+        .summary
+        .iter()
+        .filter(|s| s.records == largest && s.checkpoint_interval_ms == ckpt)
+    {
         let what = format!("etl, {largest} records, fault-free");
         let mode = if s.backup { "bqbs" } else { "restart-all" };
         cpu_rows.push(CpuRow {

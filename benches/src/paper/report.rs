@@ -162,14 +162,15 @@ pub fn render(r: &Results) -> String {
     );
     let _ = writeln!(
         o,
-        "| records | flat_map backup | p50 ms | p95 ms | p99 ms | max ms | throughput (records/s) | job s | mean CPU (% of a core) |"
+        "| records | checkpoints | flat_map backup | p50 ms | p95 ms | p99 ms | max ms | throughput (records/s) | job s | mean CPU (% of a core) |"
     );
-    let _ = writeln!(o, "|---|---|---|---|---|---|---|---|---|");
+    let _ = writeln!(o, "|---|---|---|---|---|---|---|---|---|---|");
     for row in &l.summary {
         let _ = writeln!(
             o,
-            "| {} | {} | {} | {} | {} | {} | {:.0} | {:.3} | {:.0} |",
+            "| {} | {} | {} | {} | {} | {} | {} | {:.0} | {:.3} | {:.0} |",
             records(row.records),
+            interval(row.checkpoint_interval_ms),
             if row.backup { "BQBS" } else { "none" },
             ms(row.latency_p50_ms),
             opt_ms(row.latency_p95_ms),
@@ -181,8 +182,11 @@ pub fn render(r: &Results) -> String {
         );
     }
     let _ = writeln!(o, "\nBQBS against none (change of the medians):\n");
-    let _ = writeln!(o, "| records | p50 | p99 | job time | throughput | paper |");
-    let _ = writeln!(o, "|---|---|---|---|---|---|");
+    let _ = writeln!(
+        o,
+        "| records | checkpoints | p50 | p99 | job time | throughput | paper |"
+    );
+    let _ = writeln!(o, "|---|---|---|---|---|---|---|");
     for ov in &l.overhead {
         let paper = if ov.records >= 1_000_000 {
             format!("≈+{}% latency", reference::TABLE6_OVERHEAD_PCT_AT_1M)
@@ -191,8 +195,9 @@ pub fn render(r: &Results) -> String {
         };
         let _ = writeln!(
             o,
-            "| {} | {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {} | {} |",
             records(ov.records),
+            interval(ov.checkpoint_interval_ms),
             pct(ov.p50_pct),
             pct(ov.p99_pct),
             pct(ov.seconds_pct),
@@ -390,4 +395,15 @@ pub fn render(r: &Results) -> String {
     }
     let _ = writeln!(o, "```");
     o
+}
+
+/// A checkpoint interval, as the report shows it.
+fn interval(ms: u64) -> String {
+    if ms == 0 {
+        "none".to_owned()
+    } else if ms.is_multiple_of(1000) {
+        format!("every {} s", ms / 1000)
+    } else {
+        format!("every {ms} ms")
+    }
 }

@@ -111,10 +111,12 @@ pub fn validate(results: &Value, out: &Path) -> Result<(), Vec<String>> {
 
     // Latency.
     let sizes = c.array("latency.sizes");
+    let intervals = c.array("latency.checkpoint_intervals_ms");
     let rows = c.array("latency.summary");
-    if rows != 2 * sizes {
+    if intervals == 0 || rows != 2 * sizes * intervals {
         c.fail(format!(
-            "latency.summary: {rows} rows for {sizes} sizes (expected one with and one without backup each)"
+            "latency.summary: {rows} rows for {sizes} sizes and {intervals} checkpoint intervals \
+             (expected one with and one without backup each)"
         ));
     }
     let p95_ok = c.unavailable("latency_p95_ms");
@@ -135,6 +137,7 @@ pub fn validate(results: &Value, out: &Path) -> Result<(), Vec<String>> {
             "records_per_sec",
             "peak_rss_bytes",
             "steady_rss_bytes",
+            "checkpoint_interval_ms",
         ] {
             c.num(&format!("{r}.{f}"), 1.0);
         }
@@ -165,8 +168,10 @@ pub fn validate(results: &Value, out: &Path) -> Result<(), Vec<String>> {
         c.num(&format!("{r}.peak_rss_bytes"), 1.0);
     }
     let over = c.array("latency.overhead");
-    if over != sizes {
-        c.fail(format!("latency.overhead: {over} rows for {sizes} sizes"));
+    if over != sizes * intervals {
+        c.fail(format!(
+            "latency.overhead: {over} rows for {sizes} sizes and {intervals} intervals"
+        ));
     }
     for i in 0..over {
         for f in ["p50_pct", "p99_pct", "seconds_pct", "throughput_pct"] {
