@@ -9,9 +9,8 @@
 //! [`build_cleaning_job`] builds the operators and uids of
 //! `weir_examples::answers::build_answer_cleaning` (`levels`, `source`, `connect`, `flat_map`,
 //! `split`, `filter`, `map`, `sink`, `malformed`) with the same functions (`Attach`,
-//! `ParseAndLevel`, `DropUnwanted`, `format_cleaned`) and built-in levels, exactly as
-//! `weir_examples::answers::cleaning_streams` does up to `filter` (a copy of it: that function
-//! cannot back up `flat_map` or put a fault into it), then `map` and two exactly-once
+//! `ParseAndLevel`, `DropUnwanted`, `format_cleaned`) and built-in levels: up to `filter` it
+//! is `weir_examples::answers::cleaning_streams_with`, then `map` and two exactly-once
 //! part-file sinks: `sink` (made by the caller's factory, a [`TwoPhaseFileSink`] or a wrapper
 //! of one) and `malformed` (into `<out_dir>/malformed`). A [`FlatMapSetup`] can back up
 //! `flat_map` (`with_backup_policy`: it then runs as its own actor, never chained) and make it
@@ -84,12 +83,12 @@ use serde::{Deserialize, Serialize};
 use weir::sink::{Sink, SinkContext};
 use weir::testing::{FaultKind, FaultPlan};
 use weir::{
-    BackupPolicy, Collector, ConfigError, ConfigKey, DataStream, Env, Operator, ProcessFunction,
-    SinkError, StateError, StateSnapshot,
+    BackupPolicy, Collector, ConfigError, ConfigKey, Env, Operator, ProcessFunction, SinkError,
+    StateError, StateSnapshot,
 };
 use weir_examples::answers::{
-    answer_json, clean_line, default_levels, format_cleaned, levels_stream, uid, Answers, Attach,
-    BadRecord, Cleaned, DropUnwanted, Levels, ParseAndLevel, Tagged, Thresholds,
+    answer_json, clean_line, cleaning_streams_with, default_levels, format_cleaned, uid, Answers,
+    BadRecord, Cleaned, Input, Levels, ParseAndLevel, Tagged, Thresholds,
 };
 
 use crate::clock_ns;
@@ -686,50 +685,20 @@ pub fn build_cleaning_job<S, F>(
     F: Fn(&SinkContext) -> Result<S, SinkError> + Send + 'static,
 {
     let p = parallelism;
-    // As in `cleaning_streams`: the thresholds first (subtasks are dealt to arbiter threads
-    // round robin in graph order, so `source` and `connect` do not share a thread when there
-    // are two), one subtask, broadcast to every `connect` subtask.
-    let levels = levels_stream(env, &Levels::Builtin);
-    let lines: DataStream<String> = match answers {
-        Answers::Generated { records, seed } => {
-            let seed = *seed;
-            env.generate(*records, move |i| answer_json(seed, i))
+    let input = Input {
+        answers: answers.clone(),
+        levels: Levels::Builtin,
+    };
+    let (kept, malformed) = cleaning_streams_with(env, &input, p, |tagged| {
+        let parsed = match &flat_map.faults {
+            None => tagged.apply(ParseAndLevel::default()),
+            Some(f) => tagged.apply(FaultyParseAndLevel::new(f.clone())),
+        };
+        match &flat_map.backup {
+            Some(policy) => parsed.with_backup_policy(policy.clone()),
+            None => parsed,
         }
-        Answers::Lines(path) => env.read_lines(path),
-    };
-    let lines = lines.uid(uid::SOURCE).set_parallelism(p);
-    // Files are dealt to source subtasks whole: spread the lines of fewer files than subtasks.
-    let lines = match (answers, p) {
-        (Answers::Lines(_), 2..) => lines.rebalance(),
-        _ => lines,
-    };
-    let tagged = lines
-        .connect_broadcast(levels)
-        .broadcast_first()
-        .process(Attach)
-        .uid(uid::CONNECT)
-        .name("connect")
-        .set_parallelism(p);
-    let parsed = match &flat_map.faults {
-        None => tagged.apply(ParseAndLevel::default()),
-        Some(f) => tagged.apply(FaultyParseAndLevel::new(f.clone())),
-    };
-    let parsed = parsed
-        .uid(uid::FLAT_MAP)
-        .name("flat_map")
-        .set_parallelism(p);
-    let parsed = match &flat_map.backup {
-        Some(policy) => parsed.with_backup_policy(policy.clone()),
-        None => parsed,
-    };
-    let (parsed, malformed) = parsed.split();
-    let kept = parsed
-        .uid(uid::SPLIT)
-        .set_parallelism(p)
-        .apply(DropUnwanted::default())
-        .uid(uid::FILTER)
-        .name("filter")
-        .set_parallelism(p);
+    });
     let malformed_dir = out_dir.join("malformed");
     malformed
         .add_sink("exactly_once_jsonl", move |cx| {

@@ -840,6 +840,20 @@ pub fn cleaning_streams(
     input: &Input,
     parallelism: usize,
 ) -> (DataStream<Cleaned>, DataStream<BadRecord>) {
+    cleaning_streams_with(env, input, parallelism, |tagged| {
+        tagged.apply(ParseAndLevel::default())
+    })
+}
+
+/// [`cleaning_streams`] with the `flat_map` operator that `parse` applies to the tagged lines
+/// (benchmarks wrap [`ParseAndLevel`] to inject faults, or back it up). Its uid, name and
+/// parallelism are set here.
+pub fn cleaning_streams_with(
+    env: &Env,
+    input: &Input,
+    parallelism: usize,
+    parse: impl FnOnce(DataStream<Tagged>) -> DataStream<Result<Cleaned, BadRecord>>,
+) -> (DataStream<Cleaned>, DataStream<BadRecord>) {
     let p = parallelism;
     // ANCHOR: graph
     // The thresholds: one subtask, broadcast to every `connect` subtask. (Made first: subtasks
@@ -860,16 +874,16 @@ pub fn cleaning_streams(
         (Answers::Lines(_), 2..) => lines.rebalance(),
         _ => lines,
     };
-    let (parsed, malformed) = lines
+    let tagged = lines
         // Every connect subtask reads all the thresholds before its first line.
         .connect_broadcast(levels)
         .broadcast_first()
         .process(Attach)
         .uid(uid::CONNECT)
         .name("connect")
-        .set_parallelism(p)
-        // Parse and assign the level: one Ok(Cleaned) or Err(BadRecord) per line.
-        .apply(ParseAndLevel::default())
+        .set_parallelism(p);
+    // Parse and assign the level: one Ok(Cleaned) or Err(BadRecord) per line.
+    let (parsed, malformed) = parse(tagged)
         .uid(uid::FLAT_MAP)
         .name("flat_map")
         .set_parallelism(p)
