@@ -239,8 +239,13 @@ impl<T: Clone> Sender<T> {
             Ok(()) => Ok(()),
             Err(Full(event)) => {
                 match &self.target {
-                    Target::One { shared, .. } => {
+                    Target::One { shared, epoch } => {
                         if shared.closed.load(Ordering::Acquire) {
+                            return Ok(());
+                        }
+                        // A fenced sender must not take the credit waker from the sender
+                        // that replaced it (the same channel, a newer epoch).
+                        if lock(&shared.queue).epoch != *epoch {
                             return Ok(());
                         }
                         shared.tx_waker.register(cx.waker());
