@@ -224,13 +224,13 @@ fn base_seed() -> u64 {
 const N: u64 = 4_000;
 
 /// Records subtask `subtask` of the backed-up operator processes.
-fn records_of(shape: Shape, subtask: usize) -> u64 {
+fn records_of(shape: Shape, subtask: usize, parallelism: usize) -> u64 {
     match shape {
-        Shape::Stateless => N / 2,
+        Shape::Stateless => N / parallelism as u64,
         Shape::Stateful => (0..N)
             .filter(|x| {
                 let kg = weir::key_group::key_group_of(&(x % KEYS), 128);
-                weir::key_group::subtask_for_key_group(kg, 128, 2) == subtask
+                weir::key_group::subtask_for_key_group(kg, 128, parallelism) == subtask
             })
             .count() as u64,
     }
@@ -240,22 +240,40 @@ fn records_of(shape: Shape, subtask: usize) -> u64 {
 /// backed-up operator: every id once at the sink (and keyed state right), the fault fired,
 /// a promotion recovered it, no restart.
 fn seeded(shape: Shape, kind: FaultKind, runs: u64) {
+    seeded_at(shape, kind, runs, 2, 1)
+}
+
+/// [`seeded`] with `parallelism` subtasks of the source and the backed-up operator and
+/// `sink_parallelism` sink subtasks.
+fn seeded_at(
+    shape: Shape,
+    kind: FaultKind,
+    runs: u64,
+    parallelism: usize,
+    sink_parallelism: usize,
+) {
     let kind_no = match kind {
         FaultKind::Panic => 1,
         FaultKind::Hang => 2,
         _ => 3,
     };
-    let mut rng = weir_examples::rng::SplitMix64::new(base_seed() ^ (kind_no << 8) ^ shape as u64);
+    let mut rng = weir_examples::rng::SplitMix64::new(
+        base_seed() ^ (kind_no << 8) ^ shape as u64 ^ ((parallelism as u64) << 16),
+    );
     for run_no in 0..runs {
-        let subtask = rng.below(2) as usize;
-        let at = rng.range(0, records_of(shape, subtask) - 100);
+        let subtask = rng.below(parallelism as u64) as usize;
+        let at = rng.range(0, records_of(shape, subtask, parallelism) - 100);
         let faults = FaultPlan::new(vec![Fault::new("op", kind, at).in_subtask(subtask)]);
         if std::env::var_os("WEIR_BACKUP_VERBOSE").is_some() {
             eprintln!("run {run_no}: {kind:?} in subtask {subtask} at record {at}");
         }
-        let r = run(Setup::new(N, shape, faults.clone())).unwrap_or_else(|e| {
-            panic!("run {run_no} ({kind:?} in subtask {subtask} at {at}): {e}")
-        });
+        let r = run({
+            let mut setup = Setup::new(N, shape, faults.clone());
+            setup.parallelism = parallelism;
+            setup.sink_parallelism = sink_parallelism;
+            setup
+        })
+        .unwrap_or_else(|e| panic!("run {run_no} ({kind:?} in subtask {subtask} at {at}): {e}"));
         let ctx = format!("run {run_no}: {kind:?} in subtask {subtask} at record {at}");
         match shape {
             Shape::Stateless => assert_exactly_once(&r.ids, N),
@@ -299,6 +317,17 @@ fn one_chosen_run() {
     match shape {
         Shape::Stateless => assert_exactly_once(&r.ids, N),
         Shape::Stateful => assert_state(&r.counts, N),
+    }
+}
+
+/// Other sizes: three subtasks of the source and the backed-up operator, two sink subtasks
+/// (the operator's output is rebalanced), every fault kind.
+#[test]
+fn seeded_failures_at_parallelism_three() {
+    for shape in [Shape::Stateless, Shape::Stateful] {
+        for kind in [FaultKind::Panic, FaultKind::Hang, FaultKind::StopArbiter] {
+            seeded_at(shape, kind, runs_per_kind() / 10, 3, 2);
+        }
     }
 }
 
