@@ -615,11 +615,12 @@ mod tests {
 /// Loom models: run with
 /// `RUSTFLAGS="--cfg weir_loom" LOOM_MAX_PREEMPTIONS=2 cargo test -p weir --lib --release loom_`.
 #[cfg(all(test, weir_loom))]
-mod loom_tests {
+pub(crate) mod loom_tests {
     use super::*;
     use std::task::{Wake, Waker};
 
-    fn send_spinning(tx: &Sender<u32>, mut event: Event<u32>) {
+    /// Sends `event`, yielding to the other loom threads while the channel has no credit.
+    pub(crate) fn send_spinning<T: Clone>(tx: &Sender<T>, mut event: Event<T>) {
         loop {
             match tx.try_send(event) {
                 Ok(()) => return,

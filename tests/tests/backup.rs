@@ -3,9 +3,12 @@
 //! failing backup) and checking every record id at the sink: each exactly once, and keyed
 //! state equal to a sequential computation.
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use common::{within_timeout, TempDir};
 use weir::rate::RateControlConfig;
 use weir::testing::{Fault, FaultKind, FaultPlan};
 use weir::{
@@ -70,14 +73,6 @@ impl Setup {
     }
 }
 
-fn tmp_dir() -> std::path::PathBuf {
-    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let d = std::env::temp_dir().join(format!("weir-backup-{}-{n}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    d
-}
-
 fn run(s: Setup) -> Result<Run, JobError> {
     if std::env::var_os("WEIR_BACKUP_VERBOSE").is_some() {
         let _ = tracing_subscriber::fmt()
@@ -85,14 +80,14 @@ fn run(s: Setup) -> Result<Run, JobError> {
             .with_test_writer()
             .try_init();
     }
-    let dir = tmp_dir();
+    let dir = TempDir::new("backup");
     let mut cfg = EnvConfig::default();
     cfg.batch_size = s.batch_size;
     cfg.arbiters = 2;
     cfg.metrics_interval = Duration::from_millis(20);
     cfg.heartbeat_timeout = Duration::from_secs(5);
     cfg.checkpoint.interval = s.checkpoint;
-    cfg.checkpoint.directory = dir.clone();
+    cfg.checkpoint.directory = dir.path().to_owned();
     cfg.restart = Some(RestartStrategy::FixedDelay {
         attempts: 5,
         delay: Duration::from_millis(5),
@@ -143,7 +138,6 @@ fn run(s: Setup) -> Result<Run, JobError> {
     };
     let handle = env.start("backup")?;
     let (result, metrics) = wait(handle)?;
-    let _ = std::fs::remove_dir_all(&dir);
     Ok(Run {
         ids: ids.map(|o| o.take()).unwrap_or_default(),
         counts: counts.map(|o| o.take()).unwrap_or_default(),
@@ -157,19 +151,9 @@ fn run(s: Setup) -> Result<Run, JobError> {
     })
 }
 
-/// Waits (at most 60 s) for the job.
+/// Waits for the job (a hang fails the test) and returns its result and backup metrics.
 fn wait(handle: JobHandle) -> Result<(weir::JobResult, Vec<weir::BackupMetrics>), JobError> {
-    let (tx, rx) = std::sync::mpsc::channel();
-    let waiter = std::thread::spawn(move || {
-        let r = handle.wait();
-        let _ = tx.send(());
-        r
-    });
-    assert!(
-        rx.recv_timeout(Duration::from_secs(60)).is_ok(),
-        "job did not end within 60 s"
-    );
-    let result = waiter.join().expect("waiter thread")?;
+    let result = within_timeout(move || handle.wait())?;
     let m = result.backups.clone();
     Ok((result, m))
 }
@@ -474,7 +458,8 @@ fn failures_mid_step_with_rebalanced_output() {
         let mut cfg = EnvConfig::default();
         cfg.batch_size = 1024;
         cfg.checkpoint.interval = Some(Duration::from_millis(20));
-        cfg.checkpoint.directory = tmp_dir();
+        let dir = TempDir::new("backup");
+        cfg.checkpoint.directory = dir.path().to_owned();
         let env = Env::with_config(cfg);
         let out = env
             .generate(n, |i| i)
@@ -525,7 +510,8 @@ fn failures_during_a_replay_lose_nothing() {
         let mut cfg = EnvConfig::default();
         cfg.batch_size = 64;
         cfg.checkpoint.interval = Some(Duration::from_millis(checkpoint_ms));
-        cfg.checkpoint.directory = tmp_dir();
+        let dir = TempDir::new("backup");
+        cfg.checkpoint.directory = dir.path().to_owned();
         let mut rc = RateControlConfig::default();
         rc.enabled = true;
         rc.initial_rate = Some(100_000.0);
@@ -575,7 +561,8 @@ fn an_input_that_always_fails_does_not_loop() {
         let mut cfg = EnvConfig::default();
         cfg.batch_size = 64;
         cfg.checkpoint.interval = Some(Duration::from_millis(20));
-        cfg.checkpoint.directory = tmp_dir();
+        let dir = TempDir::new("backup");
+        cfg.checkpoint.directory = dir.path().to_owned();
         cfg.restart = Some(RestartStrategy::FixedDelay {
             attempts: 2,
             delay: Duration::from_millis(5),

@@ -8,7 +8,8 @@
 //! 2. A promotion races a zombie primary that still emits: after the output channel is
 //!    fenced and reopened, the downstream receives every record exactly once, in order.
 
-use crate::channel::{channel, Batch, Event, Full, OutputChannel, Sender};
+use crate::channel::loom_tests::send_spinning;
+use crate::channel::{channel, Batch, Event, OutputChannel};
 use crate::sync::{Arc, AtomicWaker};
 
 use super::queue::{BufferQueue, Offer};
@@ -93,18 +94,6 @@ fn loom_buffer_queue_late_offer_after_release_is_filtered() {
             plan.batches.iter().map(|(id, _)| *id).collect::<Vec<_>>()
         );
     });
-}
-
-fn send_spinning(tx: &Sender<u64>, mut event: Event<u64>) {
-    loop {
-        match tx.try_send(event) {
-            Ok(()) => return,
-            Err(Full(e)) => {
-                event = e;
-                loom::thread::yield_now();
-            }
-        }
-    }
 }
 
 /// A zombie primary keeps emitting records 0, 1, 2 (one per batch) while the supervisor
