@@ -8,10 +8,10 @@ use std::time::Duration;
 
 use crate::checkpoint::CheckpointConfig;
 use crate::error::PlanError;
+use crate::fault::FaultPlan;
 use crate::key_group::DEFAULT_MAX_PARALLELISM;
 use crate::rate::RateControlConfig;
 use crate::restart::RestartStrategy;
-use crate::testing::FaultPlan;
 
 /// Settings of an [`Env`](crate::Env) and the jobs it runs.
 ///

@@ -37,6 +37,7 @@ pub mod checkpoint;
 mod config;
 mod env;
 pub mod error;
+mod fault;
 mod graph;
 pub mod hooks;
 mod job;

@@ -36,11 +36,11 @@ use futures::channel::mpsc::UnboundedSender;
 use crate::channel::{Dual, Event, OutputChannel, Receiver};
 use crate::checkpoint::StateWriter;
 use crate::error::{PlanError, TaskError};
+use crate::fault::FaultProbe;
 use crate::graph::AnyBox;
 use crate::sync::atomic::{AtomicU64, Ordering};
 use crate::sync::{lock, AtomicWaker, Mutex};
 use crate::task::{InputGate, JobEvent};
-use crate::testing::FaultProbe;
 use crate::Data;
 
 use queue::{BatchId, BufferQueue, QueueStats, Restart};
@@ -286,7 +286,7 @@ pub(crate) struct TypedGroup<T> {
     slot: Mutex<Option<BackupInputs<T>>>,
     promoting: Mutex<Option<Promoting<T>>>,
     generation: AtomicU64,
-    faults: crate::testing::FaultPlan,
+    faults: crate::fault::FaultPlan,
     promotions: AtomicU64,
     last_reprocessed: AtomicU64,
     /// Promotions in a row whose primary failed during its replay.
@@ -308,7 +308,7 @@ pub(crate) struct GroupSpec {
     pub(crate) capacity: usize,
     /// The state the subtask is deployed with (a restored checkpoint).
     pub(crate) initial: Option<Vec<u8>>,
-    pub(crate) faults: crate::testing::FaultPlan,
+    pub(crate) faults: crate::fault::FaultPlan,
 }
 
 impl<T: Data> TypedGroup<T> {

@@ -186,7 +186,7 @@ pub(crate) struct OpCore<U> {
     pub(crate) out: Collector<U>,
     pub(crate) next: BoxOutput<U>,
     /// Injected faults of this instance (testing).
-    pub(crate) fault: Option<crate::testing::FaultProbe>,
+    pub(crate) fault: Option<crate::fault::FaultProbe>,
 }
 
 impl<U> OpCore<U> {

@@ -66,7 +66,7 @@ pub(crate) struct SinkOp<T> {
     pub(crate) info: Arc<OperatorInfo>,
     pub(crate) counters: Arc<OperatorCounters>,
     /// Injected faults of this instance (testing).
-    pub(crate) fault: Option<crate::testing::FaultProbe>,
+    pub(crate) fault: Option<crate::fault::FaultProbe>,
 }
 
 impl<T> SinkOp<T> {

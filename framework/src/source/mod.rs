@@ -76,7 +76,7 @@ pub(crate) struct SourceDriver<T> {
     /// End of input was sent downstream.
     pub(crate) ended: bool,
     /// Injected faults of this instance (testing): at the K-th record it reads.
-    pub(crate) fault: Option<crate::testing::FaultProbe>,
+    pub(crate) fault: Option<crate::fault::FaultProbe>,
 }
 
 impl<T: Send + 'static> crate::task::SourceStep for SourceDriver<T> {

@@ -1,0 +1,178 @@
+//! Fault injection, the mechanism (users meet it as `weir::testing`): make operator `uid`
+//! (subtask `i`, or any) fail at its `K`-th record (0-based, counted per operator instance in the current run) by
+//! panicking, hanging, or stopping its arbiter thread. Each fault fires once per plan, even
+//! across restarts; a hung subtask is released (it then panics) when its job stops or
+//! restarts, so no thread is left hanging after a test.
+//!
+//! ```
+//! use weir::testing::{Fault, FaultKind, FaultPlan};
+//! let plan = FaultPlan::new(vec![Fault::new("flat_map", FaultKind::Panic, 500_000)]);
+//! let mut cfg = weir::EnvConfig::default();
+//! cfg.faults = plan.clone();
+//! assert_eq!(plan.fired(), 0);
+//! ```
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// How an injected fault fails.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FaultKind {
+    /// Panic in user code.
+    Panic,
+    /// Stop answering: the subtask blocks its thread (caught by the heartbeat timeout).
+    Hang,
+    /// Stop the arbiter thread the subtask runs on (every subtask on it is lost).
+    StopArbiter,
+    /// Block the thread this long, then go on as if nothing happened: a primary that was
+    /// declared dead (and fenced) wakes up and keeps emitting, which must change nothing.
+    Pause(Duration),
+}
+
+/// One fault.
+#[derive(Debug, Clone)]
+pub struct Fault {
+    /// The operator's uid.
+    pub uid: String,
+    /// The subtask, or any.
+    pub subtask: Option<usize>,
+    /// Fire at this record (0-based) of the operator instance.
+    pub at_record: u64,
+    /// How.
+    pub kind: FaultKind,
+    fired: Arc<AtomicBool>,
+}
+
+impl Fault {
+    /// A fault of `uid` (any subtask) at record `at_record`.
+    pub fn new(uid: &str, kind: FaultKind, at_record: u64) -> Self {
+        Fault {
+            uid: uid.to_owned(),
+            subtask: None,
+            at_record,
+            kind,
+            fired: Arc::new(AtomicBool::new(false)),
+        }
+    }
+
+    /// Only in subtask `i`.
+    pub fn in_subtask(mut self, i: usize) -> Self {
+        self.subtask = Some(i);
+        self
+    }
+}
+
+/// The faults of a job (shared with it: [`fired`](Self::fired) can be read while it runs).
+#[derive(Debug, Clone, Default)]
+pub struct FaultPlan {
+    faults: Arc<Vec<Fault>>,
+    released: Arc<AtomicBool>,
+}
+
+impl PartialEq for FaultPlan {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.faults, &other.faults)
+    }
+}
+
+impl FaultPlan {
+    /// A plan of `faults`.
+    pub fn new(faults: Vec<Fault>) -> Self {
+        FaultPlan {
+            faults: Arc::new(faults),
+            released: Arc::new(AtomicBool::new(false)),
+        }
+    }
+
+    /// How many faults have fired.
+    pub fn fired(&self) -> usize {
+        self.faults
+            .iter()
+            .filter(|f| f.fired.load(Ordering::SeqCst))
+            .count()
+    }
+
+    /// Whether the plan is empty.
+    pub fn is_empty(&self) -> bool {
+        self.faults.is_empty()
+    }
+
+    /// Releases hung subtasks (the job calls this when it stops or restarts).
+    /// Whether the job running with this plan has released its hung subtasks (it is stopping
+    /// or restarting): a fault of your own that hangs should wait for this, as
+    /// [`FaultKind::Hang`] does, so it never holds up the job's end.
+    pub fn is_released(&self) -> bool {
+        self.released.load(Ordering::SeqCst)
+    }
+
+    pub(crate) fn release(&self) {
+        self.released.store(true, Ordering::SeqCst);
+    }
+
+    /// Re-arms the release flag for a new run.
+    pub(crate) fn rearm(&self) {
+        self.released.store(false, Ordering::SeqCst);
+    }
+
+    /// The faults that apply to one operator instance.
+    pub(crate) fn for_instance(&self, uid: &str, subtask: usize) -> Option<FaultProbe> {
+        let mine: Vec<Fault> = self
+            .faults
+            .iter()
+            .filter(|f| f.uid == uid && f.subtask.is_none_or(|s| s == subtask))
+            .cloned()
+            .collect();
+        (!mine.is_empty()).then(|| FaultProbe {
+            faults: mine,
+            seen: 0,
+            released: self.released.clone(),
+        })
+    }
+}
+
+/// The faults of one operator instance, checked once per batch.
+#[derive(Debug)]
+pub(crate) struct FaultProbe {
+    faults: Vec<Fault>,
+    seen: u64,
+    released: Arc<AtomicBool>,
+}
+
+impl FaultProbe {
+    /// The probe of an instance that takes over after `seen` records of its subtask (a
+    /// promoted backup): faults keep counting the subtask's input records.
+    pub(crate) fn starting_at(mut self, seen: u64) -> Self {
+        self.seen = seen;
+        self
+    }
+
+    /// Called before a batch of `n` records: fires a fault that falls in it.
+    pub(crate) fn before_batch(&mut self, n: usize) {
+        let (from, to) = (self.seen, self.seen + n as u64);
+        self.seen = to;
+        for f in &self.faults {
+            if f.at_record >= from && f.at_record < to && !f.fired.swap(true, Ordering::SeqCst) {
+                tracing::warn!(uid = %f.uid, record = f.at_record, kind = ?f.kind, "injecting a fault");
+                match f.kind {
+                    FaultKind::Panic => panic!(
+                        "injected fault: operator `{}` panics at record {}",
+                        f.uid, f.at_record
+                    ),
+                    FaultKind::Hang => {
+                        while !self.released.load(Ordering::SeqCst) {
+                            std::thread::sleep(Duration::from_millis(5));
+                        }
+                        panic!("injected hang of `{}` released", f.uid);
+                    }
+                    FaultKind::StopArbiter => {
+                        // The arbiter's loop ends after this poll: every actor on it is
+                        // dropped and reported lost.
+                        actix_rt::Arbiter::current().stop();
+                    }
+                    FaultKind::Pause(d) => std::thread::sleep(d),
+                }
+            }
+        }
+    }
+}
