@@ -5,9 +5,11 @@ use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
 use crate::config::EnvConfig;
+use crate::controller::JobResult;
+use crate::erased::{unbox, AnyBox};
 use crate::error::{JobError, SourceError, TaskError};
-use crate::graph::{unbox, AnyBox, Built, Graph, Node, OpEnv, Port};
-use crate::job::{start, JobHandle, JobResult};
+use crate::graph::{Built, Graph, Node, OpEnv, Port};
+use crate::job::{start, JobHandle};
 use crate::operator::BoxOutput;
 use crate::source::collection::CollectionSource;
 use crate::source::generator::GeneratorSource;

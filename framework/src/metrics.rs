@@ -8,6 +8,13 @@ use std::time::{Duration, Instant};
 
 use crate::sync::atomic::{AtomicU64, Ordering};
 
+/// Fill of a set of channels, in batches.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct QueueUsage {
+    pub(crate) queued: usize,
+    pub(crate) capacity: usize,
+}
+
 /// Counters of one operator in one subtask.
 #[derive(Debug, Default)]
 pub(crate) struct OperatorCounters {
@@ -113,9 +120,9 @@ pub(crate) struct SubtaskSample {
     pub(crate) busy: Duration,
     pub(crate) idle: Duration,
     pub(crate) back_pressured: Duration,
-    pub(crate) input: crate::operator::QueueUsage,
+    pub(crate) input: QueueUsage,
     pub(crate) input_records: usize,
-    pub(crate) output: crate::operator::QueueUsage,
+    pub(crate) output: QueueUsage,
     /// How long the sample mail waited in the system lane.
     pub(crate) mailbox_latency: Duration,
     /// Waiting for output credit when sampled.

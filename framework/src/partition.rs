@@ -20,7 +20,8 @@ use std::task::{Context, Poll};
 use crate::channel::{Batch, Event, Full, Sender};
 use crate::error::TaskError;
 use crate::key_group::{key_group_of, subtask_for_key_group};
-use crate::operator::{BoxOutput, Output, QueueUsage};
+use crate::metrics::QueueUsage;
+use crate::operator::{BoxOutput, Output};
 use crate::Data;
 
 /// How an edge distributes records (the resolved kind, after `Auto`).

@@ -17,13 +17,16 @@ use crate::sync::AtomicWaker;
 use crate::backup::{BackupGroup, GroupSpec};
 use crate::checkpoint::align::AlignMode;
 use crate::config::EnvConfig;
+use crate::erased::AnyBox;
 use crate::error::{PlanError, TaskError};
-use crate::graph::{AnyBox, Built, Graph, NodeId, OpEnv};
+use crate::event::SubtaskId;
+use crate::graph::{Built, Graph, NodeId, OpEnv};
 use crate::metrics::{OperatorCounters, SubtaskCounters};
+use crate::operator::step::InputGate;
 use crate::operator::OperatorInfo;
 use crate::partition::{OutputConfig, PartitionKind};
 use crate::sync::Arc;
-use crate::task::{Driver, InputGate, SubtaskId};
+use crate::task::Driver;
 
 /// The resolved shape of a job.
 #[derive(Debug, Clone)]

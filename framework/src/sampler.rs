@@ -55,7 +55,7 @@ fn per_second(delta: Duration, over: Duration) -> f64 {
     (delta.as_secs_f64() * 1000.0 / over.as_secs_f64()).clamp(0.0, 1000.0)
 }
 
-fn usage(u: crate::operator::QueueUsage) -> f64 {
+fn usage(u: crate::metrics::QueueUsage) -> f64 {
     if u.capacity == 0 {
         0.0
     } else {

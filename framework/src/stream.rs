@@ -25,8 +25,9 @@ use std::cell::RefCell;
 use std::marker::PhantomData;
 use std::rc::Rc;
 
+use crate::erased::{unbox, AnyBox};
 use crate::error::PlanError;
-use crate::graph::{unbox, AnyBox, Built, Edge, Graph, Node, NodeId, OpEnv, Port};
+use crate::graph::{Built, Edge, Graph, Node, NodeId, OpEnv, Port};
 use crate::hooks::{Operator, StateSnapshot};
 use crate::operator::apply::ApplyOp;
 use crate::operator::connect::{

@@ -31,88 +31,16 @@ use crate::checkpoint::coordinator::StateFile;
 use crate::checkpoint::store::SnapshotEnvelope;
 use crate::checkpoint::StateWriter;
 use crate::error::TaskError;
+use crate::event::{JobEvent, SubtaskId};
 use crate::hooks::{ConfigError, StateError, StateSnapshot};
+use crate::metrics::QueueUsage;
 use crate::metrics::{SubtaskCounters, SubtaskSample, TimeAccount, WaitState};
 use crate::operator::connect::{InputSelection, SelectionCell};
-use crate::operator::{Control, ControlAction, ControlOutcome, QueueUsage};
+use crate::operator::step::{GateStep, InputGate, SourceProgress, SourceStep};
+use crate::operator::{Control, ControlAction, ControlOutcome};
 use crate::sync::atomic::Ordering;
 use crate::sync::Arc;
 use crate::sync::{lock, Mutex};
-
-/// One step of an input gate.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum GateStep {
-    /// A batch of this many records was processed.
-    Batch(usize),
-    /// Channel `channel` (of this input) delivered checkpoint barrier `id`.
-    Barrier { channel: usize, id: u64 },
-    /// Channel `channel` ended; `all`: every channel of this input has ended and the operator
-    /// was told.
-    ChannelEnded { channel: usize, all: bool },
-    /// Nothing available now.
-    Empty,
-}
-
-/// One logical input of a subtask: its channels and the operator they feed.
-pub(crate) trait InputGate: Send {
-    /// Processes at most one event from one channel (round robin), skipping the channels
-    /// `blocked` names (by index within this input).
-    fn try_step(&mut self, blocked: &dyn Fn(usize) -> bool) -> Result<GateStep, TaskError>;
-    /// Number of channels of this input.
-    fn channels(&self) -> usize;
-    /// The newest checkpoint barrier waiting in any of this input's channels.
-    fn peek_barrier(&self) -> Option<u64>;
-    /// Starts or stops recording `channel`'s batches as channel state.
-    fn set_recording(&mut self, channel: usize, on: bool);
-    /// The recorded channel state (encoded), and stops recording.
-    fn take_channel_state(&mut self) -> Result<Vec<u8>, String>;
-    /// Whether `channel` has ended.
-    fn is_channel_ended(&self, channel: usize) -> bool;
-    /// Passes checkpoint barrier `id` to the operators behind this input.
-    fn barrier(&mut self, id: u64, w: &mut StateWriter) -> Result<(), TaskError>;
-    /// Checkpoint `id` is complete.
-    fn notify_complete(&mut self, id: u64) -> Result<(), TaskError>;
-    fn flush(&mut self);
-    fn poll_pending(&mut self, cx: &mut TaskContext<'_>) -> Poll<()>;
-    fn is_ended(&self) -> bool;
-    /// Batches waiting in this input's channels.
-    fn queued(&self) -> usize;
-    /// Total capacity of this input's channels, in batches.
-    fn capacity(&self) -> usize;
-    /// Records in the batches waiting in this input's channels.
-    fn queued_records(&self) -> usize;
-    /// Fill of the channels the operators behind this input send to.
-    fn output_usage(&self, usage: &mut QueueUsage);
-    /// Delivers a control request to the operators behind this input.
-    fn control(&mut self, c: &mut Control<'_>);
-}
-
-/// What one step of a source produced.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum SourceProgress {
-    More,
-    Ended,
-    /// The rate limit allows no record before this long.
-    Throttled(Duration),
-}
-
-/// A source and the chain it feeds.
-pub(crate) trait SourceStep: Send {
-    /// Reads one batch (at most what the rate limit allows) and pushes it through the chain.
-    fn step(&mut self, now: Instant) -> Result<SourceProgress, TaskError>;
-    fn flush(&mut self);
-    fn poll_pending(&mut self, cx: &mut TaskContext<'_>) -> Poll<()>;
-    /// Sets (or with `None` lifts) the source's rate limit, in records per second.
-    fn set_rate(&mut self, now: Instant, rate: Option<f64>);
-    fn output_usage(&self, usage: &mut QueueUsage);
-    /// Delivers a control request to the source or the operators behind it.
-    fn control(&mut self, c: &mut Control<'_>);
-    /// Checkpoint `id`: the source's position and its chain's states, then the barrier
-    /// downstream (not after the source has ended: its channels have ended too).
-    fn checkpoint(&mut self, id: u64, w: &mut StateWriter) -> Result<(), TaskError>;
-    /// Checkpoint `id` is complete.
-    fn notify_complete(&mut self, id: u64) -> Result<(), TaskError>;
-}
 
 /// What drives a subtask. One per subtask actor, never per record: its size does not matter.
 #[allow(clippy::large_enum_variant)]
@@ -584,78 +512,6 @@ impl Driver {
             }
         }
     }
-}
-
-/// An event a subtask reports to its job.
-#[derive(Debug)]
-pub(crate) enum JobEvent {
-    Finished {
-        attempt: u64,
-        actor: usize,
-        /// Which primary (a fenced one's end is not the subtask's).
-        epoch: u64,
-    },
-    Failed {
-        attempt: u64,
-        actor: usize,
-        /// Which primary of a backed-up subtask (0 until a promotion).
-        epoch: u64,
-        error: TaskError,
-    },
-    Lost {
-        attempt: u64,
-        actor: usize,
-        epoch: u64,
-        uid: String,
-        subtask: usize,
-        reason: String,
-    },
-    Cancel,
-    /// The backup of subtask `actor` stopped (it failed, or its arbiter did).
-    BackupLost {
-        attempt: u64,
-        actor: usize,
-        generation: u64,
-    },
-    RateControl(crate::rate::RateControlConfig),
-    /// A subtask wrote its state for checkpoint `id`.
-    Ack {
-        attempt: u64,
-        id: u64,
-        actor: usize,
-        files: Vec<StateFile>,
-        alignment: Duration,
-        start_delay: Duration,
-    },
-    /// Take a savepoint into `dir` (then stop the job if `stop`); the path or why not.
-    Savepoint {
-        dir: std::path::PathBuf,
-        stop: bool,
-        reply: std::sync::mpsc::Sender<Result<std::path::PathBuf, String>>,
-    },
-    /// A subtask could not take its part of checkpoint `id`.
-    Declined {
-        attempt: u64,
-        id: u64,
-        reason: String,
-    },
-}
-
-/// Identity of a subtask actor.
-#[derive(Debug, Clone)]
-pub(crate) struct SubtaskId {
-    /// Index of this actor in the job's list.
-    pub(crate) actor: usize,
-    /// The chain's first operator.
-    pub(crate) head: usize,
-    /// Which run of the job (0, then +1 per restart): events of older runs are ignored.
-    pub(crate) attempt: u64,
-    /// Which primary of a backed-up subtask (0, then +1 per promotion): events of a fenced
-    /// primary are ignored.
-    pub(crate) epoch: u64,
-    /// Uid of the chain's first operator.
-    pub(crate) head_uid: String,
-    pub(crate) subtask: usize,
 }
 
 /// The actor of one subtask.
@@ -1131,7 +987,7 @@ impl Handler<NotifyComplete> for SubtaskActor {
         match self.driver.notify_complete(msg.0) {
             Ok(()) => Ok(()),
             // The final commit's caller waits for the answer and fails the job.
-            Err(e) if msg.0 == crate::job::FINAL_COMMIT => Err(e),
+            Err(e) if msg.0 == crate::checkpoint::FINAL_COMMIT => Err(e),
             Err(e) => {
                 self.report(JobEvent::Failed {
                     attempt: self.id.attempt,

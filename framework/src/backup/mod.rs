@@ -35,12 +35,14 @@ use futures::channel::mpsc::UnboundedSender;
 
 use crate::channel::{Dual, Event, OutputChannel, Receiver};
 use crate::checkpoint::StateWriter;
+use crate::erased::AnyBox;
 use crate::error::{PlanError, TaskError};
+use crate::event::JobEvent;
 use crate::fault::FaultProbe;
-use crate::graph::AnyBox;
+use crate::operator::step::InputGate;
+use crate::operator::BoxOutput;
 use crate::sync::atomic::{AtomicU64, Ordering};
 use crate::sync::{lock, AtomicWaker, Mutex};
-use crate::task::{InputGate, JobEvent};
 use crate::Data;
 
 use queue::{BatchId, BufferQueue, QueueStats, Restart};
@@ -293,7 +295,14 @@ pub(crate) struct TypedGroup<T> {
     replay_failures: AtomicU64,
     replacements: AtomicU64,
     last_failover_us: AtomicU64,
+    /// Builds a promoted primary's input gate (the `gate` module's, handed in by the plan).
+    make_gate: GateFn<T>,
 }
+
+/// How a group builds the input gate of a promoted primary: over its receivers, feeding its
+/// chain, with its claims.
+pub(crate) type GateFn<T> =
+    fn(Vec<Receiver<T>>, BoxOutput<T>, Option<Box<Claims<T>>>) -> Box<dyn InputGate>;
 
 /// Promotions in a row that fail during their replay before the subtask falls back to
 /// restart-all.
@@ -320,6 +329,7 @@ impl<T: Data> TypedGroup<T> {
         backup_rx: Vec<Receiver<T>>,
         backup_waker: crate::sync::Arc<AtomicWaker>,
         outputs: Vec<(usize, Vec<Box<dyn OutputFence>>)>,
+        make_gate: GateFn<T>,
     ) -> StdArc<Self> {
         let n_out = outputs.iter().map(|(_, o)| o.len()).sum();
         let n_in = backup_rx.len();
@@ -346,6 +356,7 @@ impl<T: Data> TypedGroup<T> {
             promoting: Mutex::new(None),
             generation: AtomicU64::new(1),
             faults: spec.faults,
+            make_gate,
             promotions: AtomicU64::new(0),
             last_reprocessed: AtomicU64::new(0),
             replay_failures: AtomicU64::new(0),
@@ -556,9 +567,9 @@ impl<T: Data> BackupGroup for TypedGroup<T> {
         }
         let mut claims = Claims::new(self.clone(), epoch, replay, stale_barriers);
         claims.skip_below = plan.claimed_upto;
-        crate::graph::typed_gate(
+        (self.make_gate)(
             inputs.receivers,
-            crate::graph::unbox(head),
+            crate::erased::unbox(head),
             Some(Box::new(claims)),
         )
     }
@@ -663,10 +674,7 @@ impl<T: Data> Claims<T> {
     /// The primary is between two batches with all its output in its channels: if the policy
     /// says so, its operator's state goes to the queue (in memory), so a promotion replays
     /// only the batches after this point.
-    pub(crate) fn maybe_hand_state(
-        &mut self,
-        head: &mut crate::operator::BoxOutput<T>,
-    ) -> Result<(), TaskError> {
+    pub(crate) fn maybe_hand_state(&mut self, head: &mut BoxOutput<T>) -> Result<(), TaskError> {
         let Some(every) = self.group.policy.state_interval else {
             return Ok(());
         };

@@ -57,6 +57,9 @@ use std::time::Duration;
 
 use crate::error::PlanError;
 
+/// The id of the commit made when a job's input has ended.
+pub(crate) const FINAL_COMMIT: u64 = u64::MAX;
+
 /// The delivery guarantee of checkpoints.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CheckpointMode {

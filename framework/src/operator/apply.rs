@@ -3,10 +3,11 @@
 //! snapshots addressed to its uid.
 
 use super::process::{ProcessFunction, ProcessOp};
-use super::{Control, Output, QueueUsage};
+use super::{Control, Output};
 use crate::checkpoint::StateWriter;
 use crate::error::TaskError;
 use crate::hooks::Operator;
+use crate::metrics::QueueUsage;
 
 pub(crate) struct ApplyOp<P, O>(pub(crate) ProcessOp<P, O>);
 

@@ -295,7 +295,7 @@ macro_rules! co_side_impl {
             fn poll_pending(&mut self, cx: &mut Context<'_>) -> Poll<()> {
                 lock(&self.shared).core.next.poll_pending(cx)
             }
-            fn usage(&self, usage: &mut super::QueueUsage) {
+            fn usage(&self, usage: &mut crate::metrics::QueueUsage) {
                 // Both sides share one output: only the first reports it.
                 if $side == 0 {
                     lock(&self.shared).core.next.usage(usage)

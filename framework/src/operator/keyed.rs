@@ -6,10 +6,11 @@
 
 use std::marker::PhantomData;
 
-use super::{Collector, Control, OpCore, Output, QueueUsage};
+use super::{Collector, Control, OpCore, Output};
 use crate::checkpoint::StateWriter;
 use crate::error::TaskError;
 use crate::key_group::{key_group_of, key_group_range};
+use crate::metrics::QueueUsage;
 use crate::state::{KeyedState, ValueState};
 use crate::Data;
 

@@ -20,6 +20,7 @@ pub(crate) mod keyed;
 pub(crate) mod map;
 pub(crate) mod process;
 pub(crate) mod split;
+pub(crate) mod step;
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::task::{Context, Poll};
@@ -27,6 +28,7 @@ use std::task::{Context, Poll};
 use crate::checkpoint::StateWriter;
 use crate::error::{panic_message, TaskError};
 use crate::metrics::OperatorCounters;
+use crate::metrics::QueueUsage;
 use crate::sync::Arc;
 
 /// Where an operator pushes its output batches. Implemented by operators (for the operator
@@ -108,13 +110,6 @@ impl Control<'_> {
             next(self)
         }
     }
-}
-
-/// Fill of a set of channels, in batches.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub(crate) struct QueueUsage {
-    pub(crate) queued: usize,
-    pub(crate) capacity: usize,
 }
 
 /// Boxed output, the unit the plan builder wires together.
@@ -279,7 +274,7 @@ macro_rules! forward_output_plumbing {
         fn poll_pending(&mut self, cx: &mut std::task::Context<'_>) -> std::task::Poll<()> {
             self.core.next.poll_pending(cx)
         }
-        fn usage(&self, usage: &mut $crate::operator::QueueUsage) {
+        fn usage(&self, usage: &mut $crate::metrics::QueueUsage) {
             self.core.next.usage(usage)
         }
         fn control(&mut self, c: &mut $crate::operator::Control<'_>) {

@@ -47,7 +47,7 @@ impl<A: Send, B: Send> Output<Result<A, B>> for SplitOp<A, B> {
             Poll::Pending
         }
     }
-    fn usage(&self, usage: &mut super::QueueUsage) {
+    fn usage(&self, usage: &mut crate::metrics::QueueUsage) {
         self.core.next.usage(usage);
         self.side_next.usage(usage);
     }

@@ -132,9 +132,9 @@ impl<T: Data> Sink<T> for CollectInstance<T> {
     }
 
     fn commit(&mut self, checkpoint: u64) -> Result<(), SinkError> {
-        if checkpoint == crate::job::FINAL_COMMIT && !self.staged.is_empty() {
+        if checkpoint == crate::checkpoint::FINAL_COMMIT && !self.staged.is_empty() {
             let staged = std::mem::take(&mut self.staged);
-            self.pending.insert(crate::job::FINAL_COMMIT, staged);
+            self.pending.insert(crate::checkpoint::FINAL_COMMIT, staged);
         }
         self.commit_up_to(checkpoint);
         Ok(())

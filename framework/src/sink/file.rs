@@ -269,7 +269,7 @@ impl<T: std::fmt::Display + Send + 'static> Sink<T> for StagedTextSink {
     }
 
     fn commit(&mut self, checkpoint: u64) -> Result<(), SinkError> {
-        if checkpoint == crate::job::FINAL_COMMIT {
+        if checkpoint == crate::checkpoint::FINAL_COMMIT {
             let last = format!("part-{}-final", self.prefix);
             self.close_as(&last)?;
         }
@@ -358,7 +358,7 @@ mod tests {
         assert_eq!(visible(&dir), vec!["part-out-0-1", "part-out-0-2"]);
         // The end of the input commits the last interval.
         c.write_batch(&mut vec![7u32]).unwrap();
-        Sink::<u32>::commit(&mut c, crate::job::FINAL_COMMIT).unwrap();
+        Sink::<u32>::commit(&mut c, crate::checkpoint::FINAL_COMMIT).unwrap();
         assert_eq!(
             std::fs::read_to_string(dir.join("part-out-0-final")).unwrap(),
             "7\n"

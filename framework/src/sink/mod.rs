@@ -109,7 +109,7 @@ impl<T: Send + 'static> Output<T> for SinkOp<T> {
     fn poll_pending(&mut self, _cx: &mut Context<'_>) -> Poll<()> {
         Poll::Ready(())
     }
-    fn usage(&self, _usage: &mut crate::operator::QueueUsage) {}
+    fn usage(&self, _usage: &mut crate::metrics::QueueUsage) {}
     fn control(&mut self, c: &mut crate::operator::Control<'_>) {
         c.here_or(&self.info.uid, |_| {})
     }

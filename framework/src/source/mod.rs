@@ -79,13 +79,13 @@ pub(crate) struct SourceDriver<T> {
     pub(crate) fault: Option<crate::fault::FaultProbe>,
 }
 
-impl<T: Send + 'static> crate::task::SourceStep for SourceDriver<T> {
+impl<T: Send + 'static> crate::operator::step::SourceStep for SourceDriver<T> {
     fn step(
         &mut self,
         now: std::time::Instant,
-    ) -> Result<crate::task::SourceProgress, crate::error::TaskError> {
+    ) -> Result<crate::operator::step::SourceProgress, crate::error::TaskError> {
         use crate::error::{panic_message, TaskError};
-        use crate::task::SourceProgress;
+        use crate::operator::step::SourceProgress;
         let max = match self.limiter.as_mut() {
             None => self.batch_size,
             Some(bucket) => match bucket.try_take(now, self.batch_size as u64) {
@@ -156,7 +156,7 @@ impl<T: Send + 'static> crate::task::SourceStep for SourceDriver<T> {
             }
         };
     }
-    fn output_usage(&self, usage: &mut crate::operator::QueueUsage) {
+    fn output_usage(&self, usage: &mut crate::metrics::QueueUsage) {
         self.out.usage(usage)
     }
     fn control(&mut self, c: &mut crate::operator::Control<'_>) {

@@ -1,0 +1,45 @@
+//! Commands to a running job's controller from outside it — the Rust [`JobHandle`], and later
+//! REST, `weirctl` and the agent — through one typed channel. Each command carries the
+//! sender of its answer; the controller answers every command it takes, and a command it
+//! never takes (the job ended first) is answered by the dropped sender, which the caller sees
+//! as "the job ended".
+//!
+//! [`JobHandle`]: crate::JobHandle
+
+use futures::channel::{mpsc, oneshot};
+
+use crate::rate::RateControlConfig;
+use crate::savepoint::SavepointRequest;
+
+/// A command to a job's controller.
+#[derive(Debug)]
+pub(crate) enum Command {
+    /// Stop the job; it ends with [`JobError::Cancelled`](crate::JobError::Cancelled). The
+    /// answer comes once every subtask has stopped.
+    Cancel(oneshot::Sender<()>),
+    /// Take a savepoint (then stop the job if the request says so).
+    Savepoint(SavepointRequest),
+    /// Replace the sources' rate control (already validated); answered once applied.
+    SetRateControl(RateControlConfig, oneshot::Sender<()>),
+}
+
+/// The sending side of a controller's command channel; cloneable, usable from any thread.
+#[derive(Debug, Clone)]
+pub(crate) struct Commands(mpsc::UnboundedSender<Command>);
+
+/// The receiving side, owned by the controller.
+pub(crate) type CommandInbox = mpsc::UnboundedReceiver<Command>;
+
+impl Commands {
+    /// A new command channel.
+    pub(crate) fn channel() -> (Commands, CommandInbox) {
+        let (tx, rx) = mpsc::unbounded();
+        (Commands(tx), rx)
+    }
+
+    /// Sends `command`; `false` if the controller has ended (the command's answer sender is
+    /// dropped with it, so whoever waits for the answer learns it too).
+    pub(crate) fn send(&self, command: Command) -> bool {
+        self.0.unbounded_send(command).is_ok()
+    }
+}

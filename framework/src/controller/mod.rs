@@ -1,0 +1,217 @@
+//! The job's controller: one per job, on the job's thread, driving the job through typed
+//! states (`states`: `Deploying`, `Running`, `FailingOver`, `Recovering`, `Stopping`,
+//! `Finished`) until it ends.
+//!
+//! The controller owns the deployment (`deployment`: arbiters, subtask actors, backup slots)
+//! and the job-wide context every state works in ([`JobContext`]): the graph and plan, the
+//! settings, the channel on which subtasks report ([`JobEvent`]), the command channel from
+//! outside ([`command`]), and the protocols it drives, each a plain struct in a module named
+//! for it and tested without actors: checkpoint coordination (`checkpoint::coordinator`),
+//! failure detection (`detector`) and promotion (`backup`), the restart strategy (`restart`),
+//! savepoint requests (`savepoint`) and metrics sampling with rate control (`sampler`).
+//! What the outside reads while the job runs (subtasks, metrics, checkpoint statistics,
+//! backups) the controller publishes into [`Views`].
+//!
+//! It does not plan (`plan`), run operators (`task`, `operator`) or hand out the job's
+//! handle (`job`).
+
+pub(crate) mod command;
+pub(crate) mod deployment;
+mod result;
+mod states;
+
+use std::path::PathBuf;
+use std::sync::mpsc as std_mpsc;
+use std::time::Instant;
+
+use futures::channel::mpsc::{UnboundedReceiver, UnboundedSender};
+
+use crate::backup::BackupGroup;
+use crate::checkpoint::coordinator::{CheckpointStats, Coordinator};
+use crate::config::EnvConfig;
+use crate::error::JobError;
+use crate::event::JobEvent;
+use crate::graph::Graph;
+use crate::metrics::JobMetrics;
+use crate::plan::{OperatorRegistry, Plan};
+use crate::restart::{RestartStrategy, RestartTracker};
+use crate::sampler::RateController;
+use crate::sync::{lock, Arc, Mutex};
+
+pub(crate) use command::{Command, CommandInbox, Commands};
+pub(crate) use deployment::ActorEntry;
+pub use result::{JobResult, OperatorResult};
+
+use deployment::Deployment;
+use states::{Deploying, JobState};
+
+/// What the outside reads of a running job; the controller keeps it current.
+#[derive(Clone, Default)]
+pub(crate) struct Views {
+    /// The current deployment's subtasks (replaced on restart and promotion).
+    pub(crate) actors: Arc<Mutex<Vec<ActorEntry>>>,
+    pub(crate) metrics: Arc<Mutex<Option<JobMetrics>>>,
+    pub(crate) checkpoints: Arc<Mutex<Option<CheckpointStats>>>,
+    /// The backup groups of the current deployment.
+    pub(crate) backups: Arc<Mutex<Vec<std::sync::Arc<dyn BackupGroup>>>>,
+}
+
+impl Views {
+    /// Publishes a new deployment's subtasks and backup groups.
+    fn publish_deployment(&self, dep: &Deployment) {
+        *lock(&self.actors) = dep.actors.clone();
+        *lock(&self.backups) = dep.backups.iter().map(|b| b.group.clone()).collect();
+    }
+}
+
+/// Everything a controller starts with.
+pub(crate) struct Launch {
+    pub(crate) graph: Graph,
+    pub(crate) plan: Plan,
+    pub(crate) cfg: EnvConfig,
+    pub(crate) job: String,
+    pub(crate) commands: CommandInbox,
+    /// Told once the first deployment is up (dropped unsent if it never is).
+    pub(crate) deployed: std_mpsc::Sender<()>,
+    pub(crate) views: Views,
+}
+
+/// The job-wide context every state works in.
+pub(crate) struct JobContext {
+    pub(crate) job: String,
+    pub(crate) graph: Graph,
+    pub(crate) plan: Plan,
+    pub(crate) cfg: EnvConfig,
+    pub(crate) registry: OperatorRegistry,
+    /// Subtasks report here; the controller keeps a sender for the actors it starts.
+    pub(crate) events_tx: UnboundedSender<JobEvent>,
+    pub(crate) events: UnboundedReceiver<JobEvent>,
+    pub(crate) commands: CommandInbox,
+    pub(crate) views: Views,
+    deployed: Option<std_mpsc::Sender<()>>,
+    /// This run's checkpoint directory: a new run never restores another run's checkpoints.
+    pub(crate) checkpoint_root: PathBuf,
+    pub(crate) coordinator: Coordinator,
+    pub(crate) restarts: RestartTracker,
+    pub(crate) rate: Option<RateController>,
+    pub(crate) started: Instant,
+    /// Which deployment (0, then +1 per restart): events of older ones are ignored.
+    pub(crate) attempt: u64,
+    pub(crate) num_restarts: u64,
+    /// A buffer queue of an earlier deployment degraded.
+    pub(crate) degraded_before: bool,
+}
+
+impl JobContext {
+    fn new(launch: Launch) -> Self {
+        let Launch {
+            graph,
+            plan,
+            cfg,
+            job,
+            commands,
+            deployed,
+            views,
+        } = launch;
+        let (events_tx, events) = futures::channel::mpsc::unbounded();
+        let strategy = cfg.restart.clone().unwrap_or_else(|| {
+            if cfg.checkpoint.interval.is_some() {
+                RestartStrategy::default_with_checkpoints()
+            } else {
+                RestartStrategy::None
+            }
+        });
+        JobContext {
+            registry: OperatorRegistry::new(&plan),
+            checkpoint_root: cfg.checkpoint.directory.join(&job).join(run_id()),
+            coordinator: Coordinator::new(&cfg.checkpoint, 0, 1),
+            restarts: RestartTracker::new(strategy),
+            rate: RateController::new(cfg.rate_control.clone()),
+            started: Instant::now(),
+            attempt: 0,
+            num_restarts: 0,
+            degraded_before: false,
+            deployed: Some(deployed),
+            job,
+            graph,
+            plan,
+            cfg,
+            events_tx,
+            events,
+            commands,
+            views,
+        }
+    }
+
+    /// Tells the starter that the job is deployed (once; later deployments say nothing).
+    fn signal_deployed(&mut self) {
+        if let Some(d) = self.deployed.take() {
+            let _ = d.send(());
+        }
+    }
+
+    /// What placing actors needs, borrowed from the context.
+    pub(crate) fn placement(&self) -> deployment::Placement<'_> {
+        deployment::Placement {
+            graph: &self.graph,
+            plan: &self.plan,
+            cfg: &self.cfg,
+            registry: &self.registry,
+            events: &self.events_tx,
+            checkpoint_root: Some(self.checkpoint_root.clone()),
+        }
+    }
+
+    /// Publishes the coordinator's statistics.
+    pub(crate) fn publish_stats(&self) {
+        *lock(&self.views.checkpoints) = Some(self.coordinator.stats.clone());
+    }
+
+    /// The error of a subtask that is gone: `reason` says how.
+    pub(crate) fn lost(&self, uid: String, subtask: usize, reason: String) -> JobError {
+        JobError::SubtaskLost {
+            job: self.job.clone(),
+            uid,
+            subtask,
+            reason,
+        }
+    }
+
+    /// The error of too many failed checkpoints.
+    pub(crate) fn checkpoints_failing(&self, failures: u32) -> JobError {
+        JobError::CheckpointsFailing {
+            job: self.job.clone(),
+            failures,
+            tolerated: self.cfg.checkpoint.tolerable_failed_checkpoints,
+        }
+    }
+}
+
+/// Runs the job to its end: the state machine's loop. Each transition is logged at info with
+/// the job, the states and the cause.
+pub(crate) async fn run(launch: Launch) -> Result<JobResult, JobError> {
+    let mut ctx = JobContext::new(launch);
+    let mut state: JobState = Deploying::first(&mut ctx);
+    loop {
+        let t = match state {
+            JobState::Deploying(s) => s.run(&mut ctx),
+            JobState::Running(s) => s.run(&mut ctx).await,
+            JobState::FailingOver(s) => s.run(&mut ctx),
+            JobState::Recovering(s) => s.run(&mut ctx).await,
+            JobState::Stopping(s) => s.run(&mut ctx).await,
+            JobState::Finished(s) => return s.outcome(),
+        };
+        tracing::info!(job = %ctx.job, from = t.from, to = t.to, cause = %t.cause, "job state transition");
+        state = t.next;
+    }
+}
+
+/// A name unique to this run of a job (time, process, sequence).
+fn run_id() -> String {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let millis = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis());
+    let seq = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    format!("run-{millis}-{}-{seq}", std::process::id())
+}

@@ -1,0 +1,200 @@
+//! `FailingOver`: backed-up primaries failed (panicked, hung, or lost their thread) and their
+//! backups take over — the BQBS paper's Algorithm 2, with fencing — while the rest of the job
+//! keeps running. Per failed subtask: the backup group fences the old primary and plans the
+//! replay (`backup`), the new primary's chain is built (`plan::build_promoted`), checkpoints in
+//! flight are aborted (the new primary never saw their barriers), the new primary starts on the
+//! backup's arbiter, the old primary's arbiter is stopped, and a fresh backup starts on a new
+//! arbiter, so the next failure is as fast as this one. Back to `Running`; to `Recovering`
+//! (restart-all) when a promotion is impossible.
+
+use std::time::Instant;
+
+use actix::Arbiter;
+
+use crate::checkpoint::align::AlignMode;
+use crate::checkpoint::CheckpointMode;
+use crate::controller::JobContext;
+use crate::error::{JobError, TaskError};
+use crate::event::SubtaskId;
+use crate::sync::lock;
+use crate::task::{AbortCheckpoint, Driver};
+
+use super::{Recovering, Running, Transition, TransitionTo};
+
+/// A promotion to make.
+pub(crate) struct Promote {
+    /// The backup slot (index in the deployment's backups).
+    pub(crate) slot: usize,
+    /// Why the primary is taken for failed.
+    pub(crate) why: String,
+    /// The job's error if the promotion is impossible.
+    pub(crate) fallback: Fallback,
+}
+
+/// What a failure becomes when no promotion is possible.
+pub(crate) enum Fallback {
+    /// The primary reported this error.
+    Failed(TaskError),
+    /// The primary did not answer heartbeats.
+    Hung { uid: String, subtask: usize },
+    /// The primary's actor went away without a report.
+    Lost {
+        uid: String,
+        subtask: usize,
+        reason: String,
+    },
+}
+
+impl Fallback {
+    fn into_error(self, ctx: &JobContext, impossible: String) -> JobError {
+        match self {
+            Fallback::Failed(error) => {
+                tracing::warn!(reason = %impossible, "promotion impossible: restarting the job");
+                error.into_job_error(&ctx.job)
+            }
+            Fallback::Hung { uid, subtask } => ctx.lost(uid, subtask, impossible),
+            Fallback::Lost {
+                uid,
+                subtask,
+                reason,
+            } => ctx.lost(
+                uid,
+                subtask,
+                format!("{reason}; promotion impossible: {impossible}"),
+            ),
+        }
+    }
+}
+
+/// Backups are being promoted.
+pub(crate) struct FailingOver {
+    running: Running,
+    promotions: Vec<Promote>,
+}
+
+impl FailingOver {
+    pub(super) fn new(running: Running, promotions: Vec<Promote>) -> Self {
+        FailingOver {
+            running,
+            promotions,
+        }
+    }
+
+    pub(crate) fn run(self, ctx: &mut JobContext) -> Transition {
+        let mut running = self.running;
+        let n = self.promotions.len();
+        for p in self.promotions {
+            if let Err(impossible) = promote(&mut running, ctx, p.slot, &p.why) {
+                let cause = format!("promotion impossible: {impossible}");
+                let error = p.fallback.into_error(ctx, impossible);
+                return Self::to(Recovering::new(running.dep, error), cause);
+            }
+        }
+        Self::to(running, format!("{n} backup(s) promoted"))
+    }
+}
+
+/// Promotes the backup of slot `i`. `Err` when no promotion is possible.
+fn promote(running: &mut Running, ctx: &mut JobContext, i: usize, why: &str) -> Result<(), String> {
+    let started = Instant::now();
+    let dep = &mut running.dep;
+    let (k, group) = (dep.backups[i].actor, dep.backups[i].group.clone());
+    let old = dep.ids[k].clone();
+    tracing::warn!(uid = %old.head_uid, subtask = old.subtask, reason = why, "primary failed: promoting its backup");
+    let promotion = group.begin_promotion()?;
+    let head = crate::plan::build_promoted(
+        &ctx.graph,
+        &ctx.plan,
+        &ctx.cfg,
+        &ctx.registry,
+        old.head,
+        old.subtask,
+        promotion.senders,
+        promotion.routed_before,
+        promotion.restore,
+        promotion.records_before,
+    )
+    .map_err(|e| format!("cannot build the promoted operator: {e:?}"))?;
+    let stale = abort_checkpoints_in_flight(running, ctx, k, &old.head_uid);
+    let gate = group.clone().finish_promotion(head, stale);
+    let mode = match ctx.cfg.checkpoint.mode {
+        CheckpointMode::ExactlyOnce => AlignMode::ExactlyOnce,
+        CheckpointMode::AtLeastOnce => AlignMode::AtLeastOnce,
+    };
+    let driver = Driver::inputs(
+        vec![gate],
+        None,
+        mode,
+        ctx.cfg.checkpoint.unaligned,
+        ctx.cfg.checkpoint.aligned_checkpoint_timeout,
+        old.head_uid.clone(),
+    );
+    let id = SubtaskId {
+        epoch: promotion.epoch,
+        ..old.clone()
+    };
+    let dep = &mut running.dep;
+    dep.ids[k] = id.clone();
+    let slot = dep.sampler.probes()[k].slot.clone();
+    let counters = dep.actors[k].counters.clone();
+    let arbiter = dep.backups[i].backup_arbiter;
+    dep.actors[k].addr = ctx.placement().start_actor(
+        &dep.arbiters[arbiter],
+        id,
+        driver,
+        counters,
+        promotion.waker,
+        slot,
+    );
+    *lock(&ctx.views.actors) = dep.actors.clone();
+    swap_arbiters(running, ctx, i);
+    let took = started.elapsed();
+    group.promoted(took);
+    tracing::warn!(uid = %old.head_uid, subtask = old.subtask, epoch = promotion.epoch, reprocessed = promotion.reprocessed, replayed = promotion.replayed, ?took, "backup promoted");
+    Ok(())
+}
+
+/// Aborts every checkpoint in flight (their savepoints fail) in every other running subtask;
+/// returns the newest aborted id, whose barriers the new primary must ignore.
+fn abort_checkpoints_in_flight(
+    running: &mut Running,
+    ctx: &mut JobContext,
+    k: usize,
+    uid: &str,
+) -> u64 {
+    let (aborted, newest) = ctx.coordinator.abort_for_failover();
+    for id in &aborted {
+        running.savepoints.fail(*id, || {
+            format!("savepoint {id} aborted: `{uid}` failed over")
+        });
+        for (a, entry) in running.dep.actors.iter().enumerate() {
+            if a != k && !running.dep.finished[a] {
+                entry.mail(AbortCheckpoint(*id));
+            }
+        }
+    }
+    newest
+}
+
+/// The promoted primary of slot `i` runs on its backup's arbiter: the old primary's arbiter
+/// stops (a hung thread ends when its function returns) and a fresh backup starts on a new
+/// arbiter.
+fn swap_arbiters(running: &mut Running, ctx: &JobContext, i: usize) {
+    let dep = &mut running.dep;
+    let now = Instant::now();
+    let b = &mut dep.backups[i];
+    let k = b.actor;
+    dep.arbiters[b.primary_arbiter].stop();
+    b.primary_arbiter = b.backup_arbiter;
+    b.heartbeats.new_primary(now);
+    dep.silence.seen(k, now);
+    dep.arbiters.push(Arbiter::new());
+    b.backup_arbiter = dep.arbiters.len() - 1;
+    b.backup = b.group.clone().start_backup(
+        &dep.arbiters[b.backup_arbiter].handle(),
+        ctx.events_tx.clone(),
+        ctx.attempt,
+        k,
+    );
+    b.heartbeats.new_backup(now);
+}

@@ -1,0 +1,105 @@
+//! The controller's states, one file each, and the transitions between them.
+//!
+//! ```text
+//!              ┌──────────── restart (strategy allows) ────────────┐
+//!              ▼                                                   │
+//!   ──► Deploying ──deployed──► Running ──failure──────────► Recovering ──gives up──► Finished
+//!          │                    │  ▲  │                                                  ▲
+//!          │ cannot build       │  │  └─all finished / savepoint-stop / cancel─► Stopping ┤
+//!          └────────────────────┼──┼───────────────────────────────────────────────────────┤
+//!                   primary     │  │ promoted                                               │
+//!                   failed      ▼  │                                                        │
+//!                           FailingOver ──promotion impossible──► Recovering                │
+//!   Recovering ──cancel──────────────────────────────────────────────────────────────────────┘
+//! ```
+//!
+//! A state is a type that implements [`State`]; it runs until it knows where the job goes next
+//! and returns a [`Transition`] built by [`TransitionTo::to`], which exists only for the pairs
+//! declared below with `impl TransitionTo<B> for A {}`: a forbidden transition does not
+//! compile. The loop in `controller` logs each one (job, from, to, cause) and runs the next
+//! state. New states (live rescale, fast restart with rollback) are a new file, a variant of
+//! [`JobState`] and the `TransitionTo` pairs they allow.
+
+mod deploying;
+mod failing_over;
+mod finished;
+mod recovering;
+mod running;
+mod stopping;
+
+pub(crate) use deploying::Deploying;
+pub(crate) use failing_over::FailingOver;
+pub(crate) use finished::Finished;
+pub(crate) use recovering::Recovering;
+pub(crate) use running::Running;
+pub(crate) use stopping::Stopping;
+
+/// A state of the job's controller.
+pub(crate) trait State: Into<JobState> {
+    /// The state's name in logs.
+    const NAME: &'static str;
+}
+
+/// The job is in state `Self` and may move to `T`.
+pub(crate) trait TransitionTo<T: State>: State {
+    /// The transition from `Self` to `next`, because of `cause`.
+    fn to(next: T, cause: impl Into<String>) -> Transition {
+        Transition {
+            from: Self::NAME,
+            to: T::NAME,
+            next: next.into(),
+            cause: cause.into(),
+        }
+    }
+}
+
+impl TransitionTo<Running> for Deploying {}
+impl TransitionTo<Finished> for Deploying {}
+impl TransitionTo<FailingOver> for Running {}
+impl TransitionTo<Recovering> for Running {}
+impl TransitionTo<Stopping> for Running {}
+impl TransitionTo<Running> for FailingOver {}
+impl TransitionTo<Recovering> for FailingOver {}
+impl TransitionTo<Deploying> for Recovering {}
+impl TransitionTo<Finished> for Recovering {}
+impl TransitionTo<Finished> for Stopping {}
+
+/// Where the job goes next, and why.
+pub(crate) struct Transition {
+    pub(crate) from: &'static str,
+    pub(crate) to: &'static str,
+    pub(crate) next: JobState,
+    pub(crate) cause: String,
+}
+
+/// Every state the controller can be in.
+pub(crate) enum JobState {
+    Deploying(Deploying),
+    Running(Running),
+    FailingOver(FailingOver),
+    Recovering(Recovering),
+    Stopping(Stopping),
+    Finished(Finished),
+}
+
+macro_rules! states {
+    ($($s:ident),*) => {$(
+        impl From<$s> for JobState {
+            fn from(s: $s) -> Self {
+                JobState::$s(s)
+            }
+        }
+        impl State for $s {
+            const NAME: &'static str = stringify!($s);
+        }
+    )*};
+}
+
+states!(
+    Deploying,
+    Running,
+    FailingOver,
+    Recovering,
+    Stopping,
+    Finished
+);

@@ -1,0 +1,106 @@
+//! `Recovering` (restart-all): a failure no backup could take. The deployment is stopped and
+//! the restart strategy decides: after its delay the job is deployed again from the last
+//! complete checkpoint of this run (`Deploying`), or it gives up (`Finished` with the error).
+//! Commands that arrive during the delay are answered: a cancel ends the job at once, a
+//! savepoint is refused (there is nothing running to take it from), a rate change applies to
+//! the next deployment.
+
+use std::time::{Duration, Instant};
+
+use futures::{FutureExt, StreamExt};
+
+use crate::checkpoint::store;
+use crate::controller::command::Command;
+use crate::controller::deployment::Deployment;
+use crate::controller::JobContext;
+use crate::error::JobError;
+use crate::plan::Restore;
+use crate::sync::lock;
+
+use super::running::set_rate_control;
+use super::{Deploying, Finished, Transition, TransitionTo};
+
+/// The job is recovering from `failure`.
+pub(crate) struct Recovering {
+    dep: Deployment,
+    failure: JobError,
+}
+
+impl Recovering {
+    pub(super) fn new(dep: Deployment, failure: JobError) -> Self {
+        Recovering { dep, failure }
+    }
+
+    pub(crate) async fn run(self, ctx: &mut JobContext) -> Transition {
+        let Recovering { dep, failure } = self;
+        ctx.degraded_before |= dep.degraded();
+        dep.stop(&ctx.job, &ctx.cfg);
+        let Some(delay) = ctx.restarts.on_failure(Instant::now()) else {
+            tracing::warn!(error = %failure, "job failed");
+            let error = if ctx.num_restarts > 0 {
+                JobError::RestartsExhausted {
+                    job: ctx.job.clone(),
+                    restarts: ctx.num_restarts,
+                    last: Box::new(failure),
+                }
+            } else {
+                failure
+            };
+            return Self::to(Finished::failed(error), "the restart strategy gives up");
+        };
+        ctx.num_restarts += 1;
+        ctx.attempt += 1;
+        tracing::warn!(error = %failure, restart = ctx.num_restarts, ?delay, "job failed; restarting from the last complete checkpoint");
+        if let Some(reply) = wait_answering(ctx, delay).await {
+            let _ = reply.send(());
+            let error = JobError::Cancelled {
+                job: ctx.job.clone(),
+            };
+            return Self::to(Finished::failed(error), "cancelled while recovering");
+        }
+        let restore = store::load_latest(&ctx.checkpoint_root, &ctx.plan.uids)
+            .map(|(checkpoint, states)| Restore { checkpoint, states });
+        if let Some(s) = lock(&ctx.views.checkpoints).as_mut() {
+            s.num_restarts = ctx.num_restarts;
+        }
+        let cause = match &restore {
+            Some(r) => format!(
+                "restart {} from checkpoint {}",
+                ctx.num_restarts, r.checkpoint
+            ),
+            None => format!("restart {} from the start", ctx.num_restarts),
+        };
+        Self::to(Deploying::new(restore), cause)
+    }
+}
+
+/// Waits `delay`, answering commands meanwhile; a cancel ends the wait and is returned.
+async fn wait_answering(
+    ctx: &mut JobContext,
+    delay: Duration,
+) -> Option<futures::channel::oneshot::Sender<()>> {
+    let mut sleep = Box::pin(actix_rt::time::sleep(delay).fuse());
+    loop {
+        let command = futures::select_biased! {
+            c = ctx.commands.next() => c,
+            _ = sleep => return None,
+        };
+        match command {
+            Some(Command::Cancel(reply)) => return Some(reply),
+            Some(Command::Savepoint(request)) => {
+                let _ = request.reply.send(Err(
+                    "the job is restarting after a failure; no savepoint can be taken now".into(),
+                ));
+            }
+            Some(Command::SetRateControl(config, reply)) => {
+                set_rate_control(&mut ctx.rate, config);
+                let _ = reply.send(());
+            }
+            // No handle is left; the command stream has ended.
+            None => {
+                sleep.as_mut().await;
+                return None;
+            }
+        }
+    }
+}

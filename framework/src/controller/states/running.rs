@@ -1,0 +1,455 @@
+//! `Running`: the deployment is up. The controller serves, in this order of priority, what
+//! subtasks report (finished, failed, lost, checkpoint acks), commands from outside, the
+//! heartbeats of backed-up subtasks, and its periodic tick (metrics, rate control, hang
+//! detection, checkpoint triggers and timeouts). It leaves when every subtask has finished
+//! (`Stopping`), a savepoint asked to stop the job (`Stopping`), the job is cancelled
+//! (`Stopping`), a backed-up primary failed (`FailingOver`), or any other subtask or too many
+//! checkpoints failed (`Recovering`).
+
+use std::time::{Duration, Instant};
+
+use futures::{FutureExt, StreamExt};
+
+use crate::backup::BackupPing;
+use crate::checkpoint::coordinator::Completed;
+use crate::checkpoint::store;
+use crate::controller::command::Command;
+use crate::controller::deployment::Deployment;
+use crate::controller::JobContext;
+use crate::detector::check_every;
+use crate::error::{JobError, TaskError};
+use crate::event::JobEvent;
+use crate::sampler::RateController;
+use crate::savepoint::{Completion, SavepointRequest, SavepointRequests};
+use crate::sync::lock;
+use crate::task::{NotifyComplete, Ping, Sample, TriggerCheckpoint};
+
+use super::failing_over::{Fallback, Promote};
+use super::stopping::StopReason;
+use super::{FailingOver, Recovering, Stopping, Transition, TransitionTo};
+
+/// The job runs its deployment.
+pub(crate) struct Running {
+    pub(super) dep: Deployment,
+    pub(super) savepoints: SavepointRequests,
+    /// Subtasks that have not finished.
+    remaining: usize,
+    ticks: actix_rt::time::Interval,
+    heartbeats: actix_rt::time::Interval,
+}
+
+/// Why the job leaves `Running`.
+enum Exit {
+    Failed(JobError),
+    Promote(Vec<Promote>),
+    Stop(StopReason),
+}
+
+/// What woke the controller.
+enum Wake {
+    Event(Option<JobEvent>),
+    Command(Option<Command>),
+    Heartbeat,
+    Tick(Instant),
+}
+
+impl Running {
+    /// Starts running `dep`: the current source rate applies, the tick runs at the shortest
+    /// of the metrics, rate-control and checkpoint intervals.
+    pub(super) fn new(dep: Deployment, ctx: &JobContext) -> Self {
+        if let Some(c) = ctx.rate.as_ref() {
+            if c.current.is_some() {
+                dep.set_rate(c.current);
+            }
+        }
+        let cfg = &ctx.cfg;
+        let mut tick_every = match ctx.rate.as_ref() {
+            Some(c) => cfg.metrics_interval.min(c.config.update_interval),
+            None => cfg.metrics_interval,
+        };
+        if let Some(i) = cfg.checkpoint.interval {
+            tick_every = tick_every.min(i);
+        }
+        let hb_every = check_every(
+            dep.backups
+                .iter()
+                .map(|b| b.group.policy().heartbeat_interval),
+        );
+        Running {
+            remaining: dep.actors.len(),
+            savepoints: SavepointRequests::default(),
+            ticks: actix_rt::time::interval(tick_every),
+            heartbeats: actix_rt::time::interval(hb_every),
+            dep,
+        }
+    }
+
+    pub(crate) async fn run(mut self, ctx: &mut JobContext) -> Transition {
+        let exit = loop {
+            if let Err(exit) = self.step(ctx).await {
+                break exit;
+            }
+        };
+        match exit {
+            // Pending savepoints are dropped with `self`: their callers learn that the job
+            // ended before they completed.
+            Exit::Failed(e) => {
+                let cause = e.to_string();
+                Self::to(Recovering::new(self.dep, e), cause)
+            }
+            Exit::Promote(promotions) => {
+                let cause = promotions
+                    .iter()
+                    .map(|p| p.why.clone())
+                    .collect::<Vec<_>>()
+                    .join("; ");
+                Self::to(FailingOver::new(self, promotions), cause)
+            }
+            Exit::Stop(reason) => {
+                let cause = reason.to_string();
+                if let StopReason::Finished = reason {
+                    self.savepoints
+                        .fail_all("the job finished before the savepoint completed");
+                }
+                Self::to(Stopping::new(self.dep, reason), cause)
+            }
+        }
+    }
+
+    /// Waits for the next thing to do and does it.
+    async fn step(&mut self, ctx: &mut JobContext) -> Result<(), Exit> {
+        if self.remaining == 0 {
+            return Err(Exit::Stop(StopReason::Finished));
+        }
+        let wake = futures::select_biased! {
+            e = ctx.events.next() => Wake::Event(e),
+            c = ctx.commands.next() => Wake::Command(c),
+            _ = self.heartbeats.tick().fuse() => Wake::Heartbeat,
+            at = self.ticks.tick().fuse() => Wake::Tick(at.into_std()),
+        };
+        match wake {
+            Wake::Event(Some(e)) => self.on_event(ctx, e),
+            Wake::Event(None) => Err(Exit::Failed(JobError::Runtime {
+                job: ctx.job.clone(),
+                message: "the job's event channel closed".into(),
+            })),
+            Wake::Command(Some(c)) => self.on_command(ctx, c),
+            // Every handle is gone: nobody can send commands any more.
+            Wake::Command(None) => Ok(()),
+            Wake::Heartbeat => self.on_heartbeat(ctx),
+            Wake::Tick(at) => self.on_tick(ctx, at),
+        }
+    }
+
+    fn on_event(&mut self, ctx: &mut JobContext, event: JobEvent) -> Result<(), Exit> {
+        let dep = &mut self.dep;
+        match event {
+            JobEvent::Finished {
+                attempt,
+                actor,
+                epoch,
+            } if attempt == ctx.attempt && epoch == dep.ids[actor].epoch => {
+                if !dep.finished[actor] {
+                    dep.finished[actor] = true;
+                    self.remaining -= 1;
+                    if !dep.sources[actor] {
+                        // A finished operator could not be restored consistently.
+                        ctx.coordinator.stop_triggering();
+                    }
+                }
+                Ok(())
+            }
+            JobEvent::Failed {
+                attempt,
+                actor,
+                epoch,
+                error,
+            } if attempt == ctx.attempt && epoch == dep.ids[actor].epoch => {
+                self.on_failed(ctx, actor, error)
+            }
+            JobEvent::Lost {
+                attempt,
+                actor,
+                epoch,
+                uid,
+                subtask,
+                reason,
+            } if attempt == ctx.attempt && epoch == dep.ids[actor].epoch => {
+                match dep.slot_of(actor) {
+                    Some(slot) => Err(Exit::Promote(vec![Promote {
+                        slot,
+                        why: reason.clone(),
+                        fallback: Fallback::Lost {
+                            uid,
+                            subtask,
+                            reason,
+                        },
+                    }])),
+                    None => Err(Exit::Failed(ctx.lost(uid, subtask, reason))),
+                }
+            }
+            JobEvent::BackupLost {
+                attempt,
+                actor,
+                generation,
+            } if attempt == ctx.attempt => {
+                if let Some(i) = dep.slot_of(actor) {
+                    dep.replace_backup(i, Some(generation), &ctx.events_tx, ctx.attempt);
+                }
+                Ok(())
+            }
+            JobEvent::Ack {
+                attempt,
+                id,
+                actor,
+                files,
+                alignment,
+                start_delay,
+            } if attempt == ctx.attempt => {
+                let now = Instant::now();
+                match ctx
+                    .coordinator
+                    .ack(id, actor, files, alignment, start_delay, now)
+                {
+                    Some(done) => self.on_checkpoint_acked(ctx, done),
+                    None => Ok(()),
+                }
+            }
+            JobEvent::Declined {
+                attempt,
+                id,
+                reason,
+            } if attempt == ctx.attempt => {
+                tracing::warn!(checkpoint = id, reason, "checkpoint declined");
+                self.savepoints
+                    .fail(id, || format!("savepoint declined: {reason}"));
+                ctx.coordinator
+                    .fail_one(id)
+                    .map_err(|failures| Exit::Failed(ctx.checkpoints_failing(failures)))
+            }
+            // Events of an earlier deployment, or of a fenced primary.
+            _ => Ok(()),
+        }
+    }
+
+    /// A subtask failed: its backup takes over, or the job recovers.
+    fn on_failed(&self, ctx: &JobContext, actor: usize, error: TaskError) -> Result<(), Exit> {
+        match self.dep.slot_of(actor) {
+            Some(slot) => Err(Exit::Promote(vec![Promote {
+                slot,
+                why: format!("{error:?}"),
+                fallback: Fallback::Failed(error),
+            }])),
+            None => Err(Exit::Failed(error.into_job_error(&ctx.job))),
+        }
+    }
+
+    /// Every subtask acked checkpoint `done`: its metadata makes it complete, subtasks are
+    /// told (sinks commit), and a savepoint waiting for it is copied.
+    fn on_checkpoint_acked(&mut self, ctx: &mut JobContext, done: Completed) -> Result<(), Exit> {
+        let root = ctx.checkpoint_root.clone();
+        let meta = metadata(&ctx.job, &self.dep, &done);
+        if let Err(e) = store::write_metadata(&root, &meta) {
+            tracing::warn!(checkpoint = done.id, error = %e, "cannot write checkpoint metadata");
+            ctx.coordinator
+                .fail_one(done.id)
+                .map_err(|failures| Exit::Failed(ctx.checkpoints_failing(failures)))?;
+            ctx.publish_stats();
+            return Ok(());
+        }
+        tracing::info!(checkpoint = done.id, duration = ?done.duration, size = done.size, "checkpoint complete");
+        store::retain(&root, ctx.cfg.checkpoint.retained);
+        for a in &self.dep.actors {
+            a.mail(NotifyComplete(done.id));
+        }
+        let copied = self.savepoints.complete(done.id, |dir| {
+            store::copy_to(&root, done.id, dir).map_err(|e| e.to_string())
+        });
+        ctx.publish_stats();
+        match copied {
+            Completion::Done { stop: true } => Err(Exit::Stop(StopReason::Savepoint)),
+            _ => Ok(()),
+        }
+    }
+
+    fn on_command(&mut self, ctx: &mut JobContext, command: Command) -> Result<(), Exit> {
+        match command {
+            Command::Cancel(reply) => Err(Exit::Stop(StopReason::Cancelled(reply))),
+            Command::Savepoint(request) => {
+                self.trigger_savepoint(ctx, request);
+                Ok(())
+            }
+            Command::SetRateControl(config, reply) => {
+                set_rate_control(&mut ctx.rate, config);
+                self.dep.set_rate(ctx.rate.as_ref().and_then(|c| c.current));
+                let _ = reply.send(());
+                Ok(())
+            }
+        }
+    }
+
+    /// Forces a checkpoint for a savepoint request.
+    fn trigger_savepoint(&mut self, ctx: &mut JobContext, request: SavepointRequest) {
+        let now = Instant::now();
+        let id = ctx.coordinator.force(now);
+        tracing::info!(checkpoint = id, dir = %request.dir.display(), stop = request.stop, "triggering a savepoint");
+        self.dep
+            .mail_sources(|| TriggerCheckpoint { id, sent_at: now });
+        self.savepoints.add(id, request);
+    }
+
+    /// Checks the heartbeats of every backed-up subtask: hung primaries are promoted, hung
+    /// backups replaced, pings sent when due.
+    fn on_heartbeat(&mut self, ctx: &mut JobContext) -> Result<(), Exit> {
+        let now = Instant::now();
+        let mut promotions = Vec::new();
+        for i in 0..self.dep.backups.len() {
+            let k = self.dep.backups[i].actor;
+            let running = !self.dep.finished[k];
+            let slot = &mut self.dep.backups[i];
+            let verdict = slot.heartbeats.check(now, running);
+            if verdict.primary_hung {
+                let id = &self.dep.ids[k];
+                promotions.push(Promote {
+                    slot: i,
+                    why: format!(
+                        "no heartbeat answer for {:?} (hung)",
+                        slot.heartbeats.timeout()
+                    ),
+                    fallback: Fallback::Hung {
+                        uid: id.head_uid.clone(),
+                        subtask: id.subtask,
+                    },
+                });
+                continue;
+            }
+            if verdict.ping && running {
+                let (addr, seen) = (
+                    self.dep.actors[k].addr.clone(),
+                    slot.heartbeats.primary.clone(),
+                );
+                actix_rt::spawn(async move {
+                    if addr.send(Ping).await.is_ok() {
+                        seen.answered(Instant::now());
+                    }
+                });
+            }
+            if verdict.backup_hung {
+                self.dep
+                    .replace_backup(i, None, &ctx.events_tx, ctx.attempt);
+                continue;
+            }
+            if verdict.ping {
+                let (addr, seen) = (slot.backup.clone(), slot.heartbeats.backup.clone());
+                actix_rt::spawn(async move {
+                    if addr.send(BackupPing).await.is_ok() {
+                        seen.answered(Instant::now());
+                    }
+                });
+            }
+        }
+        if promotions.is_empty() {
+            Ok(())
+        } else {
+            Err(Exit::Promote(promotions))
+        }
+    }
+
+    /// The periodic tick scheduled for `at`.
+    fn on_tick(&mut self, ctx: &mut JobContext, at: Instant) -> Result<(), Exit> {
+        self.sample(ctx, at)?;
+        let now = Instant::now();
+        let expired = ctx
+            .coordinator
+            .expire(now)
+            .map_err(|failures| Exit::Failed(ctx.checkpoints_failing(failures)))?;
+        for id in expired {
+            self.savepoints
+                .fail(id, || format!("savepoint {id} timed out"));
+        }
+        if let Some(id) = ctx.coordinator.maybe_trigger(now) {
+            tracing::debug!(checkpoint = id, "triggering checkpoint");
+            self.dep
+                .mail_sources(|| TriggerCheckpoint { id, sent_at: now });
+        }
+        ctx.publish_stats();
+        Ok(())
+    }
+
+    /// Metrics from the last samples, the rate controller's update, the job-level hang
+    /// check, and the next sampling mail.
+    fn sample(&mut self, ctx: &mut JobContext, at: Instant) -> Result<(), Exit> {
+        let dep = &mut self.dep;
+        let now = Instant::now();
+        if let Some(m) = dep
+            .sampler
+            .compute(ctx.rate.as_ref().and_then(|c| c.current))
+        {
+            if let Some(c) = ctx.rate.as_mut() {
+                if c.due(at) {
+                    if let Some(rate) = c.update(&m, &dep.sampler, at) {
+                        dep.set_rate(Some(rate));
+                    }
+                }
+            }
+            *lock(&ctx.views.metrics) = Some(m);
+        }
+        for (i, probe) in dep.sampler.probes().iter().enumerate() {
+            if let Some(t) = lock(&probe.slot).at {
+                dep.silence.seen(i, t);
+            }
+        }
+        let timeout: Duration = ctx.cfg.heartbeat_timeout;
+        if let Some(i) = dep.silence.first_silent(now, timeout, &dep.finished) {
+            let probe = &dep.sampler.probes()[i];
+            return Err(Exit::Failed(ctx.lost(
+                probe.head_uid.clone(),
+                probe.subtask,
+                format!("no answer to the system lane for {timeout:?} (hung)"),
+            )));
+        }
+        dep.sampler.mark();
+        dep.mail_running(|| Sample {
+            sent_at: Instant::now(),
+        });
+        Ok(())
+    }
+}
+
+/// Replaces the rate controller by one with `config`, keeping the current rate until the
+/// next estimate.
+pub(super) fn set_rate_control(
+    rate: &mut Option<RateController>,
+    config: crate::rate::RateControlConfig,
+) {
+    let previous = rate.as_ref().and_then(|c| c.current);
+    *rate = RateController::new(config);
+    if let Some(c) = rate.as_mut() {
+        c.inherit(previous);
+    }
+}
+
+/// The metadata that makes checkpoint `done` complete.
+fn metadata(job: &str, dep: &Deployment, done: &Completed) -> store::CheckpointMetadata {
+    use std::collections::BTreeMap;
+    let mut states: BTreeMap<String, BTreeMap<usize, String>> = BTreeMap::new();
+    for f in &done.files {
+        states
+            .entry(f.uid.clone())
+            .or_default()
+            .insert(f.subtask, f.file.clone());
+    }
+    let mut parallelism = BTreeMap::new();
+    for p in dep.sampler.probes() {
+        let e = parallelism.entry(p.head_uid.clone()).or_insert(0);
+        *e = (*e).max(p.subtask + 1);
+    }
+    store::CheckpointMetadata {
+        format_version: store::FORMAT_VERSION,
+        checkpoint_id: done.id,
+        job: job.to_owned(),
+        states,
+        parallelism,
+        size: done.size,
+    }
+}

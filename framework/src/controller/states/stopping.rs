@@ -1,0 +1,99 @@
+//! `Stopping`: the job ends on purpose — every subtask finished (sinks make their final
+//! commit), a savepoint asked to stop it, or it was cancelled. The deployment is stopped, the
+//! run's checkpoint directory removed (savepoints are elsewhere; a failed run keeps it), and
+//! the result built. Then `Finished`.
+
+use crate::controller::deployment::Deployment;
+use crate::controller::result::result;
+use crate::controller::JobContext;
+use crate::error::JobError;
+use crate::sync::lock;
+
+use super::{Finished, Transition, TransitionTo};
+
+/// Why the job stops.
+pub(crate) enum StopReason {
+    /// Every subtask finished.
+    Finished,
+    /// A savepoint completed that asked to stop the job.
+    Savepoint,
+    /// Cancelled; the answer goes here once the deployment has stopped.
+    Cancelled(futures::channel::oneshot::Sender<()>),
+}
+
+impl std::fmt::Display for StopReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            StopReason::Finished => "every subtask finished",
+            StopReason::Savepoint => "stop with a savepoint",
+            StopReason::Cancelled(_) => "cancelled",
+        })
+    }
+}
+
+/// The job is stopping.
+pub(crate) struct Stopping {
+    dep: Deployment,
+    reason: StopReason,
+}
+
+impl Stopping {
+    pub(super) fn new(dep: Deployment, reason: StopReason) -> Self {
+        Stopping { dep, reason }
+    }
+
+    pub(crate) async fn run(self, ctx: &mut JobContext) -> Transition {
+        let Stopping { dep, reason } = self;
+        match reason {
+            StopReason::Finished => {
+                if let Err(e) = dep.commit_final(&ctx.job).await {
+                    dep.stop(&ctx.job, &ctx.cfg);
+                    tracing::warn!(error = %e, "final commit failed");
+                    let cause = format!("the final commit failed: {e}");
+                    return Self::to(Finished::failed(e), cause);
+                }
+                let backups = dep.backup_report(ctx.degraded_before);
+                dep.stop(&ctx.job, &ctx.cfg);
+                tracing::info!(elapsed = ?ctx.started.elapsed(), "job finished");
+                let mut r = finish(ctx);
+                r.backups = backups;
+                r.checkpoints = lock(&ctx.views.checkpoints).clone().map(|mut s| {
+                    s.num_restarts = ctx.num_restarts;
+                    s
+                });
+                Self::to(Finished::ok(r), "sinks committed the end of the input")
+            }
+            StopReason::Savepoint => {
+                // What came after the savepoint is not committed: a job started from it
+                // produces it again.
+                dep.stop(&ctx.job, &ctx.cfg);
+                tracing::info!(elapsed = ?ctx.started.elapsed(), "job stopped with a savepoint");
+                let mut r = finish(ctx);
+                r.checkpoints = lock(&ctx.views.checkpoints).clone();
+                Self::to(Finished::ok(r), "stopped after its savepoint")
+            }
+            StopReason::Cancelled(reply) => {
+                ctx.degraded_before |= dep.degraded();
+                dep.stop(&ctx.job, &ctx.cfg);
+                let error = JobError::Cancelled {
+                    job: ctx.job.clone(),
+                };
+                tracing::warn!(error = %error, "job failed");
+                let _ = reply.send(());
+                Self::to(Finished::failed(error), "every subtask stopped")
+            }
+        }
+    }
+}
+
+/// The run is over: its checkpoints are of no further use, and the result is built.
+fn finish(ctx: &JobContext) -> crate::controller::JobResult {
+    let _ = std::fs::remove_dir_all(&ctx.checkpoint_root);
+    result(
+        &ctx.graph,
+        &ctx.plan,
+        &ctx.registry,
+        ctx.job.clone(),
+        ctx.started.elapsed(),
+    )
+}

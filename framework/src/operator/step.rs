@@ -1,0 +1,87 @@
+//! What a subtask actor drives: a [`SourceStep`] (a source and the chain it feeds) or a set
+//! of [`InputGate`]s (logical inputs, each its channels and the operators they feed). The
+//! actor (`task`) owns the loop that calls them; gates and sources implement them
+//! (`gate`, `source`). This module owns only the contracts.
+
+use std::task::{Context as TaskContext, Poll};
+use std::time::{Duration, Instant};
+
+use crate::checkpoint::StateWriter;
+use crate::error::TaskError;
+use crate::metrics::QueueUsage;
+use crate::operator::Control;
+
+/// One step of an input gate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum GateStep {
+    /// A batch of this many records was processed.
+    Batch(usize),
+    /// Channel `channel` (of this input) delivered checkpoint barrier `id`.
+    Barrier { channel: usize, id: u64 },
+    /// Channel `channel` ended; `all`: every channel of this input has ended and the operator
+    /// was told.
+    ChannelEnded { channel: usize, all: bool },
+    /// Nothing available now.
+    Empty,
+}
+
+/// One logical input of a subtask: its channels and the operator they feed.
+pub(crate) trait InputGate: Send {
+    /// Processes at most one event from one channel (round robin), skipping the channels
+    /// `blocked` names (by index within this input).
+    fn try_step(&mut self, blocked: &dyn Fn(usize) -> bool) -> Result<GateStep, TaskError>;
+    /// Number of channels of this input.
+    fn channels(&self) -> usize;
+    /// The newest checkpoint barrier waiting in any of this input's channels.
+    fn peek_barrier(&self) -> Option<u64>;
+    /// Starts or stops recording `channel`'s batches as channel state.
+    fn set_recording(&mut self, channel: usize, on: bool);
+    /// The recorded channel state (encoded), and stops recording.
+    fn take_channel_state(&mut self) -> Result<Vec<u8>, String>;
+    /// Whether `channel` has ended.
+    fn is_channel_ended(&self, channel: usize) -> bool;
+    /// Passes checkpoint barrier `id` to the operators behind this input.
+    fn barrier(&mut self, id: u64, w: &mut StateWriter) -> Result<(), TaskError>;
+    /// Checkpoint `id` is complete.
+    fn notify_complete(&mut self, id: u64) -> Result<(), TaskError>;
+    fn flush(&mut self);
+    fn poll_pending(&mut self, cx: &mut TaskContext<'_>) -> Poll<()>;
+    fn is_ended(&self) -> bool;
+    /// Batches waiting in this input's channels.
+    fn queued(&self) -> usize;
+    /// Total capacity of this input's channels, in batches.
+    fn capacity(&self) -> usize;
+    /// Records in the batches waiting in this input's channels.
+    fn queued_records(&self) -> usize;
+    /// Fill of the channels the operators behind this input send to.
+    fn output_usage(&self, usage: &mut QueueUsage);
+    /// Delivers a control request to the operators behind this input.
+    fn control(&mut self, c: &mut Control<'_>);
+}
+
+/// What one step of a source produced.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum SourceProgress {
+    More,
+    Ended,
+    /// The rate limit allows no record before this long.
+    Throttled(Duration),
+}
+
+/// A source and the chain it feeds.
+pub(crate) trait SourceStep: Send {
+    /// Reads one batch (at most what the rate limit allows) and pushes it through the chain.
+    fn step(&mut self, now: Instant) -> Result<SourceProgress, TaskError>;
+    fn flush(&mut self);
+    fn poll_pending(&mut self, cx: &mut TaskContext<'_>) -> Poll<()>;
+    /// Sets (or with `None` lifts) the source's rate limit, in records per second.
+    fn set_rate(&mut self, now: Instant, rate: Option<f64>);
+    fn output_usage(&self, usage: &mut QueueUsage);
+    /// Delivers a control request to the source or the operators behind it.
+    fn control(&mut self, c: &mut Control<'_>);
+    /// Checkpoint `id`: the source's position and its chain's states, then the barrier
+    /// downstream (not after the source has ended: its channels have ended too).
+    fn checkpoint(&mut self, id: u64, w: &mut StateWriter) -> Result<(), TaskError>;
+    /// Checkpoint `id` is complete.
+    fn notify_complete(&mut self, id: u64) -> Result<(), TaskError>;
+}

@@ -1,0 +1,172 @@
+//! Savepoint requests: which checkpoint each pending savepoint waits for, where it goes, whether
+//! the job stops after it, and who waits for the answer. A savepoint is a checkpoint forced by
+//! a command and copied to a place of the caller's choosing once it completes; this module
+//! keeps the bookkeeping and answers the callers. Triggering the checkpoint and copying its
+//! files are the controller's (`controller`, with `checkpoint::store`); the handle's side is
+//! `job`.
+//!
+//! Every request is answered exactly once: completed (the path), failed (why), or dropped with
+//! the controller (the waiting handle then learns that the job ended first).
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use futures::channel::oneshot;
+
+/// Where a savepoint's answer goes: its path, or why there is none.
+pub(crate) type SavepointReply = oneshot::Sender<Result<PathBuf, String>>;
+
+/// One pending savepoint.
+#[derive(Debug)]
+pub(crate) struct SavepointRequest {
+    /// The directory the savepoint is copied into.
+    pub(crate) dir: PathBuf,
+    /// Stop the job once the savepoint is complete.
+    pub(crate) stop: bool,
+    pub(crate) reply: SavepointReply,
+}
+
+/// The pending savepoints of a deployment, by the checkpoint they wait for.
+#[derive(Debug, Default)]
+pub(crate) struct SavepointRequests {
+    pending: HashMap<u64, SavepointRequest>,
+}
+
+/// What completing a checkpoint did for the savepoint that waited for it.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Completion {
+    /// No savepoint waited for this checkpoint.
+    None,
+    /// The savepoint is in place and its caller answered.
+    Done {
+        /// The caller asked to stop the job after it.
+        stop: bool,
+    },
+    /// Copying failed; the caller was told why.
+    Failed,
+}
+
+impl SavepointRequests {
+    /// A savepoint now waits for checkpoint `id`.
+    pub(crate) fn add(&mut self, id: u64, request: SavepointRequest) {
+        self.pending.insert(id, request);
+    }
+
+    /// Checkpoint `id` will not complete: its savepoint (if any) fails with `why`.
+    pub(crate) fn fail(&mut self, id: u64, why: impl FnOnce() -> String) {
+        if let Some(sp) = self.pending.remove(&id) {
+            let _ = sp.reply.send(Err(why()));
+        }
+    }
+
+    /// Every pending savepoint fails with `why`.
+    pub(crate) fn fail_all(&mut self, why: &str) {
+        for (_, sp) in self.pending.drain() {
+            let _ = sp.reply.send(Err(why.to_owned()));
+        }
+    }
+
+    /// Checkpoint `id` is complete: its savepoint (if any) is made by `copy` (from the
+    /// checkpoint into the savepoint's directory) and its caller answered.
+    pub(crate) fn complete(
+        &mut self,
+        id: u64,
+        copy: impl FnOnce(&Path) -> Result<(), String>,
+    ) -> Completion {
+        let Some(sp) = self.pending.remove(&id) else {
+            return Completion::None;
+        };
+        match copy(&sp.dir) {
+            Ok(()) => {
+                tracing::info!(savepoint = %sp.dir.display(), "savepoint complete");
+                let _ = sp.reply.send(Ok(sp.dir.clone()));
+                Completion::Done { stop: sp.stop }
+            }
+            Err(e) => {
+                let _ = sp.reply.send(Err(e));
+                Completion::Failed
+            }
+        }
+    }
+
+    /// Number of pending savepoints.
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.pending.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request(
+        dir: &str,
+        stop: bool,
+    ) -> (SavepointRequest, oneshot::Receiver<Result<PathBuf, String>>) {
+        let (reply, answer) = oneshot::channel();
+        (
+            SavepointRequest {
+                dir: PathBuf::from(dir),
+                stop,
+                reply,
+            },
+            answer,
+        )
+    }
+
+    fn answer(rx: oneshot::Receiver<Result<PathBuf, String>>) -> Option<Result<PathBuf, String>> {
+        futures::executor::block_on(rx).ok()
+    }
+
+    #[test]
+    fn a_completed_checkpoint_answers_its_savepoint_with_the_path() {
+        let mut reqs = SavepointRequests::default();
+        let (r, rx) = request("/sp/a", true);
+        reqs.add(7, r);
+        assert_eq!(reqs.len(), 1);
+        assert_eq!(reqs.complete(6, |_| Ok(())), Completion::None);
+        let mut copied_to = None;
+        let done = reqs.complete(7, |dir| {
+            copied_to = Some(dir.to_owned());
+            Ok(())
+        });
+        assert_eq!(done, Completion::Done { stop: true });
+        assert_eq!(copied_to, Some(PathBuf::from("/sp/a")));
+        assert_eq!(answer(rx), Some(Ok(PathBuf::from("/sp/a"))));
+        assert_eq!(reqs.len(), 0);
+    }
+
+    #[test]
+    fn a_failed_copy_or_checkpoint_answers_why() {
+        let mut reqs = SavepointRequests::default();
+        let (a, rx_a) = request("/sp/a", false);
+        let (b, rx_b) = request("/sp/b", false);
+        let (c, rx_c) = request("/sp/c", false);
+        reqs.add(1, a);
+        reqs.add(2, b);
+        reqs.add(3, c);
+        assert_eq!(
+            reqs.complete(1, |_| Err("disk full".into())),
+            Completion::Failed
+        );
+        reqs.fail(2, || "savepoint 2 timed out".into());
+        reqs.fail(9, || unreachable!("no savepoint waits for 9"));
+        reqs.fail_all("the job finished before the savepoint completed");
+        assert_eq!(answer(rx_a), Some(Err("disk full".into())));
+        assert_eq!(answer(rx_b), Some(Err("savepoint 2 timed out".into())));
+        assert_eq!(
+            answer(rx_c),
+            Some(Err("the job finished before the savepoint completed".into()))
+        );
+    }
+
+    #[test]
+    fn dropped_requests_tell_the_caller_that_no_answer_comes() {
+        let mut reqs = SavepointRequests::default();
+        let (a, rx) = request("/sp/a", false);
+        reqs.add(1, a);
+        drop(reqs);
+        assert_eq!(answer(rx), None);
+    }
+}
