@@ -1,0 +1,212 @@
+//! The job's graph: what it reads ([`Input`], [`Answers`], [`Levels`]), the thresholds stream
+//! ([`levels_stream`]), the job up to its sinks ([`cleaning_streams`],
+//! [`cleaning_streams_with`]) and the whole job with its file sinks ([`build_answer_cleaning`],
+//! which returns [`CleaningHandles`]).
+//!
+//! Owns the wiring: operator order, uids, names, parallelism and partitioning. It does not
+//! define the operators (`operators`) or records (`records`), generate input (`input`), nor
+//! summarize a run (`summary`).
+
+use std::path::{Path, PathBuf};
+
+use weir::{DataStream, Env};
+
+use super::clean::format_cleaned;
+use super::counts::LevelCounts;
+use super::input::answer_json;
+use super::operators::{Attach, DropUnwanted, ParseAndLevel};
+use super::records::{default_levels, BadRecord, Cleaned, LevelThreshold, Tagged};
+use super::uid;
+
+/// Where the answers come from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Answers {
+    /// `records` generated answers ([`answer_json`]) of stream `seed`.
+    Generated {
+        /// How many.
+        records: u64,
+        /// Which stream.
+        seed: u64,
+    },
+    /// The lines of a file, or of a directory's files.
+    Lines(PathBuf),
+}
+
+/// Where the thresholds come from.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum Levels {
+    /// [`default_levels`].
+    #[default]
+    Builtin,
+    /// A JSON Lines file of [`LevelThreshold`]s (a malformed line fails the job).
+    File(PathBuf),
+}
+
+/// The inputs of the job.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Input {
+    /// The answers.
+    pub answers: Answers,
+    /// The thresholds.
+    pub levels: Levels,
+}
+
+impl Input {
+    /// `records` generated answers of stream `seed`, built-in thresholds.
+    pub fn generated(records: u64, seed: u64) -> Self {
+        Input {
+            answers: Answers::Generated { records, seed },
+            levels: Levels::Builtin,
+        }
+    }
+
+    /// The answers of a file or directory, built-in thresholds.
+    pub fn lines(path: impl Into<PathBuf>) -> Self {
+        Input {
+            answers: Answers::Lines(path.into()),
+            levels: Levels::Builtin,
+        }
+    }
+
+    /// With the thresholds of a levels file.
+    pub fn with_levels(mut self, path: impl Into<PathBuf>) -> Self {
+        self.levels = Levels::File(path.into());
+        self
+    }
+}
+
+/// What the caller keeps of a built job.
+#[derive(Debug, Clone)]
+pub struct CleaningHandles {
+    /// Records per level, filled by the `map` operator.
+    pub level_counts: LevelCounts,
+    /// Where the `sink` and `malformed` part files go.
+    pub out_dir: PathBuf,
+}
+
+/// The `levels` operator: the thresholds stream, parallelism 1.
+pub fn levels_stream(env: &Env, levels: &Levels) -> DataStream<LevelThreshold> {
+    let s = match levels {
+        Levels::Builtin => env.from_collection(default_levels()),
+        Levels::File(path) => env.read_jsonl::<LevelThreshold>(path),
+    };
+    s.uid(uid::LEVELS).name("levels").set_parallelism(1)
+}
+
+/// The answer-cleaning job up to its sinks: every operator but `map` and the sinks, at
+/// `parallelism` (`levels` at 1). Returns the answers the `filter` keeps and the lines that did
+/// not parse. [`build_answer_cleaning`] adds the `map` and file sinks; benchmarks add their own.
+pub fn cleaning_streams(
+    env: &Env,
+    input: &Input,
+    parallelism: usize,
+) -> (DataStream<Cleaned>, DataStream<BadRecord>) {
+    cleaning_streams_with(env, input, parallelism, |tagged| {
+        tagged.apply(ParseAndLevel::default())
+    })
+}
+
+/// [`cleaning_streams`] with the `flat_map` operator that `parse` applies to the tagged lines
+/// (benchmarks wrap [`ParseAndLevel`] to inject faults, or back it up). Its uid, name and
+/// parallelism are set here.
+pub fn cleaning_streams_with(
+    env: &Env,
+    input: &Input,
+    parallelism: usize,
+    parse: impl FnOnce(DataStream<Tagged>) -> DataStream<Result<Cleaned, BadRecord>>,
+) -> (DataStream<Cleaned>, DataStream<BadRecord>) {
+    let p = parallelism;
+    // ANCHOR: graph
+    // The thresholds: one subtask, broadcast to every `connect` subtask. (Made first: subtasks
+    // are dealt to arbiter threads round robin in graph order, so `source` and `connect` do
+    // not share a thread when there are two.)
+    let levels = levels_stream(env, &input.levels);
+    // The answers: raw JSON lines, generated or read from files.
+    let lines: DataStream<String> = match &input.answers {
+        Answers::Generated { records, seed } => {
+            let seed = *seed;
+            env.generate(*records, move |i| answer_json(seed, i))
+        }
+        Answers::Lines(path) => env.read_lines(path),
+    };
+    let lines = lines.uid(uid::SOURCE).set_parallelism(p);
+    // Files are dealt to source subtasks whole: spread the lines of fewer files than subtasks.
+    let lines = match (&input.answers, p) {
+        (Answers::Lines(_), 2..) => lines.rebalance(),
+        _ => lines,
+    };
+    let tagged = lines
+        // Every connect subtask reads all the thresholds before its first line.
+        .connect_broadcast(levels)
+        .broadcast_first()
+        .process(Attach)
+        .uid(uid::CONNECT)
+        .name("connect")
+        .set_parallelism(p);
+    // Parse and assign the level: one Ok(Cleaned) or Err(BadRecord) per line.
+    let (parsed, malformed) = parse(tagged)
+        .uid(uid::FLAT_MAP)
+        .name("flat_map")
+        .set_parallelism(p)
+        .split();
+    let kept = parsed
+        .uid(uid::SPLIT)
+        .set_parallelism(p)
+        .apply(DropUnwanted::default())
+        .uid(uid::FILTER)
+        .name("filter")
+        .set_parallelism(p);
+    // ANCHOR_END: graph
+    (kept, malformed)
+}
+
+/// Adds the answer-cleaning job to `env`: answers from `input`, lines to
+/// `out_dir/part-sink-<subtask>`, malformed lines to `out_dir/part-malformed-<subtask>`, every
+/// operator but `levels` at `parallelism`. Run it with `env.execute(..)`.
+///
+/// ```
+/// use weir::Env;
+/// use weir_examples::answers::{build_answer_cleaning, read_part_files, uid, Input, Summary};
+/// let dir = std::env::temp_dir().join(format!("weir-doc-cleaning-{}", std::process::id()));
+/// let env = Env::new();
+/// let handles = build_answer_cleaning(&env, &Input::generated(2_000, 1), &dir, 2);
+/// let result = env.execute("answer-cleaning-doc").unwrap();
+/// let summary = Summary::new(&result, &handles);
+/// let lines = read_part_files(&dir, uid::SINK).unwrap();
+/// assert_eq!(summary.records_read, 2_000);
+/// assert_eq!(lines.len() as u64, summary.written);
+/// assert_eq!(summary.written + summary.dropped + summary.malformed, 2_000);
+/// # std::fs::remove_dir_all(&dir).unwrap();
+/// ```
+pub fn build_answer_cleaning(
+    env: &Env,
+    input: &Input,
+    out_dir: &Path,
+    parallelism: usize,
+) -> CleaningHandles {
+    let p = parallelism;
+    let level_counts = LevelCounts::default();
+    let mut counter = level_counts.counter();
+    // ANCHOR: pipeline
+    let (cleaned, malformed) = cleaning_streams(env, input, p);
+    // Malformed lines are kept: a side output, written as JSON Lines.
+    malformed
+        .write_jsonl(out_dir)
+        .uid(uid::MALFORMED)
+        .set_parallelism(p);
+    cleaned
+        .map(move |c: Cleaned| {
+            counter.add(c.level);
+            format_cleaned(&c)
+        })
+        .uid(uid::MAP)
+        .set_parallelism(p)
+        .write_text(out_dir)
+        .uid(uid::SINK)
+        .set_parallelism(p);
+    // ANCHOR_END: pipeline
+    CleaningHandles {
+        level_counts,
+        out_dir: out_dir.to_owned(),
+    }
+}
