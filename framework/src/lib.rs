@@ -23,10 +23,31 @@
 //! assert!(sums.take().contains(&((0..1_000u64).filter(|x| x * 2 % 10 == 0).map(|x| x * 2).sum())));
 //! ```
 //!
-//! Modules: [`stream`] (the API), [`source`] and [`sink`], [`key_group`] (how keys map to
-//! subtasks), [`error`]. Internals: `graph` (logical graph), `plan` (chaining, channels),
-//! `task` (the subtask actor and its mailbox), `channel` (credit channels), `partition`
-//! (network outputs), `operator` (per-batch operator chains), `job` (lifecycle).
+//! Public modules: [`stream`] (the API), [`source`] and [`sink`], [`key_group`] (how keys map
+//! to subtasks), [`checkpoint`], [`rate`], [`hooks`], [`testing`], [`error`].
+//!
+//! # Layers
+//!
+//! The crate's top-level modules form layers; a module imports only modules of its own layer
+//! or of layers below it, and no two modules import each other, directly or through others
+//! (`tests/tests/layering.rs` checks both on every test run). Top to bottom:
+//!
+//! | layer | modules | owns |
+//! |---|---|---|
+//! | API | `env`, `stream`, `job`, [`testing`] | building graphs, starting jobs, the [`JobHandle`], test utilities |
+//! | controller | `controller` | a job's lifecycle as typed states, its deployment, commands from outside |
+//! | protocols | `sampler`, `savepoint`, `detector` | plain structs the controller drives: metrics and rate control, savepoint requests, failure detection |
+//! | physical plan | `plan` | uids, chaining, channels; building every subtask's chain |
+//! | logical graph | `graph` | nodes and edges, typed ports that build channels and gates |
+//! | subtask actors | `task`, `backup`, `gate` | the subtask actor and its two-lane mailbox, buffer-queue backups, input gates |
+//! | operators | `operator`, [`source`], [`sink`], `partition` | per-batch operator chains, sources, sinks, network outputs |
+//! | core | `config`, `restart`, [`checkpoint`], `channel`, `metrics`, `event`, `state`, [`key_group`], [`error`], [`hooks`], [`rate`], `fault`, `erased` | settings, checkpoint protocol and store, credit channels, counters, the events subtasks report, shared vocabulary |
+//! | sync | `sync` | std or loom primitives (the loom shim) |
+//!
+//! The order is the one imports take, not the order data is transformed in: the API builds
+//! the logical graph and hands it to `job`, which plans it and starts a controller; the
+//! controller runs the plan (so it imports `plan`), and the plan reads the graph (so it
+//! imports `graph`), whose typed ports build the gates and channels below.
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]

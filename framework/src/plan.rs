@@ -8,7 +8,7 @@
 //! error is found here, before anything runs.
 //!
 //! [`instantiate`] then builds, for every chain head and subtask, the operators of the chain
-//! and the channels between subtasks. It does not start actors or own placement (`job`).
+//! and the channels between subtasks. It does not start actors or own placement (`controller`).
 
 use std::collections::HashSet;
 

@@ -4,7 +4,7 @@
 //! its cumulative time accounting and queue fill into a slot. The sampler turns two
 //! consecutive samples into per-second figures with Flink's names ([`JobMetrics`]). The rate
 //! controller feeds Spark's PID estimator from those figures and sets the sources' token
-//! buckets. This module owns the arithmetic; sending mail is the job's (`job`).
+//! buckets. This module owns the arithmetic; sending mail is the controller's (`controller`).
 
 use std::time::{Duration, Instant};
 

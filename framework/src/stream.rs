@@ -244,7 +244,7 @@ impl<T: Data> DataStream<T> {
         self
     }
 
-    /// Backs up the operator that produced this stream with the default [`BackupPolicy`]
+    /// Backs up the operator that produced this stream with the default [`BackupPolicy`](crate::BackupPolicy)
     /// (heartbeat every 50 ms, timeout 250 ms): each subtask gets an active backup on another
     /// thread, fed the same batches, which takes over in milliseconds when the primary
     /// panics, hangs or loses its thread, with nothing lost or duplicated downstream. The

@@ -19,7 +19,8 @@
 //!   everything the downstream already has suppressed, and switch the dual channels.
 //!
 //! The supervisor that decides *when* to promote (heartbeats, failure events) and builds the
-//! new primary's operators is the job's (`job`); placement on arbiters too.
+//! new primary's operators is the controller's (`controller`, its `FailingOver` state, and
+//! `detector` for the heartbeat verdicts); placement on arbiters too.
 
 #[cfg(all(test, weir_loom))]
 mod loom_models;

@@ -8,7 +8,7 @@
 //! - `coordinator`: triggers checkpoints at the sources, collects acknowledgements, completes
 //!   or aborts them.
 //!
-//! Recovery (restoring the last complete checkpoint) is the job's (`job`).
+//! Recovery (restoring the last complete checkpoint) is the controller's (`controller`).
 
 pub(crate) mod align;
 pub mod coordinator;

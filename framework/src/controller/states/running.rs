@@ -149,14 +149,7 @@ impl Running {
                 actor,
                 epoch,
             } if attempt == ctx.attempt && epoch == dep.ids[actor].epoch => {
-                if !dep.finished[actor] {
-                    dep.finished[actor] = true;
-                    self.remaining -= 1;
-                    if !dep.sources[actor] {
-                        // A finished operator could not be restored consistently.
-                        ctx.coordinator.stop_triggering();
-                    }
-                }
+                self.on_finished(ctx, actor);
                 Ok(())
             }
             JobEvent::Failed {
@@ -175,18 +168,7 @@ impl Running {
                 subtask,
                 reason,
             } if attempt == ctx.attempt && epoch == dep.ids[actor].epoch => {
-                match dep.slot_of(actor) {
-                    Some(slot) => Err(Exit::Promote(vec![Promote {
-                        slot,
-                        why: reason.clone(),
-                        fallback: Fallback::Lost {
-                            uid,
-                            subtask,
-                            reason,
-                        },
-                    }])),
-                    None => Err(Exit::Failed(ctx.lost(uid, subtask, reason))),
-                }
+                Err(self.on_lost(ctx, actor, uid, subtask, reason))
             }
             JobEvent::BackupLost {
                 attempt,
@@ -229,6 +211,43 @@ impl Running {
             }
             // Events of an earlier deployment, or of a fenced primary.
             _ => Ok(()),
+        }
+    }
+
+    /// Subtask `actor` finished (once: a repeated report changes nothing).
+    fn on_finished(&mut self, ctx: &mut JobContext, actor: usize) {
+        let dep = &mut self.dep;
+        if !dep.finished[actor] {
+            dep.finished[actor] = true;
+            self.remaining -= 1;
+            if !dep.sources[actor] {
+                // A finished operator could not be restored consistently.
+                ctx.coordinator.stop_triggering();
+            }
+        }
+    }
+
+    /// Subtask `actor` went away without a report: its backup takes over, or the job
+    /// recovers.
+    fn on_lost(
+        &self,
+        ctx: &JobContext,
+        actor: usize,
+        uid: String,
+        subtask: usize,
+        reason: String,
+    ) -> Exit {
+        match self.dep.slot_of(actor) {
+            Some(slot) => Exit::Promote(vec![Promote {
+                slot,
+                why: reason.clone(),
+                fallback: Fallback::Lost {
+                    uid,
+                    subtask,
+                    reason,
+                },
+            }]),
+            None => Exit::Failed(ctx.lost(uid, subtask, reason)),
         }
     }
 
