@@ -1,16 +1,26 @@
 //! The controller's states, one file each, and the transitions between them.
 //!
 //! ```text
-//!              ┌──────────── restart (strategy allows) ────────────┐
-//!              ▼                                                   │
-//!   ──► Deploying ──deployed──► Running ──failure──────────► Recovering ──gives up──► Finished
-//!          │                    │  ▲  │                                                  ▲
-//!          │ cannot build       │  │  └─all finished / savepoint-stop / cancel─► Stopping ┤
-//!          └────────────────────┼──┼───────────────────────────────────────────────────────┤
-//!                   primary     │  │ promoted                                               │
-//!                   failed      ▼  │                                                        │
-//!                           FailingOver ──promotion impossible──► Recovering                │
-//!   Recovering ──cancel──────────────────────────────────────────────────────────────────────┘
+//!              ┌───────────────── restart ─────────────────┐
+//!              ▼                                           │
+//!   start ─► Deploying ───► Running ◄────► FailingOver     │
+//!              │             │   │              │          │
+//!              │             │   └────────► Recovering ────┘
+//!              │             ▼                  │
+//!              │          Stopping              │
+//!              │             │                  │
+//!              └───────────► Finished ◄─────────┘
+//!
+//!  Deploying   → Running       the subtasks are deployed
+//!  Deploying   → Finished      the subtasks cannot be built
+//!  Running     → FailingOver   a backed-up primary failed, hung or was lost
+//!  Running     → Recovering    any other subtask failed, or too many checkpoints did
+//!  Running     → Stopping      every subtask finished, a savepoint asked to stop, or a cancel
+//!  FailingOver → Running       the backups are promoted
+//!  FailingOver → Recovering    a promotion is impossible
+//!  Recovering  → Deploying     restart from the last complete checkpoint, after the delay
+//!  Recovering  → Finished      the restart strategy gives up, or a cancel during the delay
+//!  Stopping    → Finished      the deployment has stopped
 //! ```
 //!
 //! A state is a type that implements [`State`]; it runs until it knows where the job goes next

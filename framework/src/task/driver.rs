@@ -1,0 +1,495 @@
+//! The driver of a subtask: what one unit of data-lane work is — one source batch, or one
+//! input batch from the gates, round robin over logical inputs — with barrier alignment,
+//! unaligned checkpoints and the aligned-checkpoint timeout. The actor (`task`) calls it once
+//! per poll and owns the mailbox; gates and sources are `gate` and `source`.
+
+use std::task::{Context as TaskContext, Poll};
+use std::time::{Duration, Instant};
+
+use crate::sync::AtomicWaker;
+
+use crate::checkpoint::align::{AlignMode, Alignment, BarrierAligner};
+use crate::checkpoint::StateWriter;
+use crate::error::TaskError;
+use crate::metrics::QueueUsage;
+use crate::metrics::SubtaskCounters;
+use crate::operator::connect::{InputSelection, SelectionCell};
+use crate::operator::step::{GateStep, InputGate, SourceProgress, SourceStep};
+use crate::operator::Control;
+use crate::sync::atomic::Ordering;
+use crate::sync::Arc;
+
+/// What drives a subtask. One per subtask actor, never per record: its size does not matter.
+#[allow(clippy::large_enum_variant)]
+pub(crate) enum Driver {
+    Source(Box<dyn SourceStep>),
+    Inputs {
+        gates: Vec<Box<dyn InputGate>>,
+        selection: Option<Arc<SelectionCell>>,
+        /// Round robin over logical inputs.
+        next: usize,
+        /// Barrier alignment over every channel of every input (gate `g`'s channel `c` is
+        /// `offsets[g] + c`).
+        aligner: BarrierAligner,
+        offsets: Vec<usize>,
+        /// When the barrier being aligned first arrived.
+        align_started: Option<Instant>,
+        /// Unaligned checkpoints, and the aligned-checkpoint timeout that switches to them.
+        unaligned: Unaligned,
+    },
+}
+
+/// The state of unaligned checkpointing in one subtask.
+pub(crate) struct Unaligned {
+    /// Every checkpoint is unaligned.
+    always: bool,
+    /// Aligned checkpoints switch to unaligned after this long.
+    timeout: Option<Duration>,
+    /// Uid under which the channel state is stored (`<head uid>#in<input>`).
+    state_uid: String,
+    /// The checkpoint whose channel state is being recorded.
+    pending: Option<UnalignedPending>,
+    /// Newest checkpoint started unaligned (older barriers are stale).
+    last_started: Option<u64>,
+}
+
+struct UnalignedPending {
+    id: u64,
+    writer: StateWriter,
+    /// Per global channel: its barrier has not arrived yet.
+    waiting: Vec<bool>,
+    started: Instant,
+}
+
+impl Driver {
+    /// An input-driven driver over `gates`, aligning barriers per `mode`.
+    pub(crate) fn inputs(
+        gates: Vec<Box<dyn InputGate>>,
+        selection: Option<Arc<SelectionCell>>,
+        mode: AlignMode,
+        unaligned: bool,
+        aligned_timeout: Option<Duration>,
+        state_uid: String,
+    ) -> Self {
+        let mut offsets = Vec::with_capacity(gates.len());
+        let mut total = 0;
+        for g in &gates {
+            offsets.push(total);
+            total += g.channels();
+        }
+        Driver::Inputs {
+            gates,
+            selection,
+            next: 0,
+            aligner: BarrierAligner::new(total, mode),
+            offsets,
+            align_started: None,
+            unaligned: Unaligned {
+                always: unaligned && mode == AlignMode::ExactlyOnce,
+                timeout: aligned_timeout.filter(|_| mode == AlignMode::ExactlyOnce),
+                state_uid,
+                pending: None,
+                last_started: None,
+            },
+        }
+    }
+}
+
+impl Unaligned {
+    /// Starts unaligned checkpoint `id` now: the chain's states (and the barrier passed on),
+    /// and recording on every channel that still owes its barrier.
+    fn start(
+        &mut self,
+        id: u64,
+        gates: &mut [Box<dyn InputGate>],
+        offsets: &[usize],
+        owes: impl Fn(usize) -> bool,
+    ) -> Result<(), TaskError> {
+        let mut writer = StateWriter::default();
+        for g in gates.iter_mut() {
+            g.barrier(id, &mut writer)?;
+        }
+        let total = offsets.last().copied().unwrap_or(0) + gates.last().map_or(0, |g| g.channels());
+        let mut waiting = vec![false; total];
+        for (gi, g) in gates.iter_mut().enumerate() {
+            for c in 0..g.channels() {
+                let global = offsets[gi] + c;
+                if owes(global) && !g.is_channel_ended(c) {
+                    waiting[global] = true;
+                    g.set_recording(c, true);
+                }
+            }
+        }
+        self.last_started = Some(id);
+        self.pending = Some(UnalignedPending {
+            id,
+            writer,
+            waiting,
+            started: Instant::now(),
+        });
+        Ok(())
+    }
+
+    /// Channel `global` (gate `gi`, channel `c`) delivered its barrier or ended.
+    fn channel_done(
+        &mut self,
+        gates: &mut [Box<dyn InputGate>],
+        gi: usize,
+        c: usize,
+        global: usize,
+    ) {
+        if let Some(p) = self.pending.as_mut() {
+            if p.waiting[global] {
+                p.waiting[global] = false;
+                gates[gi].set_recording(c, false);
+            }
+        }
+    }
+
+    /// The checkpoint with its channel state, once every channel delivered its barrier.
+    fn try_complete(
+        &mut self,
+        gates: &mut [Box<dyn InputGate>],
+    ) -> Result<Option<Work>, TaskError> {
+        if !self
+            .pending
+            .as_ref()
+            .is_some_and(|p| p.waiting.iter().all(|w| !w))
+        {
+            return Ok(None);
+        }
+        let Some(mut p) = self.pending.take() else {
+            return Ok(None);
+        };
+        for (gi, g) in gates.iter_mut().enumerate() {
+            let state = g
+                .take_channel_state()
+                .map_err(|message| TaskError::Checkpoint {
+                    uid: self.state_uid.clone(),
+                    subtask: 0,
+                    message,
+                })?;
+            p.writer
+                .put(&format!("{}#in{gi}", self.state_uid), None, state);
+        }
+        Ok(Some(Work::Checkpointed {
+            id: p.id,
+            writer: p.writer,
+            took: p.started.elapsed(),
+        }))
+    }
+}
+
+/// Result of one unit of work.
+pub(super) enum Work {
+    /// Did something; more may be ready.
+    Progress,
+    /// Nothing to do until woken.
+    Idle,
+    /// A rate-limited source may read again after this long.
+    Throttled(Duration),
+    /// All input consumed and end-of-input pushed through the chain.
+    Ended,
+    /// Every input delivered barrier `id` (the subtask snapshots and passes it on).
+    Aligned(u64),
+    /// An unaligned checkpoint is complete with its channel state.
+    Checkpointed {
+        id: u64,
+        writer: StateWriter,
+        took: Duration,
+    },
+}
+
+impl Driver {
+    pub(super) fn poll_pending(&mut self, cx: &mut TaskContext<'_>) -> Poll<()> {
+        match self {
+            Driver::Source(s) => s.poll_pending(cx),
+            Driver::Inputs { gates, .. } => {
+                let mut ready = true;
+                for g in gates.iter_mut() {
+                    ready &= g.poll_pending(cx).is_ready();
+                }
+                if ready {
+                    Poll::Ready(())
+                } else {
+                    Poll::Pending
+                }
+            }
+        }
+    }
+
+    pub(super) fn flush(&mut self) {
+        match self {
+            Driver::Source(s) => s.flush(),
+            Driver::Inputs { gates, .. } => gates.iter_mut().for_each(|g| g.flush()),
+        }
+    }
+
+    /// Fill of the data lane (batches, capacity) and the records in it.
+    pub(super) fn input_usage(&self) -> (QueueUsage, usize) {
+        match self {
+            Driver::Source(_) => (QueueUsage::default(), 0),
+            Driver::Inputs { gates, .. } => (
+                QueueUsage {
+                    queued: gates.iter().map(|g| g.queued()).sum(),
+                    capacity: gates.iter().map(|g| g.capacity()).sum(),
+                },
+                gates.iter().map(|g| g.queued_records()).sum(),
+            ),
+        }
+    }
+
+    /// All inputs delivered barrier `id`: the chain's states, barrier passed on; returns the
+    /// states and how long the alignment took.
+    pub(super) fn snapshot_aligned(
+        &mut self,
+        id: u64,
+    ) -> Result<(StateWriter, Duration), TaskError> {
+        let mut w = StateWriter::default();
+        match self {
+            Driver::Source(_) => Ok((w, Duration::ZERO)),
+            Driver::Inputs {
+                gates,
+                align_started,
+                ..
+            } => {
+                for g in gates.iter_mut() {
+                    g.barrier(id, &mut w)?;
+                }
+                let took = align_started.take().map_or(Duration::ZERO, |t| t.elapsed());
+                Ok((w, took))
+            }
+        }
+    }
+
+    /// Checkpoint `id` was aborted (a backed-up subtask failed over): stop aligning it, so no
+    /// channel stays blocked waiting for a barrier that will not come.
+    pub(super) fn abort_checkpoint(&mut self, id: u64) {
+        if let Driver::Inputs {
+            gates,
+            aligner,
+            align_started,
+            unaligned,
+            ..
+        } = self
+        {
+            if aligner.in_progress().is_some_and(|cur| cur <= id) {
+                *align_started = None;
+            }
+            aligner.abort_upto(id);
+            unaligned.last_started = Some(unaligned.last_started.map_or(id, |l| l.max(id)));
+            if unaligned.pending.as_ref().is_some_and(|p| p.id <= id) {
+                unaligned.pending = None;
+                for g in gates.iter_mut() {
+                    let _ = g.take_channel_state();
+                }
+            }
+        }
+    }
+
+    pub(super) fn notify_complete(&mut self, id: u64) -> Result<(), TaskError> {
+        match self {
+            Driver::Source(s) => s.notify_complete(id),
+            Driver::Inputs { gates, .. } => {
+                gates.iter_mut().try_for_each(|g| g.notify_complete(id))
+            }
+        }
+    }
+
+    pub(super) fn control(&mut self, c: &mut Control<'_>) {
+        match self {
+            Driver::Source(s) => s.control(c),
+            Driver::Inputs { gates, .. } => {
+                for g in gates.iter_mut() {
+                    if c.outcome.is_some() {
+                        return;
+                    }
+                    g.control(c);
+                }
+            }
+        }
+    }
+
+    pub(super) fn output_usage(&self) -> QueueUsage {
+        let mut u = QueueUsage::default();
+        match self {
+            Driver::Source(s) => s.output_usage(&mut u),
+            Driver::Inputs { gates, .. } => gates.iter().for_each(|g| g.output_usage(&mut u)),
+        }
+        u
+    }
+
+    /// Tries each readable input once, in round-robin order.
+    #[allow(clippy::too_many_arguments)]
+    fn try_inputs(
+        gates: &mut [Box<dyn InputGate>],
+        selection: &Option<Arc<SelectionCell>>,
+        next: &mut usize,
+        aligner: &mut BarrierAligner,
+        offsets: &[usize],
+        align_started: &mut Option<Instant>,
+        unaligned: &mut Unaligned,
+        counters: &SubtaskCounters,
+    ) -> Result<Option<Work>, TaskError> {
+        let n = gates.len();
+        // Unaligned: start as soon as a barrier is visible in any queue, ahead of the data
+        // before it (which is then recorded as channel state).
+        if unaligned.always && unaligned.pending.is_none() {
+            let newest = gates.iter().filter_map(|g| g.peek_barrier()).max();
+            if let Some(id) = newest.filter(|id| unaligned.last_started.is_none_or(|l| *id > l)) {
+                unaligned.start(id, gates, offsets, |_| true)?;
+                return Ok(Some(Work::Progress));
+            }
+        }
+        // Aligned for too long: switch this checkpoint to unaligned. Channels that delivered
+        // the barrier (blocked) owe nothing; the others are recorded until theirs arrives.
+        if let (Some(timeout), Some(id), Some(t)) =
+            (unaligned.timeout, aligner.in_progress(), *align_started)
+        {
+            if unaligned.pending.is_none() && t.elapsed() > timeout {
+                let blocked: Vec<bool> = (0..aligner.channels())
+                    .map(|c| aligner.is_blocked(c))
+                    .collect();
+                aligner.abandon();
+                *align_started = None;
+                unaligned.start(id, gates, offsets, |c| !blocked[c])?;
+                if let Some(w) = unaligned.try_complete(gates)? {
+                    return Ok(Some(w));
+                }
+                return Ok(Some(Work::Progress));
+            }
+        }
+        // While a barrier is being aligned every unblocked channel must be read, whatever
+        // the operator's preference, or the alignment could never finish.
+        let selected = match (aligner.in_progress(), selection) {
+            (None, Some(s)) => s.get(),
+            _ => InputSelection::All,
+        };
+        for k in 0..n {
+            let i = (*next + k) % n;
+            if gates[i].is_ended() {
+                continue;
+            }
+            let wanted = match selected {
+                InputSelection::All => true,
+                InputSelection::First => i == 0 || gates[0].is_ended(),
+                InputSelection::Second => i == 1 || gates.get(1).is_none_or(|g| g.is_ended()),
+            };
+            if !wanted {
+                continue;
+            }
+            let offset = offsets[i];
+            let step = {
+                let aligner = &*aligner;
+                gates[i].try_step(&|c| aligner.is_blocked(offset + c))?
+            };
+            let alignment = match step {
+                GateStep::Empty => continue,
+                GateStep::Batch(_) => {
+                    counters.batches_in.fetch_add(1, Ordering::Relaxed);
+                    *next = (i + 1) % n;
+                    return Ok(Some(Work::Progress));
+                }
+                GateStep::Barrier { channel, id }
+                    if unaligned.pending.as_ref().is_some_and(|p| p.id == id) =>
+                {
+                    unaligned.channel_done(gates, i, channel, offset + channel);
+                    if let Some(w) = unaligned.try_complete(gates)? {
+                        return Ok(Some(w));
+                    }
+                    Alignment::Pending
+                }
+                GateStep::Barrier { channel, id } if unaligned.always => {
+                    if unaligned.last_started.is_none_or(|l| id > l) {
+                        // Not seen by the peek (it reached the head at once): start now;
+                        // this channel owes nothing more.
+                        let global = offset + channel;
+                        unaligned.start(id, gates, offsets, |c| c != global)?;
+                        if let Some(w) = unaligned.try_complete(gates)? {
+                            return Ok(Some(w));
+                        }
+                    }
+                    Alignment::Pending
+                }
+                GateStep::Barrier { channel, id } => {
+                    if aligner.in_progress().is_none() {
+                        *align_started = Some(Instant::now());
+                    }
+                    aligner.on_barrier(offset + channel, id)
+                }
+                GateStep::ChannelEnded { channel, all } => {
+                    unaligned.channel_done(gates, i, channel, offset + channel);
+                    if let Some(w) = unaligned.try_complete(gates)? {
+                        return Ok(Some(w));
+                    }
+                    let a = aligner.on_end_of_input(offset + channel);
+                    if all && gates.iter().all(|g| g.is_ended()) {
+                        // A barrier completed by this end is taken before the end.
+                        if let Alignment::Aligned(id) = a {
+                            return Ok(Some(Work::Aligned(id)));
+                        }
+                        return Ok(Some(Work::Ended));
+                    }
+                    a
+                }
+            };
+            return Ok(Some(match alignment {
+                Alignment::Aligned(id) => Work::Aligned(id),
+                Alignment::Pending => Work::Progress,
+            }));
+        }
+        Ok(None)
+    }
+
+    pub(super) fn step(
+        &mut self,
+        cx: &mut TaskContext<'_>,
+        now: Instant,
+        rx_waker: &AtomicWaker,
+        counters: &SubtaskCounters,
+    ) -> Result<Work, TaskError> {
+        match self {
+            Driver::Source(s) => Ok(match s.step(now)? {
+                SourceProgress::More => {
+                    counters.batches_in.fetch_add(1, Ordering::Relaxed);
+                    Work::Progress
+                }
+                SourceProgress::Ended => Work::Ended,
+                SourceProgress::Throttled(d) => Work::Throttled(d),
+            }),
+            Driver::Inputs {
+                gates,
+                selection,
+                next,
+                aligner,
+                offsets,
+                align_started,
+                unaligned,
+            } => {
+                let mut attempt = |gates: &mut Vec<Box<dyn InputGate>>| {
+                    Self::try_inputs(
+                        gates,
+                        selection,
+                        next,
+                        aligner,
+                        offsets,
+                        align_started,
+                        unaligned,
+                        counters,
+                    )
+                };
+                if let Some(w) = attempt(gates)? {
+                    return Ok(w);
+                }
+                // Idle: send partial batches now, then sleep until an input arrives. Register
+                // before the second look so an arrival in between is not missed.
+                gates.iter_mut().for_each(|g| g.flush());
+                rx_waker.register(cx.waker());
+                if let Some(w) = attempt(gates)? {
+                    return Ok(w);
+                }
+                Ok(Work::Idle)
+            }
+        }
+    }
+}

@@ -1,0 +1,343 @@
+//! The subtask actor: one running instance of a chain of operators, with a two-lane mailbox.
+//!
+//! - **System lane**: the actor's actix mailbox (`Addr`), unbounded for control mail
+//!   ([`Ping`], [`Stop`]). actix drains it completely before it polls anything else.
+//! - **Data lane**: the bounded input channels (or, for a source, its reader), driven by
+//!   [`DataLane`], a future spawned in the actor's context that does **one unit of work** (one
+//!   input batch, or one source batch) per poll, then wakes itself and yields. So between any
+//!   two batches actix serves the whole system lane: a control mail waits for at most the
+//!   batch in progress, whatever is queued on the data lane.
+//!
+//! Before it takes new input the lane moves every output batch waiting for credit into its
+//! channel; while one has no credit the subtask takes no input (backpressure). Partial output
+//! batches are flushed when the subtask finds no input (idle) and after `linger` while busy.
+//!
+//! A subtask reports to its job exactly once: finished, failed (with the operator uid and
+//! subtask of the cause), or lost (dropped without either, e.g. its arbiter stopped). This
+//! module owns the actor and its data lane; what one unit of work is, `driver`; the system
+//! lane's mail and its handlers, `mail`. Operators (`operator`), gates (`gate`) and channels
+//! (`channel`) are elsewhere.
+
+mod driver;
+mod mail;
+
+pub(crate) use driver::Driver;
+use driver::Work;
+pub(crate) use mail::{
+    AbortCheckpoint, Configure, NotifyComplete, Ping, Sample, SetRate, SnapshotState, Stop,
+    TriggerCheckpoint,
+};
+
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context as TaskContext, Poll};
+use std::time::{Duration, Instant};
+
+use crate::sync::AtomicWaker;
+use actix::prelude::*;
+use futures::channel::mpsc::UnboundedSender;
+
+use crate::checkpoint::coordinator::StateFile;
+use crate::checkpoint::store::SnapshotEnvelope;
+use crate::checkpoint::StateWriter;
+use crate::error::TaskError;
+use crate::event::{JobEvent, SubtaskId};
+use crate::metrics::{SubtaskCounters, SubtaskSample, TimeAccount, WaitState};
+use crate::sync::Arc;
+use crate::sync::{lock, Mutex};
+
+/// The actor of one subtask.
+pub(crate) struct SubtaskActor {
+    id: SubtaskId,
+    driver: Driver,
+    draining: bool,
+    events: UnboundedSender<JobEvent>,
+    counters: Arc<SubtaskCounters>,
+    rx_waker: Arc<AtomicWaker>,
+    linger: Duration,
+    last_flush: Instant,
+    reported: bool,
+    time: TimeAccount,
+    sample: Arc<Mutex<SubtaskSample>>,
+    throttle: Option<Pin<Box<actix_rt::time::Sleep>>>,
+    /// Where checkpoint state files go (checkpoints on).
+    checkpoint_dir: Option<std::path::PathBuf>,
+}
+
+impl SubtaskActor {
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn new(
+        id: SubtaskId,
+        driver: Driver,
+        events: UnboundedSender<JobEvent>,
+        counters: Arc<SubtaskCounters>,
+        rx_waker: Arc<AtomicWaker>,
+        linger: Duration,
+        sample: Arc<Mutex<SubtaskSample>>,
+        checkpoint_dir: Option<std::path::PathBuf>,
+    ) -> Self {
+        let now = Instant::now();
+        SubtaskActor {
+            time: TimeAccount::new(now),
+            sample,
+            throttle: None,
+            checkpoint_dir,
+            id,
+            driver,
+            draining: false,
+            events,
+            counters,
+            rx_waker,
+            linger,
+            last_flush: now,
+            reported: false,
+        }
+    }
+
+    fn report(&mut self, event: JobEvent) {
+        self.reported = true;
+        // The job may already be gone (it stops listening once it has a verdict).
+        let _ = self.events.unbounded_send(event);
+    }
+
+    /// One poll of the data lane: at most one unit of work. Says what the subtask waits for
+    /// next, for the time accounting.
+    fn poll_data(
+        &mut self,
+        cx: &mut TaskContext<'_>,
+        now: Instant,
+    ) -> (Poll<Result<(), TaskError>>, WaitState) {
+        if let Some(sleep) = self.throttle.as_mut() {
+            if sleep.as_mut().poll(cx).is_pending() {
+                return (Poll::Pending, WaitState::Idle);
+            }
+            self.throttle = None;
+        }
+        if self.driver.poll_pending(cx).is_pending() {
+            return (Poll::Pending, WaitState::BackPressured);
+        }
+        if self.draining {
+            return (Poll::Ready(Ok(())), WaitState::Busy);
+        }
+        match self.driver.step(cx, now, &self.rx_waker, &self.counters) {
+            Err(e) => (Poll::Ready(Err(e)), WaitState::Busy),
+            Ok(Work::Idle) => {
+                self.last_flush = now;
+                (Poll::Pending, WaitState::Idle)
+            }
+            Ok(Work::Progress) => {
+                if now.duration_since(self.last_flush) >= self.linger {
+                    self.driver.flush();
+                    self.last_flush = now;
+                }
+                cx.waker().wake_by_ref();
+                (Poll::Pending, WaitState::Busy)
+            }
+            Ok(Work::Throttled(d)) => {
+                // Nothing more comes from this source for a while: send what is buffered.
+                self.driver.flush();
+                self.last_flush = now;
+                self.throttle = Some(Box::pin(actix_rt::time::sleep(d)));
+                cx.waker().wake_by_ref();
+                (Poll::Pending, WaitState::Idle)
+            }
+            Ok(Work::Ended) => {
+                self.draining = true;
+                cx.waker().wake_by_ref();
+                (Poll::Pending, WaitState::Busy)
+            }
+            Ok(Work::Checkpointed { id, writer, took }) => {
+                self.write_and_ack(id, writer, took, Duration::ZERO);
+                cx.waker().wake_by_ref();
+                (Poll::Pending, WaitState::Busy)
+            }
+            Ok(Work::Aligned(id)) => {
+                match self.driver.snapshot_aligned(id) {
+                    Ok((w, alignment)) => self.write_and_ack(id, w, alignment, Duration::ZERO),
+                    Err(e) => self.decline(id, e),
+                }
+                cx.waker().wake_by_ref();
+                (Poll::Pending, WaitState::Busy)
+            }
+        }
+    }
+
+    /// Writes this subtask's states for checkpoint `id` and acknowledges it.
+    fn write_and_ack(
+        &mut self,
+        id: u64,
+        w: StateWriter,
+        alignment: Duration,
+        start_delay: Duration,
+    ) {
+        let Some(root) = self.checkpoint_dir.clone() else {
+            return;
+        };
+        let mut files = Vec::with_capacity(w.entries.len());
+        for e in w.entries {
+            let env = SnapshotEnvelope {
+                format_version: crate::checkpoint::store::FORMAT_VERSION,
+                uid: e.uid,
+                subtask: self.id.subtask,
+                checkpoint_id: id,
+                key_groups: e.key_groups,
+                payload: e.payload,
+            };
+            match crate::checkpoint::store::write_state(&root, &env) {
+                Ok((file, size)) => files.push(StateFile {
+                    uid: env.uid,
+                    subtask: env.subtask,
+                    file,
+                    size,
+                }),
+                Err(err) => {
+                    let reason = err.to_string();
+                    tracing::warn!(uid = %self.id.head_uid, subtask = self.id.subtask, checkpoint = id, %reason, "cannot write checkpoint state");
+                    let _ = self.events.unbounded_send(JobEvent::Declined {
+                        attempt: self.id.attempt,
+                        id,
+                        reason,
+                    });
+                    return;
+                }
+            }
+        }
+        let _ = self.events.unbounded_send(JobEvent::Ack {
+            attempt: self.id.attempt,
+            id,
+            actor: self.id.actor,
+            files,
+            alignment,
+            start_delay,
+        });
+    }
+
+    /// Checkpoint `id` could not be taken here. A panic of user code (a sink's pre-commit, an
+    /// operator's snapshot hook) fails the subtask like any panic; anything else declines the
+    /// checkpoint and the coordinator decides.
+    fn decline(&mut self, id: u64, e: TaskError) {
+        if matches!(e, TaskError::Panic { .. }) {
+            self.report(JobEvent::Failed {
+                attempt: self.id.attempt,
+                actor: self.id.actor,
+                epoch: self.id.epoch,
+                error: e,
+            });
+            return;
+        }
+        let reason = format!("{e:?}");
+        tracing::warn!(uid = %self.id.head_uid, subtask = self.id.subtask, checkpoint = id, %reason, "checkpoint declined");
+        let _ = self.events.unbounded_send(JobEvent::Declined {
+            attempt: self.id.attempt,
+            id,
+            reason,
+        });
+    }
+
+    /// Charges the time so far and writes a sample for the job to read.
+    fn take_sample(&mut self, mailbox_latency: Duration) {
+        let now = Instant::now();
+        self.time.charge(now);
+        let (input, input_records) = self.driver.input_usage();
+        let output = self.driver.output_usage();
+        let mut slot = lock(&self.sample);
+        *slot = SubtaskSample {
+            busy: self.time.busy,
+            idle: self.time.idle,
+            back_pressured: self.time.back_pressured,
+            input,
+            input_records,
+            output,
+            mailbox_latency,
+            back_pressured_now: self.time.state() == WaitState::BackPressured,
+            at: Some(now),
+        };
+    }
+}
+
+impl Actor for SubtaskActor {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Self::Context) {
+        tracing::debug!(uid = %self.id.head_uid, subtask = self.id.subtask, "subtask started");
+        ctx.spawn(DataLane);
+    }
+}
+
+impl Drop for SubtaskActor {
+    fn drop(&mut self) {
+        if !self.reported {
+            let event = JobEvent::Lost {
+                attempt: self.id.attempt,
+                actor: self.id.actor,
+                epoch: self.id.epoch,
+                uid: self.id.head_uid.clone(),
+                subtask: self.id.subtask,
+                reason: "the subtask's actor stopped before its input ended".into(),
+            };
+            let _ = self.events.unbounded_send(event);
+        }
+    }
+}
+
+/// The data lane of a subtask (see the module doc).
+struct DataLane;
+
+impl ActorFuture<SubtaskActor> for DataLane {
+    type Output = ();
+
+    fn poll(
+        self: Pin<&mut Self>,
+        act: &mut SubtaskActor,
+        ctx: &mut Context<SubtaskActor>,
+        task: &mut TaskContext<'_>,
+    ) -> Poll<()> {
+        let t0 = Instant::now();
+        act.time.switch(t0, WaitState::Busy);
+        let (poll, next) = act.poll_data(task, t0);
+        act.time.switch(Instant::now(), next);
+        match poll {
+            Poll::Pending => Poll::Pending,
+            Poll::Ready(Ok(())) => {
+                tracing::debug!(uid = %act.id.head_uid, subtask = act.id.subtask, "subtask finished");
+                act.report(JobEvent::Finished {
+                    attempt: act.id.attempt,
+                    actor: act.id.actor,
+                    epoch: act.id.epoch,
+                });
+                // The actor stays until the job ends: a finished source still answers
+                // checkpoint triggers (with its end position).
+                Poll::Ready(())
+            }
+            Poll::Ready(Err(e)) => {
+                tracing::warn!(uid = %act.id.head_uid, subtask = act.id.subtask, error = ?e, "subtask failed");
+                act.report(JobEvent::Failed {
+                    attempt: act.id.attempt,
+                    actor: act.id.actor,
+                    epoch: act.id.epoch,
+                    error: e,
+                });
+                ctx.stop();
+                Poll::Ready(())
+            }
+        }
+    }
+}
+
+/// What a subtask says about itself when pinged.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SubtaskStatus {
+    /// Uid of the chain's first operator.
+    pub head_uid: String,
+    /// Subtask index.
+    pub subtask: usize,
+    /// Input batches processed so far (source: batches read).
+    pub batches_processed: u64,
+    /// Batches waiting in the data lane now.
+    pub input_queued: usize,
+    /// Capacity of the data lane, in batches.
+    pub input_capacity: usize,
+    /// System mails handled so far, this one included.
+    pub mails_handled: u64,
+}
