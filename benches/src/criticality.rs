@@ -20,8 +20,9 @@
 //! Every fault is one run of the job over the same generated answers, with the graph of the
 //! `recovery` harness, [`build_cleaning_job`] (the job's `levels`, `source`, `connect`,
 //! `flat_map`, `split` and `filter` as `cleaning_streams` builds them, then `map` and the
-//! exactly-once part-file sinks of [`recovery_support`](crate::recovery_support): `sink`, and
-//! `malformed` for the side output; nothing backed up), checkpoints every
+//! exactly-once part-file sinks (`weir::testing::TwoPhaseFileSink`, through
+//! [`recovery_support`](crate::recovery_support)): `sink`, and `malformed` for the side
+//! output; nothing backed up), checkpoints every
 //! `checkpoint_interval_ms`, and a fixed-delay restart strategy. One fault
 //! fires in the run; the framework stops every subtask, restores the last complete checkpoint
 //! (or starts over without one) and the sources replay from there.
@@ -78,7 +79,7 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 use weir::sink::{Sink, SinkContext};
 use weir::source::SourceContext;
-use weir::testing::{Fault, FaultPlan};
+use weir::testing::{clear_part_files, quiet_released_hangs, read_committed, Fault, FaultPlan};
 use weir::{Env, EnvConfig, RestartStrategy, SinkError};
 use weir_examples::answers::{
     answer_json, clean_line, default_levels, uid, Answers, Thresholds, DEFAULT_SEED,
@@ -87,8 +88,8 @@ use weir_examples::rng::SplitMix64;
 
 pub use crate::recovery_support::Kind;
 use crate::recovery_support::{
-    build_cleaning_job, clear_part_files, encode_string, install_fault_hook, quiet_released_hangs,
-    read_committed, tally, Expected, FlatMapSetup, KeptRecord, RecoveryProbe, TwoPhaseFileSink,
+    build_cleaning_job, install_fault_hook, tally, Expected, FlatMapSetup, KeptRecord, ProbedSink,
+    RecoveryProbe,
 };
 use crate::{clock_ns, median};
 
@@ -641,7 +642,7 @@ struct SinkFault {
 /// The exactly-once file sink, failing as a [`FaultPlan`] fault would (the framework does not
 /// inject faults into sinks): before the batch holding the fault's record.
 struct FaultySink {
-    inner: TwoPhaseFileSink<String>,
+    inner: ProbedSink,
     fault: Option<SinkFault>,
     seen: u64,
 }
@@ -731,12 +732,7 @@ fn build(
                 // The watcher may not have seen an arbiter stop yet.
                 stamp_fault(&probe);
             }
-            let inner = TwoPhaseFileSink::create(
-                &dir,
-                cx,
-                encode_string,
-                restarted.then(|| probe.clone()),
-            )?;
+            let inner = ProbedSink::create(&dir, cx, restarted.then(|| probe.clone()))?;
             Ok(FaultySink {
                 inner,
                 fault: fired.sink.clone().filter(|f| f.subtask == cx.subtask),

@@ -1,8 +1,14 @@
-//! Helpers of the `recovery` and `criticality` harnesses: the answer-cleaning graph they both
-//! run ([`build_cleaning_job`], optionally with a backed-up and fault-injecting `flat_map`), an
-//! exactly-once part-file sink (two-phase commit on the [`Sink`] hooks), the [`RecoveryProbe`]
-//! that times recoveries, the harness's own `flat_map` faults ([`FlatMapFaults`]), the
-//! expected output of the job computed sequentially, and the check of what was committed.
+//! Helpers of the `recovery` and `criticality` harnesses, what is specific to the
+//! answer-cleaning job: its graph ([`build_cleaning_job`], optionally with a backed-up and
+//! fault-injecting `flat_map`), the [`RecoveryProbe`] that times recoveries (and
+//! [`ProbedSink`], the exactly-once part-file sink that reports to it), the harness's
+//! `flat_map` faults ([`FlatMapFaults`]), the expected output of the job computed
+//! sequentially, and the check of what was committed ([`tally`]).
+//!
+//! What is not specific to this job comes from `weir::testing`: the exactly-once part-file
+//! sink ([`TwoPhaseFileSink`], two-phase commit on the [`Sink`] hooks) and
+//! [`read_committed`]; faults keyed by record ([`RecordFaults`]); the per-id exactly-once
+//! check ([`ExactlyOnce`]); the panic hooks of injected faults.
 //!
 //! # The graph
 //!
@@ -11,42 +17,23 @@
 //! `split`, `filter`, `map`, `sink`, `malformed`) with the same functions (`Attach`,
 //! `ParseAndLevel`, `DropUnwanted`, `format_cleaned`) and built-in levels: up to `filter` it
 //! is `weir_examples::answers::cleaning_streams_with`, then `map` and two exactly-once
-//! part-file sinks: `sink` (made by the caller's factory, a [`TwoPhaseFileSink`] or a wrapper
-//! of one) and `malformed` (into `<out_dir>/malformed`). A [`FlatMapSetup`] can back up
-//! `flat_map` (`with_backup_policy`: it then runs as its own actor, never chained) and make it
-//! [`FaultyParseAndLevel`], `ParseAndLevel` with the harness's faults (same operator name,
-//! state and output).
-//!
-//! # The exactly-once file sink
-//!
-//! Each sink subtask `s` writes the records of one checkpoint interval to
-//! `part-<s>-<n>.inprogress` (opened at the first record after a barrier). At the barrier of
-//! checkpoint `id`, [`Sink::pre_commit`] flushes and fsyncs that file and renames it to
-//! `part-<s>-<id>.pending`; the state it returns (JSON: the checkpoint id and the names of every
-//! pending file not committed yet) goes into the checkpoint. [`Sink::commit`] (checkpoint `id`
-//! complete) renames every pending file of a checkpoint `<= id` to its final name
-//! `part-<s>-<checkpoint>` (a file already renamed is skipped, so commits are idempotent);
-//! `commit(u64::MAX)` at the end of the input also commits the in-progress data. A restored
-//! subtask ([`Sink::restore`]) commits the pending files its checkpoint lists and deletes the
-//! output of the failed attempt: its `.inprogress` files, and `.pending` files of checkpoints
-//! newer than the restored one (they never completed). A subtask that is created without a
-//! restore (a fresh start, or a restart before any checkpoint completed) deletes all of its
-//! `.inprogress` and `.pending` files, because none of them belongs to a complete checkpoint.
-//! Only final files are output: [`read_committed`] reads those.
-//!
-//! Without checkpoints ([`SinkContext::checkpointing`] false) the sink writes through to
-//! `part-<s>-0`, created (truncated) when the subtask starts.
+//! part-file sinks: `sink` (made by the caller's factory, a [`ProbedSink`] or a wrapper
+//! of one) and `malformed` (a [`TwoPhaseFileSink`] into `<out_dir>/malformed`). A
+//! [`FlatMapSetup`] can back up `flat_map` (`with_backup_policy`: it then runs as its own
+//! actor, never chained) and make it [`FaultyParseAndLevel`], `ParseAndLevel` with the
+//! harness's faults (same operator name, state and output).
 //!
 //! # Faults in `flat_map`
 //!
 //! [`FlatMapFaults`] fails `flat_map` when it first sees given input *lines* (the records at
 //! chosen input indices; a line must occur once in the input), in order: before processing
 //! the `k`-th of them for the first time, [`FaultyParseAndLevel`] records the fault's time
-//! and panics, hangs, or stops its arbiter thread ([`Kind`]). A fault is keyed by the
-//! record, not by a count of the subtask's records, because such a count is ambiguous for a
-//! second fault under restart-all (a restarted instance counts from zero at its restored
-//! position, unknown in advance), while the record is the same in every attempt, in a
-//! promoted backup and in a restarted job. Each fault fires once per run.
+//! and panics, hangs, or stops its arbiter thread ([`Kind`]). They are `weir::testing`'s
+//! [`RecordFaults`] keyed by the line, in order: a fault is keyed by the record, not by a
+//! count of the subtask's records, because such a count is ambiguous for a second fault
+//! under restart-all (a restarted instance counts from zero at its restored position,
+//! unknown in advance), while the record is the same in every attempt, in a promoted backup
+//! and in a restarted job. Each fault fires once per run.
 //!
 //! - **panic**: `panic!("injected fault: ...")`, before the record is processed.
 //! - **hang**: the thread sleeps (in 5 ms steps) until the job releases the hung subtasks of
@@ -54,7 +41,7 @@
 //!   job stops or restarts (restart-all), just before it joins its arbiter threads, so a hang
 //!   never holds up a restart or the end of the job by the 5 s join timeout
 //!   ([`FaultPlan::is_released`]). Released, it panics with `injected hang of ...
-//!   released`, which [`quiet_released_hangs`] keeps off stderr.
+//!   released`, which `weir::testing::quiet_released_hangs` keeps off stderr.
 //! - **stop**: `actix_rt::Arbiter::current().stop()`, then the record is processed: the
 //!   arbiter's loop ends after the current poll, so the failed instance may process (and
 //!   emit) some more records first. It counts them ([`WatchedFault::processed_after`]).
@@ -69,19 +56,23 @@
 //! first at or after the fault's record; for a stop, the first after what it processed), and
 //! its recovery time is fault → the sink's first receipt of the target after the fault.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::fs::File;
 use std::hash::{BuildHasherDefault, Hash, Hasher};
-use std::io::{BufRead, BufWriter, Write};
-use std::path::{Path, PathBuf};
+use std::io::BufRead;
+use std::path::Path;
 use std::str::FromStr;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use weir::sink::{Sink, SinkContext};
-use weir::testing::{FaultKind, FaultPlan};
+#[cfg(doc)]
+use weir::testing::read_committed;
+use weir::testing::{
+    encode_json, ExactlyOnce, FaultKind, FaultPlan, PartFileStats, RecordFaults, TwoPhaseFileSink,
+    FINAL_COMMIT,
+};
 use weir::{
     BackupPolicy, Collector, ConfigError, ConfigKey, Env, Operator, ProcessFunction, SinkError,
     StateError, StateSnapshot,
@@ -92,9 +83,6 @@ use weir_examples::answers::{
 };
 
 use crate::clock_ns;
-
-/// The id of the commit the job makes at the end of its input.
-pub const FINAL_COMMIT: u64 = u64::MAX;
 
 /// "Not recorded yet" in the probe's time slots.
 const UNSET: u64 = 0;
@@ -221,108 +209,30 @@ pub fn install_fault_hook(probe: Arc<RecoveryProbe>) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// The exactly-once file sink
+// The probed exactly-once file sink
 // ---------------------------------------------------------------------------------------------
 
-/// Kinds of the sink's files.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum PartKind {
-    /// `part-<s>-<n>`: committed output.
-    Final,
-    /// `part-<s>-<n>.pending`: pre-committed at checkpoint `n`, waiting for it to complete.
-    Pending,
-    /// `part-<s>-<n>.inprogress`: being written.
-    InProgress,
-}
-
-/// Parses a file name of the sink: `(subtask, checkpoint, kind)`.
-///
-/// ```
-/// use weir_benches::recovery_support::{parse_part_name, PartKind};
-/// assert_eq!(parse_part_name("part-1-12.pending"), Some((1, 12, PartKind::Pending)));
-/// assert_eq!(parse_part_name("part-10-3"), Some((10, 3, PartKind::Final)));
-/// assert_eq!(parse_part_name("part-sink-0"), None);
-/// ```
-pub fn parse_part_name(name: &str) -> Option<(usize, u64, PartKind)> {
-    let rest = name.strip_prefix("part-")?;
-    let (stem, kind) = if let Some(s) = rest.strip_suffix(".pending") {
-        (s, PartKind::Pending)
-    } else if let Some(s) = rest.strip_suffix(".inprogress") {
-        (s, PartKind::InProgress)
-    } else {
-        (rest, PartKind::Final)
-    };
-    let (s, n) = stem.split_once('-')?;
-    let digits = |x: &str| !x.is_empty() && x.bytes().all(|b| b.is_ascii_digit());
-    if !digits(s) || !digits(n) {
-        return None;
-    }
-    Some((s.parse().ok()?, n.parse().ok()?, kind))
-}
-
-fn part_name(subtask: usize, checkpoint: u64, kind: PartKind) -> String {
-    match kind {
-        PartKind::Final => format!("part-{subtask}-{checkpoint}"),
-        PartKind::Pending => format!("part-{subtask}-{checkpoint}.pending"),
-        PartKind::InProgress => format!("part-{subtask}-{checkpoint}.inprogress"),
-    }
-}
-
-/// The state a subtask puts in a checkpoint.
-#[derive(Debug, Serialize, Deserialize)]
-struct SinkState {
-    checkpoint: u64,
-    subtask: usize,
-    pending: Vec<String>,
-}
-
-/// The open in-progress file.
-struct InProgress {
-    checkpoint: u64,
-    out: BufWriter<File>,
-}
-
-/// Encodes one record as the bytes of its line (without the newline).
-pub type Encode<T> = fn(&T, &mut Vec<u8>);
-
-/// Encodes a `String` record as its line.
-pub fn encode_string(s: &String, out: &mut Vec<u8>) {
-    out.extend_from_slice(s.as_bytes());
-}
-
-/// One subtask of the exactly-once part-file sink (see the module documentation).
-pub struct TwoPhaseFileSink<T> {
-    dir: PathBuf,
-    subtask: usize,
-    transactional: bool,
-    encode: Encode<T>,
-    current: Option<InProgress>,
-    /// The checkpoint the next in-progress file most likely belongs to (only its name).
-    next_checkpoint: u64,
-    /// Pre-committed files of this subtask not committed yet, by checkpoint.
-    pending: BTreeMap<u64, String>,
-    /// Leftovers of earlier attempts were dealt with (by `restore`, or at the first call).
-    initialized: bool,
+/// The exactly-once part-file sink of `weir::testing` ([`TwoPhaseFileSink`] of `String`
+/// lines), telling the probe (if any) about its instances, writes, commits, restores, the
+/// target record and the watched windows.
+pub struct ProbedSink {
+    inner: TwoPhaseFileSink<String>,
     probe: Option<Arc<RecoveryProbe>>,
     /// Created after the fault fired (part of the restarted job).
     after_fault: bool,
     wrote: bool,
-    line: Vec<u8>,
+    /// The inner sink's statistics already added to the probe.
+    told: PartFileStats,
 }
 
-impl<T> TwoPhaseFileSink<T> {
+impl ProbedSink {
     /// The subtask `cx` of a sink writing into `dir`; `probe` (the main sink's) is told about
     /// writes, commits and the target record.
     pub fn create(
         dir: &Path,
         cx: &SinkContext,
-        encode: Encode<T>,
         probe: Option<Arc<RecoveryProbe>>,
     ) -> Result<Self, SinkError> {
-        std::fs::create_dir_all(dir).map_err(|source| SinkError::Io {
-            path: dir.to_owned(),
-            source,
-        })?;
         let after_fault = probe.as_ref().is_some_and(|p| {
             p.sink_instances.fetch_add(1, Ordering::SeqCst);
             let after = p.fault_fired();
@@ -331,196 +241,61 @@ impl<T> TwoPhaseFileSink<T> {
             }
             after
         });
-        let mut sink = TwoPhaseFileSink {
-            dir: dir.to_owned(),
-            subtask: cx.subtask,
-            transactional: cx.checkpointing,
-            encode,
-            current: None,
-            next_checkpoint: 1,
-            pending: BTreeMap::new(),
-            initialized: !cx.checkpointing,
+        let mut sink = ProbedSink {
+            inner: TwoPhaseFileSink::lines(dir, cx)?,
             probe,
             after_fault,
             wrote: false,
-            line: Vec::with_capacity(256),
+            told: PartFileStats::default(),
         };
-        if sink.transactional {
-            // In-progress data is never part of a complete checkpoint: it is the output of a
-            // failed attempt (the job replays it).
-            sink.discard(|_, kind| kind == PartKind::InProgress)?;
-        } else {
-            let path = dir.join(part_name(cx.subtask, 0, PartKind::Final));
-            let f = File::create(&path).map_err(|source| SinkError::Io { path, source })?;
-            sink.current = Some(InProgress {
-                checkpoint: 0,
-                out: BufWriter::with_capacity(256 * 1024, f),
-            });
-        }
+        sink.tell();
         Ok(sink)
     }
 
-    fn io(&self, name: &str, source: std::io::Error) -> SinkError {
-        SinkError::Io {
-            path: self.dir.join(name),
-            source,
+    /// Adds what the inner sink did since the last call to the probe's counters; whether it
+    /// committed files meanwhile.
+    fn tell(&mut self) -> bool {
+        let now = self.inner.stats();
+        let committed = now.committed_files > self.told.committed_files;
+        if let Some(p) = &self.probe {
+            p.discarded_files.fetch_add(
+                now.discarded_files - self.told.discarded_files,
+                Ordering::SeqCst,
+            );
+            p.committed_by_restore.fetch_add(
+                now.committed_by_restore - self.told.committed_by_restore,
+                Ordering::SeqCst,
+            );
         }
+        self.told = now;
+        committed
     }
+}
 
-    /// This subtask's files in the directory: `(checkpoint, kind, name)`.
-    fn own_files(&self) -> Result<Vec<(u64, PartKind, String)>, SinkError> {
-        let entries = std::fs::read_dir(&self.dir).map_err(|e| self.io("", e))?;
-        let mut files = Vec::new();
-        for entry in entries {
-            let entry = entry.map_err(|e| self.io("", e))?;
-            let Ok(name) = entry.file_name().into_string() else {
-                continue;
-            };
-            if let Some((s, n, kind)) = parse_part_name(&name) {
-                if s == self.subtask {
-                    files.push((n, kind, name));
-                }
-            }
-        }
-        Ok(files)
-    }
-
-    /// Deletes this subtask's files for which `which(checkpoint, kind)` holds.
-    fn discard(&mut self, which: impl Fn(u64, PartKind) -> bool) -> Result<(), SinkError> {
-        for (n, kind, name) in self.own_files()? {
-            if which(n, kind) {
-                std::fs::remove_file(self.dir.join(&name)).map_err(|e| self.io(&name, e))?;
-                if let Some(p) = &self.probe {
-                    p.discarded_files.fetch_add(1, Ordering::SeqCst);
-                }
-            }
-        }
-        Ok(())
-    }
-
-    /// Without a restore, no pre-committed file belongs to a complete checkpoint.
-    fn ensure_initialized(&mut self) -> Result<(), SinkError> {
-        if !self.initialized {
-            self.initialized = true;
-            self.discard(|_, kind| kind == PartKind::Pending)?;
-        }
-        Ok(())
-    }
-
-    fn sync_dir(&self) -> Result<(), SinkError> {
-        File::open(&self.dir)
-            .and_then(|d| d.sync_all())
-            .map_err(|e| self.io("", e))
-    }
-
-    /// Flushes, fsyncs and closes the in-progress file; its checkpoint number.
-    fn close_current(&mut self) -> Result<Option<u64>, SinkError> {
-        let Some(mut cur) = self.current.take() else {
-            return Ok(None);
+impl Sink<String> for ProbedSink {
+    fn write_batch(&mut self, batch: &mut Vec<String>) -> Result<(), SinkError> {
+        let Some(p) = self.probe.clone().filter(|_| !batch.is_empty()) else {
+            return self.inner.write_batch(batch);
         };
-        let name = part_name(self.subtask, cur.checkpoint, PartKind::InProgress);
-        cur.out.flush().map_err(|e| self.io(&name, e))?;
-        cur.out
-            .get_ref()
-            .sync_all()
-            .map_err(|e| self.io(&name, e))?;
-        Ok(Some(cur.checkpoint))
-    }
-
-    fn rename(&self, from: &str, to: &str) -> Result<(), SinkError> {
-        std::fs::rename(self.dir.join(from), self.dir.join(to)).map_err(|e| self.io(from, e))
-    }
-
-    /// Renames the pending file `name` of checkpoint `n` to its final name; `false` if it was
-    /// already committed.
-    fn commit_file(&self, n: u64, name: &str) -> Result<bool, SinkError> {
-        let final_name = part_name(self.subtask, n, PartKind::Final);
-        if self.dir.join(name).exists() {
-            self.rename(name, &final_name)?;
-            return Ok(true);
-        }
-        if self.dir.join(&final_name).exists() {
-            return Ok(false);
-        }
-        Err(SinkError::Encode {
-            path: self.dir.join(name),
-            message: "a pending file of a complete checkpoint is gone (neither pending nor \
-                      committed): its records are lost"
-                .into(),
-        })
-    }
-
-    fn commit_up_to(&mut self, id: u64) -> Result<(), SinkError> {
-        let ready: Vec<(u64, String)> = self
-            .pending
-            .range(..=id)
-            .map(|(k, v)| (*k, v.clone()))
-            .collect();
-        let mut any = false;
-        for (k, name) in ready {
-            any |= self.commit_file(k, &name)?;
-            self.pending.remove(&k);
-        }
-        if any {
-            self.sync_dir()?;
-            if let Some(p) = self.probe.as_ref().filter(|_| self.after_fault) {
-                RecoveryProbe::stamp(&p.first_commit_after_fault_ns);
-            }
-        }
-        Ok(())
-    }
-
-    fn observe(&mut self) {
-        let Some(p) = &self.probe else { return };
         if self.after_fault && !self.wrote {
             self.wrote = true;
             RecoveryProbe::stamp(&p.first_write_after_fault_ns);
         }
-    }
-}
-
-impl<T: Send + 'static> Sink<T> for TwoPhaseFileSink<T> {
-    fn write_batch(&mut self, batch: &mut Vec<T>) -> Result<(), SinkError> {
-        if batch.is_empty() {
-            return Ok(());
-        }
-        self.ensure_initialized()?;
-        self.observe();
-        if self.current.is_none() {
-            let n = self.next_checkpoint;
-            let name = part_name(self.subtask, n, PartKind::InProgress);
-            let f = File::create(self.dir.join(&name)).map_err(|e| self.io(&name, e))?;
-            self.current = Some(InProgress {
-                checkpoint: n,
-                out: BufWriter::with_capacity(256 * 1024, f),
-            });
-        }
-        let target = self.probe.as_ref().and_then(|p| p.target_prefix.as_ref());
-        let watch = self.probe.as_ref().and_then(|p| p.watch.as_ref());
         let mut hits = 0u64;
-        let cur = self.current.as_mut().expect("opened above");
-        let mut result = Ok(());
-        for r in batch.drain(..) {
-            self.line.clear();
-            (self.encode)(&r, &mut self.line);
-            if target.is_some_and(|t| self.line.starts_with(t)) {
+        for line in batch.iter() {
+            let line = line.as_bytes();
+            if p.target_prefix
+                .as_ref()
+                .is_some_and(|t| line.starts_with(t))
+            {
                 hits += 1;
             }
-            if let Some(w) = watch {
-                w.observe(&self.line);
-            }
-            self.line.push(b'\n');
-            if let Err(e) = cur.out.write_all(&self.line) {
-                result = Err(e);
-                break;
+            if let Some(w) = &p.watch {
+                w.observe(line);
             }
         }
-        if let Err(e) = result {
-            let name = part_name(self.subtask, cur.checkpoint, PartKind::InProgress);
-            return Err(self.io(&name, e));
-        }
+        self.inner.write_batch(batch)?;
         if hits > 0 {
-            let p = self.probe.as_ref().expect("a target implies a probe");
             if p.fault_fired() {
                 p.target_after_fault.fetch_add(hits, Ordering::SeqCst);
                 RecoveryProbe::stamp(&p.target_after_fault_ns);
@@ -532,122 +307,39 @@ impl<T: Send + 'static> Sink<T> for TwoPhaseFileSink<T> {
     }
 
     fn finish(&mut self) -> Result<(), SinkError> {
-        self.ensure_initialized()?;
-        if !self.transactional {
-            self.close_current()?;
-            return Ok(());
-        }
-        // Kept in progress: `commit(FINAL_COMMIT)` makes it final. Made durable now.
-        if let Some(cur) = self.current.as_mut() {
-            let r = cur.out.flush().and_then(|()| cur.out.get_ref().sync_all());
-            let name = part_name(self.subtask, cur.checkpoint, PartKind::InProgress);
-            r.map_err(|e| self.io(&name, e))?;
-        }
-        Ok(())
+        self.inner.finish()
     }
 
     fn pre_commit(&mut self, checkpoint: u64) -> Result<Option<Vec<u8>>, SinkError> {
-        if !self.transactional {
-            if let Some(cur) = self.current.as_mut() {
-                let name = part_name(self.subtask, 0, PartKind::Final);
-                cur.out.flush().map_err(|e| SinkError::Io {
-                    path: self.dir.join(name),
-                    source: e,
-                })?;
-            }
-            return Ok(None);
-        }
-        self.ensure_initialized()?;
-        if let Some(n) = self.close_current()? {
-            let from = part_name(self.subtask, n, PartKind::InProgress);
-            let to = part_name(self.subtask, checkpoint, PartKind::Pending);
-            self.rename(&from, &to)?;
-            self.sync_dir()?;
-            self.pending.insert(checkpoint, to);
-        }
-        self.next_checkpoint = checkpoint + 1;
-        let state = SinkState {
-            checkpoint,
-            subtask: self.subtask,
-            pending: self.pending.values().cloned().collect(),
-        };
-        serde_json::to_vec(&state)
-            .map(Some)
-            .map_err(|e| SinkError::Encode {
-                path: self.dir.clone(),
-                message: e.to_string(),
-            })
+        let r = self.inner.pre_commit(checkpoint);
+        self.tell();
+        r
     }
 
     fn commit(&mut self, checkpoint: u64) -> Result<(), SinkError> {
-        if !self.transactional {
-            return Ok(());
-        }
-        self.ensure_initialized()?;
         if let Some(p) = self.probe.as_ref().filter(|_| checkpoint != FINAL_COMMIT) {
             p.checkpoint_completed(checkpoint);
         }
-        if checkpoint == FINAL_COMMIT {
-            if let Some(n) = self.close_current()? {
-                // The end of the input: the last data becomes final under an unused number.
-                let mut k = n;
-                while self.pending.contains_key(&k)
-                    || self
-                        .dir
-                        .join(part_name(self.subtask, k, PartKind::Final))
-                        .exists()
-                {
-                    k += 1;
-                }
-                let from = part_name(self.subtask, n, PartKind::InProgress);
-                self.rename(&from, &part_name(self.subtask, k, PartKind::Pending))?;
-                self.pending
-                    .insert(k, part_name(self.subtask, k, PartKind::Pending));
+        let r = self.inner.commit(checkpoint);
+        if self.tell() && self.after_fault {
+            if let Some(p) = &self.probe {
+                RecoveryProbe::stamp(&p.first_commit_after_fault_ns);
             }
         }
-        self.commit_up_to(checkpoint)
+        r
     }
 
     fn initialize(&mut self, restored: Option<&[u8]>) -> Result<(), SinkError> {
-        let Some(state) = restored else {
-            // A fresh start: drop what a failed earlier attempt left.
-            return self.ensure_initialized();
-        };
-        let state: SinkState = serde_json::from_slice(state).map_err(|e| SinkError::Encode {
-            path: self.dir.clone(),
-            message: format!("bad sink state: {e}"),
-        })?;
-        // The restored checkpoint is complete: what it pre-committed is committed now.
-        let mut committed = 0;
-        for name in &state.pending {
-            let Some((_, n, PartKind::Pending)) = parse_part_name(name) else {
-                return Err(SinkError::Encode {
-                    path: self.dir.join(name),
-                    message: "not a pending file name".into(),
-                });
-            };
-            if self.commit_file(n, name)? {
-                committed += 1;
-            }
-        }
-        // Pre-committed for checkpoints after the restored one: they never completed.
-        let restored = state.checkpoint;
-        self.discard(|n, kind| {
-            kind == PartKind::InProgress || (kind == PartKind::Pending && n > restored)
-        })?;
-        self.sync_dir()?;
-        self.initialized = true;
-        self.next_checkpoint = restored + 1;
-        if let Some(p) = &self.probe {
-            p.committed_by_restore
-                .fetch_add(committed, Ordering::SeqCst);
+        let r = self.inner.initialize(restored);
+        self.tell();
+        if let (Some(p), Some(restored)) = (&self.probe, self.inner.stats().restored_checkpoint) {
             let mut r = p
                 .restored_checkpoint
                 .lock()
                 .unwrap_or_else(|e| e.into_inner());
             *r = Some(r.map_or(restored, |x: u64| x.max(restored)));
         }
-        Ok(())
+        r
     }
 }
 
@@ -662,11 +354,6 @@ pub struct FlatMapSetup {
     pub backup: Option<BackupPolicy>,
     /// Fail it with the harness's faults ([`FaultyParseAndLevel`] instead of `ParseAndLevel`).
     pub faults: Option<Arc<FlatMapFaults>>,
-}
-
-fn encode_bad_record(r: &BadRecord, out: &mut Vec<u8>) {
-    // A struct of two strings always serializes.
-    let _ = serde_json::to_writer(out, r);
 }
 
 /// Adds the answer-cleaning job to `env` (see the module documentation): `answers` with the
@@ -702,7 +389,7 @@ pub fn build_cleaning_job<S, F>(
     let malformed_dir = out_dir.join("malformed");
     malformed
         .add_sink("exactly_once_jsonl", move |cx| {
-            TwoPhaseFileSink::create(&malformed_dir, cx, encode_bad_record, None)
+            TwoPhaseFileSink::create(&malformed_dir, cx, encode_json::<BadRecord>)
         })
         .uid(uid::MALFORMED)
         .set_parallelism(p);
@@ -780,12 +467,6 @@ impl FromStr for Kind {
     }
 }
 
-/// Whether the job running with `plan` has released its hung subtasks (it is stopping or
-/// restarting).
-pub fn plan_released(plan: &FaultPlan) -> bool {
-    plan.is_released()
-}
-
 fn panic_message(info: &std::panic::PanicHookInfo<'_>) -> String {
     let payload = info.payload();
     payload
@@ -793,43 +474,6 @@ fn panic_message(info: &std::panic::PanicHookInfo<'_>) -> String {
         .cloned()
         .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
         .unwrap_or_default()
-}
-
-/// Installs, once per process, a panic hook that silences the panic a released hang ends with
-/// (`injected hang of ... released`, in the old attempt's thread when the job restarts or
-/// ends): it is expected, and printing it (with a backtrace if `RUST_BACKTRACE` is set) would
-/// hold up the stop of that thread's arbiter, so the restart. Other panics go to the previous
-/// hook; the per-run hooks of [`install_fault_hook`] are installed on top of this one.
-pub fn quiet_released_hangs() {
-    static ONCE: std::sync::Once = std::sync::Once::new();
-    ONCE.call_once(|| {
-        let previous = std::panic::take_hook();
-        std::panic::set_hook(Box::new(move |info| {
-            if !panic_message(info).starts_with("injected hang of") {
-                previous(info)
-            }
-        }));
-    });
-}
-
-/// Installs, once per process, a panic hook for the harness's injected faults: a panic
-/// `injected fault: ...` prints that one line (the default hook, with `RUST_BACKTRACE` set,
-/// would capture and print a backtrace in the failing thread before it unwinds, about 80 ms
-/// counted as recovery time), `injected hang of ... released` prints nothing. Other panics go
-/// to the previous hook.
-pub fn quiet_injected_panics() {
-    static ONCE: std::sync::Once = std::sync::Once::new();
-    ONCE.call_once(|| {
-        let previous = std::panic::take_hook();
-        std::panic::set_hook(Box::new(move |info| {
-            let message = panic_message(info);
-            if message.starts_with("injected fault") {
-                eprintln!("recovery: {message}");
-            } else if !message.starts_with("injected hang of") {
-                previous(info)
-            }
-        }));
-    });
 }
 
 /// A kept record watched after a fault.
@@ -984,58 +628,30 @@ impl FaultWatch {
     }
 }
 
-/// The harness's faults in `flat_map` (see the module documentation): shared by every
-/// instance of [`FaultyParseAndLevel`] and the probe.
+/// The harness's faults in `flat_map` (see the module documentation): `weir::testing`'s
+/// [`RecordFaults`] keyed by the input line, firing in order, timed in the probe; shared by
+/// every instance of [`FaultyParseAndLevel`] and the probe.
 #[derive(Debug)]
 pub struct FlatMapFaults {
-    kind: Kind,
-    /// The input lines to fail at, in order.
-    lines: Vec<String>,
-    fired: Vec<AtomicBool>,
-    next: AtomicUsize,
+    faults: RecordFaults<String>,
     probe: Arc<RecoveryProbe>,
-    plan: FaultPlan,
 }
 
 impl FlatMapFaults {
     /// Faults of `kind` at `lines` (in the order they fire), timed in `probe` (its watch has a
     /// fault per line), released with `plan` (the job's `EnvConfig::faults`).
     pub fn new(kind: Kind, lines: Vec<String>, probe: Arc<RecoveryProbe>, plan: FaultPlan) -> Self {
-        let fired = lines.iter().map(|_| AtomicBool::new(false)).collect();
-        FlatMapFaults {
-            kind,
-            lines,
-            fired,
-            next: AtomicUsize::new(0),
-            probe,
-            plan,
-        }
+        let timed = probe.clone();
+        let faults = RecordFaults::new(uid::FLAT_MAP, kind.fault_kind(), lines)
+            .in_order()
+            .released_by(&plan)
+            .on_fire(move |k| timed.fault_fired_now(k));
+        FlatMapFaults { faults, probe }
     }
 
     /// How many fired.
     pub fn fired(&self) -> usize {
-        self.fired
-            .iter()
-            .filter(|f| f.load(Ordering::SeqCst))
-            .count()
-    }
-
-    /// The fault `line` fires, if any (marked fired and timed).
-    #[inline]
-    fn hit(&self, line: &str) -> Option<usize> {
-        let k = self.next.load(Ordering::Relaxed);
-        if self.lines.get(k).is_none_or(|l| l != line) || self.fired[k].swap(true, Ordering::SeqCst)
-        {
-            return None;
-        }
-        self.probe.fault_fired_now(k);
-        self.next.store(k + 1, Ordering::SeqCst);
-        Some(k)
-    }
-
-    /// The last fault that fired, if any.
-    fn last_fired(&self) -> Option<usize> {
-        self.next.load(Ordering::SeqCst).checked_sub(1)
+        self.faults.fired()
     }
 
     fn watched(&self, k: usize) -> Option<&WatchedFault> {
@@ -1089,7 +705,7 @@ impl FaultyParseAndLevel {
     fn catch_up(&mut self, line: &str) {
         let (k, seen) = match self.catch_up {
             CatchUp::Done => return,
-            CatchUp::Fresh => match self.faults.last_fired() {
+            CatchUp::Fresh => match self.faults.faults.last_fired() {
                 None => {
                     self.catch_up = CatchUp::Done;
                     return;
@@ -1098,7 +714,7 @@ impl FaultyParseAndLevel {
             },
             CatchUp::Replaying { k, seen } => (k, seen),
         };
-        if self.faults.lines[k] == line {
+        if self.faults.faults.record(k).is_some_and(|l| l == line) {
             if let Some(f) = self.faults.watched(k) {
                 f.replayed_to_fault.store(seen, Ordering::SeqCst);
             }
@@ -1115,31 +731,11 @@ impl ProcessFunction<Tagged, Result<Cleaned, BadRecord>> for FaultyParseAndLevel
         self.catch_up(&t.line);
         if let Some(k) = self.stopped_at {
             self.faults.processed_after(k);
-        } else if let Some(k) = self.faults.hit(&t.line) {
-            match self.faults.kind {
-                Kind::Panic => panic!(
-                    "injected fault: operator `{}` panics at input record {}",
-                    uid::FLAT_MAP,
-                    self.faults
-                        .probe
-                        .watch
-                        .as_ref()
-                        .map_or(0, |w| w.faults[k].index)
-                ),
-                Kind::Hang => {
-                    while !plan_released(&self.faults.plan) {
-                        std::thread::sleep(Duration::from_millis(5));
-                    }
-                    panic!("injected hang of `{}` released", uid::FLAT_MAP);
-                }
-                Kind::Stop => {
-                    // The arbiter's loop ends after this poll: every actor on it is dropped
-                    // and reported lost.
-                    actix_rt::Arbiter::current().stop();
-                    self.stopped_at = Some(k);
-                    self.faults.processed_after(k);
-                }
-            }
+        } else if let Some(k) = self.faults.faults.check(&t.line) {
+            // Only a stop returns (a panic or a hang does not): the arbiter's loop ends after
+            // this poll, and this instance counts what it processes until then.
+            self.stopped_at = Some(k);
+            self.faults.processed_after(k);
         }
         self.inner.process(t, out);
     }
@@ -1165,63 +761,6 @@ impl Operator for FaultyParseAndLevel {
     fn on_config(&mut self, key: &str, value: &str) -> Result<(), ConfigError> {
         self.inner.on_config(key, value)
     }
-}
-
-// ---------------------------------------------------------------------------------------------
-// Output directories
-// ---------------------------------------------------------------------------------------------
-
-/// Makes `dir` and deletes the sink's files (`part-<s>-<n>[.pending|.inprogress]`) an earlier
-/// run left there; other files are left alone. The number deleted.
-pub fn clear_part_files(dir: &Path) -> std::io::Result<usize> {
-    std::fs::create_dir_all(dir)?;
-    let mut n = 0;
-    for entry in std::fs::read_dir(dir)? {
-        let entry = entry?;
-        let name = entry.file_name();
-        if parse_part_name(&name.to_string_lossy()).is_some() && entry.file_type()?.is_file() {
-            std::fs::remove_file(entry.path())?;
-            n += 1;
-        }
-    }
-    Ok(n)
-}
-
-/// The committed output of a sink directory.
-#[derive(Debug, Default)]
-pub struct Committed {
-    /// Every line of the final files.
-    pub lines: Vec<String>,
-    /// Final files read.
-    pub files: usize,
-    /// `.pending` and `.inprogress` files left (none after a job that finished).
-    pub uncommitted_files: usize,
-}
-
-/// Reads the final files of `dir` (in name order).
-pub fn read_committed(dir: &Path) -> std::io::Result<Committed> {
-    let mut out = Committed::default();
-    if !dir.exists() {
-        return Ok(out);
-    }
-    let mut finals = Vec::new();
-    for entry in std::fs::read_dir(dir)? {
-        let entry = entry?;
-        let name = entry.file_name().to_string_lossy().into_owned();
-        match parse_part_name(&name) {
-            Some((s, n, PartKind::Final)) => finals.push((s, n, entry.path())),
-            Some(_) => out.uncommitted_files += 1,
-            None => {}
-        }
-    }
-    finals.sort();
-    out.files = finals.len();
-    for (_, _, path) in finals {
-        for line in std::io::BufReader::new(File::open(path)?).lines() {
-            out.lines.push(line?);
-        }
-    }
-    Ok(out)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1394,158 +933,87 @@ pub struct Tally {
     pub missing_examples: Vec<u64>,
 }
 
-/// Compares `lines` (committed) with `expected`.
+/// Compares `lines` (committed) with `expected`, with `weir::testing`'s [`ExactlyOnce`]: by
+/// answer id (duplicates, missing, unexpected), and by line content (a committed line that is
+/// not one of the expected lines, by multiset, is wrong).
 pub fn tally(expected: &Expected, lines: &[String]) -> Tally {
-    let mut want: HashMap<u64, i64> = HashMap::with_capacity(expected.kept.len());
-    let mut want_lines: HashMap<u64, i64> = HashMap::with_capacity(expected.kept.len());
-    for k in &expected.kept {
-        *want.entry(k.id).or_default() += 1;
-        *want_lines.entry(k.line_hash).or_default() += 1;
-    }
-    let mut t = Tally {
+    let mut unparsable = 0;
+    let ids: Vec<u64> = lines
+        .iter()
+        .filter_map(|line| {
+            let id = line.split(',').next().and_then(|s| s.parse::<u64>().ok());
+            unparsable += u64::from(id.is_none());
+            id
+        })
+        .collect();
+    let by_id = ExactlyOnce::new(expected.kept.iter().map(|k| k.id)).check(ids);
+    let by_line = ExactlyOnce::new(expected.kept.iter().map(|k| k.line_hash))
+        .check(lines.iter().map(|l| line_hash(l)));
+    Tally {
         committed: lines.len() as u64,
-        ..Default::default()
-    };
-    let mut seen: HashMap<u64, i64> = HashMap::with_capacity(lines.len());
-    for line in lines {
-        match line.split(',').next().and_then(|s| s.parse::<u64>().ok()) {
-            Some(id) => *seen.entry(id).or_default() += 1,
-            None => t.unparsable += 1,
-        }
-        match want_lines.get_mut(&line_hash(line)) {
-            Some(n) if *n > 0 => *n -= 1,
-            _ => t.wrong_lines += 1,
-        }
+        duplicates: by_id.duplicates,
+        missing: by_id.missing,
+        unexpected: by_id.unexpected,
+        // Extra copies of an expected line, and lines not expected at all.
+        wrong_lines: by_line.duplicates + by_line.unexpected,
+        unparsable,
+        duplicate_examples: by_id.duplicate_ids,
+        missing_examples: by_id.missing_ids,
     }
-    let mut dup_ids = Vec::new();
-    let mut missing_ids = Vec::new();
-    for (id, &n) in &seen {
-        match want.get(id) {
-            None => t.unexpected += n as u64,
-            Some(&w) if n > w => {
-                t.duplicates += (n - w) as u64;
-                dup_ids.push(*id);
-            }
-            _ => {}
-        }
-    }
-    for (id, &w) in &want {
-        let n = seen.get(id).copied().unwrap_or(0);
-        if n < w {
-            t.missing += (w - n) as u64;
-            missing_ids.push(*id);
-        }
-    }
-    dup_ids.sort_unstable();
-    missing_ids.sort_unstable();
-    t.duplicate_examples = dup_ids.into_iter().take(10).collect();
-    t.missing_examples = missing_ids.into_iter().take(10).collect();
-    t
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn dir(name: &str) -> PathBuf {
-        let d = std::env::temp_dir().join(format!(
-            "weir-recovery-support-{name}-{}",
-            std::process::id()
-        ));
-        let _ = std::fs::remove_dir_all(&d);
-        d
-    }
-
-    fn cx(subtask: usize) -> SinkContext {
-        SinkContext {
-            uid: "sink".into(),
-            subtask,
-            parallelism: 2,
-            checkpointing: true,
-        }
-    }
-
-    fn write(s: &mut TwoPhaseFileSink<String>, lines: &[&str]) {
-        let mut batch: Vec<String> = lines.iter().map(|l| l.to_string()).collect();
-        s.write_batch(&mut batch).unwrap();
-    }
-
-    fn names(d: &Path) -> Vec<String> {
-        let mut v: Vec<String> = std::fs::read_dir(d)
-            .unwrap()
-            .map(|e| e.unwrap().file_name().into_string().unwrap())
-            .collect();
-        v.sort();
-        v
-    }
-
     #[test]
-    fn restore_commits_the_checkpoint_and_drops_the_failed_attempt() {
-        let d = dir("restore");
-        let mut a = TwoPhaseFileSink::create(&d, &cx(0), encode_string, None).unwrap();
+    fn a_probed_sink_tells_the_probe_what_its_sink_did() {
+        let d = std::env::temp_dir().join(format!("weir-probed-sink-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        let cx = SinkContext {
+            uid: "sink".into(),
+            subtask: 0,
+            parallelism: 1,
+            checkpointing: true,
+        };
+        let probe = Arc::new(RecoveryProbe::new(Some(2)));
+        let write = |s: &mut ProbedSink, lines: &[&str]| {
+            let mut batch: Vec<String> = lines.iter().map(|l| l.to_string()).collect();
+            s.write_batch(&mut batch).unwrap();
+        };
+        let mut a = ProbedSink::create(&d, &cx, Some(probe.clone())).unwrap();
+        a.initialize(None).unwrap();
         write(&mut a, &["1,a", "2,b"]);
         let state = a.pre_commit(1).unwrap().unwrap();
         write(&mut a, &["3,c"]);
-        a.pre_commit(2).unwrap(); // checkpoint 2 never completes
-        write(&mut a, &["4,d"]);
-        drop(a); // the failure
-        assert_eq!(
-            names(&d),
-            [
-                "part-0-1.pending",
-                "part-0-2.pending",
-                "part-0-3.inprogress"
-            ]
-        );
-        let mut b = TwoPhaseFileSink::create(&d, &cx(0), encode_string, None).unwrap();
-        b.initialize(Some(&state)).unwrap();
-        assert_eq!(names(&d), ["part-0-1"]);
-        b.commit(1).unwrap(); // a late notification is harmless
-        write(&mut b, &["3,c", "4,d"]);
-        b.finish().unwrap();
-        b.commit(FINAL_COMMIT).unwrap();
-        let c = read_committed(&d).unwrap();
-        assert_eq!(c.lines, ["1,a", "2,b", "3,c", "4,d"]);
-        assert_eq!(c.uncommitted_files, 0);
-        std::fs::remove_dir_all(&d).unwrap();
-    }
-
-    #[test]
-    fn a_restart_without_a_checkpoint_starts_clean_and_leaves_other_subtasks_alone() {
-        let d = dir("fresh");
-        let mut a = TwoPhaseFileSink::create(&d, &cx(0), encode_string, None).unwrap();
-        let mut other = TwoPhaseFileSink::create(&d, &cx(1), encode_string, None).unwrap();
-        write(&mut a, &["1,a"]);
-        a.pre_commit(1).unwrap();
-        write(&mut a, &["2,b"]);
-        write(&mut other, &["9,z"]);
-        other.pre_commit(1).unwrap();
+        a.pre_commit(2).unwrap(); // never completes
         drop(a);
-        let mut b = TwoPhaseFileSink::create(&d, &cx(0), encode_string, None).unwrap();
-        write(&mut b, &["1,a", "2,b"]);
-        assert_eq!(
-            names(&d),
-            ["part-0-1.inprogress", "part-1-1.pending"],
-            "the failed attempt's files are gone, subtask 1's stay"
+        assert_eq!(probe.target_before_fault.load(Ordering::SeqCst), 1);
+        RecoveryProbe::stamp(&probe.fault_ns);
+        let mut b = ProbedSink::create(&d, &cx, Some(probe.clone())).unwrap();
+        b.initialize(Some(&state)).unwrap();
+        assert_eq!(probe.committed_by_restore.load(Ordering::SeqCst), 1);
+        assert_eq!(probe.discarded_files.load(Ordering::SeqCst), 1);
+        assert_eq!(*probe.restored_checkpoint.lock().unwrap(), Some(1));
+        write(&mut b, &["2,b", "3,c"]);
+        assert_eq!(probe.target_after_fault.load(Ordering::SeqCst), 1);
+        assert_ne!(
+            probe.first_write_after_fault_ns.load(Ordering::SeqCst),
+            UNSET
         );
-        b.pre_commit(1).unwrap();
-        b.commit(1).unwrap();
-        other.commit(1).unwrap();
-        assert_eq!(read_committed(&d).unwrap().lines, ["1,a", "2,b", "9,z"]);
+        b.pre_commit(2).unwrap();
+        assert_eq!(
+            probe.first_commit_after_fault_ns.load(Ordering::SeqCst),
+            UNSET
+        );
+        b.commit(2).unwrap();
+        assert_ne!(
+            probe.first_commit_after_fault_ns.load(Ordering::SeqCst),
+            UNSET
+        );
+        assert_eq!(probe.last_checkpoint_before(u64::MAX).map(|c| c.0), Some(2));
+        assert_eq!(probe.sink_instances.load(Ordering::SeqCst), 2);
         std::fs::remove_dir_all(&d).unwrap();
-    }
-
-    #[test]
-    fn plan_released_reads_the_jobs_release_of_hung_subtasks() {
-        let plan = FaultPlan::new(Vec::new());
-        assert!(!plan_released(&plan), "{plan:?}");
-        let mut cfg = weir::EnvConfig::default();
-        cfg.faults = plan.clone();
-        let env = Env::with_config(cfg);
-        let _ = env.generate(10, |i| i).collect();
-        env.execute("plan-released").unwrap();
-        // A job releases its plan's hung subtasks when it stops.
-        assert!(plan_released(&plan), "{plan:?}");
     }
 
     #[test]

@@ -21,7 +21,8 @@
 //! The graph is `weir_benches::recovery_support::build_cleaning_job`: the operators, uids and
 //! functions of `build_answer_cleaning` (`levels`, `source`, `connect`, `flat_map`, `split`,
 //! `filter`, `map`, `sink`, `malformed`), but both sinks are the exactly-once part-file sink of
-//! `recovery_support` (two-phase commit on the checkpoint hooks): `sink` writes
+//! `weir::testing` (`TwoPhaseFileSink`, two-phase commit on the checkpoint hooks; `sink`
+//! through `recovery_support::ProbedSink`, which times it): `sink` writes
 //! `part-<subtask>-<checkpoint>` files into the output directory, `malformed` into its
 //! `malformed/` subdirectory. (The `map` does not count levels: those counters are not
 //! checkpointed state and would count replayed records twice.)
@@ -63,12 +64,12 @@
 //! holds it (forward to the same `flat_map` subtask); a file is read whole by source subtask 0
 //! and dealt round robin per record, so record `i` goes to `flat_map` subtask `i % p`.
 //!
-//! The faults are the harness's, not `weir::testing::FaultPlan`'s: `flat_map` is
-//! `FaultyParseAndLevel`, which fails when it first sees a fault's input record (by its line),
-//! before processing it (see `recovery_support`, "Faults in `flat_map`"). A plan fault counts
-//! an operator instance's records, and under restart-all a restarted instance counts from zero
-//! at its restored position, which is not known in advance: the 2nd to K-th fault would land
-//! at unknown records. The record itself is the same in every attempt and in a promoted
+//! The faults are record faults (`weir::testing::RecordFaults`), not `FaultPlan` faults:
+//! `flat_map` is `FaultyParseAndLevel`, which fails when it first sees a fault's input record
+//! (by its line), before processing it (see `recovery_support`, "Faults in `flat_map`"). A
+//! plan fault counts an operator instance's records, and under restart-all a restarted
+//! instance counts from zero at its restored position, which is not known in advance: the 2nd
+//! to K-th fault would land at unknown records. The record itself is the same in every attempt and in a promoted
 //! backup. A hang is released (and ends in a panic) when the job stops or restarts, as the
 //! framework's own hangs are; a stop lets the arbiter finish its current poll, so the failed
 //! instance may process a few more records (`processed_after_fault`).
@@ -113,13 +114,12 @@ use std::time::{Duration, Instant};
 use clap::Parser;
 use serde_json::{json, Value};
 use weir::sink::SinkContext;
-use weir::testing::FaultPlan;
+use weir::testing::{clear_part_files, quiet_injected_panics_with, read_committed, FaultPlan};
 use weir::{BackupPolicy, Env, EnvConfig, RestartStrategy};
 use weir_benches::clock_ns;
 use weir_benches::recovery_support::{
-    build_cleaning_job, clear_part_files, encode_string, input_lines_at, quiet_injected_panics,
-    read_committed, tally, Expected, FaultWatch, FlatMapFaults, FlatMapSetup, Kind, RecoveryProbe,
-    TwoPhaseFileSink,
+    build_cleaning_job, input_lines_at, tally, Expected, FaultWatch, FlatMapFaults, FlatMapSetup,
+    Kind, ProbedSink, RecoveryProbe,
 };
 use weir_examples::answers::{uid, Answers, DEFAULT_SEED};
 
@@ -436,7 +436,7 @@ fn run(args: Args) -> Result<Value, String> {
             .map_err(|e| format!("cannot remove {}: {e}", job_chk.display()))?;
     }
 
-    quiet_injected_panics();
+    quiet_injected_panics_with("recovery: ");
     let probe = Arc::new(RecoveryProbe::with_watch(watch));
     // No plan faults: the plan only carries the job's release of hung subtasks.
     let plan = FaultPlan::new(Vec::new());
@@ -497,9 +497,7 @@ fn run(args: Args) -> Result<Value, String> {
         p,
         &out_dir,
         &setup,
-        move |cx: &SinkContext| {
-            TwoPhaseFileSink::create(&dir, cx, encode_string, Some(sink_probe.clone()))
-        },
+        move |cx: &SinkContext| ProbedSink::create(&dir, cx, Some(sink_probe.clone())),
     );
     let started = Instant::now();
     let started_ns = clock_ns();

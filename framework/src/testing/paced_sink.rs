@@ -1,18 +1,6 @@
-//! Testing utilities for users: inject faults into a job ([`FaultPlan`]) and pace a sink
-//! ([`PacedSink`]). The fault mechanism itself lives in the crate's `fault` module, which the
-//! operators use; this module is where tests and benchmarks meet it.
-//!
-//! ```
-//! use weir::testing::{Fault, FaultKind, FaultPlan};
-//! let plan = FaultPlan::new(vec![Fault::new("flat_map", FaultKind::Panic, 500_000)]);
-//! let mut cfg = weir::EnvConfig::default();
-//! cfg.faults = plan.clone();
-//! assert_eq!(plan.fired(), 0);
-//! ```
+//! A sink of fixed capacity ([`PacedSink`]), for backpressure tests and benchmarks.
 
 use std::time::Duration;
-
-pub use crate::fault::{Fault, FaultKind, FaultPlan};
 
 // ANCHOR: paced_sink
 /// A sink of fixed capacity, for backpressure tests and benchmarks: a server that takes a
@@ -34,6 +22,10 @@ pub struct PacedSink {
 
 impl PacedSink {
     /// A sink that takes `capacity` records per second.
+    ///
+    /// ```
+    /// let _ten_thousand_per_second = weir::testing::PacedSink::new(10_000.0);
+    /// ```
     pub fn new(capacity: f64) -> Self {
         PacedSink {
             capacity,

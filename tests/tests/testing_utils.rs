@@ -1,0 +1,191 @@
+//! `weir::testing` used as a user would: a job of one's own under record-keyed faults, by
+//! restart-all from checkpoints and by promoting a backup, checked with the exactly-once
+//! checker; a fault armed on an event (`wait_for_checkpoint`), not after a sleep.
+
+mod common;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::{within_timeout, TempDir, TIMEOUT};
+use weir::rate::RateControlConfig;
+use weir::testing::{
+    quiet_injected_panics, read_committed, wait_for_checkpoint, ExactlyOnce, FaultKind,
+    RecordFaults, TwoPhaseFileSink,
+};
+use weir::{Env, EnvConfig, RestartStrategy};
+
+const N: u64 = 20_000;
+
+/// Checkpoints every 10 ms into `dir`, up to `attempts` restarts without delay.
+fn config(dir: &TempDir, attempts: u32) -> EnvConfig {
+    let mut cfg = EnvConfig::default();
+    cfg.checkpoint.interval = Some(Duration::from_millis(10));
+    cfg.checkpoint.directory = dir.path().to_owned();
+    cfg.restart = Some(RestartStrategy::FixedDelay {
+        attempts,
+        delay: Duration::ZERO,
+    });
+    cfg
+}
+
+/// Three panics, in both subtasks of the operator (source shares 0..N/2 and N/2..N), each
+/// at a record chosen in advance.
+fn three_panics() -> RecordFaults<u64> {
+    RecordFaults::new("op", FaultKind::Panic, vec![1_000, 12_000, 17_500])
+}
+
+#[test]
+fn record_faults_under_restart_all_are_recovered_exactly_once() {
+    quiet_injected_panics();
+    let dir = TempDir::new("testing-utils-restart");
+    let faults = three_panics();
+    let mut cfg = config(&dir, 5);
+    cfg.faults = faults.plan().clone();
+    let env = Env::with_config(cfg);
+    let out = env
+        .generate(N, |i| i)
+        .set_parallelism(2)
+        .map(faults.wrap(|x: u64| x))
+        .uid("op")
+        .set_parallelism(2)
+        .collect();
+    let handle = env.start("testing-utils-restart").unwrap();
+    let result = within_timeout(move || handle.wait()).unwrap();
+    assert_eq!(faults.fired(), 3, "{faults:?}");
+    if let Some(stats) = &result.checkpoints {
+        // Faults of both subtasks can fire in one attempt, before the job stops it.
+        assert!((1..=3).contains(&stats.num_restarts), "{stats:?}");
+    }
+    ExactlyOnce::new(0..N)
+        .check(out.take())
+        .assert_exactly_once();
+}
+
+#[test]
+fn record_faults_with_a_part_file_sink_commit_every_record_once() {
+    quiet_injected_panics();
+    let dir = TempDir::new("testing-utils-files");
+    let out_dir = dir.path().join("out");
+    let faults = RecordFaults::new("format", FaultKind::Panic, vec![4_000u64, 15_000]);
+    let mut cfg = config(&dir, 5);
+    cfg.faults = faults.plan().clone();
+    let env = Env::with_config(cfg);
+    let d = out_dir.clone();
+    env.generate(N, |i| i)
+        .set_parallelism(2)
+        .map(faults.wrap(|x: u64| format!("{x},record")))
+        .uid("format")
+        .set_parallelism(2)
+        .add_sink("exactly_once", move |cx| TwoPhaseFileSink::lines(&d, cx))
+        .set_parallelism(2);
+    let handle = env.start("testing-utils-files").unwrap();
+    within_timeout(move || handle.wait()).unwrap();
+    assert_eq!(faults.fired(), 2, "{faults:?}");
+    let committed = read_committed(&out_dir).unwrap();
+    assert_eq!(committed.uncommitted_files, 0, "{committed:?}");
+    let ids = committed.lines.iter().map(|l| {
+        l.split(',')
+            .next()
+            .and_then(|id| id.parse::<u64>().ok())
+            .unwrap_or(u64::MAX)
+    });
+    ExactlyOnce::new(0..N).check(ids).assert_exactly_once();
+}
+
+#[test]
+fn record_faults_in_a_backed_up_operator_are_recovered_by_promotion() {
+    quiet_injected_panics();
+    let dir = TempDir::new("testing-utils-backup");
+    let faults = three_panics();
+    let mut cfg = config(&dir, 5);
+    cfg.faults = faults.plan().clone();
+    let env = Env::with_config(cfg);
+    let out = env
+        .generate(N, |i| i)
+        .set_parallelism(2)
+        .map(faults.wrap(|x: u64| x))
+        .uid("op")
+        .set_parallelism(2)
+        .with_backup()
+        .collect();
+    let handle = env.start("testing-utils-backup").unwrap();
+    let result = within_timeout(move || handle.wait()).unwrap();
+    // The promoted backup replays from the primary's last state and sees the fault's record
+    // again: a record fault fires once, so it passes.
+    assert_eq!(faults.fired(), 3, "{faults:?}");
+    let promotions: u64 = result.backups.iter().map(|b| b.promotions).sum();
+    // At least: a busy machine may also declare a slow primary hung (a correct promotion).
+    assert!(promotions >= 3, "{:?}", result.backups);
+    ExactlyOnce::new(0..N)
+        .check(out.take())
+        .assert_exactly_once();
+}
+
+#[test]
+fn a_fault_armed_once_a_checkpoint_completed_restores_from_it() {
+    quiet_injected_panics();
+    let dir = TempDir::new("testing-utils-armed");
+    let mut cfg = config(&dir, 3);
+    // An endless source, throttled so the collected output stays small.
+    let mut rc = RateControlConfig::default();
+    rc.enabled = true;
+    rc.initial_rate = Some(20_000.0);
+    rc.min_rate = 20_000.0;
+    rc.max_rate = Some(20_000.0);
+    cfg.rate_control = rc;
+    let env = Env::with_config(cfg);
+    let armed = Arc::new(AtomicBool::new(false));
+    let fired = Arc::new(AtomicBool::new(false));
+    let (a, f) = (armed.clone(), fired.clone());
+    let out = env
+        .generate(u64::MAX, |i| i)
+        .map(move |x: u64| {
+            if a.load(Ordering::SeqCst) && !f.swap(true, Ordering::SeqCst) {
+                panic!("injected fault: `op` panics once armed, at record {x}");
+            }
+            x
+        })
+        .uid("op")
+        .set_parallelism(2)
+        .collect();
+    let job = env.start("testing-utils-armed").unwrap();
+
+    let safe = wait_for_checkpoint(&job, 2, TIMEOUT).unwrap();
+    let safe_id = safe
+        .last_completed_checkpoint_id
+        .expect("a completed checkpoint");
+    armed.store(true, Ordering::SeqCst);
+    // The event of the restart, then a checkpoint of the restarted job.
+    let deadline = Instant::now() + TIMEOUT;
+    let restarted = loop {
+        let s = job.checkpoint_stats().expect("stats");
+        if s.num_restarts >= 1 {
+            break s;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no restart within {TIMEOUT:?}: {s:?}"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    };
+    let after =
+        wait_for_checkpoint(&job, restarted.number_of_completed_checkpoints + 1, TIMEOUT).unwrap();
+    assert!(fired.load(Ordering::SeqCst));
+    assert_eq!(after.num_restarts, 1, "{after:?}");
+    let restored = after.last_restored_checkpoint_id.expect("restored");
+    assert!(
+        restored >= safe_id,
+        "restored {restored}, completed {safe_id} before the fault"
+    );
+
+    // Stopped with a savepoint, the job has committed a prefix of the source, each once.
+    let savepoints = TempDir::new("testing-utils-armed-savepoint");
+    let savepoint_dir = savepoints.path().join("sp");
+    within_timeout(move || job.stop_with_savepoint(&savepoint_dir)).unwrap();
+    let got = out.take();
+    let end = got.iter().max().map_or(0, |m| m + 1);
+    assert!(end > 0, "nothing committed");
+    ExactlyOnce::new(0..end).check(got).assert_exactly_once();
+}
