@@ -8,7 +8,6 @@ use std::sync::mpsc as std_mpsc;
 use std::thread::JoinHandle;
 
 use actix::prelude::*;
-use futures::channel::oneshot;
 
 use crate::backup::BackupMetrics;
 use crate::checkpoint::coordinator::CheckpointStats;
@@ -37,7 +36,7 @@ impl Canceller {
     pub fn cancel(&self) {
         // The answer (every subtask stopped) is for callers that wait; `wait` is how a
         // handle's owner learns the job's end.
-        let (reply, _answer) = oneshot::channel();
+        let (reply, _answer) = std_mpsc::channel();
         self.commands.send(Command::Cancel(reply));
     }
 }
@@ -145,7 +144,7 @@ impl JobHandle {
         dir: &std::path::Path,
         stop: bool,
     ) -> Result<std::path::PathBuf, JobError> {
-        let (reply, answer) = oneshot::channel();
+        let (reply, answer) = std_mpsc::channel();
         self.canceller
             .commands
             .send(Command::Savepoint(SavepointRequest {
@@ -153,10 +152,10 @@ impl JobHandle {
                 stop,
                 reply,
             }));
-        let message = match futures::executor::block_on(answer) {
+        let message = match answer.recv() {
             Ok(Ok(path)) => return Ok(path),
             Ok(Err(message)) => message,
-            Err(oneshot::Canceled) => "the job ended before the savepoint completed".to_string(),
+            Err(_) => "the job ended before the savepoint completed".to_string(),
         };
         Err(JobError::Savepoint {
             job: self.name.clone(),
@@ -249,15 +248,12 @@ impl JobHandle {
     /// The new settings take effect at the next update; disabling lifts the limit at once.
     pub fn set_rate_control(&self, config: RateControlConfig) -> Result<(), RateConfigError> {
         config.validate()?;
-        let (reply, applied) = oneshot::channel();
-        if self
-            .canceller
+        // The controller answers once the change is applied; like a config change sent to a
+        // running job, this call does not wait for it.
+        let (reply, _applied) = std_mpsc::channel();
+        self.canceller
             .commands
-            .send(Command::SetRateControl(config, reply))
-        {
-            // Answered once applied; a job that ended first has nothing to change.
-            let _ = futures::executor::block_on(applied);
-        }
+            .send(Command::SetRateControl(config, reply));
         Ok(())
     }
 
@@ -268,6 +264,11 @@ impl JobHandle {
             .iter()
             .map(|g| g.metrics())
             .collect()
+    }
+
+    /// Whether the job has ended (its result is ready for [`JobHandle::wait`]).
+    pub fn is_finished(&self) -> bool {
+        self.thread.as_ref().is_none_or(|t| t.is_finished())
     }
 
     /// Waits for the job to end.

@@ -11,10 +11,8 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-use futures::channel::oneshot;
-
 /// Where a savepoint's answer goes: its path, or why there is none.
-pub(crate) type SavepointReply = oneshot::Sender<Result<PathBuf, String>>;
+pub(crate) type SavepointReply = std::sync::mpsc::Sender<Result<PathBuf, String>>;
 
 /// One pending savepoint.
 #[derive(Debug)]
@@ -99,12 +97,10 @@ impl SavepointRequests {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::mpsc::Receiver;
 
-    fn request(
-        dir: &str,
-        stop: bool,
-    ) -> (SavepointRequest, oneshot::Receiver<Result<PathBuf, String>>) {
-        let (reply, answer) = oneshot::channel();
+    fn request(dir: &str, stop: bool) -> (SavepointRequest, Receiver<Result<PathBuf, String>>) {
+        let (reply, answer) = std::sync::mpsc::channel();
         (
             SavepointRequest {
                 dir: PathBuf::from(dir),
@@ -115,8 +111,8 @@ mod tests {
         )
     }
 
-    fn answer(rx: oneshot::Receiver<Result<PathBuf, String>>) -> Option<Result<PathBuf, String>> {
-        futures::executor::block_on(rx).ok()
+    fn answer(rx: Receiver<Result<PathBuf, String>>) -> Option<Result<PathBuf, String>> {
+        rx.recv().ok()
     }
 
     #[test]

@@ -6,21 +6,25 @@
 //!
 //! [`JobHandle`]: crate::JobHandle
 
-use futures::channel::{mpsc, oneshot};
+use futures::channel::mpsc;
 
 use crate::rate::RateControlConfig;
 use crate::savepoint::SavepointRequest;
+
+/// Where a command's answer goes: a plain channel, so a caller can wait for it from any
+/// thread, inside an executor or not; a dropped sender means the job ended first.
+pub(crate) type Reply<T> = std::sync::mpsc::Sender<T>;
 
 /// A command to a job's controller.
 #[derive(Debug)]
 pub(crate) enum Command {
     /// Stop the job; it ends with [`JobError::Cancelled`](crate::JobError::Cancelled). The
     /// answer comes once every subtask has stopped.
-    Cancel(oneshot::Sender<()>),
+    Cancel(Reply<()>),
     /// Take a savepoint (then stop the job if the request says so).
     Savepoint(SavepointRequest),
     /// Replace the sources' rate control (already validated); answered once applied.
-    SetRateControl(RateControlConfig, oneshot::Sender<()>),
+    SetRateControl(RateControlConfig, Reply<()>),
 }
 
 /// The sending side of a controller's command channel; cloneable, usable from any thread.

@@ -25,42 +25,81 @@ use crate::{CheckpointStats, JobHandle};
 /// How often [`wait_for_checkpoint`] reads the job's statistics.
 pub const POLL_INTERVAL: Duration = Duration::from_millis(1);
 
-/// [`wait_for_checkpoint`] gave up.
+/// Why [`wait_for_checkpoint`] gave up.
 #[derive(Debug, Clone, PartialEq)]
-pub struct CheckpointWaitTimeout {
-    /// The number of completed checkpoints waited for.
-    pub wanted: u64,
-    /// How long it waited.
-    pub waited: Duration,
-    /// The job's statistics when it gave up (`None`: it had none yet).
-    pub last: Option<CheckpointStats>,
+#[non_exhaustive]
+pub enum CheckpointWaitError {
+    /// The job did not complete enough checkpoints in time (are checkpoints off?).
+    TimedOut {
+        /// The number of completed checkpoints waited for.
+        wanted: u64,
+        /// How long it waited.
+        waited: Duration,
+        /// The job's statistics when it gave up (`None`: it had none yet).
+        last: Option<CheckpointStats>,
+    },
+    /// The job ended before it completed enough checkpoints (`wait` tells how).
+    JobEnded {
+        /// The number of completed checkpoints waited for.
+        wanted: u64,
+        /// The job's last statistics (`None`: it had none).
+        last: Option<CheckpointStats>,
+    },
 }
 
-impl fmt::Display for CheckpointWaitTimeout {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "the job did not complete {} checkpoint(s) within {:?} (completed: {}, failed: {}); \
-             has it ended, or are checkpoints off?",
-            self.wanted,
-            self.waited,
-            self.last
-                .as_ref()
-                .map_or(0, |s| s.number_of_completed_checkpoints),
-            self.last
-                .as_ref()
-                .map_or(0, |s| s.number_of_failed_checkpoints),
-        )
+impl CheckpointWaitError {
+    /// The number of completed checkpoints waited for.
+    pub fn wanted(&self) -> u64 {
+        match self {
+            CheckpointWaitError::TimedOut { wanted, .. }
+            | CheckpointWaitError::JobEnded { wanted, .. } => *wanted,
+        }
     }
 }
 
-impl std::error::Error for CheckpointWaitTimeout {}
+fn counts(last: &Option<CheckpointStats>) -> (u64, u64) {
+    last.as_ref().map_or((0, 0), |s| {
+        (
+            s.number_of_completed_checkpoints,
+            s.number_of_failed_checkpoints,
+        )
+    })
+}
+
+impl fmt::Display for CheckpointWaitError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            CheckpointWaitError::TimedOut {
+                wanted,
+                waited,
+                last,
+            } => {
+                let (done, failed) = counts(last);
+                write!(
+                    f,
+                    "the job did not complete {wanted} checkpoint(s) within {waited:?} \
+                     (completed: {done}, failed: {failed}); are checkpoints off?"
+                )
+            }
+            CheckpointWaitError::JobEnded { wanted, last } => {
+                let (done, failed) = counts(last);
+                write!(
+                    f,
+                    "the job ended before it completed {wanted} checkpoint(s) \
+                     (completed: {done}, failed: {failed})"
+                )
+            }
+        }
+    }
+}
+
+impl std::error::Error for CheckpointWaitError {}
 
 /// Waits until `job` has completed at least `n` checkpoints (counted over every restart
 /// attempt: `CheckpointStats::number_of_completed_checkpoints`) and returns its statistics
 /// then; gives up after `timeout`. It reads [`JobHandle::checkpoint_stats`] every
-/// [`POLL_INTERVAL`]. A job that ends first, or runs without checkpoints, is seen as a
-/// timeout (the handle does not tell whether the job still runs).
+/// [`POLL_INTERVAL`]. A job that ends first is [`CheckpointWaitError::JobEnded`] (as soon as it
+/// has ended); one that runs without checkpoints times out.
 ///
 /// ```
 /// use std::time::Duration;
@@ -69,15 +108,23 @@ impl std::error::Error for CheckpointWaitTimeout {}
 /// env.generate(u64::MAX, |i| i).add_sink("paced", |_| Ok(weir::testing::PacedSink::new(1e6)));
 /// let job = env.start("no-checkpoints-doc").unwrap();
 /// let e = wait_for_checkpoint(&job, 1, Duration::from_millis(20)).unwrap_err();
-/// assert_eq!(e.wanted, 1);
+/// assert!(matches!(e, weir::testing::CheckpointWaitError::TimedOut { wanted: 1, .. }));
 /// job.cancel();
 /// let _ = job.wait();
+///
+/// // A job that ends first.
+/// let env = weir::Env::new();
+/// env.generate(10, |i| i).collect();
+/// let job = env.start("ends-doc").unwrap();
+/// let e = wait_for_checkpoint(&job, 1, Duration::from_secs(30)).unwrap_err();
+/// assert!(matches!(e, weir::testing::CheckpointWaitError::JobEnded { .. }), "{e}");
+/// assert!(job.wait().is_ok());
 /// ```
 pub fn wait_for_checkpoint(
     job: &JobHandle,
     n: u64,
     timeout: Duration,
-) -> Result<CheckpointStats, CheckpointWaitTimeout> {
+) -> Result<CheckpointStats, CheckpointWaitError> {
     let started = Instant::now();
     loop {
         let stats = job.checkpoint_stats();
@@ -90,9 +137,20 @@ pub fn wait_for_checkpoint(
         {
             return Ok(s.clone());
         }
+        if job.is_finished() {
+            // Statistics published just before the end are read once more.
+            let last = job.checkpoint_stats();
+            if let Some(s) = last
+                .as_ref()
+                .filter(|s| s.number_of_completed_checkpoints >= n)
+            {
+                return Ok(s.clone());
+            }
+            return Err(CheckpointWaitError::JobEnded { wanted: n, last });
+        }
         let waited = started.elapsed();
         if waited >= timeout {
-            return Err(CheckpointWaitTimeout {
+            return Err(CheckpointWaitError::TimedOut {
                 wanted: n,
                 waited,
                 last: stats,

@@ -55,7 +55,7 @@ mod paced_sink;
 mod part_files;
 
 pub use crate::fault::{Fault, FaultKind, FaultPlan};
-pub use checkpoints::{wait_for_checkpoint, CheckpointWaitTimeout, POLL_INTERVAL};
+pub use checkpoints::{wait_for_checkpoint, CheckpointWaitError, POLL_INTERVAL};
 pub use exactly_once::{ExactlyOnce, ExactlyOnceReport, EXAMPLES};
 pub use faults::{
     quiet_injected_panics, quiet_injected_panics_with, quiet_released_hangs, RecordFaults,

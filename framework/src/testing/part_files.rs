@@ -57,7 +57,7 @@ use crate::sink::{Sink, SinkContext};
 use crate::SinkError;
 
 /// The checkpoint id of the commit a job makes at the end of its input.
-pub const FINAL_COMMIT: u64 = crate::job::FINAL_COMMIT;
+pub const FINAL_COMMIT: u64 = crate::checkpoint::FINAL_COMMIT;
 
 /// Kinds of the sink's files.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]

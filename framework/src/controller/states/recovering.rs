@@ -78,7 +78,7 @@ impl Recovering {
 async fn wait_answering(
     ctx: &mut JobContext,
     delay: Duration,
-) -> Option<futures::channel::oneshot::Sender<()>> {
+) -> Option<crate::controller::command::Reply<()>> {
     let mut sleep = Box::pin(actix_rt::time::sleep(delay).fuse());
     loop {
         let command = futures::select_biased! {

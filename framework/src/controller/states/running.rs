@@ -1,5 +1,5 @@
-//! `Running`: the deployment is up. The controller serves, in this order of priority, what
-//! subtasks report (finished, failed, lost, checkpoint acks), commands from outside, the
+//! `Running`: the deployment is up. The controller serves, in this order of priority, commands
+//! from outside, what subtasks report (finished, failed, lost, checkpoint acks), the
 //! heartbeats of backed-up subtasks, and its periodic tick (metrics, rate control, hang
 //! detection, checkpoint triggers and timeouts). It leaves when every subtask has finished
 //! (`Stopping`), a savepoint asked to stop the job (`Stopping`), the job is cancelled
@@ -121,9 +121,11 @@ impl Running {
         if self.remaining == 0 {
             return Err(Exit::Stop(StopReason::Finished));
         }
+        // Commands from outside are control mail: served first, like a subtask's system
+        // lane (they are few, so subtask reports are never starved by them).
         let wake = futures::select_biased! {
-            e = ctx.events.next() => Wake::Event(e),
             c = ctx.commands.next() => Wake::Command(c),
+            e = ctx.events.next() => Wake::Event(e),
             _ = self.heartbeats.tick().fuse() => Wake::Heartbeat,
             at = self.ticks.tick().fuse() => Wake::Tick(at.into_std()),
         };

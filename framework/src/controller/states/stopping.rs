@@ -18,7 +18,7 @@ pub(crate) enum StopReason {
     /// A savepoint completed that asked to stop the job.
     Savepoint,
     /// Cancelled; the answer goes here once the deployment has stopped.
-    Cancelled(futures::channel::oneshot::Sender<()>),
+    Cancelled(crate::controller::command::Reply<()>),
 }
 
 impl std::fmt::Display for StopReason {
