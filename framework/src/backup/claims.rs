@@ -1,0 +1,150 @@
+//! The primary's side of the buffer queue: the [`Claims`] its input gate makes on each batch
+//! before processing it, the state it hands to the queue between batches, and what a promoted
+//! primary replays first ([`Replay`]).
+
+use super::*;
+
+/// What a promoted primary processes before its channels.
+pub(crate) enum Replay<T> {
+    Batch(BatchId, StdArc<Vec<T>>),
+    /// The backup saw this channel end.
+    End(usize),
+}
+
+/// The primary's claims on the buffer queue (held by its input gate).
+pub(crate) struct Claims<T> {
+    group: StdArc<TypedGroup<T>>,
+    epoch: u64,
+    positions: Vec<u64>,
+    replay: VecDeque<Replay<T>>,
+    stale_barriers: u64,
+    /// Per input channel: batches below this position were claimed before the promotion.
+    pub(super) skip_below: Vec<u64>,
+    /// Checkpoints taken and not yet complete: where the queue restarts if they complete.
+    pending: Vec<Restart>,
+    record_bytes: u64,
+    /// When the state was last handed to the queue (stateful operators).
+    state_handed: std::time::Instant,
+}
+
+impl<T: Data> Claims<T> {
+    pub(super) fn new(
+        group: StdArc<TypedGroup<T>>,
+        epoch: u64,
+        replay: VecDeque<Replay<T>>,
+        stale_barriers: u64,
+    ) -> Self {
+        Claims {
+            group,
+            epoch,
+            positions: Vec::new(),
+            replay,
+            stale_barriers,
+            skip_below: Vec::new(),
+            pending: Vec::new(),
+            record_bytes: std::mem::size_of::<T>().max(1) as u64,
+            state_handed: std::time::Instant::now(),
+        }
+    }
+
+    /// The next batch or end to replay, if any.
+    pub(crate) fn next_replay(&mut self) -> Option<Replay<T>> {
+        self.replay.pop_front()
+    }
+
+    /// Batch `seq` of channel `c` was claimed before the promotion (the old primary processed
+    /// it, or it is replayed): the backup's channel still held a copy.
+    pub(crate) fn is_claimed(&self, c: usize, seq: u64) -> bool {
+        self.skip_below.get(c).is_some_and(|&w| seq < w)
+    }
+
+    /// A barrier from before the promotion (its checkpoint was aborted).
+    pub(crate) fn is_stale(&self, id: u64) -> bool {
+        id <= self.stale_barriers
+    }
+
+    /// Claims batch `id` before processing it.
+    pub(crate) fn claim(&mut self, id: BatchId, payload: &StdArc<Vec<T>>) -> Result<(), TaskError> {
+        self.group.positions(&mut self.positions);
+        let bytes = payload.len() as u64 * self.record_bytes;
+        self.group
+            .queue
+            .claim(
+                self.epoch,
+                id,
+                payload,
+                payload.len() as u64,
+                bytes,
+                &self.positions,
+            )
+            .map(|_| ())
+            .map_err(|f| TaskError::Fenced {
+                uid: self.group.uid.clone(),
+                subtask: self.group.subtask,
+                epoch: f.epoch,
+            })
+    }
+
+    /// The primary is idle: its last step's output is all out.
+    pub(crate) fn settle(&mut self) {
+        self.group.positions(&mut self.positions);
+        self.group.queue.settle(self.epoch, &self.positions);
+    }
+
+    /// The primary is between two batches with all its output in its channels: if the policy
+    /// says so, its operator's state goes to the queue (in memory), so a promotion replays
+    /// only the batches after this point.
+    pub(crate) fn maybe_hand_state(&mut self, head: &mut BoxOutput<T>) -> Result<(), TaskError> {
+        let Some(every) = self.group.policy.state_interval else {
+            return Ok(());
+        };
+        if !self.group.queue.is_stateful() || self.state_handed.elapsed() < every {
+            return Ok(());
+        }
+        self.state_handed = std::time::Instant::now();
+        self.settle();
+        let mut w = StateWriter::default();
+        head.snapshot_state(&mut w)?;
+        let state = w
+            .entries
+            .into_iter()
+            .find(|e| e.uid == self.group.uid)
+            .map(|e| e.payload);
+        self.group.queue.checkpoint_complete(Restart {
+            checkpoint: 0,
+            step: self.group.queue.next_step(),
+            positions: self.positions.clone().into(),
+            state,
+        });
+        Ok(())
+    }
+
+    /// The chain wrote its part of checkpoint `id` into `w`.
+    pub(crate) fn on_barrier(&mut self, id: u64, w: &StateWriter) {
+        self.settle();
+        let state = w
+            .entries
+            .iter()
+            .find(|e| e.uid == self.group.uid)
+            .map(|e| e.payload.clone());
+        // Checkpoints that never complete (aborted, expired) must not pile up state copies.
+        if self.pending.len() >= 2 {
+            self.pending.remove(0);
+        }
+        self.pending.push(Restart {
+            checkpoint: id,
+            step: self.group.queue.next_step(),
+            positions: self.positions.clone().into(),
+            state,
+        });
+    }
+
+    /// Checkpoint `id` completed: the backup restarts from it from now on.
+    pub(crate) fn on_complete(&mut self, id: u64) {
+        if let Some(k) = self.pending.iter().position(|r| r.checkpoint == id) {
+            let restart = self.pending.swap_remove(k);
+            self.pending.retain(|r| r.checkpoint > id);
+            self.group.queue.checkpoint_complete(restart);
+        }
+    }
+}
