@@ -12,7 +12,7 @@ use actix::prelude::*;
 use crate::backup::BackupMetrics;
 use crate::checkpoint::coordinator::CheckpointStats;
 use crate::config::EnvConfig;
-use crate::controller::{self, ActorEntry, Command, Commands, JobResult, Launch, Views};
+use crate::controller::{self, ActorEntry, Command, Commands, JobResult, JobStatus, Launch, Views};
 use crate::error::JobError;
 use crate::graph::Graph;
 use crate::hooks::{ConfigError, StateError, StateSnapshot};
@@ -67,7 +67,117 @@ pub struct JobHandle {
     canceller: Canceller,
     /// What the controller publishes: subtasks, metrics, checkpoint statistics, backups.
     views: Views,
+    monitor: JobMonitor,
     thread: Option<JoinHandle<Result<JobResult, JobError>>>,
+}
+
+/// One vertex of a running job: a chain of operators that runs as one actor per subtask
+/// (Flink's job vertex). Its id is the uid of the chain's first operator.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct VertexInfo {
+    /// The uid of the chain's first operator.
+    pub id: String,
+    /// The names of the chained operators, joined by ` -> ` (as Flink names vertices).
+    pub name: String,
+    /// Its parallelism.
+    pub parallelism: usize,
+    /// The uids of the operators in the chain, first to last.
+    pub operators: Vec<String>,
+}
+
+/// A cloneable, read-mostly view of a running job for observers on other threads (the REST
+/// server, dashboards, agents): its identity, vertices, status, metrics and checkpoint
+/// statistics, and the commands that steer it (cancel, savepoints). It stays valid after the
+/// job ends (it then reports the final status).
+#[derive(Clone)]
+pub struct JobMonitor {
+    id: String,
+    name: String,
+    start_time_ms: u64,
+    vertices: std::sync::Arc<Vec<VertexInfo>>,
+    checkpoint: crate::checkpoint::CheckpointConfig,
+    views: Views,
+    commands: Commands,
+}
+
+impl std::fmt::Debug for JobMonitor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("JobMonitor")
+            .field("id", &self.id)
+            .field("name", &self.name)
+            .finish()
+    }
+}
+
+impl JobMonitor {
+    /// The job's id: 32 hexadecimal digits, unique per start (as Flink's job ids).
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// The job's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// When the job started, in milliseconds since the Unix epoch.
+    pub fn start_time_ms(&self) -> u64 {
+        self.start_time_ms
+    }
+
+    /// The job's vertices, in graph order.
+    pub fn vertices(&self) -> &[VertexInfo] {
+        &self.vertices
+    }
+
+    /// The job's checkpoint settings.
+    pub fn checkpoint_config(&self) -> &crate::checkpoint::CheckpointConfig {
+        &self.checkpoint
+    }
+
+    /// The job's status now.
+    pub fn status(&self) -> JobStatus {
+        *lock(&self.views.status)
+    }
+
+    /// The job's metrics over the last metrics interval.
+    pub fn metrics(&self) -> Option<JobMetrics> {
+        lock(&self.views.metrics).clone()
+    }
+
+    /// The checkpoint statistics.
+    pub fn checkpoint_stats(&self) -> Option<CheckpointStats> {
+        lock(&self.views.checkpoints).clone()
+    }
+
+    /// Metrics of every backed-up subtask.
+    pub fn backup_metrics(&self) -> Vec<BackupMetrics> {
+        lock(&self.views.backups)
+            .iter()
+            .map(|g| g.metrics())
+            .collect()
+    }
+
+    /// Asks the job to stop ([`JobError::Cancelled`]); does not wait.
+    pub fn cancel(&self) {
+        let (reply, _answer) = std_mpsc::channel();
+        self.commands.send(Command::Cancel(reply));
+    }
+
+    /// Starts a savepoint into `dir` (then stops the job if `stop`) and returns at once; the
+    /// receiver gets the savepoint's path or why there is none, and is disconnected if the
+    /// job ends first.
+    pub fn trigger_savepoint(
+        &self,
+        dir: std::path::PathBuf,
+        stop: bool,
+    ) -> std_mpsc::Receiver<Result<std::path::PathBuf, String>> {
+        let (reply, answer) = std_mpsc::channel();
+        self.commands
+            .send(Command::Savepoint(SavepointRequest { dir, stop, reply }));
+        answer
+    }
 }
 
 impl std::fmt::Debug for JobHandle {
@@ -83,6 +193,16 @@ impl JobHandle {
     /// The job's name.
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    /// The job's id (32 hexadecimal digits, as Flink's).
+    pub fn id(&self) -> &str {
+        self.monitor.id()
+    }
+
+    /// A cloneable view of the job for observers on other threads (e.g. the REST server).
+    pub fn monitor(&self) -> JobMonitor {
+        self.monitor.clone()
     }
 
     /// A handle that cancels this job from another thread.
@@ -294,6 +414,15 @@ pub(crate) fn start(graph: Graph, cfg: EnvConfig, name: &str) -> Result<JobHandl
     let (commands, inbox) = Commands::channel();
     let (deployed_tx, deployed_rx) = std_mpsc::channel::<()>();
     let views = Views::default();
+    let monitor = JobMonitor {
+        id: new_job_id(),
+        name: job.clone(),
+        start_time_ms: now_ms(),
+        vertices: std::sync::Arc::new(vertices(&graph, &plan)),
+        checkpoint: cfg.checkpoint.clone(),
+        views: views.clone(),
+        commands: commands.clone(),
+    };
     let launch = Launch {
         graph,
         plan,
@@ -319,6 +448,7 @@ pub(crate) fn start(graph: Graph, cfg: EnvConfig, name: &str) -> Result<JobHandl
         name: job,
         canceller: Canceller { commands },
         views,
+        monitor,
         thread: Some(thread),
     };
     // Deployment either signals or ends the thread with an error.
@@ -329,4 +459,46 @@ pub(crate) fn start(graph: Graph, cfg: EnvConfig, name: &str) -> Result<JobHandl
             Ok(_) => unreachable!("a job that did not deploy cannot succeed"),
         },
     }
+}
+
+/// The vertices of a planned graph: one per chain head, in graph order.
+fn vertices(graph: &Graph, plan: &crate::plan::Plan) -> Vec<VertexInfo> {
+    plan.heads
+        .iter()
+        .map(|&h| {
+            let members: Vec<usize> = (0..plan.uids.len())
+                .filter(|&n| plan.head_of[n] == h)
+                .collect();
+            VertexInfo {
+                id: plan.uids[h].clone(),
+                name: members
+                    .iter()
+                    .map(|&n| graph.nodes[n].name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(" -> "),
+                parallelism: plan.parallelism[h],
+                operators: members.iter().map(|&n| plan.uids[n].clone()).collect(),
+            }
+        })
+        .collect()
+}
+
+/// A new job id: 16 random bytes as 32 hexadecimal digits.
+fn new_job_id() -> String {
+    let mut b = [0u8; 16];
+    if getrandom::fill(&mut b).is_err() {
+        // No OS randomness: unique within the process is enough for an id.
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        b[..8].copy_from_slice(&n.to_le_bytes());
+        b[8..].copy_from_slice(&now_ms().to_le_bytes());
+    }
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+/// Milliseconds since the Unix epoch.
+pub(crate) fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
 }

@@ -34,7 +34,7 @@
 //!
 //! | layer | modules | owns |
 //! |---|---|---|
-//! | API | `env`, `stream`, `job`, [`testing`] | building graphs, starting jobs, the [`JobHandle`], test utilities |
+//! | API | `env`, `stream`, `job`, [`testing`], `rest` | building graphs, starting jobs, the [`JobHandle`], test utilities, the REST control plane |
 //! | controller | `controller` | a job's lifecycle as typed states, its deployment, commands from outside |
 //! | protocols | `sampler`, `savepoint`, `detector` | plain structs the controller drives: metrics and rate control, savepoint requests, failure detection |
 //! | physical plan | `plan` | uids, chaining, channels; building every subtask's chain |
@@ -73,6 +73,8 @@ mod operator;
 mod partition;
 mod plan;
 pub mod rate;
+#[cfg(feature = "rest")]
+pub mod rest;
 mod restart;
 mod sampler;
 mod savepoint;
@@ -89,11 +91,11 @@ pub use checkpoint::coordinator::CheckpointStats;
 pub use checkpoint::store::CheckpointError;
 pub use checkpoint::{CheckpointConfig, CheckpointMode};
 pub use config::EnvConfig;
-pub use controller::{JobResult, OperatorResult};
+pub use controller::{JobResult, JobStatus, OperatorResult};
 pub use env::Env;
 pub use error::{JobError, PlanError, SinkError, SourceError};
 pub use hooks::{ConfigError, ConfigKey, Operator, StateError, StateSnapshot};
-pub use job::{Canceller, JobHandle, PendingPing};
+pub use job::{Canceller, JobHandle, JobMonitor, PendingPing, VertexInfo};
 pub use metrics::{BackpressureLevel, JobMetrics, OperatorMetrics, SubtaskMetrics};
 pub use operator::connect::{BroadcastProcessFunction, CoProcessFunction, InputSelection};
 pub use operator::keyed::{KeyedFn, KeyedProcessFunction};

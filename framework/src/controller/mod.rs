@@ -54,6 +54,52 @@ pub(crate) struct Views {
     pub(crate) checkpoints: Arc<Mutex<Option<CheckpointStats>>>,
     /// The backup groups of the current deployment.
     pub(crate) backups: Arc<Mutex<Vec<std::sync::Arc<dyn BackupGroup>>>>,
+    /// The job's status, in Flink's words, updated at every transition.
+    pub(crate) status: Arc<Mutex<JobStatus>>,
+}
+
+/// A job's status as Flink names it (`/jobs/{id}` `state`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum JobStatus {
+    /// Being deployed for the first time.
+    #[default]
+    Initializing,
+    /// Running (including while a backup takes over).
+    Running,
+    /// Waiting to restart after a failure.
+    Restarting,
+    /// Cancelled, stopping its subtasks.
+    Cancelling,
+    /// Ended: every subtask finished (or stopped after a savepoint).
+    Finished,
+    /// Ended by a cancel.
+    Canceled,
+    /// Ended by a failure it could not recover from.
+    Failed,
+}
+
+impl JobStatus {
+    /// Flink's name of the status (`RUNNING`, `FINISHED`, ...).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JobStatus::Initializing => "INITIALIZING",
+            JobStatus::Running => "RUNNING",
+            JobStatus::Restarting => "RESTARTING",
+            JobStatus::Cancelling => "CANCELLING",
+            JobStatus::Finished => "FINISHED",
+            JobStatus::Canceled => "CANCELED",
+            JobStatus::Failed => "FAILED",
+        }
+    }
+
+    /// Whether the job has ended.
+    pub fn is_terminal(self) -> bool {
+        matches!(
+            self,
+            JobStatus::Finished | JobStatus::Canceled | JobStatus::Failed
+        )
+    }
 }
 
 impl Views {
@@ -202,6 +248,7 @@ pub(crate) async fn run(launch: Launch) -> Result<JobResult, JobError> {
             JobState::Finished(s) => return s.outcome(),
         };
         tracing::info!(job = %ctx.job, from = t.from, to = t.to, cause = %t.cause, "job state transition");
+        *lock(&ctx.views.status) = t.next.status();
         state = t.next;
     }
 }

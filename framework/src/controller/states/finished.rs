@@ -23,6 +23,16 @@ impl Finished {
         }
     }
 
+    /// The job's final status.
+    pub(super) fn status(&self) -> crate::controller::JobStatus {
+        use crate::controller::JobStatus;
+        match &self.outcome {
+            Ok(_) => JobStatus::Finished,
+            Err(JobError::Cancelled { .. }) => JobStatus::Canceled,
+            Err(_) => JobStatus::Failed,
+        }
+    }
+
     /// What the job's `wait` returns.
     pub(crate) fn outcome(self) -> Result<JobResult, JobError> {
         self.outcome

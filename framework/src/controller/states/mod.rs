@@ -92,6 +92,22 @@ pub(crate) enum JobState {
     Finished(Finished),
 }
 
+impl JobState {
+    /// The job's status in this state.
+    pub(crate) fn status(&self) -> crate::controller::JobStatus {
+        use crate::controller::JobStatus;
+        match self {
+            JobState::Deploying(_) | JobState::Running(_) | JobState::FailingOver(_) => {
+                JobStatus::Running
+            }
+            JobState::Recovering(_) => JobStatus::Restarting,
+            JobState::Stopping(s) if s.is_cancel() => JobStatus::Cancelling,
+            JobState::Stopping(_) => JobStatus::Running,
+            JobState::Finished(f) => f.status(),
+        }
+    }
+}
+
 macro_rules! states {
     ($($s:ident),*) => {$(
         impl From<$s> for JobState {

@@ -42,6 +42,11 @@ impl Stopping {
         Stopping { dep, reason }
     }
 
+    /// Whether the job stops because it was cancelled.
+    pub(super) fn is_cancel(&self) -> bool {
+        matches!(self.reason, StopReason::Cancelled(_))
+    }
+
     pub(crate) async fn run(self, ctx: &mut JobContext) -> Transition {
         let Stopping { dep, reason } = self;
         match reason {

@@ -1,0 +1,165 @@
+//! `GET /metrics`: every job's metrics in Prometheus text exposition, encoded by the
+//! `prometheus-client` crate, with `job_id`, `job_name` and `operator` / `vertex` and
+//! `subtask` labels. A registry is built per scrape from the jobs' published metrics, so a
+//! scrape never holds a job's locks for longer than a copy.
+
+use actix_web::{HttpRequest, HttpResponse};
+use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+
+use super::api::ApiError;
+use crate::job::JobMonitor;
+
+type Labels = Vec<(String, String)>;
+type Gauges = Family<Labels, Gauge<f64, std::sync::atomic::AtomicU64>>;
+
+/// A family of gauges registered under `name`.
+fn family(registry: &mut Registry, name: &str, help: &str) -> Gauges {
+    let f = Gauges::default();
+    registry.register(name, help, f.clone());
+    f
+}
+
+fn job_labels(j: &JobMonitor) -> Labels {
+    vec![
+        ("job_id".into(), j.id().to_owned()),
+        ("job_name".into(), j.name().to_owned()),
+    ]
+}
+
+fn with(mut l: Labels, k: &str, v: impl ToString) -> Labels {
+    l.push((k.to_owned(), v.to_string()));
+    l
+}
+
+/// The text exposition of `jobs`.
+pub(crate) fn render(jobs: &[JobMonitor]) -> Result<String, std::fmt::Error> {
+    let mut r = Registry::with_prefix("weir");
+    let up = family(
+        &mut r,
+        "job_running",
+        "1 while the job runs (RUNNING or RESTARTING), else 0",
+    );
+    let restarts = family(&mut r, "job_num_restarts", "numRestarts");
+    let completed = family(
+        &mut r,
+        "job_completed_checkpoints",
+        "numberOfCompletedCheckpoints",
+    );
+    let failed = family(
+        &mut r,
+        "job_failed_checkpoints",
+        "numberOfFailedCheckpoints",
+    );
+    let last_duration = family(
+        &mut r,
+        "job_last_checkpoint_duration_ms",
+        "lastCheckpointDuration, ms",
+    );
+    let last_size = family(
+        &mut r,
+        "job_last_checkpoint_size_bytes",
+        "lastCheckpointSize, bytes",
+    );
+    let rec_in = family(&mut r, "operator_num_records_in", "numRecordsIn");
+    let rec_out = family(&mut r, "operator_num_records_out", "numRecordsOut");
+    let in_rate = family(
+        &mut r,
+        "operator_num_records_in_per_second",
+        "numRecordsInPerSecond",
+    );
+    let out_rate = family(
+        &mut r,
+        "operator_num_records_out_per_second",
+        "numRecordsOutPerSecond",
+    );
+    let busy = family(
+        &mut r,
+        "subtask_busy_time_ms_per_second",
+        "busyTimeMsPerSecond",
+    );
+    let idle = family(
+        &mut r,
+        "subtask_idle_time_ms_per_second",
+        "idleTimeMsPerSecond",
+    );
+    let bp = family(
+        &mut r,
+        "subtask_back_pressured_time_ms_per_second",
+        "backPressuredTimeMsPerSecond",
+    );
+    let mailbox = family(&mut r, "subtask_mailbox_latency_ms", "mailboxLatencyMs");
+    let promotions = family(
+        &mut r,
+        "backup_promotions",
+        "promotions of the subtask's backup",
+    );
+    let queue = family(
+        &mut r,
+        "backup_queue_entries",
+        "entries in the subtask's buffer queue",
+    );
+    for j in jobs {
+        let jl = job_labels(j);
+        let status = j.status();
+        up.get_or_create(&jl)
+            .set(if status.is_terminal() { 0.0 } else { 1.0 });
+        if let Some(s) = j.checkpoint_stats() {
+            restarts.get_or_create(&jl).set(s.num_restarts as f64);
+            completed
+                .get_or_create(&jl)
+                .set(s.number_of_completed_checkpoints as f64);
+            failed
+                .get_or_create(&jl)
+                .set(s.number_of_failed_checkpoints as f64);
+            last_duration
+                .get_or_create(&jl)
+                .set(s.last_checkpoint_duration_ms as f64);
+            last_size
+                .get_or_create(&jl)
+                .set(s.last_checkpoint_size as f64);
+        }
+        if let Some(m) = j.metrics() {
+            for o in &m.operators {
+                let l = with(jl.clone(), "operator", &o.uid);
+                rec_in.get_or_create(&l).set(o.num_records_in as f64);
+                rec_out.get_or_create(&l).set(o.num_records_out as f64);
+                in_rate.get_or_create(&l).set(o.num_records_in_per_second);
+                out_rate.get_or_create(&l).set(o.num_records_out_per_second);
+            }
+            for s in &m.subtasks {
+                let l = with(
+                    with(jl.clone(), "vertex", &s.head_uid),
+                    "subtask",
+                    s.subtask,
+                );
+                busy.get_or_create(&l).set(s.busy_time_ms_per_second);
+                idle.get_or_create(&l).set(s.idle_time_ms_per_second);
+                bp.get_or_create(&l)
+                    .set(s.back_pressured_time_ms_per_second);
+                mailbox.get_or_create(&l).set(s.mailbox_latency_ms);
+            }
+        }
+        for b in j.backup_metrics() {
+            let l = with(with(jl.clone(), "operator", &b.uid), "subtask", b.subtask);
+            promotions.get_or_create(&l).set(b.promotions as f64);
+            queue.get_or_create(&l).set(b.queue_entries as f64);
+        }
+    }
+    let mut out = String::new();
+    encode(&mut out, &r)?;
+    Ok(out)
+}
+
+pub(crate) async fn metrics(
+    state: actix_web::web::Data<super::Shared>,
+    _req: HttpRequest,
+) -> Result<HttpResponse, ApiError> {
+    let jobs = state.jobs.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    let text = render(&jobs).map_err(|_| ApiError::internal("cannot encode the metrics"))?;
+    Ok(HttpResponse::Ok()
+        .content_type("text/plain; version=0.0.4; charset=utf-8")
+        .body(text))
+}

@@ -1,0 +1,552 @@
+//! The REST control plane, over real HTTP to running jobs on loopback: Flink's paths and JSON
+//! field names, the error codes with their messages, cancel, savepoints and stop-with-savepoint
+//! triggered over REST (a new job started from the savepoint carries on exactly once), and
+//! `/metrics` in Prometheus text. Waits are on events (checkpoints completed, a trigger's
+//! status), never on elapsed time.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{within_timeout, TempDir};
+use serde_json::{json, Value};
+use weir::rate::RateControlConfig;
+use weir::rest::{RestConfig, RestError, RestServer};
+use weir::testing::{wait_for_checkpoint, ExactlyOnce};
+use weir::{Env, EnvConfig, JobError};
+
+const WAIT: Duration = Duration::from_secs(20);
+
+fn agent() -> ureq::Agent {
+    ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .build()
+        .into()
+}
+
+/// `(status, JSON body)` of a request.
+fn call(req: Result<ureq::http::Response<ureq::Body>, ureq::Error>) -> (u16, Value) {
+    let mut resp = req.expect("the server answers");
+    let status = resp.status().as_u16();
+    let text = resp.body_mut().read_to_string().expect("a body");
+    let body = serde_json::from_str(&text).unwrap_or(Value::String(text));
+    (status, body)
+}
+
+fn get(server: &RestServer, path: &str) -> (u16, Value) {
+    call(
+        agent()
+            .get(format!("http://{}{path}", server.addr()))
+            .call(),
+    )
+}
+
+fn post(server: &RestServer, path: &str, token: Option<&str>, body: &str) -> (u16, Value) {
+    let mut req = agent()
+        .post(format!("http://{}{path}", server.addr()))
+        .header("Content-Type", "application/json");
+    if let Some(t) = token {
+        req = req.header("Authorization", format!("Bearer {t}"));
+    }
+    call(req.send(body))
+}
+
+fn patch(server: &RestServer, path: &str, token: Option<&str>) -> (u16, Value) {
+    let mut req = agent().patch(format!("http://{}{path}", server.addr()));
+    if let Some(t) = token {
+        req = req.header("Authorization", format!("Bearer {t}"));
+    }
+    call(req.send_empty())
+}
+
+fn error_of(body: &Value) -> String {
+    body["errors"][0]
+        .as_str()
+        .unwrap_or_else(|| panic!("a JSON error, got {body}"))
+        .to_owned()
+}
+
+/// A job whose source runs at `rate` records/s (so it is still running when the test acts),
+/// with checkpoints every 10 ms; `map` and `sink` chained behind a rebalance.
+fn config(rate: f64, dir: &std::path::Path) -> EnvConfig {
+    let mut cfg = EnvConfig::default();
+    cfg.batch_size = 64;
+    cfg.metrics_interval = Duration::from_millis(20);
+    cfg.checkpoint.interval = Some(Duration::from_millis(10));
+    cfg.checkpoint.directory = dir.to_owned();
+    let mut rc = RateControlConfig::default();
+    rc.enabled = true;
+    rc.initial_rate = Some(rate);
+    rc.min_rate = rate;
+    rc.max_rate = Some(rate);
+    cfg.rate_control = rc;
+    cfg
+}
+
+#[test]
+fn every_read_endpoint_answers_with_flinks_fields_and_cancel_works() {
+    within_timeout(|| {
+        let dir = TempDir::new("rest-read");
+        let server = RestServer::start(RestConfig::default()).expect("the server starts");
+        let env = Env::with_config(config(20_000.0, dir.path()));
+        env.generate(u64::MAX, |i| i)
+            .uid("src")
+            .map(|x: u64| x + 1)
+            .uid("inc")
+            .rebalance()
+            .map(|x: u64| x)
+            .uid("sink-side")
+            .set_parallelism(2)
+            .collect();
+        let job = env.start("rest-read").expect("the job starts");
+        server.register(job.monitor());
+        wait_for_checkpoint(&job, 2, WAIT).expect("two checkpoints");
+        while job.metrics().is_none() {
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        let id = job.id().to_owned();
+
+        let (s, b) = get(&server, "/overview");
+        assert_eq!(s, 200);
+        for f in [
+            "taskmanagers",
+            "slots-total",
+            "slots-available",
+            "jobs-running",
+            "jobs-finished",
+            "jobs-cancelled",
+            "jobs-failed",
+            "flink-version",
+            "flink-commit",
+        ] {
+            assert!(b.get(f).is_some(), "/overview has `{f}`: {b}");
+        }
+        assert_eq!(b["jobs-running"], 1);
+
+        let (s, b) = get(&server, "/jobs");
+        assert_eq!(s, 200);
+        assert_eq!(b["jobs"], json!([{ "id": id, "status": "RUNNING" }]));
+
+        let (s, b) = get(&server, "/jobs/overview");
+        assert_eq!(s, 200);
+        let o = &b["jobs"][0];
+        assert_eq!(o["jid"], id);
+        assert_eq!(o["name"], "rest-read");
+        assert_eq!(o["state"], "RUNNING");
+        let subtasks: u64 = job
+            .monitor()
+            .vertices()
+            .iter()
+            .map(|v| v.parallelism as u64)
+            .sum();
+        assert_eq!(o["tasks"]["total"], subtasks);
+        assert_eq!(o["tasks"]["running"], subtasks);
+        for f in ["start-time", "end-time", "duration", "last-modification"] {
+            assert!(o.get(f).is_some(), "/jobs/overview has `{f}`: {o}");
+        }
+
+        // The second vertex's input shows once a metrics interval has seen records there.
+        let b = loop {
+            let (s, b) = get(&server, &format!("/jobs/{id}"));
+            assert_eq!(s, 200);
+            if b["vertices"][1]["metrics"]["read-records"].as_u64() > Some(0) {
+                break b;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        };
+        assert_eq!(b["jid"], id);
+        assert_eq!(b["state"], "RUNNING");
+        let vertices = b["vertices"].as_array().expect("vertices");
+        let shape: Vec<(String, u64)> = vertices
+            .iter()
+            .map(|v| {
+                (
+                    v["id"].as_str().unwrap().to_owned(),
+                    v["parallelism"].as_u64().unwrap(),
+                )
+            })
+            .collect();
+        // `generate -> map` chained, the rebalanced `map`, and the collect sink (parallelism 1).
+        assert_eq!(shape.len(), 3, "{shape:?}");
+        assert_eq!(
+            shape[..2],
+            [("src".to_owned(), 1), ("sink-side".to_owned(), 2)]
+        );
+        assert_eq!(vertices[0]["name"], "generate -> map");
+        let m = &vertices[1]["metrics"];
+        for f in [
+            "read-bytes",
+            "write-bytes",
+            "read-records",
+            "write-records",
+            "read-records-complete",
+        ] {
+            assert!(m.get(f).is_some(), "vertex metrics have `{f}`: {m}");
+        }
+        assert_eq!(b["plan"]["nodes"].as_array().map(Vec::len), Some(3));
+
+        let (s, b) = get(&server, &format!("/jobs/{id}/vertices/sink-side"));
+        assert_eq!(s, 200);
+        assert_eq!(b["subtasks"].as_array().map(Vec::len), Some(2));
+
+        let (s, b) = get(
+            &server,
+            &format!("/jobs/{id}/vertices/sink-side/backpressure"),
+        );
+        assert_eq!(s, 200);
+        assert!(["ok", "low", "high"].contains(&b["backpressureLevel"].as_str().unwrap()));
+        let subtasks = b["subtasks"].as_array().expect("subtasks");
+        assert_eq!(subtasks.len(), 2);
+        for st in subtasks {
+            for f in [
+                "subtask",
+                "backpressureLevel",
+                "ratio",
+                "busyRatio",
+                "idleRatio",
+            ] {
+                assert!(
+                    st.get(f).is_some(),
+                    "a backpressure subtask has `{f}`: {st}"
+                );
+            }
+        }
+
+        let (s, b) = get(&server, &format!("/jobs/{id}/checkpoints"));
+        assert_eq!(s, 200);
+        assert!(b["counts"]["completed"].as_u64().unwrap() >= 2, "{b}");
+        for f in ["restored", "total", "in_progress", "completed", "failed"] {
+            assert!(b["counts"].get(f).is_some(), "counts have `{f}`");
+        }
+        assert_eq!(b["latest"]["completed"]["status"], "COMPLETED");
+        assert!(b["latest"]["completed"]["id"].as_u64().unwrap() >= 2);
+
+        let (s, b) = get(&server, &format!("/jobs/{id}/checkpoints/config"));
+        assert_eq!(s, 200);
+        assert_eq!(b["mode"], "exactly_once");
+        assert_eq!(b["interval"], 10);
+        assert_eq!(b["unaligned_checkpoints"], false);
+
+        let (s, b) = get(
+            &server,
+            &format!("/jobs/{id}/metrics?get=lastCheckpointDuration,checkpointStartDelay,checkpointAlignmentTime,noSuchMetric"),
+        );
+        assert_eq!(s, 200);
+        let ids: Vec<&str> = b
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m["id"].as_str().unwrap())
+            .collect();
+        assert_eq!(
+            ids,
+            [
+                "lastCheckpointDuration",
+                "checkpointStartDelay",
+                "checkpointAlignmentTime"
+            ]
+        );
+        assert!(
+            b[0]["value"].as_str().unwrap().parse::<u64>().is_ok(),
+            "values are strings of numbers: {b}"
+        );
+        let (_, b) = get(&server, &format!("/jobs/{id}/metrics"));
+        assert!(b
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|m| m["id"] == "numRestarts"));
+
+        let (s, b) = get(&server, &format!("/jobs/{id}/backups"));
+        assert_eq!((s, b), (200, json!({ "backups": [] })));
+
+        let (s, text) = get(&server, "/metrics");
+        assert_eq!(s, 200);
+        let text = text.as_str().expect("Prometheus text").to_owned();
+        let samples = parse_prometheus(&text);
+        let completed = samples
+            .iter()
+            .find(|(name, labels, _)| {
+                name == "weir_job_completed_checkpoints"
+                    && labels.contains(&("job_id".into(), id.clone()))
+            })
+            .unwrap_or_else(|| panic!("a completed-checkpoints sample for the job in:\n{text}"));
+        assert!(completed.2 >= 2.0);
+        assert!(samples
+            .iter()
+            .any(|(n, l, _)| n == "weir_subtask_busy_time_ms_per_second"
+                && l.contains(&("vertex".into(), "sink-side".into()))
+                && l.contains(&("subtask".into(), "1".into()))));
+
+        let (s, b) = patch(
+            &server,
+            &format!("/jobs/{id}?mode=cancel"),
+            Some(server.token()),
+        );
+        assert_eq!((s, b), (202, json!({})));
+        assert!(matches!(job.wait(), Err(JobError::Cancelled { .. })));
+        let (_, b) = get(&server, &format!("/jobs/{id}"));
+        assert_eq!(b["state"], "CANCELED");
+        let (s, b) = patch(
+            &server,
+            &format!("/jobs/{id}?mode=cancel"),
+            Some(server.token()),
+        );
+        assert_eq!(s, 409, "{b}");
+        assert!(error_of(&b).contains("CANCELED"));
+    });
+}
+
+/// One sample: its metric name, labels and value.
+type Sample = (String, Vec<(String, String)>, f64);
+
+/// Samples of a Prometheus text exposition: `(name, labels, value)`, comments skipped; every
+/// other line must parse.
+fn parse_prometheus(text: &str) -> Vec<Sample> {
+    let mut out = Vec::new();
+    for line in text
+        .lines()
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+    {
+        let (series, value) = line
+            .rsplit_once(' ')
+            .unwrap_or_else(|| panic!("a sample line: {line}"));
+        let value: f64 = value
+            .parse()
+            .unwrap_or_else(|_| panic!("a number in: {line}"));
+        let (name, labels) = match series.split_once('{') {
+            None => (series.to_owned(), Vec::new()),
+            Some((name, rest)) => {
+                let body = rest
+                    .strip_suffix('}')
+                    .unwrap_or_else(|| panic!("labels end with }}: {line}"));
+                let labels = body
+                    .split("\",")
+                    .filter(|kv| !kv.is_empty())
+                    .map(|kv| {
+                        let (k, v) = kv
+                            .split_once("=\"")
+                            .unwrap_or_else(|| panic!("k=\"v\" in: {line}"));
+                        (k.to_owned(), v.trim_end_matches('"').to_owned())
+                    })
+                    .collect();
+                (name.to_owned(), labels)
+            }
+        };
+        assert!(
+            name.chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':'),
+            "a metric name: {name}"
+        );
+        out.push((name, labels, value));
+    }
+    out
+}
+
+#[test]
+fn errors_are_json_with_flinks_status_codes_and_name_what_is_wrong() {
+    within_timeout(|| {
+        let dir = TempDir::new("rest-errors");
+        let cfg = RestConfig::default().max_body_bytes(1024);
+        let server = RestServer::start(cfg).expect("the server starts");
+        let env = Env::with_config(config(20_000.0, dir.path()));
+        env.generate(u64::MAX, |i| i).uid("src").collect();
+        let job = env.start("rest-errors").expect("the job starts");
+        server.register(job.monitor());
+        let id = job.id().to_owned();
+        let token = server.token().to_owned();
+
+        let (s, b) = get(&server, "/jobs/00000000000000000000000000000000");
+        assert_eq!(s, 404);
+        assert!(error_of(&b).contains("not found"), "{b}");
+        let (s, b) = get(&server, &format!("/jobs/{id}/vertices/nope/backpressure"));
+        assert_eq!(s, 404);
+        assert!(error_of(&b).contains("nope"), "{b}");
+        let (s, _) = get(&server, "/no/such/path");
+        assert_eq!(s, 404);
+        let (s, b) = call(
+            agent()
+                .delete(format!("http://{}/jobs/{id}", server.addr()))
+                .call(),
+        );
+        assert_eq!(s, 405);
+        assert!(error_of(&b).contains("DELETE"), "{b}");
+
+        let (s, b) = patch(&server, &format!("/jobs/{id}?mode=cancel"), None);
+        assert_eq!(s, 401);
+        assert!(error_of(&b).contains("Bearer"), "{b}");
+        let (s, _) = patch(
+            &server,
+            &format!("/jobs/{id}?mode=cancel"),
+            Some("wrong-token-wrong-token"),
+        );
+        assert_eq!(s, 401);
+        let (s, b) = patch(&server, &format!("/jobs/{id}?mode=explode"), Some(&token));
+        assert_eq!(s, 400);
+        assert!(error_of(&b).contains("mode"), "{b}");
+
+        let sp = format!("/jobs/{id}/savepoints");
+        let (s, _) = post(&server, &sp, None, "{}");
+        assert_eq!(s, 401, "a savepoint needs the token");
+        let (s, b) = post(&server, &sp, Some(&token), "{not json");
+        assert_eq!(s, 400);
+        assert!(error_of(&b).contains("not valid JSON"), "{b}");
+        let (s, b) = post(&server, &sp, Some(&token), r#"{"target-directory": 5}"#);
+        assert_eq!(s, 400);
+        assert!(error_of(&b).contains("`target-directory`"), "{b}");
+        let (s, b) = post(
+            &server,
+            &sp,
+            Some(&token),
+            r#"{"target-directory": "/tmp/x", "cancel-job": "yes"}"#,
+        );
+        assert_eq!(s, 400);
+        assert!(error_of(&b).contains("`cancel-job`"), "{b}");
+        let (s, b) = post(&server, &sp, Some(&token), "{}");
+        assert_eq!(s, 400);
+        assert!(error_of(&b).contains("required"), "{b}");
+        let big = format!(r#"{{"target-directory": "{}"}}"#, "x".repeat(2048));
+        let (s, b) = post(&server, &sp, Some(&token), &big);
+        assert_eq!(s, 413);
+        assert!(error_of(&b).contains("1024"), "{b}");
+        let (s, b) = get(&server, &format!("/jobs/{id}/savepoints/feedbeef"));
+        assert_eq!(s, 404);
+        assert!(error_of(&b).contains("feedbeef"), "{b}");
+
+        job.cancel();
+        let _ = job.wait();
+    });
+}
+
+#[test]
+fn a_savepoint_and_a_stop_over_rest_complete_and_a_new_job_resumes_from_it() {
+    within_timeout(|| {
+        let dir = TempDir::new("rest-savepoint");
+        let server = RestServer::start(RestConfig::default()).expect("the server starts");
+        let n = 200_000u64;
+        let build = |cfg: EnvConfig| {
+            let env = Env::with_config(cfg);
+            let out = env
+                .generate(n, |i| i)
+                .uid("src")
+                .map(|x: u64| x)
+                .uid("id")
+                .collect();
+            (env, out)
+        };
+        let (env, first_out) = build(config(20_000.0, dir.path()));
+        let job = env.start("rest-savepoint").expect("the job starts");
+        server.register(job.monitor());
+        wait_for_checkpoint(&job, 1, WAIT).expect("a checkpoint");
+        let id = job.id().to_owned();
+        let token = server.token().to_owned();
+
+        // A savepoint that leaves the job running.
+        let sp1 = dir.path().join("sp1");
+        let body = json!({ "target-directory": sp1, "cancel-job": false }).to_string();
+        let (s, b) = post(
+            &server,
+            &format!("/jobs/{id}/savepoints"),
+            Some(&token),
+            &body,
+        );
+        assert_eq!(s, 202, "{b}");
+        let done = poll(&server, &id, b["request-id"].as_str().unwrap());
+        assert_eq!(
+            done["operation"]["location"],
+            sp1.display().to_string(),
+            "{done}"
+        );
+        assert_eq!(get(&server, &format!("/jobs/{id}")).1["state"], "RUNNING");
+
+        // Stop with a savepoint.
+        let sp2 = dir.path().join("sp2");
+        let body = json!({ "targetDirectory": sp2, "drain": false }).to_string();
+        let (s, b) = post(&server, &format!("/jobs/{id}/stop"), Some(&token), &body);
+        assert_eq!(s, 202, "{b}");
+        let done = poll(&server, &id, b["request-id"].as_str().unwrap());
+        assert_eq!(
+            done["operation"]["location"],
+            sp2.display().to_string(),
+            "{done}"
+        );
+        job.wait().expect("stopped after its savepoint");
+        assert_eq!(get(&server, &format!("/jobs/{id}")).1["state"], "FINISHED");
+        let before = first_out.take();
+        assert!(
+            (before.len() as u64) < n,
+            "the job was stopped before its end"
+        );
+
+        // A new job from the savepoint resumes where it was taken: it produces the ids from
+        // the savepoint's source position on, each once, and the first job had every id
+        // before it. (Its sink re-commits the savepoint's pending transaction, as a restored
+        // two-phase sink does; into a new in-memory sink those ids appear in both.)
+        let mut cfg = config(1e9, dir.path());
+        cfg.checkpoint.restore_from = Some(sp2);
+        let (env, second_out) = build(cfg);
+        env.execute("rest-resumed")
+            .expect("the resumed job finishes");
+        let second = second_out.take();
+        let from = *second
+            .iter()
+            .min()
+            .expect("the resumed job produces the rest");
+        assert!(from > 0, "the resumed job did not start over");
+        ExactlyOnce::new(from..n)
+            .check(second)
+            .assert_exactly_once();
+        let first: std::collections::HashSet<u64> = before.into_iter().collect();
+        assert!(
+            (0..from).all(|i| first.contains(&i)),
+            "the first job produced every id before the savepoint"
+        );
+    });
+}
+
+/// Polls a savepoint trigger until it completes; returns its status body.
+fn poll(server: &RestServer, job: &str, trigger: &str) -> Value {
+    loop {
+        let (s, b) = get(server, &format!("/jobs/{job}/savepoints/{trigger}"));
+        assert_eq!(s, 200, "{b}");
+        match b["status"]["id"].as_str() {
+            Some("IN_PROGRESS") => std::thread::sleep(Duration::from_millis(5)),
+            Some("COMPLETED") => {
+                assert!(
+                    b["operation"].get("failure-cause").is_none(),
+                    "the savepoint failed: {b}"
+                );
+                return b;
+            }
+            _ => panic!("a savepoint status: {b}"),
+        }
+    }
+}
+
+#[test]
+fn the_server_is_safe_by_default() {
+    let public = RestConfig::default().addr("0.0.0.0:0".parse().unwrap());
+    match RestServer::start(public) {
+        Err(e @ RestError::PublicWithoutToken { .. }) => assert!(e.to_string().contains("token")),
+        other => panic!("a public address without a token is refused, got {other:?}"),
+    }
+    assert!(matches!(
+        RestServer::start(RestConfig::default().token("short")),
+        Err(RestError::BadToken)
+    ));
+    let server = RestServer::start(RestConfig::default()).expect("the server starts");
+    assert!(server.addr().ip().is_loopback());
+    let file = server
+        .token_file()
+        .expect("a generated token is written")
+        .to_owned();
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), server.token());
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&file).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600, "the token file is the user's only");
+    }
+    server.stop();
+    assert!(!file.exists(), "the token file goes with the server");
+}
