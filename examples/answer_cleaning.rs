@@ -8,12 +8,21 @@
 //!     --levels tests/data/levels.jsonl --output /tmp/cleaned --parallelism 2
 //! ```
 //!
+//! Watch and steer a running job over Flink's REST API (`weir::rest`):
+//!
+//! ```text
+//! cargo run --release --example answer_cleaning -- --rest 127.0.0.1:8081 --forever --rate 50000
+//! curl http://127.0.0.1:8081/jobs/<id>/checkpoints
+//! ```
+//!
 //! The job itself is `weir_examples::answers::build_answer_cleaning`.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Parser;
+use weir::rate::RateControlConfig;
+use weir::rest::{RestConfig, RestServer};
 use weir::{Env, EnvConfig};
 use weir_examples::answers::{
     build_answer_cleaning, prepare_output_dir, Input, Summary, DEFAULT_SEED,
@@ -44,6 +53,19 @@ struct Args {
     /// Parallelism of every operator but `levels`.
     #[arg(long, default_value_t = 1)]
     parallelism: usize,
+    /// Serve the REST API (Flink's paths) on this address while the job runs, e.g.
+    /// `127.0.0.1:8081`; mutating calls need the token whose file is printed at start.
+    #[arg(long, value_name = "ADDR")]
+    rest: Option<std::net::SocketAddr>,
+    /// Generate answers without end (until Ctrl-C), instead of `--records`.
+    #[arg(long)]
+    forever: bool,
+    /// Limit the source to this many records per second.
+    #[arg(long, value_name = "N")]
+    rate: Option<f64>,
+    /// Checkpoint this often (milliseconds; 0: no checkpoints).
+    #[arg(long, value_name = "MS", default_value_t = 0)]
+    checkpoint_interval_ms: u64,
 }
 
 fn run(args: Args) -> Result<(), String> {
@@ -57,6 +79,7 @@ fn run(args: Args) -> Result<(), String> {
                 .map_err(|e| format!("cannot read input {}: {e}", path.display()))?;
             Input::lines(path)
         }
+        None if args.forever => Input::generated(u64::MAX, args.seed),
         None => Input::generated(args.records, args.seed),
     };
     if let Some(levels) = &args.levels {
@@ -71,9 +94,54 @@ fn run(args: Args) -> Result<(), String> {
     prepare_output_dir(&out_dir)
         .map_err(|e| format!("cannot prepare output directory {}: {e}", out_dir.display()))?;
 
-    let env = Env::with_config(EnvConfig::default());
+    let env = Env::with_config(config(&args)?);
     let handles = build_answer_cleaning(&env, &input, &out_dir, args.parallelism);
-    let result = env.execute("answer-cleaning").map_err(|e| e.to_string())?;
+    let job = env.start("answer-cleaning").map_err(|e| e.to_string())?;
+    let server = match args.rest {
+        None => None,
+        Some(addr) => {
+            let server =
+                RestServer::start(RestConfig::default().addr(addr)).map_err(|e| e.to_string())?;
+            server.register(job.monitor());
+            println!("REST API:       http://{}/jobs/{}", server.addr(), job.id());
+            if let Some(f) = server.token_file() {
+                println!(
+                    "token file:     {} (mutating calls: Authorization: Bearer <token>)",
+                    f.display()
+                );
+            }
+            Some(server)
+        }
+    };
+    let canceller = job.canceller();
+    let stopped = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flag = stopped.clone();
+    ctrlc::set_handler(move || {
+        flag.store(true, std::sync::atomic::Ordering::SeqCst);
+        canceller.cancel();
+    })
+    .map_err(|e| format!("cannot install the Ctrl-C handler: {e}"))?;
+    let monitor = job.monitor();
+    let result = match job.wait() {
+        Ok(result) => result,
+        Err(weir::JobError::Cancelled { .. })
+            if stopped.load(std::sync::atomic::Ordering::SeqCst) =>
+        {
+            println!("stopped by Ctrl-C");
+            if let Some(m) = monitor.metrics() {
+                for o in &m.operators {
+                    println!(
+                        "{:<14} {:>12} in {:>12} out",
+                        o.uid, o.num_records_in, o.num_records_out
+                    );
+                }
+            }
+            drop(server);
+            return Ok(());
+        }
+        Err(e) => return Err(e.to_string()),
+    };
+    drop(server);
     let summary = Summary::new(&result, &handles);
 
     match &args.input {
@@ -93,6 +161,33 @@ fn run(args: Args) -> Result<(), String> {
         );
     }
     Ok(())
+}
+
+/// The job's settings from the flags.
+fn config(args: &Args) -> Result<EnvConfig, String> {
+    let mut cfg = EnvConfig::default();
+    if let Some(rate) = args.rate {
+        if !(rate.is_finite() && rate > 0.0) {
+            return Err(format!(
+                "--rate must be a positive number of records per second, got {rate}"
+            ));
+        }
+        let mut rc = RateControlConfig::default();
+        rc.enabled = true;
+        rc.initial_rate = Some(rate);
+        rc.min_rate = rate;
+        rc.max_rate = Some(rate);
+        cfg.rate_control = rc;
+    }
+    if args.checkpoint_interval_ms > 0 {
+        cfg.checkpoint.interval = Some(std::time::Duration::from_millis(
+            args.checkpoint_interval_ms,
+        ));
+    }
+    if args.forever && args.input.is_some() {
+        return Err("--forever generates its input: it cannot be used with --input".into());
+    }
+    Ok(cfg)
 }
 
 fn main() -> ExitCode {
