@@ -55,6 +55,8 @@
 mod backup;
 mod channel;
 pub mod checkpoint;
+#[cfg(feature = "cli")]
+pub mod cli;
 mod config;
 mod controller;
 mod detector;

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 
 /// Top to bottom. A module may import modules of its own layer or of any layer below.
 const LAYERS: &[(&str, &[&str])] = &[
-    ("api", &["env", "stream", "job", "testing", "rest"]),
+    ("api", &["env", "stream", "job", "testing", "rest", "cli"]),
     ("controller", &["controller"]),
     ("protocols", &["sampler", "savepoint", "detector"]),
     ("physical plan", &["plan"]),

@@ -1,0 +1,502 @@
+//! `weirctl`: the command line over a job's REST API (Weir's or a Flink cluster's, for the
+//! calls both have). Human tables by default, the server's JSON with `--json`; clear errors
+//! when the server cannot be reached or refuses. The binary (`src/bin/weirctl.rs`) only calls
+//! [`run`]; this module owns parsing, the HTTP calls and the printing.
+//!
+//! ```text
+//! weirctl --url http://127.0.0.1:8081 jobs
+//! weirctl checkpoints <job-id>
+//! weirctl metrics <job-id> lastCheckpointDuration checkpointStartDelay
+//! weirctl --token-file /tmp/weir-rest-….token savepoint <job-id> --dir /tmp/sp
+//! ```
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use clap::{Parser, Subcommand};
+use serde_json::Value;
+
+/// Watch and steer running jobs over their REST API.
+#[derive(Parser, Debug)]
+#[command(name = "weirctl", version)]
+struct Args {
+    /// The REST server.
+    #[arg(long, global = true, default_value = "http://127.0.0.1:8081")]
+    url: String,
+    /// The bearer token for calls that change a job.
+    #[arg(long, global = true)]
+    token: Option<String>,
+    /// A file holding the bearer token (the REST server prints its path at start).
+    #[arg(long, global = true, value_name = "FILE")]
+    token_file: Option<PathBuf>,
+    /// Print the server's JSON instead of a table.
+    #[arg(long, global = true)]
+    json: bool,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// The jobs, with their state and how long they have run.
+    Jobs,
+    /// A job's vertices: parallelism, status, records in and out.
+    Job { id: String },
+    /// A job's checkpoint counts and its latest completed checkpoint.
+    Checkpoints { id: String },
+    /// The backpressure of every vertex of a job, per subtask.
+    Backpressure { id: String },
+    /// Job metrics by name (e.g. lastCheckpointDuration checkpointStartDelay).
+    Metrics {
+        id: String,
+        #[arg(required = true)]
+        names: Vec<String>,
+    },
+    /// Takes a savepoint and waits for it; the job keeps running.
+    Savepoint {
+        id: String,
+        /// Where the savepoint goes.
+        #[arg(long)]
+        dir: PathBuf,
+    },
+    /// Takes a savepoint, then stops the job; waits for the savepoint.
+    Stop {
+        id: String,
+        /// Where the savepoint goes.
+        #[arg(long)]
+        dir: PathBuf,
+    },
+    /// Cancels a job.
+    Cancel { id: String },
+}
+
+/// Why a `weirctl` command failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum CliError {
+    /// The arguments are wrong (the message is clap's, with usage); also `--help`.
+    #[error("{0}")]
+    Usage(String),
+    /// The server could not be reached.
+    #[error("cannot reach the REST server at {url}: {message}")]
+    Unreachable {
+        /// The URL tried.
+        url: String,
+        /// Why.
+        message: String,
+    },
+    /// The server answered with an error.
+    #[error("the server refused {what}: {status} {message}")]
+    Refused {
+        /// The request.
+        what: String,
+        /// The HTTP status.
+        status: u16,
+        /// The server's `errors`.
+        message: String,
+    },
+    /// No token was given for a call that needs one, or its file cannot be read.
+    #[error("{0}")]
+    Token(String),
+    /// The server's answer is not what a REST API of Weir or Flink answers.
+    #[error("unexpected answer from {what}: {message}")]
+    Unexpected {
+        /// The request.
+        what: String,
+        /// What is wrong with it.
+        message: String,
+    },
+    /// A savepoint failed.
+    #[error("the savepoint failed: {0}")]
+    Savepoint(String),
+    /// Writing the output failed.
+    #[error("cannot write the output: {0}")]
+    Output(#[from] std::io::Error),
+}
+
+impl CliError {
+    /// Whether this is `--help` or `--version` (printed, not an error).
+    pub fn is_help(&self) -> bool {
+        matches!(self, CliError::Usage(m) if !m.starts_with("error:"))
+    }
+}
+
+/// Runs `weirctl` with `args` (the first is the program name), printing to `out`.
+pub fn run<I, T>(args: I, out: &mut dyn Write) -> Result<(), CliError>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
+    let args = Args::try_parse_from(args).map_err(|e| CliError::Usage(e.to_string()))?;
+    let client = Client::new(&args)?;
+    match &args.command {
+        Command::Jobs => jobs(&client, &args, out),
+        Command::Job { id } => job(&client, &args, id, out),
+        Command::Checkpoints { id } => checkpoints(&client, &args, id, out),
+        Command::Backpressure { id } => backpressure(&client, &args, id, out),
+        Command::Metrics { id, names } => metrics(&client, &args, id, names, out),
+        Command::Savepoint { id, dir } => savepoint(&client, &args, id, dir, false, out),
+        Command::Stop { id, dir } => savepoint(&client, &args, id, dir, true, out),
+        Command::Cancel { id } => {
+            client.send("PATCH", &format!("/jobs/{id}?mode=cancel"), None)?;
+            writeln!(out, "cancelling job {id}")?;
+            Ok(())
+        }
+    }
+}
+
+struct Client {
+    base: String,
+    token: Option<String>,
+    agent: ureq::Agent,
+}
+
+impl Client {
+    fn new(args: &Args) -> Result<Client, CliError> {
+        let token = match (&args.token, &args.token_file) {
+            (Some(t), _) => Some(t.clone()),
+            (None, Some(f)) => Some(
+                std::fs::read_to_string(f)
+                    .map_err(|e| {
+                        CliError::Token(format!("cannot read the token file {}: {e}", f.display()))
+                    })?
+                    .trim()
+                    .to_owned(),
+            ),
+            (None, None) => None,
+        };
+        let agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .timeout_global(Some(Duration::from_secs(30)))
+            .build()
+            .into();
+        Ok(Client {
+            base: args.url.trim_end_matches('/').to_owned(),
+            token,
+            agent,
+        })
+    }
+
+    fn get(&self, path: &str) -> Result<Value, CliError> {
+        self.send("GET", path, None)
+    }
+
+    fn send(&self, method: &str, path: &str, body: Option<Value>) -> Result<Value, CliError> {
+        let url = format!("{}{path}", self.base);
+        let what = format!("{method} {path}");
+        let auth = |r: ureq::RequestBuilder<ureq::typestate::WithBody>| {
+            match &self.token {
+            Some(t) => Ok(r.header("Authorization", format!("Bearer {t}"))),
+            None => Err(CliError::Token(format!(
+                "{what} changes the job: give --token or --token-file (the REST server prints the token file's path at start)"
+            ))),
+        }
+        };
+        let result = match method {
+            "GET" => self.agent.get(&url).call(),
+            "PATCH" => auth(self.agent.patch(&url))?.send_empty(),
+            _ => {
+                let text = body
+                    .unwrap_or(Value::Object(Default::default()))
+                    .to_string();
+                auth(self.agent.post(&url))?
+                    .header("Content-Type", "application/json")
+                    .send(text.as_str())
+            }
+        };
+        let mut resp = result.map_err(|e| CliError::Unreachable {
+            url: self.base.clone(),
+            message: e.to_string(),
+        })?;
+        let status = resp.status().as_u16();
+        let text = resp
+            .body_mut()
+            .read_to_string()
+            .map_err(|e| CliError::Unexpected {
+                what: what.clone(),
+                message: e.to_string(),
+            })?;
+        let json: Value = if text.trim().is_empty() {
+            Value::Null
+        } else {
+            serde_json::from_str(&text).map_err(|e| CliError::Unexpected {
+                what: what.clone(),
+                message: format!(
+                    "not JSON ({e}): {}",
+                    text.chars().take(200).collect::<String>()
+                ),
+            })?
+        };
+        if status >= 400 {
+            let message = json["errors"]
+                .as_array()
+                .map(|e| {
+                    e.iter()
+                        .filter_map(Value::as_str)
+                        .collect::<Vec<_>>()
+                        .join("; ")
+                })
+                .unwrap_or(text);
+            return Err(CliError::Refused {
+                what,
+                status,
+                message,
+            });
+        }
+        Ok(json)
+    }
+}
+
+fn print_json(out: &mut dyn Write, v: &Value) -> Result<(), CliError> {
+    writeln!(
+        out,
+        "{}",
+        serde_json::to_string_pretty(v).unwrap_or_default()
+    )?;
+    Ok(())
+}
+
+/// A table with a header row; columns padded to their widest cell.
+fn table(out: &mut dyn Write, header: &[&str], rows: &[Vec<String>]) -> Result<(), CliError> {
+    let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
+    for r in rows {
+        for (w, c) in widths.iter_mut().zip(r) {
+            *w = (*w).max(c.len());
+        }
+    }
+    let line = |cells: Vec<&str>| {
+        cells
+            .iter()
+            .zip(&widths)
+            .map(|(c, w)| format!("{c:<w$}"))
+            .collect::<Vec<_>>()
+            .join("  ")
+            .trim_end()
+            .to_owned()
+    };
+    writeln!(out, "{}", line(header.to_vec()))?;
+    for r in rows {
+        writeln!(out, "{}", line(r.iter().map(String::as_str).collect()))?;
+    }
+    Ok(())
+}
+
+fn s(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.clone(),
+        Value::Null => "-".into(),
+        other => other.to_string(),
+    }
+}
+
+fn jobs(c: &Client, a: &Args, out: &mut dyn Write) -> Result<(), CliError> {
+    let v = c.get("/jobs/overview")?;
+    if a.json {
+        return print_json(out, &v);
+    }
+    let rows: Vec<Vec<String>> = v["jobs"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|j| {
+            let secs = j["duration"].as_u64().unwrap_or(0) as f64 / 1000.0;
+            vec![
+                s(&j["jid"]),
+                s(&j["name"]),
+                s(&j["state"]),
+                format!("{secs:.1}s"),
+            ]
+        })
+        .collect();
+    table(out, &["ID", "NAME", "STATE", "DURATION"], &rows)
+}
+
+fn job(c: &Client, a: &Args, id: &str, out: &mut dyn Write) -> Result<(), CliError> {
+    let v = c.get(&format!("/jobs/{id}"))?;
+    if a.json {
+        return print_json(out, &v);
+    }
+    writeln!(
+        out,
+        "{} ({}) {}",
+        s(&v["name"]),
+        s(&v["jid"]),
+        s(&v["state"])
+    )?;
+    let rows: Vec<Vec<String>> = v["vertices"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|x| {
+            vec![
+                s(&x["id"]),
+                s(&x["parallelism"]),
+                s(&x["status"]),
+                s(&x["metrics"]["read-records"]),
+                s(&x["metrics"]["write-records"]),
+                s(&x["name"]),
+            ]
+        })
+        .collect();
+    table(
+        out,
+        &[
+            "VERTEX",
+            "PARALLELISM",
+            "STATUS",
+            "RECORDS IN",
+            "RECORDS OUT",
+            "OPERATORS",
+        ],
+        &rows,
+    )
+}
+
+fn checkpoints(c: &Client, a: &Args, id: &str, out: &mut dyn Write) -> Result<(), CliError> {
+    let v = c.get(&format!("/jobs/{id}/checkpoints"))?;
+    if a.json {
+        return print_json(out, &v);
+    }
+    let n = &v["counts"];
+    writeln!(
+        out,
+        "completed {}  failed {}  in progress {}  restored {}",
+        s(&n["completed"]),
+        s(&n["failed"]),
+        s(&n["in_progress"]),
+        s(&n["restored"])
+    )?;
+    let l = &v["latest"]["completed"];
+    if l.is_object() {
+        writeln!(
+            out,
+            "latest completed: #{}  {} ms end to end  {} bytes",
+            s(&l["id"]),
+            s(&l["end_to_end_duration"]),
+            s(&l["state_size"])
+        )?;
+    } else {
+        writeln!(out, "latest completed: none yet")?;
+    }
+    Ok(())
+}
+
+fn backpressure(c: &Client, a: &Args, id: &str, out: &mut dyn Write) -> Result<(), CliError> {
+    let j = c.get(&format!("/jobs/{id}"))?;
+    let mut all = Vec::new();
+    let mut rows = Vec::new();
+    for vtx in j["vertices"].as_array().into_iter().flatten() {
+        let vid = s(&vtx["id"]);
+        let b = c.get(&format!("/jobs/{id}/vertices/{vid}/backpressure"))?;
+        for st in b["subtasks"].as_array().into_iter().flatten() {
+            let pct = |k: &str| format!("{:.0}%", st[k].as_f64().unwrap_or(0.0) * 100.0);
+            rows.push(vec![
+                vid.clone(),
+                s(&st["subtask"]),
+                s(&st["backpressureLevel"]),
+                pct("ratio"),
+                pct("busyRatio"),
+                pct("idleRatio"),
+            ]);
+        }
+        all.push(serde_json::json!({ "vertex": vid, "backpressure": b }));
+    }
+    if a.json {
+        return print_json(out, &Value::Array(all));
+    }
+    table(
+        out,
+        &[
+            "VERTEX",
+            "SUBTASK",
+            "LEVEL",
+            "BACKPRESSURED",
+            "BUSY",
+            "IDLE",
+        ],
+        &rows,
+    )
+}
+
+fn metrics(
+    c: &Client,
+    a: &Args,
+    id: &str,
+    names: &[String],
+    out: &mut dyn Write,
+) -> Result<(), CliError> {
+    let v = c.get(&format!("/jobs/{id}/metrics?get={}", names.join(",")))?;
+    if a.json {
+        return print_json(out, &v);
+    }
+    let got: Vec<&Value> = v.as_array().into_iter().flatten().collect();
+    let rows: Vec<Vec<String>> = names
+        .iter()
+        .map(|n| {
+            let value = got
+                .iter()
+                .find(|m| m["id"] == n.as_str())
+                .map_or("(unknown)".to_owned(), |m| s(&m["value"]));
+            vec![n.clone(), value]
+        })
+        .collect();
+    table(out, &["METRIC", "VALUE"], &rows)
+}
+
+fn savepoint(
+    c: &Client,
+    a: &Args,
+    id: &str,
+    dir: &std::path::Path,
+    stop: bool,
+    out: &mut dyn Write,
+) -> Result<(), CliError> {
+    let dir = dir.display().to_string();
+    let (path, body) = if stop {
+        (
+            format!("/jobs/{id}/stop"),
+            serde_json::json!({ "targetDirectory": dir, "drain": false }),
+        )
+    } else {
+        (
+            format!("/jobs/{id}/savepoints"),
+            serde_json::json!({ "target-directory": dir, "cancel-job": false }),
+        )
+    };
+    let started = c.send("POST", &path, Some(body))?;
+    let trigger = started["request-id"]
+        .as_str()
+        .ok_or_else(|| CliError::Unexpected {
+            what: format!("POST {path}"),
+            message: format!("no request-id in {started}"),
+        })?;
+    let deadline = Instant::now() + Duration::from_secs(600);
+    loop {
+        let st = c.get(&format!("/jobs/{id}/savepoints/{trigger}"))?;
+        match st["status"]["id"].as_str() {
+            Some("COMPLETED") => {
+                if let Some(cause) = st["operation"].get("failure-cause") {
+                    return Err(CliError::Savepoint(s(&cause["stack-trace"])));
+                }
+                if a.json {
+                    return print_json(out, &st);
+                }
+                writeln!(out, "savepoint: {}", s(&st["operation"]["location"]))?;
+                if stop {
+                    writeln!(out, "job {id} stopped")?;
+                }
+                return Ok(());
+            }
+            Some("IN_PROGRESS") if Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(50))
+            }
+            _ => {
+                return Err(CliError::Unexpected {
+                    what: format!("GET /jobs/{id}/savepoints/{trigger}"),
+                    message: format!("no completion in {st}"),
+                })
+            }
+        }
+    }
+}
