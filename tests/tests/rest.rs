@@ -550,3 +550,80 @@ fn the_server_is_safe_by_default() {
     server.stop();
     assert!(!file.exists(), "the token file goes with the server");
 }
+
+/// The checked-in OpenAPI description lists exactly the routes the server serves, with their
+/// methods; and the server answers each listed route and method (no 404 for the path, no
+/// 405), and 405 for every other method on it.
+#[test]
+fn the_openapi_description_matches_the_routes_the_server_serves() {
+    let spec: Value = serde_json::from_str(include_str!("../../framework/src/rest/openapi.json"))
+        .expect("openapi.json is JSON");
+    let mut documented: Vec<(String, Vec<String>)> = spec["paths"]
+        .as_object()
+        .expect("paths")
+        .iter()
+        .map(|(path, item)| {
+            let mut methods: Vec<String> = item
+                .as_object()
+                .unwrap()
+                .keys()
+                .filter(|k| *k != "parameters")
+                .map(|k| k.to_uppercase())
+                .collect();
+            methods.sort();
+            (path.clone(), methods)
+        })
+        .collect();
+    documented.sort();
+    let mut served: Vec<(String, Vec<String>)> = weir::rest::ROUTES
+        .iter()
+        .map(|(p, ms)| {
+            let mut ms: Vec<String> = ms.iter().map(|m| m.to_string()).collect();
+            ms.sort();
+            (p.to_string(), ms)
+        })
+        .collect();
+    served.sort();
+    assert_eq!(
+        documented, served,
+        "framework/src/rest/openapi.json is out of date"
+    );
+
+    within_timeout(move || {
+        let dir = TempDir::new("rest-routes");
+        let server = RestServer::start(RestConfig::default()).expect("the server starts");
+        let env = Env::with_config(config(1_000.0, dir.path()));
+        env.generate(u64::MAX, |i| i).uid("src").collect();
+        let job = env.start("rest-routes").expect("the job starts");
+        server.register(job.monitor());
+        let id = job.id().to_owned();
+        for (path, methods) in &served {
+            let concrete = path
+                .replace("{id}", &id)
+                .replace("{vid}", "src")
+                .replace("{trigger}", "0");
+            for method in ["GET", "POST", "PATCH", "PUT", "DELETE"] {
+                // Mutating calls carry no token, so none of them changes the job.
+                let url = format!("http://{}{concrete}?mode=nothing", server.addr());
+                let a = agent();
+                let resp = match method {
+                    "GET" => a.get(&url).call(),
+                    "DELETE" => a.delete(&url).call(),
+                    "POST" => a.post(&url).send("{}"),
+                    "PATCH" => a.patch(&url).send_empty(),
+                    _ => a.put(&url).send("{}"),
+                };
+                let (status, body) = call(resp);
+                if methods.iter().any(|m| m == method) {
+                    assert_ne!(status, 405, "{method} {path} is served: {body}");
+                    let route_missing = status == 404 && error_of(&body).starts_with("Not found:");
+                    assert!(!route_missing, "{method} {path} is routed: {body}");
+                } else {
+                    assert_eq!(status, 405, "{method} {path} is not served: {body}");
+                }
+            }
+        }
+        job.cancel();
+        let _ = job.wait();
+    });
+}
