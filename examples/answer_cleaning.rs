@@ -60,7 +60,8 @@ struct Args {
     /// Generate answers without end (until Ctrl-C), instead of `--records`.
     #[arg(long)]
     forever: bool,
-    /// Limit the source to this many records per second.
+    /// Limit the sources to this many records per second in all (split evenly over the
+    /// source subtasks; the small `levels` source counts as one).
     #[arg(long, value_name = "N")]
     rate: Option<f64>,
     /// Checkpoint this often (milliseconds; 0: no checkpoints).
@@ -141,11 +142,14 @@ fn run(args: Args) -> Result<(), String> {
         }
         Err(e) => return Err(e.to_string()),
     };
-    drop(server);
     let summary = Summary::new(&result, &handles);
 
     match &args.input {
         Some(p) => println!("input:          {}", p.display()),
+        None if args.forever => println!(
+            "input:          generated answers without end (seed {})",
+            args.seed
+        ),
         None => println!(
             "input:          {} generated answers (seed {})",
             args.records, args.seed
@@ -160,6 +164,18 @@ fn run(args: Args) -> Result<(), String> {
             out_dir.display()
         );
     }
+    if let (Some(server), true) = (&server, args.forever) {
+        // A job stopped over REST: its clients still read the final status (and the
+        // savepoint's location) until the user is done.
+        println!(
+            "the job has ended; http://{} serves its final status until Ctrl-C",
+            server.addr()
+        );
+        while !stopped.load(std::sync::atomic::Ordering::SeqCst) {
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+    }
+    drop(server);
     Ok(())
 }
 
