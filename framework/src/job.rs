@@ -165,6 +165,20 @@ impl JobMonitor {
         self.commands.send(Command::Cancel(reply));
     }
 
+    /// Triggers a checkpoint now and returns its id (its progress is in
+    /// [`CheckpointStats::history`]); `Err` says why none could be triggered.
+    pub fn trigger_checkpoint(&self) -> Result<u64, String> {
+        let (reply, answer) = std_mpsc::channel();
+        self.commands.send(Command::TriggerCheckpoint(reply));
+        match answer.recv_timeout(std::time::Duration::from_secs(10)) {
+            Ok(r) => r,
+            Err(std_mpsc::RecvTimeoutError::Timeout) => {
+                Err("the job did not answer within 10 s (it is stopping)".into())
+            }
+            Err(std_mpsc::RecvTimeoutError::Disconnected) => Err("the job has ended".into()),
+        }
+    }
+
     /// Starts a savepoint into `dir` (then stops the job if `stop`) and returns at once; the
     /// receiver gets the savepoint's path or why there is none, and is disconnected if the
     /// job ends first.

@@ -89,7 +89,9 @@ mod task;
 pub mod testing;
 
 pub use backup::{BackupMetrics, BackupPolicy};
-pub use checkpoint::coordinator::CheckpointStats;
+pub use checkpoint::coordinator::{
+    CheckpointRecord, CheckpointStats, CheckpointStatus, CheckpointSummary, MinMaxAvg,
+};
 pub use checkpoint::store::CheckpointError;
 pub use checkpoint::{CheckpointConfig, CheckpointMode};
 pub use config::EnvConfig;

@@ -219,7 +219,61 @@ fn every_read_endpoint_answers_with_flinks_fields_and_cancel_works() {
             assert!(b["counts"].get(f).is_some(), "counts have `{f}`");
         }
         assert_eq!(b["latest"]["completed"]["status"], "COMPLETED");
-        assert!(b["latest"]["completed"]["id"].as_u64().unwrap() >= 2);
+        let latest = b["latest"]["completed"]["id"].as_u64().unwrap();
+        assert!(latest >= 2);
+        let history = b["history"].as_array().expect("history");
+        assert!(!history.is_empty() && history.len() <= 10, "{b}");
+        for f in [
+            "id",
+            "status",
+            "is_savepoint",
+            "trigger_timestamp",
+            "latest_ack_timestamp",
+            "state_size",
+            "end_to_end_duration",
+            "num_subtasks",
+            "num_acknowledged_subtasks",
+        ] {
+            assert!(
+                history[0].get(f).is_some(),
+                "a history entry has `{f}`: {}",
+                history[0]
+            );
+        }
+        for f in ["state_size", "end_to_end_duration", "checkpointed_size"] {
+            for g in ["min", "max", "avg"] {
+                assert!(b["summary"][f].get(g).is_some(), "summary.{f}.{g}: {b}");
+            }
+        }
+        let (s, d) = get(&server, &format!("/jobs/{id}/checkpoints/details/{latest}"));
+        assert_eq!(s, 200);
+        assert_eq!(
+            (d["id"].as_u64(), d["status"].as_str()),
+            (Some(latest), Some("COMPLETED"))
+        );
+        assert_eq!(d["num_acknowledged_subtasks"], d["num_subtasks"]);
+
+        // A checkpoint triggered over REST.
+        let (s, t) = post(
+            &server,
+            &format!("/jobs/{id}/checkpoints"),
+            Some(server.token()),
+            "{}",
+        );
+        assert_eq!(s, 202, "{t}");
+        let trigger = t["request-id"].as_str().unwrap().to_owned();
+        let done = loop {
+            let (s, b) = get(&server, &format!("/jobs/{id}/checkpoints/{trigger}"));
+            assert_eq!(s, 200, "{b}");
+            if b["status"]["id"] == "COMPLETED" {
+                break b;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        };
+        let triggered = done["operation"]["checkpointId"]
+            .as_u64()
+            .expect("a checkpoint id");
+        assert!(triggered > latest, "{done}");
 
         let (s, b) = get(&server, &format!("/jobs/{id}/checkpoints/config"));
         assert_eq!(s, 200);
@@ -409,6 +463,20 @@ fn errors_are_json_with_flinks_status_codes_and_name_what_is_wrong() {
         let (s, b) = post(&server, &sp, Some(&token), &big);
         assert_eq!(s, 413);
         assert!(error_of(&b).contains("1024"), "{b}");
+        let (s, b) = get(&server, &format!("/jobs/{id}/checkpoints/details/abc"));
+        assert_eq!(s, 400);
+        assert!(error_of(&b).contains("abc"), "{b}");
+        let (s, b) = get(&server, &format!("/jobs/{id}/checkpoints/details/99999"));
+        assert_eq!(s, 404);
+        assert!(error_of(&b).contains("99999"), "{b}");
+        let (s, b) = post(
+            &server,
+            &format!("/jobs/{id}/checkpoints"),
+            Some(&token),
+            r#"{"checkpointType": "INCREMENTAL"}"#,
+        );
+        assert_eq!(s, 400);
+        assert!(error_of(&b).contains("`checkpointType`"), "{b}");
         let (s, b) = get(&server, &format!("/jobs/{id}/savepoints/feedbeef"));
         assert_eq!(s, 404);
         assert!(error_of(&b).contains("feedbeef"), "{b}");
@@ -601,7 +669,8 @@ fn the_openapi_description_matches_the_routes_the_server_serves() {
             let concrete = path
                 .replace("{id}", &id)
                 .replace("{vid}", "src")
-                .replace("{trigger}", "0");
+                .replace("{trigger}", "0")
+                .replace("{cid}", "1");
             for method in ["GET", "POST", "PATCH", "PUT", "DELETE"] {
                 // Mutating calls carry no token, so none of them changes the job.
                 let url = format!("http://{}{concrete}?mode=nothing", server.addr());

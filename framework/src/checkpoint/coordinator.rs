@@ -2,7 +2,7 @@
 //! trigger, which acknowledgements a checkpoint still waits for, when it completes, times out
 //! or fails the job. The job routes its mails and writes `_metadata`.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashSet, VecDeque};
 use std::time::{Duration, Instant};
 
 use super::CheckpointConfig;
@@ -56,6 +56,98 @@ pub struct CheckpointStats {
     pub num_restarts: u64,
     /// Id of the checkpoint the job last restored (after a failure, or a savepoint at start).
     pub last_restored_checkpoint_id: Option<u64>,
+    /// The most recent checkpoints, oldest first (at most [`HISTORY`]), in progress included.
+    pub history: Vec<CheckpointRecord>,
+    /// Over every completed checkpoint: end-to-end duration (ms) and size (bytes).
+    pub completed_summary: Option<CheckpointSummary>,
+}
+
+/// How many recent checkpoints [`CheckpointStats::history`] keeps (Flink's default
+/// `web.checkpoints.history`).
+pub const HISTORY: usize = 10;
+
+/// Where a checkpoint is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CheckpointStatus {
+    /// Triggered, waiting for acknowledgements.
+    InProgress,
+    /// Every subtask acknowledged it and its metadata is written.
+    Completed,
+    /// Timed out, declined, subsumed or aborted.
+    Failed,
+}
+
+/// One checkpoint of [`CheckpointStats::history`].
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct CheckpointRecord {
+    /// Its id.
+    pub id: u64,
+    /// Where it is.
+    pub status: CheckpointStatus,
+    /// Taken for a savepoint.
+    pub is_savepoint: bool,
+    /// When it was triggered, ms since the Unix epoch.
+    pub trigger_timestamp_ms: u64,
+    /// When the last acknowledgement came, ms since the Unix epoch.
+    pub latest_ack_timestamp_ms: Option<u64>,
+    /// Trigger to completion (or to now, or to failure), ms.
+    pub end_to_end_duration_ms: u64,
+    /// Bytes of state written.
+    pub state_size: u64,
+    /// Subtasks that take part.
+    pub num_subtasks: usize,
+    /// Subtasks that acknowledged it.
+    pub num_acknowledged_subtasks: usize,
+    /// The longest barrier alignment of a subtask, ms.
+    pub alignment_ms: u64,
+    /// Why it failed.
+    pub failure_message: Option<String>,
+}
+
+/// Minimum, maximum and average of a quantity over completed checkpoints.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct MinMaxAvg {
+    /// Smallest.
+    pub min: u64,
+    /// Largest.
+    pub max: u64,
+    /// Average.
+    pub avg: f64,
+}
+
+/// Aggregates over every completed checkpoint of the job.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+#[non_exhaustive]
+pub struct CheckpointSummary {
+    /// Completed checkpoints counted.
+    pub count: u64,
+    /// End-to-end duration, ms.
+    pub end_to_end_duration_ms: MinMaxAvg,
+    /// State size, bytes.
+    pub state_size: MinMaxAvg,
+}
+
+impl CheckpointSummary {
+    fn add(&mut self, duration_ms: u64, size: u64) {
+        let n = self.count as f64;
+        let fold = |m: &mut MinMaxAvg, x: u64| {
+            if n == 0.0 {
+                *m = MinMaxAvg {
+                    min: x,
+                    max: x,
+                    avg: x as f64,
+                };
+            } else {
+                m.min = m.min.min(x);
+                m.max = m.max.max(x);
+                m.avg = (m.avg * n + x as f64) / (n + 1.0);
+            }
+        };
+        fold(&mut self.end_to_end_duration_ms, duration_ms);
+        fold(&mut self.state_size, size);
+        self.count += 1;
+    }
 }
 
 pub(crate) struct Coordinator {
@@ -70,6 +162,9 @@ pub(crate) struct Coordinator {
     last_completion: Option<Instant>,
     failures_in_a_row: u32,
     pub(crate) stats: CheckpointStats,
+    history: VecDeque<CheckpointRecord>,
+    /// An instant and the wall clock then, to stamp records in ms since the epoch.
+    clock: (Instant, u64),
 }
 
 impl Coordinator {
@@ -86,16 +181,52 @@ impl Coordinator {
             last_completion: None,
             failures_in_a_row: 0,
             stats: CheckpointStats::default(),
+            history: VecDeque::new(),
+            clock: (Instant::now(), wall_ms()),
         }
+    }
+
+    fn epoch_ms(&self, at: Instant) -> u64 {
+        let (base, base_ms) = self.clock;
+        match at.checked_duration_since(base) {
+            Some(d) => base_ms + d.as_millis() as u64,
+            None => base_ms.saturating_sub(base.duration_since(at).as_millis() as u64),
+        }
+    }
+
+    fn record_mut(&mut self, id: u64) -> Option<&mut CheckpointRecord> {
+        self.history.iter_mut().rev().find(|r| r.id == id)
+    }
+
+    /// Marks checkpoint `id` failed at `now` because of `why`.
+    fn record_failure(&mut self, id: u64, now: Instant, why: String) {
+        let started = self.record_mut(id).map(|r| r.trigger_timestamp_ms);
+        let now_ms = self.epoch_ms(now);
+        if let Some(r) = self.record_mut(id) {
+            r.status = CheckpointStatus::Failed;
+            r.end_to_end_duration_ms = now_ms.saturating_sub(started.unwrap_or(now_ms));
+            r.failure_message = Some(why);
+        }
+        self.publish_history();
+    }
+
+    fn publish_history(&mut self) {
+        self.stats.history = self.history.iter().cloned().collect();
     }
 
     /// Triggers a checkpoint now, whatever the interval (a savepoint).
     pub(crate) fn force(&mut self, now: Instant) -> u64 {
-        self.start(now)
+        self.start(now, true)
+    }
+
+    /// Triggers a checkpoint now, whatever the interval, that is not a savepoint (asked for
+    /// from outside, e.g. `POST /jobs/{id}/checkpoints`).
+    pub(crate) fn force_checkpoint(&mut self, now: Instant) -> u64 {
+        self.start(now, false)
     }
 
     /// Starts the next checkpoint: it waits for every subtask.
-    fn start(&mut self, now: Instant) -> u64 {
+    fn start(&mut self, now: Instant, is_savepoint: bool) -> u64 {
         let id = self.next_id;
         self.next_id += 1;
         self.pending.insert(
@@ -108,6 +239,24 @@ impl Coordinator {
             },
         );
         self.stats.number_of_in_progress_checkpoints = self.pending.len() as u64;
+        let record = CheckpointRecord {
+            id,
+            status: CheckpointStatus::InProgress,
+            is_savepoint,
+            trigger_timestamp_ms: self.epoch_ms(now),
+            latest_ack_timestamp_ms: None,
+            end_to_end_duration_ms: 0,
+            state_size: 0,
+            num_subtasks: self.subtasks,
+            num_acknowledged_subtasks: 0,
+            alignment_ms: 0,
+            failure_message: None,
+        };
+        if self.history.len() == HISTORY {
+            self.history.pop_front();
+        }
+        self.history.push_back(record);
+        self.publish_history();
         id
     }
 
@@ -116,6 +265,10 @@ impl Coordinator {
         self.subtasks = subtasks;
         self.interval = self.cfg.interval.unwrap_or(Duration::MAX);
         self.next_id = self.next_id.max(next_id);
+        let abandoned: Vec<u64> = self.pending.keys().copied().collect();
+        for id in abandoned {
+            self.record_failure(id, now, "the job restarted".into());
+        }
         self.pending.clear();
         self.last_trigger = Some(now);
         self.stats.number_of_in_progress_checkpoints = 0;
@@ -133,7 +286,7 @@ impl Coordinator {
             return None;
         }
         self.last_trigger = Some(now);
-        Some(self.start(now))
+        Some(self.start(now, false))
     }
 
     /// Subtask `actor` acknowledged checkpoint `id`; the checkpoint if it is now complete.
@@ -146,17 +299,30 @@ impl Coordinator {
         start_delay: Duration,
         now: Instant,
     ) -> Option<Completed> {
+        let at = self.epoch_ms(now);
+        let subtasks = self.subtasks;
         let p = self.pending.get_mut(&id)?;
         if !p.waiting.remove(&actor) {
             return None;
         }
         p.files.extend(files);
         p.max_alignment = p.max_alignment.max(alignment);
+        let (acked, align, done) = (
+            subtasks - p.waiting.len(),
+            p.max_alignment.as_millis() as u64,
+            p.waiting.is_empty(),
+        );
+        if let Some(r) = self.record_mut(id) {
+            r.num_acknowledged_subtasks = acked;
+            r.alignment_ms = align;
+            r.latest_ack_timestamp_ms = Some(at);
+        }
         self.stats.checkpoint_start_delay_nanos = self
             .stats
             .checkpoint_start_delay_nanos
             .max(start_delay.as_nanos() as u64);
-        if !p.waiting.is_empty() {
+        if !done {
+            self.publish_history();
             return None;
         }
         let p = self.pending.remove(&id)?;
@@ -165,9 +331,21 @@ impl Coordinator {
         for k in older {
             self.pending.remove(&k);
             self.stats.number_of_failed_checkpoints += 1;
+            self.record_failure(k, now, format!("subsumed by checkpoint {id}"));
         }
         let size = p.files.iter().map(|f| f.size).sum();
         let duration = now.saturating_duration_since(p.started);
+        let duration_ms = duration.as_millis() as u64;
+        if let Some(r) = self.record_mut(id) {
+            r.status = CheckpointStatus::Completed;
+            r.end_to_end_duration_ms = duration_ms;
+            r.state_size = size;
+        }
+        self.publish_history();
+        self.stats
+            .completed_summary
+            .get_or_insert_with(CheckpointSummary::default)
+            .add(duration_ms, size);
         self.last_completion = Some(now);
         self.failures_in_a_row = 0;
         self.stats.number_of_completed_checkpoints += 1;
@@ -195,16 +373,17 @@ impl Coordinator {
             .map(|(id, _)| *id)
             .collect();
         for id in &expired {
-            self.fail_one(*id)?;
+            self.fail_one(*id, format!("expired after {timeout:?}"))?;
         }
         Ok(expired)
     }
 
-    /// Checkpoint `id` failed (a subtask could not write its state).
-    pub(crate) fn fail_one(&mut self, id: u64) -> Result<(), u32> {
+    /// Checkpoint `id` failed (a subtask could not write its state), because of `why`.
+    pub(crate) fn fail_one(&mut self, id: u64, why: String) -> Result<(), u32> {
         if self.pending.remove(&id).is_none() {
             return Ok(());
         }
+        self.record_failure(id, Instant::now(), why);
         self.stats.number_of_failed_checkpoints += 1;
         self.stats.number_of_in_progress_checkpoints = self.pending.len() as u64;
         self.failures_in_a_row += 1;
@@ -220,6 +399,10 @@ impl Coordinator {
     /// it are stale for the new primary).
     pub(crate) fn abort_for_failover(&mut self) -> (Vec<u64>, u64) {
         let aborted: Vec<u64> = self.pending.keys().copied().collect();
+        let now = Instant::now();
+        for id in &aborted {
+            self.record_failure(*id, now, "aborted: a backed-up subtask failed over".into());
+        }
         self.pending.clear();
         self.stats.number_of_in_progress_checkpoints = 0;
         (aborted, self.next_id.saturating_sub(1))
@@ -229,6 +412,13 @@ impl Coordinator {
     pub(crate) fn stop_triggering(&mut self) {
         self.interval = Duration::MAX;
     }
+}
+
+/// Milliseconds since the Unix epoch, now.
+fn wall_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
 }
 
 #[cfg(test)]
@@ -288,5 +478,57 @@ mod tests {
         c.maybe_trigger(t0 + Duration::from_millis(700)).unwrap();
         assert_eq!(c.expire(t0 + Duration::from_millis(1300)), Err(2));
         assert_eq!(c.stats.number_of_failed_checkpoints, 2);
+    }
+
+    #[test]
+    fn the_history_keeps_the_last_checkpoints_with_their_outcome_and_the_summary_all() {
+        let ms = Duration::from_millis;
+        let t0 = Instant::now();
+        let mut c = Coordinator::new(&cfg(), 1, 1);
+        // 1 completes in 20 ms, 2 expires, 3 completes in 40 ms, then a savepoint (4).
+        let a = c.maybe_trigger(t0).unwrap();
+        c.ack(a, 0, vec![], ms(2), Duration::ZERO, t0 + ms(20))
+            .unwrap();
+        let b = c.maybe_trigger(t0 + ms(100)).unwrap();
+        assert_eq!(c.expire(t0 + ms(700)), Ok(vec![b]));
+        let d = c.maybe_trigger(t0 + ms(800)).unwrap();
+        c.ack(d, 0, vec![], ms(0), Duration::ZERO, t0 + ms(840))
+            .unwrap();
+        let sp = c.force(t0 + ms(900));
+        let h = &c.stats.history;
+        let outcomes: Vec<(u64, CheckpointStatus, bool)> =
+            h.iter().map(|r| (r.id, r.status, r.is_savepoint)).collect();
+        assert_eq!(
+            outcomes,
+            [
+                (a, CheckpointStatus::Completed, false),
+                (b, CheckpointStatus::Failed, false),
+                (d, CheckpointStatus::Completed, false),
+                (sp, CheckpointStatus::InProgress, true),
+            ]
+        );
+        assert_eq!(h[0].end_to_end_duration_ms, 20);
+        assert_eq!(h[0].alignment_ms, 2);
+        assert_eq!(h[0].num_acknowledged_subtasks, 1);
+        assert!(h[1].failure_message.as_deref().unwrap().contains("expired"));
+        let summary = c.stats.completed_summary.unwrap();
+        assert_eq!(summary.count, 2);
+        assert_eq!(
+            summary.end_to_end_duration_ms,
+            MinMaxAvg {
+                min: 20,
+                max: 40,
+                avg: 30.0
+            }
+        );
+        for i in 0..(2 * HISTORY as u64) {
+            c.force(t0 + ms(1_000 + i));
+        }
+        assert_eq!(
+            c.stats.history.len(),
+            HISTORY,
+            "only the last ones are kept"
+        );
+        assert_eq!(c.stats.history.last().unwrap().id, sp + 2 * HISTORY as u64);
     }
 }

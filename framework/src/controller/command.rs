@@ -23,6 +23,8 @@ pub(crate) enum Command {
     Cancel(Reply<()>),
     /// Take a savepoint (then stop the job if the request says so).
     Savepoint(SavepointRequest),
+    /// Trigger a checkpoint now (not a savepoint); answered with its id once triggered.
+    TriggerCheckpoint(Reply<Result<u64, String>>),
     /// Replace the sources' rate control (already validated); answered once applied.
     SetRateControl(RateControlConfig, Reply<()>),
 }

@@ -60,11 +60,16 @@ impl ResponseError for ApiError {
 type Answer = Result<HttpResponse, ApiError>;
 type State = web::Data<Shared>;
 
-/// A savepoint started over REST, by its trigger id.
-pub(crate) struct Trigger {
-    job: String,
-    answer: Option<Receiver<Result<PathBuf, String>>>,
-    outcome: Option<Result<PathBuf, String>>,
+/// An operation started over REST, by its trigger id.
+pub(crate) enum Trigger {
+    /// A savepoint: its answer, then its outcome.
+    Savepoint {
+        job: String,
+        answer: Option<Receiver<Result<PathBuf, String>>>,
+        outcome: Option<Result<PathBuf, String>>,
+    },
+    /// A checkpoint: its id (its progress is in the job's checkpoint history).
+    Checkpoint { job: String, id: u64 },
 }
 
 /// Every route. More specific paths come first (`/jobs/overview` before `/jobs/{id}`); a
@@ -90,8 +95,18 @@ pub(crate) fn routes(cfg: &mut web::ServiceConfig) {
         )
         .service(get("/jobs/{id}/vertices/{vid}", vertex))
         .service(get("/jobs/{id}/vertices/{vid}/backpressure", backpressure))
-        .service(get("/jobs/{id}/checkpoints", checkpoints))
+        .service(
+            web::resource("/jobs/{id}/checkpoints")
+                .route(web::get().to(checkpoints))
+                .route(web::post().to(trigger_checkpoint))
+                .default_service(web::to(method_not_allowed)),
+        )
         .service(get("/jobs/{id}/checkpoints/config", checkpoint_config))
+        .service(get(
+            "/jobs/{id}/checkpoints/details/{cid}",
+            checkpoint_details,
+        ))
+        .service(get("/jobs/{id}/checkpoints/{trigger}", checkpoint_status))
         .service(get("/jobs/{id}/metrics", job_metrics))
         .service(get("/jobs/{id}/backups", backups))
         .service(
@@ -116,8 +131,10 @@ pub const ROUTES: &[(&str, &[&str])] = &[
     ("/jobs/{id}", &["GET", "PATCH"]),
     ("/jobs/{id}/vertices/{vid}", &["GET"]),
     ("/jobs/{id}/vertices/{vid}/backpressure", &["GET"]),
-    ("/jobs/{id}/checkpoints", &["GET"]),
+    ("/jobs/{id}/checkpoints", &["GET", "POST"]),
     ("/jobs/{id}/checkpoints/config", &["GET"]),
+    ("/jobs/{id}/checkpoints/details/{cid}", &["GET"]),
+    ("/jobs/{id}/checkpoints/{trigger}", &["GET"]),
     ("/jobs/{id}/metrics", &["GET"]),
     ("/jobs/{id}/backups", &["GET"]),
     ("/jobs/{id}/savepoints", &["POST"]),
@@ -492,23 +509,56 @@ async fn backpressure(state: State, req: HttpRequest) -> Answer {
 // ---------------------------------------------------------------------------------------------
 // Checkpoints and metrics
 
+fn record_json(r: &crate::CheckpointRecord) -> Value {
+    let status = match r.status {
+        crate::CheckpointStatus::InProgress => "IN_PROGRESS",
+        crate::CheckpointStatus::Completed => "COMPLETED",
+        crate::CheckpointStatus::Failed => "FAILED",
+    };
+    let mut v = json!({
+        "id": r.id,
+        "status": status,
+        "is_savepoint": r.is_savepoint,
+        "savepointFormat": if r.is_savepoint { Value::from("CANONICAL") } else { Value::Null },
+        "trigger_timestamp": r.trigger_timestamp_ms,
+        "latest_ack_timestamp": r.latest_ack_timestamp_ms.map_or(-1, |t| t as i64),
+        "state_size": r.state_size,
+        "checkpointed_size": r.state_size,
+        "end_to_end_duration": r.end_to_end_duration_ms,
+        "alignment_buffered": 0,
+        "processed_data": 0,
+        "persisted_data": 0,
+        "num_subtasks": r.num_subtasks,
+        "num_acknowledged_subtasks": r.num_acknowledged_subtasks,
+        "checkpoint_type": if r.is_savepoint { "SAVEPOINT" } else { "CHECKPOINT" },
+    });
+    if let Some(why) = &r.failure_message {
+        v["failure_message"] = Value::from(why.as_str());
+        v["failure_timestamp"] = Value::from(r.trigger_timestamp_ms + r.end_to_end_duration_ms);
+    }
+    v
+}
+
+fn min_max_avg(m: &crate::MinMaxAvg) -> Value {
+    json!({ "min": m.min, "max": m.max, "avg": m.avg })
+}
+
 async fn checkpoints(state: State, req: HttpRequest) -> Answer {
     let job = job_of(&state, &req)?;
     let s = job.checkpoint_stats().unwrap_or_default();
-    let completed = s.last_completed_checkpoint_id.map(|id| {
-        json!({
-            "id": id,
-            "status": "COMPLETED",
-            "is_savepoint": false,
-            "end_to_end_duration": s.last_checkpoint_duration_ms,
-            "state_size": s.last_checkpoint_size,
-            "checkpointed_size": s.last_checkpoint_size,
-            "alignment_buffered": 0,
-        })
-    });
+    let latest = |pred: &dyn Fn(&crate::CheckpointRecord) -> bool| {
+        s.history
+            .iter()
+            .rev()
+            .find(|r| pred(r))
+            .map_or(Value::Null, record_json)
+    };
+    let completed = crate::CheckpointStatus::Completed;
     let restored = s
         .last_restored_checkpoint_id
         .map(|id| json!({ "id": id, "is_savepoint": false }));
+    let summary = s.completed_summary.unwrap_or_default();
+    let zero = json!({ "min": 0, "max": 0, "avg": 0.0 });
     Ok(HttpResponse::Ok().json(json!({
         "counts": {
             "restored": s.num_restarts,
@@ -517,13 +567,116 @@ async fn checkpoints(state: State, req: HttpRequest) -> Answer {
             "completed": s.number_of_completed_checkpoints,
             "failed": s.number_of_failed_checkpoints,
         },
+        "summary": {
+            "checkpointed_size": min_max_avg(&summary.state_size),
+            "state_size": min_max_avg(&summary.state_size),
+            "end_to_end_duration": min_max_avg(&summary.end_to_end_duration_ms),
+            "alignment_buffered": zero,
+            "processed_data": zero,
+            "persisted_data": zero,
+        },
         "latest": {
-            "completed": completed,
-            "savepoint": Value::Null,
-            "failed": Value::Null,
+            "completed": latest(&|r| r.status == completed && !r.is_savepoint),
+            "savepoint": latest(&|r| r.status == completed && r.is_savepoint),
+            "failed": latest(&|r| r.status == crate::CheckpointStatus::Failed),
             "restored": restored,
         },
+        "history": s.history.iter().rev().map(record_json).collect::<Vec<_>>(),
     })))
+}
+
+async fn checkpoint_details(state: State, req: HttpRequest) -> Answer {
+    let job = job_of(&state, &req)?;
+    let raw = req.match_info().get("cid").unwrap_or_default();
+    let cid: u64 = raw.parse().map_err(|_| {
+        ApiError::bad_request(format!("checkpoint id must be a number, got `{raw}`"))
+    })?;
+    let s = job.checkpoint_stats().unwrap_or_default();
+    let r = s.history.iter().find(|r| r.id == cid).ok_or_else(|| {
+        ApiError::not_found(format!(
+            "Checkpoint {cid} not found in job {} (the last {} are kept)",
+            job.id(),
+            crate::checkpoint::coordinator::HISTORY
+        ))
+    })?;
+    Ok(HttpResponse::Ok().json(record_json(r)))
+}
+
+async fn trigger_checkpoint(state: State, req: HttpRequest, body: web::Payload) -> Answer {
+    authorize(&state, &req)?;
+    let job = job_of(&state, &req)?;
+    let body = json_body(body, state.max_body_bytes).await?;
+    match optional_string(&body, "checkpointType")?.as_deref() {
+        None | Some("DEFAULT") | Some("CONFIGURED") | Some("FULL") => {}
+        Some(other) => {
+            return Err(ApiError::bad_request(format!(
+                "field `checkpointType` must be FULL, CONFIGURED or DEFAULT, got `{other}`"
+            )))
+        }
+    }
+    running(&job)?;
+    let j = job.clone();
+    let id = web::block(move || j.trigger_checkpoint())
+        .await
+        .map_err(|e| ApiError::internal(e.to_string()))?
+        .map_err(ApiError::conflict)?;
+    let tid = new_trigger_id();
+    state
+        .triggers
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .insert(
+            tid.clone(),
+            Trigger::Checkpoint {
+                job: job.id().to_owned(),
+                id,
+            },
+        );
+    Ok(HttpResponse::Accepted().json(json!({ "request-id": tid })))
+}
+
+async fn checkpoint_status(state: State, req: HttpRequest) -> Answer {
+    let job = job_of(&state, &req)?;
+    let tid = req
+        .match_info()
+        .get("trigger")
+        .unwrap_or_default()
+        .to_owned();
+    let found = match state
+        .triggers
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .get(&tid)
+    {
+        Some(Trigger::Checkpoint { job: j, id }) if j == job.id() => Some(*id),
+        _ => None,
+    };
+    let id = found.ok_or_else(|| {
+        ApiError::not_found(format!(
+            "Checkpoint trigger {tid} not found for job {}",
+            job.id()
+        ))
+    })?;
+    let s = job.checkpoint_stats().unwrap_or_default();
+    let record = s.history.iter().find(|r| r.id == id);
+    let done = json!({ "status": { "id": "COMPLETED" }, "operation": { "checkpointId": id } });
+    let body = match record.map(|r| r.status) {
+        Some(crate::CheckpointStatus::InProgress) => json!({ "status": { "id": "IN_PROGRESS" } }),
+        Some(crate::CheckpointStatus::Failed) => {
+            let why = record
+                .and_then(|r| r.failure_message.clone())
+                .unwrap_or_default();
+            json!({
+                "status": { "id": "COMPLETED" },
+                "operation": { "failure-cause": { "class": "weir.CheckpointError", "stack-trace": why } },
+            })
+        }
+        Some(crate::CheckpointStatus::Completed) => done,
+        // Out of the history: complete if it or a later one completed.
+        None if s.last_completed_checkpoint_id >= Some(id) => done,
+        None => json!({ "status": { "id": "IN_PROGRESS" } }),
+    };
+    Ok(HttpResponse::Ok().json(body))
 }
 
 async fn checkpoint_config(state: State, req: HttpRequest) -> Answer {
@@ -640,7 +793,7 @@ fn start_savepoint(state: &Shared, job: &JobMonitor, dir: String, stop: bool) ->
         .unwrap_or_else(|e| e.into_inner())
         .insert(
             id.clone(),
-            Trigger {
+            Trigger::Savepoint {
                 job: job.id().to_owned(),
                 answer: Some(answer),
                 outcome: None,
@@ -687,28 +840,36 @@ async fn savepoint_status(state: State, req: HttpRequest) -> Answer {
         .unwrap_or_default()
         .to_owned();
     let mut triggers = state.triggers.lock().unwrap_or_else(|e| e.into_inner());
-    let t = triggers
-        .get_mut(&tid)
-        .filter(|t| t.job == job.id())
-        .ok_or_else(|| {
-            ApiError::not_found(format!(
-                "Savepoint trigger {tid} not found for job {}",
-                job.id()
-            ))
-        })?;
-    if let Some(rx) = &t.answer {
+    let missing = || {
+        ApiError::not_found(format!(
+            "Savepoint trigger {tid} not found for job {}",
+            job.id()
+        ))
+    };
+    let Some(Trigger::Savepoint {
+        job: owner,
+        answer,
+        outcome,
+    }) = triggers.get_mut(&tid)
+    else {
+        return Err(missing());
+    };
+    if owner != job.id() {
+        return Err(missing());
+    }
+    if let Some(rx) = answer {
         match rx.try_recv() {
-            Ok(r) => t.outcome = Some(r),
+            Ok(r) => *outcome = Some(r),
             Err(TryRecvError::Empty) => {}
             Err(TryRecvError::Disconnected) => {
-                t.outcome = Some(Err("the job ended before the savepoint completed".into()))
+                *outcome = Some(Err("the job ended before the savepoint completed".into()))
             }
         }
-        if t.outcome.is_some() {
-            t.answer = None;
+        if outcome.is_some() {
+            *answer = None;
         }
     }
-    let body = match &t.outcome {
+    let body = match &*outcome {
         None => json!({ "status": { "id": "IN_PROGRESS" } }),
         Some(Ok(path)) => {
             json!({ "status": { "id": "COMPLETED" }, "operation": { "location": path.display().to_string() } })

@@ -36,14 +36,14 @@ pub enum CheckpointWaitError {
         /// How long it waited.
         waited: Duration,
         /// The job's statistics when it gave up (`None`: it had none yet).
-        last: Option<CheckpointStats>,
+        last: Option<Box<CheckpointStats>>,
     },
     /// The job ended before it completed enough checkpoints (`wait` tells how).
     JobEnded {
         /// The number of completed checkpoints waited for.
         wanted: u64,
         /// The job's last statistics (`None`: it had none).
-        last: Option<CheckpointStats>,
+        last: Option<Box<CheckpointStats>>,
     },
 }
 
@@ -57,7 +57,7 @@ impl CheckpointWaitError {
     }
 }
 
-fn counts(last: &Option<CheckpointStats>) -> (u64, u64) {
+fn counts(last: &Option<Box<CheckpointStats>>) -> (u64, u64) {
     last.as_ref().map_or((0, 0), |s| {
         (
             s.number_of_completed_checkpoints,
@@ -146,14 +146,17 @@ pub fn wait_for_checkpoint(
             {
                 return Ok(s.clone());
             }
-            return Err(CheckpointWaitError::JobEnded { wanted: n, last });
+            return Err(CheckpointWaitError::JobEnded {
+                wanted: n,
+                last: last.map(Box::new),
+            });
         }
         let waited = started.elapsed();
         if waited >= timeout {
             return Err(CheckpointWaitError::TimedOut {
                 wanted: n,
                 waited,
-                last: stats,
+                last: stats.map(Box::new),
             });
         }
         std::thread::sleep(POLL_INTERVAL.min(timeout - waited));

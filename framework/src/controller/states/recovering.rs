@@ -92,6 +92,11 @@ async fn wait_answering(
                     "the job is restarting after a failure; no savepoint can be taken now".into(),
                 ));
             }
+            Some(Command::TriggerCheckpoint(reply)) => {
+                let _ = reply.send(Err(
+                    "the job is restarting after a failure; no checkpoint can be taken now".into(),
+                ));
+            }
             Some(Command::SetRateControl(config, reply)) => {
                 set_rate_control(&mut ctx.rate, config);
                 let _ = reply.send(());

@@ -208,7 +208,7 @@ impl Running {
                 self.savepoints
                     .fail(id, || format!("savepoint declined: {reason}"));
                 ctx.coordinator
-                    .fail_one(id)
+                    .fail_one(id, format!("declined: {reason}"))
                     .map_err(|failures| Exit::Failed(ctx.checkpoints_failing(failures)))
             }
             // Events of an earlier deployment, or of a fenced primary.
@@ -273,7 +273,7 @@ impl Running {
         if let Err(e) = store::write_metadata(&root, &meta) {
             tracing::warn!(checkpoint = done.id, error = %e, "cannot write checkpoint metadata");
             ctx.coordinator
-                .fail_one(done.id)
+                .fail_one(done.id, format!("cannot write its metadata: {e}"))
                 .map_err(|failures| Exit::Failed(ctx.checkpoints_failing(failures)))?;
             ctx.publish_stats();
             return Ok(());
@@ -298,6 +298,16 @@ impl Running {
             Command::Cancel(reply) => Err(Exit::Stop(StopReason::Cancelled(reply))),
             Command::Savepoint(request) => {
                 self.trigger_savepoint(ctx, request);
+                Ok(())
+            }
+            Command::TriggerCheckpoint(reply) => {
+                let now = Instant::now();
+                let id = ctx.coordinator.force_checkpoint(now);
+                tracing::info!(checkpoint = id, "triggering a checkpoint on request");
+                self.dep
+                    .mail_sources(|| TriggerCheckpoint { id, sent_at: now });
+                ctx.publish_stats();
+                let _ = reply.send(Ok(id));
                 Ok(())
             }
             Command::SetRateControl(config, reply) => {
