@@ -141,6 +141,11 @@ impl JobMonitor {
         *lock(&self.views.status)
     }
 
+    /// When the job ended, in milliseconds since the Unix epoch (`None` while it runs).
+    pub fn end_time_ms(&self) -> Option<u64> {
+        *lock(&self.views.ended_ms)
+    }
+
     /// The job's metrics over the last metrics interval.
     pub fn metrics(&self) -> Option<JobMetrics> {
         lock(&self.views.metrics).clone()

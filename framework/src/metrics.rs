@@ -203,6 +203,39 @@ pub struct SubtaskMetrics {
     pub mailbox_queue_size: u64,
 }
 
+impl SubtaskMetrics {
+    /// The names [`get`](Self::get) knows (Flink's task metric names).
+    pub const NAMES: &'static [&'static str] = &[
+        "busyTimeMsPerSecond",
+        "idleTimeMsPerSecond",
+        "backPressuredTimeMsPerSecond",
+        "isBackPressured",
+        "inputQueueLength",
+        "inPoolUsage",
+        "outputQueueLength",
+        "outPoolUsage",
+        "mailboxLatencyMs",
+        "mailboxQueueSize",
+    ];
+
+    /// A metric by its Flink name (`busyTimeMsPerSecond`, `inPoolUsage`, ...).
+    pub fn get(&self, name: &str) -> Option<f64> {
+        Some(match name {
+            "busyTimeMsPerSecond" => self.busy_time_ms_per_second,
+            "idleTimeMsPerSecond" => self.idle_time_ms_per_second,
+            "backPressuredTimeMsPerSecond" => self.back_pressured_time_ms_per_second,
+            "isBackPressured" => f64::from(u8::from(self.is_back_pressured)),
+            "inputQueueLength" => self.input_queue_length as f64,
+            "inPoolUsage" => self.input_queue_usage,
+            "outputQueueLength" => self.output_queue_length as f64,
+            "outPoolUsage" => self.output_queue_usage,
+            "mailboxLatencyMs" => self.mailbox_latency_ms,
+            "mailboxQueueSize" => self.mailbox_queue_size as f64,
+            _ => return None,
+        })
+    }
+}
+
 /// Metrics of one operator over the last metrics interval. Chained operators share their
 /// subtask's time metrics; across subtasks the largest value is reported (as Flink's UI does).
 #[derive(Debug, Clone, PartialEq)]

@@ -212,6 +212,52 @@ fn every_read_endpoint_answers_with_flinks_fields_and_cancel_works() {
             }
         }
 
+        let (s, b) = get(&server, &format!("/jobs/{id}/vertices/sink-side/metrics"));
+        assert_eq!(s, 200);
+        assert!(
+            b.as_array()
+                .unwrap()
+                .iter()
+                .any(|m| m["id"] == "1.busyTimeMsPerSecond"),
+            "{b}"
+        );
+        let (s, b) = get(
+            &server,
+            &format!("/jobs/{id}/vertices/sink-side/metrics?get=0.busyTimeMsPerSecond,1.idleTimeMsPerSecond,7.nope"),
+        );
+        assert_eq!(s, 200);
+        let ids: Vec<&str> = b
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m["id"].as_str().unwrap())
+            .collect();
+        assert_eq!(
+            ids,
+            ["0.busyTimeMsPerSecond", "1.idleTimeMsPerSecond"],
+            "{b}"
+        );
+        let (s, b) = get(
+            &server,
+            &format!("/jobs/{id}/vertices/sink-side/subtasks/metrics?get=busyTimeMsPerSecond,inPoolUsage&agg=min,max"),
+        );
+        assert_eq!(s, 200);
+        assert_eq!(b.as_array().map(Vec::len), Some(2), "{b}");
+        assert_eq!(b[0]["id"], "busyTimeMsPerSecond");
+        assert!(b[0]["min"].as_f64().unwrap() <= b[0]["max"].as_f64().unwrap());
+        assert!(
+            b[0].get("sum").is_none(),
+            "only the aggregations asked for: {b}"
+        );
+        let (s, b) = get(
+            &server,
+            &format!(
+                "/jobs/{id}/vertices/sink-side/subtasks/metrics?get=busyTimeMsPerSecond&agg=median"
+            ),
+        );
+        assert_eq!(s, 400);
+        assert!(error_of(&b).contains("`agg`"), "{b}");
+
         let (s, b) = get(&server, &format!("/jobs/{id}/checkpoints"));
         assert_eq!(s, 200);
         assert!(b["counts"]["completed"].as_u64().unwrap() >= 2, "{b}");
@@ -341,6 +387,15 @@ fn every_read_endpoint_answers_with_flinks_fields_and_cancel_works() {
         assert!(matches!(job.wait(), Err(JobError::Cancelled { .. })));
         let (_, b) = get(&server, &format!("/jobs/{id}"));
         assert_eq!(b["state"], "CANCELED");
+        let end = b["end-time"].as_i64().unwrap();
+        assert!(
+            end >= b["start-time"].as_i64().unwrap(),
+            "an ended job has an end time: {b}"
+        );
+        assert_eq!(
+            b["duration"].as_i64(),
+            Some(end - b["start-time"].as_i64().unwrap())
+        );
         let (s, b) = patch(
             &server,
             &format!("/jobs/{id}?mode=cancel"),

@@ -56,6 +56,8 @@ pub(crate) struct Views {
     pub(crate) backups: Arc<Mutex<Vec<std::sync::Arc<dyn BackupGroup>>>>,
     /// The job's status, in Flink's words, updated at every transition.
     pub(crate) status: Arc<Mutex<JobStatus>>,
+    /// When the job ended, ms since the Unix epoch.
+    pub(crate) ended_ms: Arc<Mutex<Option<u64>>>,
 }
 
 /// A job's status as Flink names it (`/jobs/{id}` `state`).
@@ -248,7 +250,11 @@ pub(crate) async fn run(launch: Launch) -> Result<JobResult, JobError> {
             JobState::Finished(s) => return s.outcome(),
         };
         tracing::info!(job = %ctx.job, from = t.from, to = t.to, cause = %t.cause, "job state transition");
-        *lock(&ctx.views.status) = t.next.status();
+        let status = t.next.status();
+        *lock(&ctx.views.status) = status;
+        if status.is_terminal() {
+            *lock(&ctx.views.ended_ms) = Some(crate::job::now_ms());
+        }
         state = t.next;
     }
 }

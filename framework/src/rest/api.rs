@@ -95,6 +95,11 @@ pub(crate) fn routes(cfg: &mut web::ServiceConfig) {
         )
         .service(get("/jobs/{id}/vertices/{vid}", vertex))
         .service(get("/jobs/{id}/vertices/{vid}/backpressure", backpressure))
+        .service(get("/jobs/{id}/vertices/{vid}/metrics", vertex_metrics))
+        .service(get(
+            "/jobs/{id}/vertices/{vid}/subtasks/metrics",
+            subtask_metrics,
+        ))
         .service(
             web::resource("/jobs/{id}/checkpoints")
                 .route(web::get().to(checkpoints))
@@ -131,6 +136,8 @@ pub const ROUTES: &[(&str, &[&str])] = &[
     ("/jobs/{id}", &["GET", "PATCH"]),
     ("/jobs/{id}/vertices/{vid}", &["GET"]),
     ("/jobs/{id}/vertices/{vid}/backpressure", &["GET"]),
+    ("/jobs/{id}/vertices/{vid}/metrics", &["GET"]),
+    ("/jobs/{id}/vertices/{vid}/subtasks/metrics", &["GET"]),
     ("/jobs/{id}/checkpoints", &["GET", "POST"]),
     ("/jobs/{id}/checkpoints/config", &["GET"]),
     ("/jobs/{id}/checkpoints/details/{cid}", &["GET"]),
@@ -264,6 +271,14 @@ fn running(job: &JobMonitor) -> Result<(), ApiError> {
     Ok(())
 }
 
+/// A job's `end-time` (-1 while it runs) and `duration` (to now while it runs), ms.
+fn end_and_duration(job: &JobMonitor, now: u64) -> (i64, u64) {
+    match job.end_time_ms() {
+        Some(end) => (end as i64, end.saturating_sub(job.start_time_ms())),
+        None => (-1, now.saturating_sub(job.start_time_ms())),
+    }
+}
+
 fn ms(d: std::time::Duration) -> u64 {
     d.as_millis().min(u64::MAX as u128) as u64
 }
@@ -342,8 +357,8 @@ async fn jobs_overview(state: State, _req: HttpRequest) -> Answer {
                 "name": j.name(),
                 "state": j.status().as_str(),
                 "start-time": j.start_time_ms(),
-                "end-time": -1,
-                "duration": now.saturating_sub(j.start_time_ms()),
+                "end-time": end_and_duration(j, now).0,
+                "duration": end_and_duration(j, now).1,
                 "last-modification": now,
                 "tasks": tasks(j),
             })
@@ -383,8 +398,8 @@ fn vertex_json(
         "parallelism": v.parallelism,
         "status": status,
         "start-time": job.start_time_ms(),
-        "end-time": -1,
-        "duration": now.saturating_sub(job.start_time_ms()),
+        "end-time": end_and_duration(job, now).0,
+        "duration": end_and_duration(job, now).1,
         "tasks": { status: v.parallelism },
         "metrics": {
             "read-bytes": 0, "read-bytes-complete": false,
@@ -417,8 +432,8 @@ async fn job(state: State, req: HttpRequest) -> Answer {
         "state": status,
         "job-type": "STREAMING",
         "start-time": job.start_time_ms(),
-        "end-time": -1,
-        "duration": now.saturating_sub(job.start_time_ms()),
+        "end-time": end_and_duration(&job, now).0,
+        "duration": end_and_duration(&job, now).1,
         "maxParallelism": -1,
         "now": now,
         "timestamps": { status: job.start_time_ms() },
@@ -460,8 +475,8 @@ async fn vertex(state: State, req: HttpRequest) -> Answer {
         .map(|i| {
             json!({
                 "subtask": i, "status": status, "attempt": 0, "host": "localhost",
-                "start-time": job.start_time_ms(), "end-time": -1,
-                "duration": now.saturating_sub(job.start_time_ms()),
+                "start-time": job.start_time_ms(), "end-time": end_and_duration(&job, now).0,
+                "duration": end_and_duration(&job, now).1,
             })
         })
         .collect();
@@ -504,6 +519,129 @@ async fn backpressure(state: State, req: HttpRequest) -> Answer {
         "end-timestamp": now_ms(),
         "subtasks": subtasks,
     })))
+}
+
+/// The query's `name` parameter split at commas (empty: not given).
+fn query_list(req: &HttpRequest, name: &str) -> Result<Option<Vec<String>>, ApiError> {
+    let q = web::Query::<std::collections::HashMap<String, String>>::from_query(req.query_string())
+        .map_err(|e| ApiError::bad_request(format!("bad query: {e}")))?;
+    Ok(q.get(name).map(|v| {
+        v.split(',')
+            .map(|x| x.trim().to_owned())
+            .filter(|x| !x.is_empty())
+            .collect()
+    }))
+}
+
+/// The metrics of `v`'s subtasks, in subtask order.
+fn subtasks_of(job: &JobMonitor, v: &crate::VertexInfo) -> Vec<crate::SubtaskMetrics> {
+    let mut subs: Vec<crate::SubtaskMetrics> = job
+        .metrics()
+        .map(|m| {
+            m.subtasks
+                .into_iter()
+                .filter(|s| s.head_uid == v.id)
+                .collect()
+        })
+        .unwrap_or_default();
+    subs.sort_by_key(|s| s.subtask);
+    subs
+}
+
+/// `/vertices/{vid}/metrics`: Flink's `<subtask>.<metric>` names; without `get`, the names.
+async fn vertex_metrics(state: State, req: HttpRequest) -> Answer {
+    let job = job_of(&state, &req)?;
+    let v = vertex_of(&job, &req)?;
+    let subs = subtasks_of(&job, v);
+    let list: Vec<Value> = match query_list(&req, "get")? {
+        None => (0..v.parallelism)
+            .flat_map(|i| {
+                crate::SubtaskMetrics::NAMES
+                    .iter()
+                    .map(move |n| json!({ "id": format!("{i}.{n}") }))
+            })
+            .collect(),
+        Some(names) => names
+            .iter()
+            .filter_map(|full| {
+                let (i, name) = full.split_once('.')?;
+                let i: usize = i.parse().ok()?;
+                let value = subs.iter().find(|s| s.subtask == i)?.get(name)?;
+                Some(json!({ "id": full, "value": value.to_string() }))
+            })
+            .collect(),
+    };
+    Ok(HttpResponse::Ok().json(list))
+}
+
+/// `/vertices/{vid}/subtasks/metrics`: each metric in `get` aggregated over the subtasks
+/// (`agg=min,max,sum,avg`, all by default; `subtasks=0,2` to choose some).
+async fn subtask_metrics(state: State, req: HttpRequest) -> Answer {
+    let job = job_of(&state, &req)?;
+    let v = vertex_of(&job, &req)?;
+    let mut subs = subtasks_of(&job, v);
+    if let Some(chosen) = query_list(&req, "subtasks")? {
+        let mut keep = Vec::new();
+        for c in chosen {
+            let i: usize = c.parse().map_err(|_| {
+                ApiError::bad_request(format!(
+                    "query parameter `subtasks`: `{c}` is not a subtask index"
+                ))
+            })?;
+            keep.push(i);
+        }
+        subs.retain(|s| keep.contains(&s.subtask));
+    }
+    let aggs = query_list(&req, "agg")?
+        .unwrap_or_else(|| ["min", "max", "sum", "avg"].map(String::from).to_vec());
+    if let Some(bad) = aggs
+        .iter()
+        .find(|a| !["min", "max", "sum", "avg", "skew"].contains(&a.as_str()))
+    {
+        return Err(ApiError::bad_request(format!(
+            "query parameter `agg`: `{bad}` is not one of min, max, sum, avg, skew"
+        )));
+    }
+    let Some(names) = query_list(&req, "get")? else {
+        let list: Vec<Value> = crate::SubtaskMetrics::NAMES
+            .iter()
+            .map(|n| json!({ "id": n }))
+            .collect();
+        return Ok(HttpResponse::Ok().json(list));
+    };
+    let list: Vec<Value> = names
+        .iter()
+        .filter_map(|name| {
+            let xs: Vec<f64> = subs.iter().filter_map(|s| s.get(name)).collect();
+            if xs.is_empty() {
+                return None;
+            }
+            let sum: f64 = xs.iter().sum();
+            let avg = sum / xs.len() as f64;
+            let max = xs.iter().copied().fold(f64::MIN, f64::max);
+            let mut m = serde_json::Map::new();
+            m.insert("id".into(), json!(name));
+            for a in &aggs {
+                let x = match a.as_str() {
+                    "min" => xs.iter().copied().fold(f64::MAX, f64::min),
+                    "max" => max,
+                    "sum" => sum,
+                    "avg" => avg,
+                    // Flink's skew: how far the largest is above the average, in percent.
+                    _ => {
+                        if max > 0.0 {
+                            (max - avg) / max * 100.0
+                        } else {
+                            0.0
+                        }
+                    }
+                };
+                m.insert(a.clone(), json!(x));
+            }
+            Some(Value::Object(m))
+        })
+        .collect();
+    Ok(HttpResponse::Ok().json(list))
 }
 
 // ---------------------------------------------------------------------------------------------
