@@ -212,7 +212,8 @@ fn top_level_modules() -> BTreeSet<String> {
         let Some(stem) = p.file_stem().and_then(|s| s.to_str()) else {
             continue;
         };
-        if stem == "lib" {
+        // The crate root, and `src/bin/` (binaries built on the library, not modules of it).
+        if stem == "lib" || (stem == "bin" && p.is_dir()) {
             continue;
         }
         if p.is_dir() || p.extension().is_some_and(|x| x == "rs") {
