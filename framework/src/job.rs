@@ -515,9 +515,4 @@ fn new_job_id() -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
 }
 
-/// Milliseconds since the Unix epoch.
-pub(crate) fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
-}
+pub(crate) use crate::metrics::now_ms;

@@ -8,6 +8,14 @@ use std::time::{Duration, Instant};
 
 use crate::sync::atomic::{AtomicU64, Ordering};
 
+/// The wall clock in milliseconds since the Unix epoch, as metrics and the REST API report
+/// times.
+pub(crate) fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
 /// Fill of a set of channels, in batches.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) struct QueueUsage {

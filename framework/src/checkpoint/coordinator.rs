@@ -182,7 +182,7 @@ impl Coordinator {
             failures_in_a_row: 0,
             stats: CheckpointStats::default(),
             history: VecDeque::new(),
-            clock: (Instant::now(), wall_ms()),
+            clock: (Instant::now(), crate::metrics::now_ms()),
         }
     }
 
@@ -412,13 +412,6 @@ impl Coordinator {
     pub(crate) fn stop_triggering(&mut self) {
         self.interval = Duration::MAX;
     }
-}
-
-/// Milliseconds since the Unix epoch, now.
-fn wall_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
 }
 
 #[cfg(test)]

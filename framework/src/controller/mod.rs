@@ -253,7 +253,7 @@ pub(crate) async fn run(launch: Launch) -> Result<JobResult, JobError> {
         let status = t.next.status();
         *lock(&ctx.views.status) = status;
         if status.is_terminal() {
-            *lock(&ctx.views.ended_ms) = Some(crate::job::now_ms());
+            *lock(&ctx.views.ended_ms) = Some(crate::metrics::now_ms());
         }
         state = t.next;
     }
