@@ -35,6 +35,9 @@ use crate::Data;
 pub struct Env {
     graph: SharedGraph,
     config: RefCell<EnvConfig>,
+    /// Serve the job's REST API from its start ([`Env::serve_rest`]).
+    #[cfg(feature = "rest")]
+    rest: RefCell<Option<crate::rest::RestConfig>>,
 }
 
 impl Default for Env {
@@ -54,7 +57,30 @@ impl Env {
         Env {
             graph: Rc::new(RefCell::new(Graph::default())),
             config: RefCell::new(config),
+            #[cfg(feature = "rest")]
+            rest: RefCell::new(None),
         }
+    }
+
+    /// Serves the job's REST API (`weir::rest`) while it runs, from a server started with
+    /// `cfg` when the job starts; [`JobHandle::rest`] gives its address and token. A server
+    /// that cannot start (address taken, public address without a token) keeps the job from
+    /// starting, with that error.
+    ///
+    /// ```
+    /// use weir::rest::RestConfig;
+    /// let env = weir::Env::new();
+    /// env.serve_rest(RestConfig::default());
+    /// env.generate(u64::MAX, |i| i).add_sink("slow", |_| Ok(weir::testing::PacedSink::new(1e5)));
+    /// let job = env.start("served").unwrap();
+    /// let rest = job.rest().unwrap();
+    /// println!("http://{}/jobs/{} (token in {:?})", rest.addr(), job.id(), rest.token_file());
+    /// job.cancel();
+    /// let _ = job.wait();
+    /// ```
+    #[cfg(feature = "rest")]
+    pub fn serve_rest(&self, cfg: crate::rest::RestConfig) {
+        *self.rest.borrow_mut() = Some(cfg);
     }
 
     /// The configuration.
@@ -181,8 +207,27 @@ impl Env {
     /// Plans and starts the job; returns once every subtask is deployed. The graph built so
     /// far moves into the job: an `Env` runs what was added since its last start.
     pub fn start(&self, name: &str) -> Result<JobHandle, JobError> {
+        #[cfg(feature = "rest")]
+        let server = match self.rest.borrow().clone() {
+            None => None,
+            Some(cfg) => {
+                Some(
+                    crate::rest::RestServer::start(cfg).map_err(|e| JobError::Runtime {
+                        job: name.to_owned(),
+                        message: format!("cannot start the REST server: {e}"),
+                    })?,
+                )
+            }
+        };
         let graph = std::mem::take(&mut *self.graph.borrow_mut());
-        start(graph, self.config(), name)
+        #[allow(unused_mut)]
+        let mut job = start(graph, self.config(), name)?;
+        #[cfg(feature = "rest")]
+        if let Some(server) = server {
+            server.register(job.monitor());
+            job.rest = Some(server);
+        }
+        Ok(job)
     }
 
     /// Runs the job to completion and returns its result.

@@ -751,3 +751,53 @@ fn the_openapi_description_matches_the_routes_the_server_serves() {
         let _ = job.wait();
     });
 }
+
+/// `Env::serve_rest` starts a server with the job and registers it; a server that cannot
+/// start keeps the job from starting, with the reason.
+#[test]
+fn a_job_asked_to_serve_rest_is_served_while_it_runs() {
+    within_timeout(|| {
+        let dir = TempDir::new("rest-env");
+        let env = Env::with_config(config(1_000.0, dir.path()));
+        env.serve_rest(RestConfig::default());
+        env.generate(u64::MAX, |i| i)
+            .uid("src")
+            .map(|x: u64| x)
+            .uid("backed-up")
+            .with_backup()
+            .collect();
+        let job = env.start("rest-env").expect("the job starts");
+        let server = job.rest().expect("served");
+        let (s, b) = get(server, &format!("/jobs/{}", job.id()));
+        assert_eq!(s, 200, "{b}");
+        assert_eq!(b["name"], "rest-env");
+        let (s, b) = get(server, &format!("/jobs/{}/backups", job.id()));
+        assert_eq!(s, 200, "{b}");
+        let backup = &b["backups"][0];
+        assert_eq!(
+            (backup["uid"].as_str(), backup["subtask"].as_u64()),
+            (Some("backed-up"), Some(0)),
+            "{b}"
+        );
+        for f in ["queueEntries", "promotions", "lastFailoverMs", "degraded"] {
+            assert!(backup.get(f).is_some(), "a backup has `{f}`: {backup}");
+        }
+        job.cancel();
+        let _ = job.wait();
+
+        let env = Env::new();
+        env.serve_rest(RestConfig::default().addr("0.0.0.0:0".parse().unwrap()));
+        env.generate(10, |i| i).collect();
+        match env.start("rest-public") {
+            Err(e @ JobError::Runtime { .. }) => {
+                assert!(
+                    e.to_string().contains("REST server") && e.to_string().contains("token"),
+                    "{e}"
+                )
+            }
+            other => {
+                panic!("a REST server that cannot start keeps the job from starting, got {other:?}")
+            }
+        }
+    });
+}
