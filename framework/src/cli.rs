@@ -24,7 +24,7 @@ struct Args {
     /// The REST server.
     #[arg(long, global = true, default_value = "http://127.0.0.1:8081")]
     url: String,
-    /// The bearer token for calls that change a job.
+    /// The bearer token for calls that change a job (default: `WEIR_REST_TOKEN`).
     #[arg(long, global = true)]
     token: Option<String>,
     /// A file holding the bearer token (the REST server prints its path at start).
@@ -164,7 +164,9 @@ impl Client {
                     .trim()
                     .to_owned(),
             ),
-            (None, None) => None,
+            (None, None) => std::env::var("WEIR_REST_TOKEN")
+                .ok()
+                .filter(|t| !t.is_empty()),
         };
         let agent = ureq::Agent::config_builder()
             .http_status_as_error(false)

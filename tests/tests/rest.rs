@@ -801,3 +801,50 @@ fn a_job_asked_to_serve_rest_is_served_while_it_runs() {
         }
     });
 }
+
+/// A sink whose checkpoint waits while `hold` is set: a savepoint in progress for as long as
+/// the test wants.
+struct HeldSink(std::sync::Arc<std::sync::atomic::AtomicBool>);
+
+impl weir::sink::Sink<u64> for HeldSink {
+    fn write_batch(&mut self, batch: &mut Vec<u64>) -> Result<(), weir::SinkError> {
+        batch.clear();
+        Ok(())
+    }
+    fn pre_commit(&mut self, _checkpoint: u64) -> Result<Option<Vec<u8>>, weir::SinkError> {
+        while self.0.load(std::sync::atomic::Ordering::SeqCst) {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        Ok(None)
+    }
+}
+
+/// A second stop while a stop with a savepoint is in progress is a 409.
+#[test]
+fn a_second_stop_while_one_is_in_progress_is_a_conflict() {
+    within_timeout(|| {
+        let dir = TempDir::new("rest-conflict");
+        let hold = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+        let mut cfg = config(1_000.0, dir.path());
+        cfg.checkpoint.interval = None; // only the savepoint's checkpoint
+        let env = Env::with_config(cfg);
+        env.serve_rest(RestConfig::default());
+        let h = hold.clone();
+        env.generate(u64::MAX, |i| i)
+            .uid("src")
+            .add_sink("held", move |_| Ok(HeldSink(h.clone())));
+        let job = env.start("rest-conflict").expect("the job starts");
+        let server = job.rest().expect("served");
+        let (id, token) = (job.id().to_owned(), server.token().to_owned());
+        let body = json!({ "targetDirectory": dir.path().join("sp") }).to_string();
+        let (s, first) = post(server, &format!("/jobs/{id}/stop"), Some(&token), &body);
+        assert_eq!(s, 202, "{first}");
+        let (s, b) = post(server, &format!("/jobs/{id}/stop"), Some(&token), &body);
+        assert_eq!(s, 409, "{b}");
+        assert!(error_of(&b).contains("already stopping"), "{b}");
+        hold.store(false, std::sync::atomic::Ordering::SeqCst);
+        let done = poll(server, &id, first["request-id"].as_str().unwrap());
+        assert!(done["operation"]["location"].is_string(), "{done}");
+        job.wait().expect("stopped with its savepoint");
+    });
+}

@@ -65,11 +65,37 @@ pub(crate) enum Trigger {
     /// A savepoint: its answer, then its outcome.
     Savepoint {
         job: String,
+        /// The job stops after it.
+        stop: bool,
         answer: Option<Receiver<Result<PathBuf, String>>>,
         outcome: Option<Result<PathBuf, String>>,
     },
     /// A checkpoint: its id (its progress is in the job's checkpoint history).
     Checkpoint { job: String, id: u64 },
+}
+
+impl Trigger {
+    /// Takes a savepoint's answer if it has come.
+    fn refresh(&mut self) {
+        let Trigger::Savepoint {
+            answer, outcome, ..
+        } = self
+        else {
+            return;
+        };
+        if let Some(rx) = answer {
+            match rx.try_recv() {
+                Ok(r) => *outcome = Some(r),
+                Err(TryRecvError::Empty) => {}
+                Err(TryRecvError::Disconnected) => {
+                    *outcome = Some(Err("the job ended before the savepoint completed".into()))
+                }
+            }
+            if outcome.is_some() {
+                *answer = None;
+            }
+        }
+    }
 }
 
 /// Every route. More specific paths come first (`/jobs/overview` before `/jobs/{id}`); a
@@ -923,6 +949,19 @@ fn start_savepoint(state: &Shared, job: &JobMonitor, dir: String, stop: bool) ->
             "the target directory must not be empty",
         ));
     }
+    if stop {
+        let mut triggers = state.triggers.lock().unwrap_or_else(|e| e.into_inner());
+        triggers.values_mut().for_each(Trigger::refresh);
+        let stopping = triggers.values().any(|t| {
+            matches!(t, Trigger::Savepoint { job: j, stop: true, outcome: None, .. } if j == job.id())
+        });
+        if stopping {
+            return Err(ApiError::conflict(format!(
+                "Job {} is already stopping with a savepoint",
+                job.id()
+            )));
+        }
+    }
     let answer = job.trigger_savepoint(PathBuf::from(dir), stop);
     let id = new_trigger_id();
     state
@@ -933,6 +972,7 @@ fn start_savepoint(state: &Shared, job: &JobMonitor, dir: String, stop: bool) ->
             id.clone(),
             Trigger::Savepoint {
                 job: job.id().to_owned(),
+                stop,
                 answer: Some(answer),
                 outcome: None,
             },
@@ -984,28 +1024,20 @@ async fn savepoint_status(state: State, req: HttpRequest) -> Answer {
             job.id()
         ))
     };
-    let Some(Trigger::Savepoint {
+    let Some(t) = triggers.get_mut(&tid) else {
+        return Err(missing());
+    };
+    t.refresh();
+    let Trigger::Savepoint {
         job: owner,
-        answer,
         outcome,
-    }) = triggers.get_mut(&tid)
+        ..
+    } = t
     else {
         return Err(missing());
     };
     if owner != job.id() {
         return Err(missing());
-    }
-    if let Some(rx) = answer {
-        match rx.try_recv() {
-            Ok(r) => *outcome = Some(r),
-            Err(TryRecvError::Empty) => {}
-            Err(TryRecvError::Disconnected) => {
-                *outcome = Some(Err("the job ended before the savepoint completed".into()))
-            }
-        }
-        if outcome.is_some() {
-            *answer = None;
-        }
     }
     let body = match &*outcome {
         None => json!({ "status": { "id": "IN_PROGRESS" } }),

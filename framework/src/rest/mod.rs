@@ -44,8 +44,9 @@ use crate::job::JobMonitor;
 pub struct RestConfig {
     /// Where to listen (default `127.0.0.1:0`: loopback, a free port).
     pub addr: SocketAddr,
-    /// The bearer token for mutating calls (default: generated at start). Required for an
-    /// address that is not loopback.
+    /// The bearer token for mutating calls (default: the `WEIR_REST_TOKEN` environment
+    /// variable if set, else generated at start). Required for an address that is not
+    /// loopback.
     pub token: Option<String>,
     /// Where the generated token is written (default: a file in the temp directory named for
     /// the process and port), readable by the user only.
@@ -90,7 +91,7 @@ impl RestConfig {
 #[non_exhaustive]
 pub enum RestError {
     /// A non-loopback address needs an explicit token.
-    #[error("refusing to serve the REST API on {addr} (not loopback) without an explicit token: set RestConfig::token")]
+    #[error("refusing to serve the REST API on {addr} (not loopback) without an explicit token: set RestConfig::token or WEIR_REST_TOKEN")]
     PublicWithoutToken {
         /// The address asked for.
         addr: SocketAddr,
@@ -122,6 +123,9 @@ pub enum RestError {
     Runtime(String),
 }
 
+/// The environment variable a token may be given in (`RestConfig::token` wins).
+pub const TOKEN_ENV: &str = "WEIR_REST_TOKEN";
+
 /// What the routes share: the registered jobs, savepoint triggers, the token.
 pub(crate) struct Shared {
     pub(crate) jobs: Mutex<Vec<JobMonitor>>,
@@ -152,7 +156,11 @@ impl std::fmt::Debug for RestServer {
 impl RestServer {
     /// Starts a server with `cfg`; returns once it listens.
     pub fn start(cfg: RestConfig) -> Result<RestServer, RestError> {
-        let (token, generated) = match &cfg.token {
+        let given = cfg
+            .token
+            .clone()
+            .or_else(|| std::env::var(TOKEN_ENV).ok().filter(|t| !t.is_empty()));
+        let (token, generated) = match &given {
             Some(t) => {
                 let ok = (16..=256).contains(&t.len()) && t.bytes().all(|b| b.is_ascii_graphic());
                 if !ok {
