@@ -225,7 +225,7 @@ impl Env {
         #[cfg(feature = "rest")]
         if let Some(server) = server {
             server.register(job.monitor());
-            job.rest = Some(server);
+            job.attached.push(Box::new(server));
         }
         Ok(job)
     }

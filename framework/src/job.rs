@@ -68,9 +68,9 @@ pub struct JobHandle {
     /// What the controller publishes: subtasks, metrics, checkpoint statistics, backups.
     views: Views,
     monitor: JobMonitor,
-    /// The REST server that serves this job, if it was asked for (`Env::serve_rest`).
-    #[cfg(feature = "rest")]
-    pub(crate) rest: Option<crate::rest::RestServer>,
+    /// What lives as long as the handle (the REST server of `Env::serve_rest`).
+    #[cfg_attr(not(feature = "rest"), allow(dead_code))]
+    pub(crate) attached: Vec<Box<dyn std::any::Any + Send>>,
     thread: Option<JoinHandle<Result<JobResult, JobError>>>,
 }
 
@@ -220,13 +220,6 @@ impl JobHandle {
     /// The job's id (32 hexadecimal digits, as Flink's).
     pub fn id(&self) -> &str {
         self.monitor.id()
-    }
-
-    /// The REST server that serves this job (`Env::serve_rest`); it stops when the job's
-    /// handle is waited on or dropped.
-    #[cfg(feature = "rest")]
-    pub fn rest(&self) -> Option<&crate::rest::RestServer> {
-        self.rest.as_ref()
     }
 
     /// A cloneable view of the job for observers on other threads (e.g. the REST server).
@@ -478,8 +471,7 @@ pub(crate) fn start(graph: Graph, cfg: EnvConfig, name: &str) -> Result<JobHandl
         canceller: Canceller { commands },
         views,
         monitor,
-        #[cfg(feature = "rest")]
-        rest: None,
+        attached: Vec::new(),
         thread: Some(thread),
     };
     // Deployment either signals or ends the thread with an error.

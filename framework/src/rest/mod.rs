@@ -28,7 +28,10 @@
 //! jobs themselves are steered through their controllers' command channels (`controller`).
 
 mod api;
+mod checkpoints;
+mod jobs;
 mod prom;
+mod savepoints;
 
 pub use api::ROUTES;
 
@@ -249,6 +252,16 @@ impl RestServer {
 impl Drop for RestServer {
     fn drop(&mut self) {
         self.shutdown();
+    }
+}
+
+impl crate::JobHandle {
+    /// The REST server that serves this job (`Env::serve_rest`); it stops when the job's
+    /// handle is waited on or dropped.
+    pub fn rest(&self) -> Option<&RestServer> {
+        self.attached
+            .iter()
+            .find_map(|a| a.downcast_ref::<RestServer>())
     }
 }
 

@@ -1,0 +1,273 @@
+//! Checkpoints over REST: statistics with their history and summary, one checkpoint's details,
+//! the checkpoint settings, and a checkpoint triggered on request with its status.
+
+use actix_web::{web, HttpRequest, HttpResponse};
+use serde_json::{json, Value};
+
+use super::api::*;
+use crate::checkpoint::CheckpointMode;
+use crate::job::{now_ms, JobMonitor};
+
+pub(super) fn record_json(r: &crate::CheckpointRecord) -> Value {
+    let status = match r.status {
+        crate::CheckpointStatus::InProgress => "IN_PROGRESS",
+        crate::CheckpointStatus::Completed => "COMPLETED",
+        crate::CheckpointStatus::Failed => "FAILED",
+    };
+    let mut v = json!({
+        "id": r.id,
+        "status": status,
+        "is_savepoint": r.is_savepoint,
+        "savepointFormat": if r.is_savepoint { Value::from("CANONICAL") } else { Value::Null },
+        "trigger_timestamp": r.trigger_timestamp_ms,
+        "latest_ack_timestamp": r.latest_ack_timestamp_ms.map_or(-1, |t| t as i64),
+        "state_size": r.state_size,
+        "checkpointed_size": r.state_size,
+        "end_to_end_duration": r.end_to_end_duration_ms,
+        "alignment_buffered": 0,
+        "processed_data": 0,
+        "persisted_data": 0,
+        "num_subtasks": r.num_subtasks,
+        "num_acknowledged_subtasks": r.num_acknowledged_subtasks,
+        "checkpoint_type": if r.is_savepoint { "SAVEPOINT" } else { "CHECKPOINT" },
+    });
+    if let Some(why) = &r.failure_message {
+        v["failure_message"] = Value::from(why.as_str());
+        v["failure_timestamp"] = Value::from(r.trigger_timestamp_ms + r.end_to_end_duration_ms);
+    }
+    v
+}
+
+pub(super) fn min_max_avg(m: &crate::MinMaxAvg) -> Value {
+    json!({ "min": m.min, "max": m.max, "avg": m.avg })
+}
+
+pub(super) async fn checkpoints(state: State, req: HttpRequest) -> Answer {
+    let job = job_of(&state, &req)?;
+    let s = job.checkpoint_stats().unwrap_or_default();
+    let latest = |pred: &dyn Fn(&crate::CheckpointRecord) -> bool| {
+        s.history
+            .iter()
+            .rev()
+            .find(|r| pred(r))
+            .map_or(Value::Null, record_json)
+    };
+    let completed = crate::CheckpointStatus::Completed;
+    let restored = s
+        .last_restored_checkpoint_id
+        .map(|id| json!({ "id": id, "is_savepoint": false }));
+    let summary = s.completed_summary.unwrap_or_default();
+    let zero = json!({ "min": 0, "max": 0, "avg": 0.0 });
+    Ok(HttpResponse::Ok().json(json!({
+        "counts": {
+            "restored": s.num_restarts,
+            "total": s.number_of_completed_checkpoints + s.number_of_failed_checkpoints + s.number_of_in_progress_checkpoints,
+            "in_progress": s.number_of_in_progress_checkpoints,
+            "completed": s.number_of_completed_checkpoints,
+            "failed": s.number_of_failed_checkpoints,
+        },
+        "summary": {
+            "checkpointed_size": min_max_avg(&summary.state_size),
+            "state_size": min_max_avg(&summary.state_size),
+            "end_to_end_duration": min_max_avg(&summary.end_to_end_duration_ms),
+            "alignment_buffered": zero,
+            "processed_data": zero,
+            "persisted_data": zero,
+        },
+        "latest": {
+            "completed": latest(&|r| r.status == completed && !r.is_savepoint),
+            "savepoint": latest(&|r| r.status == completed && r.is_savepoint),
+            "failed": latest(&|r| r.status == crate::CheckpointStatus::Failed),
+            "restored": restored,
+        },
+        "history": s.history.iter().rev().map(record_json).collect::<Vec<_>>(),
+    })))
+}
+
+pub(super) async fn checkpoint_details(state: State, req: HttpRequest) -> Answer {
+    let job = job_of(&state, &req)?;
+    let raw = req.match_info().get("cid").unwrap_or_default();
+    let cid: u64 = raw.parse().map_err(|_| {
+        ApiError::bad_request(format!("checkpoint id must be a number, got `{raw}`"))
+    })?;
+    let s = job.checkpoint_stats().unwrap_or_default();
+    let r = s.history.iter().find(|r| r.id == cid).ok_or_else(|| {
+        ApiError::not_found(format!(
+            "Checkpoint {cid} not found in job {} (the last {} are kept)",
+            job.id(),
+            crate::checkpoint::coordinator::HISTORY
+        ))
+    })?;
+    Ok(HttpResponse::Ok().json(record_json(r)))
+}
+
+pub(super) async fn trigger_checkpoint(
+    state: State,
+    req: HttpRequest,
+    body: web::Payload,
+) -> Answer {
+    authorize(&state, &req)?;
+    let job = job_of(&state, &req)?;
+    let body = json_body(body, state.max_body_bytes).await?;
+    match optional_string(&body, "checkpointType")?.as_deref() {
+        None | Some("DEFAULT") | Some("CONFIGURED") | Some("FULL") => {}
+        Some(other) => {
+            return Err(ApiError::bad_request(format!(
+                "field `checkpointType` must be FULL, CONFIGURED or DEFAULT, got `{other}`"
+            )))
+        }
+    }
+    running(&job)?;
+    let j = job.clone();
+    let id = web::block(move || j.trigger_checkpoint())
+        .await
+        .map_err(|e| ApiError::internal(e.to_string()))?
+        .map_err(ApiError::conflict)?;
+    let tid = super::savepoints::new_trigger_id();
+    state
+        .triggers
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .insert(
+            tid.clone(),
+            Trigger::Checkpoint {
+                job: job.id().to_owned(),
+                id,
+            },
+        );
+    Ok(HttpResponse::Accepted().json(json!({ "request-id": tid })))
+}
+
+pub(super) async fn checkpoint_status(state: State, req: HttpRequest) -> Answer {
+    let job = job_of(&state, &req)?;
+    let tid = req
+        .match_info()
+        .get("trigger")
+        .unwrap_or_default()
+        .to_owned();
+    let found = match state
+        .triggers
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .get(&tid)
+    {
+        Some(Trigger::Checkpoint { job: j, id }) if j == job.id() => Some(*id),
+        _ => None,
+    };
+    let id = found.ok_or_else(|| {
+        ApiError::not_found(format!(
+            "Checkpoint trigger {tid} not found for job {}",
+            job.id()
+        ))
+    })?;
+    let s = job.checkpoint_stats().unwrap_or_default();
+    let record = s.history.iter().find(|r| r.id == id);
+    let done = json!({ "status": { "id": "COMPLETED" }, "operation": { "checkpointId": id } });
+    let body = match record.map(|r| r.status) {
+        Some(crate::CheckpointStatus::InProgress) => json!({ "status": { "id": "IN_PROGRESS" } }),
+        Some(crate::CheckpointStatus::Failed) => {
+            let why = record
+                .and_then(|r| r.failure_message.clone())
+                .unwrap_or_default();
+            json!({
+                "status": { "id": "COMPLETED" },
+                "operation": { "failure-cause": { "class": "weir.CheckpointError", "stack-trace": why } },
+            })
+        }
+        Some(crate::CheckpointStatus::Completed) => done,
+        // Out of the history: complete if it or a later one completed.
+        None if s.last_completed_checkpoint_id >= Some(id) => done,
+        None => json!({ "status": { "id": "IN_PROGRESS" } }),
+    };
+    Ok(HttpResponse::Ok().json(body))
+}
+
+pub(super) async fn checkpoint_config(state: State, req: HttpRequest) -> Answer {
+    let job = job_of(&state, &req)?;
+    let c = job.checkpoint_config();
+    Ok(HttpResponse::Ok().json(json!({
+        "mode": match c.mode { CheckpointMode::ExactlyOnce => "exactly_once", CheckpointMode::AtLeastOnce => "at_least_once" },
+        // Flink reports a disabled periodic checkpoint as the largest interval.
+        "interval": c.interval.map_or(i64::MAX as u64, ms),
+        "timeout": ms(c.timeout),
+        "min_pause": ms(c.min_pause),
+        "max_concurrent": c.max_concurrent,
+        "externalization": { "enabled": true, "delete_on_cancellation": false },
+        "unaligned_checkpoints": c.unaligned,
+        "aligned_checkpoint_timeout": c.aligned_checkpoint_timeout.map_or(0, ms),
+        "tolerable_failed_checkpoints": c.tolerable_failed_checkpoints,
+        "checkpoints_after_tasks_finish": false,
+        "state_backend": "weir (CBOR files)",
+        "checkpoint_storage": "FileSystemCheckpointStorage",
+    })))
+}
+
+/// The job-level metrics with Flink's names.
+pub(super) fn job_metric(job: &JobMonitor, name: &str) -> Option<String> {
+    let s = job.checkpoint_stats();
+    let s = s.as_ref();
+    let v = match name {
+        "numRestarts" => s.map_or(0, |s| s.num_restarts),
+        "lastCheckpointDuration" => s.map_or(0, |s| s.last_checkpoint_duration_ms),
+        "lastCheckpointSize" => s.map_or(0, |s| s.last_checkpoint_size),
+        "numberOfCompletedCheckpoints" => s.map_or(0, |s| s.number_of_completed_checkpoints),
+        "numberOfFailedCheckpoints" => s.map_or(0, |s| s.number_of_failed_checkpoints),
+        "numberOfInProgressCheckpoints" => s.map_or(0, |s| s.number_of_in_progress_checkpoints),
+        "checkpointAlignmentTime" => s.map_or(0, |s| s.checkpoint_alignment_time_ms),
+        "checkpointStartDelay" => s.map_or(0, |s| s.checkpoint_start_delay_nanos / 1_000_000),
+        "uptime" => now_ms().saturating_sub(job.start_time_ms()),
+        _ => return None,
+    };
+    Some(v.to_string())
+}
+
+/// The names `/jobs/{id}/metrics` knows.
+pub(super) const JOB_METRICS: &[&str] = &[
+    "numRestarts",
+    "lastCheckpointDuration",
+    "lastCheckpointSize",
+    "numberOfCompletedCheckpoints",
+    "numberOfFailedCheckpoints",
+    "numberOfInProgressCheckpoints",
+    "checkpointAlignmentTime",
+    "checkpointStartDelay",
+    "uptime",
+];
+
+pub(super) async fn job_metrics(state: State, req: HttpRequest) -> Answer {
+    let job = job_of(&state, &req)?;
+    let query =
+        web::Query::<std::collections::HashMap<String, String>>::from_query(req.query_string())
+            .map_err(|e| ApiError::bad_request(format!("bad query: {e}")))?;
+    let list: Vec<Value> = match query.get("get") {
+        // As Flink: without `get`, the names; with it, the values (as strings) of the known ones.
+        None => JOB_METRICS.iter().map(|n| json!({ "id": n })).collect(),
+        Some(names) => names
+            .split(',')
+            .map(str::trim)
+            .filter_map(|n| job_metric(&job, n).map(|v| json!({ "id": n, "value": v })))
+            .collect(),
+    };
+    Ok(HttpResponse::Ok().json(list))
+}
+
+pub(super) async fn backups(state: State, req: HttpRequest) -> Answer {
+    let job = job_of(&state, &req)?;
+    let list: Vec<Value> = job
+        .backup_metrics()
+        .iter()
+        .map(|b| {
+            json!({
+                "uid": b.uid, "subtask": b.subtask,
+                "queueEntries": b.queue_entries, "queueBytes": b.queue_bytes,
+                "filteredBatches": b.filtered, "filteredRecords": b.filtered_records,
+                "added": b.added, "claimed": b.claimed,
+                "promotions": b.promotions, "backupReplacements": b.backup_replacements,
+                "lastFailoverMs": b.last_failover.map(|d| d.as_secs_f64() * 1000.0),
+                "lastReprocessedBatches": b.last_reprocessed,
+                "backupLag": b.backup_lag, "degraded": b.degraded,
+            })
+        })
+        .collect();
+    Ok(HttpResponse::Ok().json(json!({ "backups": list })))
+}

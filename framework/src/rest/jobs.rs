@@ -1,0 +1,360 @@
+//! The cluster, its jobs and their vertices: `/overview`, `/jobs`, `/jobs/overview`,
+//! `/jobs/{id}` (and its cancel), vertices, backpressure, job, vertex and subtask metrics, and
+//! Weir's `/jobs/{id}/backups`.
+
+use actix_web::{web, HttpRequest, HttpResponse};
+use serde_json::{json, Value};
+
+use super::api::*;
+use crate::job::{now_ms, JobMonitor};
+use crate::metrics::BackpressureLevel;
+
+pub(super) async fn overview(state: State, _req: HttpRequest) -> Answer {
+    let jobs = state.jobs.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    let count = |s: &[&str]| {
+        jobs.iter()
+            .filter(|j| s.contains(&j.status().as_str()))
+            .count()
+    };
+    Ok(HttpResponse::Ok().json(json!({
+        "taskmanagers": 1,
+        "slots-total": jobs.len(),
+        "slots-available": 0,
+        "jobs-running": count(&["RUNNING", "RESTARTING", "INITIALIZING", "CANCELLING"]),
+        "jobs-finished": count(&["FINISHED"]),
+        "jobs-cancelled": count(&["CANCELED"]),
+        "jobs-failed": count(&["FAILED"]),
+        "flink-version": concat!("weir ", env!("CARGO_PKG_VERSION")),
+        "flink-commit": "",
+    })))
+}
+
+pub(super) async fn jobs(state: State, _req: HttpRequest) -> Answer {
+    let jobs = state.jobs.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    let list: Vec<Value> = jobs
+        .iter()
+        .map(|j| json!({ "id": j.id(), "status": j.status().as_str() }))
+        .collect();
+    Ok(HttpResponse::Ok().json(json!({ "jobs": list })))
+}
+
+pub(super) fn tasks(job: &JobMonitor) -> Value {
+    let total: usize = job.vertices().iter().map(|v| v.parallelism).sum();
+    let status = job.status().as_str().to_ascii_lowercase();
+    let mut t = serde_json::Map::new();
+    for s in [
+        "running",
+        "canceling",
+        "canceled",
+        "failed",
+        "finished",
+        "created",
+        "scheduled",
+        "deploying",
+        "reconciling",
+        "initializing",
+        "pending",
+    ] {
+        t.insert(s.into(), json!(if s == status { total } else { 0 }));
+    }
+    t.insert("total".into(), json!(total));
+    Value::Object(t)
+}
+
+pub(super) async fn jobs_overview(state: State, _req: HttpRequest) -> Answer {
+    let jobs = state.jobs.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    let now = now_ms();
+    let list: Vec<Value> = jobs
+        .iter()
+        .map(|j| {
+            json!({
+                "jid": j.id(),
+                "name": j.name(),
+                "state": j.status().as_str(),
+                "start-time": j.start_time_ms(),
+                "end-time": end_and_duration(j, now).0,
+                "duration": end_and_duration(j, now).1,
+                "last-modification": now,
+                "tasks": tasks(j),
+            })
+        })
+        .collect();
+    Ok(HttpResponse::Ok().json(json!({ "jobs": list })))
+}
+
+/// Records into and out of a vertex: its first operator's input, its last one's output.
+pub(super) fn vertex_records(
+    job: &JobMonitor,
+    v: &crate::VertexInfo,
+    m: Option<&crate::JobMetrics>,
+) -> (u64, u64) {
+    let Some(m) = m else { return (0, 0) };
+    let first = v.operators.first().and_then(|u| m.operator(u));
+    let last = v.operators.last().and_then(|u| m.operator(u));
+    let _ = job;
+    (
+        first.map_or(0, |o| o.num_records_in),
+        last.map_or(0, |o| o.num_records_out),
+    )
+}
+
+pub(super) fn vertex_json(
+    job: &JobMonitor,
+    v: &crate::VertexInfo,
+    m: Option<&crate::JobMetrics>,
+    now: u64,
+) -> Value {
+    let (read, write) = vertex_records(job, v, m);
+    let status = job.status().as_str();
+    json!({
+        "id": v.id,
+        "name": v.name,
+        "maxParallelism": crate::key_group::DEFAULT_MAX_PARALLELISM,
+        "parallelism": v.parallelism,
+        "status": status,
+        "start-time": job.start_time_ms(),
+        "end-time": end_and_duration(job, now).0,
+        "duration": end_and_duration(job, now).1,
+        "tasks": { status: v.parallelism },
+        "metrics": {
+            "read-bytes": 0, "read-bytes-complete": false,
+            "write-bytes": 0, "write-bytes-complete": false,
+            "read-records": read, "read-records-complete": true,
+            "write-records": write, "write-records-complete": true,
+        },
+    })
+}
+
+pub(super) async fn job(state: State, req: HttpRequest) -> Answer {
+    let job = job_of(&state, &req)?;
+    let now = now_ms();
+    let m = job.metrics();
+    let vertices: Vec<Value> = job
+        .vertices()
+        .iter()
+        .map(|v| vertex_json(&job, v, m.as_ref(), now))
+        .collect();
+    let nodes: Vec<Value> = job
+        .vertices()
+        .iter()
+        .map(|v| json!({ "id": v.id, "parallelism": v.parallelism, "description": v.name, "operator": "", "operator_strategy": "" }))
+        .collect();
+    let status = job.status().as_str();
+    Ok(HttpResponse::Ok().json(json!({
+        "jid": job.id(),
+        "name": job.name(),
+        "isStoppable": false,
+        "state": status,
+        "job-type": "STREAMING",
+        "start-time": job.start_time_ms(),
+        "end-time": end_and_duration(&job, now).0,
+        "duration": end_and_duration(&job, now).1,
+        "maxParallelism": -1,
+        "now": now,
+        "timestamps": { status: job.start_time_ms() },
+        "vertices": vertices,
+        "status-counts": { status: job.vertices().len() },
+        "plan": { "jid": job.id(), "name": job.name(), "type": "STREAMING", "nodes": nodes },
+    })))
+}
+
+pub(super) async fn patch_job(state: State, req: HttpRequest) -> Answer {
+    authorize(&state, &req)?;
+    let job = job_of(&state, &req)?;
+    let mode =
+        web::Query::<std::collections::HashMap<String, String>>::from_query(req.query_string())
+            .map_err(|e| ApiError::bad_request(format!("bad query: {e}")))?
+            .get("mode")
+            .cloned();
+    match mode.as_deref() {
+        Some("cancel") | None => {
+            running(&job)?;
+            job.cancel();
+            Ok(HttpResponse::Accepted().json(json!({})))
+        }
+        Some("stop") => Err(ApiError::bad_request(
+            "mode=stop is not supported: use POST /jobs/{id}/stop (stop with a savepoint)",
+        )),
+        Some(other) => Err(ApiError::bad_request(format!(
+            "query parameter `mode` must be `cancel`, got `{other}`"
+        ))),
+    }
+}
+
+pub(super) async fn vertex(state: State, req: HttpRequest) -> Answer {
+    let job = job_of(&state, &req)?;
+    let v = vertex_of(&job, &req)?;
+    let now = now_ms();
+    let status = job.status().as_str();
+    let subtasks: Vec<Value> = (0..v.parallelism)
+        .map(|i| {
+            json!({
+                "subtask": i, "status": status, "attempt": 0, "host": "localhost",
+                "start-time": job.start_time_ms(), "end-time": end_and_duration(&job, now).0,
+                "duration": end_and_duration(&job, now).1,
+            })
+        })
+        .collect();
+    Ok(HttpResponse::Ok().json(json!({
+        "id": v.id, "name": v.name, "parallelism": v.parallelism,
+        "maxParallelism": crate::key_group::DEFAULT_MAX_PARALLELISM,
+        "now": now, "subtasks": subtasks,
+    })))
+}
+
+pub(super) async fn backpressure(state: State, req: HttpRequest) -> Answer {
+    let job = job_of(&state, &req)?;
+    let v = vertex_of(&job, &req)?;
+    let m = job.metrics();
+    let subtasks: Vec<Value> = m
+        .iter()
+        .flat_map(|m| m.subtasks.iter())
+        .filter(|s| s.head_uid == v.id)
+        .map(|s| {
+            json!({
+                "subtask": s.subtask,
+                "attempt-number": 0,
+                "backpressureLevel": level(s.backpressure_level),
+                "ratio": s.back_pressured_time_ms_per_second / 1000.0,
+                "busyRatio": s.busy_time_ms_per_second / 1000.0,
+                "idleRatio": s.idle_time_ms_per_second / 1000.0,
+            })
+        })
+        .collect();
+    let worst = m
+        .iter()
+        .flat_map(|m| m.subtasks.iter())
+        .filter(|s| s.head_uid == v.id)
+        .map(|s| s.backpressure_level)
+        .max()
+        .unwrap_or(BackpressureLevel::Ok);
+    Ok(HttpResponse::Ok().json(json!({
+        "status": "ok",
+        "backpressureLevel": level(worst),
+        "end-timestamp": now_ms(),
+        "subtasks": subtasks,
+    })))
+}
+
+/// The query's `name` parameter split at commas (empty: not given).
+pub(super) fn query_list(req: &HttpRequest, name: &str) -> Result<Option<Vec<String>>, ApiError> {
+    let q = web::Query::<std::collections::HashMap<String, String>>::from_query(req.query_string())
+        .map_err(|e| ApiError::bad_request(format!("bad query: {e}")))?;
+    Ok(q.get(name).map(|v| {
+        v.split(',')
+            .map(|x| x.trim().to_owned())
+            .filter(|x| !x.is_empty())
+            .collect()
+    }))
+}
+
+/// The metrics of `v`'s subtasks, in subtask order.
+pub(super) fn subtasks_of(job: &JobMonitor, v: &crate::VertexInfo) -> Vec<crate::SubtaskMetrics> {
+    let mut subs: Vec<crate::SubtaskMetrics> = job
+        .metrics()
+        .map(|m| {
+            m.subtasks
+                .into_iter()
+                .filter(|s| s.head_uid == v.id)
+                .collect()
+        })
+        .unwrap_or_default();
+    subs.sort_by_key(|s| s.subtask);
+    subs
+}
+
+/// `/vertices/{vid}/metrics`: Flink's `<subtask>.<metric>` names; without `get`, the names.
+pub(super) async fn vertex_metrics(state: State, req: HttpRequest) -> Answer {
+    let job = job_of(&state, &req)?;
+    let v = vertex_of(&job, &req)?;
+    let subs = subtasks_of(&job, v);
+    let list: Vec<Value> = match query_list(&req, "get")? {
+        None => (0..v.parallelism)
+            .flat_map(|i| {
+                crate::SubtaskMetrics::NAMES
+                    .iter()
+                    .map(move |n| json!({ "id": format!("{i}.{n}") }))
+            })
+            .collect(),
+        Some(names) => names
+            .iter()
+            .filter_map(|full| {
+                let (i, name) = full.split_once('.')?;
+                let i: usize = i.parse().ok()?;
+                let value = subs.iter().find(|s| s.subtask == i)?.get(name)?;
+                Some(json!({ "id": full, "value": value.to_string() }))
+            })
+            .collect(),
+    };
+    Ok(HttpResponse::Ok().json(list))
+}
+
+/// `/vertices/{vid}/subtasks/metrics`: each metric in `get` aggregated over the subtasks
+/// (`agg=min,max,sum,avg`, all by default; `subtasks=0,2` to choose some).
+pub(super) async fn subtask_metrics(state: State, req: HttpRequest) -> Answer {
+    let job = job_of(&state, &req)?;
+    let v = vertex_of(&job, &req)?;
+    let mut subs = subtasks_of(&job, v);
+    if let Some(chosen) = query_list(&req, "subtasks")? {
+        let mut keep = Vec::new();
+        for c in chosen {
+            let i: usize = c.parse().map_err(|_| {
+                ApiError::bad_request(format!(
+                    "query parameter `subtasks`: `{c}` is not a subtask index"
+                ))
+            })?;
+            keep.push(i);
+        }
+        subs.retain(|s| keep.contains(&s.subtask));
+    }
+    let aggs = query_list(&req, "agg")?
+        .unwrap_or_else(|| ["min", "max", "sum", "avg"].map(String::from).to_vec());
+    if let Some(bad) = aggs
+        .iter()
+        .find(|a| !["min", "max", "sum", "avg", "skew"].contains(&a.as_str()))
+    {
+        return Err(ApiError::bad_request(format!(
+            "query parameter `agg`: `{bad}` is not one of min, max, sum, avg, skew"
+        )));
+    }
+    let Some(names) = query_list(&req, "get")? else {
+        let list: Vec<Value> = crate::SubtaskMetrics::NAMES
+            .iter()
+            .map(|n| json!({ "id": n }))
+            .collect();
+        return Ok(HttpResponse::Ok().json(list));
+    };
+    let list: Vec<Value> = names
+        .iter()
+        .filter_map(|name| {
+            let xs: Vec<f64> = subs.iter().filter_map(|s| s.get(name)).collect();
+            if xs.is_empty() {
+                return None;
+            }
+            let sum: f64 = xs.iter().sum();
+            let avg = sum / xs.len() as f64;
+            let max = xs.iter().copied().fold(f64::MIN, f64::max);
+            let mut m = serde_json::Map::new();
+            m.insert("id".into(), json!(name));
+            for a in &aggs {
+                let x = match a.as_str() {
+                    "min" => xs.iter().copied().fold(f64::MAX, f64::min),
+                    "max" => max,
+                    "sum" => sum,
+                    "avg" => avg,
+                    // Flink's skew: how far the largest is above the average, in percent.
+                    _ => {
+                        if max > 0.0 {
+                            (max - avg) / max * 100.0
+                        } else {
+                            0.0
+                        }
+                    }
+                };
+                m.insert(a.clone(), json!(x));
+            }
+            Some(Value::Object(m))
+        })
+        .collect();
+    Ok(HttpResponse::Ok().json(list))
+}

@@ -1,0 +1,131 @@
+//! Savepoints over REST: triggered (`POST /jobs/{id}/savepoints`), or taken to stop the job
+//! (`POST /jobs/{id}/stop`), with their status by trigger id.
+
+use std::path::PathBuf;
+
+use actix_web::{web, HttpRequest, HttpResponse};
+use serde_json::json;
+
+use super::api::*;
+use super::Shared;
+use crate::job::JobMonitor;
+
+pub(super) fn new_trigger_id() -> String {
+    let mut b = [0u8; 16];
+    let _ = getrandom::fill(&mut b);
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+pub(super) fn start_savepoint(state: &Shared, job: &JobMonitor, dir: String, stop: bool) -> Answer {
+    running(job)?;
+    if dir.trim().is_empty() {
+        return Err(ApiError::bad_request(
+            "the target directory must not be empty",
+        ));
+    }
+    if stop {
+        let mut triggers = state.triggers.lock().unwrap_or_else(|e| e.into_inner());
+        triggers.values_mut().for_each(Trigger::refresh);
+        let stopping = triggers.values().any(|t| {
+            matches!(t, Trigger::Savepoint { job: j, stop: true, outcome: None, .. } if j == job.id())
+        });
+        if stopping {
+            return Err(ApiError::conflict(format!(
+                "Job {} is already stopping with a savepoint",
+                job.id()
+            )));
+        }
+    }
+    let answer = job.trigger_savepoint(PathBuf::from(dir), stop);
+    let id = new_trigger_id();
+    state
+        .triggers
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .insert(
+            id.clone(),
+            Trigger::Savepoint {
+                job: job.id().to_owned(),
+                stop,
+                answer: Some(answer),
+                outcome: None,
+            },
+        );
+    Ok(HttpResponse::Accepted().json(json!({ "request-id": id })))
+}
+
+pub(super) async fn trigger_savepoint(
+    state: State,
+    req: HttpRequest,
+    body: web::Payload,
+) -> Answer {
+    authorize(&state, &req)?;
+    let job = job_of(&state, &req)?;
+    let body = json_body(body, state.max_body_bytes).await?;
+    let dir = optional_string(&body, "target-directory")?.ok_or_else(|| {
+        ApiError::bad_request(
+            "field `target-directory` is required (there is no default savepoint directory)",
+        )
+    })?;
+    let cancel = optional_bool(&body, "cancel-job")?;
+    start_savepoint(&state, &job, dir, cancel)
+}
+
+pub(super) async fn stop(state: State, req: HttpRequest, body: web::Payload) -> Answer {
+    authorize(&state, &req)?;
+    let job = job_of(&state, &req)?;
+    let body = json_body(body, state.max_body_bytes).await?;
+    let dir = optional_string(&body, "targetDirectory")?.ok_or_else(|| {
+        ApiError::bad_request(
+            "field `targetDirectory` is required (there is no default savepoint directory)",
+        )
+    })?;
+    if optional_bool(&body, "drain")? {
+        return Err(ApiError::bad_request(
+            "field `drain`: draining (ending event time) is not supported",
+        ));
+    }
+    start_savepoint(&state, &job, dir, true)
+}
+
+pub(super) async fn savepoint_status(state: State, req: HttpRequest) -> Answer {
+    let job = job_of(&state, &req)?;
+    let tid = req
+        .match_info()
+        .get("trigger")
+        .unwrap_or_default()
+        .to_owned();
+    let mut triggers = state.triggers.lock().unwrap_or_else(|e| e.into_inner());
+    let missing = || {
+        ApiError::not_found(format!(
+            "Savepoint trigger {tid} not found for job {}",
+            job.id()
+        ))
+    };
+    let Some(t) = triggers.get_mut(&tid) else {
+        return Err(missing());
+    };
+    t.refresh();
+    let Trigger::Savepoint {
+        job: owner,
+        outcome,
+        ..
+    } = t
+    else {
+        return Err(missing());
+    };
+    if owner != job.id() {
+        return Err(missing());
+    }
+    let body = match &*outcome {
+        None => json!({ "status": { "id": "IN_PROGRESS" } }),
+        Some(Ok(path)) => {
+            json!({ "status": { "id": "COMPLETED" }, "operation": { "location": path.display().to_string() } })
+        }
+        Some(Err(why)) => json!({
+            "status": { "id": "COMPLETED" },
+            "operation": { "failure-cause": { "class": "weir.SavepointError", "stack-trace": why, "serialized-throwable": why } },
+        }),
+    };
+    Ok(HttpResponse::Ok().json(body))
+}
