@@ -34,7 +34,7 @@
 //!
 //! | layer | modules | owns |
 //! |---|---|---|
-//! | API | `env`, `stream`, `job`, [`testing`], `rest` | building graphs, starting jobs, the [`JobHandle`], test utilities, the REST control plane |
+//! | API | `env`, `stream`, `job`, [`testing`], `rest`, `cli` | building graphs, starting jobs, the [`JobHandle`], test utilities, the REST control plane, `weirctl` |
 //! | controller | `controller` | a job's lifecycle as typed states, its deployment, commands from outside |
 //! | protocols | `sampler`, `savepoint`, `detector` | plain structs the controller drives: metrics and rate control, savepoint requests, failure detection |
 //! | physical plan | `plan` | uids, chaining, channels; building every subtask's chain |
