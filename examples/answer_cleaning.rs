@@ -188,12 +188,7 @@ fn config(args: &Args) -> Result<EnvConfig, String> {
                 "--rate must be a positive number of records per second, got {rate}"
             ));
         }
-        let mut rc = RateControlConfig::default();
-        rc.enabled = true;
-        rc.initial_rate = Some(rate);
-        rc.min_rate = rate;
-        rc.max_rate = Some(rate);
-        cfg.rate_control = rc;
+        cfg.rate_control = RateControlConfig::fixed(rate);
     }
     if args.checkpoint_interval_ms > 0 {
         cfg.checkpoint.interval = Some(std::time::Duration::from_millis(

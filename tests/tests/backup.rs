@@ -92,12 +92,7 @@ fn run(s: Setup) -> Result<Run, JobError> {
         attempts: 5,
         delay: Duration::from_millis(5),
     });
-    let mut rc = RateControlConfig::default();
-    rc.enabled = true;
-    rc.initial_rate = Some(s.rate);
-    rc.min_rate = s.rate;
-    rc.max_rate = Some(s.rate);
-    cfg.rate_control = rc;
+    cfg.rate_control = RateControlConfig::fixed(s.rate);
     cfg.faults = s.faults.clone();
     let env = Env::with_config(cfg);
     let src = env
@@ -512,12 +507,7 @@ fn failures_during_a_replay_lose_nothing() {
         cfg.checkpoint.interval = Some(Duration::from_millis(checkpoint_ms));
         let dir = TempDir::new("backup");
         cfg.checkpoint.directory = dir.path().to_owned();
-        let mut rc = RateControlConfig::default();
-        rc.enabled = true;
-        rc.initial_rate = Some(100_000.0);
-        rc.min_rate = 100_000.0;
-        rc.max_rate = Some(100_000.0);
-        cfg.rate_control = rc;
+        cfg.rate_control = RateControlConfig::fixed(100_000.0);
         let env = Env::with_config(cfg);
         let out = env
             .generate(n, |i| i)

@@ -36,12 +36,7 @@ fn timeout_config(tolerable: u32) -> EnvConfig {
     cfg.checkpoint.timeout = Duration::from_millis(60);
     cfg.checkpoint.tolerable_failed_checkpoints = tolerable;
     cfg.checkpoint.directory = tmp(&format!("timeout-{tolerable}"));
-    let mut rc = RateControlConfig::default();
-    rc.enabled = true;
-    rc.initial_rate = Some(20_000.0);
-    rc.min_rate = 20_000.0;
-    rc.max_rate = Some(20_000.0);
-    cfg.rate_control = rc;
+    cfg.rate_control = RateControlConfig::fixed(20_000.0);
     cfg
 }
 
@@ -107,12 +102,7 @@ fn reference_config(restore: Option<&Path>, dir: &Path) -> EnvConfig {
     cfg.checkpoint.interval = Some(Duration::from_secs(3600));
     cfg.checkpoint.directory = dir.to_owned();
     cfg.checkpoint.restore_from = restore.map(Path::to_owned);
-    let mut rc = RateControlConfig::default();
-    rc.enabled = true;
-    rc.initial_rate = Some(4_000.0);
-    rc.min_rate = 4_000.0;
-    rc.max_rate = Some(4_000.0);
-    cfg.rate_control = rc;
+    cfg.rate_control = RateControlConfig::fixed(4_000.0);
     cfg
 }
 

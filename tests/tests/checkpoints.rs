@@ -56,12 +56,7 @@ fn config(mode: CheckpointMode, faults: FaultPlan, rate: f64, dir: &std::path::P
         attempts: 5,
         delay: Duration::from_millis(5),
     });
-    let mut rc = RateControlConfig::default();
-    rc.enabled = true;
-    rc.initial_rate = Some(rate);
-    rc.min_rate = rate;
-    rc.max_rate = Some(rate);
-    cfg.rate_control = rc;
+    cfg.rate_control = RateControlConfig::fixed(rate);
     cfg.faults = faults;
     cfg
 }

@@ -74,12 +74,7 @@ fn config(rate: f64, dir: &std::path::Path) -> EnvConfig {
     cfg.metrics_interval = Duration::from_millis(20);
     cfg.checkpoint.interval = Some(Duration::from_millis(10));
     cfg.checkpoint.directory = dir.to_owned();
-    let mut rc = RateControlConfig::default();
-    rc.enabled = true;
-    rc.initial_rate = Some(rate);
-    rc.min_rate = rate;
-    rc.max_rate = Some(rate);
-    cfg.rate_control = rc;
+    cfg.rate_control = RateControlConfig::fixed(rate);
     cfg
 }
 

@@ -129,12 +129,7 @@ fn a_fault_armed_once_a_checkpoint_completed_restores_from_it() {
     let dir = TempDir::new("testing-utils-armed");
     let mut cfg = config(&dir, 3);
     // An endless source, throttled so the collected output stays small.
-    let mut rc = RateControlConfig::default();
-    rc.enabled = true;
-    rc.initial_rate = Some(20_000.0);
-    rc.min_rate = 20_000.0;
-    rc.max_rate = Some(20_000.0);
-    cfg.rate_control = rc;
+    cfg.rate_control = RateControlConfig::fixed(20_000.0);
     let env = Env::with_config(cfg);
     let armed = Arc::new(AtomicBool::new(false));
     let fired = Arc::new(AtomicBool::new(false));

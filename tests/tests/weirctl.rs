@@ -29,12 +29,7 @@ fn weirctl_reads_and_steers_a_running_job() {
         cfg.checkpoint.interval = Some(Duration::from_millis(10));
         cfg.checkpoint.directory = dir.path().to_owned();
         cfg.metrics_interval = Duration::from_millis(20);
-        let mut rc = RateControlConfig::default();
-        rc.enabled = true;
-        rc.initial_rate = Some(20_000.0);
-        rc.min_rate = 20_000.0;
-        rc.max_rate = Some(20_000.0);
-        cfg.rate_control = rc;
+        cfg.rate_control = RateControlConfig::fixed(20_000.0);
         let env = Env::with_config(cfg);
         env.generate(u64::MAX, |i| i).uid("src").collect();
         let job = env.start("weirctl-job").expect("the job starts");

@@ -91,6 +91,24 @@ impl Default for RateControlConfig {
 }
 
 impl RateControlConfig {
+    /// Rate control on, held at `rate` records per second in all (initial, minimum and
+    /// maximum): a fixed source rate.
+    ///
+    /// ```
+    /// let rc = weir::rate::RateControlConfig::fixed(20_000.0);
+    /// assert!(rc.enabled);
+    /// assert_eq!((rc.initial_rate, rc.min_rate, rc.max_rate), (Some(20_000.0), 20_000.0, Some(20_000.0)));
+    /// ```
+    pub fn fixed(rate: f64) -> Self {
+        RateControlConfig {
+            enabled: true,
+            initial_rate: Some(rate),
+            min_rate: rate,
+            max_rate: Some(rate),
+            ..RateControlConfig::default()
+        }
+    }
+
     /// Checks every value (whether or not `enabled`); the error names the first bad field.
     pub fn validate(&self) -> Result<(), RateConfigError> {
         fn bad(field: &'static str, message: String) -> Result<(), RateConfigError> {
