@@ -249,13 +249,13 @@ pub(crate) async fn run(launch: Launch) -> Result<JobResult, JobError> {
             JobState::Stopping(s) => s.run(&mut ctx).await,
             JobState::Finished(s) => return s.outcome(),
         };
-        tracing::info!(job = %ctx.job, from = t.from, to = t.to, cause = %t.cause, "job state transition");
-        let status = t.next.status();
+        tracing::info!(job = %ctx.job, from = t.from(), to = t.to(), cause = %t.cause(), "job state transition");
+        let status = t.next().status();
         *lock(&ctx.views.status) = status;
         if status.is_terminal() {
             *lock(&ctx.views.ended_ms) = Some(crate::metrics::now_ms());
         }
-        state = t.next;
+        state = t.into_next();
     }
 }
 

@@ -36,6 +36,7 @@ mod finished;
 mod recovering;
 mod running;
 mod stopping;
+mod transition;
 
 pub(crate) use deploying::Deploying;
 pub(crate) use failing_over::FailingOver;
@@ -43,25 +44,7 @@ pub(crate) use finished::Finished;
 pub(crate) use recovering::Recovering;
 pub(crate) use running::Running;
 pub(crate) use stopping::Stopping;
-
-/// A state of the job's controller.
-pub(crate) trait State: Into<JobState> {
-    /// The state's name in logs.
-    const NAME: &'static str;
-}
-
-/// The job is in state `Self` and may move to `T`.
-pub(crate) trait TransitionTo<T: State>: State {
-    /// The transition from `Self` to `next`, because of `cause`.
-    fn to(next: T, cause: impl Into<String>) -> Transition {
-        Transition {
-            from: Self::NAME,
-            to: T::NAME,
-            next: next.into(),
-            cause: cause.into(),
-        }
-    }
-}
+pub(crate) use transition::{State, Transition, TransitionTo};
 
 impl TransitionTo<Running> for Deploying {}
 impl TransitionTo<Finished> for Deploying {}
@@ -73,14 +56,6 @@ impl TransitionTo<Recovering> for FailingOver {}
 impl TransitionTo<Deploying> for Recovering {}
 impl TransitionTo<Finished> for Recovering {}
 impl TransitionTo<Finished> for Stopping {}
-
-/// Where the job goes next, and why.
-pub(crate) struct Transition {
-    pub(crate) from: &'static str,
-    pub(crate) to: &'static str,
-    pub(crate) next: JobState,
-    pub(crate) cause: String,
-}
 
 /// Every state the controller can be in.
 pub(crate) enum JobState {
