@@ -195,7 +195,7 @@ impl RecoveryProbe {
 pub fn install_fault_hook(probe: Arc<RecoveryProbe>) {
     let previous = std::panic::take_hook();
     std::panic::set_hook(Box::new(move |info| {
-        let message = panic_message(info);
+        let message = weir::testing::panic_message(info);
         if message.starts_with("injected fault") {
             RecoveryProbe::stamp(&probe.fault_ns);
             // One line instead of the default hook's message: with `RUST_BACKTRACE` set, that
@@ -465,15 +465,6 @@ impl FromStr for Kind {
             )),
         }
     }
-}
-
-fn panic_message(info: &std::panic::PanicHookInfo<'_>) -> String {
-    let payload = info.payload();
-    payload
-        .downcast_ref::<String>()
-        .cloned()
-        .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
-        .unwrap_or_default()
 }
 
 /// A kept record watched after a fault.

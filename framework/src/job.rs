@@ -34,10 +34,8 @@ impl Canceller {
     /// Asks the job to stop; `wait` then returns [`JobError::Cancelled`]. Cancelling a job
     /// that has already ended does nothing.
     pub fn cancel(&self) {
-        // The answer (every subtask stopped) is for callers that wait; `wait` is how a
-        // handle's owner learns the job's end.
-        let (reply, _answer) = std_mpsc::channel();
-        self.commands.send(Command::Cancel(reply));
+        // `wait` is how a handle's owner learns the job's end.
+        self.commands.cancel();
     }
 }
 
@@ -169,8 +167,7 @@ impl JobMonitor {
 
     /// Asks the job to stop ([`JobError::Cancelled`]); does not wait.
     pub fn cancel(&self) {
-        let (reply, _answer) = std_mpsc::channel();
-        self.commands.send(Command::Cancel(reply));
+        self.commands.cancel();
     }
 
     /// Triggers a checkpoint now and returns its id (its progress is in
@@ -286,14 +283,7 @@ impl JobHandle {
         dir: &std::path::Path,
         stop: bool,
     ) -> Result<std::path::PathBuf, JobError> {
-        let (reply, answer) = std_mpsc::channel();
-        self.canceller
-            .commands
-            .send(Command::Savepoint(SavepointRequest {
-                dir: dir.to_owned(),
-                stop,
-                reply,
-            }));
+        let answer = self.monitor.trigger_savepoint(dir.to_owned(), stop);
         let message = match answer.recv() {
             Ok(Ok(path)) => return Ok(path),
             Ok(Err(message)) => message,
@@ -506,8 +496,14 @@ fn vertices(graph: &Graph, plan: &crate::plan::Plan) -> Vec<VertexInfo> {
         .collect()
 }
 
-/// A new job id: 16 random bytes as 32 hexadecimal digits.
+/// A new job id.
 fn new_job_id() -> String {
+    unique_hex()
+}
+
+/// 16 random bytes as 32 hexadecimal digits (job ids, REST trigger ids); without OS
+/// randomness, a process-wide counter and the clock, unique within the process.
+pub(crate) fn unique_hex() -> String {
     let mut b = [0u8; 16];
     if getrandom::fill(&mut b).is_err() {
         // No OS randomness: unique within the process is enough for an id.

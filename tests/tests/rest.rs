@@ -59,6 +59,15 @@ fn patch(server: &RestServer, path: &str, token: Option<&str>) -> (u16, Value) {
     call(req.send_empty())
 }
 
+/// The `id`s of a metrics answer (`[{"id": …, "value": …}]`), in order.
+fn metric_ids(body: &Value) -> Vec<&str> {
+    body.as_array()
+        .unwrap_or_else(|| panic!("a list of metrics, got {body}"))
+        .iter()
+        .map(|m| m["id"].as_str().expect("a metric id"))
+        .collect()
+}
+
 fn error_of(body: &Value) -> String {
     body["errors"][0]
         .as_str()
@@ -221,12 +230,7 @@ fn every_read_endpoint_answers_with_flinks_fields_and_cancel_works() {
             &format!("/jobs/{id}/vertices/sink-side/metrics?get=0.busyTimeMsPerSecond,1.idleTimeMsPerSecond,7.nope"),
         );
         assert_eq!(s, 200);
-        let ids: Vec<&str> = b
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|m| m["id"].as_str().unwrap())
-            .collect();
+        let ids = metric_ids(&b);
         assert_eq!(
             ids,
             ["0.busyTimeMsPerSecond", "1.idleTimeMsPerSecond"],
@@ -327,12 +331,7 @@ fn every_read_endpoint_answers_with_flinks_fields_and_cancel_works() {
             &format!("/jobs/{id}/metrics?get=lastCheckpointDuration,checkpointStartDelay,checkpointAlignmentTime,noSuchMetric"),
         );
         assert_eq!(s, 200);
-        let ids: Vec<&str> = b
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|m| m["id"].as_str().unwrap())
-            .collect();
+        let ids = metric_ids(&b);
         assert_eq!(
             ids,
             [

@@ -36,31 +36,36 @@ fn three_panics() -> RecordFaults<u64> {
     RecordFaults::new("op", FaultKind::Panic, vec![1_000, 12_000, 17_500])
 }
 
-#[test]
-fn record_faults_under_restart_all_are_recovered_exactly_once() {
+/// Runs `N` ids through `op` (parallelism 2, [`three_panics`], backed up if `backup`) into
+/// a collect sink; the job's result, the faults and what the sink committed.
+fn run_three_panics(name: &str, backup: bool) -> (weir::JobResult, RecordFaults<u64>, Vec<u64>) {
     quiet_injected_panics();
-    let dir = TempDir::new("testing-utils-restart");
+    let dir = TempDir::new(name);
     let faults = three_panics();
     let mut cfg = config(&dir, 5);
     cfg.faults = faults.plan().clone();
     let env = Env::with_config(cfg);
-    let out = env
+    let op = env
         .generate(N, |i| i)
         .set_parallelism(2)
         .map(faults.wrap(|x: u64| x))
         .uid("op")
-        .set_parallelism(2)
-        .collect();
-    let handle = env.start("testing-utils-restart").unwrap();
+        .set_parallelism(2);
+    let out = if backup { op.with_backup() } else { op }.collect();
+    let handle = env.start(name).unwrap();
     let result = within_timeout(move || handle.wait()).unwrap();
+    (result, faults, out.take())
+}
+
+#[test]
+fn record_faults_under_restart_all_are_recovered_exactly_once() {
+    let (result, faults, out) = run_three_panics("testing-utils-restart", false);
     assert_eq!(faults.fired(), 3, "{faults:?}");
     if let Some(stats) = &result.checkpoints {
         // Faults of both subtasks can fire in one attempt, before the job stops it.
         assert!((1..=3).contains(&stats.num_restarts), "{stats:?}");
     }
-    ExactlyOnce::new(0..N)
-        .check(out.take())
-        .assert_exactly_once();
+    ExactlyOnce::new(0..N).check(out).assert_exactly_once();
 }
 
 #[test]
@@ -96,31 +101,14 @@ fn record_faults_with_a_part_file_sink_commit_every_record_once() {
 
 #[test]
 fn record_faults_in_a_backed_up_operator_are_recovered_by_promotion() {
-    quiet_injected_panics();
-    let dir = TempDir::new("testing-utils-backup");
-    let faults = three_panics();
-    let mut cfg = config(&dir, 5);
-    cfg.faults = faults.plan().clone();
-    let env = Env::with_config(cfg);
-    let out = env
-        .generate(N, |i| i)
-        .set_parallelism(2)
-        .map(faults.wrap(|x: u64| x))
-        .uid("op")
-        .set_parallelism(2)
-        .with_backup()
-        .collect();
-    let handle = env.start("testing-utils-backup").unwrap();
-    let result = within_timeout(move || handle.wait()).unwrap();
+    let (result, faults, out) = run_three_panics("testing-utils-backup", true);
     // The promoted backup replays from the primary's last state and sees the fault's record
     // again: a record fault fires once, so it passes.
     assert_eq!(faults.fired(), 3, "{faults:?}");
     let promotions: u64 = result.backups.iter().map(|b| b.promotions).sum();
     // At least: a busy machine may also declare a slow primary hung (a correct promotion).
     assert!(promotions >= 3, "{:?}", result.backups);
-    ExactlyOnce::new(0..N)
-        .check(out.take())
-        .assert_exactly_once();
+    ExactlyOnce::new(0..N).check(out).assert_exactly_once();
 }
 
 #[test]

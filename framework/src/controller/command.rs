@@ -43,6 +43,12 @@ impl Commands {
         (Commands(tx), rx)
     }
 
+    /// Asks the job to stop; does not wait for the answer (every subtask stopped).
+    pub(crate) fn cancel(&self) {
+        let (reply, _answer) = std::sync::mpsc::channel();
+        self.send(Command::Cancel(reply));
+    }
+
     /// Sends `command`; `false` if the controller has ended (the command's answer sender is
     /// dropped with it, so whoever waits for the answer learns it too).
     pub(crate) fn send(&self, command: Command) -> bool {

@@ -262,9 +262,7 @@ pub(crate) async fn run(launch: Launch) -> Result<JobResult, JobError> {
 /// A name unique to this run of a job (time, process, sequence).
 fn run_id() -> String {
     static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let millis = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis());
+    let millis = crate::metrics::now_ms();
     let seq = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     format!("run-{millis}-{}-{seq}", std::process::id())
 }

@@ -75,6 +75,18 @@ pub(crate) enum Trigger {
     Checkpoint { job: String, id: u64 },
 }
 
+/// Records `trigger` under a new id and answers 202 `{"request-id": id}`, as Flink does for
+/// asynchronous operations.
+pub(super) fn accepted(state: &Shared, trigger: Trigger) -> Answer {
+    let id = crate::job::unique_hex();
+    state
+        .triggers
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .insert(id.clone(), trigger);
+    Ok(HttpResponse::Accepted().json(json!({ "request-id": id })))
+}
+
 impl Trigger {
     /// Takes a savepoint's answer if it has come.
     pub(super) fn refresh(&mut self) {

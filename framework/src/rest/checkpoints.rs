@@ -123,19 +123,13 @@ pub(super) async fn trigger_checkpoint(
         .await
         .map_err(|e| ApiError::internal(e.to_string()))?
         .map_err(ApiError::conflict)?;
-    let tid = super::savepoints::new_trigger_id();
-    state
-        .triggers
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .insert(
-            tid.clone(),
-            Trigger::Checkpoint {
-                job: job.id().to_owned(),
-                id,
-            },
-        );
-    Ok(HttpResponse::Accepted().json(json!({ "request-id": tid })))
+    accepted(
+        &state,
+        Trigger::Checkpoint {
+            job: job.id().to_owned(),
+            id,
+        },
+    )
 }
 
 pub(super) async fn checkpoint_status(state: State, req: HttpRequest) -> Answer {

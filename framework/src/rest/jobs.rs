@@ -83,15 +83,10 @@ pub(super) async fn jobs_overview(state: State, _req: HttpRequest) -> Answer {
 }
 
 /// Records into and out of a vertex: its first operator's input, its last one's output.
-pub(super) fn vertex_records(
-    job: &JobMonitor,
-    v: &crate::VertexInfo,
-    m: Option<&crate::JobMetrics>,
-) -> (u64, u64) {
+pub(super) fn vertex_records(v: &crate::VertexInfo, m: Option<&crate::JobMetrics>) -> (u64, u64) {
     let Some(m) = m else { return (0, 0) };
     let first = v.operators.first().and_then(|u| m.operator(u));
     let last = v.operators.last().and_then(|u| m.operator(u));
-    let _ = job;
     (
         first.map_or(0, |o| o.num_records_in),
         last.map_or(0, |o| o.num_records_out),
@@ -104,7 +99,7 @@ pub(super) fn vertex_json(
     m: Option<&crate::JobMetrics>,
     now: u64,
 ) -> Value {
-    let (read, write) = vertex_records(job, v, m);
+    let (read, write) = vertex_records(v, m);
     let status = job.status().as_str();
     json!({
         "id": v.id,

@@ -10,12 +10,6 @@ use super::api::*;
 use super::Shared;
 use crate::job::JobMonitor;
 
-pub(super) fn new_trigger_id() -> String {
-    let mut b = [0u8; 16];
-    let _ = getrandom::fill(&mut b);
-    b.iter().map(|x| format!("{x:02x}")).collect()
-}
-
 pub(super) fn start_savepoint(state: &Shared, job: &JobMonitor, dir: String, stop: bool) -> Answer {
     running(job)?;
     if dir.trim().is_empty() {
@@ -37,21 +31,15 @@ pub(super) fn start_savepoint(state: &Shared, job: &JobMonitor, dir: String, sto
         }
     }
     let answer = job.trigger_savepoint(PathBuf::from(dir), stop);
-    let id = new_trigger_id();
-    state
-        .triggers
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .insert(
-            id.clone(),
-            Trigger::Savepoint {
-                job: job.id().to_owned(),
-                stop,
-                answer: Some(answer),
-                outcome: None,
-            },
-        );
-    Ok(HttpResponse::Accepted().json(json!({ "request-id": id })))
+    accepted(
+        state,
+        Trigger::Savepoint {
+            job: job.id().to_owned(),
+            stop,
+            answer: Some(answer),
+            outcome: None,
+        },
+    )
 }
 
 pub(super) async fn trigger_savepoint(

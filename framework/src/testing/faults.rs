@@ -363,8 +363,9 @@ impl<K: PartialEq + Send + Sync + 'static> RecordFaults<K> {
     }
 }
 
-/// The text of a panic (a `String` or `&str` payload; empty otherwise).
-fn panic_message(info: &std::panic::PanicHookInfo<'_>) -> String {
+/// The text of a panic (a `String` or `&str` payload; empty otherwise), for panic hooks
+/// that tell injected faults from real failures.
+pub fn panic_message(info: &std::panic::PanicHookInfo<'_>) -> String {
     let payload = info.payload();
     payload
         .downcast_ref::<String>()

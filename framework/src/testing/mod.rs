@@ -58,7 +58,8 @@ pub use crate::fault::{Fault, FaultKind, FaultPlan};
 pub use checkpoints::{wait_for_checkpoint, CheckpointWaitError, POLL_INTERVAL};
 pub use exactly_once::{ExactlyOnce, ExactlyOnceReport, EXAMPLES};
 pub use faults::{
-    quiet_injected_panics, quiet_injected_panics_with, quiet_released_hangs, RecordFaults,
+    panic_message, quiet_injected_panics, quiet_injected_panics_with, quiet_released_hangs,
+    RecordFaults,
 };
 pub use paced_sink::PacedSink;
 pub use part_files::{
