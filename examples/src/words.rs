@@ -57,8 +57,9 @@ pub fn words_of(line: &str) -> Vec<String> {
 
 // ANCHOR: counter
 /// Counts words; emits `(word, count)` once per word at the end of the input. Fed by a
-/// stream keyed by word, so each subtask counts its own words. The counts are operator state;
-/// `min_len` can be changed on a running job.
+/// stream keyed by word, so each subtask counts its own words. The counts are one map per
+/// subtask, emitted whole at the end of the input, so they are marked as per-subtask
+/// (`operator_state`) state; `min_len` can be changed on a running job.
 #[derive(Debug, Clone, Operator)]
 #[weir(name = "word-counter", version = 1)]
 pub struct WordCounter {
@@ -66,7 +67,7 @@ pub struct WordCounter {
     #[weir(config)]
     pub min_len: usize,
     /// Count per word.
-    #[weir(state)]
+    #[weir(operator_state)]
     pub counts: HashMap<String, u64>,
 }
 

@@ -73,6 +73,14 @@ pub enum PlanError {
         /// Why not.
         message: String,
     },
+    /// A derived operator's state field does not fit the stream it is applied to.
+    #[error("operator `{operator}`: {problem}")]
+    StateField {
+        /// The operator's type name.
+        operator: String,
+        /// What is wrong, and what to do.
+        problem: String,
+    },
 }
 
 /// A source could not produce its records.

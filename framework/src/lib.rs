@@ -82,7 +82,7 @@ mod sampler;
 mod savepoint;
 pub mod sink;
 pub mod source;
-mod state;
+pub mod state;
 pub mod stream;
 mod sync;
 mod task;
@@ -108,8 +108,12 @@ pub use operator::{Collector, OperatorInfo};
 pub use restart::RestartStrategy;
 pub use sink::CollectSink;
 pub use source::jsonl::{BadLine, MalformedPolicy};
-pub use state::{KeyedState, MapState, ValueState};
-pub use stream::{DataStream, KeyedStream, SinkStream};
+pub use state::{
+    KeyedState, ListState, MapState, Reduce, ReducingState, StateTtl, TtlUpdate, ValueState,
+};
+pub use stream::{
+    DataStream, KeyedClosure, KeyedOperator, KeyedStream, PerKeyState, PerRecord, SinkStream,
+};
 pub use task::SubtaskStatus;
 pub use weir_macros::{Operator, Record};
 

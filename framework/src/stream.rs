@@ -28,7 +28,7 @@ use std::rc::Rc;
 use crate::erased::{unbox, AnyBox};
 use crate::error::PlanError;
 use crate::graph::{Built, Edge, Graph, Node, NodeId, OpEnv, Port};
-use crate::hooks::{Operator, StateSnapshot};
+use crate::hooks::{KeyedFields, Operator, StateSnapshot};
 use crate::operator::apply::ApplyOp;
 use crate::operator::connect::{
     co_sides, BroadcastAdapter, BroadcastProcessFunction, CoAdapter, CoProcessFunction,
@@ -36,7 +36,8 @@ use crate::operator::connect::{
 };
 use crate::operator::filter::FilterOp;
 use crate::operator::flat_map::FlatMapOp;
-use crate::operator::keyed::{KeyedFn, KeyedOp, KeyedProcessFunction, ReduceFn};
+use crate::operator::keyed::{Hooks, KeyedFn, KeyedOp, KeyedProcessFunction, ReduceFn};
+use crate::operator::keyed_apply::{check_state_fields, AppliedTo, KeyedApplyOp};
 use crate::operator::map::MapOp;
 use crate::operator::process::{ProcessFunction, ProcessOp};
 use crate::operator::split::SplitOp;
@@ -371,6 +372,9 @@ impl<T: Data> DataStream<T> {
         U: Data,
         P: ProcessFunction<T, U> + Operator + Clone,
     {
+        if let Err(e) = check_state_fields::<P>(P::NAME, AppliedTo::Stream) {
+            self.graph.borrow_mut().errors.push(e);
+        }
         let part = self.partitioning();
         self.add_operator(P::NAME, apply_builder::<T, U, P>(op), part)
     }
@@ -643,8 +647,24 @@ where
     K: Key,
     KF: Fn(&T) -> K + Clone + Send + 'static,
 {
-    /// Runs a [`KeyedProcessFunction`] with per-key state.
+    /// Runs a [`KeyedProcessFunction`] with per-key state. (A function that also derives
+    /// [`Operator`], for live config and snapshots of its own fields, is added with
+    /// [`apply`](Self::apply).)
     pub fn process_with<O, P>(self, f: P) -> DataStream<O>
+    where
+        O: Data,
+        P: KeyedProcessFunction<K, T, O> + Clone,
+    {
+        self.keyed_function("keyed_process", f, None)
+    }
+
+    /// The node of a keyed process function, with its hooks if it has them.
+    fn keyed_function<O, P>(
+        self,
+        name: &str,
+        f: P,
+        hooks: Option<fn() -> Hooks<P>>,
+    ) -> DataStream<O>
     where
         O: Data,
         P: KeyedProcessFunction<K, T, O> + Clone,
@@ -657,6 +677,7 @@ where
                 state: Default::default(),
                 core: core(env, next),
                 max_parallelism: env.config.max_parallelism,
+                hooks: hooks.map(|h| h()),
                 _in: PhantomData,
             };
             if let Some(payload) = &env.restored {
@@ -664,8 +685,17 @@ where
             }
             Ok(Box::new(op) as BoxOutput<T>)
         });
+        self.hashed(name, builder)
+    }
+
+    /// Adds a node fed by this stream, hash-partitioned by key.
+    fn hashed<O: Data>(
+        self,
+        name: &str,
+        builder: Box<dyn crate::graph::NodeBuilder>,
+    ) -> DataStream<O> {
         let hash_key = self.key_fn;
-        self.stream.add_operator("keyed_process", builder, move || {
+        self.stream.add_operator(name, builder, move || {
             Partitioning::Hash(hash_output_factory::<T, K, KF>(hash_key.clone()))
         })
     }
@@ -692,25 +722,59 @@ where
     where
         O: Data,
         S: Default + Data,
-        F: FnMut(&K, &mut S, T, &mut Collector<O>) + Clone + Send + 'static,
+        F: KeyedClosure<K, S, T, O>,
     {
         self.process_with(KeyedFn::<F, S>::new(f))
             .name("keyed_process")
     }
 
-    /// Runs a user operator with derived hooks on the keyed stream: records are partitioned by
-    /// key, and the operator keeps its own (per-subtask) `#[weir(state)]` fields. See
-    /// [`DataStream::apply`].
-    pub fn apply<O, P>(self, op: P) -> DataStream<O>
+    /// Runs a user operator with derived hooks (`#[derive(Operator)]`) on the keyed stream.
+    ///
+    /// Either a [`ProcessFunction`] whose `#[weir(state)]` fields of keyed state types
+    /// ([`ValueState`](crate::ValueState), [`MapState`](crate::MapState),
+    /// [`ListState`](crate::ListState), [`ReducingState`](crate::ReducingState)) are per key
+    /// (the runtime puts the record's key's values in them before each record), or a
+    /// [`KeyedProcessFunction`] (per-key `State`). Either way its `#[weir(config)]` fields can
+    /// be changed while the job runs, and per-key state is stored by key group, so
+    /// checkpoints, savepoints, the buffer-queue backup and rescale carry it. Per-subtask
+    /// fields must say so with `#[weir(operator_state)]`; `execute` refuses an unmarked one.
+    ///
+    /// ```
+    /// use weir::{Collector, Env, Operator, ProcessFunction, ValueState};
+    ///
+    /// #[derive(Clone, Default, Operator)]
+    /// struct Running {
+    ///     #[weir(state)]
+    ///     sum: ValueState<u64>,
+    /// }
+    /// impl ProcessFunction<(u64, u64), (u64, u64)> for Running {
+    ///     fn process(&mut self, (k, v): (u64, u64), out: &mut Collector<(u64, u64)>) {
+    ///         let s = self.sum.get_or_insert_with(|| 0);
+    ///         *s += v;
+    ///         out.collect((k, *s));
+    ///     }
+    /// }
+    ///
+    /// let env = Env::new();
+    /// let out = env
+    ///     .from_collection(vec![(1, 1), (2, 10), (1, 2), (2, 20)])
+    ///     .key_by(|r: &(u64, u64)| r.0)
+    ///     .apply(Running::default())
+    ///     .collect();
+    /// env.execute("keyed-apply-doc").unwrap();
+    /// let mut got = out.take();
+    /// got.sort();
+    /// assert_eq!(got, vec![(1, 1), (1, 3), (2, 10), (2, 30)]);
+    /// ```
+    pub fn apply<O, M, P>(self, op: P) -> DataStream<O>
     where
         O: Data,
-        P: ProcessFunction<T, O> + Operator + Clone,
+        P: KeyedOperator<K, T, O, M>,
     {
-        let hash_key = self.key_fn;
-        self.stream
-            .add_operator(P::NAME, apply_builder::<T, O, P>(op), move || {
-                Partitioning::Hash(hash_output_factory::<T, K, KF>(hash_key.clone()))
-            })
+        if let Err(e) = P::__check() {
+            self.stream.graph.borrow_mut().errors.push(e);
+        }
+        P::__add(op, self)
     }
 
     /// Rolling reduce: emits each key's running reduction after every record.
@@ -743,6 +807,100 @@ where
             },
         )
         .name("reduce")
+    }
+}
+
+/// A closure `KeyedStream::process` runs: `FnMut(&key, &mut state, record, &mut out)`.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not a keyed process closure `FnMut(&K, &mut S, T, &mut Collector<O>)`",
+    label = "`KeyedStream::process` takes a closure",
+    note = "for a struct that implements `KeyedProcessFunction`, use `process_with(..)`; for a struct that derives `Operator`, use `apply(..)`"
+)]
+pub trait KeyedClosure<K, S, T, O>:
+    FnMut(&K, &mut S, T, &mut Collector<O>) + Clone + Send + 'static
+{
+}
+
+impl<K, S, T, O, F> KeyedClosure<K, S, T, O> for F where
+    F: FnMut(&K, &mut S, T, &mut Collector<O>) + Clone + Send + 'static
+{
+}
+
+/// What [`KeyedStream::apply`] runs: a derived operator ([`ProcessFunction`] with keyed
+/// `#[weir(state)]` fields, marker [`PerRecord`]) or a [`KeyedProcessFunction`] that derives
+/// [`Operator`] (marker [`PerKeyState`]). The marker is inferred; apps never name it.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot be applied to a keyed stream",
+    note = "derive `Operator` and implement `ProcessFunction` (keyed `#[weir(state)]` fields) or `KeyedProcessFunction` for it; a closure goes to `process(..)`"
+)]
+pub trait KeyedOperator<K, I, O, M>: Operator + Clone + Sized {
+    #[doc(hidden)]
+    fn __check() -> Result<(), PlanError>;
+    #[doc(hidden)]
+    fn __add<KF>(self, stream: KeyedStream<I, K, KF>) -> DataStream<O>
+    where
+        I: Data,
+        O: Data,
+        K: Key,
+        KF: Fn(&I) -> K + Clone + Send + 'static;
+}
+
+/// [`KeyedOperator`] marker: a [`ProcessFunction`] with keyed fields.
+#[derive(Debug)]
+pub struct PerRecord;
+/// [`KeyedOperator`] marker: a [`KeyedProcessFunction`] with per-key `State`.
+#[derive(Debug)]
+pub struct PerKeyState;
+
+impl<K, I, O, P> KeyedOperator<K, I, O, PerRecord> for P
+where
+    P: ProcessFunction<I, O> + Operator + KeyedFields + Clone,
+{
+    fn __check() -> Result<(), PlanError> {
+        check_state_fields::<P>(P::NAME, AppliedTo::KeyedStream)
+    }
+    fn __add<KF>(self, stream: KeyedStream<I, K, KF>) -> DataStream<O>
+    where
+        I: Data,
+        O: Data,
+        K: Key,
+        KF: Fn(&I) -> K + Clone + Send + 'static,
+    {
+        let key_fn = stream.key_fn.clone();
+        let builder = one_input_builder::<I, O, _>(move |env, next| {
+            let mut op = KeyedApplyOp::new(
+                key_fn.clone(),
+                self.clone(),
+                core(env, next),
+                env.config.max_parallelism,
+            );
+            if let Some(payload) = &env.restored {
+                // A checkpoint being restored wins over the job's initial state.
+                op.restore(payload).map_err(|e| env.restore_error(e))?;
+            } else {
+                restore_initial(op.function_mut(), env)?;
+            }
+            Ok(Box::new(op) as BoxOutput<I>)
+        });
+        stream.hashed(P::NAME, builder)
+    }
+}
+
+impl<K, I, O, P> KeyedOperator<K, I, O, PerKeyState> for P
+where
+    P: KeyedProcessFunction<K, I, O> + Operator + Clone,
+{
+    fn __check() -> Result<(), PlanError> {
+        check_state_fields::<P>(P::NAME, AppliedTo::KeyedFunction)
+    }
+    fn __add<KF>(self, stream: KeyedStream<I, K, KF>) -> DataStream<O>
+    where
+        I: Data,
+        O: Data,
+        K: Key,
+        KF: Fn(&I) -> K + Clone + Send + 'static,
+    {
+        stream.keyed_function(P::NAME, self, Some(Hooks::<P>::of))
     }
 }
 

@@ -10,6 +10,10 @@ use syn::{DeriveInput, Generics, Ident, Member, Type};
 use crate::attr::{self, Derive};
 use crate::ctxt::Ctxt;
 
+/// The names of weir's keyed state types.
+pub(crate) const KEYED_STATE_TYPES: &[&str] =
+    &["ValueState", "MapState", "ListState", "ReducingState"];
+
 /// A derive's input.
 pub(crate) struct Input<'a> {
     pub(crate) ident: &'a Ident,
@@ -55,6 +59,31 @@ impl Field<'_> {
             Member::Named(ident) => ident.unraw().to_string(),
             Member::Unnamed(index) => index.index.to_string(),
         }
+    }
+
+    /// Whether the field's type is one of weir's keyed state types (by its last path segment:
+    /// `ValueState`, `MapState`, `ListState`, `ReducingState`). The generated code also checks
+    /// that the type implements `weir::state::KeyedStateType`, so a look-alike is an error.
+    pub(crate) fn is_keyed_type(&self) -> bool {
+        match self.ty {
+            Type::Path(p) => p
+                .path
+                .segments
+                .last()
+                .is_some_and(|s| KEYED_STATE_TYPES.iter().any(|k| s.ident == k)),
+            _ => false,
+        }
+    }
+
+    /// A `#[weir(state)]` field kept per key.
+    pub(crate) fn is_keyed_state(&self) -> bool {
+        self.attrs.state.is_some() && self.is_keyed_type()
+    }
+
+    /// A field kept per subtask: `#[weir(operator_state)]`, or `#[weir(state)]` of a type that
+    /// is not a keyed state type.
+    pub(crate) fn is_subtask_state(&self) -> bool {
+        self.attrs.operator_state.is_some() || (self.attrs.state.is_some() && !self.is_keyed_type())
     }
 
     /// The span of the field's type: compile-time checks on the type are reported there.

@@ -1,13 +1,14 @@
 //! Parsing of `#[weir(...)]` attributes.
 //!
 //! Each derive has its own vocabulary: `#[derive(Operator)]` takes `name = ".."` and
-//! `version = N` on the struct and `state` / `config` on fields; `#[derive(Record)]` takes
+//! `version = N` on the struct and `state` (with `ttl = ..`) / `operator_state` / `config` on
+//! fields; `#[derive(Record)]` takes
 //! `key` / `event_time` on fields and nothing on the struct. A key outside the derive's
 //! vocabulary, a repeated key or a malformed value is reported at its own tokens into the
 //! [`Ctxt`], and parsing goes on with the next key.
 
 use syn::meta::ParseNestedMeta;
-use syn::{Attribute, Expr, Lit, LitInt, LitStr, Path, Token};
+use syn::{Attribute, Expr, Ident, Lit, LitInt, LitStr, Path, Token};
 
 use crate::ctxt::Ctxt;
 
@@ -48,6 +49,11 @@ pub(crate) struct FieldAttrs {
     pub(crate) key: Option<Path>,
     /// `#[weir(event_time)]` (Record).
     pub(crate) event_time: Option<Path>,
+    /// `#[weir(operator_state)]` or `#[weir(operator_state(split | union))]` (Operator): the
+    /// path, and the rule if one was given.
+    pub(crate) operator_state: Option<(Path, Option<Ident>)>,
+    /// `#[weir(ttl = expr)]` (Operator, with `state`): the path and the expression.
+    pub(crate) ttl: Option<(Path, Expr)>,
 }
 
 impl FieldAttrs {
@@ -58,6 +64,8 @@ impl FieldAttrs {
             .or(self.config.as_ref())
             .or(self.key.as_ref())
             .or(self.event_time.as_ref())
+            .or(self.operator_state.as_ref().map(|(p, _)| p))
+            .or(self.ttl.as_ref().map(|(p, _)| p))
     }
 }
 
@@ -120,6 +128,13 @@ pub(crate) fn field(cx: &Ctxt, attrs: &[Attribute], derive: Derive) -> FieldAttr
     for attr in weir_attrs(cx, attrs) {
         let parsed = attr.parse_nested_meta(|meta| {
             let name = key_name(&meta.path);
+            match (derive, name.as_str()) {
+                (Derive::Operator, "ttl") => return ttl_value(cx, &meta, &mut out.ttl),
+                (Derive::Operator, "operator_state") => {
+                    return operator_state_value(cx, &meta, &mut out.operator_state)
+                }
+                _ => {}
+            }
             let slot = match (derive, name.as_str()) {
                 (Derive::Operator, "state") => &mut out.state,
                 (Derive::Operator, "config") => &mut out.config,
@@ -127,7 +142,7 @@ pub(crate) fn field(cx: &Ctxt, attrs: &[Attribute], derive: Derive) -> FieldAttr
                 (Derive::Record, "event_time") => &mut out.event_time,
                 (_, other) => {
                     let expected = match derive {
-                        Derive::Operator => "`state` or `config`",
+                        Derive::Operator => "`state`, `operator_state`, `ttl` or `config`",
                         Derive::Record => "`key` or `event_time`",
                     };
                     cx.error_spanned_by(
@@ -156,6 +171,69 @@ pub(crate) fn field(cx: &Ctxt, attrs: &[Attribute], derive: Derive) -> FieldAttr
         }
     }
     out
+}
+
+/// `ttl = expr`: a `Duration` or a `weir::StateTtl`, checked by the compiler where it is used.
+fn ttl_value(
+    cx: &Ctxt,
+    meta: &ParseNestedMeta,
+    slot: &mut Option<(Path, Expr)>,
+) -> syn::Result<()> {
+    if !meta.input.peek(Token![=]) {
+        cx.error_spanned_by(
+            &meta.path,
+            "weir attribute `ttl` needs a value: `ttl = std::time::Duration::from_secs(60)`",
+        );
+        return skip_value(meta);
+    }
+    let expr: Expr = meta.value()?.parse()?;
+    if slot.is_some() {
+        duplicate(cx, &meta.path);
+    } else {
+        *slot = Some((meta.path.clone(), expr));
+    }
+    Ok(())
+}
+
+/// `operator_state`, `operator_state(split)` or `operator_state(union)`.
+fn operator_state_value(
+    cx: &Ctxt,
+    meta: &ParseNestedMeta,
+    slot: &mut Option<(Path, Option<Ident>)>,
+) -> syn::Result<()> {
+    let mut rule = None;
+    if meta.input.peek(syn::token::Paren) {
+        let content;
+        syn::parenthesized!(content in meta.input);
+        let ident: Ident = content.parse()?;
+        if ident != "split" && ident != "union" {
+            cx.error_spanned_by(
+                &ident,
+                format!("unknown redistribution `{ident}`; expected `split` or `union`"),
+            );
+        } else {
+            rule = Some(ident);
+        }
+        if !content.is_empty() {
+            cx.error_spanned_by(
+                &meta.path,
+                "`operator_state` takes one rule: `operator_state(split)` or `operator_state(union)`",
+            );
+            content.parse::<proc_macro2::TokenStream>()?;
+        }
+    } else if meta.input.peek(Token![=]) {
+        cx.error_spanned_by(
+            &meta.path,
+            "write the rule in parentheses: `operator_state(split)` or `operator_state(union)`",
+        );
+        return skip_value(meta);
+    }
+    if slot.is_some() {
+        duplicate(cx, &meta.path);
+    } else {
+        *slot = Some((meta.path.clone(), rule));
+    }
+    Ok(())
 }
 
 /// The `#[weir(...)]` attributes among `attrs`; a `#[weir]` or `#[weir = ..]` is an error.

@@ -10,6 +10,7 @@
 use proc_macro2::{Literal, TokenStream};
 use quote::{format_ident, quote, quote_spanned};
 use syn::ext::IdentExt;
+use syn::spanned::Spanned;
 use syn::{DeriveInput, LitStr, Type};
 
 use crate::ast::{Data, Field, Input};
@@ -67,7 +68,10 @@ fn expand_operator(input: &Input) -> TokenStream {
         None => LitStr::new(&ident.unraw().to_string(), ident.span()),
     };
     let version = Literal::u32_unsuffixed(input.attrs.version.as_ref().map_or(1, |v| v.0));
-    let state: Vec<&Field> = fields.iter().filter(|f| f.attrs.state.is_some()).collect();
+    // Snapshotted with the operator: per-subtask state. Keyed state is stored per key by the
+    // runtime (`KeyedFields`).
+    let state: Vec<&Field> = fields.iter().filter(|f| f.is_subtask_state()).collect();
+    let keyed: Vec<&Field> = fields.iter().filter(|f| f.is_keyed_state()).collect();
     let config: Vec<&Field> = fields.iter().filter(|f| f.attrs.config.is_some()).collect();
 
     // The bodies use the name and version as literals rather than `<Self as Operator>::..`,
@@ -180,6 +184,32 @@ fn expand_operator(input: &Input) -> TokenStream {
         let ty = f.ty;
         quote_spanned!(f.ty_span()=> ::weir::hooks::__private::assert_state_field::<#ty>();)
     });
+    let keyed_checks = keyed.iter().map(|f| {
+        let ty = f.ty;
+        quote_spanned!(f.ty_span()=> ::weir::hooks::__private::assert_keyed_field::<#ty>();)
+    });
+    let state_fields = fields.iter().filter_map(|f| {
+        let (name, type_name) = (f.name(), type_name(f.ty));
+        let scope = if f.is_keyed_state() {
+            quote!(::weir::hooks::StateScope::Keyed)
+        } else if f.is_subtask_state() {
+            let rule = match &f.attrs.operator_state {
+                Some((_, Some(r))) if r == "union" => quote!(Union),
+                _ => quote!(Split),
+            };
+            let marked = f.attrs.operator_state.is_some();
+            quote!(::weir::hooks::StateScope::Subtask {
+                redistribution: ::weir::hooks::Redistribution::#rule,
+                marked: #marked,
+            })
+        } else {
+            return None;
+        };
+        Some(
+            quote!(::weir::hooks::StateField { name: #name, type_name: #type_name, scope: #scope }),
+        )
+    });
+    let keyed_impl = expand_keyed_fields(input, &keyed);
     let config_checks = config.iter().map(|f| {
         let ty = f.ty;
         quote_spanned!(f.ty_span()=> ::weir::hooks::__private::assert_config_field::<#ty>();)
@@ -191,10 +221,14 @@ fn expand_operator(input: &Input) -> TokenStream {
             #[allow(dead_code)]
             fn __weir_assert_fields #impl_generics () #where_clause {
                 #(#state_checks)*
+                #(#keyed_checks)*
                 #(#config_checks)*
             }
 
             const __WEIR_CONFIG_KEYS: &[::weir::hooks::ConfigKey] = &[#(#config_keys),*];
+            const __WEIR_STATE_FIELDS: &[::weir::hooks::StateField] = &[#(#state_fields),*];
+
+            #keyed_impl
 
             #[automatically_derived]
             impl #impl_generics ::weir::hooks::Operator for #ident #ty_generics #where_clause {
@@ -203,6 +237,10 @@ fn expand_operator(input: &Input) -> TokenStream {
 
                 fn config_keys() -> &'static [::weir::hooks::ConfigKey] {
                     __WEIR_CONFIG_KEYS
+                }
+
+                fn state_fields() -> &'static [::weir::hooks::StateField] {
+                    __WEIR_STATE_FIELDS
                 }
 
                 fn snapshot_state(
@@ -228,6 +266,79 @@ fn expand_operator(input: &Input) -> TokenStream {
                 }
             }
         };
+    }
+}
+
+/// The `KeyedFields` impl: one key's values are a tuple of `Slot`s, one per keyed field, moved
+/// in and out of the fields around each record.
+fn expand_keyed_fields(input: &Input, keyed: &[&Field]) -> TokenStream {
+    let ident = input.ident;
+    let (impl_generics, ty_generics, where_clause) = input.generics.split_for_impl();
+    let slots = keyed.iter().map(|f| {
+        let ty = f.ty;
+        quote_spanned!(f.ty_span()=> ::weir::hooks::__private::Slot<#ty>)
+    });
+    let ttls = keyed.iter().map(|f| match &f.attrs.ttl {
+        Some((_, expr)) => quote_spanned!(expr.span()=> ::weir::hooks::__private::ttl(#expr)),
+        None => quote!(::core::option::Option::None),
+    });
+    let index = |i: usize| syn::Index::from(i);
+    let loads = keyed.iter().enumerate().map(|(i, f)| {
+        let (member, ix) = (&f.member, index(i));
+        quote!(__weir_entry.#ix.load(&mut self.#member, __weir_ttls[#i].as_ref(), __weir_now);)
+    });
+    let stores = keyed.iter().enumerate().map(|(i, f)| {
+        let (member, ix) = (&f.member, index(i));
+        quote!(__weir_empty &= __weir_entry.#ix.store(&mut self.#member, __weir_ttls[#i].as_ref(), __weir_now);)
+    });
+    let prunes = keyed.iter().enumerate().map(|(i, _)| {
+        let ix = index(i);
+        quote!(__weir_empty &= __weir_entry.#ix.prune(__weir_ttls[#i].as_ref(), __weir_now);)
+    });
+    quote! {
+        #[automatically_derived]
+        impl #impl_generics ::weir::hooks::KeyedFields for #ident #ty_generics #where_clause {
+            type Keyed = (#(#slots,)*);
+
+            fn keyed_ttls() -> ::std::vec::Vec<::core::option::Option<::weir::StateTtl>> {
+                ::std::vec![#(#ttls),*]
+            }
+
+            #[inline]
+            #[allow(unused_variables)]
+            fn load_keyed(
+                &mut self,
+                __weir_entry: &mut Self::Keyed,
+                __weir_ttls: &[::core::option::Option<::weir::StateTtl>],
+                __weir_now: u64,
+            ) {
+                #(#loads)*
+            }
+
+            #[inline]
+            #[allow(unused_variables, unused_mut)]
+            fn store_keyed(
+                &mut self,
+                __weir_entry: &mut Self::Keyed,
+                __weir_ttls: &[::core::option::Option<::weir::StateTtl>],
+                __weir_now: u64,
+            ) -> bool {
+                let mut __weir_empty = true;
+                #(#stores)*
+                __weir_empty
+            }
+
+            #[allow(unused_variables, unused_mut)]
+            fn prune_keyed(
+                __weir_entry: &mut Self::Keyed,
+                __weir_ttls: &[::core::option::Option<::weir::StateTtl>],
+                __weir_now: u64,
+            ) -> bool {
+                let mut __weir_empty = true;
+                #(#prunes)*
+                __weir_empty
+            }
+        }
     }
 }
 
@@ -504,12 +615,75 @@ mod tests {
     }
 
     #[test]
+    fn keyed_fields_are_slots_and_left_out_of_the_snapshot() {
+        let out = operator(parse_quote! {
+            struct Detector {
+                #[weir(config)]
+                small: u64,
+                #[weir(state, ttl = std::time::Duration::from_secs(60))]
+                flag: weir::ValueState<u64>,
+                #[weir(state)]
+                seen: MapState<u64, u64>,
+                #[weir(operator_state(union))]
+                rules: Vec<String>,
+                #[weir(state)]
+                total: u64,
+            }
+        });
+        assert!(out.contains("type Keyed = (:: weir :: hooks :: __private :: Slot < weir :: ValueState < u64 > > , :: weir :: hooks :: __private :: Slot < MapState < u64 , u64 > > ,)"), "{out}");
+        assert!(out.contains(":: weir :: hooks :: __private :: ttl (std :: time :: Duration :: from_secs (60)) , :: core :: option :: Option :: None"), "{out}");
+        assert!(
+            out.contains("__weir_entry . 0 . load (& mut self . flag"),
+            "{out}"
+        );
+        assert!(
+            out.contains("__weir_entry . 1 . store (& mut self . seen"),
+            "{out}"
+        );
+        // Only per-subtask fields are in the operator's own snapshot.
+        assert!(!out.contains(r#"__weir_operator , "flag""#), "{out}");
+        assert!(out.contains(r#"__weir_operator , "rules""#), "{out}");
+        assert!(out.contains(r#"__weir_operator , "total""#), "{out}");
+        assert!(out.contains(r#"name : "rules" , type_name : "Vec<String>" , scope : :: weir :: hooks :: StateScope :: Subtask { redistribution : :: weir :: hooks :: Redistribution :: Union , marked : true , }"#), "{out}");
+        assert!(out.contains(r#"name : "total" , type_name : "u64" , scope : :: weir :: hooks :: StateScope :: Subtask { redistribution : :: weir :: hooks :: Redistribution :: Split , marked : false , }"#), "{out}");
+        assert!(out.contains(r#"name : "flag" , type_name : "weir::ValueState<u64>" , scope : :: weir :: hooks :: StateScope :: Keyed"#), "{out}");
+    }
+
+    #[test]
+    fn state_field_rules() {
+        assert_eq!(
+            operator_errors(parse_quote! {
+                struct S {
+                    #[weir(state, operator_state)]
+                    a: Vec<u64>,
+                    #[weir(ttl = 5)]
+                    b: ValueState<u64>,
+                    #[weir(state, ttl = d())]
+                    c: u64,
+                    #[weir(state, config)]
+                    d: ValueState<u64>,
+                    #[weir(operator_state(merge))]
+                    e: Vec<u64>,
+                }
+            }),
+            [
+                // Attribute syntax first, then the rules.
+                "unknown redistribution `merge`; expected `split` or `union`",
+                "a state field is kept either per key (`state`) or per subtask (`operator_state`), not both",
+                "`ttl` applies to a keyed `#[weir(state)]` field",
+                "`ttl` needs a keyed state type (ValueState, MapState, ListState, ReducingState); `c` is kept per subtask",
+                "a keyed state field cannot also be a config field (its value is per key)",
+            ]
+        );
+    }
+
+    #[test]
     fn unknown_field_attribute() {
         assert_eq!(
             operator_errors(parse_quote! {
                 struct S { #[weir(stat)] a: u64 }
             }),
-            ["unknown weir attribute `stat`; expected `state` or `config`"]
+            ["unknown weir attribute `stat`; expected `state`, `operator_state`, `ttl` or `config`"]
         );
     }
 
@@ -535,10 +709,10 @@ mod tests {
                 "expected an integer literal: `version = 1`",
                 "unknown weir attribute `flavour`; expected `name = \"..\"` or `version = N`",
                 "duplicate weir attribute `state`",
-                "unknown weir attribute `cfg`; expected `state` or `config`",
+                "unknown weir attribute `cfg`; expected `state`, `operator_state`, `ttl` or `config`",
                 "weir attribute `config` takes no value; write `#[weir(config)]`",
                 "expected `#[weir(...)]`",
-                "unknown weir attribute `key`; expected `state` or `config`",
+                "unknown weir attribute `key`; expected `state`, `operator_state`, `ttl` or `config`",
             ]
         );
     }

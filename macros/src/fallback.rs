@@ -45,6 +45,41 @@ pub(crate) fn operator(ident: &Ident, generics: &Generics) -> TokenStream {
                     ::core::unreachable!()
                 }
             }
+
+            #[automatically_derived]
+            impl #impl_generics ::weir::hooks::KeyedFields for #ident #ty_generics #where_clause {
+                type Keyed = ();
+
+                fn keyed_ttls() -> ::std::vec::Vec<::core::option::Option<::weir::StateTtl>> {
+                    ::core::unreachable!()
+                }
+
+                fn load_keyed(
+                    &mut self,
+                    _: &mut (),
+                    _: &[::core::option::Option<::weir::StateTtl>],
+                    _: u64,
+                ) {
+                    ::core::unreachable!()
+                }
+
+                fn store_keyed(
+                    &mut self,
+                    _: &mut (),
+                    _: &[::core::option::Option<::weir::StateTtl>],
+                    _: u64,
+                ) -> bool {
+                    ::core::unreachable!()
+                }
+
+                fn prune_keyed(
+                    _: &mut (),
+                    _: &[::core::option::Option<::weir::StateTtl>],
+                    _: u64,
+                ) -> bool {
+                    ::core::unreachable!()
+                }
+            }
         };
     }
 }

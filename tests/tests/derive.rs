@@ -131,9 +131,9 @@ const KEYS: u64 = 10;
 /// Counts records, in all and per key; emits its total at the end of its input.
 #[derive(Clone, Default, Operator)]
 struct Counter {
-    #[weir(state)]
+    #[weir(operator_state)]
     seen: u64,
-    #[weir(state)]
+    #[weir(operator_state)]
     per_key: HashMap<u64, u64>,
 }
 
@@ -151,7 +151,7 @@ impl ProcessFunction<u64, u64> for Counter {
 #[derive(Clone, Default, Operator)]
 #[weir(name = "other")]
 struct Other {
-    #[weir(state)]
+    #[weir(operator_state)]
     seen: u64,
 }
 
@@ -159,9 +159,9 @@ struct Other {
 #[derive(Clone, Default, Operator)]
 #[weir(name = "Counter", version = 2)]
 struct CounterV2 {
-    #[weir(state)]
+    #[weir(operator_state)]
     seen: u64,
-    #[weir(state)]
+    #[weir(operator_state)]
     per_key: HashMap<u64, u64>,
 }
 
@@ -169,7 +169,7 @@ struct CounterV2 {
 #[derive(Clone, Default, Operator)]
 #[weir(name = "Counter")]
 struct CounterWithoutKeys {
-    #[weir(state)]
+    #[weir(operator_state)]
     seen: u64,
 }
 
@@ -177,9 +177,9 @@ struct CounterWithoutKeys {
 #[derive(Clone, Default, Operator)]
 #[weir(name = "Counter")]
 struct CounterWithTextKeys {
-    #[weir(state)]
+    #[weir(operator_state)]
     seen: u64,
-    #[weir(state)]
+    #[weir(operator_state)]
     per_key: String,
 }
 

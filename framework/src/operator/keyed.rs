@@ -9,6 +9,7 @@ use std::marker::PhantomData;
 use super::{Collector, Control, OpCore, Output};
 use crate::checkpoint::StateWriter;
 use crate::error::TaskError;
+use crate::hooks::{StateError, StateSnapshot};
 use crate::key_group::{key_group_of, key_group_range};
 use crate::metrics::QueueUsage;
 use crate::state::{KeyedState, ValueState};
@@ -102,7 +103,27 @@ pub(crate) struct KeyedOp<KF, K, P: KeyedProcessFunction<K, I, O>, I, O> {
     pub(crate) state: KeyedState<K, P::State>,
     pub(crate) core: OpCore<O>,
     pub(crate) max_parallelism: usize,
+    /// The function's derived hooks (`KeyedStream::apply` of a `KeyedProcessFunction` that
+    /// derives `Operator`): live config, and its own per-subtask fields in snapshots.
+    pub(crate) hooks: Option<Hooks<P>>,
     pub(crate) _in: PhantomData<fn(I)>,
+}
+
+/// The hooks of a function that derives `Operator`, captured where that is known.
+pub(crate) struct Hooks<P> {
+    control: fn(&mut P, &mut Control<'_>),
+    snapshot: fn(&P) -> Result<StateSnapshot, StateError>,
+    restore: fn(&mut P, &StateSnapshot) -> Result<(), StateError>,
+}
+
+impl<P: crate::hooks::Operator> Hooks<P> {
+    pub(crate) fn of() -> Self {
+        Hooks {
+            control: |p, c| c.apply(p),
+            snapshot: |p| p.snapshot_state(),
+            restore: |p, s| p.restore_state(s),
+        }
+    }
 }
 
 /// The checkpointed form of keyed state: entries grouped by key group (the unit of
@@ -114,10 +135,18 @@ where
     K: crate::Key,
     P: KeyedProcessFunction<K, I, O>,
 {
-    /// Loads the entries of a checkpointed payload.
+    /// Loads the entries of a checkpointed payload (preceded by the function's own fields if
+    /// it has hooks).
     pub(crate) fn restore(&mut self, payload: &[u8]) -> Result<(), TaskError> {
-        let groups: KeyedPayload<K, P::State> =
-            crate::checkpoint::decode(payload).map_err(|e| self.core.state_error(e))?;
+        let groups: KeyedPayload<K, P::State> = match &self.hooks {
+            None => crate::checkpoint::decode(payload).map_err(|e| self.core.state_error(e))?,
+            Some(h) => {
+                let (own, groups): (StateSnapshot, KeyedPayload<K, P::State>) =
+                    crate::checkpoint::decode(payload).map_err(|e| self.core.state_error(e))?;
+                (h.restore)(&mut self.f, &own).map_err(|e| self.core.state_error(e.to_string()))?;
+                groups
+            }
+        };
         for (_, entries) in groups {
             self.state.map.extend(entries);
         }
@@ -167,7 +196,15 @@ where
                 .push((k, s));
         }
         let groups: KeyedPayload<&K, &P::State> = groups.into_iter().collect();
-        let payload = crate::checkpoint::encode(&groups).map_err(|e| self.core.state_error(e))?;
+        let payload = match &self.hooks {
+            None => crate::checkpoint::encode(&groups),
+            Some(h) => {
+                let own =
+                    (h.snapshot)(&self.f).map_err(|e| self.core.state_error(e.to_string()))?;
+                crate::checkpoint::encode(&(own, groups))
+            }
+        }
+        .map_err(|e| self.core.state_error(e))?;
         let range = key_group_range(
             self.core.info.subtask,
             self.max_parallelism,
@@ -189,7 +226,12 @@ where
         self.core.next.usage(usage)
     }
     fn control(&mut self, c: &mut Control<'_>) {
-        let next = &mut self.core.next;
-        c.here_or(&self.core.info.uid, |c| next.control(c))
+        match &self.hooks {
+            Some(h) if c.uid == self.core.info.uid => (h.control)(&mut self.f, c),
+            _ => {
+                let next = &mut self.core.next;
+                c.here_or(&self.core.info.uid, |c| next.control(c))
+            }
+        }
     }
 }

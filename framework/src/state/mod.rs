@@ -1,0 +1,545 @@
+//! Keyed state: what a keyed operator keeps per key.
+//!
+//! Two ways to hold it, one storage. A [`KeyedProcessFunction`](crate::KeyedProcessFunction)
+//! declares a per-key state type and receives `&mut` to the current key's state with every
+//! record. A derived operator (`#[derive(Operator)]`) on a keyed stream declares fields of the
+//! keyed state types ([`ValueState`], [`MapState`], [`ListState`], [`ReducingState`]) with
+//! `#[weir(state)]`; before each record the runtime puts the current key's values into those
+//! fields and takes them back after, so `self.flag.value()` is the flag of the record's key.
+//! Either way the runtime keeps one entry per key, snapshots it grouped by key group (the unit
+//! that rescale and the buffer-queue backup move), and drops a key whose states are all empty.
+//!
+//! A keyed state field may have a time to live ([`StateTtl`], Flink's `StateTtlConfig`):
+//! an expired value is never returned, is cleaned when its key is next seen and incrementally
+//! in the background of processing, and is left out of snapshots (module `ttl`).
+//!
+//! This module owns the containers and the TTL bookkeeping, not their snapshots (the keyed
+//! operators in `operator` write those).
+
+mod ttl;
+
+use std::collections::HashMap;
+use std::hash::Hash;
+use std::marker::PhantomData;
+
+use rustc_hash::FxBuildHasher;
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+
+pub use ttl::{Slot, StateTtl, TtlUpdate};
+
+/// A type that can be a keyed `#[weir(state)]` field of a derived operator: a container whose
+/// value is per key ([`ValueState`], [`MapState`], [`ListState`], [`ReducingState`]).
+///
+/// The runtime asks two things of it: whether it holds nothing (a key whose states are all
+/// empty is dropped), and whether it was written since the last ask (a state with a
+/// [`StateTtl`] is stamped when written).
+pub trait KeyedStateType: Default + Serialize + DeserializeOwned + Send + 'static {
+    /// Whether the state holds nothing for its key.
+    fn is_empty(&self) -> bool;
+    /// Whether the state was written since the last call, and forgets it.
+    fn take_written(&mut self) -> bool;
+}
+
+/// One optional value per key (Flink's `ValueState`).
+///
+/// ```
+/// let mut s = weir::ValueState::<u64>::default();
+/// assert_eq!(s.value(), None);
+/// s.update(3);
+/// *s.get_or_insert_with(|| 0) += 1;
+/// assert_eq!(s.value(), Some(&4));
+/// s.clear();
+/// assert!(s.value().is_none());
+/// ```
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(transparent)]
+#[serde(bound(serialize = "T: Serialize", deserialize = "T: Deserialize<'de>"))]
+pub struct ValueState<T> {
+    value: Option<T>,
+    #[serde(skip)]
+    written: bool,
+}
+
+impl<T: PartialEq> PartialEq for ValueState<T> {
+    fn eq(&self, other: &Self) -> bool {
+        self.value == other.value
+    }
+}
+
+impl<T: Eq> Eq for ValueState<T> {}
+
+impl<T> Default for ValueState<T> {
+    fn default() -> Self {
+        ValueState {
+            value: None,
+            written: false,
+        }
+    }
+}
+
+impl<T> ValueState<T> {
+    /// The value, if set.
+    pub fn value(&self) -> Option<&T> {
+        self.value.as_ref()
+    }
+    /// Sets the value.
+    pub fn update(&mut self, v: T) {
+        self.written = true;
+        self.value = Some(v);
+    }
+    /// Removes the value and returns it.
+    pub fn take(&mut self) -> Option<T> {
+        self.written = true;
+        self.value.take()
+    }
+    /// Clears the value.
+    pub fn clear(&mut self) {
+        self.written = true;
+        self.value = None;
+    }
+    /// The value, set by `f` first if empty.
+    pub fn get_or_insert_with(&mut self, f: impl FnOnce() -> T) -> &mut T {
+        self.written = true;
+        self.value.get_or_insert_with(f)
+    }
+    /// The value, mutably, if set (a change through it counts as a write).
+    pub fn value_mut(&mut self) -> Option<&mut T> {
+        self.written = true;
+        self.value.as_mut()
+    }
+}
+
+impl<T: Serialize + DeserializeOwned + Send + 'static> KeyedStateType for ValueState<T> {
+    fn is_empty(&self) -> bool {
+        self.value.is_none()
+    }
+    fn take_written(&mut self) -> bool {
+        std::mem::take(&mut self.written)
+    }
+}
+
+/// A map per key (Flink's `MapState`).
+///
+/// ```
+/// let mut s = weir::MapState::<String, u32>::default();
+/// s.put("a".into(), 1);
+/// assert_eq!(s.get("a"), Some(&1));
+/// assert_eq!(s.remove("a"), Some(1));
+/// assert!(s.is_empty());
+/// ```
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(transparent)]
+#[serde(bound(
+    serialize = "K: Serialize + Hash + Eq, V: Serialize",
+    deserialize = "K: Deserialize<'de> + Hash + Eq, V: Deserialize<'de>"
+))]
+pub struct MapState<K, V> {
+    map: HashMap<K, V>,
+    #[serde(skip)]
+    written: bool,
+}
+
+impl<K: Hash + Eq, V: PartialEq> PartialEq for MapState<K, V> {
+    fn eq(&self, other: &Self) -> bool {
+        self.map == other.map
+    }
+}
+
+impl<K, V> Default for MapState<K, V> {
+    fn default() -> Self {
+        MapState {
+            map: HashMap::new(),
+            written: false,
+        }
+    }
+}
+
+impl<K: Hash + Eq, V> MapState<K, V> {
+    /// The value under `k`.
+    pub fn get<Q>(&self, k: &Q) -> Option<&V>
+    where
+        K: std::borrow::Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        self.map.get(k)
+    }
+    /// Mutable value under `k`.
+    pub fn get_mut<Q>(&mut self, k: &Q) -> Option<&mut V>
+    where
+        K: std::borrow::Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        self.written = true;
+        self.map.get_mut(k)
+    }
+    /// Sets `k` to `v`, returning the old value.
+    pub fn put(&mut self, k: K, v: V) -> Option<V> {
+        self.written = true;
+        self.map.insert(k, v)
+    }
+    /// Removes `k`.
+    pub fn remove<Q>(&mut self, k: &Q) -> Option<V>
+    where
+        K: std::borrow::Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        self.written = true;
+        self.map.remove(k)
+    }
+    /// Whether `k` is present.
+    pub fn contains<Q>(&self, k: &Q) -> bool
+    where
+        K: std::borrow::Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        self.map.contains_key(k)
+    }
+    /// The entry for `k`.
+    pub fn entry(&mut self, k: K) -> std::collections::hash_map::Entry<'_, K, V> {
+        self.written = true;
+        self.map.entry(k)
+    }
+    /// All entries, in no particular order.
+    pub fn iter(&self) -> impl Iterator<Item = (&K, &V)> {
+        self.map.iter()
+    }
+    /// Removes every entry.
+    pub fn clear(&mut self) {
+        self.written = true;
+        self.map.clear()
+    }
+    /// Number of entries.
+    pub fn len(&self) -> usize {
+        self.map.len()
+    }
+    /// Whether there are no entries.
+    pub fn is_empty(&self) -> bool {
+        self.map.is_empty()
+    }
+}
+
+impl<K, V> KeyedStateType for MapState<K, V>
+where
+    K: Serialize + DeserializeOwned + Hash + Eq + Send + 'static,
+    V: Serialize + DeserializeOwned + Send + 'static,
+{
+    fn is_empty(&self) -> bool {
+        self.map.is_empty()
+    }
+    fn take_written(&mut self) -> bool {
+        std::mem::take(&mut self.written)
+    }
+}
+
+/// A list per key (Flink's `ListState`).
+///
+/// ```
+/// let mut s = weir::ListState::<u32>::default();
+/// s.add(1);
+/// s.add_all([2, 3]);
+/// assert_eq!(s.get(), &[1, 2, 3]);
+/// s.update(vec![9]);
+/// assert_eq!(s.iter().sum::<u32>(), 9);
+/// s.clear();
+/// assert!(s.is_empty());
+/// ```
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(transparent)]
+#[serde(bound(serialize = "T: Serialize", deserialize = "T: Deserialize<'de>"))]
+pub struct ListState<T> {
+    items: Vec<T>,
+    #[serde(skip)]
+    written: bool,
+}
+
+impl<T: PartialEq> PartialEq for ListState<T> {
+    fn eq(&self, other: &Self) -> bool {
+        self.items == other.items
+    }
+}
+
+impl<T> Default for ListState<T> {
+    fn default() -> Self {
+        ListState {
+            items: Vec::new(),
+            written: false,
+        }
+    }
+}
+
+impl<T> ListState<T> {
+    /// The elements, in the order added.
+    pub fn get(&self) -> &[T] {
+        &self.items
+    }
+    /// The elements, in the order added.
+    pub fn iter(&self) -> std::slice::Iter<'_, T> {
+        self.items.iter()
+    }
+    /// Appends one element.
+    pub fn add(&mut self, v: T) {
+        self.written = true;
+        self.items.push(v);
+    }
+    /// Appends every element of `vs`.
+    pub fn add_all(&mut self, vs: impl IntoIterator<Item = T>) {
+        self.written = true;
+        self.items.extend(vs);
+    }
+    /// Replaces the elements with `vs`.
+    pub fn update(&mut self, vs: Vec<T>) {
+        self.written = true;
+        self.items = vs;
+    }
+    /// Removes every element and returns them.
+    pub fn take(&mut self) -> Vec<T> {
+        self.written = true;
+        std::mem::take(&mut self.items)
+    }
+    /// Removes every element.
+    pub fn clear(&mut self) {
+        self.written = true;
+        self.items.clear();
+    }
+    /// Number of elements.
+    pub fn len(&self) -> usize {
+        self.items.len()
+    }
+    /// Whether there are no elements.
+    pub fn is_empty(&self) -> bool {
+        self.items.is_empty()
+    }
+}
+
+impl<T: Serialize + DeserializeOwned + Send + 'static> KeyedStateType for ListState<T> {
+    fn is_empty(&self) -> bool {
+        self.items.is_empty()
+    }
+    fn take_written(&mut self) -> bool {
+        std::mem::take(&mut self.written)
+    }
+}
+
+/// How a [`ReducingState`] combines a new value with the one it holds.
+///
+/// ```
+/// use weir::{Reduce, ReducingState};
+/// struct Longest;
+/// impl Reduce<String> for Longest {
+///     fn reduce(acc: String, v: String) -> String {
+///         if v.len() > acc.len() { v } else { acc }
+///     }
+/// }
+/// let mut s = ReducingState::<String, Longest>::default();
+/// s.add("ab".into());
+/// s.add("abc".into());
+/// s.add("x".into());
+/// assert_eq!(s.get().map(String::as_str), Some("abc"));
+/// ```
+pub trait Reduce<T>: 'static {
+    /// The reduction of what is held (`acc`) and a new value.
+    fn reduce(acc: T, v: T) -> T;
+}
+
+/// Sums values (`+`).
+#[derive(Debug)]
+pub struct Sum;
+/// Keeps the smallest value.
+#[derive(Debug)]
+pub struct Min;
+/// Keeps the largest value.
+#[derive(Debug)]
+pub struct Max;
+
+impl<T: std::ops::Add<Output = T>> Reduce<T> for Sum {
+    fn reduce(acc: T, v: T) -> T {
+        acc + v
+    }
+}
+impl<T: Ord> Reduce<T> for Min {
+    fn reduce(acc: T, v: T) -> T {
+        acc.min(v)
+    }
+}
+impl<T: Ord> Reduce<T> for Max {
+    fn reduce(acc: T, v: T) -> T {
+        acc.max(v)
+    }
+}
+
+/// One value per key that every added value is reduced into (Flink's `ReducingState`); the
+/// reduction is a type ([`Sum`], [`Min`], [`Max`] or your own [`Reduce`]), so it costs no
+/// space per key.
+///
+/// ```
+/// let mut total = weir::ReducingState::<u64, weir::state::Sum>::default();
+/// total.add(2);
+/// total.add(40);
+/// assert_eq!(total.get(), Some(&42));
+/// ```
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(transparent)]
+#[serde(bound(serialize = "T: Serialize", deserialize = "T: Deserialize<'de>"))]
+pub struct ReducingState<T, R> {
+    value: Option<T>,
+    #[serde(skip)]
+    written: bool,
+    #[serde(skip)]
+    _reduce: PhantomData<fn() -> R>,
+}
+
+impl<T: Clone, R> Clone for ReducingState<T, R> {
+    fn clone(&self) -> Self {
+        ReducingState {
+            value: self.value.clone(),
+            written: self.written,
+            _reduce: PhantomData,
+        }
+    }
+}
+
+impl<T: PartialEq, R> PartialEq for ReducingState<T, R> {
+    fn eq(&self, other: &Self) -> bool {
+        self.value == other.value
+    }
+}
+
+impl<T, R> Default for ReducingState<T, R> {
+    fn default() -> Self {
+        ReducingState {
+            value: None,
+            written: false,
+            _reduce: PhantomData,
+        }
+    }
+}
+
+impl<T, R: Reduce<T>> ReducingState<T, R> {
+    /// Reduces `v` into the value held (or holds `v` if there is none).
+    pub fn add(&mut self, v: T) {
+        self.written = true;
+        self.value = Some(match self.value.take() {
+            None => v,
+            Some(acc) => R::reduce(acc, v),
+        });
+    }
+    /// The reduction so far, if any value was added.
+    pub fn get(&self) -> Option<&T> {
+        self.value.as_ref()
+    }
+    /// Removes the value and returns it.
+    pub fn take(&mut self) -> Option<T> {
+        self.written = true;
+        self.value.take()
+    }
+    /// Clears the value.
+    pub fn clear(&mut self) {
+        self.written = true;
+        self.value = None;
+    }
+}
+
+impl<T, R> KeyedStateType for ReducingState<T, R>
+where
+    T: Serialize + DeserializeOwned + Send + 'static,
+    R: 'static,
+{
+    fn is_empty(&self) -> bool {
+        self.value.is_none()
+    }
+    fn take_written(&mut self) -> bool {
+        std::mem::take(&mut self.written)
+    }
+}
+
+/// The states of every key a keyed subtask has seen.
+#[derive(Debug)]
+pub struct KeyedState<K, S> {
+    pub(crate) map: HashMap<K, S, FxBuildHasher>,
+}
+
+impl<K, S> Default for KeyedState<K, S> {
+    fn default() -> Self {
+        KeyedState {
+            map: HashMap::default(),
+        }
+    }
+}
+
+impl<K: Hash + Eq, S> KeyedState<K, S> {
+    /// The state of one key.
+    pub fn get(&self, key: &K) -> Option<&S> {
+        self.map.get(key)
+    }
+    /// Every key and its state, in no particular order.
+    pub fn iter(&self) -> impl Iterator<Item = (&K, &S)> {
+        self.map.iter()
+    }
+    /// Every key and its mutable state.
+    pub fn iter_mut(&mut self) -> impl Iterator<Item = (&K, &mut S)> {
+        self.map.iter_mut()
+    }
+    /// Number of keys.
+    pub fn len(&self) -> usize {
+        self.map.len()
+    }
+    /// Whether no key has state.
+    pub fn is_empty(&self) -> bool {
+        self.map.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn writes_are_seen_once_and_reads_are_not_writes() {
+        let mut v = ValueState::<u64>::default();
+        assert!(!v.take_written());
+        let _ = v.value();
+        assert!(!v.take_written());
+        v.update(1);
+        assert!(v.take_written());
+        assert!(!v.take_written());
+        let mut m = MapState::<u64, u64>::default();
+        let _ = m.get(&1);
+        assert!(!m.take_written());
+        m.put(1, 1);
+        assert!(m.take_written() && !KeyedStateType::is_empty(&m));
+    }
+
+    fn cbor<T: Serialize>(v: &T) -> Vec<u8> {
+        let mut out = Vec::new();
+        ciborium::into_writer(v, &mut out).expect("encode");
+        out
+    }
+
+    #[test]
+    fn snapshots_keep_the_plain_form() {
+        // A ValueState serializes as its Option, so snapshots of earlier versions still read.
+        let mut v = ValueState::<u64>::default();
+        v.update(7);
+        let plain: Option<u64> = ciborium::from_reader(cbor(&v).as_slice()).expect("decode");
+        assert_eq!(plain, Some(7));
+        let m: MapState<u64, u64> =
+            ciborium::from_reader(cbor(&HashMap::from([(1u64, 2u64)])).as_slice()).expect("decode");
+        assert_eq!(m.get(&1), Some(&2));
+    }
+
+    #[test]
+    fn reducing_state_reduces_with_its_type() {
+        let mut s = ReducingState::<u64, Max>::default();
+        for v in [3, 9, 2] {
+            s.add(v);
+        }
+        assert_eq!(s.get(), Some(&9));
+        let mut m = ReducingState::<u64, Min>::default();
+        for v in [3, 9, 2] {
+            m.add(v);
+        }
+        assert_eq!(m.take(), Some(2));
+        assert!(KeyedStateType::is_empty(&m));
+    }
+}
