@@ -33,6 +33,10 @@ pub(crate) struct OpEnv {
     /// Input records this subtask processed before this instance (a promoted backup):
     /// injected faults count from there.
     pub(crate) fault_offset: u64,
+    /// The config changes made to this operator while the job ran (key, value), in order: a
+    /// restarted or promoted instance applies them after its state, so a failover does not
+    /// undo a live change.
+    pub(crate) live_config: Vec<(String, String)>,
 }
 
 impl OpEnv {

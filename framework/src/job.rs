@@ -338,6 +338,11 @@ impl JobHandle {
                 }
             }
         }
+        // Restarted and promoted instances apply it too.
+        let mut live = lock(&self.views.live_config);
+        let changes = live.entry(uid.to_owned()).or_default();
+        changes.retain(|(k, _)| k != key);
+        changes.push((key.to_owned(), value.to_owned()));
         Ok(())
     }
 

@@ -10,7 +10,7 @@
 //! [`instantiate`] then builds, for every chain head and subtask, the operators of the chain
 //! and the channels between subtasks. It does not start actors or own placement (`controller`).
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 use crate::sync::AtomicWaker;
 
@@ -210,9 +210,13 @@ pub(crate) struct SubtaskSpec {
     pub(crate) backup: Option<std::sync::Arc<dyn BackupGroup>>,
 }
 
-/// Counters of every operator subtask, by node.
+/// The live config changes of a job: uid -> (key, value) in the order made, one per key.
+pub(crate) type LiveConfig = Arc<crate::sync::Mutex<HashMap<String, Vec<(String, String)>>>>;
+
+/// Counters of every operator subtask, by node, and the job's live config changes.
 pub(crate) struct OperatorRegistry {
     pub(crate) counters: Vec<Vec<Arc<OperatorCounters>>>,
+    pub(crate) live_config: LiveConfig,
 }
 
 impl OperatorRegistry {
@@ -227,6 +231,7 @@ impl OperatorRegistry {
                         .collect()
                 })
                 .collect(),
+            live_config: LiveConfig::default(),
         }
     }
 }
@@ -546,6 +551,10 @@ impl ChainBuilder<'_> {
                 .restore
                 .and_then(|r| r.states.get(&(self.plan.uids[n].clone(), j)).cloned()),
             fault_offset: self.fault_offset,
+            live_config: crate::sync::lock(&self.registry.live_config)
+                .get(&self.plan.uids[n])
+                .cloned()
+                .unwrap_or_default(),
         };
         // The builder runs user factories (sources, sinks): a panic there names the operator.
         let built = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {

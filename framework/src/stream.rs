@@ -107,23 +107,31 @@ where
     })
 }
 
-/// Restores an operator instance from its subtask's initial state, if one was given.
+/// Restores an operator instance from its subtask's initial state, if one was given, then
+/// applies the config changes made while the job ran.
 fn restore_initial<P: Operator>(op: &mut P, env: &OpEnv) -> Result<(), crate::error::TaskError> {
     if let Some(payload) = &env.restored {
         // A checkpoint being restored wins over the job's initial state.
-        return crate::operator::apply::restore_hooked(op, payload)
-            .map_err(|e| env.restore_error(e));
-    }
-    match &env.initial_state {
-        None => Ok(()),
-        Some(snap) => op
-            .restore_state(snap)
+        crate::operator::apply::restore_hooked(op, payload).map_err(|e| env.restore_error(e))?;
+    } else if let Some(snap) = &env.initial_state {
+        op.restore_state(snap)
             .map_err(|source| crate::error::TaskError::State {
                 uid: env.info.uid.clone(),
                 subtask: env.info.subtask,
                 source,
-            }),
+            })?;
     }
+    apply_live_config(op, env)
+}
+
+/// Applies the config changes made to this operator while the job ran (they were accepted
+/// then, so a refusal now is a bug worth failing on).
+fn apply_live_config<P: Operator>(op: &mut P, env: &OpEnv) -> Result<(), crate::error::TaskError> {
+    for (key, value) in &env.live_config {
+        op.on_config(key, value)
+            .map_err(|e| env.restore_error(format!("cannot apply live config: {e}")))?;
+    }
+    Ok(())
 }
 
 /// One-input operator node builder from a typed constructor.
@@ -683,6 +691,7 @@ where
             if let Some(payload) = &env.restored {
                 op.restore(payload)?;
             }
+            op.apply_live_config(env)?;
             Ok(Box::new(op) as BoxOutput<T>)
         });
         self.hashed(name, builder)
@@ -877,6 +886,7 @@ where
             if let Some(payload) = &env.restored {
                 // A checkpoint being restored wins over the job's initial state.
                 op.restore(payload).map_err(|e| env.restore_error(e))?;
+                apply_live_config(op.function_mut(), env)?;
             } else {
                 restore_initial(op.function_mut(), env)?;
             }

@@ -349,11 +349,16 @@ struct Over {
     /// Records processed, and the threshold the last one saw (read by the test).
     passed: Arc<AtomicU64>,
     threshold_seen: Arc<AtomicU64>,
+    /// Set by the test: the next record panics (once).
+    explode: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl KeyedProcessFunction<u64, u64, u64> for Over {
     type State = ValueState<u64>;
     fn process(&mut self, _k: &u64, count: &mut ValueState<u64>, x: u64, out: &mut Collector<u64>) {
+        if self.explode.swap(false, Ordering::SeqCst) {
+            panic!("injected fault: `over` panics once asked to");
+        }
         *count.get_or_insert_with(|| 0) += 1;
         self.passed.fetch_add(1, Ordering::SeqCst);
         self.threshold_seen.store(self.threshold, Ordering::SeqCst);
@@ -377,10 +382,13 @@ fn wait_until(what: &str, cond: impl Fn() -> bool) {
 }
 
 #[test]
-fn a_keyed_process_function_with_hooks_takes_live_config() {
+fn a_keyed_process_function_with_hooks_takes_live_config_that_outlives_a_restart() {
+    quiet_injected_panics();
+    let dir = TempDir::new("keyed-hooks");
     let passed = Arc::new(AtomicU64::new(0));
     let seen = Arc::new(AtomicU64::new(u64::MAX));
-    let env = Env::new();
+    let explode = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let env = Env::with_config(restarting_config(&dir));
     env.generate(u64::MAX, |i| i)
         .key_by(|x: &u64| x % 7)
         .apply(Over {
@@ -388,6 +396,7 @@ fn a_keyed_process_function_with_hooks_takes_live_config() {
             flagged: 0,
             passed: passed.clone(),
             threshold_seen: seen.clone(),
+            explode: explode.clone(),
         })
         .uid("over")
         .discard();
@@ -409,6 +418,22 @@ fn a_keyed_process_function_with_hooks_takes_live_config() {
     let snaps = job.snapshot_state("over").expect("snapshot");
     assert_eq!(snaps.len(), 1);
     assert_eq!(snaps[0].operator, "over");
+
+    // A restart restores the state of a checkpoint and keeps the live change.
+    wait_for_checkpoint(&job, 1, TIMEOUT).expect("a checkpoint");
+    explode.store(true, Ordering::SeqCst);
+    wait_until("the job restarted", || {
+        job.checkpoint_stats().is_some_and(|s| s.num_restarts >= 1)
+    });
+    seen.store(u64::MAX, Ordering::SeqCst);
+    wait_until("a record processed after the restart", || {
+        seen.load(Ordering::SeqCst) != u64::MAX
+    });
+    assert_eq!(
+        seen.load(Ordering::SeqCst),
+        50,
+        "the restart undid the live change"
+    );
     job.cancel();
     let _ = job.wait();
 }

@@ -58,6 +58,9 @@ pub(crate) struct Views {
     pub(crate) status: Arc<Mutex<JobStatus>>,
     /// When the job ended, ms since the Unix epoch.
     pub(crate) ended_ms: Arc<Mutex<Option<u64>>>,
+    /// The config changes made while the job runs, which restarted and promoted instances
+    /// apply (shared with the operator registry).
+    pub(crate) live_config: crate::plan::LiveConfig,
 }
 
 /// A job's status as Flink names it (`/jobs/{id}` `state`).
@@ -169,8 +172,10 @@ impl JobContext {
                 RestartStrategy::None
             }
         });
+        let mut registry = OperatorRegistry::new(&plan);
+        registry.live_config = views.live_config.clone();
         JobContext {
-            registry: OperatorRegistry::new(&plan),
+            registry,
             checkpoint_root: cfg.checkpoint.directory.join(&job).join(run_id()),
             coordinator: Coordinator::new(&cfg.checkpoint, 0, 1),
             restarts: RestartTracker::new(strategy),

@@ -112,6 +112,7 @@ pub(crate) struct KeyedOp<KF, K, P: KeyedProcessFunction<K, I, O>, I, O> {
 /// The hooks of a function that derives `Operator`, captured where that is known.
 pub(crate) struct Hooks<P> {
     control: fn(&mut P, &mut Control<'_>),
+    configure: fn(&mut P, &str, &str) -> Result<(), crate::hooks::ConfigError>,
     snapshot: fn(&P) -> Result<StateSnapshot, StateError>,
     restore: fn(&mut P, &StateSnapshot) -> Result<(), StateError>,
 }
@@ -120,6 +121,7 @@ impl<P: crate::hooks::Operator> Hooks<P> {
     pub(crate) fn of() -> Self {
         Hooks {
             control: |p, c| c.apply(p),
+            configure: |p, k, v| p.on_config(k, v),
             snapshot: |p| p.snapshot_state(),
             restore: |p, s| p.restore_state(s),
         }
@@ -149,6 +151,18 @@ where
         };
         for (_, entries) in groups {
             self.state.map.extend(entries);
+        }
+        Ok(())
+    }
+
+    /// Applies the config changes made while the job ran (functions with hooks only).
+    pub(crate) fn apply_live_config(&mut self, env: &crate::graph::OpEnv) -> Result<(), TaskError> {
+        let Some(h) = &self.hooks else {
+            return Ok(());
+        };
+        for (key, value) in &env.live_config {
+            (h.configure)(&mut self.f, key, value)
+                .map_err(|e| env.restore_error(format!("cannot apply live config: {e}")))?;
         }
         Ok(())
     }
