@@ -2,6 +2,8 @@
 //!
 //! - [`answers`]: answer cleaning, the ETL job of the BQBS paper (the example
 //!   `answer_cleaning` and the benchmark `etl` run it).
+//! - [`fraud`]: fraud detection, Flink's tutorial (the example `fraud_detection`): one
+//!   derived operator with per-card state, a TTL and live thresholds, and a fault drill.
 //! - [`words`]: word count over generated or read text lines (the example `wordcount`).
 //! - [`rng`]: a tiny seeded generator for deterministic test input.
 
@@ -9,5 +11,6 @@
 #![warn(missing_docs)]
 
 pub mod answers;
+pub mod fraud;
 pub mod rng;
 pub mod words;

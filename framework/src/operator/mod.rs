@@ -156,6 +156,28 @@ impl<T> Collector<T> {
     }
 }
 
+/// An empty collector, to test an operator's function outside a job.
+///
+/// ```
+/// use weir::{Collector, ProcessFunction};
+/// let mut double = |x: u64, out: &mut Collector<u64>| out.collect(x * 2);
+/// let mut out = Collector::default();
+/// double.process(21, &mut out);
+/// assert_eq!(out.records(), &[42]);
+/// ```
+impl<T> Default for Collector<T> {
+    fn default() -> Self {
+        Collector { buf: Vec::new() }
+    }
+}
+
+impl<T> Collector<T> {
+    /// The records emitted so far in this batch.
+    pub fn records(&self) -> &[T] {
+        &self.buf
+    }
+}
+
 impl<T> Extend<T> for Collector<T> {
     fn extend<I: IntoIterator<Item = T>>(&mut self, iter: I) {
         self.buf.extend(iter)
