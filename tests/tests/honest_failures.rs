@@ -330,11 +330,11 @@ fn panics_that_do_not_recur_at_the_same_position_restart_under_the_strategy() {
     }
 }
 
-/// Set in the child process [`restarts_are_told_on_stderr_without_a_subscriber`] starts.
+/// Set in the child process [`restarts_and_failed_checkpoints_are_told_on_stderr_without_a_subscriber`] starts.
 const CHILD: &str = "WEIR_HONEST_FAILURES_CHILD";
 
-/// The child's job (does nothing unless [`CHILD`] is set): checkpoints on, one panic, one
-/// restart, no subscriber.
+/// The child's jobs (nothing unless [`CHILD`] is set), without a subscriber: checkpoints on,
+/// one panic and one restart; then checkpoints that fail.
 #[test]
 fn child_job_that_restarts_once() {
     if std::env::var_os(CHILD).is_none() {
@@ -352,6 +352,34 @@ fn child_job_that_restarts_once() {
         .discard();
     env.execute("told").expect("restarted once");
     assert_eq!(faults.fired(), 1);
+    // A source that cannot be replayed: each of its checkpoints fails (tolerated).
+    let mut cfg = checkpointed(dir.path());
+    cfg.checkpoint.tolerable_failed_checkpoints = u32::MAX;
+    cfg.rate_control = RateControlConfig::fixed(10_000.0);
+    let env = Env::with_config(cfg);
+    env.add_source("unreplayable", |_| Ok(Unreplayable(0)))
+        .discard();
+    env.execute("unreplayable")
+        .expect("failed checkpoints are tolerated");
+}
+
+/// 3,000 records, without a position to resume from.
+struct Unreplayable(u64);
+
+impl weir::source::Source<u64> for Unreplayable {
+    fn poll_batch(
+        &mut self,
+        out: &mut Vec<u64>,
+        max: usize,
+    ) -> Result<weir::source::SourceStatus, weir::SourceError> {
+        let end = (self.0 + max as u64).min(3_000);
+        out.extend(self.0..end);
+        self.0 = end;
+        Ok(match end == 3_000 {
+            true => weir::source::SourceStatus::End,
+            false => weir::source::SourceStatus::More,
+        })
+    }
 }
 
 /// Runs [`child_job_that_restarts_once`] in a child process; its stderr.
@@ -371,7 +399,7 @@ fn child_stderr(warnings: Option<&str>) -> String {
 }
 
 #[test]
-fn restarts_are_told_on_stderr_without_a_subscriber() {
+fn restarts_and_failed_checkpoints_are_told_on_stderr_without_a_subscriber() {
     let stderr = child_stderr(None);
     let line = stderr
         .lines()
@@ -380,9 +408,51 @@ fn restarts_are_told_on_stderr_without_a_subscriber() {
     assert!(line.contains("(restart 1/20, in "), "{line}");
     assert!(line.contains("operator `op`"), "{line}");
     assert!(line.contains("injected fault"), "{line}");
+    let checkpoint = stderr
+        .lines()
+        .find(|l| l.starts_with("weir: job 'unreplayable' checkpoint "))
+        .unwrap_or_else(|| panic!("no failed checkpoint line in the child's stderr:\n{stderr}"));
+    assert!(checkpoint.contains("failed (1 in a row"), "{checkpoint}");
+    assert!(checkpoint.contains("cannot be replayed"), "{checkpoint}");
     let quiet = child_stderr(Some("0"));
     assert!(
         !quiet.contains("weir: job"),
         "WEIR_STDERR_WARNINGS=0 turns the lines off:\n{quiet}"
     );
+}
+
+#[test]
+fn the_book_quotes_the_default_restart_strategy_of_the_code() {
+    let book = Path::new(env!("CARGO_MANIFEST_DIR")).join("../book/src/failures.md");
+    let text = std::fs::read_to_string(&book).expect("the failures chapter");
+    let text = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    let weir::RestartStrategy::ExponentialDelay {
+        initial,
+        multiplier,
+        max,
+        jitter,
+        reset_after,
+        attempts_before_reset,
+        ..
+    } = weir::RestartStrategy::default_with_checkpoints()
+    else {
+        panic!("the default with checkpoints is an exponential delay");
+    };
+    assert_eq!(multiplier, 2.0, "the book says \"twice as long\"");
+    for quoted in [
+        format!("first restart waits {} ms", initial.as_millis()),
+        format!("up to {} s", max.as_secs()),
+        format!("with {} % jitter", (jitter * 100.0).round()),
+        format!("after {attempts_before_reset} restarts in a row"),
+        format!(
+            "runs {} minutes without a failure",
+            reset_after.as_secs() / 60
+        ),
+    ] {
+        assert!(
+            text.contains(&quoted),
+            "{} does not say {quoted:?}",
+            book.display()
+        );
+    }
 }
