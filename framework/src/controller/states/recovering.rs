@@ -38,8 +38,8 @@ impl Recovering {
         ctx.degraded_before |= dep.degraded();
         dep.stop(&ctx.job, &ctx.cfg);
         let delay = match decide(ctx, failure) {
-            Ok(delay) => delay,
-            Err((error, cause)) => return Self::to(Finished::failed(error), cause),
+            Decision::Restart(delay) => delay,
+            Decision::End(error, cause) => return Self::to(Finished::failed(error), cause),
         };
         if let Some(reply) = wait_answering(ctx, delay).await {
             let _ = reply.send(());
@@ -64,15 +64,23 @@ impl Recovering {
     }
 }
 
+/// What becomes of a failed job.
+enum Decision {
+    /// It restarts after the delay.
+    Restart(Duration),
+    /// It ends with the error, for the reason given.
+    End(JobError, &'static str),
+}
+
 /// Classifies `failure` and asks the restart strategy: the delay before restarting, or the
 /// job's error and why it is not restarted. Either way the failure joins the history; a
 /// restart is told on stderr.
-fn decide(ctx: &mut JobContext, failure: JobError) -> Result<Duration, (JobError, &'static str)> {
+fn decide(ctx: &mut JobContext, failure: JobError) -> Decision {
     let (failure, class) = ctx.classify(failure);
     if class == FailureClass::Deterministic {
         tracing::warn!(error = %failure, "job failed deterministically: not restarting");
         ctx.record_failure(&failure, class, FailureOutcome::Failed);
-        return Err((failure, "a deterministic failure is not restarted"));
+        return Decision::End(failure, "a deterministic failure is not restarted");
     }
     let Some(delay) = ctx.restarts.on_failure(Instant::now()) else {
         tracing::warn!(error = %failure, "job failed");
@@ -86,7 +94,7 @@ fn decide(ctx: &mut JobContext, failure: JobError) -> Result<Duration, (JobError
         } else {
             failure
         };
-        return Err((error, "the restart strategy gives up"));
+        return Decision::End(error, "the restart strategy gives up");
     };
     ctx.record_failure(&failure, class, FailureOutcome::Restarted { delay });
     let budget = ctx.restarts.budget();
@@ -94,7 +102,7 @@ fn decide(ctx: &mut JobContext, failure: JobError) -> Result<Duration, (JobError
     ctx.warnings.restarting(&budget, delay, &failure);
     ctx.num_restarts += 1;
     ctx.attempt += 1;
-    Ok(delay)
+    Decision::Restart(delay)
 }
 
 /// Waits `delay`, answering commands meanwhile; a cancel ends the wait and is returned.
