@@ -244,8 +244,9 @@ fn a_panic_at_the_same_record_after_each_restore_fails_again_after_the_third() {
     let checkpoint = job.monitor().trigger_checkpoint().expect("a checkpoint");
     let stats = wait_for_checkpoint(&job, 1, Duration::from_secs(30)).expect("it completes");
     assert_eq!(stats.last_completed_checkpoint_id, Some(checkpoint));
-    // A record after the checkpoint's position: every restore replays it.
-    let target = probe.seen.load(Ordering::SeqCst) + 200;
+    // A record after the checkpoint's position (half a second of input ahead of what the map
+    // has seen): every restore replays it.
+    let target = probe.seen.load(Ordering::SeqCst) + 1_000;
     probe.target.store(target, Ordering::SeqCst);
     probe.armed.store(true, Ordering::SeqCst);
     let monitor = job.monitor();
