@@ -205,15 +205,33 @@ fn failed_checkpoints_are_counted_per_attempt_and_name_their_cause() {
     assert_eq!(history[2].outcome, FailureOutcome::Failed);
 }
 
-/// What the map of [`panicking_job`] shares with the test.
+/// What the map of the same-record test shares with the test.
 #[derive(Default)]
 struct Probe {
-    /// The last record the map saw.
-    seen: AtomicU64,
-    /// The record it panics at, once set.
-    target: AtomicU64,
+    /// Set once a checkpoint has completed.
     armed: AtomicBool,
+    /// The poison record (0: not chosen yet): the map chooses it, 1,000 records after the
+    /// first one it sees once armed, so after the checkpoint's position.
+    target: AtomicU64,
     panics: AtomicU64,
+}
+
+impl Probe {
+    /// Whether `x` is the poison record.
+    fn is_poison(&self, x: u64) -> bool {
+        if !self.armed.load(Ordering::SeqCst) {
+            return false;
+        }
+        let target =
+            match self
+                .target
+                .compare_exchange(0, x + 1_000, Ordering::SeqCst, Ordering::SeqCst)
+            {
+                Ok(_) => x + 1_000,
+                Err(chosen) => chosen,
+            };
+        x == target
+    }
 }
 
 #[test]
@@ -231,8 +249,7 @@ fn a_panic_at_the_same_record_after_each_restore_fails_again_after_the_third() {
     env.generate(u64::MAX, |i| i)
         .uid("src")
         .map(move |x: u64| {
-            p.seen.store(x, Ordering::SeqCst);
-            if p.armed.load(Ordering::SeqCst) && x == p.target.load(Ordering::SeqCst) {
+            if p.is_poison(x) {
                 p.panics.fetch_add(1, Ordering::SeqCst);
                 panic!("injected fault: record {x} is poison");
             }
@@ -244,10 +261,6 @@ fn a_panic_at_the_same_record_after_each_restore_fails_again_after_the_third() {
     let checkpoint = job.monitor().trigger_checkpoint().expect("a checkpoint");
     let stats = wait_for_checkpoint(&job, 1, Duration::from_secs(30)).expect("it completes");
     assert_eq!(stats.last_completed_checkpoint_id, Some(checkpoint));
-    // A record after the checkpoint's position (half a second of input ahead of what the map
-    // has seen): every restore replays it.
-    let target = probe.seen.load(Ordering::SeqCst) + 1_000;
-    probe.target.store(target, Ordering::SeqCst);
     probe.armed.store(true, Ordering::SeqCst);
     let monitor = job.monitor();
     let e = within_timeout(move || job.wait()).expect_err("the poison record fails the job");
@@ -353,18 +366,31 @@ fn child_job_that_restarts_once() {
         .discard();
     env.execute("told").expect("restarted once");
     assert_eq!(faults.fired(), 1);
-    // A source that cannot be replayed: each of its checkpoints fails (tolerated).
+    // A source that cannot be replayed: each of its checkpoints fails (tolerated); the job
+    // is cancelled once one has.
     let mut cfg = checkpointed(dir.path());
     cfg.checkpoint.tolerable_failed_checkpoints = u32::MAX;
     cfg.rate_control = RateControlConfig::fixed(10_000.0);
     let env = Env::with_config(cfg);
     env.add_source("unreplayable", |_| Ok(Unreplayable(0)))
         .discard();
-    env.execute("unreplayable")
-        .expect("failed checkpoints are tolerated");
+    let job = env.start("unreplayable").unwrap();
+    let started = Instant::now();
+    while job
+        .checkpoint_stats()
+        .is_none_or(|s| s.number_of_failed_checkpoints == 0)
+    {
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "no checkpoint failed"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    job.cancel();
+    assert!(matches!(job.wait(), Err(JobError::Cancelled { .. })));
 }
 
-/// 3,000 records, without a position to resume from.
+/// Endless records, without a position to resume from.
 struct Unreplayable(u64);
 
 impl weir::source::Source<u64> for Unreplayable {
@@ -373,13 +399,10 @@ impl weir::source::Source<u64> for Unreplayable {
         out: &mut Vec<u64>,
         max: usize,
     ) -> Result<weir::source::SourceStatus, weir::SourceError> {
-        let end = (self.0 + max as u64).min(3_000);
+        let end = self.0 + max as u64;
         out.extend(self.0..end);
         self.0 = end;
-        Ok(match end == 3_000 {
-            true => weir::source::SourceStatus::End,
-            false => weir::source::SourceStatus::More,
-        })
+        Ok(weir::source::SourceStatus::More)
     }
 }
 
