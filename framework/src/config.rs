@@ -52,8 +52,15 @@ pub struct EnvConfig {
     /// Checkpoints (default off: no interval).
     pub checkpoint: CheckpointConfig,
     /// How a failed job restarts; `None` (default): Flink's rule — with checkpoints on,
-    /// fixed delay of 1 s practically forever, else never.
+    /// [`RestartStrategy::default_with_checkpoints`] (exponential delay from 100 ms to 10 s,
+    /// at most 20 restarts in a row), else never. Deterministic failures (a malformed record,
+    /// a panic that recurs at the same input position after a restore) are never restarted.
     pub restart: Option<RestartStrategy>,
+    /// Print one line to stderr for every restart and every failed checkpoint or savepoint
+    /// (`weir: job 'x' restarting (restart 1/20, in 100ms) after: ...`), with or without a
+    /// `tracing` subscriber (default true, unless the environment variable
+    /// `WEIR_STDERR_WARNINGS` is `0`, `false`, `off` or `no` when the config is made).
+    pub stderr_warnings: bool,
     /// A subtask that does not answer the job's sampling mail for this long is declared
     /// failed (hung) (default 30 s).
     pub heartbeat_timeout: Duration,
@@ -77,6 +84,7 @@ impl Default for EnvConfig {
             rate_control: RateControlConfig::default(),
             checkpoint: CheckpointConfig::default(),
             restart: None,
+            stderr_warnings: crate::failure::stderr_warnings_default(),
             heartbeat_timeout: Duration::from_secs(30),
             faults: FaultPlan::default(),
         }

@@ -228,8 +228,9 @@ pub enum JobError {
         /// What failed.
         message: String,
     },
-    /// Checkpoints failed more often in a row than tolerated.
-    #[error("job `{job}`: {failures} checkpoints failed in a row (tolerated: {tolerated})")]
+    /// Checkpoints failed more often in a row than tolerated (counted within one attempt:
+    /// a restart starts the count over).
+    #[error("job `{job}`: {failures} checkpoints failed in a row (tolerated: {tolerated}); the last one: {cause}")]
     CheckpointsFailing {
         /// Job name.
         job: String,
@@ -237,6 +238,42 @@ pub enum JobError {
         failures: u32,
         /// The configured tolerance.
         tolerated: u32,
+        /// Why the last one failed (e.g. the I/O error writing its state).
+        cause: String,
+    },
+    /// A panic recurred at the same input position after restores from the same checkpoint:
+    /// restarting again would fail again, so the job fails (the input position is defined on
+    /// [`FailureClass::Deterministic`](crate::FailureClass::Deterministic)).
+    #[error("job `{job}`: operator `{uid}` subtask {subtask} fails again at input position {records} (records it took in since {since}, to the end of the failing batch) after {restarts} restarts; not restarting: {last}")]
+    FailsAgain {
+        /// Job name.
+        job: String,
+        /// The operator's uid.
+        uid: String,
+        /// Subtask index.
+        subtask: usize,
+        /// `checkpoint <id>` or `the start`: what the failing attempts were restored from.
+        since: String,
+        /// Records the operator subtask had taken in since the restore.
+        records: u64,
+        /// Restarts done.
+        restarts: u64,
+        /// The last failure.
+        last: Box<JobError>,
+    },
+    /// A directory the job writes (checkpoints, a savepoint, a file sink) cannot be created
+    /// or written; found before any record moves.
+    #[error("job `{job}`: the {purpose} {path} cannot be created or written: {source}")]
+    Directory {
+        /// Job name.
+        job: String,
+        /// What the directory is for: `checkpoint directory`, `sink directory`, ...
+        purpose: &'static str,
+        /// The directory.
+        path: PathBuf,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
     },
     /// The job failed and its restart strategy allows no more restarts.
     #[error("job `{job}` failed after {restarts} restarts; last failure: {last}")]

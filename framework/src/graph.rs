@@ -258,6 +258,9 @@ pub(crate) struct Graph {
     pub(crate) nodes: Vec<Node>,
     pub(crate) edges: Vec<Edge>,
     pub(crate) errors: Vec<PlanError>,
+    /// Directories sinks write into, checked before the job starts
+    /// ([`SinkStream::writes_into`](crate::SinkStream::writes_into)).
+    pub(crate) output_dirs: Vec<std::path::PathBuf>,
 }
 
 impl Graph {

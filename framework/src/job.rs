@@ -14,6 +14,7 @@ use crate::checkpoint::coordinator::CheckpointStats;
 use crate::config::EnvConfig;
 use crate::controller::{self, ActorEntry, Command, Commands, JobResult, JobStatus, Launch, Views};
 use crate::error::JobError;
+use crate::failure::FailureRecord;
 use crate::graph::Graph;
 use crate::hooks::{ConfigError, StateError, StateSnapshot};
 use crate::metrics::JobMetrics;
@@ -165,6 +166,11 @@ impl JobMonitor {
             .collect()
     }
 
+    /// The job's failure history, oldest first: see [`JobHandle::failures`].
+    pub fn failures(&self) -> Vec<FailureRecord> {
+        lock(&self.views.failures).clone()
+    }
+
     /// Asks the job to stop ([`JobError::Cancelled`]); does not wait.
     pub fn cancel(&self) {
         self.commands.cancel();
@@ -301,6 +307,24 @@ impl JobHandle {
         lock(&self.views.checkpoints).clone()
     }
 
+    /// Every failure that restarted the job or ended it, oldest first: when, which attempt
+    /// (0 for the first deployment), the error's text, whether it was
+    /// [transient or deterministic](crate::FailureClass), and whether the job restarted (after what
+    /// delay) or failed. Empty while nothing has failed; failures a backup took over without
+    /// a restart are not in it.
+    ///
+    /// ```
+    /// let env = weir::Env::new();
+    /// env.generate(10, |i| i).discard();
+    /// let job = env.start("no-failures").unwrap();
+    /// let history = job.failures();
+    /// job.wait().unwrap();
+    /// assert!(history.is_empty());
+    /// ```
+    pub fn failures(&self) -> Vec<FailureRecord> {
+        lock(&self.views.failures).clone()
+    }
+
     /// The subtask actors that run operator `uid`, in subtask order.
     fn subtasks_of(&self, uid: &str) -> Vec<ActorEntry> {
         let mut v: Vec<ActorEntry> = lock(&self.views.actors)
@@ -428,6 +452,7 @@ pub(crate) fn start(graph: Graph, cfg: EnvConfig, name: &str) -> Result<JobHandl
         job: job.clone(),
         source,
     })?;
+    check_directories(&graph, &cfg, &job)?;
     let (commands, inbox) = Commands::channel();
     let (deployed_tx, deployed_rx) = std_mpsc::channel::<()>();
     let views = Views::default();
@@ -477,6 +502,28 @@ pub(crate) fn start(graph: Graph, cfg: EnvConfig, name: &str) -> Result<JobHandl
             Ok(_) => unreachable!("a job that did not deploy cannot succeed"),
         },
     }
+}
+
+/// Checks, before anything runs, that every directory the job will write can be created and
+/// written: the checkpoint directory (with checkpoints on) and every file sink's directory.
+fn check_directories(graph: &Graph, cfg: &EnvConfig, job: &str) -> Result<(), JobError> {
+    let checkpoints = cfg
+        .checkpoint
+        .interval
+        .map(|_| ("checkpoint directory", cfg.checkpoint.directory.join(job)));
+    let sinks = graph
+        .output_dirs
+        .iter()
+        .map(|d| ("sink directory", d.clone()));
+    for (purpose, path) in checkpoints.into_iter().chain(sinks) {
+        crate::checkpoint::store::probe_writable(&path).map_err(|source| JobError::Directory {
+            job: job.to_owned(),
+            purpose,
+            path,
+            source,
+        })?;
+    }
+    Ok(())
 }
 
 /// The vertices of a planned graph: one per chain head, in graph order.

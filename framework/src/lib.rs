@@ -41,7 +41,7 @@
 //! | logical graph | `graph` | nodes and edges, typed ports that build channels and gates |
 //! | subtask actors | `task`, `backup`, `gate` | the subtask actor and its two-lane mailbox, buffer-queue backups, input gates |
 //! | operators | `operator`, [`source`], [`sink`], `partition` | per-batch operator chains, sources, sinks, network outputs |
-//! | core | `config`, `restart`, [`checkpoint`], `channel`, `metrics`, `event`, `state`, [`key_group`], [`error`], [`hooks`], [`rate`], `fault`, `erased` | settings, checkpoint protocol and store, credit channels, counters, the events subtasks report, shared vocabulary |
+//! | core | `config`, `restart`, `failure`, [`checkpoint`], `channel`, `metrics`, `event`, `state`, [`key_group`], [`error`], [`hooks`], [`rate`], `fault`, `erased` | settings, checkpoint protocol and store, credit channels, counters, the events subtasks report, shared vocabulary |
 //! | sync | `sync` | std or loom primitives (the loom shim) |
 //!
 //! The order is the one imports take, not the order data is transformed in: the API builds
@@ -64,6 +64,7 @@ mod env;
 mod erased;
 pub mod error;
 mod event;
+mod failure;
 mod fault;
 mod gate;
 mod graph;
@@ -98,6 +99,7 @@ pub use config::EnvConfig;
 pub use controller::{JobResult, JobStatus, OperatorResult};
 pub use env::Env;
 pub use error::{JobError, PlanError, SinkError, SourceError};
+pub use failure::{FailureClass, FailureOutcome, FailureRecord};
 pub use hooks::{ConfigError, ConfigKey, Operator, StateError, StateSnapshot};
 pub use job::{Canceller, JobHandle, JobMonitor, PendingPing, VertexInfo};
 pub use metrics::{BackpressureLevel, JobMetrics, OperatorMetrics, SubtaskMetrics};

@@ -1,6 +1,7 @@
 //! Restart strategies: whether, and after how long, a failed job restarts from its last
 //! complete checkpoint (Flink's fixed-delay, exponential-delay and failure-rate strategies).
-//! A plain struct with time passed in; the job acts on its answers.
+//! A plain struct with time passed in; the job acts on its answers. Which failures are worth
+//! a restart at all is decided before the strategy is asked (`failure`).
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
@@ -19,7 +20,10 @@ pub enum RestartStrategy {
         delay: Duration,
     },
     /// Restarts with a delay that grows by `multiplier` up to `max`, with `jitter` (0..1) of
-    /// randomness, and falls back to `initial` after `reset_after` without a failure.
+    /// randomness, and falls back to `initial` after `reset_after` without a failure. At most
+    /// `attempts_before_reset` restarts in a row (Flink's
+    /// `restart-strategy.exponential-delay.attempts-before-reset-backoff`): one more failure
+    /// before a quiet `reset_after` fails the job.
     ExponentialDelay {
         /// First delay.
         initial: Duration,
@@ -29,8 +33,10 @@ pub enum RestartStrategy {
         max: Duration,
         /// Share of the delay randomized (0 to 1).
         jitter: f64,
-        /// Quiet time after which the delay starts over.
+        /// Quiet time after which the delay (and the count of attempts) starts over.
         reset_after: Duration,
+        /// Restarts allowed before the delay resets (`u32::MAX`: no bound).
+        attempts_before_reset: u32,
     },
     /// Restarts unless more than `max_failures` happened within `interval`.
     FailureRate {
@@ -44,11 +50,32 @@ pub enum RestartStrategy {
 }
 
 impl RestartStrategy {
-    /// Flink's default with checkpoints on: restart (practically) forever, 1 s apart.
+    /// The default with checkpoints on: Flink's (since 1.19) exponential delay, with a bound.
+    /// The first restart waits 100 ms, each next one twice as long up to 10 s (10 % jitter);
+    /// after 20 restarts in a row (about 2½ minutes of failing) the job fails with
+    /// [`JobError::RestartsExhausted`](crate::JobError::RestartsExhausted). A job that runs
+    /// 10 minutes without a failure starts over at 100 ms and 20 attempts.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use weir::RestartStrategy;
+    /// match RestartStrategy::default_with_checkpoints() {
+    ///     RestartStrategy::ExponentialDelay { initial, max, attempts_before_reset, .. } => {
+    ///         assert_eq!(initial, Duration::from_millis(100));
+    ///         assert_eq!(max, Duration::from_secs(10));
+    ///         assert_eq!(attempts_before_reset, 20);
+    ///     }
+    ///     other => panic!("{other:?}"),
+    /// }
+    /// ```
     pub fn default_with_checkpoints() -> Self {
-        RestartStrategy::FixedDelay {
-            attempts: u32::MAX,
-            delay: Duration::from_secs(1),
+        RestartStrategy::ExponentialDelay {
+            initial: Duration::from_millis(100),
+            multiplier: 2.0,
+            max: Duration::from_secs(10),
+            jitter: 0.1,
+            reset_after: Duration::from_secs(600),
+            attempts_before_reset: 20,
         }
     }
 }
@@ -61,6 +88,8 @@ pub(crate) struct RestartTracker {
     failures: VecDeque<Instant>,
     backoff: Option<Duration>,
     last_failure: Option<Instant>,
+    /// Restarts since the exponential delay last reset.
+    in_a_row: u32,
 }
 
 impl RestartTracker {
@@ -71,6 +100,32 @@ impl RestartTracker {
             failures: VecDeque::new(),
             backoff: None,
             last_failure: None,
+            in_a_row: 0,
+        }
+    }
+
+    /// The restart just granted against the strategy's bound, for messages: `3/20`, `3/∞`,
+    /// `3 (at most 5 failures per 60s)`, `3` for a strategy without a count.
+    pub(crate) fn budget(&self) -> String {
+        let of = |n: u32, max: u32| match max {
+            u32::MAX => format!("{n}/unbounded"),
+            max => format!("{n}/{max}"),
+        };
+        match &self.strategy {
+            RestartStrategy::None => "0/0".into(),
+            RestartStrategy::FixedDelay { attempts, .. } => of(self.restarts, *attempts),
+            RestartStrategy::ExponentialDelay {
+                attempts_before_reset,
+                ..
+            } => of(self.in_a_row, *attempts_before_reset),
+            RestartStrategy::FailureRate {
+                max_failures,
+                interval,
+                ..
+            } => format!(
+                "{} (at most {max_failures} failures per {interval:?})",
+                self.restarts
+            ),
         }
     }
 
@@ -92,12 +147,20 @@ impl RestartTracker {
                 max,
                 jitter,
                 reset_after,
+                attempts_before_reset,
             } => {
                 let base = match (self.backoff, since_last) {
-                    (Some(_), Some(quiet)) if quiet >= *reset_after => *initial,
+                    (Some(_), Some(quiet)) if quiet >= *reset_after => {
+                        self.in_a_row = 0;
+                        *initial
+                    }
                     (Some(b), _) => b.mul_f64(multiplier.max(1.0)).min(*max),
                     (None, _) => *initial,
                 };
+                if self.in_a_row >= *attempts_before_reset {
+                    return None;
+                }
+                self.in_a_row += 1;
                 self.backoff = Some(base);
                 // Deterministic jitter from the clock (no RNG dependency): in [-j, +j].
                 let nanos = now.elapsed().as_nanos() as u64 ^ self.restarts as u64;
@@ -152,6 +215,7 @@ mod tests {
             max: Duration::from_millis(35),
             jitter: 0.0,
             reset_after: Duration::from_secs(60),
+            attempts_before_reset: u32::MAX,
         });
         let t0 = Instant::now();
         assert_eq!(t.on_failure(t0), Some(Duration::from_millis(10)));
@@ -162,6 +226,45 @@ mod tests {
             t.on_failure(t0 + Duration::from_secs(61)),
             Some(Duration::from_millis(10))
         );
+    }
+
+    #[test]
+    fn exponential_gives_up_after_its_attempts_until_a_quiet_reset() {
+        let mut t = RestartTracker::new(RestartStrategy::ExponentialDelay {
+            initial: Duration::from_millis(10),
+            multiplier: 2.0,
+            max: Duration::from_millis(40),
+            jitter: 0.0,
+            reset_after: Duration::from_secs(60),
+            attempts_before_reset: 2,
+        });
+        let t0 = Instant::now();
+        assert_eq!(t.on_failure(t0), Some(Duration::from_millis(10)));
+        assert_eq!(t.budget(), "1/2");
+        assert_eq!(t.on_failure(t0), Some(Duration::from_millis(20)));
+        assert_eq!(t.on_failure(t0), None, "a third restart in a row");
+        let mut quiet = RestartTracker::new(t.strategy.clone());
+        quiet.on_failure(t0);
+        quiet.on_failure(t0);
+        assert_eq!(
+            quiet.on_failure(t0 + Duration::from_secs(61)),
+            Some(Duration::from_millis(10)),
+            "after a quiet minute the attempts start over"
+        );
+        assert_eq!(quiet.budget(), "1/2");
+    }
+
+    #[test]
+    fn the_default_with_checkpoints_is_bounded_and_its_delays_grow_to_10_s() {
+        let mut t = RestartTracker::new(RestartStrategy::default_with_checkpoints());
+        let t0 = Instant::now();
+        let delays: Vec<Duration> = std::iter::from_fn(|| t.on_failure(t0)).collect();
+        assert_eq!(delays.len(), 20);
+        let ms = |d: &Duration| d.as_millis() as u64;
+        assert!((90..=110).contains(&ms(&delays[0])), "{delays:?}");
+        assert!((9_000..=11_000).contains(&ms(&delays[19])), "{delays:?}");
+        let total: Duration = delays.iter().sum();
+        assert!(total < Duration::from_secs(200), "{total:?}");
     }
 
     #[test]

@@ -540,17 +540,21 @@ impl<T: Data + std::fmt::Display> DataStream<T> {
     /// failed attempt's staging files.
     pub fn write_text_exactly_once(self, dir: impl AsRef<std::path::Path>) -> SinkStream {
         let dir = dir.as_ref().to_owned();
+        let checked = dir.clone();
         self.add_sink("write_text", move |cx| {
             crate::sink::file::StagedTextSink::create(&dir, cx)
         })
+        .writes_into(checked)
     }
 
     /// Writes each record's `Display` form as a line to `part-{uid}-{subtask}` in `dir`.
     pub fn write_text(self, dir: impl AsRef<std::path::Path>) -> SinkStream {
         let dir = dir.as_ref().to_owned();
+        let checked = dir.clone();
         self.add_sink("write_text", move |cx| {
             PartFile::create(&dir, cx).map(TextFileSink)
         })
+        .writes_into(checked)
     }
 }
 
@@ -558,9 +562,11 @@ impl<T: Data> DataStream<T> {
     /// Writes each record as a line of JSON to `part-{uid}-{subtask}` in `dir`.
     pub fn write_jsonl(self, dir: impl AsRef<std::path::Path>) -> SinkStream {
         let dir = dir.as_ref().to_owned();
+        let checked = dir.clone();
         self.add_sink("write_jsonl", move |cx| {
             PartFile::create(&dir, cx).map(JsonlFileSink)
         })
+        .writes_into(checked)
     }
 }
 
@@ -639,6 +645,16 @@ impl SinkStream {
         SinkStream {
             stream: self.stream.set_parallelism(parallelism),
         }
+    }
+
+    /// Declares a directory the sink writes into: the job checks, before any record moves,
+    /// that it can be created and written (and fails naming it and the OS error if not). The
+    /// file sinks (`write_text`, `write_jsonl`, ...) declare theirs; call this for a custom
+    /// sink made with `add_sink`.
+    pub fn writes_into(self, dir: impl AsRef<std::path::Path>) -> Self {
+        let dir = dir.as_ref().to_owned();
+        self.stream.graph.borrow_mut().output_dirs.push(dir);
+        self
     }
 }
 

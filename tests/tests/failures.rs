@@ -231,19 +231,48 @@ fn panic_in_sink_finish_and_sink_errors() {
         other => panic!("expected SinkFailed, got {other:?}"),
     }
 
-    // write_text into a path that is a file: the sink cannot create its directory.
+    // write_text into a path that is a file: the sink cannot create its directory, which
+    // the job finds before it starts (the directory check of `honest_failures.rs`).
     let dir = TempDir::new("sink-io");
     let file = dir.write("not-a-dir", b"x");
     let env = Env::new();
     env.generate(10, |i| i).write_text(&file).uid("text");
     match execute_within(&env, "sink-io") {
+        Err(JobError::Directory { purpose, path, .. }) => {
+            assert_eq!(purpose, "sink directory");
+            assert_eq!(path, file);
+        }
+        other => panic!("expected a sink directory error, got {other:?}"),
+    }
+
+    // A custom sink that cannot create its file fails the job with SinkFailed/Io naming it.
+    struct CannotOpen;
+    impl Sink<u64> for CannotOpen {
+        fn write_batch(&mut self, _batch: &mut Vec<u64>) -> Result<(), SinkError> {
+            Ok(())
+        }
+    }
+    let env = Env::new();
+    let under_file = file.join("part-0");
+    let target = under_file.clone();
+    env.generate(10, |i| i)
+        .add_sink("opens", move |_: &SinkContext| {
+            std::fs::File::create(&target)
+                .map(|_| CannotOpen)
+                .map_err(|source| SinkError::Io {
+                    path: target.clone(),
+                    source,
+                })
+        })
+        .uid("opens");
+    match execute_within(&env, "sink-io-custom") {
         Err(JobError::SinkFailed {
             uid,
             source: SinkError::Io { path, .. },
             ..
         }) => {
-            assert_eq!(uid, "text");
-            assert!(path.starts_with(&file), "{path:?}");
+            assert_eq!(uid, "opens");
+            assert_eq!(path, under_file);
         }
         other => panic!("expected SinkFailed/Io, got {other:?}"),
     }

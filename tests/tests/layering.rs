@@ -23,6 +23,7 @@ const LAYERS: &[(&str, &[&str])] = &[
         &[
             "config",
             "restart",
+            "failure",
             "checkpoint",
             "channel",
             "metrics",

@@ -23,6 +23,17 @@ struct Pending {
     max_alignment: Duration,
 }
 
+/// What failing a checkpoint did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Failed {
+    /// It was not in progress (already completed, failed or abandoned): nothing changed.
+    NotPending,
+    /// Failed, `in_a_row` in a row within the tolerance.
+    Tolerated { in_a_row: u32 },
+    /// Failed, `in_a_row` in a row: more than tolerated, the job must fail.
+    TooMany { in_a_row: u32 },
+}
+
 /// A checkpoint every subtask acknowledged.
 #[derive(Debug)]
 pub(crate) struct Completed {
@@ -260,9 +271,11 @@ impl Coordinator {
         id
     }
 
-    /// Forgets checkpoints in progress (the job is restarting) and starts ids after `next_id`.
+    /// Forgets checkpoints in progress (the job is restarting) and starts ids after `next_id`;
+    /// the count of failures in a row starts over (it is per deployment).
     pub(crate) fn reset(&mut self, subtasks: usize, next_id: u64, now: Instant) {
         self.subtasks = subtasks;
+        self.failures_in_a_row = 0;
         self.interval = self.cfg.interval.unwrap_or(Duration::MAX);
         self.next_id = self.next_id.max(next_id);
         let abandoned: Vec<u64> = self.pending.keys().copied().collect();
@@ -325,7 +338,24 @@ impl Coordinator {
             self.publish_history();
             return None;
         }
-        let p = self.pending.remove(&id)?;
+        let p = self.pending.get_mut(&id)?;
+        let files = std::mem::take(&mut p.files);
+        Some(Completed {
+            id,
+            size: files.iter().map(|f| f.size).sum(),
+            files,
+            duration: now.saturating_duration_since(p.started),
+        })
+    }
+
+    /// Checkpoint `done`, acknowledged by every subtask, is complete: its `_metadata` is
+    /// written. (Until then it is in progress: if the metadata cannot be written it fails
+    /// with [`fail_one`](Self::fail_one) like any other.)
+    pub(crate) fn complete(&mut self, done: &Completed, now: Instant) {
+        let Some(p) = self.pending.remove(&done.id) else {
+            return;
+        };
+        let (id, size, duration) = (done.id, done.size, done.duration);
         // Older checkpoints still pending are subsumed.
         let older: Vec<u64> = self.pending.range(..id).map(|(k, _)| *k).collect();
         for k in older {
@@ -333,8 +363,6 @@ impl Coordinator {
             self.stats.number_of_failed_checkpoints += 1;
             self.record_failure(k, now, format!("subsumed by checkpoint {id}"));
         }
-        let size = p.files.iter().map(|f| f.size).sum();
-        let duration = now.saturating_duration_since(p.started);
         let duration_ms = duration.as_millis() as u64;
         if let Some(r) = self.record_mut(id) {
             r.status = CheckpointStatus::Completed;
@@ -350,47 +378,39 @@ impl Coordinator {
         self.failures_in_a_row = 0;
         self.stats.number_of_completed_checkpoints += 1;
         self.stats.number_of_in_progress_checkpoints = self.pending.len() as u64;
-        self.stats.last_checkpoint_duration_ms = duration.as_millis() as u64;
+        self.stats.last_checkpoint_duration_ms = duration_ms;
         self.stats.last_checkpoint_size = size;
         self.stats.checkpoint_alignment_time_ms = p.max_alignment.as_millis() as u64;
         self.stats.last_completed_checkpoint_id = Some(id);
-        Some(Completed {
-            id,
-            files: p.files,
-            duration,
-            size,
-        })
     }
 
-    /// Aborts checkpoints older than the timeout; `Err` when more failed in a row than
-    /// tolerated (the job must fail).
-    pub(crate) fn expire(&mut self, now: Instant) -> Result<Vec<u64>, u32> {
+    /// The checkpoints in progress at `now` that are older than the timeout (the controller
+    /// fails each with [`fail_one`](Self::fail_one)), with the reason.
+    pub(crate) fn timed_out(&self, now: Instant) -> Vec<(u64, String)> {
         let timeout = self.cfg.timeout;
-        let expired: Vec<u64> = self
-            .pending
+        self.pending
             .iter()
             .filter(|(_, p)| now.saturating_duration_since(p.started) > timeout)
-            .map(|(id, _)| *id)
-            .collect();
-        for id in &expired {
-            self.fail_one(*id, format!("expired after {timeout:?}"))?;
-        }
-        Ok(expired)
+            .map(|(id, _)| (*id, format!("expired after {timeout:?}")))
+            .collect()
     }
 
-    /// Checkpoint `id` failed (a subtask could not write its state), because of `why`.
-    pub(crate) fn fail_one(&mut self, id: u64, why: String) -> Result<(), u32> {
+    /// Checkpoint `id` failed (a subtask could not write its state, it timed out), because
+    /// of `why`. Failures in a row are counted within one deployment: [`reset`](Self::reset)
+    /// starts the count over.
+    pub(crate) fn fail_one(&mut self, id: u64, why: String) -> Failed {
         if self.pending.remove(&id).is_none() {
-            return Ok(());
+            return Failed::NotPending;
         }
         self.record_failure(id, Instant::now(), why);
         self.stats.number_of_failed_checkpoints += 1;
         self.stats.number_of_in_progress_checkpoints = self.pending.len() as u64;
         self.failures_in_a_row += 1;
-        if self.failures_in_a_row > self.cfg.tolerable_failed_checkpoints {
-            return Err(self.failures_in_a_row);
+        let in_a_row = self.failures_in_a_row;
+        if in_a_row > self.cfg.tolerable_failed_checkpoints {
+            return Failed::TooMany { in_a_row };
         }
-        Ok(())
+        Failed::Tolerated { in_a_row }
     }
 
     /// Aborts every checkpoint in progress because a backed-up subtask failed over (its new
@@ -452,6 +472,11 @@ mod tests {
             )
             .unwrap();
         assert_eq!((done.id, done.duration), (1, Duration::from_millis(20)));
+        assert_eq!(
+            c.stats.number_of_completed_checkpoints, 0,
+            "until its metadata"
+        );
+        c.complete(&done, t0 + Duration::from_millis(20));
         assert_eq!(c.stats.number_of_completed_checkpoints, 1);
         assert_eq!(c.stats.checkpoint_alignment_time_ms, 3);
         assert_eq!(
@@ -467,10 +492,55 @@ mod tests {
         let t0 = Instant::now();
         let mut c = Coordinator::new(&cfg(), 1, 1);
         c.maybe_trigger(t0).unwrap();
-        assert_eq!(c.expire(t0 + Duration::from_millis(600)), Ok(vec![1]));
+        assert_eq!(c.timed_out(t0 + Duration::from_millis(400)), vec![]);
+        let expired = c.timed_out(t0 + Duration::from_millis(600));
+        assert_eq!(expired, vec![(1, "expired after 500ms".to_string())]);
+        assert_eq!(
+            c.fail_one(1, expired[0].1.clone()),
+            Failed::Tolerated { in_a_row: 1 }
+        );
+        assert_eq!(c.fail_one(1, "again".into()), Failed::NotPending);
         c.maybe_trigger(t0 + Duration::from_millis(700)).unwrap();
-        assert_eq!(c.expire(t0 + Duration::from_millis(1300)), Err(2));
+        assert_eq!(
+            c.fail_one(2, "expired".into()),
+            Failed::TooMany { in_a_row: 2 }
+        );
         assert_eq!(c.stats.number_of_failed_checkpoints, 2);
+    }
+
+    #[test]
+    fn a_checkpoint_whose_metadata_cannot_be_written_fails() {
+        let t0 = Instant::now();
+        let mut c = Coordinator::new(&cfg(), 1, 1);
+        let a = c.maybe_trigger(t0).unwrap();
+        let done = c
+            .ack(a, 0, vec![], Duration::ZERO, Duration::ZERO, t0)
+            .unwrap();
+        assert_eq!(
+            c.fail_one(done.id, "disk full".into()),
+            Failed::Tolerated { in_a_row: 1 }
+        );
+        assert_eq!(c.stats.number_of_completed_checkpoints, 0);
+        assert_eq!(c.stats.number_of_failed_checkpoints, 1);
+        assert_eq!(c.stats.history[0].status, CheckpointStatus::Failed);
+    }
+
+    #[test]
+    fn failures_in_a_row_are_counted_per_deployment() {
+        let t0 = Instant::now();
+        let mut c = Coordinator::new(&cfg(), 1, 1);
+        let a = c.maybe_trigger(t0).unwrap();
+        assert_eq!(
+            c.fail_one(a, "disk".into()),
+            Failed::Tolerated { in_a_row: 1 }
+        );
+        c.reset(1, a + 1, t0 + Duration::from_millis(200));
+        let b = c.maybe_trigger(t0 + Duration::from_millis(300)).unwrap();
+        assert_eq!(
+            c.fail_one(b, "disk".into()),
+            Failed::Tolerated { in_a_row: 1 },
+            "a restart starts the count over"
+        );
     }
 
     #[test]
@@ -480,13 +550,22 @@ mod tests {
         let mut c = Coordinator::new(&cfg(), 1, 1);
         // 1 completes in 20 ms, 2 expires, 3 completes in 40 ms, then a savepoint (4).
         let a = c.maybe_trigger(t0).unwrap();
-        c.ack(a, 0, vec![], ms(2), Duration::ZERO, t0 + ms(20))
+        let done = c
+            .ack(a, 0, vec![], ms(2), Duration::ZERO, t0 + ms(20))
             .unwrap();
+        c.complete(&done, t0 + ms(20));
         let b = c.maybe_trigger(t0 + ms(100)).unwrap();
-        assert_eq!(c.expire(t0 + ms(700)), Ok(vec![b]));
+        let expired = c.timed_out(t0 + ms(700));
+        assert_eq!(expired.iter().map(|e| e.0).collect::<Vec<_>>(), vec![b]);
+        assert_eq!(
+            c.fail_one(b, expired[0].1.clone()),
+            Failed::Tolerated { in_a_row: 1 }
+        );
         let d = c.maybe_trigger(t0 + ms(800)).unwrap();
-        c.ack(d, 0, vec![], ms(0), Duration::ZERO, t0 + ms(840))
+        let done = c
+            .ack(d, 0, vec![], ms(0), Duration::ZERO, t0 + ms(840))
             .unwrap();
+        c.complete(&done, t0 + ms(840));
         let sp = c.force(t0 + ms(900));
         let h = &c.stats.history;
         let outcomes: Vec<(u64, CheckpointStatus, bool)> =

@@ -78,6 +78,18 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> CheckpointError + '_ {
     }
 }
 
+/// Checks that `dir` can be created and written: creates it (and its parents), writes a
+/// probe file into it and removes it. The OS error says why not.
+pub(crate) fn probe_writable(dir: &Path) -> std::io::Result<()> {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let seq = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    std::fs::create_dir_all(dir)?;
+    let probe = dir.join(format!(".weir-probe-{}-{seq}", std::process::id()));
+    let written = File::create(&probe).and_then(|mut f| f.write_all(b"probe"));
+    let removed = std::fs::remove_file(&probe);
+    written.and(removed)
+}
+
 /// The directory of checkpoint `id`.
 pub(crate) fn checkpoint_dir(root: &Path, id: u64) -> PathBuf {
     root.join(format!("chk-{id}"))

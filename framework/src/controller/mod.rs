@@ -17,6 +17,7 @@
 
 pub(crate) mod command;
 pub(crate) mod deployment;
+mod failures;
 mod result;
 mod states;
 
@@ -27,10 +28,12 @@ use std::time::Instant;
 use futures::channel::mpsc::{UnboundedReceiver, UnboundedSender};
 
 use crate::backup::BackupGroup;
+use crate::checkpoint::coordinator::Failed;
 use crate::checkpoint::coordinator::{CheckpointStats, Coordinator};
 use crate::config::EnvConfig;
 use crate::error::JobError;
 use crate::event::JobEvent;
+use crate::failure::{FailureClass, FailureRecord, Warnings};
 use crate::graph::Graph;
 use crate::metrics::JobMetrics;
 use crate::plan::{OperatorRegistry, Plan};
@@ -61,6 +64,8 @@ pub(crate) struct Views {
     /// The config changes made while the job runs, which restarted and promoted instances
     /// apply (shared with the operator registry).
     pub(crate) live_config: crate::plan::LiveConfig,
+    /// Every failure that restarted or ended the job, oldest first.
+    pub(crate) failures: Arc<Mutex<Vec<FailureRecord>>>,
 }
 
 /// A job's status as Flink names it (`/jobs/{id}` `state`).
@@ -151,6 +156,10 @@ pub(crate) struct JobContext {
     pub(crate) num_restarts: u64,
     /// A buffer queue of an earlier deployment degraded.
     pub(crate) degraded_before: bool,
+    /// Positions of panics, for recurrence, and the failure history.
+    pub(crate) failures: failures::FailureLog,
+    /// The stderr warnings.
+    pub(crate) warnings: Warnings,
 }
 
 impl JobContext {
@@ -184,6 +193,8 @@ impl JobContext {
             attempt: 0,
             num_restarts: 0,
             degraded_before: false,
+            failures: failures::FailureLog::default(),
+            warnings: Warnings::new(&job, cfg.stderr_warnings),
             deployed: Some(deployed),
             job,
             graph,
@@ -230,13 +241,49 @@ impl JobContext {
         }
     }
 
-    /// The error of too many failed checkpoints.
-    pub(crate) fn checkpoints_failing(&self, failures: u32) -> JobError {
-        JobError::CheckpointsFailing {
-            job: self.job.clone(),
-            failures,
-            tolerated: self.cfg.checkpoint.tolerable_failed_checkpoints,
+    /// Checkpoint `id` failed because of `why`: counted, logged and told on stderr; the
+    /// error of too many failed in a row.
+    pub(crate) fn fail_checkpoint(&mut self, id: u64, why: String) -> Result<(), JobError> {
+        let tolerated = self.cfg.checkpoint.tolerable_failed_checkpoints;
+        let in_a_row = match self.coordinator.fail_one(id, why.clone()) {
+            Failed::NotPending => return Ok(()),
+            Failed::Tolerated { in_a_row } | Failed::TooMany { in_a_row } => in_a_row,
+        };
+        tracing::warn!(job = %self.job, checkpoint = id, in_a_row, tolerated, reason = %why, "checkpoint failed");
+        self.warnings
+            .checkpoint_failed(id, in_a_row, tolerated, &why);
+        if in_a_row <= tolerated {
+            return Ok(());
         }
+        Err(JobError::CheckpointsFailing {
+            job: self.job.clone(),
+            failures: in_a_row,
+            tolerated,
+            cause: why,
+        })
+    }
+
+    /// Classifies the current attempt's failure (a panic may recur at the same position).
+    pub(crate) fn classify(&mut self, failure: JobError) -> (JobError, FailureClass) {
+        self.failures.classify(
+            failure,
+            &self.job,
+            self.attempt,
+            self.num_restarts,
+            self.cfg.batch_size as u64,
+            (&self.graph, &self.plan, &self.registry),
+        )
+    }
+
+    /// Adds a failure of the current attempt to the history.
+    pub(crate) fn record_failure(
+        &self,
+        error: &JobError,
+        class: FailureClass,
+        outcome: crate::failure::FailureOutcome,
+    ) {
+        let r = failures::record(self.attempt, error, class, outcome);
+        lock(&self.views.failures).push(r);
     }
 }
 

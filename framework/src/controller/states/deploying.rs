@@ -65,6 +65,8 @@ impl Deploying {
                 return Self::to(Finished::failed(e), cause);
             }
         };
+        let restored = restore.as_ref().map(|r| r.checkpoint);
+        ctx.failures.deploying(&ctx.graph, &ctx.registry, restored);
         let dep = deploy(&ctx.placement(), specs);
         ctx.views.publish_deployment(&dep);
         ctx.signal_deployed();
@@ -78,7 +80,6 @@ impl Deploying {
             c.stats.last_restored_checkpoint_id = Some(r.checkpoint);
         }
         c.stats.num_restarts = ctx.num_restarts;
-        let restored = restore.as_ref().map(|r| r.checkpoint);
         tracing::info!(
             attempt = ctx.attempt,
             subtasks = dep.actors.len(),

@@ -19,7 +19,8 @@
 //!  FailingOver → Running       the backups are promoted
 //!  FailingOver → Recovering    a promotion is impossible
 //!  Recovering  → Deploying     restart from the last complete checkpoint, after the delay
-//!  Recovering  → Finished      the restart strategy gives up, or a cancel during the delay
+//!  Recovering  → Finished      the failure is deterministic, the restart strategy gives up,
+//!                              or a cancel during the delay
 //!  Stopping    → Finished      the deployment has stopped
 //! ```
 //!

@@ -1,5 +1,6 @@
-//! `Recovering` (restart-all): a failure no backup could take. The deployment is stopped and
-//! the restart strategy decides: after its delay the job is deployed again from the last
+//! `Recovering` (restart-all): a failure no backup could take. The deployment is stopped, the
+//! failure is classified (`failure`: a deterministic one ends the job with its error) and
+//! recorded in the failure history, and the restart strategy decides: after its delay the job is deployed again from the last
 //! complete checkpoint of this run (`Deploying`), or it gives up (`Finished` with the error).
 //! Commands that arrive during the delay are answered: a cancel ends the job at once, a
 //! savepoint is refused (there is nothing running to take it from), a rate change applies to
@@ -14,6 +15,7 @@ use crate::controller::command::Command;
 use crate::controller::deployment::Deployment;
 use crate::controller::JobContext;
 use crate::error::JobError;
+use crate::failure::{FailureClass, FailureOutcome};
 use crate::plan::Restore;
 use crate::sync::lock;
 
@@ -35,22 +37,10 @@ impl Recovering {
         let Recovering { dep, failure } = self;
         ctx.degraded_before |= dep.degraded();
         dep.stop(&ctx.job, &ctx.cfg);
-        let Some(delay) = ctx.restarts.on_failure(Instant::now()) else {
-            tracing::warn!(error = %failure, "job failed");
-            let error = if ctx.num_restarts > 0 {
-                JobError::RestartsExhausted {
-                    job: ctx.job.clone(),
-                    restarts: ctx.num_restarts,
-                    last: Box::new(failure),
-                }
-            } else {
-                failure
-            };
-            return Self::to(Finished::failed(error), "the restart strategy gives up");
+        let delay = match decide(ctx, failure) {
+            Decision::Restart(delay) => delay,
+            Decision::End(error, cause) => return Self::to(Finished::failed(error), cause),
         };
-        ctx.num_restarts += 1;
-        ctx.attempt += 1;
-        tracing::warn!(error = %failure, restart = ctx.num_restarts, ?delay, "job failed; restarting from the last complete checkpoint");
         if let Some(reply) = wait_answering(ctx, delay).await {
             let _ = reply.send(());
             let error = JobError::Cancelled {
@@ -72,6 +62,47 @@ impl Recovering {
         };
         Self::to(Deploying::new(restore), cause)
     }
+}
+
+/// What becomes of a failed job.
+enum Decision {
+    /// It restarts after the delay.
+    Restart(Duration),
+    /// It ends with the error, for the reason given.
+    End(JobError, &'static str),
+}
+
+/// Classifies `failure` and asks the restart strategy: the delay before restarting, or the
+/// job's error and why it is not restarted. Either way the failure joins the history; a
+/// restart is told on stderr.
+fn decide(ctx: &mut JobContext, failure: JobError) -> Decision {
+    let (failure, class) = ctx.classify(failure);
+    if class == FailureClass::Deterministic {
+        tracing::warn!(error = %failure, "job failed deterministically: not restarting");
+        ctx.record_failure(&failure, class, FailureOutcome::Failed);
+        return Decision::End(failure, "a deterministic failure is not restarted");
+    }
+    let Some(delay) = ctx.restarts.on_failure(Instant::now()) else {
+        tracing::warn!(error = %failure, "job failed");
+        ctx.record_failure(&failure, class, FailureOutcome::Failed);
+        let error = if ctx.num_restarts > 0 {
+            JobError::RestartsExhausted {
+                job: ctx.job.clone(),
+                restarts: ctx.num_restarts,
+                last: Box::new(failure),
+            }
+        } else {
+            failure
+        };
+        return Decision::End(error, "the restart strategy gives up");
+    };
+    ctx.record_failure(&failure, class, FailureOutcome::Restarted { delay });
+    let budget = ctx.restarts.budget();
+    tracing::warn!(error = %failure, restart = %budget, ?delay, "job failed; restarting from the last complete checkpoint");
+    ctx.warnings.restarting(&budget, delay, &failure);
+    ctx.num_restarts += 1;
+    ctx.attempt += 1;
+    Decision::Restart(delay)
 }
 
 /// Waits `delay`, answering commands meanwhile; a cancel ends the wait and is returned.

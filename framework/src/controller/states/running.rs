@@ -204,12 +204,10 @@ impl Running {
                 id,
                 reason,
             } if attempt == ctx.attempt => {
-                tracing::warn!(checkpoint = id, reason, "checkpoint declined");
                 self.savepoints
                     .fail(id, || format!("savepoint declined: {reason}"));
-                ctx.coordinator
-                    .fail_one(id, format!("declined: {reason}"))
-                    .map_err(|failures| Exit::Failed(ctx.checkpoints_failing(failures)))
+                ctx.fail_checkpoint(id, format!("declined: {reason}"))
+                    .map_err(Exit::Failed)
             }
             // Events of an earlier deployment, or of a fenced primary.
             _ => Ok(()),
@@ -271,13 +269,14 @@ impl Running {
         let root = ctx.checkpoint_root.clone();
         let meta = metadata(&ctx.job, &self.dep, &done);
         if let Err(e) = store::write_metadata(&root, &meta) {
-            tracing::warn!(checkpoint = done.id, error = %e, "cannot write checkpoint metadata");
-            ctx.coordinator
-                .fail_one(done.id, format!("cannot write its metadata: {e}"))
-                .map_err(|failures| Exit::Failed(ctx.checkpoints_failing(failures)))?;
+            let why = format!("cannot write its metadata: {e}");
+            self.savepoints
+                .fail(done.id, || format!("savepoint failed: {why}"));
+            ctx.fail_checkpoint(done.id, why).map_err(Exit::Failed)?;
             ctx.publish_stats();
             return Ok(());
         }
+        ctx.coordinator.complete(&done, Instant::now());
         tracing::info!(checkpoint = done.id, duration = ?done.duration, size = done.size, "checkpoint complete");
         store::retain(&root, ctx.cfg.checkpoint.retained);
         for a in &self.dep.actors {
@@ -319,8 +318,18 @@ impl Running {
         }
     }
 
-    /// Forces a checkpoint for a savepoint request.
+    /// Forces a checkpoint for a savepoint request, once its directory is known writable.
     fn trigger_savepoint(&mut self, ctx: &mut JobContext, request: SavepointRequest) {
+        if let Err(e) = store::probe_writable(&request.dir) {
+            let why = format!(
+                "the savepoint directory {} cannot be created or written: {e}",
+                request.dir.display()
+            );
+            tracing::warn!(reason = %why, "savepoint refused");
+            ctx.warnings.savepoint_failed(&why);
+            let _ = request.reply.send(Err(why));
+            return;
+        }
         let now = Instant::now();
         let id = ctx.coordinator.force(now);
         tracing::info!(checkpoint = id, dir = %request.dir.display(), stop = request.stop, "triggering a savepoint");
@@ -390,13 +399,10 @@ impl Running {
     fn on_tick(&mut self, ctx: &mut JobContext, at: Instant) -> Result<(), Exit> {
         self.sample(ctx, at)?;
         let now = Instant::now();
-        let expired = ctx
-            .coordinator
-            .expire(now)
-            .map_err(|failures| Exit::Failed(ctx.checkpoints_failing(failures)))?;
-        for id in expired {
+        for (id, why) in ctx.coordinator.timed_out(now) {
             self.savepoints
                 .fail(id, || format!("savepoint {id} timed out"));
+            ctx.fail_checkpoint(id, why).map_err(Exit::Failed)?;
         }
         if let Some(id) = ctx.coordinator.maybe_trigger(now) {
             tracing::debug!(checkpoint = id, "triggering checkpoint");
