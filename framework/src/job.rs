@@ -296,7 +296,7 @@ impl JobHandle {
         })
     }
 
-    /// The checkpoint statistics (`None` with checkpoints off, or before the first one).
+    /// The checkpoint statistics (`None` with checkpoints off; zero counts before the first).
     pub fn checkpoint_stats(&self) -> Option<CheckpointStats> {
         lock(&self.views.checkpoints).clone()
     }

@@ -169,7 +169,7 @@ impl JobContext {
                 RestartStrategy::None
             }
         });
-        JobContext {
+        let ctx = JobContext {
             registry: OperatorRegistry::new(&plan),
             checkpoint_root: cfg.checkpoint.directory.join(&job).join(run_id()),
             coordinator: Coordinator::new(&cfg.checkpoint, 0, 1),
@@ -188,7 +188,13 @@ impl JobContext {
             events,
             commands,
             views,
+        };
+        if ctx.cfg.checkpoint.interval.is_some() {
+            // With checkpoints on there are statistics from the start, zero or not: a job
+            // too short for its first checkpoint reports `Some` with none completed.
+            ctx.publish_stats();
         }
+        ctx
     }
 
     /// Tells the starter that the job is deployed (once; later deployments say nothing).
