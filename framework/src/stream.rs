@@ -958,8 +958,9 @@ impl<A: Data, B: Data> BroadcastConnectedStreams<A, B> {
     }
 
     /// Runs a [`BroadcastProcessFunction`] with derived hooks (`#[derive(Operator)]`); see
-    /// [`DataStream::apply`]. The broadcast state is rebuilt from the broadcast input, not
-    /// snapshotted; the operator's own `#[weir(state)]` fields are.
+    /// [`DataStream::apply`]. Checkpoints and savepoints snapshot both the broadcast state
+    /// and the operator's own `#[weir(state)]` fields (as [`process`](Self::process) does
+    /// the broadcast state), and a restored job starts from them.
     pub fn apply<O, P>(self, op: P) -> DataStream<O>
     where
         O: Data,
