@@ -62,9 +62,10 @@ fn an_idle_source_costs_no_cpu_and_a_push_is_processed_within_milliseconds() {
     let mut cfg = EnvConfig::default();
     cfg.arbiters = 2;
     let env = Env::with_config(cfg);
-    let (pusher, source) = weir::source::channel::<u64>();
     let (tx, stamps) = mpsc::channel();
     let tx = Mutex::new(tx);
+    // ANCHOR: channel
+    let (pusher, source) = weir::source::channel::<u64>();
     env.add_source("pushed", move |_| Ok(source.clone()))
         .uid("pushed")
         .rebalance()
@@ -73,8 +74,10 @@ fn an_idle_source_costs_no_cpu_and_a_push_is_processed_within_milliseconds() {
             Ok(Stamps(tx.lock().unwrap_or_else(|e| e.into_inner()).clone()))
         });
     let job = env.start("idle").expect("job starts");
-    // Warm up: every subtask is running once the first record went through.
+    // `pusher` is `Send + Clone`: hand it to the thread that receives the data.
     pusher.push(0);
+    // ANCHOR_END: channel
+    // Warm up: every subtask is running once the first record went through.
     let (r, _) = stamps.recv_timeout(TIMEOUT).expect("first record");
     assert_eq!(r, 1);
 
@@ -121,7 +124,8 @@ fn an_idle_source_costs_no_cpu_and_a_push_is_processed_within_milliseconds() {
     assert_eq!(result.operator("pushed").map(|o| o.records_out), Some(21));
 }
 
-/// Emits one record per poll and answers `Idle { until: Some(delay) }`, `polls` times.
+// ANCHOR: polling
+/// Emits one record per poll and answers `Idle { until: Some(delay) }`, `limit` times.
 struct Polling {
     delay: Duration,
     polls: Arc<Mutex<Vec<Instant>>>,
@@ -142,6 +146,7 @@ impl Source<u64> for Polling {
         })
     }
 }
+// ANCHOR_END: polling
 
 #[test]
 fn a_polling_source_is_polled_again_after_its_delay_and_not_before() {
@@ -177,6 +182,7 @@ fn a_polling_source_is_polled_again_after_its_delay_and_not_before() {
     }
 }
 
+// ANCHOR: waker
 /// A replayable source: emits `0..n`, then idles (no delay) until `finish` is set and it is
 /// woken. Tells `idle` when it first has nothing.
 struct ThenIdle {
@@ -217,6 +223,7 @@ impl Source<u64> for ThenIdle {
         Ok(())
     }
 }
+// ANCHOR_END: waker
 
 struct Handles {
     idle: Arc<AtomicBool>,
