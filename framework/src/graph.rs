@@ -31,21 +31,10 @@ pub(crate) struct OpEnv {
     /// The state of this operator subtask in the checkpoint the job restores, if any.
     pub(crate) restored: Option<Vec<u8>>,
     /// Where this instance starts from.
-    pub(crate) start: StartPoint,
+    pub(crate) start: crate::checkpoint::StartPoint,
     /// Input records this subtask processed before this instance (a promoted backup):
     /// injected faults count from there.
     pub(crate) fault_offset: u64,
-}
-
-/// Where an operator instance starts from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum StartPoint {
-    /// No checkpoint: the first deployment, or a restart before any checkpoint completed.
-    Fresh,
-    /// Checkpoint (or savepoint) `id`, restored.
-    Checkpoint(u64),
-    /// A promoted backup, going on from its primary's state.
-    Promoted,
 }
 
 impl OpEnv {

@@ -64,24 +64,25 @@ impl OperatorCounters {
         self.records_rejected.fetch_add(n, Ordering::Relaxed);
     }
 
-    /// A sink subtask starts from `start`; returns the epoch its instance stages under.
-    /// Restored from checkpoint `id`: what was staged up to it is committed (the sink commits
-    /// it on restore); anything staged later, or before a fresh start, never will be.
-    pub(crate) fn sink_started(&self, start: crate::graph::StartPoint) -> u64 {
-        use crate::graph::StartPoint;
+    /// The epoch sink instances stage under now (a promoted backup goes on in it).
+    pub(crate) fn sink_epoch(&self) -> u64 {
+        lock(&self.staged).epoch
+    }
+
+    /// A sink subtask starts again, from checkpoint `restored` or afresh; returns the new
+    /// epoch its instance stages under. What was staged up to `restored` is committed (the
+    /// sink commits it on restore); anything staged later, or before a fresh start, never
+    /// will be.
+    pub(crate) fn sink_restarted(&self, restored: Option<u64>) -> u64 {
         let mut staged = lock(&self.staged);
-        match start {
-            StartPoint::Promoted => return staged.epoch,
-            StartPoint::Checkpoint(id) => {
-                let n: u64 = staged
-                    .entries
-                    .iter()
-                    .filter(|e| e.0 <= id)
-                    .map(|e| e.1)
-                    .sum();
-                self.records_committed.fetch_add(n, Ordering::Relaxed);
-            }
-            StartPoint::Fresh => {}
+        if let Some(id) = restored {
+            let n: u64 = staged
+                .entries
+                .iter()
+                .filter(|e| e.0 <= id)
+                .map(|e| e.1)
+                .sum();
+            self.records_committed.fetch_add(n, Ordering::Relaxed);
         }
         staged.entries.clear();
         staged.epoch += 1;

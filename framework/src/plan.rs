@@ -550,9 +550,9 @@ impl ChainBuilder<'_> {
                 .restore
                 .and_then(|r| r.states.get(&(self.plan.uids[n].clone(), j)).cloned()),
             start: match self.restore {
-                _ if self.promoted => crate::graph::StartPoint::Promoted,
-                Some(r) => crate::graph::StartPoint::Checkpoint(r.checkpoint),
-                None => crate::graph::StartPoint::Fresh,
+                _ if self.promoted => crate::checkpoint::StartPoint::Promoted,
+                Some(r) => crate::checkpoint::StartPoint::Checkpoint(r.checkpoint),
+                None => crate::checkpoint::StartPoint::Fresh,
             },
             fault_offset: self.fault_offset,
         };

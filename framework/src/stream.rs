@@ -444,6 +444,7 @@ impl<T: Data> DataStream<T> {
     {
         let part = self.partitioning();
         let builder = Box::new(move |env: &OpEnv, _outputs: Vec<AnyBox>| {
+            use crate::checkpoint::StartPoint;
             let cx = SinkContext {
                 uid: env.info.uid.clone(),
                 subtask: env.info.subtask,
@@ -458,7 +459,11 @@ impl<T: Data> DataStream<T> {
             sink.initialize(env.restored.as_deref())
                 .map_err(|e| env.restore_error(e))?;
             // After `initialize`, which committed what a restored checkpoint staged.
-            let epoch = env.counters.sink_started(env.start);
+            let epoch = match env.start {
+                StartPoint::Promoted => env.counters.sink_epoch(),
+                StartPoint::Checkpoint(id) => env.counters.sink_restarted(Some(id)),
+                StartPoint::Fresh => env.counters.sink_restarted(None),
+            };
             let op: BoxOutput<T> = Box::new(SinkOp {
                 since_barrier: 0,
                 epoch,

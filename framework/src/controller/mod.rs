@@ -216,9 +216,17 @@ impl JobContext {
         }
     }
 
-    /// Publishes the coordinator's statistics.
+    /// Publishes the coordinator's statistics: with checkpoints on always (zero counts
+    /// included), with them off only once there is something to say (a savepoint, a restart).
     pub(crate) fn publish_stats(&self) {
-        *lock(&self.views.checkpoints) = Some(self.coordinator.stats.clone());
+        let stats = &self.coordinator.stats;
+        if self.cfg.checkpoint.interval.is_none()
+            && self.num_restarts == 0
+            && *stats == CheckpointStats::default()
+        {
+            return;
+        }
+        *lock(&self.views.checkpoints) = Some(stats.clone());
     }
 
     /// The error of a subtask that is gone: `reason` says how.

@@ -60,8 +60,8 @@ pub struct JobResult {
     /// Per operator, in graph order.
     pub operators: Vec<OperatorResult>,
     /// Checkpoint statistics (including `num_restarts`): `Some` whenever checkpoints are on
-    /// (with zero counts for a job that ended before its first checkpoint), `None` with
-    /// checkpoints off.
+    /// (with zero counts for a job that ended before its first checkpoint); with checkpoints
+    /// off, `None` unless the job took a savepoint or restarted.
     pub checkpoints: Option<CheckpointStats>,
     /// Backed-up subtasks at the end (promotions, failover time, buffer queue); a job that
     /// restarted reports its last run's, with `degraded` set if any run's queue degraded.
