@@ -16,7 +16,7 @@ use crate::source::generator::GeneratorSource;
 use crate::source::jsonl::{
     BadLine, FailingJsonl, JsonlReader, LineReader, SkippingJsonl, TextLines,
 };
-use crate::source::{Source, SourceContext, SourceDriver};
+use crate::source::{Source, SourceContext, SourceDriver, SourceWaker};
 use crate::stream::{DataStream, SharedGraph};
 use crate::Data;
 
@@ -114,7 +114,10 @@ impl Env {
             if let Some(position) = &env.restored {
                 source.seek(position).map_err(|e| env.restore_error(e))?;
             }
+            let waker = SourceWaker::new();
+            source.set_waker(waker.clone());
             Ok(Built::Source(Box::new(SourceDriver {
+                waker,
                 source: Box::new(source),
                 buf: Vec::with_capacity(env.config.batch_size),
                 out,

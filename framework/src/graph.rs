@@ -30,6 +30,8 @@ pub(crate) struct OpEnv {
     pub(crate) initial_state: Option<crate::hooks::StateSnapshot>,
     /// The state of this operator subtask in the checkpoint the job restores, if any.
     pub(crate) restored: Option<Vec<u8>>,
+    /// Where this instance starts from.
+    pub(crate) start: crate::checkpoint::StartPoint,
     /// Input records this subtask processed before this instance (a promoted backup):
     /// injected faults count from there.
     pub(crate) fault_offset: u64,

@@ -302,7 +302,8 @@ impl JobHandle {
         })
     }
 
-    /// The checkpoint statistics (`None` with checkpoints off, or before the first one).
+    /// The checkpoint statistics: zero counts before the first checkpoint; with checkpoints
+    /// off, `None` until a savepoint or a restart.
     pub fn checkpoint_stats(&self) -> Option<CheckpointStats> {
         lock(&self.views.checkpoints).clone()
     }

@@ -7,6 +7,7 @@
 use std::time::{Duration, Instant};
 
 use crate::sync::atomic::{AtomicU64, Ordering};
+use crate::sync::{lock, Mutex};
 
 /// The wall clock in milliseconds since the Unix epoch, as metrics and the REST API report
 /// times.
@@ -30,6 +31,23 @@ pub(crate) struct OperatorCounters {
     pub(crate) records_out: AtomicU64,
     /// Records refused as malformed (skipped by a source's policy).
     pub(crate) records_rejected: AtomicU64,
+    /// A sink's records in output that is committed: covered by a completed checkpoint, or
+    /// by the final commit at the end of the input.
+    pub(crate) records_committed: AtomicU64,
+    /// A sink's records staged per checkpoint and not committed yet. Kept here, not in the
+    /// sink instance, so that a restore counts what its checkpoint commits though the
+    /// instance that staged it is gone. Touched once per checkpoint, never per record.
+    pub(crate) staged: Mutex<Staged>,
+}
+
+/// A sink subtask's records staged per checkpoint, by the instances of one start.
+#[derive(Debug, Default)]
+pub(crate) struct Staged {
+    /// Which start of the subtask stages now: instances of an earlier one (stopping after a
+    /// failure) change nothing.
+    epoch: u64,
+    /// (checkpoint id, records), oldest first.
+    entries: Vec<(u64, u64)>,
 }
 
 impl OperatorCounters {
@@ -45,6 +63,63 @@ impl OperatorCounters {
     pub(crate) fn add_rejected(&self, n: u64) {
         self.records_rejected.fetch_add(n, Ordering::Relaxed);
     }
+
+    /// The epoch sink instances stage under now (a promoted backup goes on in it).
+    pub(crate) fn sink_epoch(&self) -> u64 {
+        lock(&self.staged).epoch
+    }
+
+    /// A sink subtask starts again, from checkpoint `restored` or afresh; returns the new
+    /// epoch its instance stages under. What was staged up to `restored` is committed (the
+    /// sink commits it on restore); anything staged later, or before a fresh start, never
+    /// will be.
+    pub(crate) fn sink_restarted(&self, restored: Option<u64>) -> u64 {
+        let mut staged = lock(&self.staged);
+        if let Some(id) = restored {
+            let n: u64 = staged
+                .entries
+                .iter()
+                .filter(|e| e.0 <= id)
+                .map(|e| e.1)
+                .sum();
+            self.records_committed.fetch_add(n, Ordering::Relaxed);
+        }
+        staged.entries.clear();
+        staged.epoch += 1;
+        staged.epoch
+    }
+
+    /// A sink instance of `epoch` staged `n` records for checkpoint `id` (at its barrier).
+    pub(crate) fn stage(&self, epoch: u64, id: u64, n: u64) {
+        let mut staged = lock(&self.staged);
+        if staged.epoch == epoch {
+            staged.entries.push((id, n));
+        }
+    }
+
+    /// Checkpoint `id` completed (or the final commit, `u64::MAX`) at a sink instance of
+    /// `epoch`: what was staged up to it is committed, and so are `unstaged` records written
+    /// since the last barrier.
+    pub(crate) fn commit_up_to(&self, epoch: u64, id: u64, unstaged: u64) {
+        let mut staged = lock(&self.staged);
+        if staged.epoch != epoch {
+            return;
+        }
+        let mut n = unstaged;
+        staged.entries.retain(|&(c, k)| {
+            if c <= id {
+                n += k;
+            }
+            c > id
+        });
+        self.records_committed.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// Records committed (a sink's; 0 for other operators).
+    pub(crate) fn committed(&self) -> u64 {
+        self.records_committed.load(Ordering::Relaxed)
+    }
+
     pub(crate) fn snapshot(&self) -> (u64, u64, u64) {
         (
             self.records_in.load(Ordering::Relaxed),

@@ -360,6 +360,7 @@ pub(crate) fn instantiate(
         restore,
         fault_offset: 0,
         routed_before: Default::default(),
+        promoted: false,
     };
     let mut specs = Vec::new();
     for &h in &plan.heads {
@@ -484,6 +485,7 @@ pub(crate) fn build_promoted(
         restore: restore.as_ref(),
         fault_offset,
         routed_before: routed_before.into_iter().collect(),
+        promoted: true,
     };
     match builder.build(n, j)? {
         Built::Inputs { mut heads, .. } if heads.len() == 1 => Ok(heads.remove(0)),
@@ -501,6 +503,8 @@ struct ChainBuilder<'a> {
     fault_offset: u64,
     /// Per edge: records already sent on it by the subtask being built (a promotion).
     routed_before: std::collections::HashMap<usize, u64>,
+    /// Building a promoted backup (its `restore` is its primary's state, not a checkpoint).
+    promoted: bool,
 }
 
 impl ChainBuilder<'_> {
@@ -550,6 +554,11 @@ impl ChainBuilder<'_> {
             restored: self
                 .restore
                 .and_then(|r| r.states.get(&(self.plan.uids[n].clone(), j)).cloned()),
+            start: match self.restore {
+                _ if self.promoted => crate::checkpoint::StartPoint::Promoted,
+                Some(r) => crate::checkpoint::StartPoint::Checkpoint(r.checkpoint),
+                None => crate::checkpoint::StartPoint::Fresh,
+            },
             fault_offset: self.fault_offset,
             live_config: crate::sync::lock(&self.registry.live_config)
                 .get(&self.plan.uids[n])

@@ -43,7 +43,7 @@ use crate::operator::process::{ProcessFunction, ProcessOp};
 use crate::operator::split::SplitOp;
 use crate::operator::{BoxOutput, Collector, OpCore};
 use crate::partition::{hash_output_factory, PartitionKind, Partitioning};
-use crate::sink::file::{JsonlFileSink, PartFile, TextFileSink};
+use crate::sink::file::{DisplayLines, FormatLines, JsonLines, LineFileSink, StagedLineSink};
 use crate::sink::{CollectSink, DiscardSink, Sink, SinkContext, SinkOp, StdoutSink};
 use crate::sync::Arc;
 use crate::{Data, Key};
@@ -456,6 +456,7 @@ impl<T: Data> DataStream<T> {
     {
         let part = self.partitioning();
         let builder = Box::new(move |env: &OpEnv, _outputs: Vec<AnyBox>| {
+            use crate::checkpoint::StartPoint;
             let cx = SinkContext {
                 uid: env.info.uid.clone(),
                 subtask: env.info.subtask,
@@ -469,7 +470,15 @@ impl<T: Data> DataStream<T> {
             })?;
             sink.initialize(env.restored.as_deref())
                 .map_err(|e| env.restore_error(e))?;
+            // After `initialize`, which committed what a restored checkpoint staged.
+            let epoch = match env.start {
+                StartPoint::Promoted => env.counters.sink_epoch(),
+                StartPoint::Checkpoint(id) => env.counters.sink_restarted(Some(id)),
+                StartPoint::Fresh => env.counters.sink_restarted(None),
+            };
             let op: BoxOutput<T> = Box::new(SinkOp {
+                since_barrier: 0,
+                epoch,
                 sink: Box::new(sink),
                 info: env.info.clone(),
                 counters: env.counters.clone(),
@@ -537,12 +546,14 @@ impl<T: Data + std::fmt::Display> DataStream<T> {
     /// as `part-{uid}-{subtask}-{checkpoint}` in `dir` only when its checkpoint completes (the
     /// last interval as `part-{uid}-{subtask}-final` at the end of the input). Readers see
     /// only committed output; a restored job commits what its checkpoint staged and drops the
-    /// failed attempt's staging files.
+    /// failed attempt's staging files. For records without `Display` (tuples, serde
+    /// structs), [`write_text_exactly_once_with`](Self::write_text_exactly_once_with) or
+    /// [`write_jsonl_exactly_once`](Self::write_jsonl_exactly_once).
     pub fn write_text_exactly_once(self, dir: impl AsRef<std::path::Path>) -> SinkStream {
         let dir = dir.as_ref().to_owned();
         let checked = dir.clone();
         self.add_sink("write_text", move |cx| {
-            crate::sink::file::StagedTextSink::create(&dir, cx)
+            StagedLineSink::create(&dir, cx, DisplayLines)
         })
         .writes_into(checked)
     }
@@ -552,7 +563,7 @@ impl<T: Data + std::fmt::Display> DataStream<T> {
         let dir = dir.as_ref().to_owned();
         let checked = dir.clone();
         self.add_sink("write_text", move |cx| {
-            PartFile::create(&dir, cx).map(TextFileSink)
+            LineFileSink::create(&dir, cx, DisplayLines)
         })
         .writes_into(checked)
     }
@@ -564,7 +575,85 @@ impl<T: Data> DataStream<T> {
         let dir = dir.as_ref().to_owned();
         let checked = dir.clone();
         self.add_sink("write_jsonl", move |cx| {
-            PartFile::create(&dir, cx).map(JsonlFileSink)
+            LineFileSink::create(&dir, cx, JsonLines)
+        })
+        .writes_into(checked)
+    }
+
+    /// Writes each record as a line of JSON, exactly once with checkpoints on: the files and
+    /// their commit are those of [`write_text_exactly_once`](Self::write_text_exactly_once)
+    /// (`part-{uid}-{subtask}-{checkpoint}` once the checkpoint completes, `…-final` at the
+    /// end). A record that cannot be encoded fails the job, naming the file.
+    ///
+    /// ```
+    /// #[derive(Clone, serde::Serialize, serde::Deserialize)]
+    /// struct Alert { card: u64, amount_cents: u64 }
+    ///
+    /// let dir = std::env::temp_dir().join(format!("weir-doc-jsonl-eo-{}", std::process::id()));
+    /// let env = weir::Env::new();
+    /// env.generate(3, |i| Alert { card: i, amount_cents: 100 * i })
+    ///     .write_jsonl_exactly_once(&dir)
+    ///     .uid("alerts");
+    /// env.execute("alerts").unwrap();
+    /// let text = std::fs::read_to_string(dir.join("part-alerts-0-final")).unwrap();
+    /// assert_eq!(text.lines().next(), Some(r#"{"card":0,"amount_cents":0}"#));
+    /// # std::fs::remove_dir_all(&dir).unwrap();
+    /// ```
+    pub fn write_jsonl_exactly_once(self, dir: impl AsRef<std::path::Path>) -> SinkStream {
+        let dir = dir.as_ref().to_owned();
+        let checked = dir.clone();
+        self.add_sink("write_jsonl", move |cx| {
+            StagedLineSink::create(&dir, cx, JsonLines)
+        })
+        .writes_into(checked)
+    }
+
+    /// Like [`write_text`](Self::write_text), each record formatted by `format`, which
+    /// appends the line (without its newline) to the buffer it is given: no `Display`
+    /// wrapper needed, and no allocation per record (the buffer is reused).
+    ///
+    /// ```
+    /// use std::fmt::Write;
+    /// let dir = std::env::temp_dir().join(format!("weir-doc-text-with-{}", std::process::id()));
+    /// let env = weir::Env::new();
+    /// env.from_collection(vec![("a".to_string(), 1u64), ("b".to_string(), 2)])
+    ///     .write_text_with(&dir, |(word, n): &(String, u64), out: &mut String| {
+    ///         write!(out, "{word}\t{n}")
+    ///     })
+    ///     .uid("counts");
+    /// env.execute("counts").unwrap();
+    /// let text = std::fs::read_to_string(dir.join("part-counts-0")).unwrap();
+    /// assert_eq!(text, "a\t1\nb\t2\n");
+    /// # std::fs::remove_dir_all(&dir).unwrap();
+    /// ```
+    pub fn write_text_with<F>(self, dir: impl AsRef<std::path::Path>, format: F) -> SinkStream
+    where
+        F: Fn(&T, &mut String) -> std::fmt::Result + Send + Sync + 'static,
+    {
+        let dir = dir.as_ref().to_owned();
+        let checked = dir.clone();
+        let format = std::sync::Arc::new(format);
+        self.add_sink("write_text", move |cx| {
+            LineFileSink::create(&dir, cx, FormatLines::new(format.clone()))
+        })
+        .writes_into(checked)
+    }
+
+    /// Like [`write_text_exactly_once`](Self::write_text_exactly_once), each record
+    /// formatted by `format` (as in [`write_text_with`](Self::write_text_with)).
+    pub fn write_text_exactly_once_with<F>(
+        self,
+        dir: impl AsRef<std::path::Path>,
+        format: F,
+    ) -> SinkStream
+    where
+        F: Fn(&T, &mut String) -> std::fmt::Result + Send + Sync + 'static,
+    {
+        let dir = dir.as_ref().to_owned();
+        let checked = dir.clone();
+        let format = std::sync::Arc::new(format);
+        self.add_sink("write_text", move |cx| {
+            StagedLineSink::create(&dir, cx, FormatLines::new(format.clone()))
         })
         .writes_into(checked)
     }
@@ -1064,8 +1153,9 @@ impl<A: Data, B: Data> BroadcastConnectedStreams<A, B> {
     }
 
     /// Runs a [`BroadcastProcessFunction`] with derived hooks (`#[derive(Operator)]`); see
-    /// [`DataStream::apply`]. The broadcast state is rebuilt from the broadcast input, not
-    /// snapshotted; the operator's own `#[weir(state)]` fields are.
+    /// [`DataStream::apply`]. Checkpoints and savepoints snapshot both the broadcast state
+    /// and the operator's own `#[weir(state)]` fields (as [`process`](Self::process) does
+    /// the broadcast state), and a restored job starts from them.
     pub fn apply<O, P>(self, op: P) -> DataStream<O>
     where
         O: Data,

@@ -123,8 +123,17 @@ fn run_with(n: u64, barriers: Barriers, faults: FaultPlan, rate: f64) -> Result<
     let result = waiter.join().expect("waiter thread")?;
     let _ = std::fs::remove_dir_all(&dir);
     let stats = result.checkpoints.clone().unwrap_or_default();
+    let committed = out.take();
+    // The result counts the sink's committed records once, whatever was replayed.
+    let sink = result.operators.last().expect("a sink");
+    assert_eq!(
+        sink.records_committed,
+        committed.len() as u64,
+        "records committed at the sink (processed: {})",
+        sink.records_in
+    );
     Ok(Run {
-        committed: out.take(),
+        committed,
         restarts: stats.num_restarts,
         completed_checkpoints: stats.number_of_completed_checkpoints,
         source_out: result.operator("src").map_or(0, |o| o.records_out),

@@ -554,3 +554,179 @@ fn missing_input_is_an_io_source_error_naming_the_path() {
         Err(JobError::SourceFailed { source: SourceError::Io { ref path, .. }, .. }) if path == &missing
     ));
 }
+
+// ---------------------------------------------------------------------------------------------
+// sinks for records without `Display`: formatters, exactly-once JSON Lines
+
+/// The visible (committed) files of an exactly-once sink in `dir`; fails on a staging file
+/// left behind.
+fn committed_lines(dir: &std::path::Path) -> Vec<String> {
+    let mut lines = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let entry = entry.unwrap();
+        let name = entry.file_name().to_string_lossy().into_owned();
+        assert!(!name.starts_with('.'), "staging file left behind: {name}");
+        let text = std::fs::read_to_string(entry.path()).unwrap();
+        lines.extend(text.lines().map(str::to_owned));
+    }
+    lines
+}
+
+#[test]
+fn text_sinks_take_a_formatter_so_tuples_need_no_display_wrapper() {
+    use std::fmt::Write;
+    let dir = TempDir::new("text-with");
+    let (through, staged) = (dir.path().join("through"), dir.path().join("staged"));
+    let env = Env::new();
+    let pairs = env
+        .generate(1_000, |i| (format!("k{}", i % 10), i))
+        .set_parallelism(2);
+    pairs
+        .clone()
+        .write_text_with(&through, |(k, v): &(String, u64), out: &mut String| {
+            write!(out, "{k}={v}")
+        })
+        .uid("through")
+        .set_parallelism(2);
+    pairs
+        .write_text_exactly_once_with(&staged, |(k, v): &(String, u64), out: &mut String| {
+            write!(out, "{k}\t{v}")
+        })
+        .uid("staged");
+    env.execute("text-with").unwrap();
+    assert_eq!(part_files(&through).len(), 2, "one part file per subtask");
+    let expect = |sep: &str| -> Vec<String> {
+        (0..1_000u64)
+            .map(|i| format!("k{}{sep}{i}", i % 10))
+            .collect()
+    };
+    assert_multiset_eq(read_part_lines(&through), expect("="), "write_text_with");
+    assert_multiset_eq(
+        committed_lines(&staged),
+        expect("\t"),
+        "write_text_exactly_once_with",
+    );
+}
+
+#[test]
+fn a_formatter_that_fails_fails_the_job_naming_the_file() {
+    let dir = TempDir::new("text-with-fails");
+    let env = Env::new();
+    env.generate(10, |i| i)
+        .write_text_with(dir.path(), |x: &u64, _: &mut String| {
+            if *x == 7 {
+                Err(std::fmt::Error)
+            } else {
+                Ok(())
+            }
+        })
+        .uid("out");
+    let err = env.execute("text-with-fails").unwrap_err();
+    let text = err.to_string();
+    assert!(text.contains("part-out-0"), "{text}");
+    assert!(text.contains("formatter"), "{text}");
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+struct Alert {
+    card: u64,
+    amount_cents: u64,
+    note: String,
+}
+
+/// `write_jsonl_exactly_once` under two injected panics (restart-all from checkpoints):
+/// every record is committed once, only committed files are visible, and the job's result
+/// tells committed records from processed ones (replays included).
+#[test]
+fn write_jsonl_exactly_once_commits_every_record_once_across_injected_failures() {
+    use weir::testing::{quiet_injected_panics, ExactlyOnce, FaultKind, RecordFaults};
+    quiet_injected_panics();
+    const N: u64 = 20_000;
+    let dir = TempDir::new("jsonl-eo");
+    let out = dir.path().join("out");
+    let faults = RecordFaults::new("alert", FaultKind::Panic, vec![3_000u64, 14_000]);
+    let mut cfg = weir::EnvConfig::default();
+    cfg.checkpoint.interval = Some(std::time::Duration::from_millis(10));
+    cfg.checkpoint.directory = dir.path().join("checkpoints");
+    cfg.restart = Some(weir::RestartStrategy::FixedDelay {
+        attempts: 5,
+        delay: std::time::Duration::ZERO,
+    });
+    cfg.faults = faults.plan().clone();
+    // Slow enough that checkpoints complete between the faults.
+    cfg.rate_control = weir::rate::RateControlConfig::fixed(200_000.0);
+    let env = Env::with_config(cfg);
+    let wrapped = faults.wrap(|i: u64| Alert {
+        card: i,
+        amount_cents: i * 3,
+        note: format!("\"quoted\" {i}"),
+    });
+    env.generate(N, |i| i)
+        .set_parallelism(2)
+        .map(wrapped)
+        .uid("alert")
+        .set_parallelism(2)
+        .write_jsonl_exactly_once(&out)
+        .uid("alerts")
+        .set_parallelism(2);
+    let handle = env.start("jsonl-exactly-once").unwrap();
+    let result = common::within_timeout(move || handle.wait()).unwrap();
+    assert_eq!(faults.fired(), 2, "{faults:?}");
+    let alerts: Vec<Alert> = committed_lines(&out)
+        .iter()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    for a in &alerts {
+        assert_eq!(
+            (a.amount_cents, &a.note),
+            (a.card * 3, &format!("\"quoted\" {}", a.card))
+        );
+    }
+    ExactlyOnce::new(0..N)
+        .check(alerts.iter().map(|a| a.card))
+        .assert_exactly_once();
+    let sink = result.operator("alerts").unwrap();
+    assert!(sink.records_in >= N, "{sink:?}");
+    assert_eq!(sink.records_committed, N, "{sink:?}");
+    assert!(result.checkpoints.unwrap().num_restarts >= 2);
+}
+
+// ---------------------------------------------------------------------------------------------
+// what the job's result says about sinks and checkpoints
+
+#[test]
+fn the_result_counts_committed_records_at_sinks_only() {
+    let env = Env::new();
+    let out = env
+        .generate(1_000, |i| i)
+        .uid("src")
+        .set_parallelism(2)
+        .filter(|x| x % 2 == 0)
+        .uid("even")
+        .collect();
+    let r = env.execute("committed-counts").unwrap();
+    assert_eq!(out.len(), 500);
+    let (src, even) = (r.operator("src").unwrap(), r.operator("even").unwrap());
+    assert_eq!((src.records_out, src.records_committed), (1_000, 0));
+    assert_eq!((even.records_in, even.records_committed), (1_000, 0));
+    let sink = r.operators.last().unwrap();
+    assert_eq!((sink.records_in, sink.records_committed), (500, 500));
+    assert!(r.checkpoints.is_none(), "checkpoints off: no statistics");
+}
+
+#[test]
+fn a_job_too_short_for_a_checkpoint_still_reports_checkpoint_statistics() {
+    let dir = TempDir::new("short-ckpt");
+    let mut cfg = weir::EnvConfig::default();
+    cfg.checkpoint.interval = Some(std::time::Duration::from_secs(3600));
+    cfg.checkpoint.directory = dir.path().to_owned();
+    let env = Env::with_config(cfg);
+    env.generate(10, |i| i).discard();
+    let r = env.execute("short").unwrap();
+    let stats = r
+        .checkpoints
+        .expect("checkpoints on: statistics, zero or not");
+    assert_eq!(stats.number_of_completed_checkpoints, 0);
+    assert_eq!(stats.num_restarts, 0);
+    assert_eq!(r.operators.last().unwrap().records_committed, 10);
+}

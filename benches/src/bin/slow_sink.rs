@@ -49,6 +49,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut cfg = EnvConfig::default();
     cfg.arbiters = 2;
     cfg.batch_size = args.batch_size;
+    // Not the default: the run the book's backpressure chapter quotes has 8 batches per channel.
+    cfg.channel_capacity = 8;
     if args.rate_control {
         let mut rc = RateControlConfig::default();
         rc.enabled = true;

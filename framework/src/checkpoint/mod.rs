@@ -60,6 +60,17 @@ use crate::error::PlanError;
 /// The id of the commit made when a job's input has ended.
 pub(crate) const FINAL_COMMIT: u64 = u64::MAX;
 
+/// Where an operator instance starts from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum StartPoint {
+    /// No checkpoint: the first deployment, or a restart before any checkpoint completed.
+    Fresh,
+    /// Checkpoint (or savepoint) `id`, restored.
+    Checkpoint(u64),
+    /// A promoted backup, going on from its primary's state.
+    Promoted,
+}
+
 /// The delivery guarantee of checkpoints.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CheckpointMode {

@@ -183,7 +183,7 @@ impl JobContext {
         });
         let mut registry = OperatorRegistry::new(&plan);
         registry.live_config = views.live_config.clone();
-        JobContext {
+        let ctx = JobContext {
             registry,
             checkpoint_root: cfg.checkpoint.directory.join(&job).join(run_id()),
             coordinator: Coordinator::new(&cfg.checkpoint, 0, 1),
@@ -204,7 +204,13 @@ impl JobContext {
             events,
             commands,
             views,
+        };
+        if ctx.cfg.checkpoint.interval.is_some() {
+            // With checkpoints on there are statistics from the start, zero or not: a job
+            // too short for its first checkpoint reports `Some` with none completed.
+            ctx.publish_stats();
         }
+        ctx
     }
 
     /// Tells the starter that the job is deployed (once; later deployments say nothing).
@@ -226,9 +232,17 @@ impl JobContext {
         }
     }
 
-    /// Publishes the coordinator's statistics.
+    /// Publishes the coordinator's statistics: with checkpoints on always (zero counts
+    /// included), with them off only once there is something to say (a savepoint, a restart).
     pub(crate) fn publish_stats(&self) {
-        *lock(&self.views.checkpoints) = Some(self.coordinator.stats.clone());
+        let stats = &self.coordinator.stats;
+        if self.cfg.checkpoint.interval.is_none()
+            && self.num_restarts == 0
+            && *stats == CheckpointStats::default()
+        {
+            return;
+        }
+        *lock(&self.views.checkpoints) = Some(stats.clone());
     }
 
     /// The error of a subtask that is gone: `reason` says how.

@@ -9,6 +9,22 @@ use crate::graph::Graph;
 use crate::plan::{OperatorRegistry, Plan};
 
 /// Counters of one operator over all its subtasks, at the end of a job.
+///
+/// **Processed is not committed.** `records_in` and `records_out` count every record the
+/// operator took and emitted over every attempt of the job: after a failure, the records
+/// since the checkpoint it restores are processed again and counted again, so with restarts
+/// they exceed the input. `records_committed` counts, at a sink, the records in its
+/// committed output — covered by a completed checkpoint, or by the final commit at the end
+/// of the input — each once, replays or not: what a reader of the sink's output finds.
+///
+/// ```
+/// let env = weir::Env::new();
+/// env.generate(100, |i| i).discard().uid("sink");
+/// let result = env.execute("counts").unwrap();
+/// let sink = result.operator("sink").unwrap();
+/// // No failure: processed and committed agree.
+/// assert_eq!((sink.records_in, sink.records_committed), (100, 100));
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct OperatorResult {
@@ -18,15 +34,22 @@ pub struct OperatorResult {
     pub name: String,
     /// Its parallelism.
     pub parallelism: usize,
-    /// Records it received.
+    /// Records it received, over every attempt: replays after a restore included.
     pub records_in: u64,
-    /// Records it emitted.
+    /// Records it emitted, over every attempt: replays after a restore included.
     pub records_out: u64,
     /// Records a source refused as malformed (`MalformedPolicy::Skip`).
     pub records_rejected: u64,
+    /// A sink's records in committed output (a completed checkpoint's, or the final
+    /// commit's), each counted once however often it was replayed; 0 for other operators.
+    /// A job stopped with a savepoint does not commit what came after it.
+    pub records_committed: u64,
 }
 
 /// What a completed job reports.
+///
+/// Per operator counts ([`OperatorResult`]) are of records *processed*, replays after a
+/// restore included; a sink's `records_committed` is what its committed output holds.
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct JobResult {
@@ -36,7 +59,9 @@ pub struct JobResult {
     pub duration: Duration,
     /// Per operator, in graph order.
     pub operators: Vec<OperatorResult>,
-    /// Checkpoint statistics, with checkpoints on (including `num_restarts`).
+    /// Checkpoint statistics (including `num_restarts`): `Some` whenever checkpoints are on
+    /// (with zero counts for a job that ended before its first checkpoint); with checkpoints
+    /// off, `None` unless the job took a savepoint or restarted.
     pub checkpoints: Option<CheckpointStats>,
     /// Backed-up subtasks at the end (promotions, failover time, buffer queue); a job that
     /// restarted reports its last run's, with `degraded` set if any run's queue degraded.
@@ -63,8 +88,9 @@ pub(crate) fn result(
         .iter()
         .enumerate()
         .map(|(id, node)| {
-            let (mut i, mut o, mut r) = (0, 0, 0);
+            let (mut i, mut o, mut r, mut committed) = (0, 0, 0, 0);
             for c in &registry.counters[id] {
+                committed += c.committed();
                 let (a, b, c) = c.snapshot();
                 i += a;
                 o += b;
@@ -77,6 +103,7 @@ pub(crate) fn result(
                 records_in: i,
                 records_out: o,
                 records_rejected: r,
+                records_committed: committed,
             }
         })
         .collect::<Vec<OperatorResult>>();

@@ -66,6 +66,8 @@ pub(crate) enum SourceProgress {
     Ended,
     /// The rate limit allows no record before this long.
     Throttled(Duration),
+    /// The source has nothing now: poll it again when woken, or after this long if given.
+    Idle(Option<Duration>),
 }
 
 /// A source and the chain it feeds.
@@ -73,6 +75,9 @@ pub(crate) trait SourceStep: Send {
     /// Reads one batch (at most what the rate limit allows) and pushes it through the chain.
     fn step(&mut self, now: Instant) -> Result<SourceProgress, TaskError>;
     fn flush(&mut self);
+    /// Registers `waker` to be woken when the source's `SourceWaker` is; whether it was
+    /// woken since the last step began (then step again now).
+    fn woken(&self, waker: &std::task::Waker) -> bool;
     fn poll_pending(&mut self, cx: &mut TaskContext<'_>) -> Poll<()>;
     /// Sets (or with `None` lifts) the source's rate limit, in records per second.
     fn set_rate(&mut self, now: Instant, rate: Option<f64>);

@@ -1,5 +1,6 @@
 //! Line files: each sink subtask writes `part-{uid}-{subtask}` in a directory, one line per
-//! record, as text (`Display`) or JSON.
+//! record, as text (`Display`, or a formatter the user gives) or JSON; the exactly-once
+//! variants stage each checkpoint interval and commit it when the checkpoint completes.
 //!
 //! With checkpoints, a part file's length is part of the checkpoint: a restored job cuts the
 //! file back to that length and appends, so after recovery the file holds every record once
@@ -93,57 +94,127 @@ impl PartFile {
     }
 }
 
-/// Writes each record's `Display` form as a line.
-pub(crate) struct TextFileSink(pub(crate) PartFile);
+/// Why a record could not be written as a line.
+pub(crate) enum LineError {
+    Io(std::io::Error),
+    Encode(String),
+}
 
-impl<T: std::fmt::Display + Send + 'static> Sink<T> for TextFileSink {
+/// How a line sink turns a record into one line: its `Display` form ([`DisplayLines`]), its
+/// JSON ([`JsonLines`]), or what a user's formatter writes ([`FormatLines`]). Writes straight
+/// into the file's buffer, allocating nothing per record.
+pub(crate) trait LineFormat<T>: Send + 'static {
+    /// Writes `r` and its newline.
+    fn write_line<W: Write>(&mut self, r: &T, w: &mut W) -> Result<(), LineError>;
+}
+
+/// A record's `Display` form.
+pub(crate) struct DisplayLines;
+
+impl<T: std::fmt::Display> LineFormat<T> for DisplayLines {
+    #[inline]
+    fn write_line<W: Write>(&mut self, r: &T, w: &mut W) -> Result<(), LineError> {
+        writeln!(w, "{r}").map_err(LineError::Io)
+    }
+}
+
+/// A record as one line of JSON.
+pub(crate) struct JsonLines;
+
+impl<T: Serialize> LineFormat<T> for JsonLines {
+    #[inline]
+    fn write_line<W: Write>(&mut self, r: &T, w: &mut W) -> Result<(), LineError> {
+        serde_json::to_writer(&mut *w, r).map_err(|e| {
+            if e.is_io() {
+                LineError::Io(e.into())
+            } else {
+                LineError::Encode(e.to_string())
+            }
+        })?;
+        w.write_all(b"\n").map_err(LineError::Io)
+    }
+}
+
+/// What a user's formatter appends to a reused buffer (cleared before each record).
+pub(crate) struct FormatLines<F> {
+    f: std::sync::Arc<F>,
+    buf: String,
+}
+
+impl<F> FormatLines<F> {
+    pub(crate) fn new(f: std::sync::Arc<F>) -> Self {
+        FormatLines {
+            f,
+            buf: String::new(),
+        }
+    }
+}
+
+impl<T, F> LineFormat<T> for FormatLines<F>
+where
+    F: Fn(&T, &mut String) -> std::fmt::Result + Send + Sync + 'static,
+{
+    #[inline]
+    fn write_line<W: Write>(&mut self, r: &T, w: &mut W) -> Result<(), LineError> {
+        self.buf.clear();
+        (self.f)(r, &mut self.buf)
+            .map_err(|std::fmt::Error| LineError::Encode("the record's formatter failed".into()))?;
+        self.buf.push('\n');
+        w.write_all(self.buf.as_bytes()).map_err(LineError::Io)
+    }
+}
+
+/// Writes each record as a line per its [`LineFormat`], through (at-least-once; exactly-once
+/// on completion with checkpoints, see the module doc).
+pub(crate) struct LineFileSink<L> {
+    file: PartFile,
+    format: L,
+}
+
+impl<L> LineFileSink<L> {
+    pub(crate) fn create(dir: &Path, cx: &SinkContext, format: L) -> Result<Self, SinkError> {
+        Ok(LineFileSink {
+            file: PartFile::create(dir, cx)?,
+            format,
+        })
+    }
+}
+
+impl<T: Send + 'static, L: LineFormat<T>> Sink<T> for LineFileSink<L> {
     fn write_batch(&mut self, batch: &mut Vec<T>) -> Result<(), SinkError> {
         for r in batch.drain(..) {
-            if let Err(e) = writeln!(self.0.out, "{r}") {
-                return Err(self.0.io(e));
+            if let Err(e) = self.format.write_line(&r, &mut self.file.out) {
+                return Err(line_error(&self.file.path, e));
             }
         }
         Ok(())
     }
     fn finish(&mut self) -> Result<(), SinkError> {
-        self.0.close()
+        self.file.close()
     }
     fn pre_commit(&mut self, _checkpoint: u64) -> Result<Option<Vec<u8>>, SinkError> {
-        self.0.checkpoint()
+        self.file.checkpoint()
     }
     fn initialize(&mut self, restored: Option<&[u8]>) -> Result<(), SinkError> {
-        self.0.initialize(restored)
+        self.file.initialize(restored)
     }
 }
 
-/// Writes each record as one line of JSON.
-pub(crate) struct JsonlFileSink(pub(crate) PartFile);
-
-impl<T: Serialize + Send + 'static> Sink<T> for JsonlFileSink {
-    fn write_batch(&mut self, batch: &mut Vec<T>) -> Result<(), SinkError> {
-        for r in batch.drain(..) {
-            serde_json::to_writer(&mut self.0.out, &r).map_err(|e| SinkError::Encode {
-                path: self.0.path.clone(),
-                message: e.to_string(),
-            })?;
-            if let Err(e) = self.0.out.write_all(b"\n") {
-                return Err(self.0.io(e));
-            }
-        }
-        Ok(())
-    }
-    fn finish(&mut self) -> Result<(), SinkError> {
-        self.0.close()
-    }
-    fn pre_commit(&mut self, _checkpoint: u64) -> Result<Option<Vec<u8>>, SinkError> {
-        self.0.checkpoint()
-    }
-    fn initialize(&mut self, restored: Option<&[u8]>) -> Result<(), SinkError> {
-        self.0.initialize(restored)
+/// The sink error of a line that could not be written to `path`.
+fn line_error(path: &Path, e: LineError) -> SinkError {
+    match e {
+        LineError::Io(source) => SinkError::Io {
+            path: path.to_owned(),
+            source,
+        },
+        LineError::Encode(message) => SinkError::Encode {
+            path: path.to_owned(),
+            message,
+        },
     }
 }
 
-/// Exactly-once text files (two-phase commit). Each checkpoint interval is written to a
+/// Exactly-once line files (two-phase commit), each record a line per its [`LineFormat`]. Each checkpoint interval is written to a
 /// hidden staging file `.{uid}-{subtask}-{seq}.inprogress`; at the checkpoint's barrier it is
 /// fsynced and renamed `.{uid}-{subtask}-{checkpoint}.pending` (its name goes into the
 /// checkpoint); when the checkpoint completes it is renamed to its visible name
@@ -152,7 +223,8 @@ impl<T: Serialize + Send + 'static> Sink<T> for JsonlFileSink {
 /// failed attempt's staging files; a fresh start deletes every staging file of its subtask.
 /// At the end of the input the last interval becomes `part-{uid}-{subtask}-final`.
 /// Without checkpoints it writes `part-{uid}-{subtask}-final` directly at the end.
-pub(crate) struct StagedTextSink {
+pub(crate) struct StagedLineSink<L> {
+    format: L,
     dir: PathBuf,
     prefix: String,
     current: Option<(String, BufWriter<File>)>,
@@ -161,13 +233,14 @@ pub(crate) struct StagedTextSink {
     pending: std::collections::BTreeMap<u64, String>,
 }
 
-impl StagedTextSink {
-    pub(crate) fn create(dir: &Path, cx: &SinkContext) -> Result<Self, SinkError> {
+impl<L> StagedLineSink<L> {
+    pub(crate) fn create(dir: &Path, cx: &SinkContext, format: L) -> Result<Self, SinkError> {
         std::fs::create_dir_all(dir).map_err(|source| SinkError::Io {
             path: dir.to_owned(),
             source,
         })?;
-        Ok(StagedTextSink {
+        Ok(StagedLineSink {
+            format,
             dir: dir.to_owned(),
             prefix: format!("{}-{}", cx.uid, cx.subtask),
             current: None,
@@ -235,23 +308,18 @@ impl StagedTextSink {
     }
 }
 
-impl<T: std::fmt::Display + Send + 'static> Sink<T> for StagedTextSink {
+impl<T: Send + 'static, L: LineFormat<T>> Sink<T> for StagedLineSink<L> {
     fn write_batch(&mut self, batch: &mut Vec<T>) -> Result<(), SinkError> {
-        let w = self.writer()?;
-        let mut failed = None;
+        self.writer()?;
+        let Some((name, w)) = self.current.as_mut() else {
+            return Ok(());
+        };
         for r in batch.drain(..) {
-            if let Err(e) = writeln!(w, "{r}") {
-                failed = Some(e);
-                break;
+            if let Err(e) = self.format.write_line(&r, w) {
+                return Err(line_error(&self.dir.join(name.as_str()), e));
             }
         }
-        match failed {
-            Some(e) => {
-                let name = self.current.as_ref().map_or(String::new(), |c| c.0.clone());
-                Err(self.io(&name, e))
-            }
-            None => Ok(()),
-        }
+        Ok(())
     }
 
     fn pre_commit(&mut self, checkpoint: u64) -> Result<Option<Vec<u8>>, SinkError> {
@@ -321,7 +389,7 @@ mod tests {
     fn staged_files_commit_on_notify_or_on_restore_and_a_fresh_start_cleans_up() {
         let dir = std::env::temp_dir().join(format!("weir-staged-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
-        let mut a = StagedTextSink::create(&dir, &cx()).unwrap();
+        let mut a = StagedLineSink::create(&dir, &cx(), DisplayLines).unwrap();
         Sink::<u32>::initialize(&mut a, None).unwrap();
         a.write_batch(&mut vec![1u32, 2]).unwrap();
         let s1 = Sink::<u32>::pre_commit(&mut a, 1).unwrap().unwrap();
@@ -339,7 +407,7 @@ mod tests {
         a.write_batch(&mut vec![5u32]).unwrap();
         drop(a);
         // Restored from checkpoint 2: its pending file is committed, the rest dropped.
-        let mut b = StagedTextSink::create(&dir, &cx()).unwrap();
+        let mut b = StagedLineSink::create(&dir, &cx(), DisplayLines).unwrap();
         Sink::<u32>::initialize(&mut b, Some(&s2)).unwrap();
         assert_eq!(
             std::fs::read_to_string(dir.join("part-out-0-2")).unwrap(),
@@ -353,7 +421,7 @@ mod tests {
         // A fresh start deletes staging left by a failed attempt.
         b.write_batch(&mut vec![6u32]).unwrap();
         drop(b);
-        let mut c = StagedTextSink::create(&dir, &cx()).unwrap();
+        let mut c = StagedLineSink::create(&dir, &cx(), DisplayLines).unwrap();
         Sink::<u32>::initialize(&mut c, None).unwrap();
         assert_eq!(visible(&dir), vec!["part-out-0-1", "part-out-0-2"]);
         // The end of the input commits the last interval.

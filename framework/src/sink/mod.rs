@@ -67,6 +67,11 @@ pub(crate) struct SinkOp<T> {
     pub(crate) counters: Arc<OperatorCounters>,
     /// Injected faults of this instance (testing).
     pub(crate) fault: Option<crate::fault::FaultProbe>,
+    /// Records written since the last checkpoint barrier (committed with the next
+    /// checkpoint, or by the final commit).
+    pub(crate) since_barrier: u64,
+    /// This instance's start, for the committed-records count.
+    pub(crate) epoch: u64,
 }
 
 impl<T> SinkOp<T> {
@@ -91,6 +96,7 @@ impl<T> SinkOp<T> {
 impl<T: Send + 'static> Output<T> for SinkOp<T> {
     fn push(&mut self, batch: &mut Vec<T>) -> Result<(), TaskError> {
         self.counters.add_in(batch.len());
+        self.since_barrier += batch.len() as u64;
         let (sink, fault) = (&mut self.sink, &mut self.fault);
         let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             if let Some(probe) = fault {
@@ -127,12 +133,21 @@ impl<T: Send + 'static> Output<T> for SinkOp<T> {
         if let Some(payload) = state {
             w.put(&self.info.uid, None, payload);
         }
+        self.counters
+            .stage(self.epoch, id, std::mem::take(&mut self.since_barrier));
         Ok(())
     }
     fn notify_complete(&mut self, id: u64) -> Result<(), TaskError> {
         let sink = &mut self.sink;
         let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| sink.commit(id)));
-        self.check(r)
+        self.check(r)?;
+        let unstaged = if id == crate::checkpoint::FINAL_COMMIT {
+            std::mem::take(&mut self.since_barrier)
+        } else {
+            0
+        };
+        self.counters.commit_up_to(self.epoch, id, unstaged);
+        Ok(())
     }
 }
 

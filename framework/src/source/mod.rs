@@ -4,20 +4,45 @@
 //! source never blocks control mail for more than one batch. Built-in bounded sources:
 //! [`generator`] (n records from a closure of the index), [`collection`] (a `Vec`),
 //! [`jsonl`] (JSON Lines files, with a policy for malformed lines). Each subtask of a source
-//! reads its own share (a range of indices, or a set of files). This module owns reading; it
-//! does not own positions for checkpoints (which come with the checkpoint subsystem).
+//! reads its own share (a range of indices, or a set of files).
+//!
+//! A source with nothing to read now says so with [`SourceStatus::Idle`]: it is not polled
+//! again until its [`SourceWaker`] is woken (push-style sources: another thread received
+//! data) or the delay it gave has passed (polling sources). An idle source costs no CPU and
+//! does not hold its arbiter: the subtask keeps serving its control mail (checkpoint
+//! triggers, cancel) meanwhile. [`channel()`] is a ready-made push source.
+//!
+//! This module owns reading and waiting; positions are stored by the checkpoint subsystem.
 
+pub mod channel;
 pub mod collection;
 pub mod generator;
 pub mod jsonl;
+mod waker;
+
+pub use channel::{channel, ChannelSource, Pusher};
+pub use waker::SourceWaker;
+
+use std::time::Duration;
 
 use crate::error::SourceError;
 
 /// Whether a source has more to read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SourceStatus {
-    /// More records may follow.
+    /// More records may follow: poll again at once.
     More,
+    /// Nothing to read now: do not poll again until the source's [`SourceWaker`] is woken
+    /// or, with `until: Some(d)`, until `d` has passed, whichever comes first. Records put in
+    /// `out` by the same call are sent on at once (a partial batch is flushed).
+    ///
+    /// `Idle { until: None }` suits push-style sources (something another thread fills calls
+    /// [`SourceWaker::wake`]); `Idle { until: Some(d) }` suits polling ones (look again in
+    /// `d`). A source that is never woken and gave no delay waits until the job is cancelled.
+    Idle {
+        /// Poll again after this long at the latest (`None`: only when woken).
+        until: Option<Duration>,
+    },
     /// The source has ended; no record follows.
     End,
 }
@@ -46,9 +71,49 @@ impl SourceContext {
 }
 
 /// A reader of records. One required method.
+///
+/// A source that may have nothing to read for a while returns [`SourceStatus::Idle`] rather
+/// than sleeping in [`poll_batch`](Self::poll_batch) (which would hold the arbiter thread and
+/// every subtask on it) or returning `More` with no records (which spins a core). A polling
+/// source gives a delay:
+///
+/// ```
+/// use std::time::Duration;
+/// use weir::source::{Source, SourceStatus};
+/// use weir::SourceError;
+///
+/// /// Looks for new lines in a log every 100 ms (here: a counter that grows slowly).
+/// struct Tail { seen: u64, available: std::sync::Arc<std::sync::atomic::AtomicU64> }
+///
+/// impl Source<u64> for Tail {
+///     fn poll_batch(&mut self, out: &mut Vec<u64>, max: usize) -> Result<SourceStatus, SourceError> {
+///         let now = self.available.load(std::sync::atomic::Ordering::Acquire);
+///         let stop = now.min(self.seen + max as u64);
+///         out.extend(self.seen..stop);
+///         self.seen = stop;
+///         Ok(if stop < now {
+///             SourceStatus::More
+///         } else {
+///             SourceStatus::Idle { until: Some(Duration::from_millis(100)) }
+///         })
+///     }
+/// }
+/// ```
+///
+/// A push-style source (a network client's callback thread) keeps the [`SourceWaker`] it is
+/// given in [`set_waker`](Self::set_waker), returns `Idle { until: None }` when it has nothing,
+/// and has the other thread call [`SourceWaker::wake`] after it queued data; see
+/// [`channel()`] for one ready made.
 pub trait Source<T>: Send + 'static {
     /// Appends at most `max` records to `out` and says whether more may follow.
     fn poll_batch(&mut self, out: &mut Vec<T>, max: usize) -> Result<SourceStatus, SourceError>;
+
+    /// Called once on every start of the subtask, before the first
+    /// [`poll_batch`](Self::poll_batch), with the waker that ends an
+    /// [`Idle`](SourceStatus::Idle) wait. Keep it (it is `Send + Sync + Clone`) and hand it
+    /// to whatever receives data for the source. The default drops it: a source that never
+    /// returns `Idle { until: None }` needs none.
+    fn set_waker(&mut self, _waker: SourceWaker) {}
 
     /// The position to resume from after the records emitted so far (for checkpoints), in
     /// the source's own encoding; `None` if the source cannot be replayed (then checkpoints
@@ -77,6 +142,8 @@ pub(crate) struct SourceDriver<T> {
     pub(crate) ended: bool,
     /// Injected faults of this instance (testing): at the K-th record it reads.
     pub(crate) fault: Option<crate::fault::FaultProbe>,
+    /// The waker the source was given ([`Source::set_waker`]).
+    pub(crate) waker: SourceWaker,
 }
 
 impl<T: Send + 'static> crate::operator::step::SourceStep for SourceDriver<T> {
@@ -93,6 +160,8 @@ impl<T: Send + 'static> crate::operator::step::SourceStep for SourceDriver<T> {
                 n => n as usize,
             },
         };
+        // A wake from now on is for this poll or a later one: an `Idle` answer re-checks it.
+        self.waker.clear();
         let (source, buf, fault) = (&mut self.source, &mut self.buf, &mut self.fault);
         let status = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             let status = source.poll_batch(buf, max);
@@ -123,6 +192,7 @@ impl<T: Send + 'static> crate::operator::step::SourceStep for SourceDriver<T> {
         }
         Ok(match status {
             SourceStatus::More => SourceProgress::More,
+            SourceStatus::Idle { until } => SourceProgress::Idle(until),
             SourceStatus::End => {
                 self.out.finish()?;
                 self.ended = true;
@@ -132,6 +202,9 @@ impl<T: Send + 'static> crate::operator::step::SourceStep for SourceDriver<T> {
     }
     fn flush(&mut self) {
         self.out.flush()
+    }
+    fn woken(&self, waker: &std::task::Waker) -> bool {
+        self.waker.register(waker)
     }
     fn poll_pending(&mut self, cx: &mut std::task::Context<'_>) -> std::task::Poll<()> {
         self.out.poll_pending(cx)

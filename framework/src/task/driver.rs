@@ -188,6 +188,9 @@ pub(super) enum Work {
     Idle,
     /// A rate-limited source may read again after this long.
     Throttled(Duration),
+    /// The source has nothing now: wait until its waker is woken (the actor's task waker is
+    /// registered with it), or at most this long if given.
+    SourceIdle(Option<Duration>),
     /// All input consumed and end-of-input pushed through the chain.
     Ended,
     /// Every input delivered barrier `id` (the subtask snapshots and passes it on).
@@ -215,6 +218,15 @@ impl Driver {
                     Poll::Pending
                 }
             }
+        }
+    }
+
+    /// A source driver: registers `cx`'s waker with the source's waker and says whether the
+    /// source was woken since its last poll. Other drivers: always (nothing to wait for).
+    pub(super) fn source_woken(&mut self, cx: &mut TaskContext<'_>) -> bool {
+        match self {
+            Driver::Source(s) => s.woken(cx.waker()),
+            Driver::Inputs { .. } => true,
         }
     }
 
@@ -456,6 +468,10 @@ impl Driver {
                 }
                 SourceProgress::Ended => Work::Ended,
                 SourceProgress::Throttled(d) => Work::Throttled(d),
+                // Registered before the flag is read: a wake since the poll began is either
+                // seen here (poll again now) or wakes the task later.
+                SourceProgress::Idle(_) if s.woken(cx.waker()) => Work::Progress,
+                SourceProgress::Idle(until) => Work::SourceIdle(until),
             }),
             Driver::Inputs {
                 gates,

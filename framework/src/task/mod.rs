@@ -60,6 +60,9 @@ pub(crate) struct SubtaskActor {
     time: TimeAccount,
     sample: Arc<Mutex<SubtaskSample>>,
     throttle: Option<Pin<Box<actix_rt::time::Sleep>>>,
+    /// The source is idle ([`SourceStatus::Idle`](crate::source::SourceStatus::Idle)): poll
+    /// it again when its waker is woken, or when this timer (if any) fires.
+    source_idle: Option<Option<Pin<Box<actix_rt::time::Sleep>>>>,
     /// Where checkpoint state files go (checkpoints on).
     checkpoint_dir: Option<std::path::PathBuf>,
 }
@@ -81,6 +84,7 @@ impl SubtaskActor {
             time: TimeAccount::new(now),
             sample,
             throttle: None,
+            source_idle: None,
             checkpoint_dir,
             id,
             driver,
@@ -119,6 +123,19 @@ impl SubtaskActor {
         if self.draining {
             return (Poll::Ready(Ok(())), WaitState::Busy);
         }
+        // After the output moved (an idle source's flushed batch, a checkpoint barrier sent
+        // from the system lane still go out while it waits).
+        if let Some(timer) = self.source_idle.as_mut() {
+            let woken = self.driver.source_woken(cx);
+            let due = woken
+                || timer
+                    .as_mut()
+                    .is_some_and(|t| t.as_mut().poll(cx).is_ready());
+            if !due {
+                return (Poll::Pending, WaitState::Idle);
+            }
+            self.source_idle = None;
+        }
         match self.driver.step(cx, now, &self.rx_waker, &self.counters) {
             Err(e) => (Poll::Ready(Err(e)), WaitState::Busy),
             Ok(Work::Idle) => {
@@ -138,6 +155,15 @@ impl SubtaskActor {
                 self.driver.flush();
                 self.last_flush = now;
                 self.throttle = Some(Box::pin(actix_rt::time::sleep(d)));
+                cx.waker().wake_by_ref();
+                (Poll::Pending, WaitState::Idle)
+            }
+            Ok(Work::SourceIdle(until)) => {
+                // Nothing to read for now: send what is buffered, then wait without polling.
+                self.driver.flush();
+                self.last_flush = now;
+                self.source_idle = Some(until.map(|d| Box::pin(actix_rt::time::sleep(d))));
+                // Once more through the gate above, which arms the timer and the waker.
                 cx.waker().wake_by_ref();
                 (Poll::Pending, WaitState::Idle)
             }
