@@ -796,7 +796,8 @@ where
             if let Some(payload) = &env.restored {
                 op.restore(payload)?;
             }
-            op.apply_live_config(env)?;
+            op.apply_live_config(&env.live_config)
+                .map_err(|e| env.restore_error(format!("cannot apply live config: {e}")))?;
             Ok(Box::new(op) as BoxOutput<T>)
         });
         self.hashed(name, builder)

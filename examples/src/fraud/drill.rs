@@ -79,7 +79,7 @@ pub fn run(drill: &Drill) -> Result<DrillReport, String> {
         drill
             .faults
             .iter()
-            .map(|k| RecordFaults::new("detector", k.clone(), vec![()]).released_by(&plan))
+            .map(|k| RecordFaults::new("detector", *k, vec![()]).released_by(&plan))
             .collect(),
     );
     let mut cfg = EnvConfig::default();
@@ -93,8 +93,10 @@ pub fn run(drill: &Drill) -> Result<DrillReport, String> {
     let env = Env::with_config(cfg);
     let release = Release::new(0);
     let (seed, cards, n, r) = (drill.seed, drill.cards, drill.transactions, release.clone());
-    let mut detector = FraudDetector::default();
-    detector.faults = Some(faults.clone());
+    let detector = FraudDetector {
+        faults: Some(faults.clone()),
+        ..FraudDetector::default()
+    };
     let alerts = env
         .add_source("transactions", move |_cx| {
             Ok(TransactionSource::new(seed, cards, n, r.clone()))

@@ -1,20 +1,16 @@
 //! A replayable source of generated transactions whose end a driver can hold back
-//! ([`Release`]): it emits transactions below the released bound, then waits, so a drill
+//! ([`Release`]): it emits transactions below the released bound, then idles until the next
+//! release wakes it (`SourceStatus::Idle`, no CPU spent), so a drill
 //! can let a checkpoint complete, arm a fault or change the config at a known transaction.
 //! Its checkpointed position is the next transaction id.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::{Arc, Mutex, PoisonError};
 
-use weir::source::{Source, SourceStatus};
+use weir::source::{Source, SourceStatus, SourceWaker};
 use weir::SourceError;
 
 use super::{transaction, Transaction};
-
-/// How long the source sleeps when it has emitted everything released (it is polled again
-/// after).
-const HELD_POLL: Duration = Duration::from_millis(1);
 
 /// The bound a driver moves: transactions with an id below it may be emitted.
 #[derive(Debug, Clone)]
@@ -22,6 +18,8 @@ pub struct Release {
     bound: Arc<AtomicU64>,
     /// The id the source waits at (all below it emitted), `u64::MAX` while it is not waiting.
     waiting_at: Arc<AtomicU64>,
+    /// The running source's waker: a release ends its idle wait.
+    waker: Arc<Mutex<Option<SourceWaker>>>,
 }
 
 impl Release {
@@ -30,11 +28,16 @@ impl Release {
         Release {
             bound: Arc::new(AtomicU64::new(bound)),
             waiting_at: Arc::new(AtomicU64::new(u64::MAX)),
+            waker: Arc::default(),
         }
     }
-    /// Releases transactions below `bound`.
+    /// Releases transactions below `bound` (and wakes the source if it waits).
     pub fn release(&self, bound: u64) {
         self.bound.fetch_max(bound, Ordering::SeqCst);
+        let waker = self.waker.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(w) = waker.as_ref() {
+            w.wake();
+        }
     }
     /// Whether the source has emitted every transaction below `bound` and waits.
     pub fn is_waiting_at(&self, bound: u64) -> bool {
@@ -66,6 +69,15 @@ impl TransactionSource {
 }
 
 impl Source<Transaction> for TransactionSource {
+    fn set_waker(&mut self, waker: SourceWaker) {
+        // A restarted source replaces the waker of the one before.
+        *self
+            .release
+            .waker
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some(waker);
+    }
+
     fn poll_batch(
         &mut self,
         out: &mut Vec<Transaction>,
@@ -76,9 +88,9 @@ impl Source<Transaction> for TransactionSource {
         }
         let bound = self.release.bound.load(Ordering::SeqCst).min(self.end);
         if self.next >= bound {
+            // Idle, at no cost, until a release wakes it.
             self.release.waiting_at.store(self.next, Ordering::SeqCst);
-            std::thread::sleep(HELD_POLL);
-            return Ok(SourceStatus::More);
+            return Ok(SourceStatus::Idle { until: None });
         }
         let stop = bound.min(self.next + max as u64);
         out.extend((self.next..stop).map(|i| transaction(self.seed, i, self.cards)));

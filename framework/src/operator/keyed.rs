@@ -155,14 +155,17 @@ where
         Ok(())
     }
 
-    /// Applies the config changes made while the job ran (functions with hooks only).
-    pub(crate) fn apply_live_config(&mut self, env: &crate::graph::OpEnv) -> Result<(), TaskError> {
+    /// Applies the config changes (key, value) made while the job ran (functions with hooks
+    /// only).
+    pub(crate) fn apply_live_config(
+        &mut self,
+        changes: &[(String, String)],
+    ) -> Result<(), crate::hooks::ConfigError> {
         let Some(h) = &self.hooks else {
             return Ok(());
         };
-        for (key, value) in &env.live_config {
-            (h.configure)(&mut self.f, key, value)
-                .map_err(|e| env.restore_error(format!("cannot apply live config: {e}")))?;
+        for (key, value) in changes {
+            (h.configure)(&mut self.f, key, value)?;
         }
         Ok(())
     }
