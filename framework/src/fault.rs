@@ -12,7 +12,7 @@
 //! assert_eq!(plan.fired(), 0);
 //! ```
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -41,6 +41,9 @@ pub struct Fault {
     pub at_record: u64,
     /// How.
     pub kind: FaultKind,
+    /// Fire only once this many checkpoints of the job have completed (then at the first
+    /// batch at or after `at_record`): a fault tied to an event, not to how fast the job ran.
+    pub after_checkpoints: Option<u64>,
     fired: Arc<AtomicBool>,
 }
 
@@ -52,8 +55,42 @@ impl Fault {
             subtask: None,
             at_record,
             kind,
+            after_checkpoints: None,
             fired: Arc::new(AtomicBool::new(false)),
         }
+    }
+
+    /// Fires only once `n` checkpoints of the job have completed: at the first batch at or
+    /// after `at_record` from then on (so the job restores a checkpoint, however fast or slow
+    /// the machine is).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use weir::testing::{Fault, FaultKind, FaultPlan};
+    /// let plan = FaultPlan::new(vec![Fault::new("double", FaultKind::Panic, 0).after_checkpoints(2)]);
+    /// let mut cfg = weir::EnvConfig::default();
+    /// cfg.checkpoint.interval = Some(Duration::from_millis(10));
+    /// cfg.faults = plan.clone();
+    /// weir::testing::quiet_injected_panics();
+    /// let env = weir::Env::with_config(cfg);
+    /// env.generate(u64::MAX, |i| i)
+    ///     .map(|x: u64| x * 2)
+    ///     .uid("double")
+    ///     .discard();
+    /// let job = env.start("after-checkpoints-doc").unwrap();
+    /// let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    /// // The fault fires once checkpoint 1 completed, so the restart restores a checkpoint.
+    /// while job.checkpoint_stats().and_then(|s| s.last_restored_checkpoint_id).is_none() {
+    ///     assert!(std::time::Instant::now() < deadline);
+    ///     std::thread::sleep(Duration::from_millis(1));
+    /// }
+    /// assert_eq!(plan.fired(), 1);
+    /// job.cancel();
+    /// let _ = job.wait();
+    /// ```
+    pub fn after_checkpoints(mut self, n: u64) -> Self {
+        self.after_checkpoints = Some(n);
+        self
     }
 
     /// Only in subtask `i`.
@@ -68,6 +105,8 @@ impl Fault {
 pub struct FaultPlan {
     faults: Arc<Vec<Fault>>,
     released: Arc<AtomicBool>,
+    /// Checkpoints the job has completed (for [`Fault::after_checkpoints`]).
+    checkpoints: Arc<AtomicU64>,
 }
 
 impl PartialEq for FaultPlan {
@@ -82,7 +121,13 @@ impl FaultPlan {
         FaultPlan {
             faults: Arc::new(faults),
             released: Arc::new(AtomicBool::new(false)),
+            checkpoints: Arc::new(AtomicU64::new(0)),
         }
+    }
+
+    /// The job completed a checkpoint (the controller tells the plan).
+    pub(crate) fn checkpoint_completed(&self) {
+        self.checkpoints.fetch_add(1, Ordering::SeqCst);
     }
 
     /// How many faults have fired.
@@ -127,6 +172,7 @@ impl FaultPlan {
             faults: mine,
             seen: 0,
             released: self.released.clone(),
+            checkpoints: self.checkpoints.clone(),
         })
     }
 }
@@ -137,6 +183,7 @@ pub(crate) struct FaultProbe {
     faults: Vec<Fault>,
     seen: u64,
     released: Arc<AtomicBool>,
+    checkpoints: Arc<AtomicU64>,
 }
 
 impl FaultProbe {
@@ -152,7 +199,11 @@ impl FaultProbe {
         let (from, to) = (self.seen, self.seen + n as u64);
         self.seen = to;
         for f in &self.faults {
-            if f.at_record >= from && f.at_record < to && !f.fired.swap(true, Ordering::SeqCst) {
+            let due = match f.after_checkpoints {
+                None => f.at_record >= from && f.at_record < to,
+                Some(n) => f.at_record < to && self.checkpoints.load(Ordering::SeqCst) >= n,
+            };
+            if due && !f.fired.swap(true, Ordering::SeqCst) {
                 tracing::warn!(uid = %f.uid, record = f.at_record, kind = ?f.kind, "injecting a fault");
                 match f.kind {
                     FaultKind::Panic => panic!(

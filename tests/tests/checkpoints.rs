@@ -7,6 +7,8 @@
 //! Exactly-once holds when every id is committed once and each key's counts are exactly
 //! `1..=n_key` (the restored keyed state continued where the checkpoint left it).
 
+mod common;
+
 use std::collections::HashMap;
 use std::time::Duration;
 
@@ -271,8 +273,9 @@ fn a_fault_during_recovery_and_four_in_a_row_still_exactly_once() {
     check_exactly_once(n, &r.committed);
 }
 
-/// Runs 20,000 ids through `sink` (parallelism 2) with a panic in `map` at record 6,000,
-/// checks that the job restored a checkpoint, and returns the sink's output directory.
+/// Runs 20,000 ids through `sink` (parallelism 2) with a panic in `map` once a checkpoint
+/// completed, checks that the job restored a checkpoint, and returns the sink's output
+/// directory.
 fn file_job(
     name: &str,
     sink: impl FnOnce(weir::DataStream<u64>, &std::path::Path) -> weir::SinkStream,
@@ -281,6 +284,10 @@ fn file_job(
 }
 
 /// [`file_job`] with the fault in operator `fault_uid` (`src`, `map` or the sink's uid).
+///
+/// Tied to events, not to speed: the source holds half of its input until a checkpoint has
+/// completed, and the fault fires at the first batch after that checkpoint, so the job
+/// always restores one.
 fn file_job_failing_in(
     name: &str,
     fault_uid: &str,
@@ -288,16 +295,17 @@ fn file_job_failing_in(
 ) -> std::path::PathBuf {
     let dir = tmp_dir(name);
     let out_dir = tmp_dir(&format!("{name}-out"));
-    // Late in the input (8,000 of each subtask's 10,000), after several checkpoints.
-    let plan = FaultPlan::new(vec![Fault::new(fault_uid, FaultKind::Panic, 8_000)]);
+    let plan = FaultPlan::new(vec![
+        Fault::new(fault_uid, FaultKind::Panic, 0).after_checkpoints(1)
+    ]);
     let env = Env::with_config(config(
         CheckpointMode::ExactlyOnce,
         plan.clone(),
         100_000.0,
         &dir,
     ));
-    let stream = env
-        .generate(20_000, |i| i)
+    let release = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let stream = common::held_generator(&env, 20_000, release.clone())
         .uid("src")
         .set_parallelism(2)
         .map(|x: u64| x)
@@ -305,7 +313,10 @@ fn file_job_failing_in(
         .set_parallelism(2)
         .rebalance();
     sink(stream, &out_dir).set_parallelism(2);
-    let result = env.execute(name).expect("job recovers");
+    let job = env.start(name).expect("start");
+    weir::testing::wait_for_checkpoint(&job, 1, common::TIMEOUT).expect("a checkpoint");
+    release.store(true, std::sync::atomic::Ordering::SeqCst);
+    let result = common::within_timeout(move || job.wait()).expect("job recovers");
     assert_eq!(plan.fired(), 1);
     assert!(result
         .checkpoints

@@ -187,3 +187,66 @@ pub fn execute_within(env: &weir::Env, name: &str) -> Result<weir::JobResult, we
     let handle = env.start(name)?;
     within_timeout(move || handle.wait())
 }
+
+/// `0..n` split over the source's subtasks, each holding at the middle of its share (idle,
+/// so checkpoints go on) until `release` is set: a test can let an event happen (a checkpoint
+/// complete, say) before the rest of the input comes, however fast the machine is.
+/// Replayable: its position is the next id.
+pub fn held_generator(
+    env: &weir::Env,
+    n: u64,
+    release: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> weir::DataStream<u64> {
+    env.add_source("generate", move |cx: weir::source::SourceContext| {
+        let share = cx.share_of(n);
+        Ok(Held {
+            next: share.start,
+            end: share.end,
+            hold_at: share.start + (share.end - share.start) / 2,
+            release: release.clone(),
+        })
+    })
+}
+
+struct Held {
+    next: u64,
+    end: u64,
+    hold_at: u64,
+    release: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl weir::source::Source<u64> for Held {
+    fn poll_batch(
+        &mut self,
+        out: &mut Vec<u64>,
+        max: usize,
+    ) -> Result<weir::source::SourceStatus, weir::SourceError> {
+        use weir::source::SourceStatus;
+        if self.next >= self.end {
+            return Ok(SourceStatus::End);
+        }
+        let released = self.release.load(Ordering::SeqCst);
+        let bound = if released { self.end } else { self.hold_at };
+        if self.next >= bound {
+            return Ok(SourceStatus::Idle {
+                until: Some(Duration::from_millis(1)),
+            });
+        }
+        let stop = bound.min(self.next + max as u64);
+        out.extend(self.next..stop);
+        self.next = stop;
+        Ok(SourceStatus::More)
+    }
+    fn position(&self) -> Option<Vec<u8>> {
+        Some(self.next.to_le_bytes().to_vec())
+    }
+    fn seek(&mut self, position: &[u8]) -> Result<(), weir::SourceError> {
+        let bytes: [u8; 8] = position
+            .try_into()
+            .map_err(|_| weir::SourceError::BadPosition {
+                message: format!("expected 8 bytes, got {}", position.len()),
+            })?;
+        self.next = u64::from_le_bytes(bytes);
+        Ok(())
+    }
+}

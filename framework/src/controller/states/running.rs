@@ -277,6 +277,7 @@ impl Running {
             return Ok(());
         }
         ctx.coordinator.complete(&done, Instant::now());
+        ctx.cfg.faults.checkpoint_completed();
         tracing::info!(checkpoint = done.id, duration = ?done.duration, size = done.size, "checkpoint complete");
         store::retain(&root, ctx.cfg.checkpoint.retained);
         for a in &self.dep.actors {
