@@ -304,8 +304,12 @@ fn file_job_failing_in(
         100_000.0,
         &dir,
     ));
-    let release = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let stream = common::held_generator(&env, 20_000, release.clone())
+    let hold = weir::testing::Hold::new();
+    let h = hold.clone();
+    let stream = env
+        .add_source("generate", move |cx| {
+            Ok(weir::testing::HeldIds::new(cx, 20_000, 0.5, h.clone()))
+        })
         .uid("src")
         .set_parallelism(2)
         .map(|x: u64| x)
@@ -315,7 +319,7 @@ fn file_job_failing_in(
     sink(stream, &out_dir).set_parallelism(2);
     let job = env.start(name).expect("start");
     weir::testing::wait_for_checkpoint(&job, 1, common::TIMEOUT).expect("a checkpoint");
-    release.store(true, std::sync::atomic::Ordering::SeqCst);
+    hold.release();
     let result = common::within_timeout(move || job.wait()).expect("job recovers");
     assert_eq!(plan.fired(), 1);
     assert!(result

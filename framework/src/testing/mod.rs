@@ -10,7 +10,9 @@
 //!   (missing, duplicated, unexpected); [`TwoPhaseFileSink`] is an exactly-once part-file
 //!   sink whose committed output [`read_committed`] reads back.
 //! - Events: [`wait_for_checkpoint`] waits until a running job has completed `n`
-//!   checkpoints, so a test acts on an event, not after a sleep.
+//!   checkpoints, so a test acts on an event, not after a sleep; [`Fault::after_checkpoints`]
+//!   fires a fault only once `n` checkpoints completed; [`HeldIds`] holds part of its input
+//!   until the test releases it ([`Hold`]), so the input does not run out before the event.
 //! - Load: [`PacedSink`] takes a fixed number of records per second.
 //!
 //! A job that fails twice, recovers from its checkpoints, and still delivers every record
@@ -51,6 +53,7 @@
 mod checkpoints;
 mod exactly_once;
 mod faults;
+mod held;
 mod paced_sink;
 mod part_files;
 
@@ -61,6 +64,7 @@ pub use faults::{
     panic_message, quiet_injected_panics, quiet_injected_panics_with, quiet_released_hangs,
     RecordFaults,
 };
+pub use held::{HeldIds, Hold};
 pub use paced_sink::PacedSink;
 pub use part_files::{
     clear_part_files, encode_display, encode_json, encode_string, parse_part_name, part_name,
