@@ -27,6 +27,25 @@ struct Args {
     /// Checkpoint the keyed counts this often (off by default).
     #[arg(long)]
     checkpoint_interval_ms: Option<u64>,
+    /// Count in a derived operator's keyed `#[weir(state)]` field (`KeyedStream::apply`)
+    /// instead of a `process` closure's per-key state: what moving the key's value in and
+    /// out of the field costs.
+    #[arg(long)]
+    derived: bool,
+}
+
+/// The running count as a derived operator: a keyed `ValueState` field.
+#[derive(Clone, Default, weir::Operator)]
+struct Count {
+    #[weir(state)]
+    count: ValueState<u64>,
+}
+
+impl weir::ProcessFunction<u64, u64> for Count {
+    #[inline]
+    fn process(&mut self, _x: u64, _out: &mut Collector<u64>) {
+        *self.count.get_or_insert_with(|| 0) += 1;
+    }
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -45,17 +64,21 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         cfg.checkpoint.directory = checkpoint_dir.clone();
     }
     let env = Env::with_config(cfg);
-    env.generate(args.records, |i| i)
+    let keyed = env
+        .generate(args.records, |i| i)
         .map(|x| x * 2 + 1)
         .filter(|x| x % 3 != 0)
-        .key_by(|x: &u64| x % 1024)
-        .process(
+        .key_by(|x: &u64| x % 1024);
+    let counted = if args.derived {
+        keyed.apply(Count::default())
+    } else {
+        keyed.process(
             |_k: &u64, count: &mut ValueState<u64>, _x: u64, _out: &mut Collector<u64>| {
                 *count.get_or_insert_with(|| 0) += 1;
             },
         )
-        .uid("count")
-        .discard();
+    };
+    counted.uid("count").discard();
     let result = env.execute("pipeline")?;
     let _ = std::fs::remove_dir_all(&checkpoint_dir);
     let checkpoints = result
@@ -73,6 +96,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             "parallelism": args.parallelism,
             "batch_size": args.batch_size,
             "chaining": !args.no_chaining,
+            "derived": args.derived,
             "channel_capacity": channel_capacity,
             "checkpoint_interval_ms": args.checkpoint_interval_ms,
             "checkpoints_completed": checkpoints,
