@@ -58,7 +58,7 @@ pub enum MalformedPolicy {
 }
 
 /// Why a line is malformed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum BadLineKind {
     /// Longer than the maximum line length.
