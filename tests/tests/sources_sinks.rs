@@ -264,12 +264,18 @@ fn read_lines_fails_on_a_line_that_is_not_utf8() {
         Err(JobError::SourceFailed {
             uid,
             subtask,
-            source: SourceError::Malformed { path, line, .. },
+            source:
+                SourceError::Malformed {
+                    path,
+                    line,
+                    byte_offset,
+                    ..
+                },
             ..
         }) => {
             assert_eq!((uid.as_str(), subtask), ("text", 0));
             assert_eq!(path, file);
-            assert_eq!(line, 4);
+            assert_eq!((line, byte_offset), (4, 13));
         }
         other => panic!("expected a Malformed source error, got {other:?}"),
     }
