@@ -13,6 +13,9 @@ use crate::key_group::DEFAULT_MAX_PARALLELISM;
 use crate::rate::RateControlConfig;
 use crate::restart::RestartStrategy;
 
+/// The longest line the line sources read by default (`EnvConfig::max_line_bytes`): 16 MiB.
+pub const DEFAULT_MAX_LINE_BYTES: usize = 16 * 1024 * 1024;
+
 /// Settings of an [`Env`](crate::Env) and the jobs it runs.
 ///
 /// ```
@@ -70,8 +73,6 @@ pub struct EnvConfig {
     /// before its `\n` (default 16 MiB, [`DEFAULT_MAX_LINE_BYTES`]). A longer line is
     /// malformed: it is never buffered whole, and goes to the side output or fails the job
     /// by the source's policy.
-    ///
-    /// [`DEFAULT_MAX_LINE_BYTES`]: crate::source::jsonl::DEFAULT_MAX_LINE_BYTES
     pub max_line_bytes: usize,
 }
 
@@ -94,7 +95,7 @@ impl Default for EnvConfig {
             stderr_warnings: crate::failure::stderr_warnings_default(),
             heartbeat_timeout: Duration::from_secs(30),
             faults: FaultPlan::default(),
-            max_line_bytes: crate::source::jsonl::DEFAULT_MAX_LINE_BYTES,
+            max_line_bytes: DEFAULT_MAX_LINE_BYTES,
         }
     }
 }

@@ -429,6 +429,7 @@ fn malformed_jsonl_fail_policy_names_the_first_bad_line() {
                     SourceError::Malformed {
                         path,
                         line,
+                        byte_offset,
                         message,
                     },
             } => {
@@ -438,6 +439,10 @@ fn malformed_jsonl_fail_policy_names_the_first_bad_line() {
                 );
                 assert_eq!(path, file);
                 assert_eq!(line, BAD_LINES[0], "the first bad line");
+                assert_eq!(
+                    byte_offset, 40,
+                    "after two lines of 19 bytes and their newlines"
+                );
                 assert!(!message.is_empty());
             }
             other => panic!("expected SourceFailed/Malformed, got {other:?}"),

@@ -24,7 +24,7 @@ use super::records::{BadRecord, Cleaned, ContentFlag, LevelThreshold, Tagged, Th
 ///     .process(Attach)
 ///     .collect();
 /// env.execute("attach-doc").unwrap();
-/// let tagged: Vec<Tagged> = out.take();
+/// let tagged: Vec<Tagged<String>> = out.take();
 /// assert_eq!(tagged[0].levels.as_slice().len(), 5);
 /// ```
 #[derive(Debug, Clone, Copy, Default)]

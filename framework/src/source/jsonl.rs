@@ -41,8 +41,7 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use super::{Source, SourceContext, SourceStatus};
 use crate::error::SourceError;
 
-/// The longest line a line source reads by default: 16 MiB (`EnvConfig::max_line_bytes`).
-pub const DEFAULT_MAX_LINE_BYTES: usize = 16 * 1024 * 1024;
+pub use crate::config::DEFAULT_MAX_LINE_BYTES;
 
 /// How much of an over-long line a [`BadLine`] keeps as its `text`: its first 1 KiB.
 pub const OVERLONG_PREVIEW_BYTES: usize = 1024;
