@@ -719,10 +719,10 @@ impl FaultyParseAndLevel {
 impl ProcessFunction<Tagged, Result<Cleaned, BadRecord>> for FaultyParseAndLevel {
     #[inline]
     fn process(&mut self, t: Tagged, out: &mut Collector<Result<Cleaned, BadRecord>>) {
-        self.catch_up(&t.line);
+        self.catch_up(&t.line.text);
         if let Some(k) = self.stopped_at {
             self.faults.processed_after(k);
-        } else if let Some(k) = self.faults.faults.check(&t.line) {
+        } else if let Some(k) = self.faults.faults.check(&t.line.text) {
             // Only a stop returns (a panic or a hang does not): the arbiter's loop ends after
             // this poll, and this instance counts what it processes until then.
             self.stopped_at = Some(k);

@@ -13,6 +13,9 @@ use crate::key_group::DEFAULT_MAX_PARALLELISM;
 use crate::rate::RateControlConfig;
 use crate::restart::RestartStrategy;
 
+/// The longest line the line sources read by default (`EnvConfig::max_line_bytes`): 16 MiB.
+pub const DEFAULT_MAX_LINE_BYTES: usize = 16 * 1024 * 1024;
+
 /// Settings of an [`Env`](crate::Env) and the jobs it runs.
 ///
 /// ```
@@ -66,6 +69,11 @@ pub struct EnvConfig {
     pub heartbeat_timeout: Duration,
     /// Injected faults (testing; default none).
     pub faults: FaultPlan,
+    /// The longest line the line sources (`read_lines`, `read_jsonl`, ...) read, in bytes
+    /// before its `\n` (default 16 MiB, [`DEFAULT_MAX_LINE_BYTES`]). A longer line is
+    /// malformed: it is never buffered whole, and goes to the side output or fails the job
+    /// by the source's policy.
+    pub max_line_bytes: usize,
 }
 
 impl Default for EnvConfig {
@@ -87,6 +95,7 @@ impl Default for EnvConfig {
             stderr_warnings: crate::failure::stderr_warnings_default(),
             heartbeat_timeout: Duration::from_secs(30),
             faults: FaultPlan::default(),
+            max_line_bytes: DEFAULT_MAX_LINE_BYTES,
         }
     }
 }
@@ -111,6 +120,9 @@ impl EnvConfig {
         }
         if self.max_parallelism == 0 {
             return bad("max_parallelism", "must be at least 1");
+        }
+        if self.max_line_bytes == 0 {
+            return bad("max_line_bytes", "must be at least 1");
         }
         if self.metrics_interval < Duration::from_millis(10) {
             return bad("metrics_interval", "must be at least 10 ms");

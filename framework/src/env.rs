@@ -14,7 +14,8 @@ use crate::operator::BoxOutput;
 use crate::source::collection::CollectionSource;
 use crate::source::generator::GeneratorSource;
 use crate::source::jsonl::{
-    BadLine, FailingJsonl, JsonlReader, LineReader, SkippingJsonl, TextLines,
+    BadLine, FailingJsonl, JsonlReader, Line, LineReader, LocatedLines, SkippingJsonl,
+    SkippingLines, TextLines,
 };
 use crate::source::{Source, SourceContext, SourceDriver, SourceWaker};
 use crate::stream::{DataStream, SharedGraph};
@@ -100,13 +101,23 @@ impl Env {
         S: Source<T>,
         F: Fn(SourceContext) -> Result<S, SourceError> + Send + 'static,
     {
+        self.add_configured_source(name, move |cx, _| factory(cx))
+    }
+
+    /// [`add_source`](Self::add_source) with a factory that also reads the job's config.
+    fn add_configured_source<T, S, F>(&self, name: &str, factory: F) -> DataStream<T>
+    where
+        T: Data,
+        S: Source<T>,
+        F: Fn(SourceContext, &EnvConfig) -> Result<S, SourceError> + Send + 'static,
+    {
         let builder = Box::new(move |env: &OpEnv, mut outputs: Vec<AnyBox>| {
             let out = unbox::<BoxOutput<T>>(outputs.remove(0));
             let cx = SourceContext {
                 subtask: env.info.subtask,
                 parallelism: env.info.parallelism,
             };
-            let mut source = factory(cx).map_err(|source| TaskError::Source {
+            let mut source = factory(cx, &env.config).map_err(|source| TaskError::Source {
                 uid: env.info.uid.clone(),
                 subtask: env.info.subtask,
                 source,
@@ -171,20 +182,22 @@ impl Env {
         })
     }
 
-    /// Records of type `T` from a JSON Lines file or directory. A malformed line fails the
-    /// job with an error naming the file and line ([`MalformedPolicy::Fail`]).
+    /// Records of type `T` from a JSON Lines file or directory. A malformed line (too long,
+    /// a NUL byte, not UTF-8, not a `T`: see [`jsonl`](crate::source::jsonl)) fails the job
+    /// with an error naming the file, line and byte offset ([`MalformedPolicy::Fail`]).
     ///
     /// [`MalformedPolicy::Fail`]: crate::source::jsonl::MalformedPolicy::Fail
     pub fn read_jsonl<T: Data>(&self, path: impl AsRef<Path>) -> DataStream<T> {
         let path: PathBuf = path.as_ref().to_owned();
-        self.add_source("read_jsonl", move |cx| {
-            JsonlReader::new(&path, cx).map(FailingJsonl)
+        self.add_configured_source("read_jsonl", move |cx, cfg| {
+            JsonlReader::new(&path, cx)
+                .map(|r| FailingJsonl(r.with_max_line_bytes(cfg.max_line_bytes)))
         })
     }
 
     /// Like [`read_jsonl`](Self::read_jsonl), but malformed lines are skipped, counted
-    /// (`records_rejected` of the source) and emitted on the second stream
-    /// ([`MalformedPolicy::Skip`]).
+    /// (`records_rejected` of the source) and emitted on the second stream, each with its
+    /// file, line and byte offset ([`MalformedPolicy::Skip`]).
     ///
     /// [`MalformedPolicy::Skip`]: crate::source::jsonl::MalformedPolicy::Skip
     pub fn read_jsonl_skipping<T: Data>(
@@ -192,19 +205,69 @@ impl Env {
         path: impl AsRef<Path>,
     ) -> (DataStream<T>, DataStream<BadLine>) {
         let path: PathBuf = path.as_ref().to_owned();
-        let raw: DataStream<Result<T, BadLine>> = self.add_source("read_jsonl", move |cx| {
-            JsonlReader::new(&path, cx).map(SkippingJsonl)
-        });
+        let raw: DataStream<Result<T, BadLine>> =
+            self.add_configured_source("read_jsonl", move |cx, cfg| {
+                JsonlReader::new(&path, cx)
+                    .map(|r| SkippingJsonl(r.with_max_line_bytes(cfg.max_line_bytes)))
+            });
         raw.split_named("malformed", true)
     }
 
     /// The lines of a text file or directory, without line endings; blank lines are passed
-    /// over. A line that is not UTF-8 fails the job with an error naming the file and line.
+    /// over. A malformed line (longer than `EnvConfig::max_line_bytes`, a NUL byte, not
+    /// UTF-8) fails the job with an error naming the file, line and byte offset.
     pub fn read_lines(&self, path: impl AsRef<Path>) -> DataStream<String> {
         let path: PathBuf = path.as_ref().to_owned();
-        self.add_source("read_lines", move |cx| {
-            LineReader::new(&path, cx).map(TextLines)
+        self.add_configured_source("read_lines", move |cx, cfg| {
+            LineReader::new(&path, cx).map(|r| TextLines(r.with_max_line_bytes(cfg.max_line_bytes)))
         })
+    }
+
+    /// Like [`read_lines`](Self::read_lines), but malformed lines are skipped, counted
+    /// (`records_rejected`) and emitted on the second stream with their file, line and byte
+    /// offset.
+    ///
+    /// ```
+    /// let dir = std::env::temp_dir().join(format!("weir-doc-lines-{}", std::process::id()));
+    /// std::fs::create_dir_all(&dir).unwrap();
+    /// let file = dir.join("in.txt");
+    /// std::fs::write(&file, b"good\nbad \xff\nalso good").unwrap();
+    /// let env = weir::Env::new();
+    /// let (good, bad) = env.read_lines_skipping(&file);
+    /// let (good, bad) = (good.collect(), bad.collect());
+    /// env.execute("lines").unwrap();
+    /// assert_eq!(good.take(), ["good", "also good"]);
+    /// let bad: Vec<weir::BadLine> = bad.take();
+    /// assert_eq!((bad[0].line, bad[0].byte_offset, bad[0].kind), (2, 5, weir::BadLineKind::NotUtf8));
+    /// # std::fs::remove_dir_all(&dir).unwrap();
+    /// ```
+    pub fn read_lines_skipping(
+        &self,
+        path: impl AsRef<Path>,
+    ) -> (DataStream<String>, DataStream<BadLine>) {
+        let path: PathBuf = path.as_ref().to_owned();
+        let raw: DataStream<Result<String, BadLine>> =
+            self.add_configured_source("read_lines", move |cx, cfg| {
+                LineReader::new(&path, cx)
+                    .map(|r| SkippingLines(r.with_max_line_bytes(cfg.max_line_bytes)))
+            });
+        raw.split_named("malformed", true)
+    }
+
+    /// Like [`read_lines_skipping`](Self::read_lines_skipping), but every line comes with its
+    /// file, line number and byte offset ([`Line`]), so that what a later operator refuses
+    /// can be traced to its place in the input too.
+    pub fn read_located_lines_skipping(
+        &self,
+        path: impl AsRef<Path>,
+    ) -> (DataStream<Line>, DataStream<BadLine>) {
+        let path: PathBuf = path.as_ref().to_owned();
+        let raw: DataStream<Result<Line, BadLine>> =
+            self.add_configured_source("read_lines", move |cx, cfg| {
+                LineReader::new(&path, cx)
+                    .map(|r| LocatedLines(r.with_max_line_bytes(cfg.max_line_bytes)))
+            });
+        raw.split_named("malformed", true)
     }
 
     /// Plans and starts the job; returns once every subtask is deployed. The graph built so

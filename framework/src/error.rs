@@ -105,13 +105,16 @@ pub enum SourceError {
         /// Why.
         message: String,
     },
-    /// A line of a JSON Lines file is not a valid record (policy `Fail`).
-    #[error("malformed record in {path} line {line}: {message}")]
+    /// A line of a line file is malformed: too long, a NUL byte, not UTF-8, or (JSON Lines)
+    /// not a valid record (policy `Fail`).
+    #[error("malformed record in {path} line {line} (byte offset {byte_offset}): {message}")]
     Malformed {
         /// The file.
         path: PathBuf,
         /// 1-based line number.
         line: u64,
+        /// Offset in the file of the line's first byte.
+        byte_offset: u64,
         /// Why it did not parse.
         message: String,
     },

@@ -257,6 +257,7 @@ mod tests {
             source: SourceError::Malformed {
                 path: "in.jsonl".into(),
                 line: 3,
+                byte_offset: 120,
                 message: "bad".into(),
             },
         };

@@ -109,7 +109,7 @@ pub use operator::process::ProcessFunction;
 pub use operator::{Collector, OperatorInfo};
 pub use restart::RestartStrategy;
 pub use sink::CollectSink;
-pub use source::jsonl::{BadLine, MalformedPolicy};
+pub use source::jsonl::{BadLine, BadLineKind, Line, MalformedPolicy};
 pub use state::{
     KeyedState, ListState, MapState, Reduce, ReducingState, StateTtl, TtlUpdate, ValueState,
 };

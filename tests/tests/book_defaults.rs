@@ -44,6 +44,16 @@ fn dur(d: Duration) -> String {
     }
 }
 
+/// `bytes` in whole MiB, as the book writes it.
+fn mib(bytes: usize) -> usize {
+    assert_eq!(
+        bytes % (1 << 20),
+        0,
+        "{bytes} bytes is not a whole number of MiB"
+    );
+    bytes >> 20
+}
+
 /// Phrases with "default" and a number that quote no config default, and why.
 const NOT_CHECKED: &[(&str, &str, &str)] = &[(
     "backpressure.md",
@@ -57,6 +67,14 @@ fn quotes() -> Vec<(&'static str, String)> {
     let rc = RateControlConfig::default();
     let b = BackupPolicy::default();
     let mut q = vec![
+        // Line sources.
+        (
+            "sources-and-sinks.md",
+            format!(
+                "more bytes before its `\\n` than `EnvConfig::max_line_bytes` (default {} MiB)",
+                mib(c.max_line_bytes)
+            ),
+        ),
         // Batches and channels.
         (
             "batches-and-credit.md",

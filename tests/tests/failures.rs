@@ -295,6 +295,7 @@ impl Source<u64> for Numbers {
                     return Err(SourceError::Malformed {
                         path: "numbers".into(),
                         line: self.bad,
+                        byte_offset: 0,
                         message: "unreadable".into(),
                     });
                 }

@@ -264,12 +264,18 @@ fn read_lines_fails_on_a_line_that_is_not_utf8() {
         Err(JobError::SourceFailed {
             uid,
             subtask,
-            source: SourceError::Malformed { path, line, .. },
+            source:
+                SourceError::Malformed {
+                    path,
+                    line,
+                    byte_offset,
+                    ..
+                },
             ..
         }) => {
             assert_eq!((uid.as_str(), subtask), ("text", 0));
             assert_eq!(path, file);
-            assert_eq!(line, 4);
+            assert_eq!((line, byte_offset), (4, 13));
         }
         other => panic!("expected a Malformed source error, got {other:?}"),
     }
@@ -423,6 +429,7 @@ fn malformed_jsonl_fail_policy_names_the_first_bad_line() {
                     SourceError::Malformed {
                         path,
                         line,
+                        byte_offset,
                         message,
                     },
             } => {
@@ -432,6 +439,10 @@ fn malformed_jsonl_fail_policy_names_the_first_bad_line() {
                 );
                 assert_eq!(path, file);
                 assert_eq!(line, BAD_LINES[0], "the first bad line");
+                assert_eq!(
+                    byte_offset, 40,
+                    "after two lines of 19 bytes and their newlines"
+                );
                 assert!(!message.is_empty());
             }
             other => panic!("expected SourceFailed/Malformed, got {other:?}"),

@@ -8,6 +8,7 @@
 use std::fmt::Write as _;
 
 use serde::Deserialize;
+use weir::Line;
 
 use super::records::{Answer, BadRecord, Cleaned, ContentFlag, Thresholds};
 
@@ -104,8 +105,9 @@ pub fn clean(answer: &Answer, levels: &Thresholds) -> Result<Cleaned, String> {
     )
 }
 
-/// The `flat_map` step: parses `line` and assigns its level. A line that is not an
-/// [`Answer`], or whose likes are below every threshold, becomes a [`BadRecord`].
+/// Parses `line` and assigns its level: [`clean_located`] for a line without coordinates
+/// (its [`BadRecord`] has none). A line that is not an [`Answer`], or whose likes are below
+/// every threshold, becomes a [`BadRecord`].
 ///
 /// ```
 /// use weir_examples::answers::{clean_line, default_levels, Thresholds};
@@ -118,11 +120,35 @@ pub fn clean(answer: &Answer, levels: &Thresholds) -> Result<Cleaned, String> {
 /// ```
 #[inline]
 pub fn clean_line(line: String, levels: &Thresholds) -> Result<Cleaned, BadRecord> {
-    let r = match serde_json::from_str::<AnswerRef<'_>>(&line) {
+    parse_and_level(&line, levels).map_err(|error| BadRecord::new(line, error))
+}
+
+/// The `flat_map` step: parses `line` and assigns its level. A line that is not an
+/// [`Answer`], or whose likes are below every threshold, becomes a [`BadRecord`] with the
+/// line's file, line number and byte offset.
+///
+/// ```
+/// use std::sync::Arc;
+/// use weir_examples::answers::{clean_located, default_levels, Thresholds};
+/// let levels = Thresholds::from_vec(default_levels());
+/// let line = weir::Line { path: Arc::from("in.jsonl"), line: 3, byte_offset: 80, text: "{not json".into() };
+/// let bad = clean_located(line, &levels).unwrap_err();
+/// assert_eq!((bad.path.as_deref(), bad.line_number, bad.byte_offset), (Some("in.jsonl"), Some(3), Some(80)));
+/// ```
+#[inline]
+pub fn clean_located(mut line: Line, levels: &Thresholds) -> Result<Cleaned, BadRecord> {
+    parse_and_level(&line.text, levels).map_err(|error| {
+        let text = std::mem::take(&mut line.text);
+        BadRecord::at(&line, text, error)
+    })
+}
+
+#[inline]
+fn parse_and_level(line: &str, levels: &Thresholds) -> Result<Cleaned, String> {
+    match serde_json::from_str::<AnswerRef<'_>>(line) {
         Ok(a) => cleaned(a.id, a.user.id, a.likes, &a.content, levels),
         Err(e) => Err(e.to_string()),
-    };
-    r.map_err(|error| BadRecord { line, error })
+    }
 }
 
 #[cfg(test)]

@@ -8,8 +8,9 @@
 //! summarize a run (`summary`).
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
-use weir::{DataStream, Env};
+use weir::{DataStream, Env, Line};
 
 use super::clean::format_cleaned;
 use super::counts::LevelCounts;
@@ -21,14 +22,16 @@ use super::uid;
 /// Where the answers come from.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Answers {
-    /// `records` generated answers ([`answer_json`]) of stream `seed`.
+    /// `records` generated answers ([`answer_json`]) of stream `seed`, as lines of the path
+    /// `<generated, seed S>` numbered from 1 (at byte offset 0: they have no file).
     Generated {
         /// How many.
         records: u64,
         /// Which stream.
         seed: u64,
     },
-    /// The lines of a file, or of a directory's files.
+    /// The lines of a file, or of a directory's files. Lines that are not text (too long, a
+    /// NUL byte, not UTF-8) go to the side output with the others that do not parse.
     Lines(PathBuf),
 }
 
@@ -121,13 +124,24 @@ pub fn cleaning_streams_with(
     // are dealt to arbiter threads round robin in graph order, so `source` and `connect` do
     // not share a thread when there are two.)
     let levels = levels_stream(env, &input.levels);
-    // The answers: raw JSON lines, generated or read from files.
-    let lines: DataStream<String> = match &input.answers {
+    // The answers: raw JSON lines with where they were read, generated or read from files.
+    // File lines that are not text are split off at the source, never lost.
+    let (lines, unreadable): (DataStream<Line>, _) = match &input.answers {
         Answers::Generated { records, seed } => {
             let seed = *seed;
-            env.generate(*records, move |i| answer_json(seed, i))
+            let path: Arc<str> = Arc::from(format!("<generated, seed {seed}>"));
+            let lines = env.generate(*records, move |i| Line {
+                path: path.clone(),
+                line: i + 1,
+                byte_offset: 0,
+                text: answer_json(seed, i),
+            });
+            (lines, None)
         }
-        Answers::Lines(path) => env.read_lines(path),
+        Answers::Lines(path) => {
+            let (lines, unreadable) = env.read_located_lines_skipping(path);
+            (lines, Some(unreadable))
+        }
     };
     let lines = lines.uid(uid::SOURCE).set_parallelism(p);
     // Files are dealt to source subtasks whole: spread the lines of fewer files than subtasks.
@@ -156,6 +170,15 @@ pub fn cleaning_streams_with(
         .uid(uid::FILTER)
         .name("filter")
         .set_parallelism(p);
+    // The lines the source could not read as text join the side output.
+    let malformed = match unreadable {
+        None => malformed,
+        Some(u) => malformed.union([u
+            .map(BadRecord::from)
+            .uid(uid::UNREADABLE)
+            .name("unreadable")
+            .set_parallelism(p)]),
+    };
     // ANCHOR_END: graph
     (kept, malformed)
 }

@@ -10,10 +10,15 @@
 //! ```text
 //! source ──────────────┐ (forward)
 //!                      ├─> connect ─> flat_map ─> split ─> filter ─> map ─> sink
-//! levels ─(broadcast)──┘                            └─(malformed)─> malformed
+//! levels ─(broadcast)──┘                            └─(malformed)─┬─> malformed
+//! source ─(not text)─> unreadable ────────────────────────────────┘
 //! ```
 //!
-//! - `source`: raw lines (`String`) from a file or directory, or generated ([`answer_json`]).
+//! - `source`: raw lines ([`weir::Line`]: the text with its file, line number and byte
+//!   offset) from a file or directory, or generated ([`answer_json`]). A file line that is not
+//!   even text — longer than `EnvConfig::max_line_bytes`, with a NUL byte, or not UTF-8 — is
+//!   split off at the source (`read_located_lines_skipping`) and joins the side output below
+//!   as a [`BadRecord`] (operator `unreadable`); the job goes on.
 //! - `levels`: the thresholds ([`LevelThreshold`]) from a JSON Lines file or the built-in
 //!   [`default_levels`]; parallelism 1, broadcast to every `connect` subtask.
 //! - `connect`: [`Attach`] keeps the thresholds as broadcast state (sorted by `min_likes`, read
@@ -24,8 +29,10 @@
 //! - `split`: `Ok` records go on; **a malformed line is never dropped silently**: it goes, as
 //!   a [`BadRecord`] with the line and the parse error, to the side output, which the
 //!   `malformed` sink writes as JSON Lines to `part-malformed-<subtask>` in the output
-//!   directory (and the job summary counts). A line is malformed when it is not a JSON
-//!   [`Answer`], or when its likes are below every threshold (no level applies).
+//!   directory (and the job summary counts), with the file, line number and byte offset it
+//!   was read at. A line is malformed when it is not text (above), not a JSON [`Answer`]
+//!   (including a last line cut short, without its newline), or when its likes are below
+//!   every threshold (no level applies).
 //! - `filter`: drops answers whose content is empty after trimming or starts with `[spam]`
 //!   ([`ContentFlag`]).
 //! - `map`: formats `id,user_id,likes,level` (e.g. `42,36972,390,L2`) and counts records per
@@ -60,7 +67,7 @@ mod records;
 mod summary;
 pub mod uid;
 
-pub use clean::{clean, clean_line, content_flag, format_cleaned};
+pub use clean::{clean, clean_line, clean_located, content_flag, format_cleaned};
 pub use counts::{LevelCounter, LevelCounts};
 pub use graph::{
     build_answer_cleaning, cleaning_streams, cleaning_streams_with, levels_stream, Answers,

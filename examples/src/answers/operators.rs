@@ -6,7 +6,7 @@
 
 use weir::{BroadcastProcessFunction, Collector, Data, Operator, ProcessFunction};
 
-use super::clean::clean_line;
+use super::clean::clean_located;
 use super::records::{BadRecord, Cleaned, ContentFlag, LevelThreshold, Tagged, Thresholds};
 
 /// The `connect` operator: keeps the thresholds as broadcast state and tags every main record
@@ -24,7 +24,7 @@ use super::records::{BadRecord, Cleaned, ContentFlag, LevelThreshold, Tagged, Th
 ///     .process(Attach)
 ///     .collect();
 /// env.execute("attach-doc").unwrap();
-/// let tagged: Vec<Tagged> = out.take();
+/// let tagged: Vec<Tagged<String>> = out.take();
 /// assert_eq!(tagged[0].levels.as_slice().len(), 5);
 /// ```
 #[derive(Debug, Clone, Copy, Default)]
@@ -53,7 +53,7 @@ impl<L: Data> BroadcastProcessFunction<L, LevelThreshold, Tagged<L>> for Attach 
 
 // ANCHOR: operators
 /// The `flat_map` operator: parses each line and assigns its level, one `Ok(Cleaned)` or
-/// `Err(BadRecord)` per line. Its counters are operator state: they are snapshotted and
+/// `Err(BadRecord)` (with the line's file, line number and byte offset) per line. Its counters are operator state: they are snapshotted and
 /// restored with the operator.
 #[derive(Debug, Clone, Default, Operator)]
 #[weir(name = "parse-and-level", version = 1)]
@@ -69,7 +69,7 @@ pub struct ParseAndLevel {
 impl ProcessFunction<Tagged, Result<Cleaned, BadRecord>> for ParseAndLevel {
     #[inline]
     fn process(&mut self, t: Tagged, out: &mut Collector<Result<Cleaned, BadRecord>>) {
-        let r = clean_line(t.line, &t.levels);
+        let r = clean_located(t.line, &t.levels);
         match r {
             Ok(_) => self.parsed += 1,
             Err(_) => self.malformed += 1,

@@ -235,9 +235,10 @@ impl<'de> Deserialize<'de> for Thresholds {
     }
 }
 
-/// A raw line (or any main-input record `L`) with the thresholds current when it was read.
+/// A raw line with where it was read ([`weir::Line`]; or any main-input record `L`) and the
+/// thresholds current when it was read.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Tagged<L = String> {
+pub struct Tagged<L = weir::Line> {
     /// The record.
     pub line: L,
     /// The thresholds.
@@ -296,13 +297,66 @@ impl fmt::Display for Cleaned {
     }
 }
 
-/// A line that is not a valid answer, with the reason: the side output of `split`.
+/// A line that is not a valid answer, with the reason and where it was read: the side output
+/// of `split` (and, for lines that are not even text, of the source).
+///
+/// The coordinates are those of the [`weir::Line`] the job read: for file input, the file,
+/// 1-based line number and byte offset of the line's first byte; for generated answers, the
+/// path `<generated, seed S>`, the answer's index + 1 and offset 0. A record made by
+/// [`clean_line`](super::clean_line) from a bare string has none.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BadRecord {
-    /// The line as read.
+    /// The file the line was read from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+    /// Its 1-based line number in the file.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub line_number: Option<u64>,
+    /// The offset in the file of its first byte.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub byte_offset: Option<u64>,
+    /// The line as read (lossily decoded if it was not UTF-8; of a line over the maximum
+    /// length, its start only).
     pub line: String,
     /// Why it was refused.
     pub error: String,
+}
+
+impl BadRecord {
+    /// A refused line without coordinates.
+    pub fn new(line: String, error: String) -> Self {
+        BadRecord {
+            path: None,
+            line_number: None,
+            byte_offset: None,
+            line,
+            error,
+        }
+    }
+
+    /// A refused line read at `at`.
+    pub fn at(at: &weir::Line, line: String, error: String) -> Self {
+        BadRecord {
+            path: Some(at.path.to_string()),
+            line_number: Some(at.line),
+            byte_offset: Some(at.byte_offset),
+            line,
+            error,
+        }
+    }
+}
+
+/// A line the source could not read as text (too long, a NUL byte, not UTF-8).
+impl From<weir::BadLine> for BadRecord {
+    fn from(b: weir::BadLine) -> Self {
+        BadRecord {
+            path: Some(b.path),
+            line_number: Some(b.line),
+            byte_offset: Some(b.byte_offset),
+            line: b.text,
+            error: b.error,
+        }
+    }
 }
 
 #[cfg(test)]

@@ -19,5 +19,8 @@ pub const FILTER: &str = "filter";
 pub const MAP: &str = "map";
 /// Writes the output lines.
 pub const SINK: &str = "sink";
+/// Turns the lines the source could not read as text (too long, NUL bytes, not UTF-8) into
+/// malformed records (file input only).
+pub const UNREADABLE: &str = "unreadable";
 /// Writes the malformed lines.
 pub const MALFORMED: &str = "malformed";

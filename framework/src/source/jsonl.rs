@@ -1,31 +1,76 @@
 //! Line files: JSON Lines read into a user type with serde, and plain text lines.
 //!
 //! A path is a file or a directory (its regular files, sorted by name); files are dealt to
-//! the source's subtasks round robin. Blank lines hold no record and are passed over. A line
-//! that is not valid UTF-8 or does not deserialize is *malformed*; the [`MalformedPolicy`]
-//! decides: `Fail` (default) fails the job with an error naming file and line, `Skip` sends the
-//! line to a side output of [`BadLine`]s and counts it. A malformed line is never dropped
-//! silently.
+//! the source's subtasks round robin. Lines end at `\n` (a `\r` before it is removed too).
+//! Blank lines (only ASCII white space) hold no record and are passed over, but count in
+//! line numbers. Line numbers are 1-based; byte offsets are 0-based, of the line's first
+//! byte in its file.
+//!
+//! A line is *malformed* ([`BadLineKind`]) when it
+//!
+//! - is longer than the maximum (`EnvConfig::max_line_bytes`, default
+//!   [`DEFAULT_MAX_LINE_BYTES`], counting the bytes before its `\n`): it is read in bounded
+//!   chunks and never held whole — at most the maximum is buffered, then the rest is passed
+//!   over up to the next `\n`;
+//! - holds a NUL byte;
+//! - is not valid UTF-8;
+//! - (JSON Lines only) does not deserialize into the record type. A last line without a
+//!   newline is a line like any other: kept if it parses; if it does not, it is reported as
+//!   [`BadLineKind::Truncated`] (the file was likely cut short while being written).
+//!
+//! The [`MalformedPolicy`] decides: `Fail` (`Env::read_jsonl`, `Env::read_lines`) fails the
+//! job with [`SourceError::Malformed`] naming file, line and byte offset; `Skip`
+//! (`Env::read_jsonl_skipping`, `Env::read_lines_skipping`,
+//! `Env::read_located_lines_skipping`) sends the line to a side output of [`BadLine`]s (with
+//! the same coordinates), counts it (`records_rejected`) and goes on. A malformed line is
+//! never dropped silently, and is reported exactly once.
+//!
+//! Checkpoints store (file index, byte offset, line number) of the next line to read, past
+//! every line already read, good or malformed: a restored job reads on from the next line
+//! and reports no malformed line twice.
 
 use std::fs::File;
 use std::io::{BufRead, BufReader};
 use std::marker::PhantomData;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use serde::de::DeserializeOwned;
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use super::{Source, SourceContext, SourceStatus};
 use crate::error::SourceError;
 
+pub use crate::config::DEFAULT_MAX_LINE_BYTES;
+
+/// How much of an over-long line a [`BadLine`] keeps as its `text`: its first 1 KiB.
+pub const OVERLONG_PREVIEW_BYTES: usize = 1024;
+
 /// What to do with a line that does not parse.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum MalformedPolicy {
-    /// Fail the job with an error naming the file and line (default).
+    /// Fail the job with an error naming the file, line and byte offset (default).
     #[default]
     Fail,
     /// Skip the line: count it and emit it on the side output.
     Skip,
+}
+
+/// Why a line is malformed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BadLineKind {
+    /// Longer than the maximum line length.
+    TooLong,
+    /// Holds a NUL byte.
+    Nul,
+    /// Not valid UTF-8.
+    NotUtf8,
+    /// Does not deserialize into the record type (JSON Lines).
+    Unparsable,
+    /// The last line of its file, without a newline, and does not deserialize (JSON Lines):
+    /// the file was likely cut short.
+    Truncated,
 }
 
 /// A line that did not parse, as emitted on the side output under [`MalformedPolicy::Skip`].
@@ -35,10 +80,38 @@ pub struct BadLine {
     pub path: String,
     /// 1-based line number.
     pub line: u64,
-    /// The line (lossily decoded if it was not UTF-8), without its newline.
+    /// Offset in the file of the line's first byte.
+    pub byte_offset: u64,
+    /// What is wrong with it.
+    pub kind: BadLineKind,
+    /// The line (lossily decoded if it was not UTF-8), without its line ending; of a line
+    /// over the maximum length, its first [`OVERLONG_PREVIEW_BYTES`] (or the maximum, if
+    /// smaller).
     pub text: String,
     /// Why it did not parse.
     pub error: String,
+}
+
+/// A text line with where it was read: what `Env::read_located_lines_skipping` emits.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Line {
+    /// The file (shared by the lines of a file: cloning a `Line` allocates only its text).
+    #[serde(serialize_with = "ser_arc_str", deserialize_with = "de_arc_str")]
+    pub path: Arc<str>,
+    /// 1-based line number.
+    pub line: u64,
+    /// Offset in the file of the line's first byte.
+    pub byte_offset: u64,
+    /// The line, without its line ending.
+    pub text: String,
+}
+
+fn ser_arc_str<S: Serializer>(s: &Arc<str>, ser: S) -> Result<S::Ok, S::Error> {
+    ser.serialize_str(s)
+}
+
+fn de_arc_str<'de, D: Deserializer<'de>>(d: D) -> Result<Arc<str>, D::Error> {
+    String::deserialize(d).map(Arc::from)
 }
 
 /// Lists the files under `path` (the file itself, or a directory's regular files by name).
@@ -62,21 +135,54 @@ pub(crate) fn list_files(path: &Path) -> Result<Vec<PathBuf>, SourceError> {
     Ok(files)
 }
 
+/// The capacity the line buffer shrinks back to after a line over the maximum.
+const KEPT_BUFFER_BYTES: usize = 64 * 1024;
+
+/// The file being read.
+struct Current {
+    reader: BufReader<File>,
+    path: PathBuf,
+    /// `path` as text, shared by the [`Line`]s of the file.
+    shown: Arc<str>,
+}
+
+impl Current {
+    fn new(file: File, path: PathBuf) -> Self {
+        let shown = Arc::from(path.display().to_string());
+        Current {
+            reader: BufReader::with_capacity(64 * 1024, file),
+            path,
+            shown,
+        }
+    }
+}
+
 /// Reads the files of one subtask, line by line, with line numbers and byte offsets.
+///
+/// A line is buffered up to the maximum length; the rest of a longer one is read in chunks
+/// and passed over (see the [module docs](self)).
 pub struct LineReader {
     files: Vec<PathBuf>,
     file_idx: usize,
-    current: Option<(BufReader<File>, PathBuf)>,
+    current: Option<Current>,
     line_no: u64,
     /// Byte offset in the current file of the next line.
     offset: u64,
+    /// Byte offset in the current file of the current line.
+    start: u64,
     buf: Vec<u8>,
     /// End of the current line in `buf`, without the line ending.
     end: usize,
+    max_line_bytes: usize,
+    /// The current line's length (before its `\n`) if it is over the maximum.
+    too_long: Option<u64>,
+    /// The current line ended at the end of its file, without a newline.
+    unterminated: bool,
 }
 
 impl LineReader {
-    /// The share of `path`'s files that subtask `cx` reads.
+    /// The share of `path`'s files that subtask `cx` reads, with the default maximum line
+    /// length ([`DEFAULT_MAX_LINE_BYTES`]).
     pub fn new(path: &Path, cx: SourceContext) -> Result<Self, SourceError> {
         let files = list_files(path)?
             .into_iter()
@@ -90,13 +196,25 @@ impl LineReader {
             current: None,
             line_no: 0,
             offset: 0,
+            start: 0,
             buf: Vec::with_capacity(1024),
             end: 0,
+            max_line_bytes: DEFAULT_MAX_LINE_BYTES,
+            too_long: None,
+            unterminated: false,
         })
     }
 
+    /// With lines longer than `max` bytes (before their `\n`; at least 1) malformed.
+    pub fn with_max_line_bytes(mut self, max: usize) -> Self {
+        self.max_line_bytes = max.max(1);
+        self
+    }
+
     /// Moves to the next non-blank line; `false` after the last file. Read it with
-    /// [`line`](Self::line), [`path`](Self::path) and [`line_number`](Self::line_number).
+    /// [`text`](Self::text), [`line`](Self::line), [`path`](Self::path),
+    /// [`line_number`](Self::line_number) and [`byte_offset`](Self::byte_offset). A line
+    /// over the maximum length is not blank, whatever it holds.
     pub fn advance(&mut self) -> Result<bool, SourceError> {
         loop {
             if self.current.is_none() {
@@ -108,28 +226,25 @@ impl LineReader {
                     path: path.clone(),
                     source,
                 })?;
-                self.current = Some((BufReader::with_capacity(64 * 1024, f), path));
+                self.current = Some(Current::new(f, path));
                 self.line_no = 0;
                 self.offset = 0;
             }
-            let Some((reader, path)) = self.current.as_mut() else {
-                continue;
-            };
-            self.buf.clear();
-            let n = reader
-                .read_until(b'\n', &mut self.buf)
-                .map_err(|source| SourceError::Io {
-                    path: path.clone(),
-                    source,
-                })?;
+            let (n, newline) = self.read_line()?;
             if n == 0 {
                 self.current = None;
                 continue;
             }
             self.line_no += 1;
-            self.offset += n as u64;
+            self.start = self.offset;
+            self.offset += n;
+            self.unterminated = !newline;
+            if self.too_long.is_some() {
+                self.end = self.buf.len();
+                return Ok(true);
+            }
             let mut end = self.buf.len();
-            while end > 0 && matches!(self.buf[end - 1], b'\n' | b'\r') {
+            while end > 0 && self.buf[end - 1] == b'\r' {
                 end -= 1;
             }
             if self.buf[..end].iter().all(u8::is_ascii_whitespace) {
@@ -138,6 +253,65 @@ impl LineReader {
             self.end = end;
             return Ok(true);
         }
+    }
+
+    /// Reads the next line of the current file into `buf` (without its `\n`, at most the
+    /// maximum length of it): (bytes consumed, whether it ended with `\n`). Sets `too_long`.
+    fn read_line(&mut self) -> Result<(u64, bool), SourceError> {
+        let Some(cur) = self.current.as_mut() else {
+            return Ok((0, false));
+        };
+        let max = self.max_line_bytes;
+        self.buf.clear();
+        self.too_long = None;
+        let (mut total, mut content, mut over) = (0u64, 0u64, false);
+        loop {
+            let avail = match cur.reader.fill_buf() {
+                Ok(a) => a,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(source) => {
+                    return Err(SourceError::Io {
+                        path: cur.path.clone(),
+                        source,
+                    })
+                }
+            };
+            if avail.is_empty() {
+                break;
+            }
+            let (used, len, newline) = match memchr::memchr(b'\n', avail) {
+                Some(i) => (i + 1, i, true),
+                None => (avail.len(), avail.len(), false),
+            };
+            if !over {
+                if self.buf.len() + len > max {
+                    over = true;
+                    // Keep the start as a preview; pass over the rest.
+                    let preview = OVERLONG_PREVIEW_BYTES.min(max);
+                    let room = preview.saturating_sub(self.buf.len());
+                    self.buf.truncate(preview);
+                    self.buf.extend_from_slice(&avail[..len.min(room)]);
+                } else {
+                    self.buf.extend_from_slice(&avail[..len]);
+                }
+            }
+            cur.reader.consume(used);
+            total += used as u64;
+            content += len as u64;
+            if newline {
+                if over {
+                    self.too_long = Some(content);
+                    // Do not keep a buffer the size of the maximum for the lines after.
+                    self.buf.shrink_to(KEPT_BUFFER_BYTES);
+                }
+                return Ok((total, true));
+            }
+        }
+        if over {
+            self.too_long = Some(content);
+            self.buf.shrink_to(KEPT_BUFFER_BYTES);
+        }
+        Ok((total, false))
     }
 
     /// Where the next line starts: (file index, byte offset, lines read in that file).
@@ -182,30 +356,49 @@ impl LineReader {
                 path: path.clone(),
                 source,
             })?;
-        self.current = Some((BufReader::with_capacity(64 * 1024, f), path));
+        self.current = Some(Current::new(f, path));
         self.file_idx = file + 1;
         self.offset = offset;
         self.line_no = line_no;
         Ok(())
     }
 
+    /// The current line as text, or why it is malformed (too long, a NUL byte, not UTF-8).
+    pub fn text(&self) -> Result<&str, (BadLineKind, String)> {
+        if let Some(len) = self.too_long {
+            return Err((
+                BadLineKind::TooLong,
+                format!(
+                    "the line has {len} bytes, more than the maximum of {} \
+                     (EnvConfig::max_line_bytes)",
+                    self.max_line_bytes
+                ),
+            ));
+        }
+        let line = &self.buf[..self.end];
+        if let Some(i) = memchr::memchr(0, line) {
+            return Err((
+                BadLineKind::Nul,
+                format!("a NUL byte at byte {i} of the line"),
+            ));
+        }
+        std::str::from_utf8(line).map_err(|e| (BadLineKind::NotUtf8, format!("not UTF-8: {e}")))
+    }
+
     /// Moves to the next non-blank line and returns it as text; `None` after the last file.
-    /// A line that is not UTF-8 is an error naming its file and line.
+    /// A malformed line is an error naming its file, line and byte offset.
     pub fn next_text(&mut self) -> Result<Option<&str>, SourceError> {
         if !self.advance()? {
             return Ok(None);
         }
-        match std::str::from_utf8(&self.buf[..self.end]) {
+        match self.text() {
             Ok(s) => Ok(Some(s)),
-            Err(e) => Err(SourceError::Malformed {
-                path: self.path().to_owned(),
-                line: self.line_no,
-                message: format!("not UTF-8: {e}"),
-            }),
+            Err((_, message)) => Err(self.malformed(message)),
         }
     }
 
-    /// The current line, without its line ending.
+    /// The current line (of a line over the maximum, its first
+    /// [`OVERLONG_PREVIEW_BYTES`]), without its line ending.
     pub fn line(&self) -> &[u8] {
         &self.buf[..self.end]
     }
@@ -214,13 +407,70 @@ impl LineReader {
     pub fn path(&self) -> &Path {
         self.current
             .as_ref()
-            .map(|(_, p)| p.as_path())
+            .map(|c| c.path.as_path())
             .unwrap_or(Path::new(""))
     }
 
     /// The 1-based number of the current line in its file.
     pub fn line_number(&self) -> u64 {
         self.line_no
+    }
+
+    /// The offset in its file of the current line's first byte.
+    pub fn byte_offset(&self) -> u64 {
+        self.start
+    }
+
+    /// Whether the current line is the last of its file and has no newline.
+    pub fn is_unterminated(&self) -> bool {
+        self.unterminated
+    }
+
+    /// The current line with its coordinates, if it is text.
+    fn located(&self) -> Result<Line, (BadLineKind, String)> {
+        let text = self.text()?.to_owned();
+        Ok(Line {
+            path: self
+                .current
+                .as_ref()
+                .map(|c| c.shown.clone())
+                .unwrap_or_else(|| Arc::from("")),
+            line: self.line_no,
+            byte_offset: self.start,
+            text,
+        })
+    }
+
+    /// The current line as a [`BadLine`] of `kind`.
+    pub fn bad_line(&self, kind: BadLineKind, error: String) -> BadLine {
+        BadLine {
+            path: self.path().display().to_string(),
+            line: self.line_no,
+            byte_offset: self.start,
+            kind,
+            text: String::from_utf8_lossy(self.line()).into_owned(),
+            error,
+        }
+    }
+
+    /// The `Fail` policy's error for the current line.
+    pub fn malformed(&self, message: String) -> SourceError {
+        SourceError::Malformed {
+            path: self.path().to_owned(),
+            line: self.line_no,
+            byte_offset: self.start,
+            message,
+        }
+    }
+
+    fn encoded_position(&self) -> Option<Vec<u8>> {
+        crate::checkpoint::encode(&self.position()).ok()
+    }
+
+    fn seek_encoded(&mut self, position: &[u8]) -> Result<(), SourceError> {
+        let p: (u64, u64, u64) = crate::checkpoint::decode(position)
+            .map_err(|message| SourceError::BadPosition { message })?;
+        self.seek(p)
     }
 }
 
@@ -239,25 +489,45 @@ impl<T: DeserializeOwned> JsonlReader<T> {
         })
     }
 
+    /// With lines longer than `max` bytes malformed ([`LineReader::with_max_line_bytes`]).
+    pub fn with_max_line_bytes(mut self, max: usize) -> Self {
+        self.lines = self.lines.with_max_line_bytes(max);
+        self
+    }
+
     /// The next record, a malformed line, or `None` at the end of the last file.
     pub fn next_record(&mut self) -> Result<Option<Result<T, BadLine>>, SourceError> {
         if !self.lines.advance()? {
             return Ok(None);
         }
-        let line = self.lines.line();
-        Ok(Some(serde_json::from_slice::<T>(line).map_err(|e| {
-            BadLine {
-                path: self.lines.path().display().to_string(),
-                line: self.lines.line_number(),
-                text: String::from_utf8_lossy(line).into_owned(),
-                error: e.to_string(),
-            }
-        })))
+        let lines = &self.lines;
+        let r = lines.text().and_then(|s| {
+            serde_json::from_str::<T>(s).map_err(|e| {
+                if lines.is_unterminated() {
+                    (
+                        BadLineKind::Truncated,
+                        format!(
+                            "{e} (the last line of the file has no newline: was the file \
+                             cut short?)"
+                        ),
+                    )
+                } else {
+                    (BadLineKind::Unparsable, e.to_string())
+                }
+            })
+        });
+        Ok(Some(r.map_err(|(kind, e)| lines.bad_line(kind, e))))
+    }
+
+    /// The line reader.
+    pub fn lines(&self) -> &LineReader {
+        &self.lines
     }
 }
 
-/// Text lines as `String`s; a line that is not UTF-8 fails the job, naming file and line.
-pub(crate) struct TextLines(pub(crate) LineReader);
+/// Text lines as `String`s (the `Fail` policy): a malformed line fails the job. The source
+/// of `Env::read_lines`.
+pub struct TextLines(pub LineReader);
 
 impl Source<String> for TextLines {
     fn poll_batch(
@@ -275,17 +545,80 @@ impl Source<String> for TextLines {
     }
 
     fn position(&self) -> Option<Vec<u8>> {
-        crate::checkpoint::encode(&self.0.position()).ok()
+        self.0.encoded_position()
     }
 
     fn seek(&mut self, position: &[u8]) -> Result<(), SourceError> {
-        let p: (u64, u64, u64) = crate::checkpoint::decode(position)
-            .map_err(|message| SourceError::BadPosition { message })?;
-        self.0.seek(p)
+        self.0.seek_encoded(position)
     }
 }
-/// The `Fail` policy: a malformed line is an error.
-pub(crate) struct FailingJsonl<T>(pub(crate) JsonlReader<T>);
+
+/// Text lines (the `Skip` policy): malformed lines travel as `Err` to the side output split.
+/// The source of `Env::read_lines_skipping`.
+pub struct SkippingLines(pub LineReader);
+
+impl Source<Result<String, BadLine>> for SkippingLines {
+    fn poll_batch(
+        &mut self,
+        out: &mut Vec<Result<String, BadLine>>,
+        max: usize,
+    ) -> Result<SourceStatus, SourceError> {
+        for _ in 0..max {
+            if !self.0.advance()? {
+                return Ok(SourceStatus::End);
+            }
+            out.push(match self.0.text() {
+                Ok(s) => Ok(s.to_owned()),
+                Err((kind, e)) => Err(self.0.bad_line(kind, e)),
+            });
+        }
+        Ok(SourceStatus::More)
+    }
+
+    fn position(&self) -> Option<Vec<u8>> {
+        self.0.encoded_position()
+    }
+
+    fn seek(&mut self, position: &[u8]) -> Result<(), SourceError> {
+        self.0.seek_encoded(position)
+    }
+}
+
+/// Text lines with their coordinates (the `Skip` policy). The source of
+/// `Env::read_located_lines_skipping`.
+pub struct LocatedLines(pub LineReader);
+
+impl Source<Result<Line, BadLine>> for LocatedLines {
+    fn poll_batch(
+        &mut self,
+        out: &mut Vec<Result<Line, BadLine>>,
+        max: usize,
+    ) -> Result<SourceStatus, SourceError> {
+        for _ in 0..max {
+            if !self.0.advance()? {
+                return Ok(SourceStatus::End);
+            }
+            out.push(
+                self.0
+                    .located()
+                    .map_err(|(kind, e)| self.0.bad_line(kind, e)),
+            );
+        }
+        Ok(SourceStatus::More)
+    }
+
+    fn position(&self) -> Option<Vec<u8>> {
+        self.0.encoded_position()
+    }
+
+    fn seek(&mut self, position: &[u8]) -> Result<(), SourceError> {
+        self.0.seek_encoded(position)
+    }
+}
+
+/// JSON Lines records (the `Fail` policy): a malformed line is an error. The source of
+/// `Env::read_jsonl`.
+pub struct FailingJsonl<T>(pub JsonlReader<T>);
 
 impl<T: DeserializeOwned + Send + 'static> Source<T> for FailingJsonl<T> {
     fn poll_batch(&mut self, out: &mut Vec<T>, max: usize) -> Result<SourceStatus, SourceError> {
@@ -293,30 +626,24 @@ impl<T: DeserializeOwned + Send + 'static> Source<T> for FailingJsonl<T> {
             match self.0.next_record()? {
                 None => return Ok(SourceStatus::End),
                 Some(Ok(v)) => out.push(v),
-                Some(Err(bad)) => {
-                    return Err(SourceError::Malformed {
-                        path: PathBuf::from(bad.path),
-                        line: bad.line,
-                        message: bad.error,
-                    })
-                }
+                Some(Err(bad)) => return Err(self.0.lines.malformed(bad.error)),
             }
         }
         Ok(SourceStatus::More)
     }
 
     fn position(&self) -> Option<Vec<u8>> {
-        crate::checkpoint::encode(&self.0.lines.position()).ok()
+        self.0.lines.encoded_position()
     }
 
     fn seek(&mut self, position: &[u8]) -> Result<(), SourceError> {
-        let p: (u64, u64, u64) = crate::checkpoint::decode(position)
-            .map_err(|message| SourceError::BadPosition { message })?;
-        self.0.lines.seek(p)
+        self.0.lines.seek_encoded(position)
     }
 }
-/// The `Skip` policy: malformed lines travel as `Err` to the side output split.
-pub(crate) struct SkippingJsonl<T>(pub(crate) JsonlReader<T>);
+
+/// JSON Lines records (the `Skip` policy): malformed lines travel as `Err` to the side
+/// output split. The source of `Env::read_jsonl_skipping`.
+pub struct SkippingJsonl<T>(pub JsonlReader<T>);
 
 impl<T: DeserializeOwned + Send + 'static> Source<Result<T, BadLine>> for SkippingJsonl<T> {
     fn poll_batch(
@@ -334,12 +661,10 @@ impl<T: DeserializeOwned + Send + 'static> Source<Result<T, BadLine>> for Skippi
     }
 
     fn position(&self) -> Option<Vec<u8>> {
-        crate::checkpoint::encode(&self.0.lines.position()).ok()
+        self.0.lines.encoded_position()
     }
 
     fn seek(&mut self, position: &[u8]) -> Result<(), SourceError> {
-        let p: (u64, u64, u64) = crate::checkpoint::decode(position)
-            .map_err(|message| SourceError::BadPosition { message })?;
-        self.0.lines.seek(p)
+        self.0.lines.seek_encoded(position)
     }
 }
