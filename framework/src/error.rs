@@ -293,9 +293,9 @@ pub enum JobError {
         job: String,
         /// The savepoint or checkpoint (or the directory scanned for one).
         path: PathBuf,
-        /// Why.
+        /// Why: a `weir::checkpoint::store::CheckpointError` (downcast to match on it).
         #[source]
-        source: crate::checkpoint::store::CheckpointError,
+        source: Box<dyn std::error::Error + Send + Sync + 'static>,
     },
     /// The job failed and its restart strategy allows no more restarts.
     #[error("job `{job}` failed after {restarts} restarts; last failure: {last}")]

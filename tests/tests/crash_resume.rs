@@ -80,14 +80,10 @@ fn child_job() {
         .set_parallelism(2);
     let job = env.start(JOB).expect("the child's job starts");
     let mut seen = 0;
-    loop {
-        match wait_for_checkpoint(&job, seen + 1, PATIENCE) {
-            Ok(stats) => {
-                seen = stats.number_of_completed_checkpoints;
-                println!("CHILD checkpoint {seen}");
-            }
-            Err(_) => break, // the job ended
-        }
+    // Until the job ends (then waiting fails).
+    while let Ok(stats) = wait_for_checkpoint(&job, seen + 1, PATIENCE) {
+        seen = stats.number_of_completed_checkpoints;
+        println!("CHILD checkpoint {seen}");
     }
     let result = job.wait().expect("the child's job succeeds");
     let restored = result
@@ -165,6 +161,10 @@ impl Running {
                     panic!("the child said nothing for {PATIENCE:?}; stderr:\n{stderr}");
                 }
             };
+            // The test harness prints `test child_job ... ` before the child's first line.
+            let Some(line) = line.find("CHILD ").map(|at| &line[at..]) else {
+                continue;
+            };
             if let Some(n) = line.strip_prefix("CHILD checkpoint ") {
                 r.checkpoints = n.parse().expect("a checkpoint count");
                 if kill_at.is_some_and(|k| r.checkpoints >= k) {
@@ -232,10 +232,16 @@ fn assert_output_exactly_once(base: &Path) {
 fn newest_checkpoint(base: &Path) -> (u64, PathBuf) {
     let job_dir = checkpoints(base).join(JOB);
     let mut found = Vec::new();
-    for run in std::fs::read_dir(&job_dir).expect("the job's runs").flatten() {
+    for run in std::fs::read_dir(&job_dir)
+        .expect("the job's runs")
+        .flatten()
+    {
         for chk in std::fs::read_dir(run.path()).expect("a run").flatten() {
             let name = chk.file_name().to_string_lossy().into_owned();
-            let Some(id) = name.strip_prefix("chk-").and_then(|n| n.parse::<u64>().ok()) else {
+            let Some(id) = name
+                .strip_prefix("chk-")
+                .and_then(|n| n.parse::<u64>().ok())
+            else {
                 continue;
             };
             if chk.path().join("_metadata").is_file() {

@@ -230,9 +230,13 @@ impl JobContext {
                 continue;
             }
             match std::fs::remove_dir_all(&run) {
-                Ok(()) => tracing::info!(run = %run.display(), "deleted the checkpoints of an earlier run this run resumed from"),
+                Ok(()) => {
+                    tracing::info!(run = %run.display(), "deleted the checkpoints of an earlier run this run resumed from")
+                }
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(e) => tracing::warn!(run = %run.display(), error = %e, "cannot delete the checkpoints of an earlier run"),
+                Err(e) => {
+                    tracing::warn!(run = %run.display(), error = %e, "cannot delete the checkpoints of an earlier run")
+                }
             }
         }
     }

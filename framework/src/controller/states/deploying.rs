@@ -67,7 +67,7 @@ impl Deploying {
                 return Finished::failed(JobError::Restore {
                     job: ctx.job.clone(),
                     path: job_dir,
-                    source,
+                    source: Box::new(source),
                 })
                 .into()
             }
