@@ -15,6 +15,15 @@
 //! curl http://127.0.0.1:8081/jobs/<id>/checkpoints
 //! ```
 //!
+//! Kill it mid-job and resume from its latest checkpoint (the output is then as if it had
+//! never stopped):
+//!
+//! ```text
+//! cargo run --release --example answer_cleaning -- --rate 20000 --checkpoint-interval-ms 500
+//! # kill -9 it, then:
+//! cargo run --release --example answer_cleaning -- --checkpoint-interval-ms 500 --restore-latest
+//! ```
+//!
 //! The job itself is `weir_examples::answers::build_answer_cleaning`.
 
 use std::path::PathBuf;
@@ -67,6 +76,14 @@ struct Args {
     /// Checkpoint this often (milliseconds; 0: no checkpoints).
     #[arg(long, value_name = "MS", default_value_t = 0)]
     checkpoint_interval_ms: u64,
+    /// Where checkpoints are written (default `<system temp dir>/weir-checkpoints`).
+    #[arg(long, value_name = "DIR")]
+    checkpoint_dir: Option<PathBuf>,
+    /// Resume from the latest complete checkpoint an earlier run (killed, crashed) left in the
+    /// checkpoint directory, or start fresh if there is none; the output directory is then
+    /// kept, not cleared.
+    #[arg(long)]
+    restore_latest: bool,
 }
 
 fn run(args: Args) -> Result<(), String> {
@@ -92,8 +109,13 @@ fn run(args: Args) -> Result<(), String> {
         .output
         .clone()
         .unwrap_or_else(|| std::env::temp_dir().join("weir-answer-cleaning"));
-    prepare_output_dir(&out_dir)
-        .map_err(|e| format!("cannot prepare output directory {}: {e}", out_dir.display()))?;
+    // A resumed job cuts its part files back to the checkpointed length itself.
+    let prepared = if args.restore_latest {
+        std::fs::create_dir_all(&out_dir)
+    } else {
+        prepare_output_dir(&out_dir)
+    };
+    prepared.map_err(|e| format!("cannot prepare output directory {}: {e}", out_dir.display()))?;
 
     let env = Env::with_config(config(&args)?);
     let handles = build_answer_cleaning(&env, &input, &out_dir, args.parallelism);
@@ -194,6 +216,16 @@ fn config(args: &Args) -> Result<EnvConfig, String> {
         cfg.checkpoint.interval = Some(std::time::Duration::from_millis(
             args.checkpoint_interval_ms,
         ));
+    }
+    if let Some(dir) = &args.checkpoint_dir {
+        cfg.checkpoint.directory = dir.clone();
+    }
+    if args.restore_latest {
+        if args.checkpoint_interval_ms == 0 {
+            return Err("--restore-latest needs checkpoints: set --checkpoint-interval-ms".into());
+        }
+        cfg.checkpoint.restore_latest =
+            Some(weir::RestoreLatest::if_any(&cfg.checkpoint.directory));
     }
     if args.forever && args.input.is_some() {
         return Err("--forever generates its input: it cannot be used with --input".into());

@@ -278,6 +278,28 @@ pub enum JobError {
         #[source]
         source: std::io::Error,
     },
+    /// The job was asked to start from the latest checkpoint of its earlier runs
+    /// ([`RestoreLatest::Required`](crate::RestoreLatest::Required)) and none is usable.
+    #[error("job `{job}`: no usable checkpoint to restore under {}: {found}", dir.display())]
+    NoCheckpointToRestore {
+        /// Job name.
+        job: String,
+        /// The job's directory of runs that was scanned (`<checkpoint directory>/<job>`).
+        dir: PathBuf,
+        /// What was found: no run, no complete checkpoint, or the unreadable ones and why.
+        found: String,
+    },
+    /// The checkpoint or savepoint the job was asked to start from cannot be restored.
+    #[error("job `{job}`: cannot start from {}: {source}", path.display())]
+    Restore {
+        /// Job name.
+        job: String,
+        /// The savepoint or checkpoint (or the directory scanned for one).
+        path: PathBuf,
+        /// Why: a `weir::checkpoint::store::CheckpointError` (downcast to match on it).
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync + 'static>,
+    },
     /// The job failed and its restart strategy allows no more restarts.
     #[error("job `{job}` failed after {restarts} restarts; last failure: {last}")]
     RestartsExhausted {

@@ -50,6 +50,8 @@ impl FailureClass {
             JobError::Plan { .. }
             | JobError::StateRestore { .. }
             | JobError::FailsAgain { .. }
+            | JobError::NoCheckpointToRestore { .. }
+            | JobError::Restore { .. }
             | JobError::Directory { .. } => true,
             JobError::SourceFailed { source, .. } => matches!(
                 source,
@@ -186,6 +188,23 @@ impl Warnings {
     /// A savepoint could not be taken.
     pub(crate) fn savepoint_failed(&self, why: &str) {
         self.line(format_args!("savepoint failed: {why}"));
+    }
+
+    /// A checkpoint of an earlier run cannot be restored (corrupted, partial): an older one is
+    /// tried.
+    pub(crate) fn checkpoint_skipped(&self, dir: &std::path::Path, why: &str) {
+        self.line(format_args!(
+            "skipping checkpoint {} (unreadable; trying an older one): {why}",
+            dir.display()
+        ));
+    }
+
+    /// The job starts fresh although it was asked to resume if it could.
+    pub(crate) fn starting_fresh(&self, dir: &std::path::Path) {
+        self.line(format_args!(
+            "found no usable checkpoint of an earlier run under {}: starting from the beginning",
+            dir.display()
+        ));
     }
 }
 

@@ -94,7 +94,7 @@ pub use checkpoint::coordinator::{
     CheckpointRecord, CheckpointStats, CheckpointStatus, CheckpointSummary, MinMaxAvg,
 };
 pub use checkpoint::store::CheckpointError;
-pub use checkpoint::{CheckpointConfig, CheckpointMode};
+pub use checkpoint::{CheckpointConfig, CheckpointMode, RestoreLatest};
 pub use config::EnvConfig;
 pub use controller::{JobResult, JobStatus, OperatorResult};
 pub use env::Env;

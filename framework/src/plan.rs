@@ -237,7 +237,7 @@ impl OperatorRegistry {
 }
 
 /// The states a job restores: (uid, subtask) -> payload, from checkpoint `checkpoint`.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub(crate) struct Restore {
     pub(crate) checkpoint: u64,
     pub(crate) states: std::collections::HashMap<(String, usize), Vec<u8>>,

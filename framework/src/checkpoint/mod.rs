@@ -80,6 +80,78 @@ pub enum CheckpointMode {
     AtLeastOnce,
 }
 
+/// Resuming a job from the newest checkpoint its earlier runs left: what a supervisor (systemd,
+/// Kubernetes, a shell loop) sets to restart a process that was killed, crashed or lost its
+/// machine, with the same checkpoint directory.
+///
+/// Each run of a job writes its checkpoints into a directory of its own,
+/// `<directory>/<job>/run-<start ms>-<pid>-<n>/chk-<id>/`, where `<directory>` is the
+/// checkpoint directory and `<job>` the name the job is started with. At start the job scans
+/// every run directory of `<directory>/<job>/` and takes the newest complete checkpoint —
+/// newest run first (by its start time), then highest checkpoint id — whose `_metadata` and
+/// state files all read back and check (format, operator, subtask, checkpoint id). A corrupted,
+/// truncated or partial checkpoint is skipped with a warning (log and stderr) for the one
+/// before it, in the same run or an earlier one. Like Flink's restore from a retained
+/// checkpoint, the state is matched to the job's operators by uid, and
+/// [`CheckpointConfig::allow_non_restored_state`] applies; state that cannot fit the job (an
+/// operator it no longer has, a changed parallelism) fails the start with
+/// [`JobError::Restore`](crate::JobError::Restore) rather than being skipped.
+///
+/// The new run continues the checkpoint ids after the restored one and, once its own first
+/// checkpoint is complete (or it finishes), deletes the run directories it scanned (Flink's
+/// *claim* mode): a later restart resumes from the new run's checkpoints, and a job that
+/// finished leaves nothing to resume from. Until then a failure of the new run restores the
+/// same checkpoint again.
+///
+/// ```
+/// use weir::{CheckpointConfig, RestoreLatest};
+/// let mut c = CheckpointConfig::default();
+/// c.interval = Some(std::time::Duration::from_secs(1));
+/// c.directory = std::env::temp_dir().join("weir-doc-restore-latest");
+/// // Resume if an earlier run left a checkpoint, start fresh if none did.
+/// c.restore_latest = Some(RestoreLatest::if_any(&c.directory));
+/// assert!(c.validate().is_ok());
+/// c.restore_from = Some("/backups/sp".into());
+/// assert!(c.validate().is_err(), "one place to start from");
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum RestoreLatest {
+    /// Restore the newest usable checkpoint under this checkpoint directory; if there is none
+    /// (no run left one, or every one is unreadable), the job does not start: `execute` and
+    /// `start` return [`JobError::NoCheckpointToRestore`](crate::JobError::NoCheckpointToRestore)
+    /// saying what was found.
+    /// Like Flink's `--fromSavepoint <path>`, which fails when the path holds nothing.
+    Required(PathBuf),
+    /// Restore the newest usable checkpoint under this checkpoint directory, or start fresh
+    /// (with a warning) if there is none: the setting for "start, or resume after a crash".
+    IfAny(PathBuf),
+}
+
+impl RestoreLatest {
+    /// [`RestoreLatest::Required`] over the checkpoint directory `dir`.
+    pub fn required(dir: impl Into<PathBuf>) -> Self {
+        RestoreLatest::Required(dir.into())
+    }
+
+    /// [`RestoreLatest::IfAny`] over the checkpoint directory `dir`.
+    pub fn if_any(dir: impl Into<PathBuf>) -> Self {
+        RestoreLatest::IfAny(dir.into())
+    }
+
+    /// The checkpoint directory scanned (its `<job>/` sub-directory holds the runs).
+    pub fn directory(&self) -> &std::path::Path {
+        match self {
+            RestoreLatest::Required(d) | RestoreLatest::IfAny(d) => d,
+        }
+    }
+
+    /// Whether a start without a usable checkpoint is an error.
+    pub fn is_required(&self) -> bool {
+        matches!(self, RestoreLatest::Required(_))
+    }
+}
+
 /// Checkpoint settings (Flink's names and defaults).
 ///
 /// ```
@@ -117,6 +189,10 @@ pub struct CheckpointConfig {
     pub directory: PathBuf,
     /// Start the job from this savepoint (or complete checkpoint) directory.
     pub restore_from: Option<PathBuf>,
+    /// Start the job from the newest complete checkpoint an earlier run of it (of the same job
+    /// name) left, e.g. one killed mid-job: see [`RestoreLatest`] (default none: every run
+    /// starts fresh). Not together with `restore_from`.
+    pub restore_latest: Option<RestoreLatest>,
     /// With `restore_from`: drop state of operators the job no longer has instead of failing.
     pub allow_non_restored_state: bool,
 }
@@ -135,6 +211,7 @@ impl Default for CheckpointConfig {
             retained: 1,
             directory: std::env::temp_dir().join("weir-checkpoints"),
             restore_from: None,
+            restore_latest: None,
             allow_non_restored_state: false,
         }
     }
@@ -163,6 +240,19 @@ impl CheckpointConfig {
         }
         if self.directory.as_os_str().is_empty() {
             return bad("checkpoint.directory", "must be set");
+        }
+        if self.restore_from.is_some() && self.restore_latest.is_some() {
+            return bad(
+                "checkpoint.restore_latest",
+                "cannot be used together with restore_from: choose one place to start from",
+            );
+        }
+        if self
+            .restore_latest
+            .as_ref()
+            .is_some_and(|r| r.directory().as_os_str().is_empty())
+        {
+            return bad("checkpoint.restore_latest", "its directory must be set");
         }
         Ok(())
     }

@@ -1,11 +1,29 @@
 //! Checkpoint files.
 //!
-//! Layout under the checkpoint directory: `chk-<id>/<uid>-<subtask>.state` per operator
-//! subtask with state, and `chk-<id>/_metadata` written last by the coordinator. Every file is
-//! written to a temporary name, fsynced, then renamed, so a reader sees a whole file or none; a
-//! checkpoint directory without `_metadata` is incomplete and never restored. Each state file is
-//! a CBOR [`SnapshotEnvelope`] carrying its format version, operator uid, subtask, checkpoint id
-//! and key-group range, so a misplaced or corrupted file is detected, not misread.
+//! Layout under the checkpoint directory: `<job>/<run>/chk-<id>/<uid>-<subtask>.state` per
+//! operator subtask with state, and `chk-<id>/_metadata` written last by the coordinator. Every
+//! file is written to a temporary name, fsynced, then renamed, so a reader sees a whole file or
+//! none; a checkpoint directory without `_metadata` is incomplete and never restored. Each
+//! state file is a CBOR [`SnapshotEnvelope`] carrying its format version, operator uid,
+//! subtask, checkpoint id and key-group range, so a misplaced or corrupted file is detected,
+//! not misread.
+//!
+//! # Durability
+//!
+//! A checkpoint counts as complete only once everything it consists of is on stable storage,
+//! directory entries included: each subtask fsyncs its state files before renaming them (one
+//! fsync per file); before `_metadata` is written the coordinator fsyncs the checkpoint's
+//! directory (the state files' renames) and the run directory (the `chk-<id>` entry), then
+//! writes `_metadata` to a temporary file, fsyncs it, renames it and fsyncs the checkpoint
+//! directory again ([`write_metadata`]). A directory this module creates has its entry fsynced
+//! in its parent ([`create_dir_durable`]). An fsync that fails fails the checkpoint. Nothing is
+//! fsynced per record.
+//!
+//! # Restoring the latest checkpoint of earlier runs
+//!
+//! [`find_latest`] scans the run directories of a job (`<directory>/<job>/run-*/`) for the
+//! newest complete checkpoint whose files all read back (see
+//! [`RestoreLatest`](super::RestoreLatest)).
 
 use std::collections::BTreeMap;
 use std::fs::File;
@@ -69,6 +87,23 @@ pub enum CheckpointError {
         /// What is wrong.
         message: String,
     },
+    /// A readable checkpoint or savepoint does not fit the job (state of an operator it does
+    /// not have, another parallelism): an older one would not fit either.
+    #[error("checkpoint {path} does not fit the job: {message}")]
+    Incompatible {
+        /// The checkpoint or savepoint directory.
+        path: PathBuf,
+        /// What does not fit.
+        message: String,
+    },
+}
+
+impl CheckpointError {
+    /// Whether the checkpoint is unreadable (I/O, corrupted or partial files), so an older one
+    /// may be tried; `false` when it was read and does not fit the job.
+    pub fn is_unreadable(&self) -> bool {
+        !matches!(self, CheckpointError::Incompatible { .. })
+    }
 }
 
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> CheckpointError + '_ {
@@ -95,21 +130,48 @@ pub(crate) fn checkpoint_dir(root: &Path, id: u64) -> PathBuf {
     root.join(format!("chk-{id}"))
 }
 
-/// Writes `bytes` to `path` atomically: temp file, fsync, rename, fsync of the directory.
-pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), CheckpointError> {
-    let dir = path.parent().unwrap_or(Path::new("."));
-    std::fs::create_dir_all(dir).map_err(io(dir))?;
+/// Fsyncs the directory `dir`: the entries created, renamed or removed in it become durable.
+pub(crate) fn sync_dir(dir: &Path) -> std::io::Result<()> {
+    File::open(dir)?.sync_all()
+}
+
+/// Creates `dir` and its missing parents, and fsyncs the parent of every directory it
+/// created, so the new entries survive a power loss. A directory that exists costs nothing.
+pub(crate) fn create_dir_durable(dir: &Path) -> std::io::Result<()> {
+    if dir.is_dir() {
+        return Ok(());
+    }
+    let missing: Vec<&Path> = dir.ancestors().take_while(|a| !a.exists()).collect();
+    std::fs::create_dir_all(dir)?;
+    // Top down: a parent's entry is durable before its children's.
+    for created in missing.iter().rev() {
+        match created.parent() {
+            Some(parent) if !parent.as_os_str().is_empty() => sync_dir(parent)?,
+            _ => sync_dir(Path::new("."))?,
+        }
+    }
+    Ok(())
+}
+
+/// Writes `bytes` to `path` through a temporary file that is fsynced, then renamed. The
+/// rename is durable only once the directory is fsynced (the caller's, see [`write_atomic`]).
+fn write_synced(path: &Path, bytes: &[u8]) -> Result<(), CheckpointError> {
     let tmp = path.with_extension("tmp");
     {
         let mut f = File::create(&tmp).map_err(io(&tmp))?;
         f.write_all(bytes).map_err(io(&tmp))?;
         f.sync_all().map_err(io(&tmp))?;
     }
-    std::fs::rename(&tmp, path).map_err(io(path))?;
-    if let Ok(d) = File::open(dir) {
-        let _ = d.sync_all();
-    }
-    Ok(())
+    std::fs::rename(&tmp, path).map_err(io(path))
+}
+
+/// Writes `bytes` to `path` atomically and durably: temp file, fsync, rename, fsync of the
+/// directory (created durably if need be).
+pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), CheckpointError> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    create_dir_durable(dir).map_err(io(dir))?;
+    write_synced(path, bytes)?;
+    sync_dir(dir).map_err(io(dir))
 }
 
 /// Writes one state file; returns its name and size.
@@ -124,7 +186,10 @@ pub(crate) fn write_state(
         path: path.clone(),
         message: e.to_string(),
     })?;
-    write_atomic(&path, &bytes)?;
+    // The directory is fsynced once for all subtasks, by the coordinator (`write_metadata`).
+    let dir = checkpoint_dir(root, env.checkpoint_id);
+    std::fs::create_dir_all(&dir).map_err(io(&dir))?;
+    write_synced(&path, &bytes)?;
     Ok((name, bytes.len() as u64))
 }
 
@@ -173,18 +238,29 @@ pub(crate) fn read_state_at(
     Ok(env)
 }
 
-/// Writes `_metadata`, which makes the checkpoint complete.
+/// Writes `_metadata`, which makes the checkpoint complete, once the subtasks' state files are
+/// durable: fsyncs the checkpoint directory (their renames) and `root` (the checkpoint
+/// directory's entry; `root` itself is made with [`create_dir_durable`]), then writes
+/// `_metadata` atomically and fsyncs the checkpoint directory again. When it returns `Ok`, the
+/// checkpoint survives a power loss (as far as the storage keeps what fsync promised).
 pub(crate) fn write_metadata(
     root: &Path,
     meta: &CheckpointMetadata,
 ) -> Result<(), CheckpointError> {
-    let path = checkpoint_dir(root, meta.checkpoint_id).join("_metadata");
+    let dir = checkpoint_dir(root, meta.checkpoint_id);
+    let path = dir.join("_metadata");
     let mut bytes = Vec::new();
     ciborium::into_writer(meta, &mut bytes).map_err(|e| CheckpointError::Invalid {
         path: path.clone(),
         message: e.to_string(),
     })?;
-    write_atomic(&path, &bytes)
+    create_dir_durable(root).map_err(io(root))?;
+    // A checkpoint without state files has no directory yet.
+    std::fs::create_dir_all(&dir).map_err(io(&dir))?;
+    sync_dir(&dir).map_err(io(&dir))?;
+    sync_dir(root).map_err(io(root))?;
+    write_synced(&path, &bytes)?;
+    sync_dir(&dir).map_err(io(&dir))
 }
 
 /// Reads `_metadata` of checkpoint `id`.
@@ -249,7 +325,7 @@ pub(crate) fn copy_to(root: &Path, id: u64, dest: &Path) -> Result<(), Checkpoin
             message: "a savepoint is already there; choose another directory".into(),
         });
     }
-    std::fs::create_dir_all(dest).map_err(io(dest))?;
+    create_dir_durable(dest).map_err(io(dest))?;
     let src = checkpoint_dir(root, id);
     let mut names: Vec<_> = std::fs::read_dir(&src)
         .map_err(io(&src))?
@@ -278,7 +354,7 @@ pub(crate) fn load_dir(
     allow_non_restored: bool,
 ) -> Result<(u64, States), CheckpointError> {
     let meta = read_metadata_at(dir)?;
-    let invalid = |message: String| CheckpointError::Invalid {
+    let invalid = |message: String| CheckpointError::Incompatible {
         path: dir.to_owned(),
         message,
     };
@@ -309,6 +385,92 @@ pub(crate) fn load_dir(
     Ok((meta.checkpoint_id, states))
 }
 
+/// The newest usable checkpoint of a job's earlier runs: see [`find_latest`].
+#[derive(Debug)]
+pub(crate) struct Latest {
+    /// The checkpoint's directory (`<job dir>/<run>/chk-<id>`).
+    pub(crate) dir: PathBuf,
+    pub(crate) checkpoint: u64,
+    pub(crate) states: States,
+}
+
+/// What [`find_latest`] found: the newest usable checkpoint (if any), the checkpoints it
+/// skipped as unreadable (newest first, with why), and every run directory it scanned.
+#[derive(Debug, Default)]
+pub(crate) struct Scan {
+    pub(crate) latest: Option<Latest>,
+    pub(crate) skipped: Vec<(PathBuf, CheckpointError)>,
+    pub(crate) runs: Vec<PathBuf>,
+}
+
+/// The start time (ms) and sequence number in a run directory's name
+/// (`run-<ms>-<pid>-<seq>`); `None` for anything else.
+fn run_order(name: &str) -> Option<(u64, u64)> {
+    let mut parts = name.strip_prefix("run-")?.split('-');
+    let ms = parts.next()?.parse().ok()?;
+    let _pid: u64 = parts.next()?.parse().ok()?;
+    let seq = parts.next()?.parse().ok()?;
+    parts.next().is_none().then_some((ms, seq))
+}
+
+/// Scans the run directories of `job_dir` (`<checkpoint directory>/<job>`) for the newest
+/// complete checkpoint — newest run first, then highest id — whose files all read back and
+/// whose state fits the job (as [`load_dir`] checks). An unreadable checkpoint (I/O error,
+/// corrupted or partial file) is skipped for the one before it; one that does not fit the job
+/// is an error ([`CheckpointError::Incompatible`]). A missing `job_dir` is an empty scan.
+pub(crate) fn find_latest(
+    job_dir: &Path,
+    uids: &[String],
+    parallelism: &[usize],
+    allow_non_restored: bool,
+) -> Result<Scan, CheckpointError> {
+    let mut scan = Scan::default();
+    let entries = match std::fs::read_dir(job_dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(scan),
+        Err(e) => return Err(io(job_dir)(e)),
+    };
+    let mut runs: Vec<((u64, u64), PathBuf)> = Vec::new();
+    for entry in entries {
+        let entry = entry.map_err(io(job_dir))?;
+        let order = entry.file_name().to_str().and_then(run_order);
+        if let Some(order) = order.filter(|_| entry.path().is_dir()) {
+            runs.push((order, entry.path()));
+        }
+    }
+    runs.sort_unstable_by(|a, b| b.cmp(a));
+    scan.runs = runs.iter().map(|(_, p)| p.clone()).collect();
+    for (_, run) in &runs {
+        for id in completed(run) {
+            let dir = checkpoint_dir(run, id);
+            match load_dir(&dir, uids, parallelism, allow_non_restored) {
+                Ok((checkpoint, states)) if checkpoint == id => {
+                    scan.latest = Some(Latest {
+                        dir,
+                        checkpoint,
+                        states,
+                    });
+                    return Ok(scan);
+                }
+                Ok((checkpoint, _)) => {
+                    let e = CheckpointError::Invalid {
+                        path: dir.join("_metadata"),
+                        message: format!("holds checkpoint {checkpoint}, expected {id}"),
+                    };
+                    tracing::warn!(checkpoint = %dir.display(), error = %e, "checkpoint unreadable; trying an older one");
+                    scan.skipped.push((dir, e));
+                }
+                Err(e) if e.is_unreadable() => {
+                    tracing::warn!(checkpoint = %dir.display(), error = %e, "checkpoint unreadable; trying an older one");
+                    scan.skipped.push((dir, e));
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+    Ok(scan)
+}
+
 /// Whether `uid` is one of the job's operators, or the channel state of one
 /// (`<uid>#in<input>`).
 fn known(uids: &[String], uid: &str) -> bool {
@@ -334,7 +496,6 @@ pub(crate) fn load_latest(root: &Path, uids: &[String]) -> Option<(u64, States)>
             }
         }
     }
-    tracing::warn!(root = %root.display(), "no readable complete checkpoint: starting from the beginning");
     None
 }
 

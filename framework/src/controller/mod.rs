@@ -145,8 +145,15 @@ pub(crate) struct JobContext {
     pub(crate) commands: CommandInbox,
     pub(crate) views: Views,
     deployed: Option<std_mpsc::Sender<()>>,
-    /// This run's checkpoint directory: a new run never restores another run's checkpoints.
+    /// This run's checkpoint directory: a new run restores another run's checkpoints only
+    /// when asked to (`restore_from`, `restore_latest`).
     pub(crate) checkpoint_root: PathBuf,
+    /// What the job started from (a savepoint, or an earlier run's checkpoint): restored
+    /// again by a restart before this run's own first checkpoint.
+    pub(crate) initial_restore: Option<crate::plan::Restore>,
+    /// Run directories of earlier runs this run resumed from ([`crate::RestoreLatest`]):
+    /// deleted once this run completed a checkpoint of its own, or finished.
+    pub(crate) claimed_runs: Vec<PathBuf>,
     pub(crate) coordinator: Coordinator,
     pub(crate) restarts: RestartTracker,
     pub(crate) rate: Option<RateController>,
@@ -186,6 +193,8 @@ impl JobContext {
         let ctx = JobContext {
             registry,
             checkpoint_root: cfg.checkpoint.directory.join(&job).join(run_id()),
+            initial_restore: None,
+            claimed_runs: Vec::new(),
             coordinator: Coordinator::new(&cfg.checkpoint, 0, 1),
             restarts: RestartTracker::new(strategy),
             rate: RateController::new(cfg.rate_control.clone()),
@@ -211,6 +220,25 @@ impl JobContext {
             ctx.publish_stats();
         }
         ctx
+    }
+
+    /// Deletes the earlier runs' directories this run resumed from: it no longer needs them
+    /// (it has a checkpoint of its own, or it finished).
+    pub(crate) fn release_claimed_runs(&mut self) {
+        for run in self.claimed_runs.drain(..) {
+            if run == self.checkpoint_root {
+                continue;
+            }
+            match std::fs::remove_dir_all(&run) {
+                Ok(()) => {
+                    tracing::info!(run = %run.display(), "deleted the checkpoints of an earlier run this run resumed from")
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => {
+                    tracing::warn!(run = %run.display(), error = %e, "cannot delete the checkpoints of an earlier run")
+                }
+            }
+        }
     }
 
     /// Tells the starter that the job is deployed (once; later deployments say nothing).

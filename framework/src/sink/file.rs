@@ -214,15 +214,19 @@ fn line_error(path: &Path, e: LineError) -> SinkError {
     }
 }
 
-/// Exactly-once line files (two-phase commit), each record a line per its [`LineFormat`]. Each checkpoint interval is written to a
-/// hidden staging file `.{uid}-{subtask}-{seq}.inprogress`; at the checkpoint's barrier it is
-/// fsynced and renamed `.{uid}-{subtask}-{checkpoint}.pending` (its name goes into the
+/// Exactly-once line files (two-phase commit), each record a line per its [`LineFormat`].
+/// Each checkpoint interval is written to a hidden staging file
+/// `.{uid}-{subtask}-{seq}.inprogress`; at the checkpoint's barrier it is fsynced and renamed
+/// `.{uid}-{subtask}-{checkpoint}.pending` and the directory is fsynced (its name goes into the
 /// checkpoint); when the checkpoint completes it is renamed to its visible name
-/// `part-{uid}-{subtask}-{checkpoint}`. Commits are idempotent (a file already renamed is
-/// skipped). A restored subtask commits the pending files its checkpoint lists and deletes the
-/// failed attempt's staging files; a fresh start deletes every staging file of its subtask.
-/// At the end of the input the last interval becomes `part-{uid}-{subtask}-final`.
-/// Without checkpoints it writes `part-{uid}-{subtask}-final` directly at the end.
+/// `part-{uid}-{subtask}-{checkpoint}` and the directory fsynced once for the commit. Commits
+/// are idempotent (a file already renamed is skipped). A restored subtask commits the pending
+/// files its checkpoint lists, deletes the failed attempt's staging files, and deletes the
+/// visible files of checkpoints after the restored one (a fall-back past a corrupted
+/// checkpoint: the job writes their records again); a fresh start deletes every staging file
+/// of its subtask. At the end of the input the last interval becomes
+/// `part-{uid}-{subtask}-final`. Without checkpoints it writes `part-{uid}-{subtask}-final`
+/// directly at the end.
 pub(crate) struct StagedLineSink<L> {
     format: L,
     dir: PathBuf,
@@ -235,7 +239,7 @@ pub(crate) struct StagedLineSink<L> {
 
 impl<L> StagedLineSink<L> {
     pub(crate) fn create(dir: &Path, cx: &SinkContext, format: L) -> Result<Self, SinkError> {
-        std::fs::create_dir_all(dir).map_err(|source| SinkError::Io {
+        crate::checkpoint::store::create_dir_durable(dir).map_err(|source| SinkError::Io {
             path: dir.to_owned(),
             source,
         })?;
@@ -274,11 +278,19 @@ impl<L> StagedLineSink<L> {
         w.flush().map_err(|e| self.io(&name, e))?;
         w.get_ref().sync_all().map_err(|e| self.io(&name, e))?;
         std::fs::rename(self.dir.join(&name), self.dir.join(to)).map_err(|e| self.io(to, e))?;
+        self.sync_dir()?;
         Ok(true)
     }
 
+    /// Fsyncs the directory: its renames and deletions become durable.
+    fn sync_dir(&self) -> Result<(), SinkError> {
+        crate::checkpoint::store::sync_dir(&self.dir).map_err(|e| self.io("", e))
+    }
+
+    /// Commits the pending files of checkpoints up to `id` (one directory fsync for all).
     fn commit_up_to(&mut self, id: u64) -> Result<(), SinkError> {
         let ready: Vec<u64> = self.pending.range(..=id).map(|(k, _)| *k).collect();
+        let mut renamed = false;
         for k in ready {
             let Some(name) = self.pending.remove(&k) else {
                 continue;
@@ -287,6 +299,38 @@ impl<L> StagedLineSink<L> {
             if self.dir.join(&name).exists() {
                 std::fs::rename(self.dir.join(&name), self.dir.join(&to))
                     .map_err(|e| self.io(&to, e))?;
+                renamed = true;
+            } else if !self.dir.join(&to).exists() {
+                return Err(SinkError::Encode {
+                    path: self.dir.join(&name),
+                    message: "a pending file of a complete checkpoint is gone (neither pending \
+                              nor committed): its records are lost"
+                        .into(),
+                });
+            }
+        }
+        if renamed {
+            self.sync_dir()?;
+        }
+        Ok(())
+    }
+
+    /// Deletes this subtask's visible files of checkpoints after `restored` (and of the end
+    /// of the input): a restore of `restored` writes their records again.
+    fn retract_after(&self, restored: u64) -> Result<(), SinkError> {
+        let visible = format!("part-{}-", self.prefix);
+        for entry in std::fs::read_dir(&self.dir)
+            .map_err(|e| self.io("", e))?
+            .flatten()
+        {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let Some(tail) = name.strip_prefix(&visible) else {
+                continue;
+            };
+            let later = tail == "final" || tail.parse::<u64>().is_ok_and(|k| k > restored);
+            if later {
+                tracing::warn!(file = %entry.path().display(), restored, "deleting output committed after the restored checkpoint: it is written again");
+                std::fs::remove_file(entry.path()).map_err(|e| self.io(&name, e))?;
             }
         }
         Ok(())
@@ -327,8 +371,11 @@ impl<T: Send + 'static, L: LineFormat<T>> Sink<T> for StagedLineSink<L> {
         if self.close_as(&pending)? {
             self.pending.insert(checkpoint, pending);
         }
-        let names: Vec<(u64, &String)> = self.pending.iter().map(|(k, v)| (*k, v)).collect();
-        crate::checkpoint::encode(&names)
+        let state = StagedState {
+            checkpoint: Some(checkpoint),
+            pending: self.pending.iter().map(|(k, v)| (*k, v.clone())).collect(),
+        };
+        crate::checkpoint::encode(&state)
             .map(Some)
             .map_err(|message| SinkError::Encode {
                 path: self.dir.clone(),
@@ -347,18 +394,44 @@ impl<T: Send + 'static, L: LineFormat<T>> Sink<T> for StagedLineSink<L> {
     fn initialize(&mut self, restored: Option<&[u8]>) -> Result<(), SinkError> {
         let Some(state) = restored else {
             // Nothing staged by an earlier attempt belongs to a complete checkpoint.
-            return self.clean(&[]);
+            self.clean(&[])?;
+            return self.sync_dir();
         };
-        let names: Vec<(u64, String)> =
-            crate::checkpoint::decode(state).map_err(|message| SinkError::Encode {
-                path: self.dir.clone(),
-                message,
-            })?;
-        self.pending.extend(names);
+        let state = StagedState::decode(state).map_err(|message| SinkError::Encode {
+            path: self.dir.clone(),
+            message,
+        })?;
+        self.pending.extend(state.pending);
         // The restored checkpoint is complete: what it lists is committed; the rest of the
-        // failed attempt's staging is dropped.
+        // failed attempt's staging is dropped, and so is what was committed after it.
         self.commit_up_to(u64::MAX - 1)?;
-        self.clean(&[])
+        if let Some(restored) = state.checkpoint {
+            self.retract_after(restored)?;
+        }
+        self.clean(&[])?;
+        self.sync_dir()
+    }
+}
+
+/// What a [`StagedLineSink`] subtask puts in a checkpoint.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct StagedState {
+    /// The checkpoint (absent in the state of older versions, a bare list of pending files).
+    checkpoint: Option<u64>,
+    /// Pending files not committed yet, by checkpoint.
+    pending: Vec<(u64, String)>,
+}
+
+impl StagedState {
+    fn decode(bytes: &[u8]) -> Result<StagedState, String> {
+        crate::checkpoint::decode::<StagedState>(bytes).or_else(|e| {
+            crate::checkpoint::decode::<Vec<(u64, String)>>(bytes)
+                .map(|pending| StagedState {
+                    checkpoint: None,
+                    pending,
+                })
+                .map_err(|_| e)
+        })
     }
 }
 
@@ -414,9 +487,20 @@ mod tests {
             "3\n4\n"
         );
         assert_eq!(visible(&dir), vec!["part-out-0-1", "part-out-0-2"]);
-        // Committing again (a late notification, or restoring checkpoint 1) changes nothing.
-        Sink::<u32>::initialize(&mut b, Some(&s1)).unwrap();
+        // Committing again (a late notification, or restoring checkpoint 2 again) changes
+        // nothing.
         Sink::<u32>::commit(&mut b, 2).unwrap();
+        Sink::<u32>::initialize(&mut b, Some(&s2)).unwrap();
+        assert_eq!(visible(&dir), vec!["part-out-0-1", "part-out-0-2"]);
+        // Falling back to checkpoint 1 (checkpoint 2 unreadable) takes back what was
+        // committed after it: the job writes those records again.
+        let kept = std::fs::read(dir.join("part-out-0-2")).unwrap();
+        Sink::<u32>::initialize(&mut b, Some(&s1)).unwrap();
+        assert_eq!(visible(&dir), vec!["part-out-0-1"]);
+        std::fs::write(dir.join("part-out-0-2"), kept).unwrap();
+        // The state of an older version (a bare list of pending files) still restores.
+        let old = crate::checkpoint::encode(&Vec::<(u64, String)>::new()).unwrap();
+        Sink::<u32>::initialize(&mut b, Some(&old)).unwrap();
         assert_eq!(visible(&dir), vec!["part-out-0-1", "part-out-0-2"]);
         // A fresh start deletes staging left by a failed attempt.
         b.write_batch(&mut vec![6u32]).unwrap();

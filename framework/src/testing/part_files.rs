@@ -16,7 +16,9 @@
 //! idempotent); the commit at the end of the input also commits the in-progress data. A
 //! restored subtask ([`Sink::initialize`] with a state) commits the pending files its
 //! checkpoint lists and deletes the output of the failed attempt: its `.inprogress` files,
-//! and `.pending` files of checkpoints newer than the restored one (they never completed). A
+//! `.pending` files of checkpoints newer than the restored one (they never completed), and
+//! final files newer than it (the restore fell back past a newer, unreadable checkpoint, or
+//! the end of the input was committed before the failure: their records are written again). A
 //! subtask started without a restore (a fresh start, or a restart before any checkpoint
 //! completed) deletes all of its `.inprogress` and `.pending` files, because none of them
 //! belongs to a complete checkpoint. Only final files are output: [`read_committed`] reads
@@ -253,7 +255,7 @@ impl<T> TwoPhaseFileSink<T> {
     /// std::fs::remove_dir_all(&dir).unwrap();
     /// ```
     pub fn create(dir: &Path, cx: &SinkContext, encode: Encode<T>) -> Result<Self, SinkError> {
-        std::fs::create_dir_all(dir).map_err(|source| SinkError::Io {
+        crate::checkpoint::store::create_dir_durable(dir).map_err(|source| SinkError::Io {
             path: dir.to_owned(),
             source,
         })?;
@@ -534,11 +536,20 @@ impl<T: Send + 'static> Sink<T> for TwoPhaseFileSink<T> {
                 self.stats.committed_by_restore += 1;
             }
         }
-        // Pre-committed for checkpoints after the restored one: they never completed.
+        // Pre-committed for checkpoints after the restored one: they never completed. Final
+        // files after it exist when the restore fell back past a newer complete checkpoint
+        // (unreadable) or the end of the input was committed before the failure: the job
+        // writes their records again, so they are taken back.
         let restored = state.checkpoint;
-        self.discard(|n, kind| {
-            kind == PartKind::InProgress || (kind == PartKind::Pending && n > restored)
-        })?;
+        let retracted = self
+            .own_files()?
+            .iter()
+            .filter(|(n, kind, _)| *kind == PartKind::Final && *n > restored)
+            .count();
+        if retracted > 0 {
+            tracing::warn!(dir = %self.dir.display(), subtask = self.subtask, restored, files = retracted, "deleting output committed after the restored checkpoint: it is written again");
+        }
+        self.discard(|n, kind| kind == PartKind::InProgress || n > restored)?;
         self.sync_dir()?;
         self.initialized = true;
         self.next_checkpoint = restored + 1;

@@ -23,9 +23,13 @@ impl Deploying {
         Deploying { restore }
     }
 
-    /// The job's first state: deploying from the savepoint the settings name (if any), or
-    /// finished if that savepoint cannot be read.
+    /// The job's first state: deploying from the savepoint the settings name, or from the
+    /// latest checkpoint of an earlier run ([`RestoreLatest`](crate::RestoreLatest)), if any;
+    /// finished if what the settings ask for cannot be restored.
     pub(crate) fn first(ctx: &mut JobContext) -> JobState {
+        if let Some(latest) = ctx.cfg.checkpoint.restore_latest.clone() {
+            return Self::from_latest(ctx, &latest);
+        }
         let Some(dir) = &ctx.cfg.checkpoint.restore_from else {
             return Deploying::new(None).into();
         };
@@ -37,13 +41,83 @@ impl Deploying {
         ) {
             Ok((checkpoint, states)) => {
                 tracing::info!(savepoint = %dir.display(), checkpoint, "starting from a savepoint");
-                Deploying::new(Some(Restore { checkpoint, states })).into()
+                let restore = Restore { checkpoint, states };
+                ctx.initial_restore = Some(restore.clone());
+                Deploying::new(Some(restore)).into()
             }
             Err(e) => Finished::failed(JobError::Runtime {
                 job: ctx.job.clone(),
                 message: format!("cannot start from savepoint {}: {e}", dir.display()),
             })
             .into(),
+        }
+    }
+
+    /// Deploying from the newest usable checkpoint of the job's earlier runs.
+    fn from_latest(ctx: &mut JobContext, latest: &crate::RestoreLatest) -> JobState {
+        let job_dir = latest.directory().join(&ctx.job);
+        let scan = match store::find_latest(
+            &job_dir,
+            &ctx.plan.uids,
+            &ctx.plan.parallelism,
+            ctx.cfg.checkpoint.allow_non_restored_state,
+        ) {
+            Ok(scan) => scan,
+            Err(source) => {
+                return Finished::failed(JobError::Restore {
+                    job: ctx.job.clone(),
+                    path: job_dir,
+                    source: Box::new(source),
+                })
+                .into()
+            }
+        };
+        for (dir, e) in &scan.skipped {
+            ctx.warnings.checkpoint_skipped(dir, &e.to_string());
+        }
+        // Claimed: deleted once this run has a checkpoint of its own, or has finished.
+        ctx.claimed_runs = scan.runs.clone();
+        match scan.latest {
+            Some(found) => {
+                tracing::info!(checkpoint = found.checkpoint, dir = %found.dir.display(), skipped = scan.skipped.len(), "resuming from the latest checkpoint of an earlier run");
+                let restore = Restore {
+                    checkpoint: found.checkpoint,
+                    states: found.states,
+                };
+                ctx.initial_restore = Some(restore.clone());
+                Deploying::new(Some(restore)).into()
+            }
+            None if latest.is_required() => {
+                let found = if scan.runs.is_empty() {
+                    "no earlier run of the job left a directory there".to_owned()
+                } else if scan.skipped.is_empty() {
+                    format!(
+                        "{} earlier run(s), none with a complete checkpoint",
+                        scan.runs.len()
+                    )
+                } else {
+                    let why: Vec<String> = scan
+                        .skipped
+                        .iter()
+                        .map(|(d, e)| format!("{}: {e}", d.display()))
+                        .collect();
+                    format!(
+                        "every complete checkpoint is unreadable ({})",
+                        why.join("; ")
+                    )
+                };
+                Finished::failed(JobError::NoCheckpointToRestore {
+                    job: ctx.job.clone(),
+                    dir: job_dir,
+                    found,
+                })
+                .into()
+            }
+            None => {
+                tracing::warn!(dir = %job_dir.display(), "no usable checkpoint of an earlier run: starting from the beginning");
+                ctx.warnings.starting_fresh(&job_dir);
+                Deploying::new(None).into()
+            }
         }
     }
 

@@ -48,8 +48,14 @@ impl Recovering {
             };
             return Self::to(Finished::failed(error), "cancelled while recovering");
         }
+        // This run's newest readable checkpoint; before it has one, what the job started
+        // from (a savepoint, or an earlier run's checkpoint).
         let restore = store::load_latest(&ctx.checkpoint_root, &ctx.plan.uids)
-            .map(|(checkpoint, states)| Restore { checkpoint, states });
+            .map(|(checkpoint, states)| Restore { checkpoint, states })
+            .or_else(|| ctx.initial_restore.clone());
+        if restore.is_none() {
+            tracing::warn!(root = %ctx.checkpoint_root.display(), "no readable complete checkpoint: starting from the beginning");
+        }
         if let Some(s) = lock(&ctx.views.checkpoints).as_mut() {
             s.num_restarts = ctx.num_restarts;
         }

@@ -280,6 +280,7 @@ impl Running {
         ctx.cfg.faults.checkpoint_completed();
         tracing::info!(checkpoint = done.id, duration = ?done.duration, size = done.size, "checkpoint complete");
         store::retain(&root, ctx.cfg.checkpoint.retained);
+        ctx.release_claimed_runs();
         for a in &self.dep.actors {
             a.mail(NotifyComplete(done.id));
         }

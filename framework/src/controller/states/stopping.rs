@@ -92,8 +92,9 @@ impl Stopping {
 }
 
 /// The run is over: its checkpoints are of no further use, and the result is built.
-fn finish(ctx: &JobContext) -> crate::controller::JobResult {
+fn finish(ctx: &mut JobContext) -> crate::controller::JobResult {
     let _ = std::fs::remove_dir_all(&ctx.checkpoint_root);
+    ctx.release_claimed_runs();
     result(
         &ctx.graph,
         &ctx.plan,
