@@ -82,6 +82,19 @@ fn run(n: u64, mode: CheckpointMode, faults: FaultPlan, rate: f64) -> Result<Run
 }
 
 fn run_with(n: u64, barriers: Barriers, faults: FaultPlan, rate: f64) -> Result<Run, JobError> {
+    run_tuned(n, barriers, faults, rate, |_| {}, |_| {})
+}
+
+/// [`run_with`], with `tune` applied to the config and `on_map` called with every record the
+/// `map` operator sees (in every attempt).
+fn run_tuned(
+    n: u64,
+    barriers: Barriers,
+    faults: FaultPlan,
+    rate: f64,
+    tune: impl FnOnce(&mut EnvConfig),
+    on_map: impl Fn(u64) + Clone + Send + Sync + 'static,
+) -> Result<Run, JobError> {
     let dir = tmp_dir("run");
     let mode = match barriers {
         Barriers::AtLeastOnce => CheckpointMode::AtLeastOnce,
@@ -92,12 +105,16 @@ fn run_with(n: u64, barriers: Barriers, faults: FaultPlan, rate: f64) -> Result<
     if barriers == Barriers::AlignedTimeout {
         cfg.checkpoint.aligned_checkpoint_timeout = Some(Duration::from_millis(1));
     }
+    tune(&mut cfg);
     let env = Env::with_config(cfg);
     let out = env
         .generate(n, |i| i)
         .uid("src")
         .set_parallelism(2)
-        .map(|x: u64| x)
+        .map(move |x: u64| {
+            on_map(x);
+            x
+        })
         .uid("map")
         .set_parallelism(2)
         .key_by(|x: &u64| x % KEYS)
@@ -168,20 +185,46 @@ fn check_exactly_once(n: u64, committed: &[(u64, u64, u64)]) {
 fn smoke_panic_recovers_exactly_once() {
     let _serial = serial();
     let n = 20_000;
-    let plan = FaultPlan::new(vec![Fault::new("map", FaultKind::Panic, 4_000)]);
-    let r = run(n, CheckpointMode::ExactlyOnce, plan.clone(), 100_000.0).expect("job recovers");
+    // Tied to events, not to speed: the fault fires at the first batch at or after record
+    // 4,000 once two checkpoints completed, however long they took.
+    let plan = FaultPlan::new(vec![
+        Fault::new("map", FaultKind::Panic, 4_000).after_checkpoints(2)
+    ]);
+    // Records `map` saw before the fault fired (the first attempt's progress).
+    let before_fault = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let (p, b) = (plan.clone(), before_fault.clone());
+    let r = run_tuned(
+        n,
+        Barriers::Aligned,
+        plan.clone(),
+        100_000.0,
+        // Only the injected panic restarts the job: a subtask slowed by a busy machine is
+        // not declared hung (this test has no hang to detect).
+        |cfg| cfg.heartbeat_timeout = common::TIMEOUT,
+        move |_| {
+            if p.fired() == 0 {
+                b.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            }
+        },
+    )
+    .expect("job recovers");
     assert_eq!(plan.fired(), 1);
     assert_eq!(r.restarts, 1);
     assert!(
-        r.completed_checkpoints >= 1,
+        r.completed_checkpoints >= 2,
         "checkpoints completed: {}",
         r.completed_checkpoints
     );
-    // Restored from a checkpoint, not from the beginning: less than the ~8,000 records
-    // emitted before the fault were replayed.
+    // Restored from a checkpoint, not from the beginning: fewer records were replayed than
+    // the first attempt had brought to `map` (replaying from the start would replay them
+    // all, and the ones in flight besides).
     assert!(r.restored.is_some(), "restored a checkpoint");
     let replayed = r.source_out - n;
-    assert!(replayed < 8_000, "replayed {replayed} records");
+    let before_fault = before_fault.load(std::sync::atomic::Ordering::SeqCst);
+    assert!(
+        replayed < before_fault,
+        "replayed {replayed} records of the {before_fault} seen before the fault"
+    );
     check_exactly_once(n, &r.committed);
 }
 
@@ -426,25 +469,38 @@ fn a_fault_during_a_checkpoint_is_recovered_exactly_once() {
     let committed = std::sync::Arc::new(std::sync::Mutex::new(Default::default()));
     let fired = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let (c, f) = (committed.clone(), fired.clone());
-    env.generate(n, |i| i)
-        .uid("src")
-        .set_parallelism(2)
-        .rebalance()
-        .add_sink("failing-pre-commit", move |cx| {
-            Ok(FailingPreCommit {
-                committed: c.clone(),
-                fired: f.clone(),
-                subtask: cx.subtask,
-                seen_checkpoints: 0,
-                staged: Vec::new(),
-                pending: Default::default(),
-            })
+    // Tied to events, not to speed: half the input waits until the sink's second checkpoint
+    // has failed, so the fault happens mid-job however slowly checkpoints complete.
+    let hold = weir::testing::Hold::new();
+    let h = hold.clone();
+    env.add_source("generate", move |cx| {
+        Ok(weir::testing::HeldIds::new(cx, n, 0.5, h.clone()))
+    })
+    .uid("src")
+    .set_parallelism(2)
+    .rebalance()
+    .add_sink("failing-pre-commit", move |cx| {
+        Ok(FailingPreCommit {
+            committed: c.clone(),
+            fired: f.clone(),
+            subtask: cx.subtask,
+            seen_checkpoints: 0,
+            staged: Vec::new(),
+            pending: Default::default(),
         })
-        .set_parallelism(2);
-    let result = env
-        .execute("fault-during-checkpoint")
-        .expect("job recovers");
-    assert!(fired.load(std::sync::atomic::Ordering::SeqCst));
+    })
+    .set_parallelism(2);
+    let job = env.start("fault-during-checkpoint").expect("start");
+    let deadline = std::time::Instant::now() + common::TIMEOUT;
+    while !fired.load(std::sync::atomic::Ordering::SeqCst) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the sink's second checkpoint never came"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    hold.release();
+    let result = common::within_timeout(move || job.wait()).expect("job recovers");
     assert!(result.checkpoints.unwrap().num_restarts >= 1);
     let mut ids = committed.lock().unwrap().0.clone();
     ids.sort_unstable();
