@@ -3,9 +3,12 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use weir::rate::RateControlConfig;
+use weir::testing::{HeldIds, Hold};
 use weir::{CollectSink, Collector, Env, EnvConfig, JobError, ValueState};
 
 const N: u64 = 40_000;
@@ -35,19 +38,49 @@ fn config(ckpt_dir: &Path, restore_from: Option<&Path>, allow_non_restored: bool
     cfg
 }
 
-fn job(env: &Env, count_uid: &str, out: &CollectSink<(u64, u64, u64)>) {
-    env.generate(N, |i| i)
+/// Ids `0..N` from a [`HeldIds`] source that stops, idle, after the first half until `hold` is
+/// released, counted per key; `seen` counts the records the keyed operator processed.
+fn job(
+    env: &Env,
+    count_uid: &str,
+    out: &CollectSink<(u64, u64, u64)>,
+    hold: &Hold,
+    seen: &Arc<AtomicU64>,
+) {
+    let (h, seen) = (hold.clone(), seen.clone());
+    env.add_source("ids", move |cx| Ok(HeldIds::new(cx, N, 0.5, h.clone())))
         .uid("src")
         .key_by(|x: &u64| x % KEYS)
         .process(
-            |k: &u64, s: &mut ValueState<u64>, x: u64, out: &mut Collector<(u64, u64, u64)>| {
+            move |k: &u64,
+                  s: &mut ValueState<u64>,
+                  x: u64,
+                  out: &mut Collector<(u64, u64, u64)>| {
                 let c = s.get_or_insert_with(|| 0);
                 *c += 1;
                 out.collect((*k, *c, x));
+                seen.fetch_add(1, Ordering::SeqCst);
             },
         )
         .uid(count_uid)
         .collect_into(out);
+}
+
+/// A hold already released: the job runs to the end.
+fn released() -> Hold {
+    let hold = Hold::new();
+    hold.release();
+    hold
+}
+
+/// Waits (up to 30 s) until the keyed operator processed the first half of the ids, all that
+/// comes before the hold: a savepoint then stops the job mid-way however fast the machine is.
+fn wait_for_first_half(seen: &AtomicU64) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while seen.load(Ordering::SeqCst) < N / 2 {
+        assert!(Instant::now() < deadline, "the first half never came");
+        std::thread::sleep(Duration::from_millis(1));
+    }
 }
 
 #[test]
@@ -56,9 +89,10 @@ fn stop_with_savepoint_then_resume_is_exactly_once() {
     // One sink handle across both jobs, as one external system would be.
     let out = CollectSink::default();
     let env = Env::with_config(config(&ckpt, None, false));
-    job(&env, "count", &out);
+    let seen = Arc::new(AtomicU64::new(0));
+    job(&env, "count", &out, &Hold::new(), &seen);
     let handle = env.start("savepoint-a").unwrap();
-    std::thread::sleep(Duration::from_millis(300));
+    wait_for_first_half(&seen);
     // A savepoint while running, then stop with another.
     let first = handle.savepoint(tmp("running")).expect("savepoint");
     assert!(first.join("_metadata").is_file());
@@ -67,11 +101,15 @@ fn stop_with_savepoint_then_resume_is_exactly_once() {
         .expect("stop with savepoint");
     assert_eq!(path, sp);
     let a = out.len();
-    assert!(a > 0 && (a as u64) < N, "stopped mid-way: {a} records");
+    assert_eq!(
+        a as u64,
+        N / 2,
+        "stopped mid-way, with all it had processed committed"
+    );
 
     // Resume from the savepoint.
     let env = Env::with_config(config(&tmp("ckpt-b"), Some(&sp), false));
-    job(&env, "count", &out);
+    job(&env, "count", &out, &released(), &Arc::default());
     env.execute("savepoint-b").expect("resumed job completes");
     let all = out.take();
 
@@ -96,7 +134,13 @@ fn stop_with_savepoint_then_resume_is_exactly_once() {
     }
     // Reusing a savepoint directory is refused.
     let env = Env::with_config(config(&tmp("ckpt-c"), None, false));
-    job(&env, "count", &CollectSink::default());
+    job(
+        &env,
+        "count",
+        &CollectSink::default(),
+        &released(),
+        &Arc::default(),
+    );
     let handle = env.start("savepoint-c").unwrap();
     match handle.savepoint(&sp) {
         Err(JobError::Savepoint { message, .. }) => {
@@ -113,9 +157,10 @@ fn unmatched_state_is_an_error_unless_allowed() {
     let (ckpt, sp) = (tmp("ckpt-u"), tmp("unmatched"));
     let out = CollectSink::default();
     let env = Env::with_config(config(&ckpt, None, false));
-    job(&env, "count", &out);
+    let seen = Arc::new(AtomicU64::new(0));
+    job(&env, "count", &out, &Hold::new(), &seen);
     let handle = env.start("unmatched-a").unwrap();
-    std::thread::sleep(Duration::from_millis(100));
+    wait_for_first_half(&seen);
     handle
         .stop_with_savepoint(&sp)
         .expect("stop with savepoint");
@@ -123,7 +168,7 @@ fn unmatched_state_is_an_error_unless_allowed() {
 
     // The keyed operator got a new uid: its state has no home.
     let env = Env::with_config(config(&tmp("ckpt-u2"), Some(&sp), false));
-    job(&env, "count-v2", &out);
+    job(&env, "count-v2", &out, &released(), &Arc::default());
     match env.execute("unmatched-b") {
         Err(JobError::Runtime { message, .. }) => {
             assert!(message.contains("`count`"), "names the uid: {message}");
@@ -133,12 +178,12 @@ fn unmatched_state_is_an_error_unless_allowed() {
     }
     // Allowed: it runs, the source resumes, the new operator starts empty.
     let env = Env::with_config(config(&tmp("ckpt-u3"), Some(&sp), true));
-    job(&env, "count-v2", &out);
+    job(&env, "count-v2", &out, &released(), &Arc::default());
     env.execute("unmatched-c")
         .expect("runs with allow_non_restored_state");
     // The source resumed at its position: every id once across both jobs.
     let all = out.take();
-    assert!(before > 0 && (before as u64) < N);
+    assert_eq!(before as u64, N / 2, "stopped at the hold");
     let mut ids: Vec<u64> = all.iter().map(|r| r.2).collect();
     ids.sort_unstable();
     assert_eq!(ids, (0..N).collect::<Vec<_>>());
