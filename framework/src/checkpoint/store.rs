@@ -50,6 +50,10 @@ pub struct SnapshotEnvelope {
     pub key_groups: Option<(usize, usize)>,
     /// The operator's own encoding of its state.
     pub payload: Vec<u8>,
+    /// CRC-32 of `payload`, checked on read (absent in files of earlier versions, which are
+    /// read unchecked).
+    #[serde(default)]
+    pub payload_crc32: Option<u32>,
 }
 
 /// What `_metadata` records: which file holds which operator subtask's state.
@@ -64,6 +68,21 @@ pub(crate) struct CheckpointMetadata {
     pub(crate) parallelism: BTreeMap<String, usize>,
     /// Total bytes of the state files.
     pub(crate) size: u64,
+    /// CRC-32 of this metadata encoded without it, checked on read (absent in files of
+    /// earlier versions).
+    #[serde(default)]
+    pub(crate) crc32: Option<u32>,
+}
+
+impl CheckpointMetadata {
+    /// The CBOR of this metadata without its checksum.
+    fn unsummed_bytes(&self) -> Result<Vec<u8>, String> {
+        let mut plain = self.clone();
+        plain.crc32 = None;
+        let mut bytes = Vec::new();
+        ciborium::into_writer(&plain, &mut bytes).map_err(|e| e.to_string())?;
+        Ok(bytes)
+    }
 }
 
 /// Why a checkpoint could not be written or read.
@@ -174,6 +193,20 @@ pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), CheckpointEr
     sync_dir(dir).map_err(io(dir))
 }
 
+/// Decodes a file that must be exactly one CBOR value: bytes left over mean a damaged length
+/// (a map that lost entries, its checksum among them), not a shorter valid file.
+fn decode_whole<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, String> {
+    let mut rest = bytes;
+    let value = ciborium::from_reader(&mut rest).map_err(|e| e.to_string())?;
+    if !rest.is_empty() {
+        return Err(format!(
+            "{} bytes after the end of its contents: the file is corrupted",
+            rest.len()
+        ));
+    }
+    Ok(value)
+}
+
 /// Writes one state file; returns its name and size.
 pub(crate) fn write_state(
     root: &Path,
@@ -215,14 +248,22 @@ pub(crate) fn read_state_at(
     let path = dir.join(name);
     let bytes = std::fs::read(&path).map_err(io(&path))?;
     let env: SnapshotEnvelope =
-        ciborium::from_reader(bytes.as_slice()).map_err(|e| CheckpointError::Invalid {
+        decode_whole(&bytes).map_err(|message| CheckpointError::Invalid {
             path: path.clone(),
-            message: e.to_string(),
+            message,
         })?;
     let invalid = |message: String| CheckpointError::Invalid {
         path: path.clone(),
         message,
     };
+    if let Some(expected) = env.payload_crc32 {
+        let found = crc32fast::hash(&env.payload);
+        if found != expected {
+            return Err(invalid(format!(
+                "the state's checksum is {found:08x}, the file says {expected:08x}: the file is corrupted"
+            )));
+        }
+    }
     if env.format_version != FORMAT_VERSION {
         return Err(invalid(format!(
             "format version {} (this build reads {FORMAT_VERSION})",
@@ -249,11 +290,14 @@ pub(crate) fn write_metadata(
 ) -> Result<(), CheckpointError> {
     let dir = checkpoint_dir(root, meta.checkpoint_id);
     let path = dir.join("_metadata");
-    let mut bytes = Vec::new();
-    ciborium::into_writer(meta, &mut bytes).map_err(|e| CheckpointError::Invalid {
+    let encode_err = |message: String| CheckpointError::Invalid {
         path: path.clone(),
-        message: e.to_string(),
-    })?;
+        message,
+    };
+    let mut summed = meta.clone();
+    summed.crc32 = Some(crc32fast::hash(&meta.unsummed_bytes().map_err(encode_err)?));
+    let mut bytes = Vec::new();
+    ciborium::into_writer(&summed, &mut bytes).map_err(|e| encode_err(e.to_string()))?;
     create_dir_durable(root).map_err(io(root))?;
     // A checkpoint without state files has no directory yet.
     std::fs::create_dir_all(&dir).map_err(io(&dir))?;
@@ -272,10 +316,29 @@ pub(crate) fn read_metadata(root: &Path, id: u64) -> Result<CheckpointMetadata, 
 pub(crate) fn read_metadata_at(dir: &Path) -> Result<CheckpointMetadata, CheckpointError> {
     let path = dir.join("_metadata");
     let bytes = std::fs::read(&path).map_err(io(&path))?;
-    ciborium::from_reader(bytes.as_slice()).map_err(|e| CheckpointError::Invalid {
-        path,
-        message: e.to_string(),
-    })
+    let meta: CheckpointMetadata =
+        decode_whole(&bytes).map_err(|message| CheckpointError::Invalid {
+            path: path.clone(),
+            message,
+        })?;
+    if let Some(expected) = meta.crc32 {
+        let found = meta
+            .unsummed_bytes()
+            .map(|b| crc32fast::hash(&b))
+            .map_err(|message| CheckpointError::Invalid {
+                path: path.clone(),
+                message,
+            })?;
+        if found != expected {
+            return Err(CheckpointError::Invalid {
+                path,
+                message: format!(
+                    "the metadata's checksum is {found:08x}, the file says {expected:08x}: the file is corrupted"
+                ),
+            });
+        }
+    }
+    Ok(meta)
 }
 
 /// Ids of the checkpoint directories under `root` that have `_metadata`, newest first.
@@ -540,6 +603,7 @@ mod tests {
             checkpoint_id: 7,
             key_groups: Some((64, 128)),
             payload: vec![1, 2, 3],
+            payload_crc32: None,
         };
         let (name, size) = write_state(&root, &env).unwrap();
         assert!(size > 3);
@@ -562,6 +626,7 @@ mod tests {
             checkpoint_id: id,
             key_groups: None,
             payload: payload.to_vec(),
+            payload_crc32: Some(crc32fast::hash(payload)),
         };
         let (name, size) = write_state(root, &env).unwrap();
         let mut states = BTreeMap::new();
@@ -575,9 +640,71 @@ mod tests {
                 states,
                 parallelism: BTreeMap::new(),
                 size,
+                crc32: None,
             },
         )
         .unwrap();
+    }
+
+    /// Flips one bit of the file at byte `at`.
+    fn flip(file: &Path, at: usize) {
+        let mut bytes = std::fs::read(file).unwrap();
+        let at = at % bytes.len();
+        bytes[at] ^= 0x01;
+        std::fs::write(file, bytes).unwrap();
+    }
+
+    #[test]
+    fn a_flipped_bit_anywhere_is_found_not_restored() {
+        let root = tmp("bitflip");
+        let uids = vec!["count".to_string()];
+        checkpoint_with_state(&root, 1, b"one");
+        // Every bit position of checkpoint 2's state file and metadata: each flip makes it
+        // unreadable (so 1 is restored) or leaves what it holds the same; never wrong state.
+        for name in ["count-0.state", "_metadata"] {
+            let len = {
+                checkpoint_with_state(&root, 2, b"two-two-two");
+                std::fs::metadata(checkpoint_dir(&root, 2).join(name))
+                    .unwrap()
+                    .len() as usize
+            };
+            for at in 0..len {
+                checkpoint_with_state(&root, 2, b"two-two-two");
+                flip(&checkpoint_dir(&root, 2).join(name), at);
+                match load_latest(&root, &uids) {
+                    Some((2, states)) => assert_eq!(
+                        states.get(&("count".to_string(), 0)),
+                        Some(&b"two-two-two".to_vec()),
+                        "{name} byte {at}: a flipped bit restored as state"
+                    ),
+                    Some((1, states)) => {
+                        assert_eq!(states[&("count".to_string(), 0)], b"one".to_vec())
+                    }
+                    other => panic!("{name} byte {at}: {:?}", other.map(|(id, _)| id)),
+                }
+            }
+        }
+        std::fs::remove_dir_all(&root).unwrap();
+    }
+
+    #[test]
+    fn files_of_earlier_versions_without_checksums_still_read() {
+        let root = tmp("nocrc");
+        let env = SnapshotEnvelope {
+            format_version: FORMAT_VERSION,
+            uid: "count".into(),
+            subtask: 0,
+            checkpoint_id: 1,
+            key_groups: None,
+            payload: b"old".to_vec(),
+            payload_crc32: None,
+        };
+        let (name, _) = write_state(&root, &env).unwrap();
+        assert_eq!(
+            read_state(&root, 1, &name, "count", 0).unwrap().payload,
+            b"old"
+        );
+        std::fs::remove_dir_all(&root).unwrap();
     }
 
     #[test]
@@ -616,6 +743,7 @@ mod tests {
                 states: BTreeMap::new(),
                 parallelism: BTreeMap::new(),
                 size: 0,
+                crc32: None,
             };
             if id != 3 {
                 write_metadata(&root, &meta).unwrap();

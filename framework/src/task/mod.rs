@@ -207,6 +207,7 @@ impl SubtaskActor {
                 subtask: self.id.subtask,
                 checkpoint_id: id,
                 key_groups: e.key_groups,
+                payload_crc32: Some(crc32fast::hash(&e.payload)),
                 payload: e.payload,
             };
             match crate::checkpoint::store::write_state(&root, &env) {

@@ -490,5 +490,7 @@ fn metadata(job: &str, dep: &Deployment, done: &Completed) -> store::CheckpointM
         states,
         parallelism,
         size: done.size,
+        // Computed when written.
+        crc32: None,
     }
 }
