@@ -529,6 +529,20 @@ impl<T: Data> DataStream<T> {
         self.add_sink("collect", move |cx| Ok(h.instance(cx)))
     }
 
+    /// A sink that writes files into `dir`: `make` builds each subtask's sink over the
+    /// directory, which `execute` checks is writable before any record moves.
+    fn file_sink<S, F>(self, name: &str, dir: &std::path::Path, make: F) -> SinkStream
+    where
+        S: Sink<T>,
+        F: Fn(&std::path::Path, &SinkContext) -> Result<S, crate::error::SinkError>
+            + Send
+            + 'static,
+    {
+        let owned = dir.to_owned();
+        self.add_sink(name, move |cx| make(&owned, cx))
+            .writes_into(dir)
+    }
+
     /// Drops every record (counted).
     pub fn discard(self) -> SinkStream {
         self.add_sink("discard", |_| Ok(DiscardSink))
@@ -550,34 +564,25 @@ impl<T: Data + std::fmt::Display> DataStream<T> {
     /// structs), [`write_text_exactly_once_with`](Self::write_text_exactly_once_with) or
     /// [`write_jsonl_exactly_once`](Self::write_jsonl_exactly_once).
     pub fn write_text_exactly_once(self, dir: impl AsRef<std::path::Path>) -> SinkStream {
-        let dir = dir.as_ref().to_owned();
-        let checked = dir.clone();
-        self.add_sink("write_text", move |cx| {
-            StagedLineSink::create(&dir, cx, DisplayLines)
+        self.file_sink("write_text", dir.as_ref(), move |dir, cx| {
+            StagedLineSink::create(dir, cx, DisplayLines)
         })
-        .writes_into(checked)
     }
 
     /// Writes each record's `Display` form as a line to `part-{uid}-{subtask}` in `dir`.
     pub fn write_text(self, dir: impl AsRef<std::path::Path>) -> SinkStream {
-        let dir = dir.as_ref().to_owned();
-        let checked = dir.clone();
-        self.add_sink("write_text", move |cx| {
-            LineFileSink::create(&dir, cx, DisplayLines)
+        self.file_sink("write_text", dir.as_ref(), move |dir, cx| {
+            LineFileSink::create(dir, cx, DisplayLines)
         })
-        .writes_into(checked)
     }
 }
 
 impl<T: Data> DataStream<T> {
     /// Writes each record as a line of JSON to `part-{uid}-{subtask}` in `dir`.
     pub fn write_jsonl(self, dir: impl AsRef<std::path::Path>) -> SinkStream {
-        let dir = dir.as_ref().to_owned();
-        let checked = dir.clone();
-        self.add_sink("write_jsonl", move |cx| {
-            LineFileSink::create(&dir, cx, JsonLines)
+        self.file_sink("write_jsonl", dir.as_ref(), move |dir, cx| {
+            LineFileSink::create(dir, cx, JsonLines)
         })
-        .writes_into(checked)
     }
 
     /// Writes each record as a line of JSON, exactly once with checkpoints on: the files and
@@ -600,12 +605,9 @@ impl<T: Data> DataStream<T> {
     /// # std::fs::remove_dir_all(&dir).unwrap();
     /// ```
     pub fn write_jsonl_exactly_once(self, dir: impl AsRef<std::path::Path>) -> SinkStream {
-        let dir = dir.as_ref().to_owned();
-        let checked = dir.clone();
-        self.add_sink("write_jsonl", move |cx| {
-            StagedLineSink::create(&dir, cx, JsonLines)
+        self.file_sink("write_jsonl", dir.as_ref(), move |dir, cx| {
+            StagedLineSink::create(dir, cx, JsonLines)
         })
-        .writes_into(checked)
     }
 
     /// Like [`write_text`](Self::write_text), each record formatted by `format`, which
@@ -630,13 +632,10 @@ impl<T: Data> DataStream<T> {
     where
         F: Fn(&T, &mut String) -> std::fmt::Result + Send + Sync + 'static,
     {
-        let dir = dir.as_ref().to_owned();
-        let checked = dir.clone();
         let format = std::sync::Arc::new(format);
-        self.add_sink("write_text", move |cx| {
-            LineFileSink::create(&dir, cx, FormatLines::new(format.clone()))
+        self.file_sink("write_text", dir.as_ref(), move |dir, cx| {
+            LineFileSink::create(dir, cx, FormatLines::new(format.clone()))
         })
-        .writes_into(checked)
     }
 
     /// Like [`write_text_exactly_once`](Self::write_text_exactly_once), each record
@@ -649,13 +648,10 @@ impl<T: Data> DataStream<T> {
     where
         F: Fn(&T, &mut String) -> std::fmt::Result + Send + Sync + 'static,
     {
-        let dir = dir.as_ref().to_owned();
-        let checked = dir.clone();
         let format = std::sync::Arc::new(format);
-        self.add_sink("write_text", move |cx| {
-            StagedLineSink::create(&dir, cx, FormatLines::new(format.clone()))
+        self.file_sink("write_text", dir.as_ref(), move |dir, cx| {
+            StagedLineSink::create(dir, cx, FormatLines::new(format.clone()))
         })
-        .writes_into(checked)
     }
 }
 

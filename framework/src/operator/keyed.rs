@@ -129,8 +129,38 @@ impl<P: crate::hooks::Operator> Hooks<P> {
 }
 
 /// The checkpointed form of keyed state: entries grouped by key group (the unit of
-/// redistribution when an operator is rescaled).
-type KeyedPayload<K, S> = Vec<(usize, Vec<(K, S)>)>;
+/// redistribution when an operator is rescaled), ascending.
+pub(crate) type KeyedPayload<K, S> = Vec<(usize, Vec<(K, S)>)>;
+
+/// Groups keyed entries by key group, for a snapshot (both keyed operators).
+pub(crate) fn by_key_group<'a, K, S>(
+    entries: impl IntoIterator<Item = (&'a K, &'a S)>,
+    max_parallelism: usize,
+) -> KeyedPayload<&'a K, &'a S>
+where
+    K: std::hash::Hash + 'a,
+    S: 'a,
+{
+    let mut groups: std::collections::BTreeMap<usize, Vec<(&K, &S)>> = Default::default();
+    for (k, s) in entries {
+        groups
+            .entry(key_group_of(k, max_parallelism))
+            .or_default()
+            .push((k, s));
+    }
+    groups.into_iter().collect()
+}
+
+/// Adds a keyed subtask's snapshot `payload` to `w`, with the key groups it owns.
+pub(crate) fn put_keyed(
+    w: &mut StateWriter,
+    info: &super::OperatorInfo,
+    max_parallelism: usize,
+    payload: Vec<u8>,
+) {
+    let range = key_group_range(info.subtask, max_parallelism, info.parallelism);
+    w.put(&info.uid, Some((range.start, range.end)), payload);
+}
 
 impl<KF, K, P, I, O> KeyedOp<KF, K, P, I, O>
 where
@@ -204,15 +234,7 @@ where
         self.core.next.barrier(id, w)
     }
     fn snapshot_state(&mut self, w: &mut StateWriter) -> Result<(), TaskError> {
-        let mut groups: std::collections::BTreeMap<usize, Vec<(&K, &P::State)>> =
-            Default::default();
-        for (k, s) in &self.state.map {
-            groups
-                .entry(key_group_of(k, self.max_parallelism))
-                .or_default()
-                .push((k, s));
-        }
-        let groups: KeyedPayload<&K, &P::State> = groups.into_iter().collect();
+        let groups = by_key_group(&self.state.map, self.max_parallelism);
         let payload = match &self.hooks {
             None => crate::checkpoint::encode(&groups),
             Some(h) => {
@@ -222,12 +244,7 @@ where
             }
         }
         .map_err(|e| self.core.state_error(e))?;
-        let range = key_group_range(
-            self.core.info.subtask,
-            self.max_parallelism,
-            self.core.info.parallelism,
-        );
-        w.put(&self.core.info.uid, Some((range.start, range.end)), payload);
+        put_keyed(w, &self.core.info, self.max_parallelism, payload);
         Ok(())
     }
     fn notify_complete(&mut self, id: u64) -> Result<(), TaskError> {

@@ -17,23 +17,20 @@ use std::marker::PhantomData;
 use indexmap::IndexMap;
 use rustc_hash::FxBuildHasher;
 
+use super::keyed::{by_key_group, put_keyed, KeyedPayload};
 use super::process::ProcessFunction;
 use super::{Control, OpCore, Output};
 use crate::checkpoint::StateWriter;
 use crate::error::TaskError;
 use crate::hooks::{KeyedFields, Operator, StateSnapshot};
-use crate::key_group::{key_group_of, key_group_range};
 use crate::metrics::QueueUsage;
 use crate::StateTtl;
 
 /// Entries checked for expiry after each batch, at least (more for larger batches).
 const CLEANUP_PER_BATCH: usize = 16;
 
-/// Keyed entries by key group, ascending.
-type Groups<K, E> = Vec<(usize, Vec<(K, E)>)>;
-
 /// The checkpointed form: the operator's own fields, and the keyed entries by key group.
-type Payload<K, E> = (StateSnapshot, Groups<K, E>);
+type Payload<K, E> = (StateSnapshot, KeyedPayload<K, E>);
 
 pub(crate) struct KeyedApplyOp<KF, K, P: KeyedFields, I, O> {
     key_fn: KF,
@@ -166,23 +163,10 @@ where
             let ttls = &self.ttls;
             self.table.retain(|_, e| !P::prune_keyed(e, ttls, now));
         }
-        let mut groups: std::collections::BTreeMap<usize, Vec<(&K, &P::Keyed)>> =
-            Default::default();
-        for (k, e) in &self.table {
-            groups
-                .entry(key_group_of(k, self.max_parallelism))
-                .or_default()
-                .push((k, e));
-        }
-        let groups: Groups<&K, &P::Keyed> = groups.into_iter().collect();
+        let groups = by_key_group(&self.table, self.max_parallelism);
         let payload =
             crate::checkpoint::encode(&(&own, &groups)).map_err(|e| core.state_error(e))?;
-        let range = key_group_range(
-            core.info.subtask,
-            self.max_parallelism,
-            core.info.parallelism,
-        );
-        w.put(&core.info.uid, Some((range.start, range.end)), payload);
+        put_keyed(w, &core.info, self.max_parallelism, payload);
         Ok(())
     }
     fn notify_complete(&mut self, id: u64) -> Result<(), TaskError> {
