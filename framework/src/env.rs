@@ -155,6 +155,9 @@ impl Env {
             initial_state: None,
             backup: None,
             stateless: false,
+            rescale: crate::rescale::Rule::Refused(
+                "it is a source: its read position belongs to its subtask's share of the input".into(),
+            ),
         });
         DataStream::new(self.graph.clone(), id, 0)
     }

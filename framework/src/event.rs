@@ -44,6 +44,8 @@ pub(crate) enum JobEvent {
         id: u64,
         actor: usize,
         files: Vec<StateFile>,
+        /// The states themselves, (uid, payload), for a checkpoint handed over in memory.
+        payloads: Vec<(String, Vec<u8>)>,
         alignment: Duration,
         start_delay: Duration,
     },

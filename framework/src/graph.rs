@@ -243,6 +243,8 @@ pub(crate) struct Node {
     pub(crate) backup: Option<crate::backup::BackupPolicy>,
     /// The operator keeps no state between records (a backup replays less).
     pub(crate) stateless: bool,
+    /// How its state follows a change of parallelism (`rescale`).
+    pub(crate) rescale: crate::rescale::Rule,
 }
 
 /// A connection from an output port to a logical input of another node.

@@ -16,6 +16,8 @@ use crate::controller::{self, ActorEntry, Command, Commands, JobResult, JobStatu
 use crate::error::JobError;
 use crate::failure::FailureRecord;
 use crate::graph::Graph;
+use crate::plan::VertexInfo;
+use crate::rescale::{RescaleError, RescaleReport};
 use crate::hooks::{ConfigError, StateError, StateSnapshot};
 use crate::metrics::JobMetrics;
 use crate::plan::plan;
@@ -73,21 +75,6 @@ pub struct JobHandle {
     thread: Option<JoinHandle<Result<JobResult, JobError>>>,
 }
 
-/// One vertex of a running job: a chain of operators that runs as one actor per subtask
-/// (Flink's job vertex). Its id is the uid of the chain's first operator.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct VertexInfo {
-    /// The uid of the chain's first operator.
-    pub id: String,
-    /// The names of the chained operators, joined by ` -> ` (as Flink names vertices).
-    pub name: String,
-    /// Its parallelism.
-    pub parallelism: usize,
-    /// The uids of the operators in the chain, first to last.
-    pub operators: Vec<String>,
-}
-
 /// A cloneable, read-mostly view of a running job for observers on other threads (the REST
 /// server, dashboards, agents): its identity, vertices, status, metrics and checkpoint
 /// statistics, and the commands that steer it (cancel, savepoints). It stays valid after the
@@ -97,7 +84,6 @@ pub struct JobMonitor {
     id: String,
     name: String,
     start_time_ms: u64,
-    vertices: std::sync::Arc<Vec<VertexInfo>>,
     checkpoint: crate::checkpoint::CheckpointConfig,
     views: Views,
     commands: Commands,
@@ -128,9 +114,61 @@ impl JobMonitor {
         self.start_time_ms
     }
 
-    /// The job's vertices, in graph order.
-    pub fn vertices(&self) -> &[VertexInfo] {
-        &self.vertices
+    /// The job's vertices, in graph order, at their current parallelism.
+    pub fn vertices(&self) -> Vec<VertexInfo> {
+        lock(&self.views.vertices).clone()
+    }
+
+    /// How often the job was rescaled, and what the last rescale did.
+    pub fn rescale_stats(&self) -> crate::rescale::RescaleStats {
+        lock(&self.views.rescales).clone()
+    }
+
+    /// Changes the parallelism of operator `uid` (and of the chain it runs in) while the job
+    /// runs; see [`JobHandle::rescale`].
+    pub fn rescale(
+        &self,
+        uid: &str,
+        parallelism: usize,
+    ) -> Result<crate::rescale::RescaleReport, crate::rescale::RescaleError> {
+        self.rescale_to(crate::controller::RescaleTarget::Operators(vec![(
+            uid.to_owned(),
+            parallelism,
+        )]))
+    }
+
+    /// Changes the parallelism of several operators at once (uid, parallelism), at one
+    /// barrier.
+    pub fn rescale_operators(
+        &self,
+        changes: &[(String, usize)],
+    ) -> Result<crate::rescale::RescaleReport, crate::rescale::RescaleError> {
+        self.rescale_to(crate::controller::RescaleTarget::Operators(changes.to_vec()))
+    }
+
+    /// Changes the parallelism of every operator that follows the job's default parallelism
+    /// and can be rescaled (sources and sinks keep theirs; the report says which and why).
+    pub fn rescale_job(
+        &self,
+        parallelism: usize,
+    ) -> Result<crate::rescale::RescaleReport, crate::rescale::RescaleError> {
+        self.rescale_to(crate::controller::RescaleTarget::Job(parallelism))
+    }
+
+    fn rescale_to(
+        &self,
+        target: crate::controller::RescaleTarget,
+    ) -> Result<crate::rescale::RescaleReport, crate::rescale::RescaleError> {
+        let (reply, answer) = std_mpsc::channel();
+        if !self
+            .commands
+            .send(Command::Rescale(crate::controller::RescaleRequest { target, reply }))
+        {
+            return Err(crate::rescale::RescaleError::JobEnded);
+        }
+        answer
+            .recv()
+            .unwrap_or(Err(crate::rescale::RescaleError::JobEnded))
     }
 
     /// The job's checkpoint settings.
@@ -337,6 +375,65 @@ impl JobHandle {
         v
     }
 
+    /// Changes the parallelism of operator `uid` while the job runs, and returns once the job
+    /// runs at the new parallelism.
+    ///
+    /// The change happens at a checkpoint barrier: the sources pause after emitting it, every
+    /// subtask snapshots at it (sinks commit what came before it), and the states are handed
+    /// to the controller in memory. A keyed operator's state is dealt to the new subtasks by
+    /// key group (no subtask gets more than ⌈groups / parallelism⌉ groups), a derived
+    /// operator's `#[weir(operator_state)]` fields are split or unioned, and the job's
+    /// subtasks are redeployed on new arbiters at once from those states, with the same
+    /// REST server, handle and metrics. Chains are re-planned: an operator chained to its
+    /// input at equal parallelism runs as its own vertex after the change. Nothing is lost
+    /// or duplicated, and records of one key keep their order. Backed-up operators get
+    /// backups for their new subtasks.
+    ///
+    /// Refused, with nothing changed: an unknown uid, parallelism 0 or above
+    /// `max_parallelism`, sources and sinks (their state belongs to one subtask), two-input
+    /// operators, a per-subtask field with no redistribution rule, a graph the new
+    /// parallelism makes invalid (an explicit `forward()` edge), unaligned checkpoints, and a
+    /// rescale while another rescale or a savepoint is in progress. If the rescale's
+    /// checkpoint fails, or the job fails before the new subtasks run, the job keeps (or
+    /// recovers at) its old parallelism and the error says so; if the new subtasks cannot be
+    /// built, it goes back to the old parallelism from the same checkpoint.
+    ///
+    /// ```no_run
+    /// # fn demo(job: &weir::JobHandle) -> Result<(), weir::RescaleError> {
+    /// let report = job.rescale("counts", 4)?;
+    /// println!("paused {:?}", report.pause);
+    /// # Ok(()) }
+    /// ```
+    pub fn rescale(&self, uid: &str, parallelism: usize) -> Result<RescaleReport, RescaleError> {
+        self.monitor.rescale(uid, parallelism)
+    }
+
+    /// Changes the parallelism of several operators at one barrier (uid, parallelism); see
+    /// [`rescale`](Self::rescale).
+    pub fn rescale_operators(
+        &self,
+        changes: &[(String, usize)],
+    ) -> Result<RescaleReport, RescaleError> {
+        self.monitor.rescale_operators(changes)
+    }
+
+    /// Changes the parallelism of every operator that follows the job's default parallelism
+    /// and can be rescaled; sources and sinks keep theirs, and
+    /// [`RescaleReport::kept`] says which and why. See [`rescale`](Self::rescale).
+    pub fn rescale_job(&self, parallelism: usize) -> Result<RescaleReport, RescaleError> {
+        self.monitor.rescale_job(parallelism)
+    }
+
+    /// How often the job was rescaled, and what the last rescale did.
+    pub fn rescale_stats(&self) -> crate::rescale::RescaleStats {
+        self.monitor.rescale_stats()
+    }
+
+    /// The job's vertices at their current parallelism.
+    pub fn vertices(&self) -> Vec<VertexInfo> {
+        self.monitor.vertices()
+    }
+
     /// Changes the `#[weir(config)]` field `key` of operator `uid` to `value` (parsed into the
     /// field's type) in every subtask, between two batches, without stopping the job. A bad
     /// key or value is refused by the first subtask, so no subtask changes.
@@ -457,11 +554,11 @@ pub(crate) fn start(graph: Graph, cfg: EnvConfig, name: &str) -> Result<JobHandl
     let (commands, inbox) = Commands::channel();
     let (deployed_tx, deployed_rx) = std_mpsc::channel::<()>();
     let views = Views::default();
+    *lock(&views.vertices) = crate::plan::vertices(&graph, &plan);
     let monitor = JobMonitor {
         id: new_job_id(),
         name: job.clone(),
         start_time_ms: now_ms(),
-        vertices: std::sync::Arc::new(vertices(&graph, &plan)),
         checkpoint: cfg.checkpoint.clone(),
         views: views.clone(),
         commands: commands.clone(),
@@ -525,28 +622,6 @@ fn check_directories(graph: &Graph, cfg: &EnvConfig, job: &str) -> Result<(), Jo
         })?;
     }
     Ok(())
-}
-
-/// The vertices of a planned graph: one per chain head, in graph order.
-fn vertices(graph: &Graph, plan: &crate::plan::Plan) -> Vec<VertexInfo> {
-    plan.heads
-        .iter()
-        .map(|&h| {
-            let members: Vec<usize> = (0..plan.uids.len())
-                .filter(|&n| plan.head_of[n] == h)
-                .collect();
-            VertexInfo {
-                id: plan.uids[h].clone(),
-                name: members
-                    .iter()
-                    .map(|&n| graph.nodes[n].name.as_str())
-                    .collect::<Vec<_>>()
-                    .join(" -> "),
-                parallelism: plan.parallelism[h],
-                operators: members.iter().map(|&n| plan.uids[n].clone()).collect(),
-            }
-        })
-        .collect()
 }
 
 /// A new job id.

@@ -78,6 +78,7 @@ mod plan;
 pub mod rate;
 #[cfg(feature = "rest")]
 pub mod rest;
+mod rescale;
 mod restart;
 mod sampler;
 mod savepoint;
@@ -101,7 +102,9 @@ pub use env::Env;
 pub use error::{JobError, PlanError, SinkError, SourceError};
 pub use failure::{FailureClass, FailureOutcome, FailureRecord};
 pub use hooks::{ConfigError, ConfigKey, Operator, StateError, StateSnapshot};
-pub use job::{Canceller, JobHandle, JobMonitor, PendingPing, VertexInfo};
+pub use job::{Canceller, JobHandle, JobMonitor, PendingPing};
+pub use plan::VertexInfo;
+pub use rescale::{ParallelismChange, RescaleError, RescaleReport, RescaleStats};
 pub use metrics::{BackpressureLevel, JobMetrics, OperatorMetrics, SubtaskMetrics};
 pub use operator::connect::{BroadcastProcessFunction, CoProcessFunction, InputSelection};
 pub use operator::keyed::{KeyedFn, KeyedProcessFunction};

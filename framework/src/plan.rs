@@ -220,6 +220,17 @@ pub(crate) struct OperatorRegistry {
 }
 
 impl OperatorRegistry {
+    /// Counters for the subtasks of `plan` (a rescaled one): those that stay keep theirs.
+    pub(crate) fn resize(&mut self, plan: &Plan) {
+        for (n, &p) in plan.parallelism.iter().enumerate() {
+            let c = &mut self.counters[n];
+            c.truncate(p);
+            while c.len() < p {
+                c.push(Arc::new(OperatorCounters::default()));
+            }
+        }
+    }
+
     pub(crate) fn new(plan: &Plan) -> Self {
         OperatorRegistry {
             counters: plan
@@ -241,6 +252,8 @@ impl OperatorRegistry {
 pub(crate) struct Restore {
     pub(crate) checkpoint: u64,
     pub(crate) states: std::collections::HashMap<(String, usize), Vec<u8>>,
+    /// uid -> parallelism when the states were taken (where known; `rescale::fit`).
+    pub(crate) parallelism: HashMap<String, usize>,
 }
 
 /// Builds every subtask's chain and every channel (restoring `restore` if given).
@@ -475,6 +488,7 @@ pub(crate) fn build_promoted(
     let restore = restored.map(|bytes| Restore {
         checkpoint: 0,
         states: [((plan.uids[n].clone(), j), bytes)].into_iter().collect(),
+        parallelism: HashMap::new(),
     });
     let mut builder = ChainBuilder {
         graph,
@@ -578,3 +592,42 @@ impl ChainBuilder<'_> {
         })
     }
 }
+
+/// One vertex of a running job: a chain of operators that runs as one actor per subtask
+/// (Flink's job vertex). Its id is the uid of the chain's first operator.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct VertexInfo {
+    /// The uid of the chain's first operator.
+    pub id: String,
+    /// The names of the chained operators, joined by ` -> ` (as Flink names vertices).
+    pub name: String,
+    /// Its parallelism.
+    pub parallelism: usize,
+    /// The uids of the operators in the chain, first to last.
+    pub operators: Vec<String>,
+}
+
+
+/// The vertices of a planned graph: one per chain head, in graph order.
+pub(crate) fn vertices(graph: &Graph, plan: &Plan) -> Vec<VertexInfo> {
+    plan.heads
+        .iter()
+        .map(|&h| {
+            let members: Vec<usize> = (0..plan.uids.len())
+                .filter(|&n| plan.head_of[n] == h)
+                .collect();
+            VertexInfo {
+                id: plan.uids[h].clone(),
+                name: members
+                    .iter()
+                    .map(|&n| graph.nodes[n].name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(" -> "),
+                parallelism: plan.parallelism[h],
+                operators: members.iter().map(|&n| plan.uids[n].clone()).collect(),
+            }
+        })
+        .collect()
+}
+

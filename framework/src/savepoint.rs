@@ -50,6 +50,11 @@ impl SavepointRequests {
         self.pending.insert(id, request);
     }
 
+    /// Whether no savepoint is waiting.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.pending.is_empty()
+    }
+
     /// Checkpoint `id` will not complete: its savepoint (if any) fails with `why`.
     pub(crate) fn fail(&mut self, id: u64, why: impl FnOnce() -> String) {
         if let Some(sp) = self.pending.remove(&id) {

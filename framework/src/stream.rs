@@ -208,10 +208,19 @@ impl<T: Data> DataStream<T> {
             initial_state: None,
             backup: None,
             stateless: false,
+            // Operators without hooks take no checkpointed state; those with state say how
+            // it is redistributed where their type is known.
+            rescale: crate::rescale::Rule::Stateless,
         });
         self.edges_into(&mut g, id, 0, part);
         drop(g);
         DataStream::new(self.graph.clone(), id, 0)
+    }
+
+    /// Sets how the state of the operator that produced this stream follows a rescale.
+    pub(crate) fn rescale_rule(self, rule: crate::rescale::Rule) -> Self {
+        self.set("rescale_rule", |n| n.rescale = rule);
+        self
     }
 
     fn add_one<U: Data, B>(self, name: &str, build: B) -> DataStream<U>
@@ -384,7 +393,15 @@ impl<T: Data> DataStream<T> {
             self.graph.borrow_mut().errors.push(e);
         }
         let part = self.partitioning();
+        let rule = match crate::rescale::Rule::fields(P::state_fields()) {
+            Ok(fields) if fields.is_empty() && P::state_fields().is_empty() => {
+                crate::rescale::Rule::Stateless
+            }
+            Ok(fields) => crate::rescale::Rule::Subtask(fields),
+            Err(why) => crate::rescale::Rule::Refused(why),
+        };
         self.add_operator(P::NAME, apply_builder::<T, U, P>(op), part)
+            .rescale_rule(rule)
     }
 
     /// Starts the operator that produced this stream from these states, one per subtask (as
@@ -505,6 +522,9 @@ impl<T: Data> DataStream<T> {
             initial_state: None,
             backup: None,
             stateless: false,
+            rescale: crate::rescale::Rule::Refused(
+                "it is a sink: what it staged for the next commit belongs to its subtask".into(),
+            ),
         });
         self.edges_into(&mut g, id, 0, part);
         drop(g);
@@ -697,6 +717,7 @@ impl<A: Data, B: Data> DataStream<Result<A, B>> {
             initial_state: None,
             backup: None,
             stateless: false,
+            rescale: crate::rescale::Rule::Stateless,
         });
         self.edges_into(&mut g, id, 0, part);
         drop(g);
@@ -796,7 +817,8 @@ where
                 .map_err(|e| env.restore_error(format!("cannot apply live config: {e}")))?;
             Ok(Box::new(op) as BoxOutput<T>)
         });
-        self.hashed(name, builder)
+        let rule = keyed_rule(hooks.map(|h| (h().fields)()));
+        self.hashed(name, builder).rescale_rule(rule)
     }
 
     /// Adds a node fed by this stream, hash-partitioned by key.
@@ -994,7 +1016,9 @@ where
             }
             Ok(Box::new(op) as BoxOutput<I>)
         });
-        stream.hashed(P::NAME, builder)
+        stream
+            .hashed(P::NAME, builder)
+            .rescale_rule(keyed_rule(Some(P::state_fields())))
     }
 }
 
@@ -1013,6 +1037,16 @@ where
         KF: Fn(&I) -> K + Clone + Send + 'static,
     {
         stream.keyed_function(P::NAME, self, Some(Hooks::<P>::of))
+    }
+}
+
+/// The rescale rule of a keyed operator: its key groups, and its own per-subtask fields (if it
+/// derives `Operator`).
+fn keyed_rule(own: Option<&[crate::hooks::StateField]>) -> crate::rescale::Rule {
+    match own.map(crate::rescale::Rule::fields) {
+        None => crate::rescale::Rule::Keyed { own: None },
+        Some(Ok(fields)) => crate::rescale::Rule::Keyed { own: Some(fields) },
+        Some(Err(why)) => crate::rescale::Rule::Refused(why),
     }
 }
 
@@ -1059,6 +1093,9 @@ where
         initial_state: None,
         backup: None,
         stateless: false,
+        rescale: crate::rescale::Rule::Refused(
+            "two-input operators keep their state per subtask, not by key group, for now".into(),
+        ),
     });
     first.edges_into(&mut g, id, 0, pa);
     second.edges_into(&mut g, id, 1, pb);

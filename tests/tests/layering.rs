@@ -30,6 +30,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "event",
             "state",
             "key_group",
+            "rescale",
             "error",
             "hooks",
             "rate",

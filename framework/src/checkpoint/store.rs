@@ -406,14 +406,21 @@ pub(crate) fn copy_to(root: &Path, id: u64, dest: &Path) -> Result<(), Checkpoin
     Ok(())
 }
 
+/// Each operator's parallelism when the checkpoint in `dir` was taken, as its metadata
+/// records it (empty if it cannot be read: the states then tell).
+pub(crate) fn recorded_parallelism(dir: &Path) -> std::collections::HashMap<String, usize> {
+    read_metadata_at(dir)
+        .map(|m| m.parallelism.into_iter().collect())
+        .unwrap_or_default()
+}
+
 /// The states of the savepoint (or checkpoint directory) `dir`, matched to the job's
 /// operators by uid. State of an operator the job does not have is an error unless
-/// `allow_non_restored` (then it is logged and dropped); a parallelism other than the job's
-/// is an error (state redistribution comes with rescaling).
+/// `allow_non_restored` (then it is logged and dropped). A parallelism other than the job's
+/// is dealt to the new subtasks when the job is deployed (`rescale`).
 pub(crate) fn load_dir(
     dir: &Path,
     uids: &[String],
-    parallelism: &[usize],
     allow_non_restored: bool,
 ) -> Result<(u64, States), CheckpointError> {
     let meta = read_metadata_at(dir)?;
@@ -424,20 +431,13 @@ pub(crate) fn load_dir(
     let mut states = States::new();
     for (uid, files) in &meta.states {
         let owner = uid.split_once("#in").map_or(uid.as_str(), |(o, _)| o);
-        let Some(pos) = uids.iter().position(|u| u == owner) else {
+        if !uids.iter().any(|u| u == owner) {
             if allow_non_restored {
                 tracing::warn!(uid, "savepoint state of an operator the job does not have: dropped (allow_non_restored_state)");
                 continue;
             }
             return Err(invalid(format!(
                 "it holds state of operator `{uid}`, which the job does not have (set allow_non_restored_state to drop it)"
-            )));
-        };
-        let had = meta.parallelism.get(uid).copied().unwrap_or(files.len());
-        if had != parallelism[pos] {
-            return Err(invalid(format!(
-                "operator `{uid}` had parallelism {had} in the savepoint and has {} now; rescaling state is not supported yet",
-                parallelism[pos]
             )));
         }
         for (subtask, file) in files {
@@ -484,7 +484,6 @@ fn run_order(name: &str) -> Option<(u64, u64)> {
 pub(crate) fn find_latest(
     job_dir: &Path,
     uids: &[String],
-    parallelism: &[usize],
     allow_non_restored: bool,
 ) -> Result<Scan, CheckpointError> {
     let mut scan = Scan::default();
@@ -506,7 +505,7 @@ pub(crate) fn find_latest(
     for (_, run) in &runs {
         for id in completed(run) {
             let dir = checkpoint_dir(run, id);
-            match load_dir(&dir, uids, parallelism, allow_non_restored) {
+            match load_dir(&dir, uids, allow_non_restored) {
                 Ok((checkpoint, states)) if checkpoint == id => {
                     scan.latest = Some(Latest {
                         dir,

@@ -27,6 +27,25 @@ pub(crate) enum Command {
     TriggerCheckpoint(Reply<Result<u64, String>>),
     /// Replace the sources' rate control (already validated); answered once applied.
     SetRateControl(RateControlConfig, Reply<()>),
+    /// Change operators' parallelism; answered once the job runs at the new parallelism (or
+    /// with why it does not).
+    Rescale(RescaleRequest),
+}
+
+/// What to rescale.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum RescaleTarget {
+    /// These operators (uid, parallelism).
+    Operators(Vec<(String, usize)>),
+    /// Every operator that follows the job's default parallelism and can be rescaled.
+    Job(usize),
+}
+
+/// A rescale command.
+#[derive(Debug)]
+pub(crate) struct RescaleRequest {
+    pub(crate) target: RescaleTarget,
+    pub(crate) reply: Reply<Result<crate::rescale::RescaleReport, crate::rescale::RescaleError>>,
 }
 
 /// The sending side of a controller's command channel; cloneable, usable from any thread.

@@ -41,7 +41,7 @@ use crate::restart::{RestartStrategy, RestartTracker};
 use crate::sampler::RateController;
 use crate::sync::{lock, Arc, Mutex};
 
-pub(crate) use command::{Command, CommandInbox, Commands};
+pub(crate) use command::{Command, CommandInbox, Commands, RescaleRequest, RescaleTarget};
 pub(crate) use deployment::ActorEntry;
 pub use result::{JobResult, OperatorResult};
 
@@ -66,6 +66,10 @@ pub(crate) struct Views {
     pub(crate) live_config: crate::plan::LiveConfig,
     /// Every failure that restarted or ended the job, oldest first.
     pub(crate) failures: Arc<Mutex<Vec<FailureRecord>>>,
+    /// The job's vertices at their current parallelism (replaced by a rescale).
+    pub(crate) vertices: Arc<Mutex<Vec<crate::plan::VertexInfo>>>,
+    /// Rescales so far.
+    pub(crate) rescales: Arc<Mutex<crate::rescale::RescaleStats>>,
 }
 
 /// A job's status as Flink names it (`/jobs/{id}` `state`).
@@ -167,6 +171,10 @@ pub(crate) struct JobContext {
     pub(crate) failures: failures::FailureLog,
     /// The stderr warnings.
     pub(crate) warnings: Warnings,
+    /// The checkpoint whose states subtasks also hand over in memory (0: none), for a rescale.
+    pub(crate) handover: Arc<crate::sync::atomic::AtomicU64>,
+    /// Per node: it follows the job's default parallelism (a job-wide rescale changes it).
+    pub(crate) follows_default: Vec<bool>,
 }
 
 impl JobContext {
@@ -204,6 +212,12 @@ impl JobContext {
             degraded_before: false,
             failures: failures::FailureLog::default(),
             warnings: Warnings::new(&job, cfg.stderr_warnings),
+            handover: Arc::new(crate::sync::atomic::AtomicU64::new(0)),
+            follows_default: graph
+                .nodes
+                .iter()
+                .map(|n| n.parallelism.is_none())
+                .collect(),
             deployed: Some(deployed),
             job,
             graph,
@@ -257,6 +271,7 @@ impl JobContext {
             registry: &self.registry,
             events: &self.events_tx,
             checkpoint_root: Some(self.checkpoint_root.clone()),
+            handover: self.handover.clone(),
         }
     }
 
@@ -340,6 +355,7 @@ pub(crate) async fn run(launch: Launch) -> Result<JobResult, JobError> {
             JobState::Running(s) => s.run(&mut ctx).await,
             JobState::FailingOver(s) => s.run(&mut ctx),
             JobState::Recovering(s) => s.run(&mut ctx).await,
+            JobState::Rescaling(s) => s.run(&mut ctx).await,
             JobState::Stopping(s) => s.run(&mut ctx).await,
             JobState::Finished(s) => return s.outcome(),
         };

@@ -115,6 +115,8 @@ pub(crate) struct Hooks<P> {
     configure: fn(&mut P, &str, &str) -> Result<(), crate::hooks::ConfigError>,
     snapshot: fn(&P) -> Result<StateSnapshot, StateError>,
     restore: fn(&mut P, &StateSnapshot) -> Result<(), StateError>,
+    /// The function's state fields (for its rescale rule).
+    pub(crate) fields: fn() -> &'static [crate::hooks::StateField],
 }
 
 impl<P: crate::hooks::Operator> Hooks<P> {
@@ -124,6 +126,7 @@ impl<P: crate::hooks::Operator> Hooks<P> {
             configure: |p, k, v| p.on_config(k, v),
             snapshot: |p| p.snapshot_state(),
             restore: |p, s| p.restore_state(s),
+            fields: P::state_fields,
         }
     }
 }

@@ -224,13 +224,13 @@ pub(super) fn job_of(state: &Shared, req: &HttpRequest) -> Result<JobMonitor, Ap
         .ok_or_else(|| ApiError::not_found(format!("Job {id} not found")))
 }
 
-pub(super) fn vertex_of<'a>(
-    job: &'a JobMonitor,
+pub(super) fn vertex_of(
+    job: &JobMonitor,
     req: &HttpRequest,
-) -> Result<&'a crate::VertexInfo, ApiError> {
+) -> Result<crate::VertexInfo, ApiError> {
     let vid = req.match_info().get("vid").unwrap_or_default();
     job.vertices()
-        .iter()
+        .into_iter()
         .find(|v| v.id == vid)
         .ok_or_else(|| ApiError::not_found(format!("Vertex {vid} not found in job {}", job.id())))
 }

@@ -262,7 +262,7 @@ pub(super) fn subtasks_of(job: &JobMonitor, v: &crate::VertexInfo) -> Vec<crate:
 pub(super) async fn vertex_metrics(state: State, req: HttpRequest) -> Answer {
     let job = job_of(&state, &req)?;
     let v = vertex_of(&job, &req)?;
-    let subs = subtasks_of(&job, v);
+    let subs = subtasks_of(&job, &v);
     let list: Vec<Value> = match query_list(&req, "get")? {
         None => (0..v.parallelism)
             .flat_map(|i| {
@@ -289,7 +289,7 @@ pub(super) async fn vertex_metrics(state: State, req: HttpRequest) -> Answer {
 pub(super) async fn subtask_metrics(state: State, req: HttpRequest) -> Answer {
     let job = job_of(&state, &req)?;
     let v = vertex_of(&job, &req)?;
-    let mut subs = subtasks_of(&job, v);
+    let mut subs = subtasks_of(&job, &v);
     if let Some(chosen) = query_list(&req, "subtasks")? {
         let mut keep = Vec::new();
         for c in chosen {

@@ -153,6 +153,9 @@ impl Handler<SnapshotState> for SubtaskActor {
 pub(crate) struct TriggerCheckpoint {
     pub(crate) id: u64,
     pub(crate) sent_at: Instant,
+    /// The source reads nothing more after this barrier until [`Resume`] (a rescale: the job
+    /// is redeployed from this checkpoint, so what it read after would be read again).
+    pub(crate) pause: bool,
 }
 
 impl Message for TriggerCheckpoint {
@@ -171,8 +174,33 @@ impl Handler<TriggerCheckpoint> for SubtaskActor {
             Driver::Inputs { .. } => return,
         };
         match r {
-            Ok(()) => self.write_and_ack(msg.id, w, Duration::ZERO, start_delay),
+            Ok(()) => {
+                self.write_and_ack(msg.id, w, Duration::ZERO, start_delay);
+                if msg.pause {
+                    self.paused = true;
+                }
+            }
             Err(e) => self.decline(msg.id, e),
+        }
+    }
+}
+
+/// A paused source reads again (the rescale it paused for was abandoned).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Resume;
+
+impl Message for Resume {
+    type Result = ();
+}
+
+impl Handler<Resume> for SubtaskActor {
+    type Result = ();
+
+    fn handle(&mut self, _msg: Resume, _ctx: &mut Self::Context) {
+        self.counters.mails_handled.fetch_add(1, Ordering::Relaxed);
+        self.paused = false;
+        if let Some(w) = self.pause_waker.take() {
+            w.wake();
         }
     }
 }
@@ -195,6 +223,12 @@ impl Handler<NotifyComplete> for SubtaskActor {
             // The final commit's caller waits for the answer and fails the job.
             Err(e) if msg.0 == crate::checkpoint::FINAL_COMMIT => Err(e),
             Err(e) => {
+                // A caller that waits (a rescale) learns it too; the report fails the job.
+                let answer = TaskError::Checkpoint {
+                    uid: self.id.head_uid.clone(),
+                    subtask: self.id.subtask,
+                    message: format!("cannot commit checkpoint {}: {e:?}", msg.0),
+                };
                 self.report(JobEvent::Failed {
                     attempt: self.id.attempt,
                     actor: self.id.actor,
@@ -202,7 +236,7 @@ impl Handler<NotifyComplete> for SubtaskActor {
                     error: e,
                 });
                 ctx.stop();
-                Ok(())
+                Err(answer)
             }
         }
     }

@@ -24,8 +24,8 @@ mod mail;
 pub(crate) use driver::Driver;
 use driver::Work;
 pub(crate) use mail::{
-    AbortCheckpoint, Configure, NotifyComplete, Ping, Sample, SetRate, SnapshotState, Stop,
-    TriggerCheckpoint,
+    AbortCheckpoint, Configure, NotifyComplete, Ping, Resume, Sample, SetRate, SnapshotState,
+    Stop, TriggerCheckpoint,
 };
 
 use std::future::Future;
@@ -65,6 +65,12 @@ pub(crate) struct SubtaskActor {
     source_idle: Option<Option<Pin<Box<actix_rt::time::Sleep>>>>,
     /// Where checkpoint state files go (checkpoints on).
     checkpoint_dir: Option<std::path::PathBuf>,
+    /// The checkpoint (if not 0) whose states are also handed to the controller in memory,
+    /// with the acknowledgement (a rescale deals them to the new subtasks).
+    handover: Arc<crate::sync::atomic::AtomicU64>,
+    /// A source paused after a rescale's barrier ([`Resume`] wakes it).
+    paused: bool,
+    pause_waker: Option<std::task::Waker>,
 }
 
 impl SubtaskActor {
@@ -78,9 +84,13 @@ impl SubtaskActor {
         linger: Duration,
         sample: Arc<Mutex<SubtaskSample>>,
         checkpoint_dir: Option<std::path::PathBuf>,
+        handover: Arc<crate::sync::atomic::AtomicU64>,
     ) -> Self {
         let now = Instant::now();
         SubtaskActor {
+            handover,
+            paused: false,
+            pause_waker: None,
             time: TimeAccount::new(now),
             sample,
             throttle: None,
@@ -122,6 +132,10 @@ impl SubtaskActor {
         }
         if self.draining {
             return (Poll::Ready(Ok(())), WaitState::Busy);
+        }
+        if self.paused {
+            self.pause_waker = Some(cx.waker().clone());
+            return (Poll::Pending, WaitState::Idle);
         }
         // After the output moved (an idle source's flushed batch, a checkpoint barrier sent
         // from the system lane still go out while it waits).
@@ -200,7 +214,12 @@ impl SubtaskActor {
             return;
         };
         let mut files = Vec::with_capacity(w.entries.len());
+        let hand_over = id == self.handover.load(crate::sync::atomic::Ordering::Acquire);
+        let mut payloads = Vec::new();
         for e in w.entries {
+            if hand_over {
+                payloads.push((e.uid.clone(), e.payload.clone()));
+            }
             let env = SnapshotEnvelope {
                 format_version: crate::checkpoint::store::FORMAT_VERSION,
                 uid: e.uid,
@@ -234,6 +253,7 @@ impl SubtaskActor {
             id,
             actor: self.id.actor,
             files,
+            payloads,
             alignment,
             start_delay,
         });

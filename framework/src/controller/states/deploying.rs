@@ -4,7 +4,7 @@
 use std::time::Instant;
 
 use crate::checkpoint::store;
-use crate::controller::deployment::deploy;
+use crate::controller::deployment::{deploy, Deployment};
 use crate::controller::JobContext;
 use crate::error::JobError;
 use crate::plan::{instantiate, Restore};
@@ -36,12 +36,15 @@ impl Deploying {
         match store::load_dir(
             dir,
             &ctx.plan.uids,
-            &ctx.plan.parallelism,
             ctx.cfg.checkpoint.allow_non_restored_state,
         ) {
             Ok((checkpoint, states)) => {
                 tracing::info!(savepoint = %dir.display(), checkpoint, "starting from a savepoint");
-                let restore = Restore { checkpoint, states };
+                let restore = Restore {
+                    checkpoint,
+                    states,
+                    parallelism: store::recorded_parallelism(dir),
+                };
                 ctx.initial_restore = Some(restore.clone());
                 Deploying::new(Some(restore)).into()
             }
@@ -59,7 +62,6 @@ impl Deploying {
         let scan = match store::find_latest(
             &job_dir,
             &ctx.plan.uids,
-            &ctx.plan.parallelism,
             ctx.cfg.checkpoint.allow_non_restored_state,
         ) {
             Ok(scan) => scan,
@@ -83,6 +85,7 @@ impl Deploying {
                 let restore = Restore {
                     checkpoint: found.checkpoint,
                     states: found.states,
+                    parallelism: store::recorded_parallelism(&found.dir),
                 };
                 ctx.initial_restore = Some(restore.clone());
                 Deploying::new(Some(restore)).into()
@@ -122,52 +125,102 @@ impl Deploying {
     }
 
     pub(crate) fn run(self, ctx: &mut JobContext) -> Transition {
-        ctx.cfg.faults.rearm();
-        let restore = self.restore;
-        let specs = match instantiate(
-            &ctx.graph,
-            &ctx.plan,
-            &ctx.cfg,
-            &ctx.registry,
-            restore.as_ref(),
-            ctx.attempt,
-        ) {
-            Ok(specs) => specs,
+        match deploy_from(ctx, self.restore) {
+            Ok((dep, cause)) => Self::to(Running::new(dep, ctx), cause),
             Err(e) => {
-                let e = e.into_job_error(&ctx.job);
                 let cause = e.to_string();
-                return Self::to(Finished::failed(e), cause);
+                Self::to(Finished::failed(e), cause)
             }
-        };
-        let restored = restore.as_ref().map(|r| r.checkpoint);
-        ctx.failures.deploying(&ctx.graph, &ctx.registry, restored);
-        let dep = deploy(&ctx.placement(), specs);
-        ctx.views.publish_deployment(&dep);
-        ctx.signal_deployed();
-        let c = &mut ctx.coordinator;
-        c.reset(
-            dep.actors.len(),
-            restore.as_ref().map_or(1, |r| r.checkpoint + 1),
-            Instant::now(),
-        );
-        if let Some(r) = &restore {
-            c.stats.last_restored_checkpoint_id = Some(r.checkpoint);
         }
-        c.stats.num_restarts = ctx.num_restarts;
-        tracing::info!(
-            attempt = ctx.attempt,
-            subtasks = dep.actors.len(),
-            arbiters = dep.arbiters.len(),
-            ?restored,
-            "job deployed"
-        );
-        let cause = match restored {
-            Some(id) => format!(
-                "{} subtasks deployed from checkpoint {id}",
-                dep.actors.len()
-            ),
-            None => format!("{} subtasks deployed", dep.actors.len()),
-        };
-        Self::to(Running::new(dep, ctx), cause)
     }
+}
+
+/// Builds and places the job's subtasks from `restore` (none: from the start), and resets
+/// the checkpoint coordinator for them; the deployment and what to log of it.
+pub(super) fn deploy_from(
+    ctx: &mut JobContext,
+    restore: Option<Restore>,
+) -> Result<(Deployment, String), JobError> {
+    ctx.cfg.faults.rearm();
+    let mut restore = restore;
+    if let Some(r) = restore.as_mut() {
+        // State taken at another parallelism (before a rescale, or a savepoint) is dealt to
+        // the subtasks there are now.
+        fit_restore(ctx, r).map_err(|message| JobError::Runtime {
+            job: ctx.job.clone(),
+            message: format!("cannot restore checkpoint {}: {message}", r.checkpoint),
+        })?;
+    }
+    let specs = instantiate(
+        &ctx.graph,
+        &ctx.plan,
+        &ctx.cfg,
+        &ctx.registry,
+        restore.as_ref(),
+        ctx.attempt,
+    )
+    .map_err(|e| e.into_job_error(&ctx.job))?;
+    let restored = restore.as_ref().map(|r| r.checkpoint);
+    ctx.failures.deploying(&ctx.graph, &ctx.registry, restored);
+    let dep = deploy(&ctx.placement(), specs);
+    ctx.views.publish_deployment(&dep);
+    ctx.signal_deployed();
+    let c = &mut ctx.coordinator;
+    c.reset(
+        dep.actors.len(),
+        restore.as_ref().map_or(1, |r| r.checkpoint + 1),
+        Instant::now(),
+    );
+    if let Some(r) = &restore {
+        c.stats.last_restored_checkpoint_id = Some(r.checkpoint);
+    }
+    c.stats.num_restarts = ctx.num_restarts;
+    tracing::info!(
+        attempt = ctx.attempt,
+        subtasks = dep.actors.len(),
+        arbiters = dep.arbiters.len(),
+        ?restored,
+        "job deployed"
+    );
+    let cause = match restored {
+        Some(id) => format!(
+            "{} subtasks deployed from checkpoint {id}",
+            dep.actors.len()
+        ),
+        None => format!("{} subtasks deployed", dep.actors.len()),
+    };
+    Ok((dep, cause))
+}
+
+/// Deals the state of every operator whose parallelism changed since `restore` was taken to
+/// its subtasks now (`rescale::fit`).
+pub(super) fn fit_restore(ctx: &JobContext, restore: &mut Restore) -> Result<(), String> {
+    let operators: Vec<(String, usize, &crate::rescale::Rule)> = ctx
+        .plan
+        .uids
+        .iter()
+        .enumerate()
+        .map(|(n, uid)| {
+            (
+                uid.clone(),
+                ctx.plan.parallelism[n],
+                &ctx.graph.nodes[n].rescale,
+            )
+        })
+        .collect();
+    let moved = crate::rescale::fit(
+        &mut restore.states,
+        &restore.parallelism,
+        &operators,
+        ctx.cfg.max_parallelism,
+    )?;
+    if !moved.is_empty() {
+        tracing::info!(checkpoint = restore.checkpoint, operators = ?moved, "state dealt to a new parallelism");
+    }
+    for (n, uid) in ctx.plan.uids.iter().enumerate() {
+        restore
+            .parallelism
+            .insert(uid.clone(), ctx.plan.parallelism[n]);
+    }
+    Ok(())
 }

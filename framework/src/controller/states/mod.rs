@@ -22,6 +22,10 @@
 //!  Recovering  → Finished      the failure is deterministic, the restart strategy gives up,
 //!                              or a cancel during the delay
 //!  Stopping    → Finished      the deployment has stopped
+//!  Running     → Rescaling     a rescale's checkpoint completed
+//!  Rescaling   → Running       redeployed at the new parallelism (or rolled back to the old)
+//!  Rescaling   → Recovering    a subtask failed committing the rescale's checkpoint
+//!  Rescaling   → Finished      neither the new nor the old parallelism could be deployed
 //! ```
 //!
 //! A state is a type that implements [`State`]; it runs until it knows where the job goes next
@@ -35,6 +39,7 @@ mod deploying;
 mod failing_over;
 mod finished;
 mod recovering;
+mod rescaling;
 mod running;
 mod stopping;
 mod transition;
@@ -43,6 +48,7 @@ pub(crate) use deploying::Deploying;
 pub(crate) use failing_over::FailingOver;
 pub(crate) use finished::Finished;
 pub(crate) use recovering::Recovering;
+pub(crate) use rescaling::Rescaling;
 pub(crate) use running::Running;
 pub(crate) use stopping::Stopping;
 pub(crate) use transition::{State, Transition, TransitionTo};
@@ -57,6 +63,10 @@ impl TransitionTo<Recovering> for FailingOver {}
 impl TransitionTo<Deploying> for Recovering {}
 impl TransitionTo<Finished> for Recovering {}
 impl TransitionTo<Finished> for Stopping {}
+impl TransitionTo<Rescaling> for Running {}
+impl TransitionTo<Running> for Rescaling {}
+impl TransitionTo<Recovering> for Rescaling {}
+impl TransitionTo<Finished> for Rescaling {}
 
 /// Every state the controller can be in.
 pub(crate) enum JobState {
@@ -64,6 +74,7 @@ pub(crate) enum JobState {
     Running(Running),
     FailingOver(FailingOver),
     Recovering(Recovering),
+    Rescaling(Rescaling),
     Stopping(Stopping),
     Finished(Finished),
 }
@@ -73,9 +84,10 @@ impl JobState {
     pub(crate) fn status(&self) -> crate::controller::JobStatus {
         use crate::controller::JobStatus;
         match self {
-            JobState::Deploying(_) | JobState::Running(_) | JobState::FailingOver(_) => {
-                JobStatus::Running
-            }
+            JobState::Deploying(_)
+            | JobState::Running(_)
+            | JobState::FailingOver(_)
+            | JobState::Rescaling(_) => JobStatus::Running,
             JobState::Recovering(_) => JobStatus::Restarting,
             JobState::Stopping(s) if s.is_cancel() => JobStatus::Cancelling,
             JobState::Stopping(_) => JobStatus::Running,
@@ -102,6 +114,7 @@ states!(
     Running,
     FailingOver,
     Recovering,
+    Rescaling,
     Stopping,
     Finished
 );

@@ -51,7 +51,14 @@ impl Recovering {
         // This run's newest readable checkpoint; before it has one, what the job started
         // from (a savepoint, or an earlier run's checkpoint).
         let restore = store::load_latest(&ctx.checkpoint_root, &ctx.plan.uids)
-            .map(|(checkpoint, states)| Restore { checkpoint, states })
+            .map(|(checkpoint, states)| Restore {
+                checkpoint,
+                states,
+                parallelism: store::recorded_parallelism(&store::checkpoint_dir(
+                    &ctx.checkpoint_root,
+                    checkpoint,
+                )),
+            })
             .or_else(|| ctx.initial_restore.clone());
         if restore.is_none() {
             tracing::warn!(root = %ctx.checkpoint_root.display(), "no readable complete checkpoint: starting from the beginning");
@@ -133,6 +140,11 @@ async fn wait_answering(
                 let _ = reply.send(Err(
                     "the job is restarting after a failure; no checkpoint can be taken now".into(),
                 ));
+            }
+            Some(Command::Rescale(request)) => {
+                let _ = request.reply.send(Err(crate::rescale::RescaleError::Busy(
+                    "the job is restarting after a failure".into(),
+                )));
             }
             Some(Command::SetRateControl(config, reply)) => {
                 set_rate_control(&mut ctx.rate, config);

@@ -25,6 +25,7 @@ use crate::sync::lock;
 use crate::task::{NotifyComplete, Ping, Sample, TriggerCheckpoint};
 
 use super::failing_over::{Fallback, Promote};
+use super::rescaling::{PendingRescale, Rescaling};
 use super::stopping::StopReason;
 use super::{FailingOver, Recovering, Stopping, Transition, TransitionTo};
 
@@ -36,6 +37,8 @@ pub(crate) struct Running {
     remaining: usize,
     ticks: actix_rt::time::Interval,
     heartbeats: actix_rt::time::Interval,
+    /// A rescale waiting for its checkpoint.
+    rescale: Option<PendingRescale>,
 }
 
 /// Why the job leaves `Running`.
@@ -43,6 +46,7 @@ enum Exit {
     Failed(JobError),
     Promote(Vec<Promote>),
     Stop(StopReason),
+    Rescale(PendingRescale),
 }
 
 /// What woke the controller.
@@ -80,6 +84,7 @@ impl Running {
             savepoints: SavepointRequests::default(),
             ticks: actix_rt::time::interval(tick_every),
             heartbeats: actix_rt::time::interval(hb_every),
+            rescale: None,
             dep,
         }
     }
@@ -90,7 +95,21 @@ impl Running {
                 break exit;
             }
         };
+        if !matches!(exit, Exit::Rescale(_)) {
+            if let Some(r) = self.rescale.take() {
+                let why = match &exit {
+                    Exit::Failed(e) => format!("the job failed first ({e}); it recovers at its old parallelism"),
+                    Exit::Promote(_) => "a backup took over first; the job runs on at its old parallelism".into(),
+                    _ => "the job is stopping".into(),
+                };
+                r.abandon(ctx, &self.dep, why, false);
+            }
+        }
         match exit {
+            Exit::Rescale(pending) => {
+                let cause = format!("rescale at checkpoint {}", pending.id);
+                Self::to(Rescaling::new(self.dep, pending), cause)
+            }
             // Pending savepoints are dropped with `self`: their callers learn that the job
             // ended before they completed.
             Exit::Failed(e) => {
@@ -187,9 +206,16 @@ impl Running {
                 id,
                 actor,
                 files,
+                payloads,
                 alignment,
                 start_delay,
             } if attempt == ctx.attempt => {
+                if let Some(r) = self.rescale.as_mut().filter(|r| r.id == id) {
+                    let subtask = dep.ids[actor].subtask;
+                    for (uid, payload) in payloads {
+                        r.payloads.insert((uid, subtask), payload);
+                    }
+                }
                 let now = Instant::now();
                 match ctx
                     .coordinator
@@ -206,6 +232,7 @@ impl Running {
             } if attempt == ctx.attempt => {
                 self.savepoints
                     .fail(id, || format!("savepoint declined: {reason}"));
+                self.abandon_rescale(ctx, id, || format!("its checkpoint {id} was declined: {reason}"));
                 ctx.fail_checkpoint(id, format!("declined: {reason}"))
                     .map_err(Exit::Failed)
             }
@@ -267,11 +294,12 @@ impl Running {
     /// told (sinks commit), and a savepoint waiting for it is copied.
     fn on_checkpoint_acked(&mut self, ctx: &mut JobContext, done: Completed) -> Result<(), Exit> {
         let root = ctx.checkpoint_root.clone();
-        let meta = metadata(&ctx.job, &self.dep, &done);
+        let meta = metadata(&ctx.job, &ctx.plan, &done);
         if let Err(e) = store::write_metadata(&root, &meta) {
             let why = format!("cannot write its metadata: {e}");
             self.savepoints
                 .fail(done.id, || format!("savepoint failed: {why}"));
+            self.abandon_rescale(ctx, done.id, || format!("its checkpoint failed: {why}"));
             ctx.fail_checkpoint(done.id, why).map_err(Exit::Failed)?;
             ctx.publish_stats();
             return Ok(());
@@ -281,6 +309,12 @@ impl Running {
         tracing::info!(checkpoint = done.id, duration = ?done.duration, size = done.size, "checkpoint complete");
         store::retain(&root, ctx.cfg.checkpoint.retained);
         ctx.release_claimed_runs();
+        if self.rescale.as_ref().is_some_and(|r| r.id == done.id) {
+            // The rescale tells the subtasks itself, and waits for their commits.
+            ctx.publish_stats();
+            let pending = self.rescale.take().expect("checked above");
+            return Err(Exit::Rescale(pending));
+        }
         for a in &self.dep.actors {
             a.mail(NotifyComplete(done.id));
         }
@@ -306,7 +340,11 @@ impl Running {
                 let id = ctx.coordinator.force_checkpoint(now);
                 tracing::info!(checkpoint = id, "triggering a checkpoint on request");
                 self.dep
-                    .mail_sources(|| TriggerCheckpoint { id, sent_at: now });
+                    .mail_sources(|| TriggerCheckpoint {
+                    id,
+                    sent_at: now,
+                    pause: false,
+                });
                 ctx.publish_stats();
                 let _ = reply.send(Ok(id));
                 Ok(())
@@ -317,6 +355,60 @@ impl Running {
                 let _ = reply.send(());
                 Ok(())
             }
+            Command::Rescale(request) => {
+                self.start_rescale(ctx, request);
+                Ok(())
+            }
+        }
+    }
+
+    /// Validates a rescale request (a bad one is answered at once, with nothing changed) and
+    /// starts its checkpoint: the sources pause after its barrier.
+    fn start_rescale(&mut self, ctx: &mut JobContext, request: crate::controller::RescaleRequest) {
+        let busy = if self.rescale.is_some() {
+            Some("another rescale is in progress")
+        } else if !self.savepoints.is_empty() {
+            Some("a savepoint is in progress")
+        } else if self.dep.finished.iter().any(|&f| f) {
+            Some("part of the job has already finished")
+        } else {
+            None
+        };
+        if let Some(why) = busy {
+            let _ = request
+                .reply
+                .send(Err(crate::rescale::RescaleError::Busy(why.into())));
+            return;
+        }
+        let now = Instant::now();
+        match PendingRescale::prepare(ctx, &request.target) {
+            Err(e) => {
+                tracing::warn!(error = %e, "rescale refused");
+                let _ = request.reply.send(Err(e));
+            }
+            Ok(prepared) if prepared.changes.is_empty() => {
+                let _ = request.reply.send(Ok(prepared.report(0, now, now)));
+            }
+            Ok(prepared) => {
+                let id = ctx.coordinator.force_checkpoint(now);
+                ctx.handover.store(id, crate::sync::atomic::Ordering::Release);
+                tracing::info!(checkpoint = id, changes = ?prepared.changes, "rescale: triggering its checkpoint");
+                self.dep.mail_sources(|| TriggerCheckpoint {
+                    id,
+                    sent_at: now,
+                    pause: true,
+                });
+                ctx.publish_stats();
+                self.rescale = Some(prepared.start(id, request.reply, now));
+            }
+        }
+    }
+
+    /// Checkpoint `id` will not complete: the rescale waiting for it (if any) is abandoned.
+    fn abandon_rescale(&mut self, ctx: &JobContext, id: u64, why: impl FnOnce() -> String) {
+        if self.rescale.as_ref().is_some_and(|r| r.id == id) {
+            let r = self.rescale.take().expect("checked above");
+            r.abandon(ctx, &self.dep, why(), true);
         }
     }
 
@@ -336,7 +428,11 @@ impl Running {
         let id = ctx.coordinator.force(now);
         tracing::info!(checkpoint = id, dir = %request.dir.display(), stop = request.stop, "triggering a savepoint");
         self.dep
-            .mail_sources(|| TriggerCheckpoint { id, sent_at: now });
+            .mail_sources(|| TriggerCheckpoint {
+                    id,
+                    sent_at: now,
+                    pause: false,
+                });
         self.savepoints.add(id, request);
     }
 
@@ -404,12 +500,17 @@ impl Running {
         for (id, why) in ctx.coordinator.timed_out(now) {
             self.savepoints
                 .fail(id, || format!("savepoint {id} timed out"));
+            self.abandon_rescale(ctx, id, || format!("its checkpoint {id} timed out"));
             ctx.fail_checkpoint(id, why).map_err(Exit::Failed)?;
         }
         if let Some(id) = ctx.coordinator.maybe_trigger(now) {
             tracing::debug!(checkpoint = id, "triggering checkpoint");
             self.dep
-                .mail_sources(|| TriggerCheckpoint { id, sent_at: now });
+                .mail_sources(|| TriggerCheckpoint {
+                    id,
+                    sent_at: now,
+                    pause: false,
+                });
         }
         ctx.publish_stats();
         Ok(())
@@ -469,7 +570,7 @@ pub(super) fn set_rate_control(
 }
 
 /// The metadata that makes checkpoint `done` complete.
-fn metadata(job: &str, dep: &Deployment, done: &Completed) -> store::CheckpointMetadata {
+fn metadata(job: &str, plan: &crate::plan::Plan, done: &Completed) -> store::CheckpointMetadata {
     use std::collections::BTreeMap;
     let mut states: BTreeMap<String, BTreeMap<usize, String>> = BTreeMap::new();
     for f in &done.files {
@@ -478,11 +579,13 @@ fn metadata(job: &str, dep: &Deployment, done: &Completed) -> store::CheckpointM
             .or_default()
             .insert(f.subtask, f.file.clone());
     }
-    let mut parallelism = BTreeMap::new();
-    for p in dep.sampler.probes() {
-        let e = parallelism.entry(p.head_uid.clone()).or_insert(0);
-        *e = (*e).max(p.subtask + 1);
-    }
+    // Every operator's, so a restore at another parallelism knows what it deals from.
+    let parallelism: BTreeMap<String, usize> = plan
+        .uids
+        .iter()
+        .cloned()
+        .zip(plan.parallelism.iter().copied())
+        .collect();
     store::CheckpointMetadata {
         format_version: store::FORMAT_VERSION,
         checkpoint_id: done.id,

@@ -1,0 +1,340 @@
+//! `Rescaling`: the rescale's checkpoint is complete; the job moves to the new parallelism.
+//!
+//! A rescale starts in `Running` ([`PendingRescale::prepare`] validates the request against a
+//! plan at the new parallelism, then a checkpoint is triggered whose barrier pauses the
+//! sources and whose states the subtasks hand over in memory). Once every subtask acked it,
+//! this state tells every subtask that the checkpoint is complete and waits for the answers
+//! (sinks commit everything before the barrier), stops the deployment, deals the states to
+//! the new parallelism (`rescale`) and deploys again from them on new arbiters: the sources
+//! resume exactly at the barrier. If the new subtasks cannot be built, it goes back to the
+//! old parallelism from the same states (`RolledBack`).
+//!
+//! ```text
+//!   Running ──(checkpoint complete)──► Rescaling ──► Running      (new parallelism, or rolled back)
+//!                                          └───────► Recovering   (a commit failed; old parallelism)
+//! ```
+
+use std::collections::HashMap;
+use std::time::Instant;
+
+use crate::controller::command::{Reply, RescaleTarget};
+use crate::controller::deployment::Deployment;
+use crate::controller::JobContext;
+use crate::error::JobError;
+use crate::graph::NodeId;
+use crate::plan::{Plan, Restore};
+use crate::rescale::{ParallelismChange, RescaleError, RescaleReport};
+use crate::sync::lock;
+use crate::task::{NotifyComplete, Resume};
+
+use super::deploying::deploy_from;
+use super::{Finished, Recovering, Running, Transition, TransitionTo};
+
+/// A validated rescale, before its checkpoint is triggered.
+pub(crate) struct Prepared {
+    pub(crate) changes: Vec<ParallelismChange>,
+    kept: Vec<(String, String)>,
+    /// The plan at the new parallelism.
+    plan: Plan,
+    /// Nodes whose parallelism changes, and to what.
+    nodes: Vec<(NodeId, usize)>,
+    /// The job-wide default parallelism after (a job-wide rescale).
+    default_parallelism: Option<usize>,
+    requested: Instant,
+}
+
+/// A rescale waiting for (or past) its checkpoint.
+pub(crate) struct PendingRescale {
+    pub(crate) id: u64,
+    prepared: Prepared,
+    reply: Reply<Result<RescaleReport, RescaleError>>,
+    paused_at: Instant,
+    /// The states handed over with the checkpoint's acks: (uid, subtask) -> payload.
+    pub(crate) payloads: HashMap<(String, usize), Vec<u8>>,
+}
+
+impl Prepared {
+    /// The report of this rescale, done at checkpoint `id`.
+    pub(crate) fn report(&self, id: u64, paused_at: Instant, now: Instant) -> RescaleReport {
+        RescaleReport {
+            checkpoint: id,
+            changes: self.changes.clone(),
+            kept: self.kept.clone(),
+            duration: now.duration_since(self.requested),
+            pause: now.duration_since(paused_at),
+        }
+    }
+
+    /// Waits for checkpoint `id` (its barrier pauses the sources at `now`).
+    pub(crate) fn start(
+        self,
+        id: u64,
+        reply: Reply<Result<RescaleReport, RescaleError>>,
+        now: Instant,
+    ) -> PendingRescale {
+        PendingRescale {
+            id,
+            prepared: self,
+            reply,
+            paused_at: now,
+            payloads: HashMap::new(),
+        }
+    }
+}
+
+impl PendingRescale {
+    /// Checks a rescale request against the job: every uid known, every parallelism in
+    /// range, every changed operator able to move its state, the graph valid at the new
+    /// parallelism. Changes nothing.
+    pub(crate) fn prepare(
+        ctx: &mut JobContext,
+        target: &RescaleTarget,
+    ) -> Result<Prepared, RescaleError> {
+        let requested = Instant::now();
+        let max = ctx.cfg.max_parallelism;
+        let in_range = |uid: &str, p: usize| {
+            if p == 0 || p > max {
+                Err(RescaleError::Parallelism {
+                    uid: uid.to_owned(),
+                    parallelism: p,
+                    max,
+                })
+            } else {
+                Ok(())
+            }
+        };
+        let (graph, plan) = (&ctx.graph, &ctx.plan);
+        let mut wanted: Vec<(NodeId, usize)> = Vec::new();
+        let mut kept = Vec::new();
+        let mut default_parallelism = None;
+        match target {
+            RescaleTarget::Operators(list) => {
+                if list.is_empty() {
+                    return Err(RescaleError::Plan("no operator to rescale was named".into()));
+                }
+                for (uid, p) in list {
+                    let Some(n) = plan.uids.iter().position(|u| u == uid) else {
+                        return Err(RescaleError::UnknownOperator {
+                            uid: uid.clone(),
+                            known: plan.uids.join(", "),
+                        });
+                    };
+                    in_range(uid, *p)?;
+                    wanted.push((graph.settable(n), *p));
+                }
+            }
+            RescaleTarget::Job(p) => {
+                in_range("the job", *p)?;
+                for (n, node) in graph.nodes.iter().enumerate() {
+                    if node.part_of.is_some() || !ctx.follows_default[n] {
+                        continue;
+                    }
+                    match node.rescale.refusal() {
+                        Some(why) => kept.push((plan.uids[n].clone(), why.to_owned())),
+                        None => wanted.push((n, *p)),
+                    }
+                }
+                if wanted.is_empty() {
+                    let why: Vec<String> =
+                        kept.iter().map(|(u, w)| format!("`{u}`: {w}")).collect();
+                    return Err(RescaleError::Unsupported(format!(
+                        "no operator that follows the default parallelism can be rescaled ({})",
+                        why.join("; ")
+                    )));
+                }
+                default_parallelism = Some(*p);
+            }
+        }
+        let cp = &ctx.cfg.checkpoint;
+        if cp.unaligned || cp.aligned_checkpoint_timeout.is_some() {
+            return Err(RescaleError::Unsupported(
+                "unaligned checkpoints carry in-flight records per channel, which cannot be dealt to other subtasks: rescale needs aligned checkpoints".into(),
+            ));
+        }
+        let mut changes = Vec::new();
+        let mut nodes = Vec::new();
+        for &(n, p) in &wanted {
+            let from = plan.parallelism[n];
+            if from == p || nodes.iter().any(|&(m, _)| m == n) {
+                continue;
+            }
+            if let Some(why) = graph.nodes[n].rescale.refusal() {
+                return Err(RescaleError::NotRescalable {
+                    uid: plan.uids[n].clone(),
+                    reason: why.to_owned(),
+                });
+            }
+            changes.push(ParallelismChange {
+                uid: plan.uids[n].clone(),
+                from,
+                to: p,
+            });
+            nodes.push((n, p));
+        }
+        let new_plan = if nodes.is_empty() {
+            plan.clone()
+        } else {
+            replan(ctx, &nodes).map_err(|e| RescaleError::Plan(e.to_string()))?
+        };
+        Ok(Prepared {
+            changes,
+            kept,
+            plan: new_plan,
+            nodes,
+            default_parallelism,
+            requested,
+        })
+    }
+
+    /// The rescale will not happen: its caller is told why, the sources read on (if the
+    /// deployment runs on), nothing else changed.
+    pub(crate) fn abandon(self, ctx: &JobContext, dep: &Deployment, why: String, resume: bool) {
+        tracing::warn!(checkpoint = self.id, reason = %why, "rescale abandoned");
+        ctx.handover.store(0, crate::sync::atomic::Ordering::Release);
+        if resume {
+            dep.mail_sources(|| Resume);
+        }
+        let _ = self.reply.send(Err(RescaleError::Aborted(why)));
+    }
+}
+
+/// The plan of the job with the parallelism of `nodes` changed (and of their parts), without
+/// changing the graph.
+fn replan(ctx: &mut JobContext, nodes: &[(NodeId, usize)]) -> Result<Plan, crate::error::PlanError> {
+    let saved = set_parallelism(ctx, nodes);
+    let planned = crate::plan::plan(&ctx.graph, &ctx.cfg);
+    for (n, p, state) in saved {
+        ctx.graph.nodes[n].parallelism = p;
+        ctx.graph.nodes[n].initial_state = state;
+    }
+    planned
+}
+
+/// What [`set_parallelism`] replaced: (node, parallelism, initial state).
+type Saved = Vec<(NodeId, Option<usize>, Option<Vec<crate::hooks::StateSnapshot>>)>;
+
+/// Sets the parallelism of `nodes` in the graph. Their initial states (one per old subtask)
+/// are dropped: from now on the job always restores a checkpoint, which wins over them.
+fn set_parallelism(ctx: &mut JobContext, nodes: &[(NodeId, usize)]) -> Saved {
+    let mut saved = Vec::new();
+    for &(n, p) in nodes {
+        let node = &mut ctx.graph.nodes[n];
+        saved.push((n, node.parallelism, node.initial_state.take()));
+        node.parallelism = Some(p);
+    }
+    saved
+}
+
+/// The job moves to a new parallelism at a complete checkpoint.
+pub(crate) struct Rescaling {
+    dep: Deployment,
+    pending: PendingRescale,
+}
+
+impl Rescaling {
+    pub(super) fn new(dep: Deployment, pending: PendingRescale) -> Self {
+        Rescaling { dep, pending }
+    }
+
+    pub(crate) async fn run(self, ctx: &mut JobContext) -> Transition {
+        let Rescaling { dep, pending } = self;
+        let id = pending.id;
+        ctx.handover.store(0, crate::sync::atomic::Ordering::Release);
+        // Every subtask learns the checkpoint is complete, and the sinks' commits are awaited:
+        // nothing staged before the barrier may be lost when the subtasks stop.
+        if let Err(e) = commit_all(ctx, &dep, id).await {
+            let _ = pending.reply.send(Err(RescaleError::Aborted(format!(
+                "a subtask failed committing the rescale's checkpoint ({e}); the job recovers at its old parallelism"
+            ))));
+            let cause = e.to_string();
+            return Self::to(Recovering::new(dep, e), cause);
+        }
+        ctx.degraded_before |= dep.degraded();
+        dep.stop(&ctx.job, &ctx.cfg);
+        let PendingRescale {
+            prepared,
+            reply,
+            paused_at,
+            payloads,
+            ..
+        } = pending;
+        let old_parallelism: HashMap<String, usize> = ctx
+            .plan
+            .uids
+            .iter()
+            .cloned()
+            .zip(ctx.plan.parallelism.iter().copied())
+            .collect();
+        let restore = Restore {
+            checkpoint: id,
+            states: payloads,
+            parallelism: old_parallelism,
+        };
+        let saved = set_parallelism(ctx, &prepared.nodes);
+        let old_plan = std::mem::replace(&mut ctx.plan, prepared.plan.clone());
+        ctx.registry.resize(&ctx.plan);
+        ctx.attempt += 1;
+        match deploy_from(ctx, Some(restore.clone())) {
+            Ok((dep, _)) => {
+                if let Some(p) = prepared.default_parallelism {
+                    ctx.cfg.default_parallelism = p;
+                }
+                let report = prepared.report(id, paused_at, Instant::now());
+                tracing::info!(checkpoint = id, changes = ?report.changes, pause = ?report.pause, duration = ?report.duration, "rescaled");
+                *lock(&ctx.views.vertices) = crate::plan::vertices(&ctx.graph, &ctx.plan);
+                {
+                    let mut stats = lock(&ctx.views.rescales);
+                    stats.num_rescales += 1;
+                    stats.last = Some(report.clone());
+                }
+                let cause = format!(
+                    "rescaled at checkpoint {id}: {}",
+                    report
+                        .changes
+                        .iter()
+                        .map(|c| format!("{} {} -> {}", c.uid, c.from, c.to))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                );
+                let _ = reply.send(Ok(report));
+                Self::to(Running::new(dep, ctx), cause)
+            }
+            Err(e) => {
+                // Back to the old parallelism, from the same states.
+                tracing::warn!(error = %e, "rescale: the new subtasks cannot start; rolling back");
+                for (n, p, state) in saved {
+                    ctx.graph.nodes[n].parallelism = p;
+                    ctx.graph.nodes[n].initial_state = state;
+                }
+                ctx.plan = old_plan;
+                ctx.attempt += 1;
+                let _ = reply.send(Err(RescaleError::RolledBack(e.to_string())));
+                match deploy_from(ctx, Some(restore)) {
+                    Ok((dep, cause)) => Self::to(Running::new(dep, ctx), format!("rescale rolled back: {cause}")),
+                    Err(e) => {
+                        let cause = e.to_string();
+                        Self::to(Finished::failed(e), cause)
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Tells every subtask that checkpoint `id` is complete and waits for each answer.
+async fn commit_all(ctx: &JobContext, dep: &Deployment, id: u64) -> Result<(), JobError> {
+    for a in &dep.actors {
+        match a.addr.send(NotifyComplete(id)).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => return Err(e.into_job_error(&ctx.job)),
+            Err(_) => {
+                return Err(ctx.lost(
+                    a.uids.first().cloned().unwrap_or_default(),
+                    a.subtask,
+                    "went away before committing the rescale's checkpoint".into(),
+                ))
+            }
+        }
+    }
+    Ok(())
+}

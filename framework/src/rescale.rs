@@ -1,0 +1,532 @@
+//! Rescaling state: how each operator's checkpointed state is dealt to a new number of
+//! subtasks, and what the operators that cannot be rescaled say instead.
+//!
+//! Every operator node carries a [`Rule`], set where its type is known (`stream`): stateless
+//! operators need nothing; keyed operators (both keyed forms) store their per-key state by key
+//! group, so a new subtask takes exactly the groups of its range
+//! ([`key_group_range`]) from whichever old subtasks held them; per-subtask state of derived
+//! operators (`#[weir(operator_state)]`) is split or unioned field by field, as Flink's
+//! operator list state. Sources and sinks keep state that belongs to one subtask (a read
+//! position, staged output) and refuse with their reason.
+//!
+//! [`redistribute`] works on the payloads as the checkpoint holds them (CBOR), so the same code
+//! serves a live rescale (payloads handed over in memory), a restart from a checkpoint taken
+//! before a rescale, and a savepoint restored at another parallelism. This module owns the
+//! arithmetic on payloads; it does not take snapshots (`operator`, `task`) or decide when to
+//! rescale (`controller`).
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::Duration;
+
+use ciborium::Value;
+
+use crate::hooks::{Redistribution, StateField, StateScope};
+use crate::key_group::key_group_range;
+
+/// What a rescale did ([`JobHandle::rescale`](crate::JobHandle::rescale)).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RescaleReport {
+    /// The checkpoint the job was rescaled at (0 if nothing changed).
+    pub checkpoint: u64,
+    /// Each operator whose parallelism changed.
+    pub changes: Vec<ParallelismChange>,
+    /// Operators a job-wide rescale left as they were, and why (a source, a sink, ...).
+    pub kept: Vec<(String, String)>,
+    /// From the request to the new subtasks running.
+    pub duration: Duration,
+    /// From the sources' pause at the rescale barrier to the new subtasks running: the time
+    /// no new input entered the job.
+    pub pause: Duration,
+}
+
+/// Rescales of a job so far (`numRescales`, and the last one's report).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RescaleStats {
+    /// Completed rescales.
+    pub num_rescales: u64,
+    /// The last completed rescale.
+    pub last: Option<RescaleReport>,
+}
+
+/// One operator's change of parallelism.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ParallelismChange {
+    /// The operator's uid.
+    pub uid: String,
+    /// Its parallelism before.
+    pub from: usize,
+    /// And after.
+    pub to: usize,
+}
+
+/// Why a rescale was refused or did not happen. Whatever the error, the job runs on at the
+/// parallelism it had, and nothing was lost.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum RescaleError {
+    /// No operator has this uid.
+    #[error("no operator has uid `{uid}` (the job has: {known})")]
+    UnknownOperator {
+        /// The uid asked for.
+        uid: String,
+        /// The job's operator uids, comma-separated.
+        known: String,
+    },
+    /// The parallelism is 0 or above the job's `max_parallelism`.
+    #[error("parallelism {parallelism} for `{uid}` is out of range: it must be 1 to max_parallelism ({max})")]
+    Parallelism {
+        /// The operator.
+        uid: String,
+        /// The parallelism asked for.
+        parallelism: usize,
+        /// The job's `max_parallelism`.
+        max: usize,
+    },
+    /// The operator cannot change parallelism.
+    #[error("operator `{uid}` cannot be rescaled: {reason}")]
+    NotRescalable {
+        /// The operator.
+        uid: String,
+        /// Why.
+        reason: String,
+    },
+    /// The job's graph is not valid at the new parallelism (a forward edge between operators
+    /// of different parallelism, ...).
+    #[error("the job cannot run at that parallelism: {0}")]
+    Plan(String),
+    /// Another rescale, a savepoint or a restart is in progress.
+    #[error("cannot rescale now: {0}")]
+    Busy(String),
+    /// The job's settings do not allow it.
+    #[error("cannot rescale this job: {0}")]
+    Unsupported(String),
+    /// The rescale was abandoned before it changed anything (its checkpoint failed, or the
+    /// job failed and recovers at its old parallelism).
+    #[error("rescale abandoned, parallelism unchanged: {0}")]
+    Aborted(String),
+    /// The new subtasks could not start; the job went back to its old parallelism.
+    #[error("rescale rolled back to the old parallelism: {0}")]
+    RolledBack(String),
+    /// The job ended before it answered.
+    #[error("the job ended before the rescale completed")]
+    JobEnded,
+}
+
+/// How an operator's checkpointed state follows a change of its parallelism.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Rule {
+    /// It keeps no state (map, filter, flat_map, a process function without hooks).
+    Stateless,
+    /// Per-key state grouped by key group; with `own`, preceded by the operator's own
+    /// per-subtask fields (a derived operator's `StateSnapshot`) and how each is dealt.
+    Keyed {
+        own: Option<Vec<(String, Redistribution)>>,
+    },
+    /// A derived operator's per-subtask fields (a `StateSnapshot`), each split or unioned.
+    Subtask(Vec<(String, Redistribution)>),
+    /// It cannot change parallelism, for this reason.
+    Refused(String),
+}
+
+impl Rule {
+    /// The rule of a derived operator's own (per-subtask) fields: each field's redistribution,
+    /// or why it has none (an unmarked per-subtask field on a non-keyed stream).
+    pub(crate) fn fields(
+        fields: &[StateField],
+    ) -> Result<Vec<(String, Redistribution)>, String> {
+        let mut out = Vec::new();
+        for f in fields {
+            match f.scope {
+                StateScope::Keyed => {}
+                StateScope::Subtask {
+                    redistribution,
+                    marked: true,
+                } => out.push((f.name.to_owned(), redistribution)),
+                StateScope::Subtask { marked: false, .. } => {
+                    return Err(format!(
+                        "its state field `{}` has no rule for dealing it to another number of subtasks: mark it `#[weir(operator_state)]` (split) or `#[weir(operator_state(union))]`",
+                        f.name
+                    ))
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Why this operator cannot be rescaled, if it cannot.
+    pub(crate) fn refusal(&self) -> Option<&str> {
+        match self {
+            Rule::Refused(why) => Some(why),
+            _ => None,
+        }
+    }
+}
+
+/// The payloads of one operator for its new subtasks: `old` holds one payload per old subtask
+/// that wrote one (index, payload); the result has one per new subtask that has state.
+///
+/// ```text
+/// keyed, 2 -> 3 subtasks, 128 key groups:  old 0 = groups 0..64, old 1 = 64..128
+///                                          new 0 = 0..43, new 1 = 43..86, new 2 = 86..128
+/// ```
+pub(crate) fn redistribute(
+    rule: &Rule,
+    old: &[(usize, Vec<u8>)],
+    new_parallelism: usize,
+    max_parallelism: usize,
+) -> Result<Vec<(usize, Vec<u8>)>, String> {
+    if old.is_empty() {
+        return Ok(Vec::new());
+    }
+    match rule {
+        Rule::Stateless => Ok(Vec::new()),
+        Rule::Refused(why) => Err(why.clone()),
+        Rule::Keyed { own } => keyed(own.as_deref(), old, new_parallelism, max_parallelism),
+        Rule::Subtask(fields) => {
+            let snaps = old
+                .iter()
+                .map(|(_, p)| crate::checkpoint::decode::<crate::hooks::StateSnapshot>(p))
+                .collect::<Result<Vec<_>, _>>()?;
+            let dealt = deal_snapshots(&snaps, fields, new_parallelism)?;
+            dealt
+                .into_iter()
+                .enumerate()
+                .map(|(j, s)| Ok((j, crate::checkpoint::encode(&s)?)))
+                .collect()
+        }
+    }
+}
+
+/// Key groups: every new subtask gets the groups of its range, from every old payload.
+fn keyed(
+    own: Option<&[(String, Redistribution)]>,
+    old: &[(usize, Vec<u8>)],
+    new_parallelism: usize,
+    max_parallelism: usize,
+) -> Result<Vec<(usize, Vec<u8>)>, String> {
+    let mut groups: BTreeMap<u64, Value> = BTreeMap::new();
+    let mut owns = Vec::new();
+    for (subtask, payload) in old {
+        let value: Value = crate::checkpoint::decode(payload)?;
+        let bad = |what: &str| format!("old subtask {subtask}'s keyed state: {what}");
+        let list = match (own.is_some(), value) {
+            (false, Value::Array(list)) => list,
+            (true, Value::Array(mut pair)) if pair.len() == 2 => {
+                let list = pair.pop().and_then(|v| v.into_array().ok());
+                let snap: crate::hooks::StateSnapshot = pair
+                    .pop()
+                    .map(|v| v.deserialized())
+                    .transpose()
+                    .map_err(|e| bad(&format!("its own fields: {e}")))?
+                    .ok_or_else(|| bad("no own fields"))?;
+                owns.push(snap);
+                list.ok_or_else(|| bad("no key-group list"))?
+            }
+            _ => return Err(bad("not a key-group list")),
+        };
+        for entry in list {
+            let Value::Array(mut pair) = entry else {
+                return Err(bad("a key group is not a (group, entries) pair"));
+            };
+            let (entries, kg) = (pair.pop(), pair.pop());
+            let kg = kg
+                .and_then(|v| v.as_integer())
+                .and_then(|i| u64::try_from(i).ok())
+                .filter(|&kg| kg < max_parallelism as u64)
+                .ok_or_else(|| bad("a key group number out of range"))?;
+            let entries = entries.ok_or_else(|| bad("a key group without entries"))?;
+            if groups.insert(kg, entries).is_some() {
+                return Err(bad(&format!("key group {kg} is held twice")));
+            }
+        }
+    }
+    let dealt_own = match own {
+        Some(fields) => Some(deal_snapshots(&owns, fields, new_parallelism)?),
+        None => None,
+    };
+    let mut out = Vec::with_capacity(new_parallelism);
+    for j in 0..new_parallelism {
+        let range = key_group_range(j, max_parallelism, new_parallelism);
+        let mine: Vec<Value> = groups
+            .range(range.start as u64..range.end as u64)
+            .map(|(kg, entries)| Value::Array(vec![Value::Integer((*kg).into()), entries.clone()]))
+            .collect();
+        let payload = match &dealt_own {
+            None => crate::checkpoint::encode(&Value::Array(mine))?,
+            Some(owns) => {
+                let own = Value::serialized(&owns[j]).map_err(|e| e.to_string())?;
+                crate::checkpoint::encode(&Value::Array(vec![own, Value::Array(mine)]))?
+            }
+        };
+        out.push((j, payload));
+    }
+    Ok(out)
+}
+
+/// Per-subtask fields of derived operators: `snaps` (one per old subtask, in subtask order)
+/// dealt to `n` new subtasks. A split field's elements (of a list, or entries of a map) are
+/// dealt out in contiguous runs; a union field's elements all go to every new subtask.
+fn deal_snapshots(
+    snaps: &[crate::hooks::StateSnapshot],
+    fields: &[(String, Redistribution)],
+    n: usize,
+) -> Result<Vec<crate::hooks::StateSnapshot>, String> {
+    let Some(first) = snaps.first() else {
+        return Ok(Vec::new());
+    };
+    let maps = snaps
+        .iter()
+        .map(|s| {
+            let v: Value = crate::checkpoint::decode(&s.bytes)?;
+            v.into_map()
+                .map_err(|_| format!("operator `{}`: its state is not a map of fields", s.operator))
+        })
+        .collect::<Result<Vec<_>, String>>()?;
+    let mut per_new: Vec<Vec<(Value, Value)>> = vec![Vec::new(); n];
+    for (name, how) in fields {
+        // Every old subtask's value of the field, flattened into elements.
+        let mut elements: Vec<Value> = Vec::new();
+        let mut is_map = false;
+        for map in &maps {
+            let Some((_, v)) = map.iter().find(|(k, _)| k.as_text() == Some(name)) else {
+                continue;
+            };
+            match v {
+                Value::Array(items) => elements.extend(items.iter().cloned()),
+                Value::Map(entries) => {
+                    is_map = true;
+                    elements.extend(
+                        entries
+                            .iter()
+                            .map(|(k, v)| Value::Array(vec![k.clone(), v.clone()])),
+                    );
+                }
+                _ => {
+                    return Err(format!(
+                        "operator `{}`: per-subtask field `{name}` is not a collection (a list, set or map), so it cannot be split or unioned",
+                        first.operator
+                    ))
+                }
+            }
+        }
+        for (j, slot) in per_new.iter_mut().enumerate() {
+            let mine: Vec<Value> = match how {
+                Redistribution::Union => elements.clone(),
+                Redistribution::Split => {
+                    let (a, b) = (j * elements.len() / n, (j + 1) * elements.len() / n);
+                    elements[a..b].to_vec()
+                }
+            };
+            let value = if is_map {
+                Value::Map(
+                    mine.into_iter()
+                        .filter_map(|e| match e {
+                            Value::Array(mut kv) if kv.len() == 2 => {
+                                let v = kv.pop()?;
+                                Some((kv.pop()?, v))
+                            }
+                            _ => None,
+                        })
+                        .collect(),
+                )
+            } else {
+                Value::Array(mine)
+            };
+            slot.push((Value::Text(name.clone()), value));
+        }
+    }
+    per_new
+        .into_iter()
+        .map(|fields| {
+            Ok(crate::hooks::StateSnapshot {
+                operator: first.operator.clone(),
+                version: first.version,
+                bytes: crate::checkpoint::encode(&Value::Map(fields))?,
+            })
+        })
+        .collect()
+}
+
+/// Redistributes, in `states` ((uid, subtask) -> payload), the state of every operator whose
+/// parallelism differs from `old_parallelism` (uid -> parallelism when the states were taken;
+/// where it is not recorded, one more than the highest subtask with state).
+pub(crate) fn fit(
+    states: &mut HashMap<(String, usize), Vec<u8>>,
+    old_parallelism: &HashMap<String, usize>,
+    operators: &[(String, usize, &Rule)],
+    max_parallelism: usize,
+) -> Result<Vec<String>, String> {
+    let mut moved = Vec::new();
+    for (uid, new_p, rule) in operators {
+        let mut old: Vec<(usize, Vec<u8>)> = Vec::new();
+        let keys: Vec<(String, usize)> = states
+            .keys()
+            .filter(|(u, _)| u == uid)
+            .cloned()
+            .collect();
+        for key in keys {
+            if let Some(p) = states.remove(&key) {
+                old.push((key.1, p));
+            }
+        }
+        old.sort_by_key(|(s, _)| *s);
+        let had = old_parallelism
+            .get(uid)
+            .copied()
+            .or_else(|| old.last().map(|(s, _)| s + 1));
+        let channel_state = states.keys().any(|(u, _)| {
+            u.strip_prefix(uid.as_str())
+                .is_some_and(|rest| rest.starts_with("#in"))
+        });
+        match had {
+            Some(had) if had != *new_p && !old.is_empty() => {
+                if channel_state {
+                    return Err(format!(
+                        "operator `{uid}` has in-flight channel state (an unaligned checkpoint), which cannot be dealt to another number of subtasks"
+                    ));
+                }
+                let dealt = redistribute(rule, &old, *new_p, max_parallelism)
+                    .map_err(|why| format!("operator `{uid}` cannot go from parallelism {had} to {new_p}: {why}"))?;
+                moved.push(uid.clone());
+                for (j, p) in dealt {
+                    states.insert((uid.clone(), j), p);
+                }
+            }
+            _ => {
+                for (j, p) in old {
+                    states.insert((uid.clone(), j), p);
+                }
+            }
+        }
+    }
+    Ok(moved)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::key_group::{key_group_of, subtask_for_key_group};
+
+    type Groups = Vec<(usize, Vec<(u64, u64)>)>;
+
+    fn keyed_payloads(keys: std::ops::Range<u64>, p: usize, max: usize) -> Vec<(usize, Vec<u8>)> {
+        let mut per: Vec<BTreeMap<usize, Vec<(u64, u64)>>> = vec![BTreeMap::new(); p];
+        for k in keys {
+            let kg = key_group_of(&k, max);
+            per[subtask_for_key_group(kg, max, p)]
+                .entry(kg)
+                .or_default()
+                .push((k, k * 10));
+        }
+        per.into_iter()
+            .enumerate()
+            .map(|(j, m)| {
+                let groups: Groups = m.into_iter().collect();
+                (j, crate::checkpoint::encode(&groups).unwrap())
+            })
+            .collect()
+    }
+
+    #[test]
+    fn keyed_state_follows_its_key_groups_for_every_change() {
+        let max = 16;
+        for from in 1..=max {
+            for to in [1, 2, 3, 5, 7, 16] {
+                let old = keyed_payloads(0..500, from, max);
+                let new = redistribute(&Rule::Keyed { own: None }, &old, to, max).unwrap();
+                assert_eq!(new.len(), to);
+                let mut seen = 0;
+                for (j, payload) in new {
+                    let groups: Groups = crate::checkpoint::decode(&payload).unwrap();
+                    for (kg, entries) in groups {
+                        assert_eq!(subtask_for_key_group(kg, max, to), j, "{from}->{to}");
+                        for (k, v) in entries {
+                            assert_eq!(key_group_of(&k, max), kg);
+                            assert_eq!(v, k * 10);
+                            seen += 1;
+                        }
+                    }
+                }
+                assert_eq!(seen, 500, "{from}->{to}: every key once");
+            }
+        }
+    }
+
+    #[test]
+    fn a_group_held_twice_is_refused() {
+        let mut old = keyed_payloads(0..100, 2, 8);
+        old.push((2, old[0].1.clone()));
+        let e = redistribute(&Rule::Keyed { own: None }, &old, 3, 8).unwrap_err();
+        assert!(e.contains("held twice"), "{e}");
+    }
+
+    fn snapshot(fields: Vec<(&str, Value)>) -> Vec<u8> {
+        let map = Value::Map(
+            fields
+                .into_iter()
+                .map(|(k, v)| (Value::Text(k.into()), v))
+                .collect(),
+        );
+        crate::checkpoint::encode(&crate::hooks::StateSnapshot {
+            operator: "Op".into(),
+            version: 1,
+            bytes: crate::checkpoint::encode(&map).unwrap(),
+        })
+        .unwrap()
+    }
+
+    fn ints(v: &[i64]) -> Value {
+        Value::Array(v.iter().map(|&i| Value::Integer(i.into())).collect())
+    }
+
+    #[test]
+    fn split_fields_are_dealt_and_union_fields_copied() {
+        let rule = Rule::Subtask(vec![
+            ("offsets".into(), Redistribution::Split),
+            ("seen".into(), Redistribution::Union),
+        ]);
+        let old = vec![
+            (0, snapshot(vec![("offsets", ints(&[1, 2, 3])), ("seen", ints(&[10]))])),
+            (1, snapshot(vec![("offsets", ints(&[4])), ("seen", ints(&[20]))])),
+        ];
+        let new = redistribute(&rule, &old, 3, 128).unwrap();
+        let mut all = Vec::new();
+        for (_, p) in &new {
+            let s: crate::hooks::StateSnapshot = crate::checkpoint::decode(p).unwrap();
+            let map: Value = crate::checkpoint::decode(&s.bytes).unwrap();
+            let map = map.into_map().unwrap();
+            let get = |n: &str| map.iter().find(|(k, _)| k.as_text() == Some(n)).unwrap().1.clone();
+            assert_eq!(get("seen"), ints(&[10, 20]));
+            all.extend(get("offsets").into_array().unwrap());
+        }
+        assert_eq!(Value::Array(all), ints(&[1, 2, 3, 4]));
+    }
+
+    #[test]
+    fn a_scalar_per_subtask_field_is_refused_with_its_name() {
+        let rule = Rule::Subtask(vec![("count".into(), Redistribution::Split)]);
+        let old = vec![(0, snapshot(vec![("count", Value::Integer(3.into()))]))];
+        let e = redistribute(&rule, &old, 2, 128).unwrap_err();
+        assert!(e.contains("`count`") && e.contains("not a collection"), "{e}");
+    }
+
+    #[test]
+    fn fit_moves_only_what_changed_and_names_refusals() {
+        let mut states: HashMap<(String, usize), Vec<u8>> = HashMap::new();
+        for (j, p) in keyed_payloads(0..50, 2, 8) {
+            states.insert(("count".into(), j), p);
+        }
+        states.insert(("src".into(), 0), vec![1]);
+        let keyed = Rule::Keyed { own: None };
+        let refused = Rule::Refused("a source's position belongs to its subtask".into());
+        let ops = [("count".to_string(), 4, &keyed), ("src".to_string(), 1, &refused)];
+        let moved = fit(&mut states, &HashMap::new(), &ops, 8).unwrap();
+        assert_eq!(moved, vec!["count".to_string()]);
+        assert_eq!(states.keys().filter(|(u, _)| u == "count").count(), 4);
+        let ops = [("src".to_string(), 2, &refused)];
+        let e = fit(&mut states, &HashMap::new(), &ops, 8).unwrap_err();
+        assert!(e.contains("`src`") && e.contains("position"), "{e}");
+    }
+}
