@@ -156,7 +156,8 @@ impl Env {
             backup: None,
             stateless: false,
             rescale: crate::rescale::Rule::Refused(
-                "it is a source: its read position belongs to its subtask's share of the input".into(),
+                "it is a source: its read position belongs to its subtask's share of the input"
+                    .into(),
             ),
         });
         DataStream::new(self.graph.clone(), id, 0)

@@ -16,12 +16,12 @@ use crate::controller::{self, ActorEntry, Command, Commands, JobResult, JobStatu
 use crate::error::JobError;
 use crate::failure::FailureRecord;
 use crate::graph::Graph;
-use crate::plan::VertexInfo;
-use crate::rescale::{RescaleError, RescaleReport};
 use crate::hooks::{ConfigError, StateError, StateSnapshot};
 use crate::metrics::JobMetrics;
 use crate::plan::plan;
+use crate::plan::VertexInfo;
 use crate::rate::{RateConfigError, RateControlConfig};
+use crate::rescale::{RescaleError, RescaleReport};
 use crate::savepoint::SavepointRequest;
 use crate::sync::atomic::Ordering;
 use crate::sync::lock;
@@ -143,7 +143,9 @@ impl JobMonitor {
         &self,
         changes: &[(String, usize)],
     ) -> Result<crate::rescale::RescaleReport, crate::rescale::RescaleError> {
-        self.rescale_to(crate::controller::RescaleTarget::Operators(changes.to_vec()))
+        self.rescale_to(crate::controller::RescaleTarget::Operators(
+            changes.to_vec(),
+        ))
     }
 
     /// Changes the parallelism of every operator that follows the job's default parallelism
@@ -162,7 +164,10 @@ impl JobMonitor {
         let (reply, answer) = std_mpsc::channel();
         if !self
             .commands
-            .send(Command::Rescale(crate::controller::RescaleRequest { target, reply }))
+            .send(Command::Rescale(crate::controller::RescaleRequest {
+                target,
+                reply,
+            }))
         {
             return Err(crate::rescale::RescaleError::JobEnded);
         }

@@ -87,6 +87,21 @@ mod tests {
     }
 
     #[test]
+    fn every_parallelism_gets_balanced_key_groups() {
+        // No "barrel effect": with any parallelism, subtasks differ by one key group at most
+        // (so none has more than ⌈groups / p⌉).
+        for max in [DEFAULT_MAX_PARALLELISM, 100, 7] {
+            for p in 1..=max {
+                let sizes: Vec<usize> = (0..p).map(|s| key_group_range(s, max, p).len()).collect();
+                let (lo, hi) = (sizes.iter().min().unwrap(), sizes.iter().max().unwrap());
+                assert!(hi - lo <= 1, "max {max} p {p}: {sizes:?}");
+                assert!(*hi <= max.div_ceil(p), "max {max} p {p}");
+                assert_eq!(sizes.iter().sum::<usize>(), max);
+            }
+        }
+    }
+
+    #[test]
     fn hash_is_stable() {
         // Fixed values: a change here breaks the mapping of saved state to subtasks.
         assert_eq!(key_group_of(&0u64, 128), key_group_of(&0u64, 128));

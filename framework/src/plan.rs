@@ -608,7 +608,6 @@ pub struct VertexInfo {
     pub operators: Vec<String>,
 }
 
-
 /// The vertices of a planned graph: one per chain head, in graph order.
 pub(crate) fn vertices(graph: &Graph, plan: &Plan) -> Vec<VertexInfo> {
     plan.heads
@@ -630,4 +629,3 @@ pub(crate) fn vertices(graph: &Graph, plan: &Plan) -> Vec<VertexInfo> {
         })
         .collect()
 }
-

@@ -48,6 +48,8 @@ pub struct RescaleStats {
     pub num_rescales: u64,
     /// The last completed rescale.
     pub last: Option<RescaleReport>,
+    /// The checkpoint a rescale in progress waits for.
+    pub in_progress: Option<u64>,
 }
 
 /// One operator's change of parallelism.
@@ -133,9 +135,7 @@ pub(crate) enum Rule {
 impl Rule {
     /// The rule of a derived operator's own (per-subtask) fields: each field's redistribution,
     /// or why it has none (an unmarked per-subtask field on a non-keyed stream).
-    pub(crate) fn fields(
-        fields: &[StateField],
-    ) -> Result<Vec<(String, Redistribution)>, String> {
+    pub(crate) fn fields(fields: &[StateField]) -> Result<Vec<(String, Redistribution)>, String> {
         let mut out = Vec::new();
         for f in fields {
             match f.scope {
@@ -280,8 +280,12 @@ fn deal_snapshots(
         .iter()
         .map(|s| {
             let v: Value = crate::checkpoint::decode(&s.bytes)?;
-            v.into_map()
-                .map_err(|_| format!("operator `{}`: its state is not a map of fields", s.operator))
+            v.into_map().map_err(|_| {
+                format!(
+                    "operator `{}`: its state is not a map of fields",
+                    s.operator
+                )
+            })
         })
         .collect::<Result<Vec<_>, String>>()?;
     let mut per_new: Vec<Vec<(Value, Value)>> = vec![Vec::new(); n];
@@ -361,11 +365,7 @@ pub(crate) fn fit(
     let mut moved = Vec::new();
     for (uid, new_p, rule) in operators {
         let mut old: Vec<(usize, Vec<u8>)> = Vec::new();
-        let keys: Vec<(String, usize)> = states
-            .keys()
-            .filter(|(u, _)| u == uid)
-            .cloned()
-            .collect();
+        let keys: Vec<(String, usize)> = states.keys().filter(|(u, _)| u == uid).cloned().collect();
         for key in keys {
             if let Some(p) = states.remove(&key) {
                 old.push((key.1, p));
@@ -387,8 +387,9 @@ pub(crate) fn fit(
                         "operator `{uid}` has in-flight channel state (an unaligned checkpoint), which cannot be dealt to another number of subtasks"
                     ));
                 }
-                let dealt = redistribute(rule, &old, *new_p, max_parallelism)
-                    .map_err(|why| format!("operator `{uid}` cannot go from parallelism {had} to {new_p}: {why}"))?;
+                let dealt = redistribute(rule, &old, *new_p, max_parallelism).map_err(|why| {
+                    format!("operator `{uid}` cannot go from parallelism {had} to {new_p}: {why}")
+                })?;
                 moved.push(uid.clone());
                 for (j, p) in dealt {
                     states.insert((uid.clone(), j), p);
@@ -488,8 +489,14 @@ mod tests {
             ("seen".into(), Redistribution::Union),
         ]);
         let old = vec![
-            (0, snapshot(vec![("offsets", ints(&[1, 2, 3])), ("seen", ints(&[10]))])),
-            (1, snapshot(vec![("offsets", ints(&[4])), ("seen", ints(&[20]))])),
+            (
+                0,
+                snapshot(vec![("offsets", ints(&[1, 2, 3])), ("seen", ints(&[10]))]),
+            ),
+            (
+                1,
+                snapshot(vec![("offsets", ints(&[4])), ("seen", ints(&[20]))]),
+            ),
         ];
         let new = redistribute(&rule, &old, 3, 128).unwrap();
         let mut all = Vec::new();
@@ -497,7 +504,13 @@ mod tests {
             let s: crate::hooks::StateSnapshot = crate::checkpoint::decode(p).unwrap();
             let map: Value = crate::checkpoint::decode(&s.bytes).unwrap();
             let map = map.into_map().unwrap();
-            let get = |n: &str| map.iter().find(|(k, _)| k.as_text() == Some(n)).unwrap().1.clone();
+            let get = |n: &str| {
+                map.iter()
+                    .find(|(k, _)| k.as_text() == Some(n))
+                    .unwrap()
+                    .1
+                    .clone()
+            };
             assert_eq!(get("seen"), ints(&[10, 20]));
             all.extend(get("offsets").into_array().unwrap());
         }
@@ -509,7 +522,10 @@ mod tests {
         let rule = Rule::Subtask(vec![("count".into(), Redistribution::Split)]);
         let old = vec![(0, snapshot(vec![("count", Value::Integer(3.into()))]))];
         let e = redistribute(&rule, &old, 2, 128).unwrap_err();
-        assert!(e.contains("`count`") && e.contains("not a collection"), "{e}");
+        assert!(
+            e.contains("`count`") && e.contains("not a collection"),
+            "{e}"
+        );
     }
 
     #[test]
@@ -521,7 +537,10 @@ mod tests {
         states.insert(("src".into(), 0), vec![1]);
         let keyed = Rule::Keyed { own: None };
         let refused = Rule::Refused("a source's position belongs to its subtask".into());
-        let ops = [("count".to_string(), 4, &keyed), ("src".to_string(), 1, &refused)];
+        let ops = [
+            ("count".to_string(), 4, &keyed),
+            ("src".to_string(), 1, &refused),
+        ];
         let moved = fit(&mut states, &HashMap::new(), &ops, 8).unwrap();
         assert_eq!(moved, vec!["count".to_string()]);
         assert_eq!(states.keys().filter(|(u, _)| u == "count").count(), 4);

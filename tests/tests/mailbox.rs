@@ -14,6 +14,8 @@ use std::time::{Duration, Instant};
 use weir::{Collector, Env, EnvConfig, ProcessFunction};
 
 const BATCH: usize = 16;
+/// Batches the operator may take when released in a round.
+const RELEASE: u64 = 20;
 
 /// Blocks on the first record of every batch until a permit is granted.
 #[derive(Clone)]
@@ -119,9 +121,11 @@ fn control_mail_waits_for_at_most_the_batch_in_progress() {
 
         // The mail is in the system lane when send_ping returns.
         let pending = handle.send_ping("slow", 0).expect("slow subtask exists");
-        // Release the operator: it could now run through every queued batch if the system
-        // lane were not served first.
-        gate.grant(1_000_000);
+        // Release the operator: it could now run through every queued batch (the data
+        // lane holds 4) if the system lane were not served first. Not for good: with 20
+        // permits a round, five rounds take at most 128 of the 200 batches, so however
+        // late this thread runs again, the operator is still held at a later batch.
+        gate.grant(RELEASE);
         let status = pending.wait().expect("subtask answers");
 
         assert!(

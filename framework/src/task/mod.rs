@@ -24,8 +24,8 @@ mod mail;
 pub(crate) use driver::Driver;
 use driver::Work;
 pub(crate) use mail::{
-    AbortCheckpoint, Configure, NotifyComplete, Ping, Resume, Sample, SetRate, SnapshotState,
-    Stop, TriggerCheckpoint,
+    AbortCheckpoint, Configure, NotifyComplete, Ping, Resume, Sample, SetRate, SnapshotState, Stop,
+    TriggerCheckpoint,
 };
 
 use std::future::Future;

@@ -110,7 +110,9 @@ impl PendingRescale {
         match target {
             RescaleTarget::Operators(list) => {
                 if list.is_empty() {
-                    return Err(RescaleError::Plan("no operator to rescale was named".into()));
+                    return Err(RescaleError::Plan(
+                        "no operator to rescale was named".into(),
+                    ));
                 }
                 for (uid, p) in list {
                     let Some(n) = plan.uids.iter().position(|u| u == uid) else {
@@ -190,7 +192,9 @@ impl PendingRescale {
     /// deployment runs on), nothing else changed.
     pub(crate) fn abandon(self, ctx: &JobContext, dep: &Deployment, why: String, resume: bool) {
         tracing::warn!(checkpoint = self.id, reason = %why, "rescale abandoned");
-        ctx.handover.store(0, crate::sync::atomic::Ordering::Release);
+        ctx.handover
+            .store(0, crate::sync::atomic::Ordering::Release);
+        lock(&ctx.views.rescales).in_progress = None;
         if resume {
             dep.mail_sources(|| Resume);
         }
@@ -200,7 +204,10 @@ impl PendingRescale {
 
 /// The plan of the job with the parallelism of `nodes` changed (and of their parts), without
 /// changing the graph.
-fn replan(ctx: &mut JobContext, nodes: &[(NodeId, usize)]) -> Result<Plan, crate::error::PlanError> {
+fn replan(
+    ctx: &mut JobContext,
+    nodes: &[(NodeId, usize)],
+) -> Result<Plan, crate::error::PlanError> {
     let saved = set_parallelism(ctx, nodes);
     let planned = crate::plan::plan(&ctx.graph, &ctx.cfg);
     for (n, p, state) in saved {
@@ -211,7 +218,11 @@ fn replan(ctx: &mut JobContext, nodes: &[(NodeId, usize)]) -> Result<Plan, crate
 }
 
 /// What [`set_parallelism`] replaced: (node, parallelism, initial state).
-type Saved = Vec<(NodeId, Option<usize>, Option<Vec<crate::hooks::StateSnapshot>>)>;
+type Saved = Vec<(
+    NodeId,
+    Option<usize>,
+    Option<Vec<crate::hooks::StateSnapshot>>,
+)>;
 
 /// Sets the parallelism of `nodes` in the graph. Their initial states (one per old subtask)
 /// are dropped: from now on the job always restores a checkpoint, which wins over them.
@@ -239,7 +250,9 @@ impl Rescaling {
     pub(crate) async fn run(self, ctx: &mut JobContext) -> Transition {
         let Rescaling { dep, pending } = self;
         let id = pending.id;
-        ctx.handover.store(0, crate::sync::atomic::Ordering::Release);
+        ctx.handover
+            .store(0, crate::sync::atomic::Ordering::Release);
+        lock(&ctx.views.rescales).in_progress = None;
         // Every subtask learns the checkpoint is complete, and the sinks' commits are awaited:
         // nothing staged before the barrier may be lost when the subtasks stop.
         if let Err(e) = commit_all(ctx, &dep, id).await {
@@ -310,7 +323,10 @@ impl Rescaling {
                 ctx.attempt += 1;
                 let _ = reply.send(Err(RescaleError::RolledBack(e.to_string())));
                 match deploy_from(ctx, Some(restore)) {
-                    Ok((dep, cause)) => Self::to(Running::new(dep, ctx), format!("rescale rolled back: {cause}")),
+                    Ok((dep, cause)) => Self::to(
+                        Running::new(dep, ctx),
+                        format!("rescale rolled back: {cause}"),
+                    ),
                     Err(e) => {
                         let cause = e.to_string();
                         Self::to(Finished::failed(e), cause)

@@ -46,7 +46,7 @@ enum Exit {
     Failed(JobError),
     Promote(Vec<Promote>),
     Stop(StopReason),
-    Rescale(PendingRescale),
+    Rescale(Box<PendingRescale>),
 }
 
 /// What woke the controller.
@@ -98,8 +98,12 @@ impl Running {
         if !matches!(exit, Exit::Rescale(_)) {
             if let Some(r) = self.rescale.take() {
                 let why = match &exit {
-                    Exit::Failed(e) => format!("the job failed first ({e}); it recovers at its old parallelism"),
-                    Exit::Promote(_) => "a backup took over first; the job runs on at its old parallelism".into(),
+                    Exit::Failed(e) => {
+                        format!("the job failed first ({e}); it recovers at its old parallelism")
+                    }
+                    Exit::Promote(_) => {
+                        "a backup took over first; the job runs on at its old parallelism".into()
+                    }
                     _ => "the job is stopping".into(),
                 };
                 r.abandon(ctx, &self.dep, why, false);
@@ -108,7 +112,7 @@ impl Running {
         match exit {
             Exit::Rescale(pending) => {
                 let cause = format!("rescale at checkpoint {}", pending.id);
-                Self::to(Rescaling::new(self.dep, pending), cause)
+                Self::to(Rescaling::new(self.dep, *pending), cause)
             }
             // Pending savepoints are dropped with `self`: their callers learn that the job
             // ended before they completed.
@@ -232,7 +236,9 @@ impl Running {
             } if attempt == ctx.attempt => {
                 self.savepoints
                     .fail(id, || format!("savepoint declined: {reason}"));
-                self.abandon_rescale(ctx, id, || format!("its checkpoint {id} was declined: {reason}"));
+                self.abandon_rescale(ctx, id, || {
+                    format!("its checkpoint {id} was declined: {reason}")
+                });
                 ctx.fail_checkpoint(id, format!("declined: {reason}"))
                     .map_err(Exit::Failed)
             }
@@ -313,7 +319,7 @@ impl Running {
             // The rescale tells the subtasks itself, and waits for their commits.
             ctx.publish_stats();
             let pending = self.rescale.take().expect("checked above");
-            return Err(Exit::Rescale(pending));
+            return Err(Exit::Rescale(Box::new(pending)));
         }
         for a in &self.dep.actors {
             a.mail(NotifyComplete(done.id));
@@ -339,8 +345,7 @@ impl Running {
                 let now = Instant::now();
                 let id = ctx.coordinator.force_checkpoint(now);
                 tracing::info!(checkpoint = id, "triggering a checkpoint on request");
-                self.dep
-                    .mail_sources(|| TriggerCheckpoint {
+                self.dep.mail_sources(|| TriggerCheckpoint {
                     id,
                     sent_at: now,
                     pause: false,
@@ -391,7 +396,8 @@ impl Running {
             }
             Ok(prepared) => {
                 let id = ctx.coordinator.force_checkpoint(now);
-                ctx.handover.store(id, crate::sync::atomic::Ordering::Release);
+                ctx.handover
+                    .store(id, crate::sync::atomic::Ordering::Release);
                 tracing::info!(checkpoint = id, changes = ?prepared.changes, "rescale: triggering its checkpoint");
                 self.dep.mail_sources(|| TriggerCheckpoint {
                     id,
@@ -399,6 +405,7 @@ impl Running {
                     pause: true,
                 });
                 ctx.publish_stats();
+                crate::sync::lock(&ctx.views.rescales).in_progress = Some(id);
                 self.rescale = Some(prepared.start(id, request.reply, now));
             }
         }
@@ -427,12 +434,11 @@ impl Running {
         let now = Instant::now();
         let id = ctx.coordinator.force(now);
         tracing::info!(checkpoint = id, dir = %request.dir.display(), stop = request.stop, "triggering a savepoint");
-        self.dep
-            .mail_sources(|| TriggerCheckpoint {
-                    id,
-                    sent_at: now,
-                    pause: false,
-                });
+        self.dep.mail_sources(|| TriggerCheckpoint {
+            id,
+            sent_at: now,
+            pause: false,
+        });
         self.savepoints.add(id, request);
     }
 
@@ -505,12 +511,11 @@ impl Running {
         }
         if let Some(id) = ctx.coordinator.maybe_trigger(now) {
             tracing::debug!(checkpoint = id, "triggering checkpoint");
-            self.dep
-                .mail_sources(|| TriggerCheckpoint {
-                    id,
-                    sent_at: now,
-                    pause: false,
-                });
+            self.dep.mail_sources(|| TriggerCheckpoint {
+                id,
+                sent_at: now,
+                pause: false,
+            });
         }
         ctx.publish_stats();
         Ok(())

@@ -1,0 +1,386 @@
+//! Live rescale under continuous load: a keyed running count goes 2 → 4 → 1 → 3 while ids
+//! flow, and every id reaches an exactly-once sink once with the count a sequential run
+//! gives; a failure during a rescale, and one right after it, lose and duplicate nothing;
+//! bad requests are refused with a clear error and change nothing; a backed-up operator gets
+//! backups for its new subtasks and fails over after the rescale.
+//!
+//! Every wait is on an event (a checkpoint completed, a rescale answered, a record seen),
+//! never on the clock.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Duration;
+
+use weir::source::{Source, SourceStatus};
+use weir::testing::{
+    encode_display, quiet_injected_panics, read_committed, wait_for_checkpoint, ExactlyOnce,
+    TwoPhaseFileSink,
+};
+use weir::{
+    Collector, Env, EnvConfig, JobHandle, RescaleError, RestartStrategy, SourceError, ValueState,
+};
+
+const KEYS: u64 = 50;
+const WAIT: Duration = Duration::from_secs(60);
+
+/// Ids 0, 1, 2, ... at most 64 per poll and a poll per millisecond, until told to stop; then
+/// it ends and says at which id.
+struct Endless {
+    next: u64,
+    stop: Arc<AtomicBool>,
+    ended_at: Arc<AtomicU64>,
+}
+
+impl Source<u64> for Endless {
+    fn poll_batch(&mut self, out: &mut Vec<u64>, max: usize) -> Result<SourceStatus, SourceError> {
+        if self.stop.load(Ordering::SeqCst) {
+            self.ended_at.store(self.next, Ordering::SeqCst);
+            return Ok(SourceStatus::End);
+        }
+        let stop = self.next + (max as u64).min(64);
+        out.extend(self.next..stop);
+        self.next = stop;
+        Ok(SourceStatus::Idle {
+            until: Some(Duration::from_millis(1)),
+        })
+    }
+    fn position(&self) -> Option<Vec<u8>> {
+        Some(self.next.to_le_bytes().to_vec())
+    }
+    fn seek(&mut self, position: &[u8]) -> Result<(), SourceError> {
+        let bytes: [u8; 8] = position.try_into().map_err(|_| SourceError::BadPosition {
+            message: format!("8 bytes expected, got {}", position.len()),
+        })?;
+        self.next = u64::from_le_bytes(bytes);
+        Ok(())
+    }
+}
+
+/// A gate a test closes to hold records inside an operator (so a checkpoint cannot complete)
+/// and opens again, optionally making the held record panic.
+#[derive(Clone, Default)]
+struct Gate {
+    state: Arc<(Mutex<GateState>, Condvar)>,
+}
+
+#[derive(Default)]
+struct GateState {
+    closed: bool,
+    /// A record is waiting at the closed gate.
+    waiting: bool,
+    panic_on_open: bool,
+}
+
+impl Gate {
+    fn close(&self) {
+        self.state.0.lock().unwrap().closed = true;
+    }
+    fn open(&self, panic: bool) {
+        let mut s = self.state.0.lock().unwrap();
+        s.closed = false;
+        s.panic_on_open = panic;
+        self.state.1.notify_all();
+    }
+    /// Waits until a record is held at the closed gate.
+    fn wait_held(&self) {
+        let mut s = self.state.0.lock().unwrap();
+        while !s.waiting {
+            s = self.state.1.wait(s).unwrap();
+        }
+    }
+    fn pass(&self) {
+        let mut s = self.state.0.lock().unwrap();
+        if !s.closed {
+            return;
+        }
+        s.waiting = true;
+        self.state.1.notify_all();
+        while s.closed {
+            s = self.state.1.wait(s).unwrap();
+        }
+        s.waiting = false;
+        if std::mem::take(&mut s.panic_on_open) {
+            drop(s);
+            panic!("injected fault: failing while a rescale waits for its checkpoint");
+        }
+    }
+}
+
+struct Job {
+    handle: JobHandle,
+    stop: Arc<AtomicBool>,
+    ended_at: Arc<AtomicU64>,
+    out: PathBuf,
+}
+
+/// source (1) -> gate map (1) -> keyed running count "count" (p) -> exactly-once sink (1).
+fn start(name: &str, p: usize, gate: Gate, arm: Arc<AtomicBool>, cfg: EnvConfig) -> Job {
+    let out = std::env::temp_dir().join(format!("weir-rescale-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&out);
+    let (stop, ended_at) = (
+        Arc::new(AtomicBool::new(false)),
+        Arc::new(AtomicU64::new(0)),
+    );
+    let env = Env::with_config(cfg);
+    let (s, e) = (stop.clone(), ended_at.clone());
+    let d = out.clone();
+    env.add_source("ids", move |_cx| {
+        Ok(Endless {
+            next: 0,
+            stop: s.clone(),
+            ended_at: e.clone(),
+        })
+    })
+    .uid("ids")
+    .set_parallelism(1)
+    .map(move |x: u64| {
+        gate.pass();
+        if arm.swap(false, Ordering::SeqCst) {
+            panic!("injected fault: the first record after the rescale");
+        }
+        x
+    })
+    .uid("gate")
+    .set_parallelism(1)
+    .key_by(|x: &u64| x % KEYS)
+    .process(
+        |_k: &u64, n: &mut ValueState<u64>, x: u64, out: &mut Collector<String>| {
+            let c = n.get_or_insert_with(|| 0);
+            *c += 1;
+            out.collect(format!("{x} {c}"));
+        },
+    )
+    .uid("count")
+    .set_parallelism(p)
+    .add_sink("exactly_once", move |cx| {
+        TwoPhaseFileSink::create(&d, cx, encode_display::<String>)
+    })
+    .uid("exactly_once")
+    .set_parallelism(1);
+    let handle = env.start(name).expect("the job starts");
+    Job {
+        handle,
+        stop,
+        ended_at,
+        out,
+    }
+}
+
+fn config() -> EnvConfig {
+    let mut cfg = EnvConfig::default();
+    cfg.checkpoint.interval = Some(Duration::from_millis(20));
+    cfg.restart = Some(RestartStrategy::FixedDelay {
+        attempts: 5,
+        delay: Duration::ZERO,
+    });
+    cfg
+}
+
+/// Waits for two more checkpoints than have completed (records flow at the parallelism now).
+fn two_more_checkpoints(job: &JobHandle) {
+    let done = job
+        .checkpoint_stats()
+        .map_or(0, |s| s.number_of_completed_checkpoints);
+    wait_for_checkpoint(job, done + 2, WAIT).expect("checkpoints complete");
+}
+
+/// Stops the input, waits for the end, and checks every id once with its sequential count.
+fn finish_and_check(job: Job) -> u64 {
+    job.stop.store(true, Ordering::SeqCst);
+    job.handle.wait().expect("the job finishes");
+    let end = job.ended_at.load(Ordering::SeqCst);
+    assert!(end > 0, "the source ran");
+    let committed = read_committed(&job.out).expect("read the sink's output");
+    let mut ids = Vec::with_capacity(committed.lines.len());
+    for line in &committed.lines {
+        let (x, c) = line.split_once(' ').expect("`id count` lines");
+        let (x, c): (u64, u64) = (x.parse().unwrap(), c.parse().unwrap());
+        assert_eq!(c, x / KEYS + 1, "id {x}: the count a sequential run gives");
+        ids.push(x);
+    }
+    let report = ExactlyOnce::new(0..end).check(ids);
+    assert!(report.is_exactly_once(), "{report}");
+    let _ = std::fs::remove_dir_all(&job.out);
+    end
+}
+
+/// Waits until a rescale waits for its checkpoint.
+fn wait_rescale_in_progress(job: &JobHandle) {
+    while job.rescale_stats().in_progress.is_none() {
+        std::thread::yield_now();
+    }
+}
+
+fn parallelism_of(job: &JobHandle, uid: &str) -> usize {
+    job.vertices()
+        .iter()
+        .find(|v| v.operators.iter().any(|o| o == uid))
+        .map(|v| v.parallelism)
+        .expect("a vertex runs the operator")
+}
+
+#[test]
+fn a_keyed_count_rescaled_two_four_one_three_under_load_is_exact() {
+    let job = start(
+        "2413",
+        2,
+        Gate::default(),
+        Arc::new(AtomicBool::new(false)),
+        config(),
+    );
+    two_more_checkpoints(&job.handle);
+    let mut from = 2;
+    for to in [4, 1, 3] {
+        let report = job
+            .handle
+            .rescale("count", to)
+            .expect("the rescale succeeds");
+        assert_eq!(report.changes.len(), 1, "{report:?}");
+        assert_eq!((report.changes[0].from, report.changes[0].to), (from, to));
+        assert!(report.checkpoint > 0);
+        assert_eq!(parallelism_of(&job.handle, "count"), to);
+        two_more_checkpoints(&job.handle);
+        from = to;
+    }
+    let stats = job.handle.rescale_stats();
+    assert_eq!(stats.num_rescales, 3);
+    assert_eq!(job.handle.monitor().failures().len(), 0, "no failure");
+    finish_and_check(job);
+}
+
+#[test]
+fn bad_requests_are_refused_and_change_nothing() {
+    let gate = Gate::default();
+    let mut cfg = config();
+    cfg.max_parallelism = 16;
+    let job = start(
+        "bad",
+        2,
+        gate.clone(),
+        Arc::new(AtomicBool::new(false)),
+        cfg,
+    );
+    two_more_checkpoints(&job.handle);
+    let h = &job.handle;
+    match h.rescale("count", 0) {
+        Err(RescaleError::Parallelism {
+            parallelism: 0,
+            max: 16,
+            ..
+        }) => {}
+        other => panic!("parallelism 0: {other:?}"),
+    }
+    let e = h.rescale("count", 17).unwrap_err();
+    assert!(e.to_string().contains("1 to max_parallelism (16)"), "{e}");
+    let e = h.rescale("no-such-operator", 2).unwrap_err();
+    assert!(
+        matches!(e, RescaleError::UnknownOperator { .. }) && e.to_string().contains("count"),
+        "{e}"
+    );
+    let e = h.rescale("ids", 2).unwrap_err();
+    assert!(
+        matches!(e, RescaleError::NotRescalable { .. }) && e.to_string().contains("source"),
+        "{e}"
+    );
+    let e = h.rescale("exactly_once", 2).unwrap_err();
+    assert!(e.to_string().contains("sink"), "{e}");
+    // A rescale while another waits for its checkpoint (held behind the closed gate).
+    gate.close();
+    gate.wait_held();
+    let monitor = h.monitor();
+    let first = std::thread::spawn(move || monitor.rescale("count", 3));
+    wait_rescale_in_progress(h);
+    match h.rescale("count", 4) {
+        Err(RescaleError::Busy(why)) => assert!(why.contains("another rescale"), "{why}"),
+        other => panic!("a rescale while another runs: {other:?}"),
+    }
+    assert_eq!(parallelism_of(h, "count"), 2, "nothing changed yet");
+    gate.open(false);
+    let report = first.join().unwrap().expect("the first rescale completes");
+    assert_eq!(report.changes[0].to, 3);
+    assert_eq!(parallelism_of(h, "count"), 3);
+    finish_and_check(job);
+}
+
+#[test]
+fn a_failure_during_a_rescale_keeps_the_old_parallelism_and_loses_nothing() {
+    quiet_injected_panics();
+    let gate = Gate::default();
+    let job = start(
+        "fault-during",
+        2,
+        gate.clone(),
+        Arc::new(AtomicBool::new(false)),
+        config(),
+    );
+    two_more_checkpoints(&job.handle);
+    gate.close();
+    gate.wait_held();
+    let monitor = job.handle.monitor();
+    let pending = std::thread::spawn(move || monitor.rescale("count", 4));
+    wait_rescale_in_progress(&job.handle);
+    // The held record panics: the job fails while the rescale waits for its checkpoint.
+    gate.open(true);
+    match pending.join().unwrap() {
+        Err(RescaleError::Aborted(why)) => assert!(why.contains("failed"), "{why}"),
+        other => panic!("a failure during the rescale: {other:?}"),
+    }
+    two_more_checkpoints(&job.handle);
+    assert_eq!(
+        parallelism_of(&job.handle, "count"),
+        2,
+        "the old parallelism"
+    );
+    assert_eq!(job.handle.rescale_stats().num_rescales, 0);
+    // And a rescale after the recovery works.
+    let report = job
+        .handle
+        .rescale("count", 3)
+        .expect("rescale after recovery");
+    assert_eq!(report.changes[0].to, 3);
+    finish_and_check(job);
+}
+
+#[test]
+fn a_failure_right_after_a_rescale_restores_its_checkpoint_at_the_new_parallelism() {
+    quiet_injected_panics();
+    let arm = Arc::new(AtomicBool::new(false));
+    let job = start("fault-after", 3, Gate::default(), arm.clone(), config());
+    two_more_checkpoints(&job.handle);
+    job.handle.rescale("count", 5).expect("rescale");
+    // The next record fails the job before another checkpoint may have completed: the restart
+    // restores the rescale's checkpoint (taken at parallelism 3) into 5 subtasks.
+    arm.store(true, Ordering::SeqCst);
+    while job.handle.monitor().failures().is_empty() {
+        std::thread::yield_now();
+    }
+    two_more_checkpoints(&job.handle);
+    assert_eq!(parallelism_of(&job.handle, "count"), 5);
+    finish_and_check(job);
+}
+
+#[test]
+fn a_job_wide_rescale_changes_what_follows_the_default_and_says_what_it_kept() {
+    let mut cfg = config();
+    cfg.default_parallelism = 2;
+    let env = Env::with_config(cfg);
+    env.generate(1_000_000_000, |i| i)
+        .map(|x: u64| x)
+        .key_by(|x: &u64| x % 7)
+        .reduce(|a, b| a.max(b))
+        .uid("max")
+        .discard();
+    let job = env.start("job-wide").expect("starts");
+    two_more_checkpoints(&job);
+    let report = job.rescale_job(3).expect("job-wide rescale");
+    let changed: Vec<&str> = report.changes.iter().map(|c| c.uid.as_str()).collect();
+    assert!(changed.contains(&"max"), "{report:?}");
+    assert!(
+        report.kept.iter().any(|(_, why)| why.contains("source")),
+        "the source keeps its parallelism and says why: {report:?}"
+    );
+    assert_eq!(parallelism_of(&job, "max"), 3);
+    job.cancel();
+    let _ = job.wait();
+}
