@@ -842,3 +842,112 @@ fn a_second_stop_while_one_is_in_progress_is_a_conflict() {
         job.wait().expect("stopped with its savepoint");
     });
 }
+
+fn send(
+    server: &RestServer,
+    method: &str,
+    path: &str,
+    token: Option<&str>,
+    body: &str,
+) -> (u16, Value) {
+    let url = format!("http://{}{path}", server.addr());
+    let req = match method {
+        "PATCH" => agent().patch(url),
+        "PUT" => agent().put(url),
+        other => panic!("method {other}"),
+    };
+    let mut req = req.header("Content-Type", "application/json");
+    if let Some(t) = token {
+        req = req.header("Authorization", format!("Bearer {t}"));
+    }
+    call(req.send(body))
+}
+
+#[test]
+fn rescale_calls_change_parallelism_and_refuse_bad_requests_with_their_reason() {
+    within_timeout(|| {
+        let dir = TempDir::new("rest-rescale");
+        let server = RestServer::start(RestConfig::default()).expect("the server starts");
+        let mut cfg = config(20_000.0, dir.path());
+        cfg.default_parallelism = 2;
+        let env = Env::with_config(cfg);
+        env.generate(u64::MAX, |i| i)
+            .uid("src")
+            .key_by(|x: &u64| x % 10)
+            .reduce(|a, b| a.max(b))
+            .uid("max")
+            .discard();
+        let job = env.start("rest-rescale").expect("the job starts");
+        server.register(job.monitor());
+        let (id, token) = (job.id().to_owned(), server.token().to_owned());
+        let t = Some(token.as_str());
+        let vertex = format!("/jobs/{id}/vertices/max");
+
+        // Bad requests: nothing changes.
+        let (s, b) = send(&server, "PATCH", &vertex, None, r#"{"parallelism": 3}"#);
+        assert_eq!(s, 401, "{b}");
+        let (s, b) = send(&server, "PATCH", &vertex, t, r#"{"parallelism": 0}"#);
+        assert_eq!(s, 400, "{b}");
+        assert!(error_of(&b).contains("positive integer"), "{b}");
+        let (s, b) = send(&server, "PATCH", &vertex, t, r#"{"parallelism": 1000}"#);
+        assert_eq!(s, 400, "{b}");
+        assert!(error_of(&b).contains("max_parallelism"), "{b}");
+        let (s, b) = send(&server, "PATCH", &vertex, t, r#"{"parallelism": "3"}"#);
+        assert_eq!(s, 400, "{b}");
+        let (s, b) = send(
+            &server,
+            "PATCH",
+            &format!("/jobs/{id}/vertices/nope"),
+            t,
+            r#"{"parallelism": 3}"#,
+        );
+        assert_eq!(s, 404, "{b}");
+        let (s, b) = send(
+            &server,
+            "PATCH",
+            &format!("/jobs/{id}/vertices/src"),
+            t,
+            r#"{"parallelism": 3}"#,
+        );
+        assert_eq!(s, 400, "{b}");
+        assert!(error_of(&b).contains("source"), "{b}");
+        assert_eq!(job.rescale_stats().num_rescales, 0);
+
+        // Per vertex, Flink's resource requirements, and the whole job.
+        let (s, b) = send(&server, "PATCH", &vertex, t, r#"{"parallelism": 3}"#);
+        assert_eq!(s, 200, "{b}");
+        assert_eq!(b["changes"][0]["to"], 3, "{b}");
+        let (s, b) = get(&server, &format!("/jobs/{id}/resource-requirements"));
+        assert_eq!(s, 200);
+        assert_eq!(b["max"]["parallelism"]["upperBound"], 3, "{b}");
+        let (s, b) = send(
+            &server,
+            "PUT",
+            &format!("/jobs/{id}/resource-requirements"),
+            t,
+            r#"{"max": {"parallelism": {"lowerBound": 1, "upperBound": 1}}}"#,
+        );
+        assert_eq!(s, 200, "{b}");
+        let (s, b) = send(
+            &server,
+            "PATCH",
+            &format!("/jobs/{id}/parallelism"),
+            t,
+            r#"{"parallelism": 4}"#,
+        );
+        assert_eq!(s, 200, "{b}");
+        let kept: Vec<&str> = b["kept"]
+            .as_array()
+            .expect("kept")
+            .iter()
+            .map(|k| k["uid"].as_str().unwrap())
+            .collect();
+        assert!(kept.contains(&"src"), "{b}");
+        let (s, b) = get(&server, &format!("/jobs/{id}/rescales"));
+        assert_eq!(s, 200);
+        assert_eq!(b["numRescales"], 3, "{b}");
+        assert_eq!(job.rescale_stats().num_rescales, 3);
+        job.cancel();
+        let _ = job.wait();
+    });
+}

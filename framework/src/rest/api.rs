@@ -41,6 +41,9 @@ impl ApiError {
     pub(crate) fn internal(m: impl Into<String>) -> Self {
         Self::new(StatusCode::INTERNAL_SERVER_ERROR, m)
     }
+    pub(super) fn message(&self) -> &str {
+        &self.message
+    }
 }
 
 impl std::fmt::Display for ApiError {
@@ -132,7 +135,24 @@ pub(crate) fn routes(cfg: &mut web::ServiceConfig) {
                 .route(web::patch().to(super::jobs::patch_job))
                 .default_service(web::to(method_not_allowed)),
         )
-        .service(get("/jobs/{id}/vertices/{vid}", super::jobs::vertex))
+        .service(
+            web::resource("/jobs/{id}/vertices/{vid}")
+                .route(web::get().to(super::jobs::vertex))
+                .route(web::patch().to(super::rescale::patch_vertex))
+                .default_service(web::to(method_not_allowed)),
+        )
+        .service(
+            web::resource("/jobs/{id}/parallelism")
+                .route(web::patch().to(super::rescale::patch_job_parallelism))
+                .default_service(web::to(method_not_allowed)),
+        )
+        .service(
+            web::resource("/jobs/{id}/resource-requirements")
+                .route(web::get().to(super::rescale::resource_requirements))
+                .route(web::put().to(super::rescale::put_resource_requirements))
+                .default_service(web::to(method_not_allowed)),
+        )
+        .service(get("/jobs/{id}/rescales", super::rescale::rescales))
         .service(get(
             "/jobs/{id}/vertices/{vid}/backpressure",
             super::jobs::backpressure,
@@ -188,7 +208,10 @@ pub const ROUTES: &[(&str, &[&str])] = &[
     ("/jobs", &["GET"]),
     ("/metrics", &["GET"]),
     ("/jobs/{id}", &["GET", "PATCH"]),
-    ("/jobs/{id}/vertices/{vid}", &["GET"]),
+    ("/jobs/{id}/vertices/{vid}", &["GET", "PATCH"]),
+    ("/jobs/{id}/parallelism", &["PATCH"]),
+    ("/jobs/{id}/resource-requirements", &["GET", "PUT"]),
+    ("/jobs/{id}/rescales", &["GET"]),
     ("/jobs/{id}/vertices/{vid}/backpressure", &["GET"]),
     ("/jobs/{id}/vertices/{vid}/metrics", &["GET"]),
     ("/jobs/{id}/vertices/{vid}/subtasks/metrics", &["GET"]),

@@ -31,6 +31,7 @@ mod api;
 mod checkpoints;
 mod jobs;
 mod prom;
+mod rescale;
 mod savepoints;
 
 pub use api::ROUTES;

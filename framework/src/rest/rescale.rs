@@ -1,0 +1,170 @@
+//! Rescale over REST: the seed's `PATCH /jobs/{id}/parallelism` (every operator that follows
+//! the job's default parallelism), per vertex `PATCH /jobs/{id}/vertices/{vid}`, Flink's
+//! `GET`/`PUT /jobs/{id}/resource-requirements`, and `GET /jobs/{id}/rescales`. A rescale
+//! call answers once the job runs at the new parallelism, with what changed and how long the
+//! input paused; a refused one changes nothing and says why (400 for a bad request, 404 for
+//! an unknown vertex, 409 when the job cannot rescale now).
+
+use actix_web::{web, HttpRequest, HttpResponse};
+use serde_json::{json, Map, Value};
+
+use super::api::*;
+use crate::job::JobMonitor;
+use crate::rescale::{RescaleError, RescaleReport};
+
+/// `PATCH /jobs/{id}/parallelism` with `{"parallelism": n}`.
+pub(super) async fn patch_job_parallelism(
+    state: State,
+    req: HttpRequest,
+    body: web::Payload,
+) -> Answer {
+    authorize(&state, &req)?;
+    let job = job_of(&state, &req)?;
+    let body = json_body(body, state.max_body_bytes).await?;
+    let p = parallelism_field(&body, "parallelism")?;
+    running(&job)?;
+    let j = job.clone();
+    answer(web::block(move || j.rescale_job(p)).await)
+}
+
+/// `PATCH /jobs/{id}/vertices/{vid}` with `{"parallelism": n}`.
+pub(super) async fn patch_vertex(state: State, req: HttpRequest, body: web::Payload) -> Answer {
+    authorize(&state, &req)?;
+    let job = job_of(&state, &req)?;
+    let v = vertex_of(&job, &req)?;
+    let body = json_body(body, state.max_body_bytes).await?;
+    let p = parallelism_field(&body, "parallelism")?;
+    running(&job)?;
+    let j = job.clone();
+    answer(web::block(move || j.rescale(&v.id, p)).await)
+}
+
+/// `GET /jobs/{id}/resource-requirements`: Flink's shape, one entry per vertex.
+pub(super) async fn resource_requirements(state: State, req: HttpRequest) -> Answer {
+    let job = job_of(&state, &req)?;
+    let mut out = Map::new();
+    for v in job.vertices() {
+        out.insert(
+            v.id.clone(),
+            json!({ "parallelism": { "lowerBound": 1, "upperBound": v.parallelism } }),
+        );
+    }
+    Ok(HttpResponse::Ok().json(Value::Object(out)))
+}
+
+/// `PUT /jobs/{id}/resource-requirements`: each named vertex goes to its `upperBound` (Weir
+/// runs a vertex at exactly the parallelism asked for), all at one barrier.
+pub(super) async fn put_resource_requirements(
+    state: State,
+    req: HttpRequest,
+    body: web::Payload,
+) -> Answer {
+    authorize(&state, &req)?;
+    let job = job_of(&state, &req)?;
+    let body = json_body(body, state.max_body_bytes).await?;
+    let vertices = job.vertices();
+    let mut changes = Vec::new();
+    for (vid, spec) in &body {
+        let Some(v) = vertices.iter().find(|v| &v.id == vid) else {
+            return Err(ApiError::not_found(format!(
+                "Vertex {vid} not found in job {}",
+                job.id()
+            )));
+        };
+        let bounds = spec
+            .get("parallelism")
+            .and_then(Value::as_object)
+            .ok_or_else(|| {
+                ApiError::bad_request(format!(
+                    "vertex {vid}: expected {{\"parallelism\": {{\"lowerBound\": l, \"upperBound\": u}}}}"
+                ))
+            })?;
+        let upper = parallelism_field(bounds, "upperBound")
+            .map_err(|e| ApiError::bad_request(format!("vertex {vid}: {}", e.message())))?;
+        if let Some(lower) = bounds.get("lowerBound").filter(|l| !l.is_null()) {
+            let lower = lower.as_u64().ok_or_else(|| {
+                ApiError::bad_request(format!(
+                    "vertex {vid}: field `lowerBound` must be a non-negative integer, got {lower}"
+                ))
+            })?;
+            if lower as usize > upper {
+                return Err(ApiError::bad_request(format!(
+                    "vertex {vid}: lowerBound {lower} is above upperBound {upper}"
+                )));
+            }
+        }
+        if upper != v.parallelism {
+            changes.push((v.id.clone(), upper));
+        }
+    }
+    running(&job)?;
+    if changes.is_empty() {
+        return Ok(HttpResponse::Ok().json(json!({ "changes": [] })));
+    }
+    let j = job.clone();
+    answer(web::block(move || j.rescale_operators(&changes)).await)
+}
+
+/// `GET /jobs/{id}/rescales`: `numRescales`, the one in progress, the last one's report.
+pub(super) async fn rescales(state: State, req: HttpRequest) -> Answer {
+    let job = job_of(&state, &req)?;
+    Ok(HttpResponse::Ok().json(stats_json(&job)))
+}
+
+fn stats_json(job: &JobMonitor) -> Value {
+    let s = job.rescale_stats();
+    json!({
+        "numRescales": s.num_rescales,
+        "inProgress": s.in_progress,
+        "last": s.last.as_ref().map(report_json),
+        "vertices": job.vertices().iter().map(|v| json!({
+            "id": v.id,
+            "parallelism": v.parallelism,
+        })).collect::<Vec<_>>(),
+    })
+}
+
+fn report_json(r: &RescaleReport) -> Value {
+    json!({
+        "checkpoint": r.checkpoint,
+        "changes": r.changes.iter().map(|c| json!({
+            "uid": c.uid, "from": c.from, "to": c.to,
+        })).collect::<Vec<_>>(),
+        "kept": r.kept.iter().map(|(uid, why)| json!({ "uid": uid, "reason": why })).collect::<Vec<_>>(),
+        "durationMs": ms(r.duration),
+        "pauseMs": ms(r.pause),
+    })
+}
+
+/// A required positive integer field.
+fn parallelism_field(body: &Map<String, Value>, field: &str) -> Result<usize, ApiError> {
+    match body.get(field) {
+        Some(Value::Number(n)) if n.as_u64().is_some_and(|p| p > 0) => {
+            Ok(n.as_u64().unwrap_or(1) as usize)
+        }
+        None => Err(ApiError::bad_request(format!(
+            "field `{field}` is required: a positive integer"
+        ))),
+        Some(other) => Err(ApiError::bad_request(format!(
+            "field `{field}` must be a positive integer, got {other}"
+        ))),
+    }
+}
+
+/// The answer to a rescale call.
+fn answer(
+    r: Result<Result<RescaleReport, RescaleError>, actix_web::error::BlockingError>,
+) -> Answer {
+    let r = r.map_err(|e| ApiError::internal(e.to_string()))?;
+    match r {
+        Ok(report) => Ok(HttpResponse::Ok().json(report_json(&report))),
+        Err(e @ RescaleError::UnknownOperator { .. }) => Err(ApiError::not_found(e.to_string())),
+        Err(
+            e @ (RescaleError::Parallelism { .. }
+            | RescaleError::NotRescalable { .. }
+            | RescaleError::Plan(_)
+            | RescaleError::Unsupported(_)),
+        ) => Err(ApiError::bad_request(e.to_string())),
+        Err(e) => Err(ApiError::conflict(e.to_string())),
+    }
+}
