@@ -69,6 +69,17 @@ enum Command {
     },
     /// Cancels a job.
     Cancel { id: String },
+    /// Changes the parallelism of a vertex (`--vertex`, its id as `job` lists it) or of
+    /// every operator that follows the job's default parallelism, while the job runs; waits
+    /// until it runs at the new parallelism.
+    Rescale {
+        id: String,
+        /// The new parallelism.
+        parallelism: usize,
+        /// The vertex to rescale (default: the whole job).
+        #[arg(long)]
+        vertex: Option<String>,
+    },
 }
 
 /// Why a `weirctl` command failed.
@@ -138,6 +149,38 @@ where
         Command::Metrics { id, names } => metrics(&client, &args, id, names, out),
         Command::Savepoint { id, dir } => savepoint(&client, &args, id, dir, false, out),
         Command::Stop { id, dir } => savepoint(&client, &args, id, dir, true, out),
+        Command::Rescale {
+            id,
+            parallelism,
+            vertex,
+        } => {
+            let path = match vertex {
+                Some(v) => format!("/jobs/{id}/vertices/{v}"),
+                None => format!("/jobs/{id}/parallelism"),
+            };
+            let body = serde_json::json!({ "parallelism": parallelism });
+            let r = client.send("PATCH", &path, Some(body))?;
+            for c in r["changes"].as_array().into_iter().flatten() {
+                writeln!(
+                    out,
+                    "{}: {} -> {}",
+                    s(&c["uid"]),
+                    s(&c["from"]),
+                    s(&c["to"])
+                )?;
+            }
+            for k in r["kept"].as_array().into_iter().flatten() {
+                writeln!(out, "{} kept: {}", s(&k["uid"]), s(&k["reason"]))?;
+            }
+            writeln!(
+                out,
+                "rescaled at checkpoint {} in {} ms (input paused {} ms)",
+                s(&r["checkpoint"]),
+                s(&r["durationMs"]),
+                s(&r["pauseMs"])
+            )?;
+            Ok(())
+        }
         Command::Cancel { id } => {
             client.send("PATCH", &format!("/jobs/{id}?mode=cancel"), None)?;
             writeln!(out, "cancelling job {id}")?;
@@ -197,7 +240,12 @@ impl Client {
         };
         let result = match method {
             "GET" => self.agent.get(&url).call(),
-            "PATCH" => auth(self.agent.patch(&url))?.send_empty(),
+            "PATCH" => match body {
+                None => auth(self.agent.patch(&url))?.send_empty(),
+                Some(b) => auth(self.agent.patch(&url))?
+                    .header("Content-Type", "application/json")
+                    .send(b.to_string().as_str()),
+            },
             _ => {
                 let text = body
                     .unwrap_or(Value::Object(Default::default()))

@@ -148,3 +148,52 @@ fn weirctl_says_when_the_server_cannot_be_reached_or_the_arguments_are_wrong() {
         other => panic!("an unreadable token file is named, got {other:?}"),
     }
 }
+
+#[test]
+fn weirctl_rescales_a_vertex_and_the_job_and_reports_refusals() {
+    within_timeout(|| {
+        let dir = TempDir::new("weirctl-rescale");
+        let server = RestServer::start(RestConfig::default()).expect("the server starts");
+        let mut cfg = EnvConfig::default();
+        cfg.checkpoint.interval = Some(Duration::from_millis(10));
+        cfg.checkpoint.directory = dir.path().to_owned();
+        cfg.rate_control = RateControlConfig::fixed(20_000.0);
+        let env = Env::with_config(cfg);
+        env.generate(u64::MAX, |i| i)
+            .uid("src")
+            .key_by(|x: &u64| x % 10)
+            .reduce(|a, b| a.max(b))
+            .uid("max")
+            .discard();
+        let job = env.start("weirctl-rescale").expect("the job starts");
+        server.register(job.monitor());
+        let url = format!("http://{}", server.addr());
+        let id = job.id().to_owned();
+        let token = server.token().to_owned();
+        let ctl = |args: &[&str]| {
+            let mut all = vec!["--token", token.as_str()];
+            all.extend_from_slice(args);
+            weirctl(&url, &all)
+        };
+        let out = ctl(&["rescale", &id, "3", "--vertex", "max"]).unwrap();
+        assert!(
+            out.contains("max: 1 -> 3") && out.contains("rescaled at checkpoint"),
+            "{out}"
+        );
+        let out = ctl(&["rescale", &id, "2"]).unwrap();
+        assert!(out.contains("src kept"), "{out}");
+        match ctl(&["rescale", &id, "2", "--vertex", "src"]) {
+            Err(CliError::Refused {
+                status: 400,
+                message,
+                ..
+            }) => {
+                assert!(message.contains("source"), "{message}")
+            }
+            other => panic!("a source cannot be rescaled: {other:?}"),
+        }
+        assert_eq!(job.rescale_stats().num_rescales, 2);
+        job.cancel();
+        let _ = job.wait();
+    });
+}
