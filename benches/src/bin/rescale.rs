@@ -1,0 +1,261 @@
+//! Rescale: the output pause of a live rescale 2 → 4 of a keyed operator at a steady input
+//! rate, against the same change by stop-with-savepoint and a new job restored from it, in
+//! the same run; and (`--mode barrel`) the throughput of an I/O-bound keyed operator at
+//! parallelism 12 against 8, to show balanced key groups.
+//!
+//! ```text
+//! cargo run --release -p weir-benches --bin rescale
+//! cargo run --release -p weir-benches --bin rescale -- --mode barrel
+//! ```
+//!
+//! Prints one JSON line. `live_pause_ms` is the longest gap between consecutive records at
+//! the sink during the live rescale; `call_to_active_ms` runs from the call to the first
+//! record at the sink after the call returned (processed by the new subtasks, one hop
+//! before; an upper bound);
+//! `restart_pause_ms` is the gap between the last record of the stopped job and the first of
+//! the restored one; `duplicates` and `missing` count ids at the live run's sink, a plain one
+//! (a source that did not pause at the barrier would show up as duplicates), and
+//! `restart_duplicates` / `restart_missing` the same over the stopped and restored jobs.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use clap::Parser;
+use serde_json::json;
+use weir::rate::RateControlConfig;
+use weir::sink::Sink;
+use weir::{Collector, Env, EnvConfig, SinkError, ValueState};
+
+#[derive(Parser, Debug)]
+#[command(name = "rescale")]
+struct Args {
+    /// `live` (pause of a live rescale against a restart) or `barrel` (12 against 8 subtasks).
+    #[arg(long, default_value = "live")]
+    mode: String,
+    /// Input rate, records per second (live mode).
+    #[arg(long, default_value_t = 200_000.0)]
+    rate: f64,
+    /// Seconds of steady input before and after each change (live mode).
+    #[arg(long, default_value_t = 1.0)]
+    steady_secs: f64,
+    /// Records (barrel mode).
+    #[arg(long, default_value_t = 24_000)]
+    records: u64,
+    /// Sleep per record, microseconds (barrel mode).
+    #[arg(long, default_value_t = 200)]
+    sleep_us: u64,
+}
+
+/// Every record's arrival at the sink: (time since the start, id).
+#[derive(Clone)]
+struct Arrivals {
+    start: Instant,
+    log: Arc<Mutex<Vec<(Duration, u64)>>>,
+}
+
+struct RecordingSink(Arrivals);
+
+impl Sink<u64> for RecordingSink {
+    fn write_batch(&mut self, batch: &mut Vec<u64>) -> Result<(), SinkError> {
+        let at = self.0.start.elapsed();
+        let mut log = self.0.log.lock().unwrap_or_else(|e| e.into_inner());
+        log.extend(batch.drain(..).map(|id| (at, id)));
+        Ok(())
+    }
+}
+
+fn build(env: &Env, parallelism: usize, arrivals: &Arrivals) {
+    let a = arrivals.clone();
+    env.generate(u64::MAX, |i| i)
+        .uid("ids")
+        .set_parallelism(1)
+        .key_by(|x: &u64| x % 1000)
+        .process(
+            |_k: &u64, n: &mut ValueState<u64>, x: u64, out: &mut Collector<u64>| {
+                *n.get_or_insert_with(|| 0) += 1;
+                out.collect(x);
+            },
+        )
+        .uid("count")
+        .set_parallelism(parallelism)
+        .add_sink("record", move |_cx| Ok(RecordingSink(a.clone())))
+        .uid("record")
+        .set_parallelism(1);
+}
+
+fn config(rate: f64, dir: &std::path::Path) -> EnvConfig {
+    let mut cfg = EnvConfig::default();
+    cfg.checkpoint.interval = Some(Duration::from_millis(500));
+    cfg.checkpoint.directory = dir.to_owned();
+    cfg.rate_control = RateControlConfig::fixed(rate);
+    cfg
+}
+
+/// The longest gap between consecutive arrivals in `[from, to]`, and the arrival after it.
+fn longest_gap(log: &[(Duration, u64)], from: Duration, to: Duration) -> (Duration, Duration) {
+    let mut best = (Duration::ZERO, from);
+    for w in log.windows(2) {
+        let (a, b) = (w[0].0, w[1].0);
+        if b < from || a > to {
+            continue;
+        }
+        let gap = b.saturating_sub(a.max(from));
+        if gap > best.0 {
+            best = (gap, b);
+        }
+    }
+    best
+}
+
+fn ms(d: Duration) -> f64 {
+    (d.as_secs_f64() * 1e6).round() / 1e3
+}
+
+/// Counts duplicated and missing ids among `ids` (expected: `0..=max`).
+fn duplicates_and_missing(ids: &mut [u64]) -> (u64, u64) {
+    ids.sort_unstable();
+    let mut dup = 0;
+    for w in ids.windows(2) {
+        if w[0] == w[1] {
+            dup += 1;
+        }
+    }
+    let unique = ids.len() as u64 - dup;
+    let max = ids.last().copied().unwrap_or(0);
+    (dup, (max + 1).saturating_sub(unique))
+}
+
+fn live(args: &Args) -> serde_json::Value {
+    let dir = std::env::temp_dir().join(format!("weir-rescale-bench-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let steady = Duration::from_secs_f64(args.steady_secs);
+
+    // Live: 2 -> 4 while the job runs.
+    let arrivals = Arrivals {
+        start: Instant::now(),
+        log: Default::default(),
+    };
+    let env = Env::with_config(config(args.rate, &dir));
+    build(&env, 2, &arrivals);
+    let job = env.start("rescale-live").expect("the job starts");
+    std::thread::sleep(steady);
+    let called = arrivals.start.elapsed();
+    let report = job.rescale("count", 4).expect("the live rescale");
+    let returned = arrivals.start.elapsed();
+    std::thread::sleep(steady);
+    job.cancel();
+    let _ = job.wait();
+    let log = std::mem::take(&mut *arrivals.log.lock().unwrap_or_else(|e| e.into_inner()));
+    let (live_pause, _) = longest_gap(&log, called, returned + steady / 2);
+    // The first record at the sink after the call returned: the new subtasks ran by then.
+    let resumed = log
+        .iter()
+        .map(|&(at, _)| at)
+        .find(|&at| at >= returned)
+        .unwrap_or(returned);
+    let mut ids: Vec<u64> = log.iter().map(|&(_, id)| id).collect();
+    let (live_dup, live_missing) = duplicates_and_missing(&mut ids);
+
+    // Restart: stop with a savepoint at 2, a new job from it at 4.
+    let arrivals = Arrivals {
+        start: Instant::now(),
+        log: Default::default(),
+    };
+    let env = Env::with_config(config(args.rate, &dir));
+    build(&env, 2, &arrivals);
+    let job = env.start("rescale-restart").expect("the job starts");
+    std::thread::sleep(steady);
+    let sp_dir = dir.join("savepoints");
+    let stop_called = arrivals.start.elapsed();
+    let (savepoint, _) = job
+        .stop_with_savepoint(&sp_dir)
+        .expect("stop with a savepoint");
+    let mut cfg = config(args.rate, &dir);
+    cfg.checkpoint.restore_from = Some(savepoint);
+    let env = Env::with_config(cfg);
+    build(&env, 4, &arrivals);
+    let job = env
+        .start("rescale-restart")
+        .expect("the restored job starts");
+    std::thread::sleep(steady);
+    job.cancel();
+    let _ = job.wait();
+    let log = std::mem::take(&mut *arrivals.log.lock().unwrap_or_else(|e| e.into_inner()));
+    let (restart_pause, restart_resumed) = longest_gap(&log, stop_called, arrivals.start.elapsed());
+    let mut ids: Vec<u64> = log.iter().map(|&(_, id)| id).collect();
+    let (restart_dup, restart_missing) = duplicates_and_missing(&mut ids);
+    let _ = std::fs::remove_dir_all(&dir);
+    json!({
+        "bench": "rescale",
+        "mode": "live",
+        "rate": args.rate,
+        "change": "count 2 -> 4",
+        "live_pause_ms": ms(live_pause),
+        "call_to_active_ms": ms(resumed.saturating_sub(called)),
+        "call_to_return_ms": ms(returned.saturating_sub(called)),
+        "reported_pause_ms": ms(report.pause),
+        "restart_pause_ms": ms(restart_pause),
+        "restart_call_to_active_ms": ms(restart_resumed.saturating_sub(stop_called)),
+        "duplicates": live_dup,
+        "missing": live_missing,
+        "restart_duplicates": restart_dup,
+        "restart_missing": restart_missing,
+    })
+}
+
+/// Time to run `records` through an I/O-bound keyed operator at `parallelism`.
+fn barrel_run(args: &Args, parallelism: usize) -> Duration {
+    let mut cfg = EnvConfig::default();
+    cfg.arbiters = parallelism + 2;
+    let env = Env::with_config(cfg);
+    let sleep = Duration::from_micros(args.sleep_us);
+    env.generate(args.records, |i| i)
+        .set_parallelism(1)
+        .key_by(|x: &u64| x % 10_000)
+        .process(
+            move |_k: &u64, _s: &mut ValueState<u8>, x: u64, out: &mut Collector<u64>| {
+                std::thread::sleep(sleep);
+                out.collect(x);
+            },
+        )
+        .set_parallelism(parallelism)
+        .discard();
+    let t = Instant::now();
+    env.execute("rescale-barrel").expect("the job runs");
+    t.elapsed()
+}
+
+fn barrel(args: &Args) -> serde_json::Value {
+    let at8 = barrel_run(args, 8);
+    let at12 = barrel_run(args, 12);
+    let groups = |p: usize| {
+        (0..p)
+            .map(|s| weir::key_group::key_group_range(s, 128, p).len())
+            .max()
+            .unwrap_or(0)
+    };
+    json!({
+        "bench": "rescale",
+        "mode": "barrel",
+        "records": args.records,
+        "sleep_us": args.sleep_us,
+        "p8_secs": at8.as_secs_f64(),
+        "p12_secs": at12.as_secs_f64(),
+        "speedup_12_over_8": at8.as_secs_f64() / at12.as_secs_f64(),
+        "max_groups_per_subtask_p8": groups(8),
+        "max_groups_per_subtask_p12": groups(12),
+    })
+}
+
+fn main() {
+    let args = Args::parse();
+    let out = match args.mode.as_str() {
+        "live" => live(&args),
+        "barrel" => barrel(&args),
+        other => {
+            eprintln!("--mode must be `live` or `barrel`, got `{other}`");
+            std::process::exit(2);
+        }
+    };
+    println!("{out}");
+}
