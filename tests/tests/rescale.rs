@@ -116,6 +116,28 @@ struct Job {
 
 /// source (1) -> gate map (1) -> keyed running count "count" (p) -> exactly-once sink (1).
 fn start(name: &str, p: usize, gate: Gate, arm: Arc<AtomicBool>, cfg: EnvConfig) -> Job {
+    start_with(
+        name,
+        p,
+        gate,
+        arm,
+        cfg,
+        Arc::new(AtomicBool::new(false)),
+        false,
+    )
+}
+
+/// As [`start`]; with `backup`, the count is backed up, and `fail_count` makes its next
+/// record fail (once).
+fn start_with(
+    name: &str,
+    p: usize,
+    gate: Gate,
+    arm: Arc<AtomicBool>,
+    cfg: EnvConfig,
+    fail_count: Arc<AtomicBool>,
+    backup: bool,
+) -> Job {
     let out = std::env::temp_dir().join(format!("weir-rescale-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&out);
     let (stop, ended_at) = (
@@ -125,39 +147,50 @@ fn start(name: &str, p: usize, gate: Gate, arm: Arc<AtomicBool>, cfg: EnvConfig)
     let env = Env::with_config(cfg);
     let (s, e) = (stop.clone(), ended_at.clone());
     let d = out.clone();
-    env.add_source("ids", move |_cx| {
-        Ok(Endless {
-            next: 0,
-            stop: s.clone(),
-            ended_at: e.clone(),
+    let gated = env
+        .add_source("ids", move |_cx| {
+            Ok(Endless {
+                next: 0,
+                stop: s.clone(),
+                ended_at: e.clone(),
+            })
         })
-    })
-    .uid("ids")
-    .set_parallelism(1)
-    .map(move |x: u64| {
-        gate.pass();
-        if arm.swap(false, Ordering::SeqCst) {
-            panic!("injected fault: the first record after the rescale");
-        }
-        x
-    })
-    .uid("gate")
-    .set_parallelism(1)
-    .key_by(|x: &u64| x % KEYS)
-    .process(
-        |_k: &u64, n: &mut ValueState<u64>, x: u64, out: &mut Collector<String>| {
-            let c = n.get_or_insert_with(|| 0);
-            *c += 1;
-            out.collect(format!("{x} {c}"));
-        },
-    )
-    .uid("count")
-    .set_parallelism(p)
-    .add_sink("exactly_once", move |cx| {
-        TwoPhaseFileSink::create(&d, cx, encode_display::<String>)
-    })
-    .uid("exactly_once")
-    .set_parallelism(1);
+        .uid("ids")
+        .set_parallelism(1)
+        .map(move |x: u64| {
+            gate.pass();
+            if arm.swap(false, Ordering::SeqCst) {
+                panic!("injected fault: the first record after the rescale");
+            }
+            x
+        })
+        .uid("gate")
+        .set_parallelism(1);
+    let counts = gated
+        .key_by(|x: &u64| x % KEYS)
+        .process(
+            move |_k: &u64, n: &mut ValueState<u64>, x: u64, out: &mut Collector<String>| {
+                if fail_count.swap(false, Ordering::SeqCst) {
+                    panic!("injected fault: the count's primary fails");
+                }
+                let c = n.get_or_insert_with(|| 0);
+                *c += 1;
+                out.collect(format!("{x} {c}"));
+            },
+        )
+        .uid("count")
+        .set_parallelism(p);
+    let counts = if backup {
+        counts.with_backup()
+    } else {
+        counts
+    };
+    counts
+        .add_sink("exactly_once", move |cx| {
+            TwoPhaseFileSink::create(&d, cx, encode_display::<String>)
+        })
+        .uid("exactly_once")
+        .set_parallelism(1);
     let handle = env.start(name).expect("the job starts");
     Job {
         handle,
@@ -383,4 +416,42 @@ fn a_job_wide_rescale_changes_what_follows_the_default_and_says_what_it_kept() {
     assert_eq!(parallelism_of(&job, "max"), 3);
     job.cancel();
     let _ = job.wait();
+}
+
+#[test]
+fn a_backed_up_count_gets_backups_for_its_new_subtasks_and_fails_over_after_a_rescale() {
+    quiet_injected_panics();
+    let fail = Arc::new(AtomicBool::new(false));
+    let job = start_with(
+        "backup",
+        2,
+        Gate::default(),
+        Arc::new(AtomicBool::new(false)),
+        config(),
+        fail.clone(),
+        true,
+    );
+    two_more_checkpoints(&job.handle);
+    assert_eq!(job.handle.backup_metrics().len(), 2);
+    job.handle.rescale("count", 3).expect("rescale");
+    let backups = job.handle.backup_metrics();
+    assert_eq!(backups.len(), 3, "a backup per new subtask: {backups:?}");
+    two_more_checkpoints(&job.handle);
+    // One primary fails: its backup takes over, the job does not restart.
+    fail.store(true, Ordering::SeqCst);
+    while job
+        .handle
+        .backup_metrics()
+        .iter()
+        .all(|b| b.promotions == 0)
+    {
+        std::thread::yield_now();
+    }
+    two_more_checkpoints(&job.handle);
+    assert!(
+        job.handle.monitor().failures().is_empty(),
+        "promoted, not restarted: {:?}",
+        job.handle.monitor().failures()
+    );
+    finish_and_check(job);
 }
