@@ -39,7 +39,7 @@ struct Args {
     #[arg(long, default_value_t = 1.0)]
     steady_secs: f64,
     /// Records (barrel mode).
-    #[arg(long, default_value_t = 24_000)]
+    #[arg(long, default_value_t = 60_000)]
     records: u64,
     /// Sleep per record, microseconds (barrel mode).
     #[arg(long, default_value_t = 200)]
