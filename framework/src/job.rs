@@ -559,7 +559,7 @@ pub(crate) fn start(graph: Graph, cfg: EnvConfig, name: &str) -> Result<JobHandl
     let (commands, inbox) = Commands::channel();
     let (deployed_tx, deployed_rx) = std_mpsc::channel::<()>();
     let views = Views::default();
-    *lock(&views.vertices) = crate::plan::vertices(&graph, &plan);
+    *lock(&views.vertices) = crate::plan::vertices(&graph, &plan, cfg.max_parallelism);
     let monitor = JobMonitor {
         id: new_job_id(),
         name: job.clone(),

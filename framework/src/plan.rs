@@ -606,10 +606,12 @@ pub struct VertexInfo {
     pub parallelism: usize,
     /// The uids of the operators in the chain, first to last.
     pub operators: Vec<String>,
+    /// For a vertex with keyed state: the key groups each subtask owns, in subtask order.
+    pub key_groups: Option<Vec<std::ops::Range<usize>>>,
 }
 
 /// The vertices of a planned graph: one per chain head, in graph order.
-pub(crate) fn vertices(graph: &Graph, plan: &Plan) -> Vec<VertexInfo> {
+pub(crate) fn vertices(graph: &Graph, plan: &Plan, max_parallelism: usize) -> Vec<VertexInfo> {
     plan.heads
         .iter()
         .map(|&h| {
@@ -624,6 +626,20 @@ pub(crate) fn vertices(graph: &Graph, plan: &Plan) -> Vec<VertexInfo> {
                     .collect::<Vec<_>>()
                     .join(" -> "),
                 parallelism: plan.parallelism[h],
+                key_groups: members
+                    .iter()
+                    .any(|&n| matches!(graph.nodes[n].rescale, crate::rescale::Rule::Keyed { .. }))
+                    .then(|| {
+                        (0..plan.parallelism[h])
+                            .map(|s| {
+                                crate::key_group::key_group_range(
+                                    s,
+                                    max_parallelism,
+                                    plan.parallelism[h],
+                                )
+                            })
+                            .collect()
+                    }),
                 operators: members.iter().map(|&n| plan.uids[n].clone()).collect(),
             }
         })

@@ -920,6 +920,17 @@ fn rescale_calls_change_parallelism_and_refuse_bad_requests_with_their_reason() 
         let (s, b) = get(&server, &format!("/jobs/{id}/resource-requirements"));
         assert_eq!(s, 200);
         assert_eq!(b["max"]["parallelism"]["upperBound"], 3, "{b}");
+        let (_, b) = get(&server, &format!("/jobs/{id}/rescales"));
+        let max = b["vertices"]
+            .as_array()
+            .expect("vertices")
+            .iter()
+            .find(|v| v["id"] == "max")
+            .expect("the max vertex")
+            .clone();
+        assert_eq!(max["keyGroups"], json!([[0, 43], [43, 86], [86, 128]]), "{b}");
+        let (_, b) = get(&server, &format!("/jobs/{id}/metrics?get=numRescales,lastRescalePause"));
+        assert_eq!(b[0]["value"], "1", "{b}");
         let (s, b) = send(
             &server,
             "PUT",

@@ -210,6 +210,12 @@ pub(super) fn job_metric(job: &JobMonitor, name: &str) -> Option<String> {
         "checkpointAlignmentTime" => s.map_or(0, |s| s.checkpoint_alignment_time_ms),
         "checkpointStartDelay" => s.map_or(0, |s| s.checkpoint_start_delay_nanos / 1_000_000),
         "uptime" => now_ms().saturating_sub(job.start_time_ms()),
+        "numRescales" => job.rescale_stats().num_rescales,
+        "lastRescaleDuration" => job
+            .rescale_stats()
+            .last
+            .map_or(0, |r| ms(r.duration)),
+        "lastRescalePause" => job.rescale_stats().last.map_or(0, |r| ms(r.pause)),
         _ => return None,
     };
     Some(v.to_string())
@@ -226,6 +232,9 @@ pub(super) const JOB_METRICS: &[&str] = &[
     "checkpointAlignmentTime",
     "checkpointStartDelay",
     "uptime",
+    "numRescales",
+    "lastRescaleDuration",
+    "lastRescalePause",
 ];
 
 pub(super) async fn job_metrics(state: State, req: HttpRequest) -> Answer {

@@ -43,6 +43,12 @@ pub(crate) fn render(jobs: &[JobMonitor]) -> Result<String, std::fmt::Error> {
         "1 while the job runs (RUNNING or RESTARTING), else 0",
     );
     let restarts = family(&mut r, "job_num_restarts", "numRestarts");
+    let rescales = family(&mut r, "job_num_rescales", "numRescales");
+    let rescale_pause = family(
+        &mut r,
+        "job_last_rescale_pause_ms",
+        "lastRescalePause: how long the input paused in the last rescale, ms",
+    );
     let completed = family(
         &mut r,
         "job_completed_checkpoints",
@@ -106,6 +112,13 @@ pub(crate) fn render(jobs: &[JobMonitor]) -> Result<String, std::fmt::Error> {
         let status = j.status();
         up.get_or_create(&jl)
             .set(if status.is_terminal() { 0.0 } else { 1.0 });
+        let rs = j.rescale_stats();
+        rescales.get_or_create(&jl).set(rs.num_rescales as f64);
+        if let Some(last) = &rs.last {
+            rescale_pause
+                .get_or_create(&jl)
+                .set(last.pause.as_secs_f64() * 1e3);
+        }
         if let Some(s) = j.checkpoint_stats() {
             restarts.get_or_create(&jl).set(s.num_restarts as f64);
             completed

@@ -120,6 +120,7 @@ fn stats_json(job: &JobMonitor) -> Value {
         "vertices": job.vertices().iter().map(|v| json!({
             "id": v.id,
             "parallelism": v.parallelism,
+            "keyGroups": v.key_groups.as_ref().map(|r| r.iter().map(|g| [g.start, g.end]).collect::<Vec<_>>()),
         })).collect::<Vec<_>>(),
     })
 }
