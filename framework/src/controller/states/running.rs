@@ -39,6 +39,8 @@ pub(crate) struct Running {
     heartbeats: actix_rt::time::Interval,
     /// A rescale waiting for its checkpoint.
     rescale: Option<PendingRescale>,
+    /// The stopping savepoint whose barrier paused the sources (they read on if it fails).
+    stop_pause: Option<u64>,
 }
 
 /// Why the job leaves `Running`.
@@ -85,6 +87,7 @@ impl Running {
             ticks: actix_rt::time::interval(tick_every),
             heartbeats: actix_rt::time::interval(hb_every),
             rescale: None,
+            stop_pause: None,
             dep,
         }
     }
@@ -236,6 +239,7 @@ impl Running {
             } if attempt == ctx.attempt => {
                 self.savepoints
                     .fail(id, || format!("savepoint declined: {reason}"));
+                self.resume_after_failed_stop(id);
                 self.abandon_rescale(ctx, id, || {
                     format!("its checkpoint {id} was declined: {reason}")
                 });
@@ -305,6 +309,7 @@ impl Running {
             let why = format!("cannot write its metadata: {e}");
             self.savepoints
                 .fail(done.id, || format!("savepoint failed: {why}"));
+            self.resume_after_failed_stop(done.id);
             self.abandon_rescale(ctx, done.id, || format!("its checkpoint failed: {why}"));
             ctx.fail_checkpoint(done.id, why).map_err(Exit::Failed)?;
             ctx.publish_stats();
@@ -411,6 +416,15 @@ impl Running {
         }
     }
 
+    /// Checkpoint `id` will not complete: if a stopping savepoint paused the sources for it,
+    /// they read on (the job keeps running).
+    fn resume_after_failed_stop(&mut self, id: u64) {
+        if self.stop_pause == Some(id) {
+            self.stop_pause = None;
+            self.dep.mail_sources(|| crate::task::Resume);
+        }
+    }
+
     /// Checkpoint `id` will not complete: the rescale waiting for it (if any) is abandoned.
     fn abandon_rescale(&mut self, ctx: &JobContext, id: u64, why: impl FnOnce() -> String) {
         if self.rescale.as_ref().is_some_and(|r| r.id == id) {
@@ -434,11 +448,17 @@ impl Running {
         let now = Instant::now();
         let id = ctx.coordinator.force(now);
         tracing::info!(checkpoint = id, dir = %request.dir.display(), stop = request.stop, "triggering a savepoint");
+        // Stopping: the sources read nothing after the savepoint's barrier, so the job's
+        // output ends exactly at the savepoint (a job restored from it repeats nothing).
+        let pause = request.stop;
         self.dep.mail_sources(|| TriggerCheckpoint {
             id,
             sent_at: now,
-            pause: false,
+            pause,
         });
+        if pause {
+            self.stop_pause = Some(id);
+        }
         self.savepoints.add(id, request);
     }
 
@@ -506,6 +526,7 @@ impl Running {
         for (id, why) in ctx.coordinator.timed_out(now) {
             self.savepoints
                 .fail(id, || format!("savepoint {id} timed out"));
+            self.resume_after_failed_stop(id);
             self.abandon_rescale(ctx, id, || format!("its checkpoint {id} timed out"));
             ctx.fail_checkpoint(id, why).map_err(Exit::Failed)?;
         }
