@@ -180,11 +180,7 @@ fn start_with(
         )
         .uid("count")
         .set_parallelism(p);
-    let counts = if backup {
-        counts.with_backup()
-    } else {
-        counts
-    };
+    let counts = if backup { counts.with_backup() } else { counts };
     counts
         .add_sink("exactly_once", move |cx| {
             TwoPhaseFileSink::create(&d, cx, encode_display::<String>)
@@ -454,4 +450,108 @@ fn a_backed_up_count_gets_backups_for_its_new_subtasks_and_fails_over_after_a_re
         job.handle.monitor().failures()
     );
     finish_and_check(job);
+}
+
+/// Tallies of the records it took, as operator list state: every subtask adds to its last
+/// tally; a rescale deals the tallies out (split), so their sum stays the record count.
+#[derive(Clone, Default, weir::Operator)]
+struct Tally {
+    #[weir(operator_state)]
+    tallies: Vec<u64>,
+    /// Every subtask's marks, whoever made them (union).
+    #[weir(operator_state(union))]
+    marks: std::collections::BTreeSet<u64>,
+}
+
+impl weir::ProcessFunction<u64, (u64, usize)> for Tally {
+    fn process(&mut self, x: u64, _out: &mut Collector<(u64, usize)>) {
+        if self.tallies.is_empty() {
+            self.tallies.push(0);
+        }
+        *self.tallies.last_mut().expect("one tally") += 1;
+        if x < 3 {
+            self.marks.insert(x);
+        }
+    }
+    fn end_of_input(&mut self, out: &mut Collector<(u64, usize)>) {
+        out.collect((self.tallies.iter().sum(), self.marks.len()));
+    }
+}
+
+/// A per-subtask count that is not a collection: it cannot be split.
+#[derive(Clone, Default, weir::Operator)]
+struct Scalar {
+    #[weir(operator_state)]
+    n: u64,
+}
+
+impl weir::ProcessFunction<u64, u64> for Scalar {
+    fn process(&mut self, x: u64, out: &mut Collector<u64>) {
+        self.n += 1;
+        out.collect(x);
+    }
+}
+
+#[test]
+fn operator_state_is_split_and_unioned_and_a_scalar_rolls_back() {
+    let (stop, ended_at) = (
+        Arc::new(AtomicBool::new(false)),
+        Arc::new(AtomicU64::new(0)),
+    );
+    let env = Env::with_config(config());
+    let (s, e) = (stop.clone(), ended_at.clone());
+    let out = env
+        .add_source("ids", move |_cx| {
+            Ok(Endless {
+                next: 0,
+                stop: s.clone(),
+                ended_at: e.clone(),
+            })
+        })
+        .set_parallelism(1)
+        .rebalance()
+        .apply(Scalar::default())
+        .uid("scalar")
+        .set_parallelism(2)
+        .rebalance()
+        .apply(Tally::default())
+        .uid("tally")
+        .set_parallelism(2)
+        .collect();
+    let job = env.start("operator-state").expect("starts");
+    two_more_checkpoints(&job);
+    for to in [3, 1, 4] {
+        let r = job.rescale("tally", to).expect("tally rescales");
+        assert_eq!(r.changes[0].to, to);
+        two_more_checkpoints(&job);
+    }
+    match job.rescale("scalar", 3) {
+        Err(RescaleError::RolledBack(why)) => {
+            assert!(
+                why.contains("`n`") && why.contains("not a collection"),
+                "{why}"
+            )
+        }
+        other => panic!("a scalar per-subtask field: {other:?}"),
+    }
+    assert_eq!(
+        parallelism_of(&job, "scalar"),
+        2,
+        "back to the old parallelism"
+    );
+    two_more_checkpoints(&job);
+    stop.store(true, Ordering::SeqCst);
+    job.wait().expect("finishes");
+    let got = out.take();
+    assert_eq!(got.len(), 4, "one total per subtask at the end: {got:?}");
+    let total: u64 = got.iter().map(|(t, _)| t).sum();
+    assert_eq!(
+        total,
+        ended_at.load(Ordering::SeqCst),
+        "every record tallied once"
+    );
+    assert!(
+        got.iter().all(|&(_, m)| m == 3),
+        "every subtask has every mark: {got:?}"
+    );
 }

@@ -928,8 +928,15 @@ fn rescale_calls_change_parallelism_and_refuse_bad_requests_with_their_reason() 
             .find(|v| v["id"] == "max")
             .expect("the max vertex")
             .clone();
-        assert_eq!(max["keyGroups"], json!([[0, 43], [43, 86], [86, 128]]), "{b}");
-        let (_, b) = get(&server, &format!("/jobs/{id}/metrics?get=numRescales,lastRescalePause"));
+        assert_eq!(
+            max["keyGroups"],
+            json!([[0, 43], [43, 86], [86, 128]]),
+            "{b}"
+        );
+        let (_, b) = get(
+            &server,
+            &format!("/jobs/{id}/metrics?get=numRescales,lastRescalePause"),
+        );
         assert_eq!(b[0]["value"], "1", "{b}");
         let (s, b) = send(
             &server,

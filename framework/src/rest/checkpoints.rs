@@ -211,10 +211,7 @@ pub(super) fn job_metric(job: &JobMonitor, name: &str) -> Option<String> {
         "checkpointStartDelay" => s.map_or(0, |s| s.checkpoint_start_delay_nanos / 1_000_000),
         "uptime" => now_ms().saturating_sub(job.start_time_ms()),
         "numRescales" => job.rescale_stats().num_rescales,
-        "lastRescaleDuration" => job
-            .rescale_stats()
-            .last
-            .map_or(0, |r| ms(r.duration)),
+        "lastRescaleDuration" => job.rescale_stats().last.map_or(0, |r| ms(r.duration)),
         "lastRescalePause" => job.rescale_stats().last.map_or(0, |r| ms(r.pause)),
         _ => return None,
     };

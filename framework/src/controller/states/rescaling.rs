@@ -294,7 +294,8 @@ impl Rescaling {
                 }
                 let report = prepared.report(id, paused_at, Instant::now());
                 tracing::info!(checkpoint = id, changes = ?report.changes, pause = ?report.pause, duration = ?report.duration, "rescaled");
-                *lock(&ctx.views.vertices) = crate::plan::vertices(&ctx.graph, &ctx.plan, ctx.cfg.max_parallelism);
+                *lock(&ctx.views.vertices) =
+                    crate::plan::vertices(&ctx.graph, &ctx.plan, ctx.cfg.max_parallelism);
                 {
                     let mut stats = lock(&ctx.views.rescales);
                     stats.num_rescales += 1;
