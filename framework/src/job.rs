@@ -23,6 +23,7 @@ use crate::plan::VertexInfo;
 use crate::rate::{RateConfigError, RateControlConfig};
 use crate::rescale::{RescaleError, RescaleReport};
 use crate::savepoint::SavepointRequest;
+use crate::settings::{ChangeRecord, PlannedChange, SettingError};
 use crate::sync::atomic::Ordering;
 use crate::sync::lock;
 use crate::task::{Configure, Ping, SnapshotState, SubtaskStatus};
@@ -84,7 +85,6 @@ pub struct JobMonitor {
     id: String,
     name: String,
     start_time_ms: u64,
-    checkpoint: crate::checkpoint::CheckpointConfig,
     views: Views,
     commands: Commands,
 }
@@ -176,9 +176,189 @@ impl JobMonitor {
             .unwrap_or(Err(crate::rescale::RescaleError::JobEnded))
     }
 
-    /// The job's checkpoint settings.
-    pub fn checkpoint_config(&self) -> &crate::checkpoint::CheckpointConfig {
-        &self.checkpoint
+    /// The job's checkpoint settings now (they change live: [`update_settings`](Self::update_settings)).
+    pub fn checkpoint_config(&self) -> crate::checkpoint::CheckpointConfig {
+        lock(&self.views.checkpoint_config).clone()
+    }
+
+    /// Every live setting's value now, by name (see [`crate::settings`]).
+    pub fn settings(&self) -> std::collections::BTreeMap<String, String> {
+        lock(&self.views.settings).clone()
+    }
+
+    /// Every settings change asked for (applied or refused), oldest first.
+    pub fn settings_history(&self) -> Vec<ChangeRecord> {
+        lock(&self.views.settings_history).clone()
+    }
+
+    /// How each change would apply (live, and when; or why it needs a fast restart), without
+    /// applying anything. An unknown setting or a bad value is an error.
+    pub fn plan_settings(
+        &self,
+        changes: &[(String, String)],
+    ) -> Result<Vec<PlannedChange>, SettingError> {
+        let current = self.settings();
+        changes
+            .iter()
+            .map(|(n, v)| crate::settings::plan_one(n, v, &current))
+            .collect()
+    }
+
+    /// Changes live settings while the job runs, all or none: checkpoint interval, timeout,
+    /// mode, unaligned, min pause, tolerated failures, concurrency (from the next trigger;
+    /// alignment in each subtask between two checkpoints), the sources' rate, and operators'
+    /// `#[weir(config)]` fields (`operator.<uid>.<key>`, between two batches). Every value is
+    /// checked first, operator fields on a copy of the operator: one bad value changes
+    /// nothing and names the setting. Nothing restarts. `caller` is recorded in the history.
+    ///
+    /// ```no_run
+    /// # fn demo(job: &weir::JobMonitor) -> Result<(), weir::settings::SettingError> {
+    /// job.update_settings(
+    ///     &[("execution.checkpointing.interval".into(), "100ms".into())],
+    ///     "ops",
+    /// )?;
+    /// # Ok(()) }
+    /// ```
+    pub fn update_settings(
+        &self,
+        changes: &[(String, String)],
+        caller: &str,
+    ) -> Result<Vec<PlannedChange>, SettingError> {
+        let r = self.try_update_settings(changes);
+        let current = self.settings();
+        let record = ChangeRecord {
+            at_ms: now_ms(),
+            caller: caller.to_owned(),
+            changes: changes
+                .iter()
+                .map(|(n, v)| (n.clone(), current.get(n).cloned(), v.clone()))
+                .collect(),
+            outcome: match &r {
+                Ok(_) => "applied".into(),
+                Err(e) => e.to_string(),
+            },
+        };
+        lock(&self.views.settings_history).push(record);
+        r
+    }
+
+    fn try_update_settings(
+        &self,
+        changes: &[(String, String)],
+    ) -> Result<Vec<PlannedChange>, SettingError> {
+        let planned = self.plan_settings(changes)?;
+        if let Some(p) = planned
+            .iter()
+            .find(|p| matches!(p.applies, crate::settings::Applies::FastRestart { .. }))
+        {
+            let why = match &p.applies {
+                crate::settings::Applies::FastRestart { why } => why.clone(),
+                _ => String::new(),
+            };
+            return Err(SettingError::NotLive {
+                name: p.name.clone(),
+                why,
+            });
+        }
+        let mut job_level = Vec::new();
+        let mut named = Vec::new();
+        let mut operator = Vec::new();
+        for (name, value) in changes {
+            match crate::settings::parse(name, value)? {
+                crate::settings::Parsed::Operator { uid, key } => {
+                    operator.push((name.clone(), uid, key, value.clone()))
+                }
+                p => {
+                    job_level.push(p);
+                    named.push((name.clone(), value.clone()));
+                }
+            }
+        }
+        // Operator fields, on a copy of the first subtask's operator.
+        for (name, uid, key, value) in &operator {
+            let Some(entry) = subtasks_of(&self.views, uid).into_iter().next() else {
+                return Err(SettingError::Operator {
+                    name: name.clone(),
+                    message: format!("no running operator has uid `{uid}`"),
+                });
+            };
+            let answer =
+                futures::executor::block_on(entry.addr.send(crate::task::ValidateConfig {
+                    uid: uid.clone(),
+                    key: key.clone(),
+                    value: value.clone(),
+                }));
+            match answer {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => {
+                    return Err(SettingError::Operator {
+                        name: name.clone(),
+                        message: e.to_string(),
+                    })
+                }
+                Err(_) => return Err(SettingError::Busy("the job is stopping".into())),
+            }
+        }
+        if !job_level.is_empty() {
+            self.settings_command(job_level.clone(), named.clone(), false)?;
+        }
+        for (name, uid, key, value) in &operator {
+            configure(&self.views, uid, key, value).map_err(|e| SettingError::Operator {
+                name: name.clone(),
+                message: e.to_string(),
+            })?;
+            lock(&self.views.settings).insert(name.clone(), value.clone());
+        }
+        if !job_level.is_empty() {
+            self.settings_command(job_level, named, true)?;
+        }
+        Ok(planned)
+    }
+
+    fn settings_command(
+        &self,
+        changes: Vec<crate::settings::Parsed>,
+        named: Vec<(String, String)>,
+        apply: bool,
+    ) -> Result<(), SettingError> {
+        let (reply, answer) = std_mpsc::channel();
+        let sent = self
+            .commands
+            .send(Command::Settings(crate::controller::SettingsRequest {
+                changes,
+                named,
+                apply,
+                reply,
+            }));
+        if !sent {
+            return Err(SettingError::Busy("the job has ended".into()));
+        }
+        answer
+            .recv()
+            .unwrap_or_else(|_| Err(SettingError::Busy("the job has ended".into())))
+    }
+
+    /// Returns every setting changed since the last completed checkpoint to its value then
+    /// (recorded as caller `rollback`); settings with no earlier known value (an operator
+    /// field first changed after that checkpoint) are listed as kept.
+    pub fn rollback_settings(&self) -> Result<RollbackReport, SettingError> {
+        let good = lock(&self.views.good_settings).clone();
+        let now = self.settings();
+        let mut changes = Vec::new();
+        let mut kept = Vec::new();
+        for (name, value) in &now {
+            match good.get(name) {
+                Some(v) if v != value => changes.push((name.clone(), v.clone())),
+                Some(_) => {}
+                None => kept.push(name.clone()),
+            }
+        }
+        let applied = if changes.is_empty() {
+            Vec::new()
+        } else {
+            self.update_settings(&changes, "rollback")?
+        };
+        Ok(RollbackReport { applied, kept })
     }
 
     /// The job's status now.
@@ -371,15 +551,32 @@ impl JobHandle {
 
     /// The subtask actors that run operator `uid`, in subtask order.
     fn subtasks_of(&self, uid: &str) -> Vec<ActorEntry> {
-        let mut v: Vec<ActorEntry> = lock(&self.views.actors)
-            .iter()
-            .filter(|a| a.uids.iter().any(|u| u == uid))
-            .cloned()
-            .collect();
-        v.sort_by_key(|e| e.subtask);
-        v
+        subtasks_of(&self.views, uid)
     }
+}
 
+/// What [`JobMonitor::rollback_settings`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RollbackReport {
+    /// The changes made.
+    pub applied: Vec<PlannedChange>,
+    /// Settings changed since the last checkpoint with no earlier value known.
+    pub kept: Vec<String>,
+}
+
+/// The subtask actors that run operator `uid`, in subtask order.
+fn subtasks_of(views: &Views, uid: &str) -> Vec<ActorEntry> {
+    let mut v: Vec<ActorEntry> = lock(&views.actors)
+        .iter()
+        .filter(|a| a.uids.iter().any(|u| u == uid))
+        .cloned()
+        .collect();
+    v.sort_by_key(|e| e.subtask);
+    v
+}
+
+impl JobHandle {
     /// Changes the parallelism of operator `uid` while the job runs, and returns once the job
     /// runs at the new parallelism.
     ///
@@ -434,6 +631,45 @@ impl JobHandle {
         self.monitor.rescale_stats()
     }
 
+    /// Changes live settings while the job runs, all or none; see
+    /// [`JobMonitor::update_settings`].
+    pub fn update_settings(
+        &self,
+        changes: &[(String, String)],
+    ) -> Result<Vec<PlannedChange>, SettingError> {
+        self.monitor.update_settings(changes, "rust")
+    }
+
+    /// How each change would apply, without applying anything; see
+    /// [`JobMonitor::plan_settings`].
+    pub fn plan_settings(
+        &self,
+        changes: &[(String, String)],
+    ) -> Result<Vec<PlannedChange>, SettingError> {
+        self.monitor.plan_settings(changes)
+    }
+
+    /// Returns the settings to their values at the last completed checkpoint; see
+    /// [`JobMonitor::rollback_settings`].
+    pub fn rollback_settings(&self) -> Result<RollbackReport, SettingError> {
+        self.monitor.rollback_settings()
+    }
+
+    /// Every live setting's value now, by name.
+    pub fn settings(&self) -> std::collections::BTreeMap<String, String> {
+        self.monitor.settings()
+    }
+
+    /// The job's checkpoint settings now.
+    pub fn checkpoint_config(&self) -> crate::checkpoint::CheckpointConfig {
+        self.monitor.checkpoint_config()
+    }
+
+    /// Every settings change asked for, oldest first.
+    pub fn settings_history(&self) -> Vec<ChangeRecord> {
+        self.monitor.settings_history()
+    }
+
     /// The job's vertices at their current parallelism.
     pub fn vertices(&self) -> Vec<VertexInfo> {
         self.monitor.vertices()
@@ -443,33 +679,16 @@ impl JobHandle {
     /// field's type) in every subtask, between two batches, without stopping the job. A bad
     /// key or value is refused by the first subtask, so no subtask changes.
     pub fn update_config(&self, uid: &str, key: &str, value: &str) -> Result<(), ConfigError> {
-        let entries = self.subtasks_of(uid);
-        if entries.is_empty() {
-            return Err(ConfigError::NoSuchOperator {
-                uid: uid.to_owned(),
-            });
-        }
-        for entry in entries {
-            entry.counters.mails_sent.fetch_add(1, Ordering::Relaxed);
-            let reply = futures::executor::block_on(entry.addr.send(Configure {
-                uid: uid.to_owned(),
-                key: key.to_owned(),
-                value: value.to_owned(),
-            }));
-            match reply {
-                Ok(r) => r?,
-                Err(_) => {
-                    return Err(ConfigError::NoSuchOperator {
-                        uid: uid.to_owned(),
-                    })
-                }
-            }
-        }
-        // Restarted and promoted instances apply it too.
-        let mut live = lock(&self.views.live_config);
-        let changes = live.entry(uid.to_owned()).or_default();
-        changes.retain(|(k, _)| k != key);
-        changes.push((key.to_owned(), value.to_owned()));
+        configure(&self.views, uid, key, value)?;
+        // The same change as a setting, for the history and a rollback.
+        let name = format!("{}{uid}.{key}", crate::settings::OPERATOR_PREFIX);
+        let old = lock(&self.views.settings).insert(name.clone(), value.to_owned());
+        lock(&self.views.settings_history).push(ChangeRecord {
+            at_ms: now_ms(),
+            caller: "rust".into(),
+            changes: vec![(name, old, value.to_owned())],
+            outcome: "applied".into(),
+        });
         Ok(())
     }
 
@@ -560,11 +779,24 @@ pub(crate) fn start(graph: Graph, cfg: EnvConfig, name: &str) -> Result<JobHandl
     let (deployed_tx, deployed_rx) = std_mpsc::channel::<()>();
     let views = Views::default();
     *lock(&views.vertices) = crate::plan::vertices(&graph, &plan, cfg.max_parallelism);
+    *lock(&views.checkpoint_config) = cfg.checkpoint.clone();
+    {
+        let mut settings = crate::settings::checkpoint_values(&cfg.checkpoint);
+        settings.insert(
+            crate::settings::SOURCE_RATE.into(),
+            match (cfg.rate_control.enabled, cfg.rate_control.max_rate) {
+                (true, Some(r)) if cfg.rate_control.min_rate == r => r.to_string(),
+                (true, _) => "controlled".into(),
+                _ => "off".into(),
+            },
+        );
+        *lock(&views.good_settings) = settings.clone();
+        *lock(&views.settings) = settings;
+    }
     let monitor = JobMonitor {
         id: new_job_id(),
         name: job.clone(),
         start_time_ms: now_ms(),
-        checkpoint: cfg.checkpoint.clone(),
         views: views.clone(),
         commands: commands.clone(),
     };
@@ -649,3 +881,35 @@ pub(crate) fn unique_hex() -> String {
 }
 
 pub(crate) use crate::metrics::now_ms;
+
+/// Sets field `key` of operator `uid` in every subtask (the first to refuse stops it), and
+/// records it so restarted and promoted instances apply it too.
+fn configure(views: &Views, uid: &str, key: &str, value: &str) -> Result<(), ConfigError> {
+    let entries = subtasks_of(views, uid);
+    if entries.is_empty() {
+        return Err(ConfigError::NoSuchOperator {
+            uid: uid.to_owned(),
+        });
+    }
+    for entry in entries {
+        entry.counters.mails_sent.fetch_add(1, Ordering::Relaxed);
+        let reply = futures::executor::block_on(entry.addr.send(Configure {
+            uid: uid.to_owned(),
+            key: key.to_owned(),
+            value: value.to_owned(),
+        }));
+        match reply {
+            Ok(r) => r?,
+            Err(_) => {
+                return Err(ConfigError::NoSuchOperator {
+                    uid: uid.to_owned(),
+                })
+            }
+        }
+    }
+    let mut live = lock(&views.live_config);
+    let changes = live.entry(uid.to_owned()).or_default();
+    changes.retain(|(k, _)| k != key);
+    changes.push((key.to_owned(), value.to_owned()));
+    Ok(())
+}

@@ -12,50 +12,18 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
-use weir::source::{Source, SourceStatus};
 use weir::testing::{
     encode_display, quiet_injected_panics, read_committed, wait_for_checkpoint, ExactlyOnce,
     TwoPhaseFileSink,
 };
-use weir::{
-    Collector, Env, EnvConfig, JobHandle, RescaleError, RestartStrategy, SourceError, ValueState,
-};
+use weir::{Collector, Env, EnvConfig, JobHandle, RescaleError, RestartStrategy, ValueState};
+
+mod common;
+
+use common::Endless;
 
 const KEYS: u64 = 50;
 const WAIT: Duration = Duration::from_secs(60);
-
-/// Ids 0, 1, 2, ... at most 64 per poll and a poll per millisecond, until told to stop; then
-/// it ends and says at which id.
-struct Endless {
-    next: u64,
-    stop: Arc<AtomicBool>,
-    ended_at: Arc<AtomicU64>,
-}
-
-impl Source<u64> for Endless {
-    fn poll_batch(&mut self, out: &mut Vec<u64>, max: usize) -> Result<SourceStatus, SourceError> {
-        if self.stop.load(Ordering::SeqCst) {
-            self.ended_at.store(self.next, Ordering::SeqCst);
-            return Ok(SourceStatus::End);
-        }
-        let stop = self.next + (max as u64).min(64);
-        out.extend(self.next..stop);
-        self.next = stop;
-        Ok(SourceStatus::Idle {
-            until: Some(Duration::from_millis(1)),
-        })
-    }
-    fn position(&self) -> Option<Vec<u8>> {
-        Some(self.next.to_le_bytes().to_vec())
-    }
-    fn seek(&mut self, position: &[u8]) -> Result<(), SourceError> {
-        let bytes: [u8; 8] = position.try_into().map_err(|_| SourceError::BadPosition {
-            message: format!("8 bytes expected, got {}", position.len()),
-        })?;
-        self.next = u64::from_le_bytes(bytes);
-        Ok(())
-    }
-}
 
 /// A gate a test closes to hold records inside an operator (so a checkpoint cannot complete)
 /// and opens again, optionally making the held record panic.

@@ -51,6 +51,13 @@ impl BarrierAligner {
         }
     }
 
+    /// Switches between exactly-once (blocking) and at-least-once alignment; only between
+    /// checkpoints.
+    pub(crate) fn set_mode(&mut self, mode: AlignMode) {
+        debug_assert!(self.current.is_none(), "mode changes between checkpoints");
+        self.mode = mode;
+    }
+
     /// Whether `channel` must not be read now.
     #[inline]
     pub(crate) fn is_blocked(&self, channel: usize) -> bool {

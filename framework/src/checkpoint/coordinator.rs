@@ -176,6 +176,8 @@ pub(crate) struct Coordinator {
     history: VecDeque<CheckpointRecord>,
     /// An instant and the wall clock then, to stamp records in ms since the epoch.
     clock: (Instant, u64),
+    /// Periodic checkpoints stopped for good (part of the job finished).
+    stopped: bool,
 }
 
 impl Coordinator {
@@ -194,6 +196,7 @@ impl Coordinator {
             stats: CheckpointStats::default(),
             history: VecDeque::new(),
             clock: (Instant::now(), crate::metrics::now_ms()),
+            stopped: false,
         }
     }
 
@@ -276,6 +279,7 @@ impl Coordinator {
     pub(crate) fn reset(&mut self, subtasks: usize, next_id: u64, now: Instant) {
         self.subtasks = subtasks;
         self.failures_in_a_row = 0;
+        self.stopped = false;
         self.interval = self.cfg.interval.unwrap_or(Duration::MAX);
         self.next_id = self.next_id.max(next_id);
         let abandoned: Vec<u64> = self.pending.keys().copied().collect();
@@ -431,6 +435,16 @@ impl Coordinator {
     /// Stops triggering (a subtask finished: later checkpoints could not restore it).
     pub(crate) fn stop_triggering(&mut self) {
         self.interval = Duration::MAX;
+        self.stopped = true;
+    }
+
+    /// New settings: the interval, pause and concurrency apply from the next trigger, the
+    /// timeout and tolerated failures from now on.
+    pub(crate) fn reconfigure(&mut self, cfg: &CheckpointConfig) {
+        self.cfg = cfg.clone();
+        if !self.stopped {
+            self.interval = cfg.interval.unwrap_or(Duration::MAX);
+        }
     }
 }
 

@@ -30,6 +30,18 @@ pub(crate) enum Command {
     /// Change operators' parallelism; answered once the job runs at the new parallelism (or
     /// with why it does not).
     Rescale(RescaleRequest),
+    /// Check (and with `apply`, apply) live job settings, already parsed.
+    Settings(SettingsRequest),
+}
+
+/// A settings command (operator fields are changed by the caller, through the subtasks).
+#[derive(Debug)]
+pub(crate) struct SettingsRequest {
+    pub(crate) changes: Vec<crate::settings::Parsed>,
+    /// The changes as asked for (name, value), recorded as the settings now once applied.
+    pub(crate) named: Vec<(String, String)>,
+    pub(crate) apply: bool,
+    pub(crate) reply: Reply<Result<(), crate::settings::SettingError>>,
 }
 
 /// What to rescale.

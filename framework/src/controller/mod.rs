@@ -41,7 +41,9 @@ use crate::restart::{RestartStrategy, RestartTracker};
 use crate::sampler::RateController;
 use crate::sync::{lock, Arc, Mutex};
 
-pub(crate) use command::{Command, CommandInbox, Commands, RescaleRequest, RescaleTarget};
+pub(crate) use command::{
+    Command, CommandInbox, Commands, RescaleRequest, RescaleTarget, SettingsRequest,
+};
 pub(crate) use deployment::ActorEntry;
 pub use result::{JobResult, OperatorResult};
 
@@ -70,6 +72,14 @@ pub(crate) struct Views {
     pub(crate) vertices: Arc<Mutex<Vec<crate::plan::VertexInfo>>>,
     /// Rescales so far.
     pub(crate) rescales: Arc<Mutex<crate::rescale::RescaleStats>>,
+    /// The job's checkpoint settings now (changed live).
+    pub(crate) checkpoint_config: Arc<Mutex<crate::checkpoint::CheckpointConfig>>,
+    /// Every live setting's value now, by name.
+    pub(crate) settings: Arc<Mutex<std::collections::BTreeMap<String, String>>>,
+    /// The settings when the last checkpoint completed (what a rollback returns to).
+    pub(crate) good_settings: Arc<Mutex<std::collections::BTreeMap<String, String>>>,
+    /// Every settings change asked for, oldest first.
+    pub(crate) settings_history: Arc<Mutex<Vec<crate::settings::ChangeRecord>>>,
 }
 
 /// A job's status as Flink names it (`/jobs/{id}` `state`).

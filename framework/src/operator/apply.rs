@@ -13,7 +13,7 @@ pub(crate) struct ApplyOp<P, O>(pub(crate) ProcessOp<P, O>);
 
 impl<I, O, P> Output<I> for ApplyOp<P, O>
 where
-    P: ProcessFunction<I, O> + Operator,
+    P: ProcessFunction<I, O> + Operator + Clone,
     O: Send,
 {
     #[inline]

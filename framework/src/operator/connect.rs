@@ -124,7 +124,7 @@ pub(crate) struct HookedCo<P>(pub(crate) P);
 
 impl<A, B, O, P> TwoInput<A, B, O> for HookedCo<P>
 where
-    P: CoProcessFunction<A, B, O> + crate::hooks::Operator,
+    P: CoProcessFunction<A, B, O> + crate::hooks::Operator + Clone,
 {
     fn process1(&mut self, input: A, out: &mut Collector<O>) {
         self.0.process1(input, out)
@@ -152,7 +152,7 @@ pub(crate) struct HookedBroadcast<P, S>(pub(crate) BroadcastAdapter<P, S>);
 
 impl<I, B, O, P> TwoInput<I, B, O> for HookedBroadcast<P, P::State>
 where
-    P: BroadcastProcessFunction<I, B, O> + crate::hooks::Operator,
+    P: BroadcastProcessFunction<I, B, O> + crate::hooks::Operator + Clone,
 {
     fn process1(&mut self, input: I, out: &mut Collector<O>) {
         self.0.process1(input, out)

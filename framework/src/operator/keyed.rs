@@ -119,7 +119,7 @@ pub(crate) struct Hooks<P> {
     pub(crate) fields: fn() -> &'static [crate::hooks::StateField],
 }
 
-impl<P: crate::hooks::Operator> Hooks<P> {
+impl<P: crate::hooks::Operator + Clone> Hooks<P> {
     pub(crate) fn of() -> Self {
         Hooks {
             control: |p, c| c.apply(p),

@@ -103,7 +103,7 @@ impl<KF, K, P, I, O> Output<I> for KeyedApplyOp<KF, K, P, I, O>
 where
     KF: FnMut(&I) -> K + Send,
     K: crate::Key,
-    P: ProcessFunction<I, O> + KeyedFields + Operator,
+    P: ProcessFunction<I, O> + KeyedFields + Operator + Clone,
     O: Send,
     I: Send,
 {

@@ -70,7 +70,15 @@ pub(crate) struct Control<'a> {
 }
 
 pub(crate) enum ControlAction<'a> {
-    Configure { key: &'a str, value: &'a str },
+    Configure {
+        key: &'a str,
+        value: &'a str,
+    },
+    /// Would `Configure` succeed? Tried on a copy of the operator.
+    Validate {
+        key: &'a str,
+        value: &'a str,
+    },
     Snapshot,
 }
 
@@ -84,7 +92,7 @@ impl Control<'_> {
     pub(crate) fn unsupported(&mut self) {
         let uid = self.uid.to_owned();
         self.outcome = Some(match self.action {
-            ControlAction::Configure { .. } => {
+            ControlAction::Configure { .. } | ControlAction::Validate { .. } => {
                 ControlOutcome::Configured(Err(crate::hooks::ConfigError::NotSupported { uid }))
             }
             ControlAction::Snapshot => {
@@ -94,10 +102,13 @@ impl Control<'_> {
     }
 
     /// Answers with the hooks of `op`.
-    pub(crate) fn apply<P: crate::hooks::Operator>(&mut self, op: &mut P) {
+    pub(crate) fn apply<P: crate::hooks::Operator + Clone>(&mut self, op: &mut P) {
         self.outcome = Some(match self.action {
             ControlAction::Configure { key, value } => {
                 ControlOutcome::Configured(op.on_config(key, value))
+            }
+            ControlAction::Validate { key, value } => {
+                ControlOutcome::Configured(op.clone().on_config(key, value))
             }
             ControlAction::Snapshot => ControlOutcome::Snapshot(op.snapshot_state()),
         });

@@ -36,7 +36,18 @@ pub(crate) enum Driver {
         align_started: Option<Instant>,
         /// Unaligned checkpoints, and the aligned-checkpoint timeout that switches to them.
         unaligned: Unaligned,
+        /// Alignment settings changed live, applied once no checkpoint is in progress.
+        next_alignment: Option<AlignmentSettings>,
     },
+}
+
+/// How a subtask aligns barriers: the checkpoint mode, unaligned checkpoints, the aligned
+/// checkpoint timeout.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct AlignmentSettings {
+    pub(crate) mode: AlignMode,
+    pub(crate) unaligned: bool,
+    pub(crate) aligned_timeout: Option<Duration>,
 }
 
 /// The state of unaligned checkpointing in one subtask.
@@ -91,7 +102,48 @@ impl Driver {
                 pending: None,
                 last_started: None,
             },
+            next_alignment: None,
         }
+    }
+
+    /// New alignment settings, taken at the first moment no checkpoint is in progress here
+    /// (a checkpoint finishes as it began). Sources do not align.
+    pub(crate) fn set_alignment(&mut self, s: AlignmentSettings) {
+        if let Driver::Inputs { next_alignment, .. } = self {
+            *next_alignment = Some(s);
+        }
+    }
+}
+
+impl AlignmentSettings {
+    /// The alignment of checkpoint settings `c`.
+    pub(crate) fn of(c: &crate::checkpoint::CheckpointConfig) -> Self {
+        AlignmentSettings {
+            mode: match c.mode {
+                crate::checkpoint::CheckpointMode::ExactlyOnce => AlignMode::ExactlyOnce,
+                crate::checkpoint::CheckpointMode::AtLeastOnce => AlignMode::AtLeastOnce,
+            },
+            unaligned: c.unaligned,
+            aligned_timeout: c.aligned_checkpoint_timeout,
+        }
+    }
+}
+
+/// Applies `next` to `aligner` and `unaligned` if no checkpoint is in progress.
+fn take_alignment(
+    next: &mut Option<AlignmentSettings>,
+    aligner: &mut BarrierAligner,
+    unaligned: &mut Unaligned,
+) {
+    if next.is_none() || aligner.in_progress().is_some() || unaligned.pending.is_some() {
+        return;
+    }
+    if let Some(s) = next.take() {
+        aligner.set_mode(s.mode);
+        unaligned.always = s.unaligned && s.mode == AlignMode::ExactlyOnce;
+        unaligned.timeout = s
+            .aligned_timeout
+            .filter(|_| s.mode == AlignMode::ExactlyOnce);
     }
 }
 
@@ -481,7 +533,9 @@ impl Driver {
                 offsets,
                 align_started,
                 unaligned,
+                next_alignment,
             } => {
+                take_alignment(next_alignment, aligner, unaligned);
                 let mut attempt = |gates: &mut Vec<Box<dyn InputGate>>| {
                     Self::try_inputs(
                         gates,

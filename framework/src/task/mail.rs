@@ -276,3 +276,54 @@ impl Handler<Stop> for SubtaskActor {
         ctx.stop();
     }
 }
+
+/// New alignment settings (checkpoint mode, unaligned), taken between two checkpoints.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct SetAlignment(pub(crate) super::driver::AlignmentSettings);
+
+impl Message for SetAlignment {
+    type Result = ();
+}
+
+impl Handler<SetAlignment> for SubtaskActor {
+    type Result = ();
+
+    fn handle(&mut self, msg: SetAlignment, _ctx: &mut Self::Context) {
+        self.counters.mails_handled.fetch_add(1, Ordering::Relaxed);
+        self.driver.set_alignment(msg.0);
+    }
+}
+
+/// Whether `value` would be accepted by the `#[weir(config)]` field `key` of operator `uid`
+/// (tried on a copy: nothing changes).
+#[derive(Debug, Clone)]
+pub(crate) struct ValidateConfig {
+    pub(crate) uid: String,
+    pub(crate) key: String,
+    pub(crate) value: String,
+}
+
+impl Message for ValidateConfig {
+    type Result = Result<(), crate::hooks::ConfigError>;
+}
+
+impl Handler<ValidateConfig> for SubtaskActor {
+    type Result = Result<(), crate::hooks::ConfigError>;
+
+    fn handle(&mut self, msg: ValidateConfig, _ctx: &mut Self::Context) -> Self::Result {
+        self.counters.mails_handled.fetch_add(1, Ordering::Relaxed);
+        let mut c = Control {
+            uid: &msg.uid,
+            action: ControlAction::Validate {
+                key: &msg.key,
+                value: &msg.value,
+            },
+            outcome: None,
+        };
+        self.driver.control(&mut c);
+        match c.outcome {
+            Some(ControlOutcome::Configured(r)) => r,
+            _ => Err(crate::hooks::ConfigError::NoSuchOperator { uid: msg.uid }),
+        }
+    }
+}

@@ -21,11 +21,11 @@
 mod driver;
 mod mail;
 
-pub(crate) use driver::Driver;
 use driver::Work;
+pub(crate) use driver::{AlignmentSettings, Driver};
 pub(crate) use mail::{
-    AbortCheckpoint, Configure, NotifyComplete, Ping, Resume, Sample, SetRate, SnapshotState, Stop,
-    TriggerCheckpoint,
+    AbortCheckpoint, Configure, NotifyComplete, Ping, Resume, Sample, SetAlignment, SetRate,
+    SnapshotState, Stop, TriggerCheckpoint, ValidateConfig,
 };
 
 use std::future::Future;

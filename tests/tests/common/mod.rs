@@ -187,3 +187,42 @@ pub fn execute_within(env: &weir::Env, name: &str) -> Result<weir::JobResult, we
     let handle = env.start(name)?;
     within_timeout(move || handle.wait())
 }
+
+/// Ids 0, 1, 2, ... at most 64 per poll and a poll per millisecond, until told to stop; then
+/// it ends and says at which id.
+pub struct Endless {
+    pub next: u64,
+    pub stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    pub ended_at: std::sync::Arc<AtomicU64>,
+}
+
+impl weir::source::Source<u64> for Endless {
+    fn poll_batch(
+        &mut self,
+        out: &mut Vec<u64>,
+        max: usize,
+    ) -> Result<weir::source::SourceStatus, weir::SourceError> {
+        if self.stop.load(Ordering::SeqCst) {
+            self.ended_at.store(self.next, Ordering::SeqCst);
+            return Ok(weir::source::SourceStatus::End);
+        }
+        let stop = self.next + (max as u64).min(64);
+        out.extend(self.next..stop);
+        self.next = stop;
+        Ok(weir::source::SourceStatus::Idle {
+            until: Some(Duration::from_millis(1)),
+        })
+    }
+    fn position(&self) -> Option<Vec<u8>> {
+        Some(self.next.to_le_bytes().to_vec())
+    }
+    fn seek(&mut self, position: &[u8]) -> Result<(), weir::SourceError> {
+        let bytes: [u8; 8] = position
+            .try_into()
+            .map_err(|_| weir::SourceError::BadPosition {
+                message: format!("8 bytes expected, got {}", position.len()),
+            })?;
+        self.next = u64::from_le_bytes(bytes);
+        Ok(())
+    }
+}

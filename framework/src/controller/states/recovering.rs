@@ -141,6 +141,11 @@ async fn wait_answering(
                     "the job is restarting after a failure; no checkpoint can be taken now".into(),
                 ));
             }
+            Some(Command::Settings(request)) => {
+                let _ = request.reply.send(Err(crate::settings::SettingError::Busy(
+                    "the job is restarting after a failure".into(),
+                )));
+            }
             Some(Command::Rescale(request)) => {
                 let _ = request.reply.send(Err(crate::rescale::RescaleError::Busy(
                     "the job is restarting after a failure".into(),

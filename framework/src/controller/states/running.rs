@@ -41,6 +41,8 @@ pub(crate) struct Running {
     rescale: Option<PendingRescale>,
     /// The stopping savepoint whose barrier paused the sources (they read on if it fails).
     stop_pause: Option<u64>,
+    /// The settings each checkpoint in progress was triggered under.
+    settings_at: std::collections::BTreeMap<u64, std::collections::BTreeMap<String, String>>,
 }
 
 /// Why the job leaves `Running`.
@@ -68,14 +70,7 @@ impl Running {
                 dep.set_rate(c.current);
             }
         }
-        let cfg = &ctx.cfg;
-        let mut tick_every = match ctx.rate.as_ref() {
-            Some(c) => cfg.metrics_interval.min(c.config.update_interval),
-            None => cfg.metrics_interval,
-        };
-        if let Some(i) = cfg.checkpoint.interval {
-            tick_every = tick_every.min(i);
-        }
+        let tick_every = tick_every(ctx);
         let hb_every = check_every(
             dep.backups
                 .iter()
@@ -88,6 +83,7 @@ impl Running {
             heartbeats: actix_rt::time::interval(hb_every),
             rescale: None,
             stop_pause: None,
+            settings_at: Default::default(),
             dep,
         }
     }
@@ -317,6 +313,11 @@ impl Running {
         }
         ctx.coordinator.complete(&done, Instant::now());
         ctx.cfg.faults.checkpoint_completed();
+        // A rollback returns to the settings the last completed checkpoint was taken under.
+        if let Some(settings) = self.settings_at.remove(&done.id) {
+            *lock(&ctx.views.good_settings) = settings;
+        }
+        self.settings_at = self.settings_at.split_off(&done.id);
         tracing::info!(checkpoint = done.id, duration = ?done.duration, size = done.size, "checkpoint complete");
         store::retain(&root, ctx.cfg.checkpoint.retained);
         ctx.release_claimed_runs();
@@ -349,6 +350,8 @@ impl Running {
             Command::TriggerCheckpoint(reply) => {
                 let now = Instant::now();
                 let id = ctx.coordinator.force_checkpoint(now);
+                self.settings_at
+                    .insert(id, lock(&ctx.views.settings).clone());
                 tracing::info!(checkpoint = id, "triggering a checkpoint on request");
                 self.dep.mail_sources(|| TriggerCheckpoint {
                     id,
@@ -369,7 +372,89 @@ impl Running {
                 self.start_rescale(ctx, request);
                 Ok(())
             }
+            Command::Settings(request) => {
+                let r = self.settings(ctx, &request.changes, request.apply);
+                if r.is_ok() && request.apply {
+                    let mut s = lock(&ctx.views.settings);
+                    for (name, value) in &request.named {
+                        s.insert(name.clone(), value.clone());
+                    }
+                }
+                let _ = request.reply.send(r);
+                Ok(())
+            }
         }
+    }
+
+    /// Checks live settings against the job (and with `apply`, applies them): checkpoint
+    /// settings go to the coordinator (the next trigger) and, for alignment, to every subtask
+    /// (between two checkpoints); a source rate to the sources.
+    fn settings(
+        &mut self,
+        ctx: &mut JobContext,
+        changes: &[crate::settings::Parsed],
+        apply: bool,
+    ) -> Result<(), crate::settings::SettingError> {
+        use crate::settings::{Parsed, SettingError};
+        let mut cp = ctx.cfg.checkpoint.clone();
+        let mut rate = None;
+        for c in changes {
+            match c {
+                Parsed::Interval(i) => cp.interval = *i,
+                Parsed::Timeout(d) => cp.timeout = *d,
+                Parsed::MinPause(d) => cp.min_pause = *d,
+                Parsed::Mode(m) => cp.mode = *m,
+                Parsed::Unaligned(u) => cp.unaligned = *u,
+                Parsed::AlignedTimeout(t) => cp.aligned_checkpoint_timeout = *t,
+                Parsed::Tolerable(n) => cp.tolerable_failed_checkpoints = *n,
+                Parsed::MaxConcurrent(n) => cp.max_concurrent = *n,
+                Parsed::SourceRate(r) => rate = Some(*r),
+                Parsed::Operator { .. } => {}
+            }
+        }
+        let mut cfg = ctx.cfg.clone();
+        cfg.checkpoint = cp.clone();
+        cfg.validate().map_err(|e| SettingError::BadValue {
+            name: "execution.checkpointing".into(),
+            message: e.to_string(),
+        })?;
+        let unaligned = cp.unaligned || cp.aligned_checkpoint_timeout.is_some();
+        if unaligned && !self.dep.backups.is_empty() {
+            return Err(SettingError::BadValue {
+                name: crate::settings::UNALIGNED.into(),
+                message: "the job has backed-up operators, which need aligned checkpoints".into(),
+            });
+        }
+        if unaligned && self.rescale.is_some() {
+            return Err(SettingError::Busy("a rescale is in progress".into()));
+        }
+        if !apply {
+            return Ok(());
+        }
+        let old = std::mem::replace(&mut ctx.cfg.checkpoint, cp.clone());
+        ctx.coordinator.reconfigure(&cp);
+        if (old.mode, old.unaligned, old.aligned_checkpoint_timeout)
+            != (cp.mode, cp.unaligned, cp.aligned_checkpoint_timeout)
+        {
+            let s = crate::task::AlignmentSettings::of(&cp);
+            self.dep.mail_running(|| crate::task::SetAlignment(s));
+        }
+        if let Some(r) = rate {
+            let config = match r {
+                Some(r) => crate::rate::RateControlConfig::fixed(r),
+                None => crate::rate::RateControlConfig::default(),
+            };
+            set_rate_control(&mut ctx.rate, config);
+            self.dep.set_rate(ctx.rate.as_ref().and_then(|c| c.current));
+        }
+        *lock(&ctx.views.checkpoint_config) = cp;
+        // The tick triggers checkpoints: it follows a new interval (or rate update) now.
+        let every = tick_every(ctx);
+        if every != self.ticks.period() {
+            self.ticks = actix_rt::time::interval(every);
+        }
+        tracing::info!(?changes, "live settings applied");
+        Ok(())
     }
 
     /// Validates a rescale request (a bad one is answered at once, with nothing changed) and
@@ -401,6 +486,8 @@ impl Running {
             }
             Ok(prepared) => {
                 let id = ctx.coordinator.force_checkpoint(now);
+                self.settings_at
+                    .insert(id, lock(&ctx.views.settings).clone());
                 ctx.handover
                     .store(id, crate::sync::atomic::Ordering::Release);
                 tracing::info!(checkpoint = id, changes = ?prepared.changes, "rescale: triggering its checkpoint");
@@ -447,6 +534,8 @@ impl Running {
         }
         let now = Instant::now();
         let id = ctx.coordinator.force(now);
+        self.settings_at
+            .insert(id, lock(&ctx.views.settings).clone());
         tracing::info!(checkpoint = id, dir = %request.dir.display(), stop = request.stop, "triggering a savepoint");
         // Stopping: the sources read nothing after the savepoint's barrier, so the job's
         // output ends exactly at the savepoint (a job restored from it repeats nothing).
@@ -531,6 +620,8 @@ impl Running {
             ctx.fail_checkpoint(id, why).map_err(Exit::Failed)?;
         }
         if let Some(id) = ctx.coordinator.maybe_trigger(now) {
+            self.settings_at
+                .insert(id, lock(&ctx.views.settings).clone());
             tracing::debug!(checkpoint = id, "triggering checkpoint");
             self.dep.mail_sources(|| TriggerCheckpoint {
                 id,
@@ -580,6 +671,20 @@ impl Running {
         });
         Ok(())
     }
+}
+
+/// How often the controller ticks: the shortest of the metrics, rate-control and checkpoint
+/// intervals.
+fn tick_every(ctx: &JobContext) -> Duration {
+    let cfg = &ctx.cfg;
+    let mut every = match ctx.rate.as_ref() {
+        Some(c) => cfg.metrics_interval.min(c.config.update_interval),
+        None => cfg.metrics_interval,
+    };
+    if let Some(i) = cfg.checkpoint.interval {
+        every = every.min(i);
+    }
+    every
 }
 
 /// Replaces the rate controller by one with `config`, keeping the current rate until the
