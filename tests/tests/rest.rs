@@ -969,3 +969,100 @@ fn rescale_calls_change_parallelism_and_refuse_bad_requests_with_their_reason() 
         let _ = job.wait();
     });
 }
+
+#[test]
+fn settings_change_live_over_rest_with_a_plan_a_history_and_a_rollback() {
+    within_timeout(|| {
+        let dir = TempDir::new("rest-settings");
+        let server = RestServer::start(RestConfig::default()).expect("the server starts");
+        let mut cfg = config(20_000.0, dir.path());
+        cfg.checkpoint.interval = Some(Duration::from_secs(3600));
+        let env = Env::with_config(cfg);
+        env.generate(u64::MAX, |i| i).uid("src").discard();
+        let job = env.start("rest-settings").expect("the job starts");
+        server.register(job.monitor());
+        let (id, token) = (job.id().to_owned(), server.token().to_owned());
+        let t = Some(token.as_str());
+        let path = format!("/jobs/{id}/config");
+
+        let (s, b) = get(&server, &path);
+        assert_eq!(s, 200);
+        assert_eq!(b["execution.checkpointing.interval"], "3600s", "{b}");
+        let (s, b) = post(
+            &server,
+            &format!("{path}/plan"),
+            None,
+            r#"{"execution.checkpointing.interval": "50ms", "pipeline.max-parallelism": 256}"#,
+        );
+        assert_eq!(s, 200, "{b}");
+        let applies: Vec<&str> = b["changes"]
+            .as_array()
+            .expect("changes")
+            .iter()
+            .map(|c| c["applies"].as_str().unwrap())
+            .collect();
+        assert!(
+            applies.contains(&"live") && applies.contains(&"fast-restart"),
+            "{b}"
+        );
+        let (s, b) = send(
+            &server,
+            "PATCH",
+            &path,
+            None,
+            r#"{"execution.checkpointing.interval": "50ms"}"#,
+        );
+        assert_eq!(s, 401, "{b}");
+        let (s, b) = send(
+            &server,
+            "PATCH",
+            &path,
+            t,
+            r#"{"execution.checkpointing.interval": "50ms", "execution.checkpointing.mode": "SOMETIMES"}"#,
+        );
+        assert_eq!(s, 400, "{b}");
+        assert!(error_of(&b).contains("execution.checkpointing.mode"), "{b}");
+        let (s, b) = send(&server, "PATCH", &path, t, "{}");
+        assert_eq!(s, 400, "{b}");
+        let (s, b) = send(
+            &server,
+            "PATCH",
+            &path,
+            t,
+            r#"{"execution.checkpointing.interval": "50ms"}"#,
+        );
+        assert_eq!(s, 200, "{b}");
+        wait_for_checkpoint(&job, 2, WAIT).expect("checkpoints at the new interval");
+        let (s, b) = send(
+            &server,
+            "PATCH",
+            &path,
+            t,
+            r#"{"execution.checkpointing.timeout": "7s", "execution.checkpointing.interval": "off"}"#,
+        );
+        assert_eq!(s, 200, "{b}");
+        let (s, b) = post(&server, &format!("{path}/rollback"), t, "");
+        assert_eq!(s, 200, "{b}");
+        let (_, b) = get(&server, &path);
+        assert_eq!(b["execution.checkpointing.interval"], "50ms", "{b}");
+        let (_, b) = get(&server, &format!("{path}/history"));
+        let history = b["history"].as_array().expect("history");
+        assert_eq!(history.len(), 4, "{b}");
+        assert!(
+            history[0]["outcome"].as_str().unwrap().contains("mode"),
+            "{b}"
+        );
+        assert!(
+            history[1]["caller"].as_str().unwrap().starts_with("token:"),
+            "{b}"
+        );
+        assert!(
+            !history[1]["caller"].as_str().unwrap().contains(&token),
+            "no token in the history"
+        );
+        assert_eq!(history[3]["caller"], "rollback", "{b}");
+        assert_eq!(job.checkpoint_stats().map(|s| s.num_restarts), Some(0));
+        job.cancel();
+        let _ = job.wait();
+    });
+}

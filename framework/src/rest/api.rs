@@ -153,6 +153,23 @@ pub(crate) fn routes(cfg: &mut web::ServiceConfig) {
                 .default_service(web::to(method_not_allowed)),
         )
         .service(get("/jobs/{id}/rescales", super::rescale::rescales))
+        .service(
+            web::resource("/jobs/{id}/config")
+                .route(web::get().to(super::settings::config))
+                .route(web::patch().to(super::settings::patch_config))
+                .default_service(web::to(method_not_allowed)),
+        )
+        .service(
+            web::resource("/jobs/{id}/config/plan")
+                .route(web::post().to(super::settings::plan))
+                .default_service(web::to(method_not_allowed)),
+        )
+        .service(get("/jobs/{id}/config/history", super::settings::history))
+        .service(
+            web::resource("/jobs/{id}/config/rollback")
+                .route(web::post().to(super::settings::rollback))
+                .default_service(web::to(method_not_allowed)),
+        )
         .service(get(
             "/jobs/{id}/vertices/{vid}/backpressure",
             super::jobs::backpressure,
@@ -212,6 +229,10 @@ pub const ROUTES: &[(&str, &[&str])] = &[
     ("/jobs/{id}/parallelism", &["PATCH"]),
     ("/jobs/{id}/resource-requirements", &["GET", "PUT"]),
     ("/jobs/{id}/rescales", &["GET"]),
+    ("/jobs/{id}/config", &["GET", "PATCH"]),
+    ("/jobs/{id}/config/plan", &["POST"]),
+    ("/jobs/{id}/config/history", &["GET"]),
+    ("/jobs/{id}/config/rollback", &["POST"]),
     ("/jobs/{id}/vertices/{vid}/backpressure", &["GET"]),
     ("/jobs/{id}/vertices/{vid}/metrics", &["GET"]),
     ("/jobs/{id}/vertices/{vid}/subtasks/metrics", &["GET"]),

@@ -33,6 +33,7 @@ mod jobs;
 mod prom;
 mod rescale;
 mod savepoints;
+mod settings;
 
 pub use api::ROUTES;
 

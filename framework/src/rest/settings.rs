@@ -1,0 +1,144 @@
+//! Live settings over REST: `GET /jobs/{id}/config` (every live setting's value now),
+//! `PATCH /jobs/{id}/config` (a JSON object of changes, Flink's option names where they
+//! exist: all applied or none), `POST /jobs/{id}/config/plan` (how each would apply: `live`
+//! and when, or `fast-restart` and why), `GET /jobs/{id}/config/history` and `POST
+//! /jobs/{id}/config/rollback` (back to the settings of the last completed checkpoint). The
+//! caller recorded in the history is the token's id (a checksum of it, never the token).
+
+use actix_web::{web, HttpRequest, HttpResponse};
+use serde_json::{json, Map, Value};
+
+use super::api::*;
+use crate::settings::{Applies, PlannedChange, SettingError};
+
+/// `GET /jobs/{id}/config`.
+pub(super) async fn config(state: State, req: HttpRequest) -> Answer {
+    let job = job_of(&state, &req)?;
+    Ok(HttpResponse::Ok().json(json!(job.settings())))
+}
+
+/// `PATCH /jobs/{id}/config`.
+pub(super) async fn patch_config(state: State, req: HttpRequest, body: web::Payload) -> Answer {
+    authorize(&state, &req)?;
+    let job = job_of(&state, &req)?;
+    let changes = changes_of(json_body(body, state.max_body_bytes).await?)?;
+    running(&job)?;
+    let caller = caller_of(&req);
+    let j = job.clone();
+    let r = web::block(move || j.update_settings(&changes, &caller))
+        .await
+        .map_err(|e| ApiError::internal(e.to_string()))?;
+    match r {
+        Ok(planned) => Ok(HttpResponse::Ok().json(json!({ "changes": plan_json(&planned) }))),
+        Err(e) => Err(error_of(e)),
+    }
+}
+
+/// `POST /jobs/{id}/config/plan`.
+pub(super) async fn plan(state: State, req: HttpRequest, body: web::Payload) -> Answer {
+    let job = job_of(&state, &req)?;
+    let changes = changes_of(json_body(body, state.max_body_bytes).await?)?;
+    match job.plan_settings(&changes) {
+        Ok(planned) => Ok(HttpResponse::Ok().json(json!({ "changes": plan_json(&planned) }))),
+        Err(e) => Err(error_of(e)),
+    }
+}
+
+/// `GET /jobs/{id}/config/history`.
+pub(super) async fn history(state: State, req: HttpRequest) -> Answer {
+    let job = job_of(&state, &req)?;
+    let entries: Vec<Value> = job
+        .settings_history()
+        .iter()
+        .map(|r| {
+            json!({
+                "timestamp": r.at_ms,
+                "caller": r.caller,
+                "changes": r.changes.iter().map(|(n, old, new)| json!({
+                    "name": n, "old": old, "new": new,
+                })).collect::<Vec<_>>(),
+                "outcome": r.outcome,
+            })
+        })
+        .collect();
+    Ok(HttpResponse::Ok().json(json!({ "history": entries })))
+}
+
+/// `POST /jobs/{id}/config/rollback`.
+pub(super) async fn rollback(state: State, req: HttpRequest) -> Answer {
+    authorize(&state, &req)?;
+    let job = job_of(&state, &req)?;
+    running(&job)?;
+    let j = job.clone();
+    let r = web::block(move || j.rollback_settings())
+        .await
+        .map_err(|e| ApiError::internal(e.to_string()))?;
+    match r {
+        Ok(report) => Ok(HttpResponse::Ok().json(json!({
+            "changes": plan_json(&report.applied),
+            "kept": report.kept,
+        }))),
+        Err(e) => Err(error_of(e)),
+    }
+}
+
+/// The changes of a request body: every value a string, number or boolean.
+fn changes_of(body: Map<String, Value>) -> Result<Vec<(String, String)>, ApiError> {
+    if body.is_empty() {
+        return Err(ApiError::bad_request(
+            "the body must name at least one setting, e.g. {\"execution.checkpointing.interval\": \"100ms\"}",
+        ));
+    }
+    body.into_iter()
+        .map(|(name, v)| {
+            let value = match v {
+                Value::String(s) => s,
+                Value::Number(n) => n.to_string(),
+                Value::Bool(b) => b.to_string(),
+                other => {
+                    return Err(ApiError::bad_request(format!(
+                        "setting `{name}` must be a string, number or boolean, got {other}"
+                    )))
+                }
+            };
+            Ok((name, value))
+        })
+        .collect()
+}
+
+fn plan_json(planned: &[PlannedChange]) -> Vec<Value> {
+    planned
+        .iter()
+        .map(|p| {
+            let (applies, detail) = match &p.applies {
+                Applies::Live { at } => ("live", at.clone()),
+                Applies::FastRestart { why } => ("fast-restart", why.clone()),
+            };
+            json!({
+                "name": p.name,
+                "old": p.old,
+                "new": p.new,
+                "applies": applies,
+                "why": detail,
+            })
+        })
+        .collect()
+}
+
+fn error_of(e: SettingError) -> ApiError {
+    match e {
+        SettingError::Busy(_) => ApiError::conflict(e.to_string()),
+        _ => ApiError::bad_request(e.to_string()),
+    }
+}
+
+/// Who called: the id of the bearer token (its CRC-32), never the token itself.
+fn caller_of(req: &HttpRequest) -> String {
+    req.headers()
+        .get(actix_web::http::header::AUTHORIZATION)
+        .and_then(|h| h.to_str().ok())
+        .and_then(|h| h.strip_prefix("Bearer "))
+        .map_or("rest".into(), |t| {
+            format!("token:{:08x}", crc32fast::hash(t.as_bytes()))
+        })
+}
