@@ -69,6 +69,24 @@ enum Command {
     },
     /// Cancels a job.
     Cancel { id: String },
+    /// Shows a job's live settings, or changes them (`NAME=VALUE` pairs, all or none; Flink's
+    /// option names, `operator.<uid>.<key>` for operator fields). `--dry-run` says how each
+    /// change would apply; `--history` lists every change; `--rollback` returns to the
+    /// settings of the last completed checkpoint.
+    Config {
+        id: String,
+        /// Changes, `NAME=VALUE`.
+        changes: Vec<String>,
+        /// Say how each change would apply (live or fast restart, and why); change nothing.
+        #[arg(long)]
+        dry_run: bool,
+        /// List every settings change made to the job.
+        #[arg(long, conflicts_with_all = ["dry_run", "rollback"])]
+        history: bool,
+        /// Return to the settings of the last completed checkpoint.
+        #[arg(long, conflicts_with = "dry_run")]
+        rollback: bool,
+    },
     /// Changes the parallelism of a vertex (`--vertex`, its id as `job` lists it) or of
     /// every operator that follows the job's default parallelism, while the job runs; waits
     /// until it runs at the new parallelism.
@@ -181,6 +199,13 @@ where
             )?;
             Ok(())
         }
+        Command::Config {
+            id,
+            changes,
+            dry_run,
+            history,
+            rollback,
+        } => config(&client, id, changes, *dry_run, *history, *rollback, out),
         Command::Cancel { id } => {
             client.send("PATCH", &format!("/jobs/{id}?mode=cancel"), None)?;
             writeln!(out, "cancelling job {id}")?;
@@ -549,4 +574,85 @@ fn savepoint(
             }
         }
     }
+}
+
+/// `weirctl config`.
+fn config(
+    client: &Client,
+    id: &str,
+    changes: &[String],
+    dry_run: bool,
+    history: bool,
+    rollback: bool,
+    out: &mut dyn Write,
+) -> Result<(), CliError> {
+    let path = format!("/jobs/{id}/config");
+    if history {
+        let h = client.get(&format!("{path}/history"))?;
+        for e in h["history"].as_array().into_iter().flatten() {
+            let what: Vec<String> = e["changes"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|c| format!("{}: {} -> {}", s(&c["name"]), s(&c["old"]), s(&c["new"])))
+                .collect();
+            writeln!(
+                out,
+                "{} {} {} [{}]",
+                s(&e["timestamp"]),
+                s(&e["caller"]),
+                what.join(", "),
+                s(&e["outcome"])
+            )?;
+        }
+        return Ok(());
+    }
+    if rollback {
+        let r = client.send("POST", &format!("{path}/rollback"), None)?;
+        print_changes(&r, out)?;
+        for k in r["kept"].as_array().into_iter().flatten() {
+            writeln!(out, "{} kept (no earlier value known)", s(k))?;
+        }
+        return Ok(());
+    }
+    if changes.is_empty() {
+        let current = client.get(&path)?;
+        for (name, value) in current.as_object().into_iter().flatten() {
+            writeln!(out, "{name} = {}", s(value))?;
+        }
+        return Ok(());
+    }
+    let mut body = serde_json::Map::new();
+    for c in changes {
+        let Some((name, value)) = c.split_once('=') else {
+            return Err(CliError::Usage(format!(
+                "error: `{c}` is not NAME=VALUE (e.g. execution.checkpointing.interval=100ms)"
+            )));
+        };
+        body.insert(
+            name.trim().to_owned(),
+            Value::String(value.trim().to_owned()),
+        );
+    }
+    let r = if dry_run {
+        client.send("POST", &format!("{path}/plan"), Some(Value::Object(body)))?
+    } else {
+        client.send("PATCH", &path, Some(Value::Object(body)))?
+    };
+    print_changes(&r, out)
+}
+
+fn print_changes(r: &Value, out: &mut dyn Write) -> Result<(), CliError> {
+    for c in r["changes"].as_array().into_iter().flatten() {
+        writeln!(
+            out,
+            "{}: {} -> {} ({}: {})",
+            s(&c["name"]),
+            s(&c["old"]),
+            s(&c["new"]),
+            s(&c["applies"]),
+            s(&c["why"])
+        )?;
+    }
+    Ok(())
 }

@@ -197,3 +197,73 @@ fn weirctl_rescales_a_vertex_and_the_job_and_reports_refusals() {
         let _ = job.wait();
     });
 }
+
+#[test]
+fn weirctl_config_shows_plans_changes_lists_and_rolls_back_settings() {
+    within_timeout(|| {
+        let dir = TempDir::new("weirctl-config");
+        let server = RestServer::start(RestConfig::default()).expect("the server starts");
+        let mut cfg = EnvConfig::default();
+        cfg.checkpoint.interval = Some(Duration::from_secs(3600));
+        cfg.checkpoint.directory = dir.path().to_owned();
+        cfg.rate_control = RateControlConfig::fixed(20_000.0);
+        let env = Env::with_config(cfg);
+        env.generate(u64::MAX, |i| i).uid("src").discard();
+        let job = env.start("weirctl-config").expect("the job starts");
+        server.register(job.monitor());
+        let url = format!("http://{}", server.addr());
+        let id = job.id().to_owned();
+        let token = server.token().to_owned();
+        let ctl = |args: &[&str]| {
+            let mut all = vec!["--token", token.as_str()];
+            all.extend_from_slice(args);
+            weirctl(&url, &all)
+        };
+        let out = ctl(&["config", &id]).unwrap();
+        assert!(
+            out.contains("execution.checkpointing.interval = 3600s"),
+            "{out}"
+        );
+        let out = ctl(&[
+            "config",
+            &id,
+            "--dry-run",
+            "execution.checkpointing.interval=50ms",
+            "pipeline.max-parallelism=256",
+        ])
+        .unwrap();
+        assert!(
+            out.contains("(live:") && out.contains("(fast-restart:"),
+            "{out}"
+        );
+        assert_eq!(job.settings()["execution.checkpointing.interval"], "3600s");
+        let out = ctl(&["config", &id, "execution.checkpointing.interval=50ms"]).unwrap();
+        assert!(out.contains("3600s -> 50ms (live"), "{out}");
+        match ctl(&["config", &id, "execution.checkpointing.mode=SOMETIMES"]) {
+            Err(CliError::Refused {
+                status: 400,
+                message,
+                ..
+            }) => {
+                assert!(
+                    message.contains("execution.checkpointing.mode"),
+                    "{message}"
+                )
+            }
+            other => panic!("a bad value: {other:?}"),
+        }
+        match ctl(&["config", &id, "no-equals-sign"]) {
+            Err(CliError::Usage(m)) => assert!(m.contains("NAME=VALUE"), "{m}"),
+            other => panic!("a malformed change: {other:?}"),
+        }
+        wait_for_checkpoint(&job, 1, Duration::from_secs(20)).expect("a checkpoint at 50ms");
+        ctl(&["config", &id, "execution.checkpointing.interval=off"]).unwrap();
+        let out = ctl(&["config", &id, "--rollback"]).unwrap();
+        assert!(out.contains("off -> 50ms"), "{out}");
+        let out = ctl(&["config", &id, "--history"]).unwrap();
+        assert_eq!(out.lines().count(), 4, "{out}");
+        assert!(out.contains("rollback"), "{out}");
+        job.cancel();
+        let _ = job.wait();
+    });
+}
