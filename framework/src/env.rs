@@ -39,7 +39,12 @@ pub struct Env {
     /// Serve the job's REST API from its start ([`Env::serve_rest`]).
     #[cfg(feature = "rest")]
     rest: RefCell<Option<crate::rest::RestConfig>>,
+    /// Graph versions a running job can be replaced by ([`Env::register_graph`]).
+    graphs: RefCell<Vec<(String, GraphBuilder)>>,
 }
+
+/// Builds a job's graph on an [`Env`] (a version registered with [`Env::register_graph`]).
+pub type GraphBuilder = std::sync::Arc<dyn Fn(&Env) + Send + Sync>;
 
 impl Default for Env {
     fn default() -> Self {
@@ -60,7 +65,23 @@ impl Env {
             config: RefCell::new(config),
             #[cfg(feature = "rest")]
             rest: RefCell::new(None),
+            graphs: RefCell::new(Vec::new()),
         }
+    }
+
+    /// Registers a version of the job's graph by name: the job started from this `Env` can
+    /// be switched to it while it runs ([`JobHandle::replace_with`], `POST
+    /// /jobs/{id}/replace {"graph": name}`). `build` adds the graph's operators to the `Env`
+    /// it is given, as the app built the first version; operators keep their state by uid.
+    pub fn register_graph(&self, name: &str, build: impl Fn(&Env) + Send + Sync + 'static) {
+        let mut graphs = self.graphs.borrow_mut();
+        graphs.retain(|(n, _)| n != name);
+        graphs.push((name.to_owned(), std::sync::Arc::new(build)));
+    }
+
+    /// The graph built so far, moved out (a replacement's).
+    pub(crate) fn take_graph(&self) -> Graph {
+        std::mem::take(&mut *self.graph.borrow_mut())
     }
 
     /// Serves the job's REST API (`weir::rest`) while it runs, from a server started with
@@ -290,8 +311,9 @@ impl Env {
             }
         };
         let graph = std::mem::take(&mut *self.graph.borrow_mut());
+        let graphs = self.graphs.borrow().clone();
         #[allow(unused_mut)]
-        let mut job = start(graph, self.config(), name)?;
+        let mut job = start(graph, self.config(), name, graphs)?;
         #[cfg(feature = "rest")]
         if let Some(server) = server {
             server.register(job.monitor());

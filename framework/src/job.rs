@@ -21,6 +21,7 @@ use crate::metrics::JobMetrics;
 use crate::plan::plan;
 use crate::plan::VertexInfo;
 use crate::rate::{RateConfigError, RateControlConfig};
+use crate::replace::{ReplaceError, ReplaceOptions, ReplaceReport};
 use crate::rescale::{RescaleError, RescaleReport};
 use crate::savepoint::SavepointRequest;
 use crate::settings::{ChangeRecord, PlannedChange, SettingError};
@@ -87,6 +88,10 @@ pub struct JobMonitor {
     start_time_ms: u64,
     views: Views,
     commands: Commands,
+    /// The job's settings at start (a replacement's graph is built with them).
+    env_config: std::sync::Arc<EnvConfig>,
+    /// The graph versions the job can be replaced by.
+    graphs: std::sync::Arc<Vec<(String, crate::env::GraphBuilder)>>,
 }
 
 impl std::fmt::Debug for JobMonitor {
@@ -179,6 +184,54 @@ impl JobMonitor {
     /// The job's checkpoint settings now (they change live: [`update_settings`](Self::update_settings)).
     pub fn checkpoint_config(&self) -> crate::checkpoint::CheckpointConfig {
         lock(&self.views.checkpoint_config).clone()
+    }
+
+    /// The names of the graph versions registered for the job ([`Env::register_graph`]).
+    ///
+    /// [`Env::register_graph`]: crate::Env::register_graph
+    pub fn registered_graphs(&self) -> Vec<String> {
+        self.graphs.iter().map(|(n, _)| n.clone()).collect()
+    }
+
+    /// Replaces the running job's graph by the version registered as `name`; see
+    /// [`JobHandle::replace`].
+    pub fn replace_with(
+        &self,
+        name: &str,
+        options: ReplaceOptions,
+    ) -> Result<ReplaceReport, ReplaceError> {
+        let Some((_, build)) = self.graphs.iter().find(|(n, _)| n == name) else {
+            return Err(ReplaceError::UnknownGraph {
+                name: name.to_owned(),
+                known: self.registered_graphs().join(", "),
+            });
+        };
+        let build = build.clone();
+        self.replace(move |env| build(env), options)
+    }
+
+    /// Replaces the running job's graph by the one `build` adds to an `Env`; see
+    /// [`JobHandle::replace`].
+    pub fn replace(
+        &self,
+        build: impl FnOnce(&crate::Env),
+        options: ReplaceOptions,
+    ) -> Result<ReplaceReport, ReplaceError> {
+        let mut cfg = (*self.env_config).clone();
+        cfg.checkpoint = self.checkpoint_config();
+        let env = crate::Env::with_config(cfg);
+        build(&env);
+        let graph = Box::new(env.take_graph());
+        let (reply, answer) = std_mpsc::channel();
+        let request = crate::controller::ReplaceRequest {
+            graph,
+            options,
+            reply,
+        };
+        if !self.commands.send(Command::Replace(request)) {
+            return Err(ReplaceError::JobEnded);
+        }
+        answer.recv().unwrap_or(Err(ReplaceError::JobEnded))
     }
 
     /// Every live setting's value now, by name (see [`crate::settings`]).
@@ -655,6 +708,46 @@ impl JobHandle {
         self.monitor.rollback_settings()
     }
 
+    /// Replaces the running job's graph by the one `build` adds to an `Env` (a fast restart):
+    /// the sources pause at a savepoint barrier, every subtask snapshots at it and hands its
+    /// state over in memory, the sinks commit, and the new graph is deployed in the same
+    /// process (same handle, REST server and metrics) from those states, matched by operator
+    /// uid (and dealt to a new parallelism where one changed). Refused before anything stops:
+    /// a graph that does not plan, or state of an operator the new graph lacks (unless
+    /// [`ReplaceOptions::allow_dropping_state`]). Answered once the new graph completed its
+    /// first checkpoint; if it fails before that, or completes none within
+    /// [`ReplaceOptions::grace`], the old graph runs again from the same savepoint
+    /// ([`ReplaceError::RolledBack`]). Nothing is lost or duplicated either way.
+    ///
+    /// ```no_run
+    /// # fn demo(job: &weir::JobHandle) -> Result<(), weir::ReplaceError> {
+    /// job.replace(
+    ///     |env| {
+    ///         env.generate(u64::MAX, |i| i).uid("ids").map(|x: u64| x * 2).uid("double").discard();
+    ///     },
+    ///     weir::ReplaceOptions::default(),
+    /// )?;
+    /// # Ok(()) }
+    /// ```
+    pub fn replace(
+        &self,
+        build: impl FnOnce(&crate::Env),
+        options: ReplaceOptions,
+    ) -> Result<ReplaceReport, ReplaceError> {
+        self.monitor.replace(build, options)
+    }
+
+    /// Replaces the graph by the version registered as `name` ([`Env::register_graph`]).
+    ///
+    /// [`Env::register_graph`]: crate::Env::register_graph
+    pub fn replace_with(
+        &self,
+        name: &str,
+        options: ReplaceOptions,
+    ) -> Result<ReplaceReport, ReplaceError> {
+        self.monitor.replace_with(name, options)
+    }
+
     /// Every live setting's value now, by name.
     pub fn settings(&self) -> std::collections::BTreeMap<String, String> {
         self.monitor.settings()
@@ -768,7 +861,12 @@ impl JobHandle {
 }
 
 /// Plans `graph` and starts it on a job thread; returns once every subtask is deployed.
-pub(crate) fn start(graph: Graph, cfg: EnvConfig, name: &str) -> Result<JobHandle, JobError> {
+pub(crate) fn start(
+    graph: Graph,
+    cfg: EnvConfig,
+    name: &str,
+    graphs: Vec<(String, crate::env::GraphBuilder)>,
+) -> Result<JobHandle, JobError> {
     let job = name.to_owned();
     let plan = plan(&graph, &cfg).map_err(|source| JobError::Plan {
         job: job.clone(),
@@ -799,6 +897,8 @@ pub(crate) fn start(graph: Graph, cfg: EnvConfig, name: &str) -> Result<JobHandl
         start_time_ms: now_ms(),
         views: views.clone(),
         commands: commands.clone(),
+        env_config: std::sync::Arc::new(cfg.clone()),
+        graphs: std::sync::Arc::new(graphs),
     };
     let launch = Launch {
         graph,

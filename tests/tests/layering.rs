@@ -31,6 +31,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "state",
             "key_group",
             "rescale",
+            "replace",
             "settings",
             "error",
             "hooks",

@@ -32,6 +32,25 @@ pub(crate) enum Command {
     Rescale(RescaleRequest),
     /// Check (and with `apply`, apply) live job settings, already parsed.
     Settings(SettingsRequest),
+    /// Replace the job's graph (fast restart); answered once the new graph committed its
+    /// first checkpoint, or with why not.
+    Replace(ReplaceRequest),
+}
+
+/// A graph replacement.
+pub(crate) struct ReplaceRequest {
+    pub(crate) graph: Box<crate::graph::Graph>,
+    pub(crate) options: crate::replace::ReplaceOptions,
+    pub(crate) reply: Reply<Result<crate::replace::ReplaceReport, crate::replace::ReplaceError>>,
+}
+
+impl std::fmt::Debug for ReplaceRequest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ReplaceRequest")
+            .field("operators", &self.graph.nodes.len())
+            .field("options", &self.options)
+            .finish()
+    }
 }
 
 /// A settings command (operator fields are changed by the caller, through the subtasks).

@@ -42,7 +42,7 @@ use crate::sampler::RateController;
 use crate::sync::{lock, Arc, Mutex};
 
 pub(crate) use command::{
-    Command, CommandInbox, Commands, RescaleRequest, RescaleTarget, SettingsRequest,
+    Command, CommandInbox, Commands, ReplaceRequest, RescaleRequest, RescaleTarget, SettingsRequest,
 };
 pub(crate) use deployment::ActorEntry;
 pub use result::{JobResult, OperatorResult};
@@ -185,6 +185,8 @@ pub(crate) struct JobContext {
     pub(crate) handover: Arc<crate::sync::atomic::AtomicU64>,
     /// Per node: it follows the job's default parallelism (a job-wide rescale changes it).
     pub(crate) follows_default: Vec<bool>,
+    /// The old graph while a new one is on probation (until its first checkpoint).
+    pub(crate) fallback: Option<Box<states::Fallback>>,
 }
 
 impl JobContext {
@@ -223,6 +225,7 @@ impl JobContext {
             failures: failures::FailureLog::default(),
             warnings: Warnings::new(&job, cfg.stderr_warnings),
             handover: Arc::new(crate::sync::atomic::AtomicU64::new(0)),
+            fallback: None,
             follows_default: graph
                 .nodes
                 .iter()
@@ -366,6 +369,7 @@ pub(crate) async fn run(launch: Launch) -> Result<JobResult, JobError> {
             JobState::FailingOver(s) => s.run(&mut ctx),
             JobState::Recovering(s) => s.run(&mut ctx).await,
             JobState::Rescaling(s) => s.run(&mut ctx).await,
+            JobState::Replacing(s) => s.run(&mut ctx).await,
             JobState::Stopping(s) => s.run(&mut ctx).await,
             JobState::Finished(s) => return s.outcome(),
         };

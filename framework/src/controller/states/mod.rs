@@ -26,6 +26,11 @@
 //!  Rescaling   → Running       redeployed at the new parallelism (or rolled back to the old)
 //!  Rescaling   → Recovering    a subtask failed committing the rescale's checkpoint
 //!  Rescaling   → Finished      neither the new nor the old parallelism could be deployed
+//!  Running     → Replacing     a replacement's savepoint completed, or the new graph failed
+//!                              on probation (before its first checkpoint)
+//!  Replacing   → Running       the new graph runs (on probation), or the old one again
+//!  Replacing   → Recovering    a subtask failed committing the savepoint; old graph
+//!  Replacing   → Finished      neither graph could be deployed
 //! ```
 //!
 //! A state is a type that implements [`State`]; it runs until it knows where the job goes next
@@ -39,6 +44,7 @@ mod deploying;
 mod failing_over;
 mod finished;
 mod recovering;
+mod replacing;
 mod rescaling;
 mod running;
 mod stopping;
@@ -48,6 +54,7 @@ pub(crate) use deploying::Deploying;
 pub(crate) use failing_over::FailingOver;
 pub(crate) use finished::Finished;
 pub(crate) use recovering::Recovering;
+pub(crate) use replacing::{Fallback, Replacing};
 pub(crate) use rescaling::Rescaling;
 pub(crate) use running::Running;
 pub(crate) use stopping::Stopping;
@@ -67,6 +74,10 @@ impl TransitionTo<Rescaling> for Running {}
 impl TransitionTo<Running> for Rescaling {}
 impl TransitionTo<Recovering> for Rescaling {}
 impl TransitionTo<Finished> for Rescaling {}
+impl TransitionTo<Replacing> for Running {}
+impl TransitionTo<Running> for Replacing {}
+impl TransitionTo<Recovering> for Replacing {}
+impl TransitionTo<Finished> for Replacing {}
 
 /// Every state the controller can be in.
 pub(crate) enum JobState {
@@ -75,6 +86,7 @@ pub(crate) enum JobState {
     FailingOver(FailingOver),
     Recovering(Recovering),
     Rescaling(Rescaling),
+    Replacing(Replacing),
     Stopping(Stopping),
     Finished(Finished),
 }
@@ -87,7 +99,8 @@ impl JobState {
             JobState::Deploying(_)
             | JobState::Running(_)
             | JobState::FailingOver(_)
-            | JobState::Rescaling(_) => JobStatus::Running,
+            | JobState::Rescaling(_)
+            | JobState::Replacing(_) => JobStatus::Running,
             JobState::Recovering(_) => JobStatus::Restarting,
             JobState::Stopping(s) if s.is_cancel() => JobStatus::Cancelling,
             JobState::Stopping(_) => JobStatus::Running,
@@ -115,6 +128,7 @@ states!(
     FailingOver,
     Recovering,
     Rescaling,
+    Replacing,
     Stopping,
     Finished
 );

@@ -141,6 +141,11 @@ async fn wait_answering(
                     "the job is restarting after a failure; no checkpoint can be taken now".into(),
                 ));
             }
+            Some(Command::Replace(request)) => {
+                let _ = request.reply.send(Err(crate::replace::ReplaceError::Busy(
+                    "the job is restarting after a failure".into(),
+                )));
+            }
             Some(Command::Settings(request)) => {
                 let _ = request.reply.send(Err(crate::settings::SettingError::Busy(
                     "the job is restarting after a failure".into(),

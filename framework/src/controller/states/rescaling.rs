@@ -339,7 +339,11 @@ impl Rescaling {
 }
 
 /// Tells every subtask that checkpoint `id` is complete and waits for each answer.
-async fn commit_all(ctx: &JobContext, dep: &Deployment, id: u64) -> Result<(), JobError> {
+pub(super) async fn commit_all(
+    ctx: &JobContext,
+    dep: &Deployment,
+    id: u64,
+) -> Result<(), JobError> {
     for a in &dep.actors {
         match a.addr.send(NotifyComplete(id)).await {
             Ok(Ok(())) => {}

@@ -25,9 +25,11 @@ use crate::sync::lock;
 use crate::task::{NotifyComplete, Ping, Sample, TriggerCheckpoint};
 
 use super::failing_over::{Fallback, Promote};
+use super::replacing::{PendingReplace, Replacing};
 use super::rescaling::{PendingRescale, Rescaling};
 use super::stopping::StopReason;
 use super::{FailingOver, Recovering, Stopping, Transition, TransitionTo};
+use crate::replace::ReplaceError;
 
 /// The job runs its deployment.
 pub(crate) struct Running {
@@ -39,6 +41,8 @@ pub(crate) struct Running {
     heartbeats: actix_rt::time::Interval,
     /// A rescale waiting for its checkpoint.
     rescale: Option<PendingRescale>,
+    /// A graph replacement waiting for its savepoint.
+    replace: Option<PendingReplace>,
     /// The stopping savepoint whose barrier paused the sources (they read on if it fails).
     stop_pause: Option<u64>,
     /// The settings each checkpoint in progress was triggered under.
@@ -51,6 +55,9 @@ enum Exit {
     Promote(Vec<Promote>),
     Stop(StopReason),
     Rescale(Box<PendingRescale>),
+    Replace(Box<PendingReplace>),
+    /// The new graph on probation must go: back to the old one.
+    RollBack(String),
 }
 
 /// What woke the controller.
@@ -82,6 +89,7 @@ impl Running {
             ticks: actix_rt::time::interval(tick_every),
             heartbeats: actix_rt::time::interval(hb_every),
             rescale: None,
+            replace: None,
             stop_pause: None,
             settings_at: Default::default(),
             dep,
@@ -94,6 +102,28 @@ impl Running {
                 break exit;
             }
         };
+        if !matches!(exit, Exit::Replace(_)) {
+            if let Some(r) = self.replace.take() {
+                let why = match &exit {
+                    Exit::Failed(e) => format!("the job failed first ({e})"),
+                    Exit::Promote(_) => "a backup took over first".into(),
+                    _ => "the job is stopping".into(),
+                };
+                r.abandon(ctx, &self.dep, why, false);
+            }
+        }
+        // The new graph on probation fails: back to the old one, not a restart.
+        let exit = match exit {
+            Exit::Failed(e) if ctx.fallback.is_some() => Exit::RollBack(format!(
+                "the new graph failed before its first checkpoint: {e}"
+            )),
+            exit => exit,
+        };
+        if let Exit::Stop(reason) = &exit {
+            if let Some(fb) = ctx.fallback.take() {
+                fb.ended(matches!(reason, StopReason::Finished));
+            }
+        }
         if !matches!(exit, Exit::Rescale(_)) {
             if let Some(r) = self.rescale.take() {
                 let why = match &exit {
@@ -109,6 +139,20 @@ impl Running {
             }
         }
         match exit {
+            Exit::Replace(pending) => {
+                let cause = format!("graph replacement at savepoint {}", pending.id);
+                Self::to(
+                    Replacing::Forward {
+                        dep: self.dep,
+                        pending,
+                    },
+                    cause,
+                )
+            }
+            Exit::RollBack(why) => {
+                let cause = why.clone();
+                Self::to(Replacing::Back { dep: self.dep, why }, cause)
+            }
             Exit::Rescale(pending) => {
                 let cause = format!("rescale at checkpoint {}", pending.id);
                 Self::to(Rescaling::new(self.dep, *pending), cause)
@@ -213,10 +257,15 @@ impl Running {
                 alignment,
                 start_delay,
             } if attempt == ctx.attempt => {
-                if let Some(r) = self.rescale.as_mut().filter(|r| r.id == id) {
-                    let subtask = dep.ids[actor].subtask;
+                let subtask = dep.ids[actor].subtask;
+                let handed = match (&mut self.rescale, &mut self.replace) {
+                    (Some(r), _) if r.id == id => Some(&mut r.payloads),
+                    (_, Some(r)) if r.id == id => Some(&mut r.payloads),
+                    _ => None,
+                };
+                if let Some(into) = handed {
                     for (uid, payload) in payloads {
-                        r.payloads.insert((uid, subtask), payload);
+                        into.insert((uid, subtask), payload);
                     }
                 }
                 let now = Instant::now();
@@ -321,6 +370,20 @@ impl Running {
         tracing::info!(checkpoint = done.id, duration = ?done.duration, size = done.size, "checkpoint complete");
         store::retain(&root, ctx.cfg.checkpoint.retained);
         ctx.release_claimed_runs();
+        if ctx
+            .fallback
+            .as_ref()
+            .is_some_and(|fb| done.id > fb.from_checkpoint)
+        {
+            if let Some(fb) = ctx.fallback.take() {
+                fb.commit(Some(done.id));
+            }
+        }
+        if self.replace.as_ref().is_some_and(|r| r.id == done.id) {
+            ctx.publish_stats();
+            let pending = self.replace.take().expect("checked above");
+            return Err(Exit::Replace(Box::new(pending)));
+        }
         if self.rescale.as_ref().is_some_and(|r| r.id == done.id) {
             // The rescale tells the subtasks itself, and waits for their commits.
             ctx.publish_stats();
@@ -370,6 +433,10 @@ impl Running {
             }
             Command::Rescale(request) => {
                 self.start_rescale(ctx, request);
+                Ok(())
+            }
+            Command::Replace(request) => {
+                self.start_replace(ctx, request);
                 Ok(())
             }
             Command::Settings(request) => {
@@ -460,15 +527,7 @@ impl Running {
     /// Validates a rescale request (a bad one is answered at once, with nothing changed) and
     /// starts its checkpoint: the sources pause after its barrier.
     fn start_rescale(&mut self, ctx: &mut JobContext, request: crate::controller::RescaleRequest) {
-        let busy = if self.rescale.is_some() {
-            Some("another rescale is in progress")
-        } else if !self.savepoints.is_empty() {
-            Some("a savepoint is in progress")
-        } else if self.dep.finished.iter().any(|&f| f) {
-            Some("part of the job has already finished")
-        } else {
-            None
-        };
+        let busy = self.busy(ctx);
         if let Some(why) = busy {
             let _ = request
                 .reply
@@ -512,11 +571,67 @@ impl Running {
         }
     }
 
-    /// Checkpoint `id` will not complete: the rescale waiting for it (if any) is abandoned.
+    /// Checkpoint `id` will not complete: the rescale or replacement waiting for it (if
+    /// any) is abandoned.
     fn abandon_rescale(&mut self, ctx: &JobContext, id: u64, why: impl FnOnce() -> String) {
         if self.rescale.as_ref().is_some_and(|r| r.id == id) {
             let r = self.rescale.take().expect("checked above");
             r.abandon(ctx, &self.dep, why(), true);
+        } else if self.replace.as_ref().is_some_and(|r| r.id == id) {
+            let r = self.replace.take().expect("checked above");
+            r.abandon(ctx, &self.dep, why(), true);
+        }
+    }
+
+    /// Validates a graph replacement (a bad one is answered at once, nothing changed) and
+    /// starts its savepoint: the sources pause after its barrier.
+    fn start_replace(&mut self, ctx: &mut JobContext, request: crate::controller::ReplaceRequest) {
+        let busy = self.busy(ctx);
+        if let Some(why) = busy {
+            let _ = request.reply.send(Err(ReplaceError::Busy(why.into())));
+            return;
+        }
+        let now = Instant::now();
+        match PendingReplace::prepare(ctx, request.graph, request.options) {
+            Err(e) => {
+                tracing::warn!(error = %e, "graph replacement refused");
+                let _ = request.reply.send(Err(e));
+            }
+            Ok(prepared) => {
+                let id = ctx.coordinator.force(now);
+                self.settings_at
+                    .insert(id, lock(&ctx.views.settings).clone());
+                ctx.handover
+                    .store(id, crate::sync::atomic::Ordering::Release);
+                tracing::info!(
+                    checkpoint = id,
+                    "graph replacement: triggering its savepoint"
+                );
+                self.dep.mail_sources(|| TriggerCheckpoint {
+                    id,
+                    sent_at: now,
+                    pause: true,
+                });
+                ctx.publish_stats();
+                self.replace = Some(prepared.start(id, request.reply, now));
+            }
+        }
+    }
+
+    /// Why a rescale or replacement cannot start now, if it cannot.
+    fn busy(&self, ctx: &JobContext) -> Option<&'static str> {
+        if self.rescale.is_some() {
+            Some("another rescale is in progress")
+        } else if self.replace.is_some() {
+            Some("a graph replacement is in progress")
+        } else if ctx.fallback.is_some() {
+            Some("a new graph is on probation until its first checkpoint")
+        } else if !self.savepoints.is_empty() {
+            Some("a savepoint is in progress")
+        } else if self.dep.finished.iter().any(|&f| f) {
+            Some("part of the job has already finished")
+        } else {
+            None
         }
     }
 
@@ -612,6 +727,17 @@ impl Running {
     fn on_tick(&mut self, ctx: &mut JobContext, at: Instant) -> Result<(), Exit> {
         self.sample(ctx, at)?;
         let now = Instant::now();
+        if ctx.fallback.as_ref().is_some_and(|fb| now >= fb.deadline) {
+            if ctx.cfg.checkpoint.interval.is_some() {
+                return Err(Exit::RollBack(
+                    "the new graph completed no checkpoint within its grace period".into(),
+                ));
+            }
+            // Without periodic checkpoints the grace period is the probation.
+            if let Some(fb) = ctx.fallback.take() {
+                fb.commit(None);
+            }
+        }
         for (id, why) in ctx.coordinator.timed_out(now) {
             self.savepoints
                 .fail(id, || format!("savepoint {id} timed out"));
