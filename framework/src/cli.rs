@@ -87,6 +87,19 @@ enum Command {
         #[arg(long, conflicts_with = "dry_run")]
         rollback: bool,
     },
+    /// Replaces a running job's graph by a version the app registered (a fast restart);
+    /// waits until the new graph completed its first checkpoint, or was rolled back.
+    Replace {
+        id: String,
+        /// The registered graph version.
+        graph: String,
+        /// Drop the state of operators the new graph does not have.
+        #[arg(long)]
+        allow_dropping_state: bool,
+        /// How long the new graph has for its first checkpoint, ms.
+        #[arg(long)]
+        grace_ms: Option<u64>,
+    },
     /// Changes the parallelism of a vertex (`--vertex`, its id as `job` lists it) or of
     /// every operator that follows the job's default parallelism, while the job runs; waits
     /// until it runs at the new parallelism.
@@ -206,6 +219,33 @@ where
             history,
             rollback,
         } => config(&client, id, changes, *dry_run, *history, *rollback, out),
+        Command::Replace {
+            id,
+            graph,
+            allow_dropping_state,
+            grace_ms,
+        } => {
+            let mut body = serde_json::json!({
+                "graph": graph,
+                "allowDroppingState": allow_dropping_state,
+            });
+            if let Some(g) = grace_ms {
+                body["graceMs"] = serde_json::json!(g);
+            }
+            let r = client.send("POST", &format!("/jobs/{id}/replace"), Some(body))?;
+            writeln!(
+                out,
+                "replaced by `{graph}` at savepoint {} in {} ms (input paused {} ms); committed at checkpoint {}",
+                s(&r["checkpoint"]),
+                s(&r["durationMs"]),
+                s(&r["pauseMs"]),
+                s(&r["committedAt"])
+            )?;
+            for d in r["droppedState"].as_array().into_iter().flatten() {
+                writeln!(out, "dropped the state of {}", s(d))?;
+            }
+            Ok(())
+        }
         Command::Cancel { id } => {
             client.send("PATCH", &format!("/jobs/{id}?mode=cancel"), None)?;
             writeln!(out, "cancelling job {id}")?;

@@ -267,3 +267,59 @@ fn weirctl_config_shows_plans_changes_lists_and_rolls_back_settings() {
         let _ = job.wait();
     });
 }
+
+#[test]
+fn weirctl_replace_switches_to_a_registered_graph_version() {
+    within_timeout(|| {
+        let dir = TempDir::new("weirctl-replace");
+        let server = RestServer::start(RestConfig::default()).expect("the server starts");
+        let mut cfg = EnvConfig::default();
+        cfg.checkpoint.interval = Some(Duration::from_millis(10));
+        cfg.checkpoint.directory = dir.path().to_owned();
+        cfg.rate_control = RateControlConfig::fixed(20_000.0);
+        let env = Env::with_config(cfg);
+        env.generate(u64::MAX, |i| i)
+            .uid("src")
+            .map(|x: u64| x)
+            .uid("v1")
+            .discard();
+        env.register_graph("v2", |env| {
+            env.generate(u64::MAX, |i| i)
+                .uid("src")
+                .map(|x: u64| x + 1)
+                .uid("v2")
+                .discard();
+        });
+        let job = env.start("weirctl-replace").expect("the job starts");
+        server.register(job.monitor());
+        let url = format!("http://{}", server.addr());
+        let id = job.id().to_owned();
+        let token = server.token().to_owned();
+        let ctl = |args: &[&str]| {
+            let mut all = vec!["--token", token.as_str()];
+            all.extend_from_slice(args);
+            weirctl(&url, &all)
+        };
+        match ctl(&["replace", &id, "v9"]) {
+            Err(CliError::Refused {
+                status: 404,
+                message,
+                ..
+            }) => {
+                assert!(message.contains("v2"), "{message}")
+            }
+            other => panic!("an unknown version: {other:?}"),
+        }
+        let out = ctl(&["replace", &id, "v2"]).unwrap();
+        assert!(
+            out.contains("replaced by `v2`") && out.contains("committed at checkpoint"),
+            "{out}"
+        );
+        assert!(job
+            .vertices()
+            .iter()
+            .any(|v| v.operators.iter().any(|o| o == "v2")));
+        job.cancel();
+        let _ = job.wait();
+    });
+}

@@ -166,6 +166,11 @@ pub(crate) fn routes(cfg: &mut web::ServiceConfig) {
         )
         .service(get("/jobs/{id}/config/history", super::settings::history))
         .service(
+            web::resource("/jobs/{id}/replace")
+                .route(web::post().to(super::settings::replace))
+                .default_service(web::to(method_not_allowed)),
+        )
+        .service(
             web::resource("/jobs/{id}/config/rollback")
                 .route(web::post().to(super::settings::rollback))
                 .default_service(web::to(method_not_allowed)),
@@ -233,6 +238,7 @@ pub const ROUTES: &[(&str, &[&str])] = &[
     ("/jobs/{id}/config/plan", &["POST"]),
     ("/jobs/{id}/config/history", &["GET"]),
     ("/jobs/{id}/config/rollback", &["POST"]),
+    ("/jobs/{id}/replace", &["POST"]),
     ("/jobs/{id}/vertices/{vid}/backpressure", &["GET"]),
     ("/jobs/{id}/vertices/{vid}/metrics", &["GET"]),
     ("/jobs/{id}/vertices/{vid}/subtasks/metrics", &["GET"]),
