@@ -55,6 +55,48 @@ impl Future for YieldThen {
     }
 }
 
+/// A clock that ticks every millisecond on a thread of its own and wakes the calls waiting
+/// for it: a service's latency, without sleeping on the subtask's thread.
+struct Ticker {
+    ticks: AtomicU64,
+    waiting: Mutex<Vec<Waker>>,
+}
+
+fn ticker() -> &'static Ticker {
+    static TICKER: std::sync::OnceLock<&'static Ticker> = std::sync::OnceLock::new();
+    TICKER.get_or_init(|| {
+        let t: &'static Ticker = Box::leak(Box::new(Ticker {
+            ticks: AtomicU64::new(0),
+            waiting: Mutex::new(Vec::new()),
+        }));
+        std::thread::spawn(move || loop {
+            std::thread::sleep(Duration::from_millis(1));
+            t.ticks.fetch_add(1, Ordering::SeqCst);
+            let woken = std::mem::take(&mut *t.waiting.lock().unwrap());
+            woken.into_iter().for_each(Waker::wake);
+        });
+        t
+    })
+}
+
+/// Ready once the ticker has ticked twice (1 to 2 ms from now).
+async fn latency() {
+    let t = ticker();
+    let until = t.ticks.load(Ordering::SeqCst) + 2;
+    futures::future::poll_fn(move |cx| {
+        if t.ticks.load(Ordering::SeqCst) >= until {
+            return Poll::Ready(());
+        }
+        t.waiting.lock().unwrap().push(cx.waker().clone());
+        // A tick between the look and the registration is seen here.
+        if t.ticks.load(Ordering::SeqCst) >= until {
+            return Poll::Ready(());
+        }
+        Poll::Pending
+    })
+    .await
+}
+
 /// Calls in flight as the service sees them: from `lookup` until the future completes or is
 /// dropped (timed out).
 #[derive(Default)]
@@ -129,6 +171,8 @@ struct Dim {
     permits: Option<Permits>,
     /// Panics in `enrich` at these ids.
     faults: Option<RecordFaults<u64>>,
+    /// Calls take a millisecond or two (else they complete after a few polls).
+    latency: bool,
     calls: Arc<Calls>,
 }
 
@@ -147,8 +191,12 @@ impl AsyncLookup<u64> for Dim {
         let guard = self.calls.enter();
         let hangs = self.hang == Some(key);
         let permits = self.permits.clone();
+        let slow = self.latency;
         Box::pin(async move {
             let _guard = guard;
+            if slow {
+                latency().await;
+            }
             if hangs {
                 futures::future::pending::<()>().await;
             }
@@ -319,6 +367,20 @@ impl Running {
 
 /// endless ids -> lookup "enrich" -> format (panics when `arm` is set) -> exactly-once sink.
 fn start_endless(name: &str, config: LookupConfig, arm: Arc<AtomicBool>) -> Running {
+    start_endless_at(name, config, arm, None)
+}
+
+/// As [`start_endless`], the lookup and format at `parallelism` if given.
+fn start_endless_at(
+    name: &str,
+    config: LookupConfig,
+    arm: Arc<AtomicBool>,
+    parallelism: Option<usize>,
+) -> Running {
+    let dim = Dim {
+        latency: parallelism.is_some(),
+        ..Default::default()
+    };
     let dir = TempDir::new(name);
     let out = dir.path().join("out");
     let mut cfg = checkpointed(&dir);
@@ -341,10 +403,15 @@ fn start_endless(name: &str, config: LookupConfig, arm: Arc<AtomicBool>) -> Runn
             })
         })
         .uid("ids")
-        .lookup(Dim::default(), config);
+        .set_parallelism(1)
+        .lookup(dim, config);
+    let enriched = enriched.uid("enrich");
+    let enriched = match parallelism {
+        Some(p) => enriched.set_parallelism(p),
+        None => enriched,
+    };
     let o = out.clone();
     enriched
-        .uid("enrich")
         .map(move |(id, v): (u64, u64)| {
             if arm.swap(false, Ordering::SeqCst) {
                 panic!("injected fault: downstream of the lookup");
@@ -355,7 +422,8 @@ fn start_endless(name: &str, config: LookupConfig, arm: Arc<AtomicBool>) -> Runn
         .add_sink("exactly_once", move |cx| {
             TwoPhaseFileSink::create(&o, cx, encode_display::<String>)
         })
-        .uid("exactly_once");
+        .uid("exactly_once")
+        .set_parallelism(1);
     Running {
         handle: env.start(name).expect("start"),
         stop,
@@ -574,6 +642,7 @@ fn faults_while_calls_are_in_flight_lose_and_repeat_nothing() {
         let env = Env::with_config(cfg);
         let dim = Dim {
             faults: (faulty == "enrich").then(|| faults.clone()),
+            latency: true,
             ..Default::default()
         };
         let calls = dim.calls.clone();
@@ -638,4 +707,39 @@ fn at_most_capacity_calls_are_in_flight() {
     assert_eq!(calls.max.load(Ordering::SeqCst), k, "never more than {k}");
     let expected: Vec<(u64, u64)> = (0..n).map(|i| (i, value_of(i % KEYS))).collect();
     assert_eq!(out.take(), expected);
+}
+
+#[test]
+fn a_lookup_rescaled_with_calls_in_flight_loses_and_repeats_nothing() {
+    let config = LookupConfig::new().capacity(64).cache(CacheStrategy::Lru {
+        size: 10,
+        ttl: None,
+    });
+    let metrics = config.metrics();
+    let job = start_endless_at("lookup-rescale", config, Arc::default(), Some(2));
+    let h = &job.handle;
+    wait_until("calls are made", || metrics.stats().misses > 1_000);
+    // Calls take a millisecond or more: a rescale's barrier finds some in flight.
+    wait_until("calls in flight", || metrics.stats().in_flight > 0);
+    for to in [3, 1] {
+        let report = h.rescale("enrich", to).expect("the rescale succeeds");
+        assert!(
+            report
+                .changes
+                .iter()
+                .any(|c| c.uid == "enrich" && c.to == to),
+            "{report:?}"
+        );
+        let misses = metrics.stats().misses;
+        wait_until("calls are made at the new parallelism", || {
+            metrics.stats().misses > misses + 1_000
+        });
+    }
+    assert_eq!(restarts(h), 0, "no failure");
+    assert_eq!(
+        metrics.subtasks().len(),
+        1,
+        "the retired subtasks' gauges are gone"
+    );
+    job.finish();
 }

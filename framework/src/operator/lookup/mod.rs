@@ -340,7 +340,15 @@ pub(crate) struct LookupCounters {
 /// job runs (from [`LookupConfig::metrics`]).
 #[derive(Debug, Clone, Default)]
 pub struct LookupMetrics {
-    subtasks: Arc<Mutex<std::collections::BTreeMap<usize, Arc<LookupCounters>>>>,
+    inner: Arc<Mutex<Registry>>,
+}
+
+#[derive(Debug, Default)]
+struct Registry {
+    /// The running subtasks' counters, by subtask index.
+    subtasks: std::collections::BTreeMap<usize, Arc<LookupCounters>>,
+    /// What subtasks removed by a rescale to fewer counted (hits, misses, timeouts, retries).
+    retired: [u64; 4],
 }
 
 /// A reading of [`LookupMetrics`].
@@ -365,14 +373,30 @@ pub struct LookupStats {
 }
 
 impl LookupMetrics {
-    /// The counters of `subtask` (created at its first start, kept across restarts).
-    pub(crate) fn register(&self, subtask: usize) -> Arc<LookupCounters> {
-        lock(&self.subtasks).entry(subtask).or_default().clone()
+    /// The counters of `subtask` of `parallelism` (created at its first start, kept across
+    /// restarts). Subtasks beyond `parallelism` (a rescale to fewer) are retired: their
+    /// counts stay in the sums, their gauges go.
+    pub(crate) fn register(&self, subtask: usize, parallelism: usize) -> Arc<LookupCounters> {
+        let mut r = lock(&self.inner);
+        let gone: Vec<usize> = r.subtasks.range(parallelism..).map(|(i, _)| *i).collect();
+        for i in gone {
+            if let Some(c) = r.subtasks.remove(&i) {
+                for (slot, counter) in
+                    r.retired
+                        .iter_mut()
+                        .zip([&c.hits, &c.misses, &c.timeouts, &c.retries])
+                {
+                    *slot += counter.load(Ordering::Relaxed);
+                }
+            }
+        }
+        r.subtasks.entry(subtask).or_default().clone()
     }
 
-    /// Every subtask's reading, by subtask index.
+    /// Every running subtask's reading, by subtask index.
     pub fn subtasks(&self) -> Vec<LookupStats> {
-        lock(&self.subtasks)
+        lock(&self.inner)
+            .subtasks
             .values()
             .map(|c| LookupStats {
                 hits: c.hits.load(Ordering::Relaxed),
@@ -386,10 +410,16 @@ impl LookupMetrics {
             .collect()
     }
 
-    /// The sum over subtasks (the strategy if they all have the same).
+    /// The sum over subtasks (the strategy if they all have the same), with what subtasks
+    /// removed by a rescale counted.
     pub fn stats(&self) -> LookupStats {
         let all = self.subtasks();
+        let [hits, misses, timeouts, retries] = lock(&self.inner).retired;
         let mut sum = LookupStats {
+            hits,
+            misses,
+            timeouts,
+            retries,
             strategy: all.first().and_then(|s| s.strategy),
             ..Default::default()
         };

@@ -176,7 +176,9 @@ impl<T: crate::Data, L: AsyncLookup<T>> LookupOp<T, L> {
         live_config: &[(String, String)],
     ) -> Result<Self, String> {
         let settings = Settings::new(config);
-        let counters = config.metrics.register(core.info.subtask);
+        let counters = config
+            .metrics
+            .register(core.info.subtask, core.info.parallelism);
         let restored = restored.map(decode_state::<T, L::Out>).transpose()?;
         let mut op = LookupOp {
             inner: Inner {
