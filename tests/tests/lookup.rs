@@ -743,3 +743,27 @@ fn a_lookup_rescaled_with_calls_in_flight_loses_and_repeats_nothing() {
     );
     job.finish();
 }
+
+#[test]
+fn a_config_out_of_range_is_refused_before_the_job_starts() {
+    for (config, what) in [
+        (LookupConfig::new().capacity(0), "lookup capacity"),
+        (
+            LookupConfig::new().timeout(Duration::ZERO),
+            "lookup timeout",
+        ),
+        (
+            LookupConfig::new().cache(CacheStrategy::Lru { size: 0, ttl: None }),
+            "lookup cache size",
+        ),
+    ] {
+        let env = Env::new();
+        let (enriched, _) = env.generate(10, |i| i).lookup(Dim::default(), config);
+        enriched.collect();
+        let e = env.execute("lookup-bad-config").unwrap_err();
+        assert!(
+            matches!(e, JobError::Plan { .. }) && e.to_string().contains(what),
+            "{what}: {e}"
+        );
+    }
+}
