@@ -547,13 +547,16 @@ fn a_restarted_subtask_applies_the_live_changes_again() {
     job.finish();
 }
 
+/// The enriched records and the timed-out ones.
+type Outputs = (Vec<(u64, u64)>, Vec<u64>);
+
 /// ids 0..n -> lookup "enrich" of `dim` -> (enriched, timed out), both collected.
 fn run_with_timeouts(
     name: &str,
     n: u64,
     dim: Dim,
     config: LookupConfig,
-) -> Result<(Vec<(u64, u64)>, Vec<u64>), JobError> {
+) -> Result<Outputs, JobError> {
     let env = Env::new();
     let (enriched, timed_out) = env.generate(n, |i| i).lookup(dim, config);
     let (enriched, timed_out) = (enriched.uid("enrich").collect(), timed_out.collect());
