@@ -176,9 +176,10 @@ impl std::fmt::Display for CacheKind {
     }
 }
 
-impl std::str::FromStr for CacheKind {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+impl CacheKind {
+    /// The strategy named `s` (`none`, `all`, `lru`). Not `FromStr`: a public parser impl
+    /// would show up in every compiler hint that lists `FromStr` types.
+    pub(crate) fn parse(s: &str) -> Result<Self, String> {
         match s {
             "none" => Ok(CacheKind::None),
             "all" => Ok(CacheKind::All),

@@ -75,8 +75,7 @@ impl Settings {
         };
         let v = value.trim();
         match key {
-            "cache" => v
-                .parse::<CacheKind>()
+            "cache" => CacheKind::parse(v)
                 .map(Change::Cache)
                 .map_err(|m| bad("none|all|lru", m)),
             "cache.size" => positive(v)
