@@ -206,6 +206,22 @@ pub enum JobError {
         /// What is known.
         reason: String,
     },
+    /// An async lookup ([`DataStream::lookup`](crate::DataStream::lookup)) failed for good:
+    /// a call timed out or returned an error on every attempt (the timeout policy fails the
+    /// job), or its `all` cache could not be loaded.
+    #[error("job `{job}`: lookup `{uid}` subtask {subtask} failed for key {key}: {message}")]
+    LookupFailed {
+        /// Job name.
+        job: String,
+        /// The lookup operator's uid.
+        uid: String,
+        /// Subtask index.
+        subtask: usize,
+        /// The key (its `Debug` form), or `<load_all>` for a failed cache load.
+        key: String,
+        /// What happened: the timeout or the lookup's error, and the attempts made.
+        message: String,
+    },
     /// An operator's initial state could not be restored.
     #[error("job `{job}`: operator `{uid}` subtask {subtask} cannot restore its state: {source}")]
     StateRestore {
@@ -365,6 +381,15 @@ pub(crate) enum TaskError {
         subtask: usize,
         message: String,
     },
+    /// An async lookup failed for good (timed out or returned an error after its retries),
+    /// or its cache could not be loaded.
+    Lookup {
+        uid: String,
+        subtask: usize,
+        /// The key looked up (`Debug` form), or what was being loaded.
+        key: String,
+        message: String,
+    },
     /// A primary that was declared failed and replaced by its backup (epoch `epoch`) still
     /// ran: it stops without emitting anything.
     Fenced {
@@ -426,6 +451,18 @@ impl TaskError {
                 job,
                 uid,
                 subtask,
+                message,
+            },
+            TaskError::Lookup {
+                uid,
+                subtask,
+                key,
+                message,
+            } => JobError::LookupFailed {
+                job,
+                uid,
+                subtask,
+                key,
                 message,
             },
             TaskError::Fenced {

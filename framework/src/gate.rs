@@ -165,12 +165,11 @@ impl<T: Data> TypedGate<T> {
                 }
                 drop(payload);
                 self.head.flush();
-                // Output all out: the step can be released now (not at the next one).
+                // Output all out: the step can be released now (not at the next one). An
+                // error is the lane's to report, at its next poll.
                 let waker = futures::task::noop_waker();
-                if self
-                    .head
-                    .poll_pending(&mut Context::from_waker(&waker))
-                    .is_ready()
+                if let Poll::Ready(Ok(())) =
+                    self.head.poll_pending(&mut Context::from_waker(&waker))
                 {
                     claims.settle();
                 }
@@ -221,7 +220,7 @@ impl<T: Data> InputGate for TypedGate<T> {
     fn flush(&mut self) {
         self.head.flush()
     }
-    fn poll_pending(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+    fn poll_pending(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), TaskError>> {
         self.head.poll_pending(cx)
     }
     fn is_ended(&self) -> bool {

@@ -23,8 +23,9 @@
 //! assert!(sums.take().contains(&((0..1_000u64).filter(|x| x * 2 % 10 == 0).map(|x| x * 2).sum())));
 //! ```
 //!
-//! Public modules: [`stream`] (the API), [`source`] and [`sink`], [`key_group`] (how keys map
-//! to subtasks), [`checkpoint`], [`rate`], [`hooks`], [`testing`], [`error`].
+//! Public modules: [`stream`] (the API), [`source`] and [`sink`], [`lookup`] (async
+//! enrichment with a cache), [`key_group`] (how keys map to subtasks), [`checkpoint`],
+//! [`rate`], [`hooks`], [`testing`], [`error`].
 //!
 //! # Layers
 //!
@@ -108,6 +109,7 @@ pub use job::{Canceller, JobHandle, JobMonitor, PendingPing, RollbackReport};
 pub use metrics::{BackpressureLevel, JobMetrics, OperatorMetrics, SubtaskMetrics};
 pub use operator::connect::{BroadcastProcessFunction, CoProcessFunction, InputSelection};
 pub use operator::keyed::{KeyedFn, KeyedProcessFunction};
+pub use operator::lookup;
 pub use operator::process::ProcessFunction;
 pub use operator::{Collector, OperatorInfo};
 pub use plan::VertexInfo;

@@ -216,8 +216,8 @@ macro_rules! network_output_plumbing {
             }
             Ok(())
         }
-        fn poll_pending(&mut self, cx: &mut Context<'_>) -> Poll<()> {
-            self.pending.poll(&self.senders, cx)
+        fn poll_pending(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), TaskError>> {
+            self.pending.poll(&self.senders, cx).map(Ok)
         }
         fn usage(&self, usage: &mut QueueUsage) {
             self.pending.usage(&self.senders, usage)

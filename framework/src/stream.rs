@@ -38,6 +38,8 @@ use crate::operator::filter::FilterOp;
 use crate::operator::flat_map::FlatMapOp;
 use crate::operator::keyed::{Hooks, KeyedFn, KeyedOp, KeyedProcessFunction, ReduceFn};
 use crate::operator::keyed_apply::{check_state_fields, AppliedTo, KeyedApplyOp};
+use crate::operator::lookup::op::LookupOp;
+use crate::operator::lookup::{AsyncLookup, LookupConfig};
 use crate::operator::map::MapOp;
 use crate::operator::process::{ProcessFunction, ProcessOp};
 use crate::operator::split::SplitOp;
@@ -566,6 +568,68 @@ impl<T: Data> DataStream<T> {
     /// Drops every record (counted).
     pub fn discard(self) -> SinkStream {
         self.add_sink("discard", |_| Ok(DiscardSink))
+    }
+
+    /// Enriches every record by an asynchronous call (`lookup`), with at most
+    /// `config.capacity` calls in flight per subtask, a timeout and a cache in front; see
+    /// [`crate::lookup`]. Returns the enriched records and the side output of records whose
+    /// call timed out on every attempt ([`OnTimeout::SideOutput`]; empty otherwise). The node
+    /// is named `lookup`; its live keys (`cache`, `cache.size`, `cache.ttl`, `timeout`,
+    /// `capacity`, `retries`) change through
+    /// [`JobHandle::update_config`](crate::JobHandle::update_config) by its uid.
+    ///
+    /// [`OnTimeout::SideOutput`]: crate::lookup::OnTimeout::SideOutput
+    pub fn lookup<L>(self, lookup: L, config: LookupConfig) -> (DataStream<L::Out>, DataStream<T>)
+    where
+        L: AsyncLookup<T>,
+    {
+        if let Err(e) = config.validate() {
+            self.graph.borrow_mut().errors.push(e);
+        }
+        let builder = Box::new(move |env: &OpEnv, mut outputs: Vec<AnyBox>| {
+            let side = unbox::<BoxOutput<T>>(outputs.remove(1));
+            let next = unbox::<BoxOutput<L::Out>>(outputs.remove(0));
+            let (core, restored) = (core(env, next), env.restored.as_deref());
+            let op = LookupOp::new(
+                lookup.clone(),
+                &config,
+                core,
+                side,
+                restored,
+                &env.live_config,
+            )
+            .map_err(|e| env.restore_error(e))?;
+            Ok(Built::Inputs {
+                heads: vec![Box::new(Box::new(op) as BoxOutput<T>) as AnyBox],
+                selection: None,
+            })
+        });
+        let part = self.partitioning();
+        let mut g = self.graph.borrow_mut();
+        let id = g.add_node(Node {
+            name: "lookup".to_owned(),
+            uid: None,
+            parallelism: None,
+            part_of: None,
+            is_source: false,
+            n_inputs: 1,
+            ports: vec![Port::<L::Out>::boxed(), Port::<T>::boxed()],
+            builder,
+            initial_state: None,
+            backup: None,
+            stateless: false,
+            // The unfinished records are dealt out like operator list state.
+            rescale: crate::rescale::Rule::Subtask(vec![(
+                crate::operator::lookup::op::STATE_FIELD.to_owned(),
+                crate::hooks::Redistribution::Split,
+            )]),
+        });
+        self.edges_into(&mut g, id, 0, part);
+        drop(g);
+        (
+            DataStream::new(self.graph.clone(), id, 0),
+            DataStream::new(self.graph.clone(), id, 1),
+        )
     }
 }
 

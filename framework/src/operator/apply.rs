@@ -26,7 +26,10 @@ where
     fn flush(&mut self) {
         Output::<I>::flush(&mut self.0)
     }
-    fn poll_pending(&mut self, cx: &mut std::task::Context<'_>) -> std::task::Poll<()> {
+    fn poll_pending(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), TaskError>> {
         Output::<I>::poll_pending(&mut self.0, cx)
     }
     fn usage(&self, usage: &mut QueueUsage) {

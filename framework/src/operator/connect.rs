@@ -292,7 +292,7 @@ macro_rules! co_side_impl {
                     Ok(())
                 }
             }
-            fn poll_pending(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+            fn poll_pending(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), TaskError>> {
                 lock(&self.shared).core.next.poll_pending(cx)
             }
             fn usage(&self, usage: &mut crate::metrics::QueueUsage) {

@@ -256,7 +256,10 @@ where
     fn flush(&mut self) {
         self.core.next.flush()
     }
-    fn poll_pending(&mut self, cx: &mut std::task::Context<'_>) -> std::task::Poll<()> {
+    fn poll_pending(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), TaskError>> {
         self.core.next.poll_pending(cx)
     }
     fn usage(&self, usage: &mut QueueUsage) {

@@ -10,7 +10,7 @@
 //! into a [`TaskError`] naming the operator uid and subtask.
 //!
 //! One operator kind per file, named for its verb (`map`, `filter`, `flat_map`, `process`,
-//! `keyed`, `connect`, `split`). This module does not own the actor loop (`task`).
+//! `keyed`, `connect`, `split`; `lookup`, a folder, is public as `weir::lookup`). This module does not own the actor loop (`task`).
 
 pub(crate) mod apply;
 pub(crate) mod connect;
@@ -18,6 +18,7 @@ pub(crate) mod filter;
 pub(crate) mod flat_map;
 pub(crate) mod keyed;
 pub(crate) mod keyed_apply;
+pub mod lookup;
 pub(crate) mod map;
 pub(crate) mod process;
 pub(crate) mod split;
@@ -41,9 +42,11 @@ pub(crate) trait Output<T>: Send {
     fn flush(&mut self);
     /// No more input: emit what the operator holds back, flush, and send end-of-input.
     fn finish(&mut self) -> Result<(), TaskError>;
-    /// Moves batches waiting for credit into their channels; `Pending` while some channel has
-    /// no credit (the task is woken when it has).
-    fn poll_pending(&mut self, cx: &mut Context<'_>) -> Poll<()>;
+    /// Moves batches waiting for credit into their channels, and lets operators with work in
+    /// progress (async lookups) make progress; `Pending` while some channel has no credit or
+    /// an operator cannot take input yet (the task is woken when it can). An error is a
+    /// failure of the work in progress (a lookup that failed or timed out, a panic in it).
+    fn poll_pending(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), TaskError>>;
     /// Adds the fill of the network channels this output sends to, and their capacity, in
     /// batches (batches waiting for credit count as queued).
     fn usage(&self, usage: &mut QueueUsage);
@@ -122,6 +125,30 @@ impl Control<'_> {
             next(self)
         }
     }
+}
+
+/// Combines the `poll_pending` answers of several outputs (every one is polled, so each
+/// registers its waker): the first error, else `Pending` if any is pending.
+pub(crate) fn all_ready(
+    polls: impl IntoIterator<Item = Poll<Result<(), TaskError>>>,
+) -> Poll<Result<(), TaskError>> {
+    let mut out = Poll::Ready(Ok(()));
+    for p in polls {
+        match p {
+            Poll::Ready(Err(e)) => {
+                if !matches!(out, Poll::Ready(Err(_))) {
+                    out = Poll::Ready(Err(e));
+                }
+            }
+            Poll::Pending => {
+                if matches!(out, Poll::Ready(Ok(()))) {
+                    out = Poll::Pending;
+                }
+            }
+            Poll::Ready(Ok(())) => {}
+        }
+    }
+    out
 }
 
 /// Boxed output, the unit the plan builder wires together.
@@ -305,7 +332,10 @@ macro_rules! forward_output_plumbing {
         fn flush(&mut self) {
             self.core.next.flush()
         }
-        fn poll_pending(&mut self, cx: &mut std::task::Context<'_>) -> std::task::Poll<()> {
+        fn poll_pending(
+            &mut self,
+            cx: &mut std::task::Context<'_>,
+        ) -> std::task::Poll<Result<(), $crate::error::TaskError>> {
             self.core.next.poll_pending(cx)
         }
         fn usage(&self, usage: &mut $crate::metrics::QueueUsage) {
@@ -364,16 +394,8 @@ impl<T: Clone + Send + 'static> Output<T> for Tee<T> {
     fn finish(&mut self) -> Result<(), TaskError> {
         self.outs.iter_mut().try_for_each(|o| o.finish())
     }
-    fn poll_pending(&mut self, cx: &mut Context<'_>) -> Poll<()> {
-        let mut ready = true;
-        for o in &mut self.outs {
-            ready &= o.poll_pending(cx).is_ready();
-        }
-        if ready {
-            Poll::Ready(())
-        } else {
-            Poll::Pending
-        }
+    fn poll_pending(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), TaskError>> {
+        all_ready(self.outs.iter_mut().map(|o| o.poll_pending(cx)))
     }
     fn usage(&self, usage: &mut QueueUsage) {
         self.outs.iter().for_each(|o| o.usage(usage))
@@ -406,8 +428,8 @@ impl<T> Output<T> for Discard {
     fn finish(&mut self) -> Result<(), TaskError> {
         Ok(())
     }
-    fn poll_pending(&mut self, _cx: &mut Context<'_>) -> Poll<()> {
-        Poll::Ready(())
+    fn poll_pending(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), TaskError>> {
+        Poll::Ready(Ok(()))
     }
     fn usage(&self, _usage: &mut QueueUsage) {}
     fn control(&mut self, _c: &mut Control<'_>) {}

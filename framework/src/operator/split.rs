@@ -38,14 +38,10 @@ impl<A: Send, B: Send> Output<Result<A, B>> for SplitOp<A, B> {
         self.core.finish_with(|_| {})?;
         self.side_next.finish()
     }
-    fn poll_pending(&mut self, cx: &mut Context<'_>) -> Poll<()> {
-        let a = self.core.next.poll_pending(cx).is_ready();
-        let b = self.side_next.poll_pending(cx).is_ready();
-        if a && b {
-            Poll::Ready(())
-        } else {
-            Poll::Pending
-        }
+    fn poll_pending(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), TaskError>> {
+        let a = self.core.next.poll_pending(cx);
+        let b = self.side_next.poll_pending(cx);
+        super::all_ready([a, b])
     }
     fn usage(&self, usage: &mut crate::metrics::QueueUsage) {
         self.core.next.usage(usage);

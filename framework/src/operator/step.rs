@@ -45,7 +45,7 @@ pub(crate) trait InputGate: Send {
     /// Checkpoint `id` is complete.
     fn notify_complete(&mut self, id: u64) -> Result<(), TaskError>;
     fn flush(&mut self);
-    fn poll_pending(&mut self, cx: &mut TaskContext<'_>) -> Poll<()>;
+    fn poll_pending(&mut self, cx: &mut TaskContext<'_>) -> Poll<Result<(), TaskError>>;
     fn is_ended(&self) -> bool;
     /// Batches waiting in this input's channels.
     fn queued(&self) -> usize;
@@ -78,7 +78,7 @@ pub(crate) trait SourceStep: Send {
     /// Registers `waker` to be woken when the source's `SourceWaker` is; whether it was
     /// woken since the last step began (then step again now).
     fn woken(&self, waker: &std::task::Waker) -> bool;
-    fn poll_pending(&mut self, cx: &mut TaskContext<'_>) -> Poll<()>;
+    fn poll_pending(&mut self, cx: &mut TaskContext<'_>) -> Poll<Result<(), TaskError>>;
     /// Sets (or with `None` lifts) the source's rate limit, in records per second.
     fn set_rate(&mut self, now: Instant, rate: Option<f64>);
     fn output_usage(&self, usage: &mut QueueUsage);

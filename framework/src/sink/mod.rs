@@ -112,8 +112,8 @@ impl<T: Send + 'static> Output<T> for SinkOp<T> {
         let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| sink.finish()));
         self.check(r)
     }
-    fn poll_pending(&mut self, _cx: &mut Context<'_>) -> Poll<()> {
-        Poll::Ready(())
+    fn poll_pending(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), TaskError>> {
+        Poll::Ready(Ok(()))
     }
     fn usage(&self, _usage: &mut crate::metrics::QueueUsage) {}
     fn control(&mut self, c: &mut crate::operator::Control<'_>) {

@@ -206,7 +206,10 @@ impl<T: Send + 'static> crate::operator::step::SourceStep for SourceDriver<T> {
     fn woken(&self, waker: &std::task::Waker) -> bool {
         self.waker.register(waker)
     }
-    fn poll_pending(&mut self, cx: &mut std::task::Context<'_>) -> std::task::Poll<()> {
+    fn poll_pending(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), crate::error::TaskError>> {
         self.out.poll_pending(cx)
     }
     fn set_rate(&mut self, now: std::time::Instant, rate: Option<f64>) {

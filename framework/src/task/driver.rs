@@ -256,19 +256,11 @@ pub(super) enum Work {
 }
 
 impl Driver {
-    pub(super) fn poll_pending(&mut self, cx: &mut TaskContext<'_>) -> Poll<()> {
+    pub(super) fn poll_pending(&mut self, cx: &mut TaskContext<'_>) -> Poll<Result<(), TaskError>> {
         match self {
             Driver::Source(s) => s.poll_pending(cx),
             Driver::Inputs { gates, .. } => {
-                let mut ready = true;
-                for g in gates.iter_mut() {
-                    ready &= g.poll_pending(cx).is_ready();
-                }
-                if ready {
-                    Poll::Ready(())
-                } else {
-                    Poll::Pending
-                }
+                crate::operator::all_ready(gates.iter_mut().map(|g| g.poll_pending(cx)))
             }
         }
     }

@@ -127,8 +127,10 @@ impl SubtaskActor {
             }
             self.throttle = None;
         }
-        if self.driver.poll_pending(cx).is_pending() {
-            return (Poll::Pending, WaitState::BackPressured);
+        match self.driver.poll_pending(cx) {
+            Poll::Pending => return (Poll::Pending, WaitState::BackPressured),
+            Poll::Ready(Err(e)) => return (Poll::Ready(Err(e)), WaitState::Busy),
+            Poll::Ready(Ok(())) => {}
         }
         if self.draining {
             return (Poll::Ready(Ok(())), WaitState::Busy);
