@@ -40,11 +40,8 @@ pub struct Env {
     #[cfg(feature = "rest")]
     rest: RefCell<Option<crate::rest::RestConfig>>,
     /// Graph versions a running job can be replaced by ([`Env::register_graph`]).
-    graphs: RefCell<Vec<(String, GraphBuilder)>>,
+    graphs: RefCell<Vec<(String, crate::job::GraphFactory)>>,
 }
-
-/// Builds a job's graph on an [`Env`] (a version registered with [`Env::register_graph`]).
-pub type GraphBuilder = std::sync::Arc<dyn Fn(&Env) + Send + Sync>;
 
 impl Default for Env {
     fn default() -> Self {
@@ -76,7 +73,12 @@ impl Env {
     pub fn register_graph(&self, name: &str, build: impl Fn(&Env) + Send + Sync + 'static) {
         let mut graphs = self.graphs.borrow_mut();
         graphs.retain(|(n, _)| n != name);
-        graphs.push((name.to_owned(), std::sync::Arc::new(build)));
+        let factory: crate::job::GraphFactory = std::sync::Arc::new(move |cfg: &EnvConfig| {
+            let env = Env::with_config(cfg.clone());
+            build(&env);
+            env.take_graph()
+        });
+        graphs.push((name.to_owned(), factory));
     }
 
     /// The graph built so far, moved out (a replacement's).
@@ -325,5 +327,50 @@ impl Env {
     /// Runs the job to completion and returns its result.
     pub fn execute(&self, name: &str) -> Result<JobResult, JobError> {
         self.start(name)?.wait()
+    }
+}
+
+impl crate::JobMonitor {
+    /// Replaces the running job's graph by the one `build` adds to an `Env`; see
+    /// [`JobHandle::replace`].
+    pub fn replace(
+        &self,
+        build: impl FnOnce(&Env),
+        options: crate::ReplaceOptions,
+    ) -> Result<crate::ReplaceReport, crate::ReplaceError> {
+        let env = Env::with_config(self.build_config());
+        build(&env);
+        self.replace_graph(env.take_graph(), options)
+    }
+}
+
+impl JobHandle {
+    /// Replaces the running job's graph by the one `build` adds to an `Env` (a fast restart):
+    /// the sources pause at a savepoint barrier, every subtask snapshots at it and hands its
+    /// state over in memory, the sinks commit, and the new graph is deployed in the same
+    /// process (same handle, REST server and metrics) from those states, matched by operator
+    /// uid (and dealt to a new parallelism where one changed). Refused before anything stops:
+    /// a graph that does not plan, or state of an operator the new graph lacks (unless
+    /// [`ReplaceOptions::allow_dropping_state`](crate::ReplaceOptions::allow_dropping_state)). Answered once the new graph completed its
+    /// first checkpoint; if it fails before that, or completes none within
+    /// [`ReplaceOptions::grace`](crate::ReplaceOptions::grace), the old graph runs again from the same savepoint
+    /// ([`ReplaceError::RolledBack`](crate::ReplaceError::RolledBack)). Nothing is lost or duplicated either way.
+    ///
+    /// ```no_run
+    /// # fn demo(job: &weir::JobHandle) -> Result<(), weir::ReplaceError> {
+    /// job.replace(
+    ///     |env| {
+    ///         env.generate(u64::MAX, |i| i).uid("ids").map(|x: u64| x * 2).uid("double").discard();
+    ///     },
+    ///     weir::crate::ReplaceOptions::default(),
+    /// )?;
+    /// # Ok(()) }
+    /// ```
+    pub fn replace(
+        &self,
+        build: impl FnOnce(&crate::Env),
+        options: crate::ReplaceOptions,
+    ) -> Result<crate::ReplaceReport, crate::ReplaceError> {
+        self.monitor().replace(build, options)
     }
 }

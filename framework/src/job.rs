@@ -91,7 +91,7 @@ pub struct JobMonitor {
     /// The job's settings at start (a replacement's graph is built with them).
     env_config: std::sync::Arc<EnvConfig>,
     /// The graph versions the job can be replaced by.
-    graphs: std::sync::Arc<Vec<(String, crate::env::GraphBuilder)>>,
+    graphs: std::sync::Arc<Vec<(String, GraphFactory)>>,
 }
 
 impl std::fmt::Debug for JobMonitor {
@@ -206,25 +206,19 @@ impl JobMonitor {
                 known: self.registered_graphs().join(", "),
             });
         };
-        let build = build.clone();
-        self.replace(move |env| build(env), options)
+        let graph = build(&self.build_config());
+        self.replace_graph(graph, options)
     }
 
-    /// Replaces the running job's graph by the one `build` adds to an `Env`; see
-    /// [`JobHandle::replace`].
-    pub fn replace(
+    /// Sends `graph` to replace the running one and waits for the answer.
+    pub(crate) fn replace_graph(
         &self,
-        build: impl FnOnce(&crate::Env),
+        graph: Graph,
         options: ReplaceOptions,
     ) -> Result<ReplaceReport, ReplaceError> {
-        let mut cfg = (*self.env_config).clone();
-        cfg.checkpoint = self.checkpoint_config();
-        let env = crate::Env::with_config(cfg);
-        build(&env);
-        let graph = Box::new(env.take_graph());
         let (reply, answer) = std_mpsc::channel();
         let request = crate::controller::ReplaceRequest {
-            graph,
+            graph: Box::new(graph),
             options,
             reply,
         };
@@ -232,6 +226,14 @@ impl JobMonitor {
             return Err(ReplaceError::JobEnded);
         }
         answer.recv().unwrap_or(Err(ReplaceError::JobEnded))
+    }
+
+    /// The settings a replacement's graph is built with: the job's, with its checkpoint
+    /// settings as they are now.
+    pub(crate) fn build_config(&self) -> EnvConfig {
+        let mut cfg = (*self.env_config).clone();
+        cfg.checkpoint = self.checkpoint_config();
+        cfg
     }
 
     /// Every live setting's value now, by name (see [`crate::settings`]).
@@ -608,6 +610,9 @@ impl JobHandle {
     }
 }
 
+/// Builds a registered graph version with the job's settings (`Env::register_graph`).
+pub(crate) type GraphFactory = std::sync::Arc<dyn Fn(&EnvConfig) -> Graph + Send + Sync>;
+
 /// What [`JobMonitor::rollback_settings`] did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
@@ -706,35 +711,6 @@ impl JobHandle {
     /// [`JobMonitor::rollback_settings`].
     pub fn rollback_settings(&self) -> Result<RollbackReport, SettingError> {
         self.monitor.rollback_settings()
-    }
-
-    /// Replaces the running job's graph by the one `build` adds to an `Env` (a fast restart):
-    /// the sources pause at a savepoint barrier, every subtask snapshots at it and hands its
-    /// state over in memory, the sinks commit, and the new graph is deployed in the same
-    /// process (same handle, REST server and metrics) from those states, matched by operator
-    /// uid (and dealt to a new parallelism where one changed). Refused before anything stops:
-    /// a graph that does not plan, or state of an operator the new graph lacks (unless
-    /// [`ReplaceOptions::allow_dropping_state`]). Answered once the new graph completed its
-    /// first checkpoint; if it fails before that, or completes none within
-    /// [`ReplaceOptions::grace`], the old graph runs again from the same savepoint
-    /// ([`ReplaceError::RolledBack`]). Nothing is lost or duplicated either way.
-    ///
-    /// ```no_run
-    /// # fn demo(job: &weir::JobHandle) -> Result<(), weir::ReplaceError> {
-    /// job.replace(
-    ///     |env| {
-    ///         env.generate(u64::MAX, |i| i).uid("ids").map(|x: u64| x * 2).uid("double").discard();
-    ///     },
-    ///     weir::ReplaceOptions::default(),
-    /// )?;
-    /// # Ok(()) }
-    /// ```
-    pub fn replace(
-        &self,
-        build: impl FnOnce(&crate::Env),
-        options: ReplaceOptions,
-    ) -> Result<ReplaceReport, ReplaceError> {
-        self.monitor.replace(build, options)
     }
 
     /// Replaces the graph by the version registered as `name` ([`Env::register_graph`]).
@@ -865,7 +841,7 @@ pub(crate) fn start(
     graph: Graph,
     cfg: EnvConfig,
     name: &str,
-    graphs: Vec<(String, crate::env::GraphBuilder)>,
+    graphs: Vec<(String, GraphFactory)>,
 ) -> Result<JobHandle, JobError> {
     let job = name.to_owned();
     let plan = plan(&graph, &cfg).map_err(|source| JobError::Plan {

@@ -101,7 +101,7 @@ pub use checkpoint::store::CheckpointError;
 pub use checkpoint::{CheckpointConfig, CheckpointMode, RestoreLatest};
 pub use config::EnvConfig;
 pub use controller::{JobResult, JobStatus, OperatorResult};
-pub use env::{Env, GraphBuilder};
+pub use env::Env;
 pub use error::{JobError, PlanError, SinkError, SourceError};
 pub use failure::{FailureClass, FailureOutcome, FailureRecord};
 pub use hooks::{ConfigError, ConfigKey, Operator, StateError, StateSnapshot};

@@ -808,6 +808,12 @@ impl<T: crate::Data, L: AsyncLookup<T>> Output<T> for LookupOp<T, L> {
                 let r = self.inner.configure(key, value);
                 c.outcome = Some(crate::operator::ControlOutcome::Configured(r));
             }
+            ControlAction::Validate { key, value } => {
+                // Parsing is the whole check (a cache `all` without a loader is refused
+                // when applied).
+                let r = Settings::parse(&self.inner.info.uid, key, value).map(|_| ());
+                c.outcome = Some(crate::operator::ControlOutcome::Configured(r));
+            }
             ControlAction::Snapshot => c.unsupported(),
         }
     }
