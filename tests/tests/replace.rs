@@ -13,15 +13,13 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::Endless;
+use common::{endless_ids, two_more_checkpoints};
 use weir::testing::{
-    encode_display, quiet_injected_panics, read_committed, wait_for_checkpoint, ExactlyOnce,
-    TwoPhaseFileSink,
+    encode_display, quiet_injected_panics, read_committed, ExactlyOnce, TwoPhaseFileSink,
 };
 use weir::{Collector, Env, EnvConfig, JobHandle, ReplaceError, ReplaceOptions, ValueState};
 
 const KEYS: u64 = 20;
-const WAIT: Duration = Duration::from_secs(60);
 
 /// What every version shares: the input's stop flag and end, and the sink's directory.
 #[derive(Clone)]
@@ -46,51 +44,36 @@ impl Shared {
 /// ids -> keyed running count "count" (parallelism `p`) -> `id count version` lines; with
 /// `panic_at`, the version's tagger panics on its first record.
 fn version(env: &Env, s: &Shared, p: usize, tag: &'static str, panic: bool) {
-    let (stop, ended_at, out) = (s.stop.clone(), s.ended_at.clone(), s.out.clone());
-    env.add_source("ids", move |_cx| {
-        Ok(Endless {
-            next: 0,
-            stop: stop.clone(),
-            ended_at: ended_at.clone(),
+    let out = s.out.clone();
+    endless_ids(env, &s.stop, &s.ended_at)
+        .key_by(|x: &u64| x % KEYS)
+        .process(
+            |_k: &u64, n: &mut ValueState<u64>, x: u64, out: &mut Collector<(u64, u64)>| {
+                let c = n.get_or_insert_with(|| 0);
+                *c += 1;
+                out.collect((x, *c));
+            },
+        )
+        .uid("count")
+        .set_parallelism(p)
+        .map(move |(x, c): (u64, u64)| {
+            if panic {
+                panic!("injected fault: the new graph fails on its first record");
+            }
+            format!("{x} {c} {tag}")
         })
-    })
-    .uid("ids")
-    .set_parallelism(1)
-    .key_by(|x: &u64| x % KEYS)
-    .process(
-        |_k: &u64, n: &mut ValueState<u64>, x: u64, out: &mut Collector<(u64, u64)>| {
-            let c = n.get_or_insert_with(|| 0);
-            *c += 1;
-            out.collect((x, *c));
-        },
-    )
-    .uid("count")
-    .set_parallelism(p)
-    .map(move |(x, c): (u64, u64)| {
-        if panic {
-            panic!("injected fault: the new graph fails on its first record");
-        }
-        format!("{x} {c} {tag}")
-    })
-    .uid(&format!("tag-{tag}"))
-    .add_sink("exactly_once", move |cx| {
-        TwoPhaseFileSink::create(&out, cx, encode_display::<String>)
-    })
-    .uid("exactly_once")
-    .set_parallelism(1);
+        .uid(&format!("tag-{tag}"))
+        .add_sink("exactly_once", move |cx| {
+            TwoPhaseFileSink::create(&out, cx, encode_display::<String>)
+        })
+        .uid("exactly_once")
+        .set_parallelism(1);
 }
 
 fn config() -> EnvConfig {
     let mut cfg = EnvConfig::default();
     cfg.checkpoint.interval = Some(Duration::from_millis(20));
     cfg
-}
-
-fn two_more_checkpoints(job: &JobHandle) {
-    let done = job
-        .checkpoint_stats()
-        .map_or(0, |s| s.number_of_completed_checkpoints);
-    wait_for_checkpoint(job, done + 2, WAIT).expect("checkpoints complete");
 }
 
 /// Every id once with its sequential count; the version tag of each id, in id order.
@@ -191,31 +174,22 @@ fn a_new_graph_that_cannot_start_is_rolled_back() {
     let s2 = s.clone();
     let r = job.replace(
         move |env| {
-            let (stop, ended_at) = (s2.stop.clone(), s2.ended_at.clone());
-            env.add_source("ids", move |_cx| {
-                Ok(Endless {
-                    next: 0,
-                    stop: stop.clone(),
-                    ended_at: ended_at.clone(),
+            endless_ids(env, &s2.stop, &s2.ended_at)
+                .key_by(|x: &u64| x % KEYS)
+                .process(
+                    |_k: &u64, n: &mut ValueState<u64>, x: u64, out: &mut Collector<u64>| {
+                        *n.get_or_insert_with(|| 0) += 1;
+                        out.collect(x);
+                    },
+                )
+                .uid("count")
+                .add_sink("exactly_once", |_cx| -> Result<TwoPhaseFileSink<u64>, _> {
+                    Err(weir::SinkError::Io {
+                        path: "/nowhere".into(),
+                        source: std::io::Error::other("the new sink cannot open"),
+                    })
                 })
-            })
-            .uid("ids")
-            .set_parallelism(1)
-            .key_by(|x: &u64| x % KEYS)
-            .process(
-                |_k: &u64, n: &mut ValueState<u64>, x: u64, out: &mut Collector<u64>| {
-                    *n.get_or_insert_with(|| 0) += 1;
-                    out.collect(x);
-                },
-            )
-            .uid("count")
-            .add_sink("exactly_once", |_cx| -> Result<TwoPhaseFileSink<u64>, _> {
-                Err(weir::SinkError::Io {
-                    path: "/nowhere".into(),
-                    source: std::io::Error::other("the new sink cannot open"),
-                })
-            })
-            .uid("exactly_once");
+                .uid("exactly_once");
         },
         ReplaceOptions::default(),
     );
@@ -238,22 +212,15 @@ fn state_with_no_place_is_refused_before_anything_stops_unless_dropping_is_allow
     env.register_graph("v2", move |env| version(env, &s2, 2, "v2", false));
     let s3 = s.clone();
     env.register_graph("no-count", move |env| {
-        let (stop, ended_at, out) = (s3.stop.clone(), s3.ended_at.clone(), s3.out.clone());
-        env.add_source("ids", move |_cx| {
-            Ok(Endless {
-                next: 0,
-                stop: stop.clone(),
-                ended_at: ended_at.clone(),
+        let out = s3.out.clone();
+        endless_ids(env, &s3.stop, &s3.ended_at)
+            .map(|x: u64| format!("{x} {} v3", x / KEYS + 1))
+            .uid("tag-v3")
+            .add_sink("exactly_once", move |cx| {
+                TwoPhaseFileSink::create(&out, cx, encode_display::<String>)
             })
-        })
-        .uid("ids")
-        .map(|x: u64| format!("{x} {} v3", x / KEYS + 1))
-        .uid("tag-v3")
-        .add_sink("exactly_once", move |cx| {
-            TwoPhaseFileSink::create(&out, cx, encode_display::<String>)
-        })
-        .uid("exactly_once")
-        .set_parallelism(1);
+            .uid("exactly_once")
+            .set_parallelism(1);
     });
     let job = env.start("replace-fit").expect("starts");
     two_more_checkpoints(&job);

@@ -13,17 +13,15 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
 use weir::testing::{
-    encode_display, quiet_injected_panics, read_committed, wait_for_checkpoint, ExactlyOnce,
-    TwoPhaseFileSink,
+    encode_display, quiet_injected_panics, read_committed, ExactlyOnce, TwoPhaseFileSink,
 };
 use weir::{Collector, Env, EnvConfig, JobHandle, RescaleError, RestartStrategy, ValueState};
 
 mod common;
 
-use common::Endless;
+use common::{endless_ids, two_more_checkpoints, Endless};
 
 const KEYS: u64 = 50;
-const WAIT: Duration = Duration::from_secs(60);
 
 /// A gate a test closes to hold records inside an operator (so a checkpoint cannot complete)
 /// and opens again, optionally making the held record panic.
@@ -113,18 +111,8 @@ fn start_with(
         Arc::new(AtomicU64::new(0)),
     );
     let env = Env::with_config(cfg);
-    let (s, e) = (stop.clone(), ended_at.clone());
     let d = out.clone();
-    let gated = env
-        .add_source("ids", move |_cx| {
-            Ok(Endless {
-                next: 0,
-                stop: s.clone(),
-                ended_at: e.clone(),
-            })
-        })
-        .uid("ids")
-        .set_parallelism(1)
+    let gated = endless_ids(&env, &stop, &ended_at)
         .map(move |x: u64| {
             gate.pass();
             if arm.swap(false, Ordering::SeqCst) {
@@ -175,12 +163,6 @@ fn config() -> EnvConfig {
 }
 
 /// Waits for two more checkpoints than have completed (records flow at the parallelism now).
-fn two_more_checkpoints(job: &JobHandle) {
-    let done = job
-        .checkpoint_stats()
-        .map_or(0, |s| s.number_of_completed_checkpoints);
-    wait_for_checkpoint(job, done + 2, WAIT).expect("checkpoints complete");
-}
 
 /// Stops the input, waits for the end, and checks every id once with its sequential count.
 fn finish_and_check(job: Job) -> u64 {

@@ -226,3 +226,32 @@ impl weir::source::Source<u64> for Endless {
         Ok(())
     }
 }
+
+/// Waits until two more checkpoints than now have completed (records flow at the job's
+/// current shape), at most a minute.
+pub fn two_more_checkpoints(job: &weir::JobHandle) {
+    let done = job
+        .checkpoint_stats()
+        .map_or(0, |s| s.number_of_completed_checkpoints);
+    weir::testing::wait_for_checkpoint(job, done + 2, Duration::from_secs(60))
+        .expect("checkpoints complete");
+}
+
+/// An [`Endless`] source of ids on `env` (uid `ids`, one subtask) that ends when `stop` is
+/// set and stores where in `ended_at`.
+pub fn endless_ids(
+    env: &weir::Env,
+    stop: &std::sync::Arc<std::sync::atomic::AtomicBool>,
+    ended_at: &std::sync::Arc<AtomicU64>,
+) -> weir::DataStream<u64> {
+    let (stop, ended_at) = (stop.clone(), ended_at.clone());
+    env.add_source("ids", move |_cx| {
+        Ok(Endless {
+            next: 0,
+            stop: stop.clone(),
+            ended_at: ended_at.clone(),
+        })
+    })
+    .uid("ids")
+    .set_parallelism(1)
+}
