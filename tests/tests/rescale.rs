@@ -162,8 +162,6 @@ fn config() -> EnvConfig {
     cfg
 }
 
-/// Waits for two more checkpoints than have completed (records flow at the parallelism now).
-
 /// Stops the input, waits for the end, and checks every id once with its sequential count.
 fn finish_and_check(job: Job) -> u64 {
     job.stop.store(true, Ordering::SeqCst);
