@@ -221,3 +221,89 @@ fn a_rollback_returns_to_the_settings_of_the_last_completed_checkpoint() {
     wait_for_checkpoint(h, now + 2, WAIT).expect("checkpoints again after the rollback");
     finish(job);
 }
+
+/// A sink whose pre-commit waits while `hold` is set, so a checkpoint cannot complete.
+struct HoldingSink {
+    hold: Arc<AtomicBool>,
+    held: Arc<AtomicU64>,
+}
+
+impl weir::sink::Sink<u64> for HoldingSink {
+    fn write_batch(&mut self, batch: &mut Vec<u64>) -> Result<(), weir::SinkError> {
+        batch.clear();
+        Ok(())
+    }
+    fn pre_commit(&mut self, _checkpoint: u64) -> Result<Option<Vec<u8>>, weir::SinkError> {
+        if self.hold.load(Ordering::SeqCst) {
+            self.held.fetch_add(1, Ordering::SeqCst);
+            while self.hold.load(Ordering::SeqCst) {
+                std::thread::yield_now();
+            }
+        }
+        Ok(None)
+    }
+}
+
+#[test]
+fn a_new_timeout_and_tolerated_failures_are_seen_when_a_checkpoint_cannot_complete() {
+    let (hold, held) = (
+        Arc::new(AtomicBool::new(false)),
+        Arc::new(AtomicU64::new(0)),
+    );
+    let (stop, ended_at) = (
+        Arc::new(AtomicBool::new(false)),
+        Arc::new(AtomicU64::new(0)),
+    );
+    let mut cfg = EnvConfig::default();
+    cfg.checkpoint.interval = Some(Duration::from_millis(20));
+    let env = Env::with_config(cfg);
+    let (h2, held2) = (hold.clone(), held.clone());
+    common::endless_ids(&env, &stop, &ended_at)
+        .add_sink("holding", move |_cx| {
+            Ok(HoldingSink {
+                hold: h2.clone(),
+                held: held2.clone(),
+            })
+        })
+        .uid("holding");
+    let job = env.start("timeout").expect("starts");
+    common::two_more_checkpoints(&job);
+    // Without the change, a checkpoint held for the 10-minute timeout would just wait; and
+    // with no tolerated failure, its failure would restart the job.
+    set(
+        &job,
+        &[(TIMEOUT, "50ms"), (weir::settings::TOLERABLE, "100")],
+    )
+    .expect("live change");
+    hold.store(true, Ordering::SeqCst);
+    // Bounded only so that a regression fails instead of hanging.
+    let deadline = std::time::Instant::now() + WAIT;
+    while job
+        .checkpoint_stats()
+        .is_none_or(|s| s.number_of_failed_checkpoints == 0)
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the new timeout never failed the held checkpoint"
+        );
+        std::thread::yield_now();
+    }
+    assert!(
+        held.load(Ordering::SeqCst) > 0,
+        "the sink held a checkpoint"
+    );
+    assert_eq!(
+        job.checkpoint_stats().map(|s| s.num_restarts),
+        Some(0),
+        "tolerated"
+    );
+    let failed = job
+        .checkpoint_stats()
+        .map_or(0, |s| s.number_of_failed_checkpoints);
+    hold.store(false, Ordering::SeqCst);
+    common::two_more_checkpoints(&job);
+    assert_eq!(job.checkpoint_stats().map(|s| s.num_restarts), Some(0));
+    assert!(failed >= 1);
+    stop.store(true, Ordering::SeqCst);
+    job.wait().expect("finishes");
+}
