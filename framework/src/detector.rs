@@ -87,6 +87,17 @@ impl Heartbeats {
         self.timeout
     }
 
+    /// The interval between pings.
+    pub(crate) fn interval(&self) -> Duration {
+        self.interval
+    }
+
+    /// New interval and timeout (a live change), from the next check.
+    pub(crate) fn set(&mut self, interval: Duration, timeout: Duration) {
+        self.interval = interval;
+        self.timeout = timeout;
+    }
+
     /// Checks at `now`; `primary_running` is false once the primary has finished (a finished
     /// primary answers nothing and is not hung).
     pub(crate) fn check(&mut self, now: Instant, primary_running: bool) -> Verdict {

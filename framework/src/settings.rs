@@ -34,6 +34,9 @@ pub const MAX_CONCURRENT: &str = "execution.checkpointing.max-concurrent-checkpo
 pub const SOURCE_RATE: &str = "weir.source.rate";
 /// `operator.<uid>.<key>`: a `#[weir(config)]` field of operator `<uid>`.
 pub const OPERATOR_PREFIX: &str = "operator.";
+/// `backup.<uid>.heartbeat-interval` and `backup.<uid>.heartbeat-timeout`: the buffer-queue
+/// backup policy of operator `<uid>`.
+pub const BACKUP_PREFIX: &str = "backup.";
 
 /// Settings that exist but change the job graph or its runtime: they need a fast restart.
 const NOT_LIVE: &[(&str, &str)] = &[
@@ -73,7 +76,7 @@ pub const LIVE: &[&str] = &[
 #[non_exhaustive]
 pub enum SettingError {
     /// No setting has this name.
-    #[error("unknown setting `{name}` (live settings: {}, and operator.<uid>.<key>)", LIVE.join(", "))]
+    #[error("unknown setting `{name}` (live settings: {}, operator.<uid>.<key> and backup.<uid>.heartbeat-interval|heartbeat-timeout)", LIVE.join(", "))]
     Unknown {
         /// The name given.
         name: String,
@@ -162,7 +165,16 @@ pub(crate) enum Parsed {
     Tolerable(u32),
     MaxConcurrent(usize),
     SourceRate(Option<f64>),
-    Operator { uid: String, key: String },
+    Operator {
+        uid: String,
+        key: String,
+    },
+    /// A backed-up operator's heartbeat interval or timeout.
+    Backup {
+        uid: String,
+        timeout: bool,
+        value: Duration,
+    },
 }
 
 impl Parsed {
@@ -177,6 +189,7 @@ impl Parsed {
                 "in each subtask at its next checkpoint (one in progress finishes as it began)"
             }
             Parsed::SourceRate(_) => "at once, in every source subtask",
+            Parsed::Backup { .. } => "at the next heartbeat check of each backed-up subtask",
             Parsed::Operator { .. } => "at once, between two batches of every subtask",
         }
     }
@@ -249,7 +262,25 @@ pub(crate) fn parse(name: &str, value: &str) -> Result<Parsed, SettingError> {
             }
         }
         _ => {
-            if let Some(rest) = name.strip_prefix(OPERATOR_PREFIX) {
+            if let Some(rest) = name.strip_prefix(BACKUP_PREFIX) {
+                let (uid, timeout) = match rest.rsplit_once('.') {
+                    Some((uid, "heartbeat-timeout")) if !uid.is_empty() => (uid, true),
+                    Some((uid, "heartbeat-interval")) if !uid.is_empty() => (uid, false),
+                    _ => {
+                        return Err(bad(
+                            "backup settings are `backup.<uid>.heartbeat-interval` and `backup.<uid>.heartbeat-timeout`".into(),
+                        ))
+                    }
+                };
+                match duration(value)? {
+                    d if d.is_zero() => return Err(bad("must be above zero".into())),
+                    d => Parsed::Backup {
+                        uid: uid.to_owned(),
+                        timeout,
+                        value: d,
+                    },
+                }
+            } else if let Some(rest) = name.strip_prefix(OPERATOR_PREFIX) {
                 match rest.rsplit_once('.') {
                     Some((uid, key)) if !uid.is_empty() && !key.is_empty() => Parsed::Operator {
                         uid: uid.to_owned(),

@@ -307,3 +307,41 @@ fn a_new_timeout_and_tolerated_failures_are_seen_when_a_checkpoint_cannot_comple
     stop.store(true, Ordering::SeqCst);
     job.wait().expect("finishes");
 }
+
+#[test]
+fn a_backup_policy_changes_live_and_a_bad_one_is_refused() {
+    let (stop, ended_at) = (
+        Arc::new(AtomicBool::new(false)),
+        Arc::new(AtomicU64::new(0)),
+    );
+    let mut cfg = EnvConfig::default();
+    cfg.checkpoint.interval = Some(Duration::from_millis(20));
+    let env = Env::with_config(cfg.clone());
+    common::endless_ids(&env, &stop, &ended_at)
+        .rebalance()
+        .map(|x: u64| x * 2)
+        .uid("double")
+        .with_backup()
+        .discard();
+    let job = env.start("backup-policy").expect("starts");
+    common::two_more_checkpoints(&job);
+    let e = set(&job, &[("backup.double.heartbeat-timeout", "1h")]).unwrap_err();
+    assert!(e.to_string().contains("heartbeat_timeout"), "{e}");
+    let e = set(&job, &[("backup.nobody.heartbeat-timeout", "50ms")]).unwrap_err();
+    assert!(e.to_string().contains("nobody"), "{e}");
+    let e = set(&job, &[("backup.double.heartbeat-period", "50ms")]).unwrap_err();
+    assert!(e.to_string().contains("heartbeat-interval"), "{e}");
+    set(
+        &job,
+        &[
+            ("backup.double.heartbeat-interval", "5ms"),
+            ("backup.double.heartbeat-timeout", "80ms"),
+        ],
+    )
+    .expect("a live backup policy");
+    assert_eq!(job.settings()["backup.double.heartbeat-timeout"], "80ms");
+    common::two_more_checkpoints(&job);
+    assert_eq!(job.checkpoint_stats().map(|s| s.num_restarts), Some(0));
+    stop.store(true, Ordering::SeqCst);
+    job.wait().expect("finishes");
+}

@@ -476,7 +476,59 @@ impl Running {
                 Parsed::Tolerable(n) => cp.tolerable_failed_checkpoints = *n,
                 Parsed::MaxConcurrent(n) => cp.max_concurrent = *n,
                 Parsed::SourceRate(r) => rate = Some(*r),
-                Parsed::Operator { .. } => {}
+                Parsed::Operator { .. } | Parsed::Backup { .. } => {}
+            }
+        }
+        // Backup policies: (node, interval, timeout) after the changes, checked.
+        let mut backups: Vec<(usize, Duration, Duration)> = Vec::new();
+        for c in changes {
+            let Parsed::Backup {
+                uid,
+                timeout,
+                value,
+            } = c
+            else {
+                continue;
+            };
+            let name = format!(
+                "{}{uid}.heartbeat-{}",
+                crate::settings::BACKUP_PREFIX,
+                if *timeout { "timeout" } else { "interval" }
+            );
+            let node = ctx
+                .plan
+                .uids
+                .iter()
+                .position(|u| u == uid)
+                .filter(|&n| ctx.graph.nodes[n].backup.is_some())
+                .ok_or_else(|| SettingError::BadValue {
+                    name: name.clone(),
+                    message: format!("no backed-up operator has uid `{uid}`"),
+                })?;
+            let entry = match backups.iter_mut().find(|(n, _, _)| *n == node) {
+                Some(e) => e,
+                None => {
+                    let p = ctx.graph.nodes[node].backup.clone().unwrap_or_default();
+                    backups.push((node, p.heartbeat_interval, p.heartbeat_timeout));
+                    backups.last_mut().expect("just pushed")
+                }
+            };
+            if *timeout {
+                entry.2 = *value;
+            } else {
+                entry.1 = *value;
+            }
+        }
+        for &(node, interval, timeout) in &backups {
+            let uid = &ctx.plan.uids[node];
+            if interval >= timeout || timeout >= ctx.cfg.heartbeat_timeout {
+                return Err(SettingError::BadValue {
+                    name: format!("{}{uid}.heartbeat-timeout", crate::settings::BACKUP_PREFIX),
+                    message: format!(
+                        "the heartbeat interval ({interval:?}) must be below the timeout ({timeout:?}), and the timeout below the job's heartbeat_timeout ({:?})",
+                        ctx.cfg.heartbeat_timeout
+                    ),
+                });
             }
         }
         let mut cfg = ctx.cfg.clone();
@@ -497,6 +549,21 @@ impl Running {
         }
         if !apply {
             return Ok(());
+        }
+        for &(node, interval, timeout) in &backups {
+            // The graph's policy too: a restarted deployment keeps the change.
+            if let Some(p) = ctx.graph.nodes[node].backup.as_mut() {
+                p.heartbeat_interval = interval;
+                p.heartbeat_timeout = timeout;
+            }
+            let uid = ctx.plan.uids[node].clone();
+            for slot in self.dep.backups.iter_mut().filter(|s| s.group.uid() == uid) {
+                slot.heartbeats.set(interval, timeout);
+            }
+        }
+        if !backups.is_empty() {
+            let every = check_every(self.dep.backups.iter().map(|b| b.heartbeats.interval()));
+            self.heartbeats = actix_rt::time::interval(every);
         }
         let old = std::mem::replace(&mut ctx.cfg.checkpoint, cp.clone());
         ctx.coordinator.reconfigure(&cp);
