@@ -362,7 +362,7 @@ impl JobHandle {
     ///     |env| {
     ///         env.generate(u64::MAX, |i| i).uid("ids").map(|x: u64| x * 2).uid("double").discard();
     ///     },
-    ///     weir::crate::ReplaceOptions::default(),
+    ///     weir::ReplaceOptions::default(),
     /// )?;
     /// # Ok(()) }
     /// ```
