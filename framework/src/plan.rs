@@ -43,6 +43,16 @@ pub(crate) struct Plan {
     pub(crate) head_of: Vec<NodeId>,
 }
 
+impl Plan {
+    /// Each operator's uid and parallelism.
+    pub(crate) fn parallelism_by_uid(&self) -> impl Iterator<Item = (String, usize)> + '_ {
+        self.uids
+            .iter()
+            .cloned()
+            .zip(self.parallelism.iter().copied())
+    }
+}
+
 /// Resolves uids, parallelism, partitioning and chaining; finds every planning error.
 pub(crate) fn plan(graph: &Graph, cfg: &EnvConfig) -> Result<Plan, PlanError> {
     cfg.validate()?;

@@ -149,16 +149,29 @@ fn weirctl_says_when_the_server_cannot_be_reached_or_the_arguments_are_wrong() {
     }
 }
 
+/// A REST server, and an `Env` whose job runs at 20,000 records/s, checkpointing every
+/// `interval` into `dir`.
+fn served_env(dir: &TempDir, interval: Duration) -> (RestServer, Env) {
+    let server = RestServer::start(RestConfig::default()).expect("the server starts");
+    let mut cfg = EnvConfig::default();
+    cfg.checkpoint.interval = Some(interval);
+    cfg.checkpoint.directory = dir.path().to_owned();
+    cfg.rate_control = RateControlConfig::fixed(20_000.0);
+    (server, Env::with_config(cfg))
+}
+
+/// `weirctl --token TOKEN ARGS..` against `url`.
+fn weirctl_as(url: &str, token: &str, args: &[&str]) -> Result<String, CliError> {
+    let mut all = vec!["--token", token];
+    all.extend_from_slice(args);
+    weirctl(url, &all)
+}
+
 #[test]
 fn weirctl_rescales_a_vertex_and_the_job_and_reports_refusals() {
     within_timeout(|| {
         let dir = TempDir::new("weirctl-rescale");
-        let server = RestServer::start(RestConfig::default()).expect("the server starts");
-        let mut cfg = EnvConfig::default();
-        cfg.checkpoint.interval = Some(Duration::from_millis(10));
-        cfg.checkpoint.directory = dir.path().to_owned();
-        cfg.rate_control = RateControlConfig::fixed(20_000.0);
-        let env = Env::with_config(cfg);
+        let (server, env) = served_env(&dir, Duration::from_millis(10));
         env.generate(u64::MAX, |i| i)
             .uid("src")
             .key_by(|x: &u64| x % 10)
@@ -170,11 +183,7 @@ fn weirctl_rescales_a_vertex_and_the_job_and_reports_refusals() {
         let url = format!("http://{}", server.addr());
         let id = job.id().to_owned();
         let token = server.token().to_owned();
-        let ctl = |args: &[&str]| {
-            let mut all = vec!["--token", token.as_str()];
-            all.extend_from_slice(args);
-            weirctl(&url, &all)
-        };
+        let ctl = |args: &[&str]| weirctl_as(&url, &token, args);
         let out = ctl(&["rescale", &id, "3", "--vertex", "max"]).unwrap();
         assert!(
             out.contains("max: 1 -> 3") && out.contains("rescaled at checkpoint"),
@@ -202,23 +211,14 @@ fn weirctl_rescales_a_vertex_and_the_job_and_reports_refusals() {
 fn weirctl_config_shows_plans_changes_lists_and_rolls_back_settings() {
     within_timeout(|| {
         let dir = TempDir::new("weirctl-config");
-        let server = RestServer::start(RestConfig::default()).expect("the server starts");
-        let mut cfg = EnvConfig::default();
-        cfg.checkpoint.interval = Some(Duration::from_secs(3600));
-        cfg.checkpoint.directory = dir.path().to_owned();
-        cfg.rate_control = RateControlConfig::fixed(20_000.0);
-        let env = Env::with_config(cfg);
+        let (server, env) = served_env(&dir, Duration::from_secs(3600));
         env.generate(u64::MAX, |i| i).uid("src").discard();
         let job = env.start("weirctl-config").expect("the job starts");
         server.register(job.monitor());
         let url = format!("http://{}", server.addr());
         let id = job.id().to_owned();
         let token = server.token().to_owned();
-        let ctl = |args: &[&str]| {
-            let mut all = vec!["--token", token.as_str()];
-            all.extend_from_slice(args);
-            weirctl(&url, &all)
-        };
+        let ctl = |args: &[&str]| weirctl_as(&url, &token, args);
         let out = ctl(&["config", &id]).unwrap();
         assert!(
             out.contains("execution.checkpointing.interval = 3600s"),
@@ -272,12 +272,7 @@ fn weirctl_config_shows_plans_changes_lists_and_rolls_back_settings() {
 fn weirctl_replace_switches_to_a_registered_graph_version() {
     within_timeout(|| {
         let dir = TempDir::new("weirctl-replace");
-        let server = RestServer::start(RestConfig::default()).expect("the server starts");
-        let mut cfg = EnvConfig::default();
-        cfg.checkpoint.interval = Some(Duration::from_millis(10));
-        cfg.checkpoint.directory = dir.path().to_owned();
-        cfg.rate_control = RateControlConfig::fixed(20_000.0);
-        let env = Env::with_config(cfg);
+        let (server, env) = served_env(&dir, Duration::from_millis(10));
         env.generate(u64::MAX, |i| i)
             .uid("src")
             .map(|x: u64| x)
@@ -295,11 +290,7 @@ fn weirctl_replace_switches_to_a_registered_graph_version() {
         let url = format!("http://{}", server.addr());
         let id = job.id().to_owned();
         let token = server.token().to_owned();
-        let ctl = |args: &[&str]| {
-            let mut all = vec!["--token", token.as_str()];
-            all.extend_from_slice(args);
-            weirctl(&url, &all)
-        };
+        let ctl = |args: &[&str]| weirctl_as(&url, &token, args);
         match ctl(&["replace", &id, "v9"]) {
             Err(CliError::Refused {
                 status: 404,

@@ -18,25 +18,34 @@ pub(super) async fn patch_job_parallelism(
     req: HttpRequest,
     body: web::Payload,
 ) -> Answer {
-    authorize(&state, &req)?;
-    let job = job_of(&state, &req)?;
-    let body = json_body(body, state.max_body_bytes).await?;
-    let p = parallelism_field(&body, "parallelism")?;
-    running(&job)?;
-    let j = job.clone();
-    answer(web::block(move || j.rescale_job(p)).await)
+    rescale_call(state, req, body, false).await
 }
 
 /// `PATCH /jobs/{id}/vertices/{vid}` with `{"parallelism": n}`.
 pub(super) async fn patch_vertex(state: State, req: HttpRequest, body: web::Payload) -> Answer {
+    rescale_call(state, req, body, true).await
+}
+
+/// A rescale of the request's vertex (or, without `vertex`, of the whole job) to the body's
+/// `parallelism`.
+async fn rescale_call(state: State, req: HttpRequest, body: web::Payload, vertex: bool) -> Answer {
     authorize(&state, &req)?;
     let job = job_of(&state, &req)?;
-    let v = vertex_of(&job, &req)?;
+    let vid = if vertex {
+        Some(vertex_of(&job, &req)?.id)
+    } else {
+        None
+    };
     let body = json_body(body, state.max_body_bytes).await?;
     let p = parallelism_field(&body, "parallelism")?;
     running(&job)?;
-    let j = job.clone();
-    answer(web::block(move || j.rescale(&v.id, p)).await)
+    answer(
+        web::block(move || match vid {
+            Some(v) => job.rescale(&v, p),
+            None => job.rescale_job(p),
+        })
+        .await,
+    )
 }
 
 /// `GET /jobs/{id}/resource-requirements`: Flink's shape, one entry per vertex.

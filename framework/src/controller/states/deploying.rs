@@ -217,10 +217,6 @@ pub(super) fn fit_restore(ctx: &JobContext, restore: &mut Restore) -> Result<(),
     if !moved.is_empty() {
         tracing::info!(checkpoint = restore.checkpoint, operators = ?moved, "state dealt to a new parallelism");
     }
-    for (n, uid) in ctx.plan.uids.iter().enumerate() {
-        restore
-            .parallelism
-            .insert(uid.clone(), ctx.plan.parallelism[n]);
-    }
+    restore.parallelism.extend(ctx.plan.parallelism_by_uid());
     Ok(())
 }

@@ -227,13 +227,7 @@ async fn forward(ctx: &mut JobContext, dep: Deployment, pending: PendingReplace)
     let restore = Restore {
         checkpoint: id,
         states: payloads,
-        parallelism: ctx
-            .plan
-            .uids
-            .iter()
-            .cloned()
-            .zip(ctx.plan.parallelism.iter().copied())
-            .collect(),
+        parallelism: ctx.plan.parallelism_by_uid().collect(),
     };
     let mut registry = OperatorRegistry::new(&plan);
     registry.live_config = ctx.registry.live_config.clone();

@@ -271,17 +271,10 @@ impl Rescaling {
             payloads,
             ..
         } = pending;
-        let old_parallelism: HashMap<String, usize> = ctx
-            .plan
-            .uids
-            .iter()
-            .cloned()
-            .zip(ctx.plan.parallelism.iter().copied())
-            .collect();
         let restore = Restore {
             checkpoint: id,
             states: payloads,
-            parallelism: old_parallelism,
+            parallelism: ctx.plan.parallelism_by_uid().collect(),
         };
         let saved = set_parallelism(ctx, &prepared.nodes);
         let old_plan = std::mem::replace(&mut ctx.plan, prepared.plan.clone());

@@ -413,14 +413,8 @@ impl Running {
             Command::TriggerCheckpoint(reply) => {
                 let now = Instant::now();
                 let id = ctx.coordinator.force_checkpoint(now);
-                self.settings_at
-                    .insert(id, lock(&ctx.views.settings).clone());
                 tracing::info!(checkpoint = id, "triggering a checkpoint on request");
-                self.dep.mail_sources(|| TriggerCheckpoint {
-                    id,
-                    sent_at: now,
-                    pause: false,
-                });
+                self.trigger(ctx, id, now, false);
                 ctx.publish_stats();
                 let _ = reply.send(Ok(id));
                 Ok(())
@@ -612,21 +606,27 @@ impl Running {
             }
             Ok(prepared) => {
                 let id = ctx.coordinator.force_checkpoint(now);
-                self.settings_at
-                    .insert(id, lock(&ctx.views.settings).clone());
                 ctx.handover
                     .store(id, crate::sync::atomic::Ordering::Release);
                 tracing::info!(checkpoint = id, changes = ?prepared.changes, "rescale: triggering its checkpoint");
-                self.dep.mail_sources(|| TriggerCheckpoint {
-                    id,
-                    sent_at: now,
-                    pause: true,
-                });
+                self.trigger(ctx, id, now, true);
                 ctx.publish_stats();
                 crate::sync::lock(&ctx.views.rescales).in_progress = Some(id);
                 self.rescale = Some(prepared.start(id, request.reply, now));
             }
         }
+    }
+
+    /// Starts checkpoint `id` at the sources (pausing them after its barrier if `pause`),
+    /// remembering the settings it was triggered under (what a rollback returns to).
+    fn trigger(&mut self, ctx: &JobContext, id: u64, now: Instant, pause: bool) {
+        self.settings_at
+            .insert(id, lock(&ctx.views.settings).clone());
+        self.dep.mail_sources(|| TriggerCheckpoint {
+            id,
+            sent_at: now,
+            pause,
+        });
     }
 
     /// Checkpoint `id` will not complete: if a stopping savepoint paused the sources for it,
@@ -666,19 +666,13 @@ impl Running {
             }
             Ok(prepared) => {
                 let id = ctx.coordinator.force(now);
-                self.settings_at
-                    .insert(id, lock(&ctx.views.settings).clone());
                 ctx.handover
                     .store(id, crate::sync::atomic::Ordering::Release);
                 tracing::info!(
                     checkpoint = id,
                     "graph replacement: triggering its savepoint"
                 );
-                self.dep.mail_sources(|| TriggerCheckpoint {
-                    id,
-                    sent_at: now,
-                    pause: true,
-                });
+                self.trigger(ctx, id, now, true);
                 ctx.publish_stats();
                 self.replace = Some(prepared.start(id, request.reply, now));
             }
@@ -716,17 +710,11 @@ impl Running {
         }
         let now = Instant::now();
         let id = ctx.coordinator.force(now);
-        self.settings_at
-            .insert(id, lock(&ctx.views.settings).clone());
         tracing::info!(checkpoint = id, dir = %request.dir.display(), stop = request.stop, "triggering a savepoint");
         // Stopping: the sources read nothing after the savepoint's barrier, so the job's
         // output ends exactly at the savepoint (a job restored from it repeats nothing).
         let pause = request.stop;
-        self.dep.mail_sources(|| TriggerCheckpoint {
-            id,
-            sent_at: now,
-            pause,
-        });
+        self.trigger(ctx, id, now, pause);
         if pause {
             self.stop_pause = Some(id);
         }
@@ -813,14 +801,8 @@ impl Running {
             ctx.fail_checkpoint(id, why).map_err(Exit::Failed)?;
         }
         if let Some(id) = ctx.coordinator.maybe_trigger(now) {
-            self.settings_at
-                .insert(id, lock(&ctx.views.settings).clone());
             tracing::debug!(checkpoint = id, "triggering checkpoint");
-            self.dep.mail_sources(|| TriggerCheckpoint {
-                id,
-                sent_at: now,
-                pause: false,
-            });
+            self.trigger(ctx, id, now, false);
         }
         ctx.publish_stats();
         Ok(())
@@ -904,12 +886,7 @@ fn metadata(job: &str, plan: &crate::plan::Plan, done: &Completed) -> store::Che
             .insert(f.subtask, f.file.clone());
     }
     // Every operator's, so a restore at another parallelism knows what it deals from.
-    let parallelism: BTreeMap<String, usize> = plan
-        .uids
-        .iter()
-        .cloned()
-        .zip(plan.parallelism.iter().copied())
-        .collect();
+    let parallelism: BTreeMap<String, usize> = plan.parallelism_by_uid().collect();
     store::CheckpointMetadata {
         format_version: store::FORMAT_VERSION,
         checkpoint_id: done.id,
