@@ -403,6 +403,8 @@ impl JobMonitor {
         let mut kept = Vec::new();
         for (name, value) in &now {
             match good.get(name) {
+                // A controlled rate comes back through the `weir.rate-control.*` settings.
+                Some(v) if name == crate::settings::SOURCE_RATE && v == "controlled" => {}
                 Some(v) if v != value => changes.push((name.clone(), v.clone())),
                 Some(_) => {}
                 None => kept.push(name.clone()),
@@ -856,14 +858,7 @@ pub(crate) fn start(
     *lock(&views.checkpoint_config) = cfg.checkpoint.clone();
     {
         let mut settings = crate::settings::checkpoint_values(&cfg.checkpoint);
-        settings.insert(
-            crate::settings::SOURCE_RATE.into(),
-            match (cfg.rate_control.enabled, cfg.rate_control.max_rate) {
-                (true, Some(r)) if cfg.rate_control.min_rate == r => r.to_string(),
-                (true, _) => "controlled".into(),
-                _ => "off".into(),
-            },
-        );
+        settings.extend(crate::settings::rate_values(&cfg.rate_control));
         *lock(&views.good_settings) = settings.clone();
         *lock(&views.settings) = settings;
     }
