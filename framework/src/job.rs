@@ -124,6 +124,21 @@ impl JobMonitor {
         lock(&self.views.vertices).clone()
     }
 
+    /// The readings operators publish beside their counters (a lookup's cache hits, misses,
+    /// size and strategy, ...): (uid, subtask, name, value), by uid and subtask.
+    pub(crate) fn operator_gauges(&self) -> Vec<(String, usize, &'static str, String)> {
+        let gauges = lock(&self.views.gauges).clone();
+        let mut out = Vec::new();
+        for (uid, g) in gauges {
+            for (subtask, values) in g.read() {
+                for (name, value) in g.names().iter().zip(values) {
+                    out.push((uid.clone(), subtask, *name, value));
+                }
+            }
+        }
+        out
+    }
+
     /// How often the job was rescaled, and what the last rescale did.
     pub fn rescale_stats(&self) -> crate::rescale::RescaleStats {
         lock(&self.views.rescales).clone()
@@ -321,6 +336,10 @@ impl JobMonitor {
         for (name, value) in changes {
             match crate::settings::parse(name, value)? {
                 crate::settings::Parsed::Operator { uid, key } => {
+                    let vertices = self.vertices();
+                    let uids = vertices.iter().flat_map(|v| v.operators.iter());
+                    let (uid, key) =
+                        crate::settings::resolve_operator(&uid, &key, uids.map(String::as_str));
                     operator.push((name.clone(), uid, key, value.clone()))
                 }
                 p => {
@@ -855,6 +874,7 @@ pub(crate) fn start(
     let (deployed_tx, deployed_rx) = std_mpsc::channel::<()>();
     let views = Views::default();
     *lock(&views.vertices) = crate::plan::vertices(&graph, &plan, cfg.max_parallelism);
+    *lock(&views.gauges) = graph.gauges_by_uid(&plan.uids);
     *lock(&views.checkpoint_config) = cfg.checkpoint.clone();
     {
         let mut settings = crate::settings::checkpoint_values(&cfg.checkpoint);

@@ -17,6 +17,20 @@ pub(crate) fn now_ms() -> u64 {
         .map_or(0, |d| d.as_millis() as u64)
 }
 
+/// Readings an operator publishes beside the subtask counters (e.g. a lookup's cache hits
+/// and its cache strategy), per running subtask; the REST API shows them as vertex metrics
+/// `<subtask>.<uid>.<name>` and Prometheus as `weir_operator_gauge`.
+pub(crate) trait OperatorGauges: Send + Sync {
+    /// The names of the readings, in the order [`read`](Self::read) gives them.
+    fn names(&self) -> &'static [&'static str];
+    /// Each running subtask's readings, by subtask index, in the order of `names`; a value
+    /// is a number or a word (a strategy's name).
+    fn read(&self) -> Vec<(usize, Vec<String>)>;
+}
+
+/// Operators' published readings, by uid.
+pub(crate) type GaugesByUid = Vec<(String, std::sync::Arc<dyn OperatorGauges>)>;
+
 /// Fill of a set of channels, in batches.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) struct QueueUsage {

@@ -407,7 +407,9 @@ pub(crate) fn parse(name: &str, value: &str) -> Result<Parsed, SettingError> {
                     },
                 }
             } else if let Some(rest) = name.strip_prefix(OPERATOR_PREFIX) {
-                match rest.rsplit_once('.') {
+                // Keys may have dots (`cache.size`); a uid with dots is found by the job,
+                // which knows its uids (`resolve_operator`).
+                match rest.split_once('.') {
                     Some((uid, key)) if !uid.is_empty() && !key.is_empty() => Parsed::Operator {
                         uid: uid.to_owned(),
                         key: key.to_owned(),
@@ -426,6 +428,25 @@ pub(crate) fn parse(name: &str, value: &str) -> Result<Parsed, SettingError> {
             }
         }
     })
+}
+
+/// The operator and key of `operator.<uid>.<key>` given the job's operator uids: the longest
+/// uid the path begins with (uids and keys may both have dots), else up to the first dot.
+pub(crate) fn resolve_operator<'a>(
+    uid: &str,
+    key: &str,
+    uids: impl IntoIterator<Item = &'a str>,
+) -> (String, String) {
+    let path = format!("{uid}.{key}");
+    uids.into_iter()
+        .filter(|u| {
+            path.len() > u.len() + 1 && path.starts_with(u) && path.as_bytes()[u.len()] == b'.'
+        })
+        .max_by_key(|u| u.len())
+        .map_or_else(
+            || (uid.to_owned(), key.to_owned()),
+            |u| (u.to_owned(), path[u.len() + 1..].to_owned()),
+        )
 }
 
 /// Records per second above zero, or `none`.
@@ -584,6 +605,27 @@ mod tests {
         );
         assert_eq!(format_duration(Duration::from_millis(100)), "100ms");
         assert_eq!(format_duration(Duration::from_secs(2)), "2s");
+    }
+
+    #[test]
+    fn an_operator_setting_finds_its_uid_when_keys_or_uids_have_dots() {
+        let uids = ["enrich", "rules.v2", "rules"];
+        let r = |path: &str| {
+            let Ok(Parsed::Operator { uid, key }) = parse(&format!("operator.{path}"), "1") else {
+                panic!("{path}");
+            };
+            resolve_operator(&uid, &key, uids)
+        };
+        assert_eq!(
+            r("enrich.cache.size"),
+            ("enrich".into(), "cache.size".into())
+        );
+        assert_eq!(
+            r("rules.v2.threshold"),
+            ("rules.v2".into(), "threshold".into())
+        );
+        assert_eq!(r("rules.threshold"), ("rules".into(), "threshold".into()));
+        assert_eq!(r("nobody.key.x"), ("nobody".into(), "key.x".into()));
     }
 
     #[test]

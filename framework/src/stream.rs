@@ -586,6 +586,7 @@ impl<T: Data> DataStream<T> {
         if let Err(e) = config.validate() {
             self.graph.borrow_mut().errors.push(e);
         }
+        let gauges = std::sync::Arc::new(config.metrics());
         let builder = Box::new(move |env: &OpEnv, mut outputs: Vec<AnyBox>| {
             let side = unbox::<BoxOutput<T>>(outputs.remove(1));
             let next = unbox::<BoxOutput<L::Out>>(outputs.remove(0));
@@ -624,6 +625,7 @@ impl<T: Data> DataStream<T> {
                 crate::hooks::Redistribution::Split,
             )]),
         });
+        g.gauges.push((id, gauges));
         self.edges_into(&mut g, id, 0, part);
         drop(g);
         (
