@@ -265,6 +265,8 @@ pub(crate) struct Graph {
     /// Directories sinks write into, checked before the job starts
     /// ([`SinkStream::writes_into`](crate::SinkStream::writes_into)).
     pub(crate) output_dirs: Vec<std::path::PathBuf>,
+    /// Nodes that cannot be backed up, and why (refused when the job is planned).
+    pub(crate) no_backup: Vec<(NodeId, &'static str)>,
     /// Readings operators publish beside their counters, by node.
     pub(crate) gauges: Vec<(NodeId, std::sync::Arc<dyn crate::metrics::OperatorGauges>)>,
 }

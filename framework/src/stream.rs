@@ -626,6 +626,11 @@ impl<T: Data> DataStream<T> {
             )]),
         });
         g.gauges.push((id, gauges));
+        g.no_backup.push((
+            id,
+            "an async lookup's calls in flight are not replayed by a buffer-queue backup yet \
+             (its checkpoints carry them: it recovers by restart)",
+        ));
         self.edges_into(&mut g, id, 0, part);
         drop(g);
         (

@@ -771,6 +771,23 @@ fn a_config_out_of_range_is_refused_before_the_job_starts() {
     }
 }
 
+#[test]
+fn a_backed_up_lookup_is_refused_before_the_job_starts_naming_it() {
+    let mut cfg = EnvConfig::default();
+    cfg.checkpoint.interval = Some(Duration::from_millis(50));
+    let env = Env::with_config(cfg);
+    let (enriched, _) = env
+        .generate(10, |i| i)
+        .lookup(Dim::default(), LookupConfig::new());
+    enriched.uid("enrich").with_backup().collect();
+    let e = env.execute("lookup-backup").unwrap_err();
+    let text = e.to_string();
+    assert!(
+        matches!(e, JobError::Plan { .. }) && text.contains("enrich") && text.contains("lookup"),
+        "{text}"
+    );
+}
+
 /// `GET` `path` of `server`: the JSON body.
 fn rest_get(server: &weir::rest::RestServer, path: &str) -> serde_json::Value {
     let mut resp = ureq::get(format!("http://{}{path}", server.addr()))
