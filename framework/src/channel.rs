@@ -493,6 +493,22 @@ impl<T> Receiver<T> {
         taken
     }
 
+    /// Like [`try_recv`](Self::try_recv), but a batch at the head stays there (for an
+    /// operator that takes no records now: barriers, watermarks and the end still come).
+    pub(crate) fn try_recv_unless_batch(&self) -> Option<Event<T>> {
+        let taken = {
+            let mut q = lock(&self.shared.queue);
+            match q.events.front() {
+                None | Some(Event::Batch(_)) => None,
+                Some(_) => q.events.pop_front(),
+            }
+        };
+        if taken.is_some() {
+            self.shared.tx_waker.wake();
+        }
+        taken
+    }
+
     /// Events waiting in the channel.
     pub(crate) fn queued(&self) -> usize {
         lock(&self.shared.queue).events.len()

@@ -207,10 +207,15 @@ impl<T: Data> InputGate for TypedGate<T> {
         if self.claims.is_some() {
             return self.try_step_claimed(blocked);
         }
-        if let Some(mut batch) = self.replay.pop_front() {
-            let len = batch.len();
-            self.head.push(&mut batch)?;
-            return Ok(GateStep::Batch(len));
+        // An operator busy with work its input must wait for (event-time timers the
+        // watermark made due) takes no records; barriers, watermarks and ends still come.
+        let records = !self.head.holds_records();
+        if records {
+            if let Some(mut batch) = self.replay.pop_front() {
+                let len = batch.len();
+                self.head.push(&mut batch)?;
+                return Ok(GateStep::Batch(len));
+            }
         }
         let n = self.receivers.len();
         for k in 0..n {
@@ -218,7 +223,12 @@ impl<T: Data> InputGate for TypedGate<T> {
             if self.ended[idx] || blocked(idx) {
                 continue;
             }
-            let Some(event) = self.receivers[idx].try_recv() else {
+            let event = if records {
+                self.receivers[idx].try_recv()
+            } else {
+                self.receivers[idx].try_recv_unless_batch()
+            };
+            let Some(event) = event else {
                 continue;
             };
             self.next = (idx + 1) % n;

@@ -39,6 +39,8 @@ pub(crate) struct OpEnv {
     /// restarted or promoted instance applies them after its state, so a failover does not
     /// undo a live change.
     pub(crate) live_config: Vec<(String, String)>,
+    /// The operator has a buffer-queue backup.
+    pub(crate) backed_up: bool,
 }
 
 impl OpEnv {

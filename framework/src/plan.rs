@@ -591,6 +591,7 @@ impl ChainBuilder<'_> {
                 .get(&self.plan.uids[n])
                 .cloned()
                 .unwrap_or_default(),
+            backed_up: node.backup.is_some(),
         };
         // The builder runs user factories (sources, sinks): a panic there names the operator.
         let built = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {

@@ -43,6 +43,7 @@ use crate::operator::lookup::{AsyncLookup, LookupConfig};
 use crate::operator::map::MapOp;
 use crate::operator::process::{ProcessFunction, ProcessOp};
 use crate::operator::split::SplitOp;
+use crate::operator::timers::Timers;
 use crate::operator::{BoxOutput, Collector, OpCore};
 use crate::partition::{hash_output_factory, PartitionKind, Partitioning};
 use crate::sink::file::{DisplayLines, FormatLines, JsonLines, LineFileSink, StagedLineSink};
@@ -950,7 +951,10 @@ where
         P: KeyedProcessFunction<K, T, O> + Clone,
     {
         let key_fn = self.key_fn.clone();
+        let ts = self.stream.timestamps.clone();
         let builder = one_input_builder::<T, O, _>(move |env, next| {
+            let mut timers = Timers::default();
+            timers.refused = env.backed_up;
             let mut op = KeyedOp {
                 key_fn: key_fn.clone(),
                 f: f.clone(),
@@ -958,6 +962,9 @@ where
                 core: core(env, next),
                 max_parallelism: env.config.max_parallelism,
                 hooks: hooks.map(|h| h()),
+                ts: ts.clone(),
+                timers,
+                timer_budget: env.config.batch_size.max(1),
                 _in: PhantomData,
             };
             if let Some(payload) = &env.restored {

@@ -711,3 +711,31 @@ fn smoke_panic_stateful() {
     assert_eq!(r.restarts, 0);
     let _ = (r.replacements, r.degraded);
 }
+
+/// A record that fails every instance of a backed-up operator (a poison record) is not
+/// promoted around for ever: after a bounded number of promotions in a row the failure goes
+/// to the restart strategy, which here ends the job with the operator's error.
+#[test]
+fn a_poison_record_stops_promoting_and_fails_the_job() {
+    let dir = TempDir::new("backup-poison");
+    let mut cfg = EnvConfig::default();
+    cfg.arbiters = 2;
+    cfg.checkpoint.directory = dir.path().to_owned();
+    cfg.restart = None;
+    let env = Env::with_config(cfg);
+    env.generate(2_000, |i| i)
+        .map(|x: u64| {
+            assert!(x != 1_234, "poison record {x}");
+            x
+        })
+        .uid("op")
+        .with_backup()
+        .discard();
+    let handle = env.start("poison").expect("the job starts");
+    let e = within_timeout(move || handle.wait()).expect_err("the poison record fails the job");
+    let msg = e.to_string();
+    assert!(
+        msg.contains("poison record 1234") && msg.contains("op"),
+        "{msg}"
+    );
+}

@@ -56,6 +56,11 @@ pub(crate) struct BackupSlot {
     pub(crate) backup_arbiter: usize,
     pub(crate) backup: Recipient<BackupPing>,
     pub(crate) heartbeats: Heartbeats,
+    /// Promotions of this subtask since a checkpoint last completed (or since a quiet
+    /// minute), and when the last was: a primary that keeps failing is not promoted for
+    /// ever (see `controller::states::failing_over`).
+    pub(crate) recent_promotions: u32,
+    pub(crate) last_promotion: Option<Instant>,
 }
 
 /// One deployment of the job: its arbiters and actors.
@@ -233,6 +238,8 @@ fn backup_slot(
             policy.heartbeat_timeout,
             Instant::now(),
         ),
+        recent_promotions: 0,
+        last_promotion: None,
     }
 }
 

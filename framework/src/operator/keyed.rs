@@ -6,6 +6,7 @@
 
 use std::marker::PhantomData;
 
+use super::timers::{Entry, EntryRef, KeyedContext, TimeDomain, Timers};
 use super::{Collector, Control, OpCore, Output};
 use crate::checkpoint::StateWriter;
 use crate::error::TaskError;
@@ -13,6 +14,7 @@ use crate::hooks::{StateError, StateSnapshot};
 use crate::key_group::{key_group_of, key_group_range};
 use crate::metrics::QueueUsage;
 use crate::state::{KeyedState, ValueState};
+use crate::time::{EventTime, Timestamps, Watermark};
 use crate::Data;
 
 /// A keyed operator: per-key state, one required method.
@@ -34,8 +36,45 @@ use crate::Data;
 pub trait KeyedProcessFunction<K, I, O>: Send + 'static {
     /// What is kept per key.
     type State: Default + Data;
-    /// Handles one record of `key`.
-    fn process(&mut self, key: &K, state: &mut Self::State, input: I, out: &mut Collector<O>);
+    /// Handles one record of `key`. Implement this, or
+    /// [`process_with_ctx`](Self::process_with_ctx) to use timers or the record's timestamp.
+    ///
+    /// # Panics
+    /// The provided body panics (failing the subtask, naming the operator): a function must
+    /// implement one of the two.
+    fn process(&mut self, _key: &K, _state: &mut Self::State, _input: I, _out: &mut Collector<O>) {
+        panic!(
+            "{} implements neither `process` nor `process_with_ctx` of KeyedProcessFunction",
+            std::any::type_name::<Self>()
+        )
+    }
+    /// Handles one record of `key` with its context: the record's timestamp, the current
+    /// watermark, and the key's timers (see [`KeyedContext`]). By default, [`process`](Self::process).
+    #[inline]
+    fn process_with_ctx(
+        &mut self,
+        key: &K,
+        state: &mut Self::State,
+        input: I,
+        _ctx: &mut KeyedContext<'_, K>,
+        out: &mut Collector<O>,
+    ) {
+        self.process(key, state, input, out)
+    }
+    /// A timer of `key` registered through the context fired: `ts` is its time, `domain`
+    /// its clock. Event-time timers fire in time order as the watermark passes them, before
+    /// the watermark goes on; processing-time ones when the wall clock reaches them (those
+    /// still pending when the input ends do not fire, as in Flink).
+    fn on_timer(
+        &mut self,
+        _ts: EventTime,
+        _domain: TimeDomain,
+        _key: &K,
+        _state: &mut Self::State,
+        _ctx: &mut KeyedContext<'_, K>,
+        _out: &mut Collector<O>,
+    ) {
+    }
     /// Called once when the input has ended, with every key's state.
     fn end_of_input(&mut self, _state: &mut KeyedState<K, Self::State>, _out: &mut Collector<O>) {}
 }
@@ -106,6 +145,11 @@ pub(crate) struct KeyedOp<KF, K, P: KeyedProcessFunction<K, I, O>, I, O> {
     /// The function's derived hooks (`KeyedStream::apply` of a `KeyedProcessFunction` that
     /// derives `Operator`): live config, and its own per-subtask fields in snapshots.
     pub(crate) hooks: Option<Hooks<P>>,
+    /// The records' event time (what the context's `timestamp()` says), if the stream has it.
+    pub(crate) ts: Option<Timestamps<I>>,
+    pub(crate) timers: Timers<K>,
+    /// How many timers fire in one run before the subtask takes other work.
+    pub(crate) timer_budget: usize,
     pub(crate) _in: PhantomData<fn(I)>,
 }
 
@@ -134,6 +178,9 @@ impl<P: crate::hooks::Operator + Clone> Hooks<P> {
 /// The checkpointed form of keyed state: entries grouped by key group (the unit of
 /// redistribution when an operator is rescaled), ascending.
 pub(crate) type KeyedPayload<K, S> = Vec<(usize, Vec<(K, S)>)>;
+
+/// Keyed entries of another form, grouped by key group.
+type Grouped<E> = Vec<(usize, Vec<E>)>;
 
 /// Groups keyed entries by key group, for a snapshot (both keyed operators).
 pub(crate) fn by_key_group<'a, K, S>(
@@ -173,19 +220,66 @@ where
     /// Loads the entries of a checkpointed payload (preceded by the function's own fields if
     /// it has hooks).
     pub(crate) fn restore(&mut self, payload: &[u8]) -> Result<(), TaskError> {
-        let groups: KeyedPayload<K, P::State> = match &self.hooks {
+        let groups: Grouped<Entry<K, P::State>> = match &self.hooks {
             None => crate::checkpoint::decode(payload).map_err(|e| self.core.state_error(e))?,
             Some(h) => {
-                let (own, groups): (StateSnapshot, KeyedPayload<K, P::State>) =
+                let (own, groups): (StateSnapshot, Grouped<Entry<K, P::State>>) =
                     crate::checkpoint::decode(payload).map_err(|e| self.core.state_error(e))?;
                 (h.restore)(&mut self.f, &own).map_err(|e| self.core.state_error(e.to_string()))?;
                 groups
             }
         };
         for (_, entries) in groups {
-            self.state.map.extend(entries);
+            for e in entries {
+                if !e.timers.is_empty() {
+                    self.timers.restore(&e.key, &e.timers);
+                }
+                self.state.map.insert(e.key, e.state);
+            }
         }
         Ok(())
+    }
+
+    /// Fires up to `budget` due timers: event-time ones up to the input watermark, then
+    /// processing-time ones up to `now` (if given).
+    pub(crate) fn fire_timers(
+        &mut self,
+        budget: usize,
+        now: Option<EventTime>,
+    ) -> Result<(), TaskError> {
+        let (f, map, timers) = (&mut self.f, &mut self.state.map, &mut self.timers);
+        self.core.run(0, |out| {
+            let mut n = 0;
+            while n < budget {
+                let Some((t, domain, k)) = timers.pop_due(now) else {
+                    break;
+                };
+                if !map.contains_key(&k) {
+                    map.insert(k.clone(), P::State::default());
+                }
+                let Some(s) = map.get_mut(&k) else {
+                    continue;
+                };
+                f.on_timer(
+                    t,
+                    domain,
+                    &k,
+                    s,
+                    &mut KeyedContext::new(&k, Some(t), timers),
+                    out,
+                );
+                n += 1;
+            }
+        })
+    }
+
+    /// Sends on the watermark the fired timers allow (all of the input's once none at or
+    /// below it is left).
+    pub(crate) fn forward_watermark(&mut self) -> Result<(), TaskError> {
+        match self.timers.watermark_to_forward() {
+            Some(t) => self.core.next.watermark(Watermark::At(t)),
+            None => Ok(()),
+        }
     }
 
     /// Applies the config changes (key, value) made while the job ran (functions with hooks
@@ -215,20 +309,25 @@ where
     #[inline]
     fn push(&mut self, batch: &mut Vec<I>) -> Result<(), TaskError> {
         let (key_fn, f, map) = (&mut self.key_fn, &mut self.f, &mut self.state.map);
+        let (ts, timers) = (&self.ts, &mut self.timers);
         self.core.run(batch.len(), |out| {
             for r in batch.drain(..) {
                 let k = key_fn(&r);
+                let t = ts.as_ref().map(|ts| ts(&r));
                 if let Some(s) = map.get_mut(&k) {
-                    f.process(&k, s, r, out);
+                    f.process_with_ctx(&k, s, r, &mut KeyedContext::new(&k, t, timers), out);
                 } else {
                     let mut s = P::State::default();
-                    f.process(&k, &mut s, r, out);
+                    f.process_with_ctx(&k, &mut s, r, &mut KeyedContext::new(&k, t, timers), out);
                     map.insert(k, s);
                 }
             }
         })
     }
     fn finish(&mut self) -> Result<(), TaskError> {
+        // The input ended with the `MAX` watermark: every event-time timer fires now.
+        self.fire_timers(usize::MAX, None)?;
+        self.forward_watermark()?;
         let (f, state) = (&mut self.f, &mut self.state);
         self.core.finish_with(|out| f.end_of_input(state, out))
     }
@@ -237,7 +336,19 @@ where
         self.core.next.barrier(id, w)
     }
     fn snapshot_state(&mut self, w: &mut StateWriter) -> Result<(), TaskError> {
-        let groups = by_key_group(&self.state.map, self.max_parallelism);
+        let timers = self.timers.by_key();
+        let groups: Grouped<EntryRef<'_, K, P::State>> =
+            by_key_group(&self.state.map, self.max_parallelism)
+                .into_iter()
+                .map(|(g, entries)| {
+                    let entries = entries.into_iter().map(|(key, state)| EntryRef {
+                        key,
+                        state,
+                        timers: timers.get(key).map(Vec::as_slice),
+                    });
+                    (g, entries.collect())
+                })
+                .collect();
         let payload = match &self.hooks {
             None => crate::checkpoint::encode(&groups),
             Some(h) => {
@@ -253,8 +364,20 @@ where
     fn notify_complete(&mut self, id: u64) -> Result<(), TaskError> {
         self.core.next.notify_complete(id)
     }
-    fn watermark(&mut self, w: crate::time::Watermark) -> Result<(), TaskError> {
-        self.core.next.watermark(w)
+    fn holds_records(&self) -> bool {
+        self.timers.event_due()
+    }
+    fn watermark(&mut self, w: Watermark) -> Result<(), TaskError> {
+        match w {
+            Watermark::At(t) if t > self.timers.watermark => {
+                self.timers.watermark = t;
+                // A first run now; the rest from `poll_pending`, between units of input.
+                self.fire_timers(self.timer_budget, None)?;
+                self.forward_watermark()
+            }
+            Watermark::At(_) => Ok(()),
+            Watermark::Idle => self.core.next.watermark(w),
+        }
     }
     fn flush(&mut self) {
         self.core.next.flush()
@@ -263,6 +386,26 @@ where
         &mut self,
         cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<Result<(), TaskError>> {
+        let now = self
+            .timers
+            .has_processing()
+            .then(crate::operator::timers::now_ms);
+        let due = self.timers.event_due() || now.is_some_and(|n| self.timers.processing_due(n));
+        if due {
+            if let Err(e) = self.fire_timers(self.timer_budget, now) {
+                return std::task::Poll::Ready(Err(e));
+            }
+            if let Err(e) = self.forward_watermark() {
+                return std::task::Poll::Ready(Err(e));
+            }
+            if self.timers.event_due() || now.is_some_and(|n| self.timers.processing_due(n)) {
+                // More to fire: come back after one unit of other work.
+                cx.waker().wake_by_ref();
+            }
+        }
+        if let Some(now) = now {
+            self.timers.poll_wake(cx, now);
+        }
         self.core.next.poll_pending(cx)
     }
     fn usage(&self, usage: &mut QueueUsage) {

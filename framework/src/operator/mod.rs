@@ -23,6 +23,7 @@ pub(crate) mod map;
 pub(crate) mod process;
 pub(crate) mod split;
 pub(crate) mod step;
+pub(crate) mod timers;
 pub(crate) mod watermark;
 pub mod window;
 
@@ -68,6 +69,13 @@ pub(crate) trait Output<T>: Send {
     /// batches). Operators without state add nothing.
     fn snapshot_state(&mut self, _w: &mut StateWriter) -> Result<(), TaskError> {
         Ok(())
+    }
+    /// Whether the operator takes no records now: it has work its next records must wait
+    /// for (event-time timers due at the watermark), done a budget at a time from
+    /// [`poll_pending`](Self::poll_pending). Barriers and watermarks still come. Asked of the
+    /// head of a gate's chain.
+    fn holds_records(&self) -> bool {
+        false
     }
 }
 

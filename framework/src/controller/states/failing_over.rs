@@ -94,10 +94,35 @@ impl FailingOver {
     }
 }
 
+/// Promotions of one subtask in a row (no checkpoint completed between them, each within
+/// [`PROMOTION_QUIET`] of the last) before its failures go to restart-all and the restart
+/// strategy: a failure that repeats in every promoted primary (a poison record, a bug in the
+/// operator) must not promote backups for ever.
+pub(crate) const MAX_PROMOTIONS_IN_A_ROW: u32 = 8;
+/// A promoted primary that ran this long without failing starts a new count.
+pub(crate) const PROMOTION_QUIET: std::time::Duration = std::time::Duration::from_secs(60);
+
 /// Promotes the backup of slot `i`. `Err` when no promotion is possible.
 fn promote(running: &mut Running, ctx: &mut JobContext, i: usize, why: &str) -> Result<(), String> {
     let started = Instant::now();
     let dep = &mut running.dep;
+    {
+        let slot = &mut dep.backups[i];
+        if slot
+            .last_promotion
+            .is_some_and(|t| started.duration_since(t) > PROMOTION_QUIET)
+        {
+            slot.recent_promotions = 0;
+        }
+        if slot.recent_promotions >= MAX_PROMOTIONS_IN_A_ROW {
+            return Err(format!(
+                "its primary failed {} times in a row after a promotion, with no checkpoint completed in between (the failure repeats: the restart strategy decides)",
+                slot.recent_promotions + 1
+            ));
+        }
+        slot.recent_promotions += 1;
+        slot.last_promotion = Some(started);
+    }
     let (k, group) = (dep.backups[i].actor, dep.backups[i].group.clone());
     let old = dep.ids[k].clone();
     tracing::warn!(uid = %old.head_uid, subtask = old.subtask, reason = why, "primary failed: promoting its backup");

@@ -357,6 +357,10 @@ impl Running {
         }
         ctx.coordinator.complete(&done, Instant::now());
         ctx.cfg.faults.checkpoint_completed();
+        // Promoted primaries made progress: their failures count from zero again.
+        for slot in &mut self.dep.backups {
+            slot.recent_promotions = 0;
+        }
         // A rollback returns to the settings the last completed checkpoint was taken under.
         if let Some(settings) = self.settings_at.remove(&done.id) {
             *lock(&ctx.views.good_settings) = settings;

@@ -1,0 +1,419 @@
+//! Timers of keyed process functions: event-time timers against a sequential reference at
+//! parallelism 1, 2 and 4 and after a restore; a timer storm that lets a checkpoint through
+//! while it fires; processing-time timers that wake an idle subtask; timers refused in a
+//! backed-up operator.
+
+mod common;
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use weir::testing::{
+    quiet_injected_panics, wait_for_checkpoint, Fault, FaultKind, FaultPlan, HeldIds, Hold,
+};
+use weir::time::{EventTime, WatermarkStrategy};
+use weir::{
+    Collector, Env, EnvConfig, KeyedContext, KeyedProcessFunction, RestartStrategy, TimeDomain,
+    ValueState,
+};
+
+const BOUND_MS: i64 = 300;
+const GAP_MS: i64 = 150;
+const KEYS: u64 = 7;
+
+/// (id, key, ts): ids in order, timestamps 10 ms apart with jitter within the bound, and
+/// every 53rd record far behind it.
+fn events(n: u64, seed: u64) -> Vec<(u64, u64, i64)> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    let mut next = move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    (0..n)
+        .map(|i| {
+            let jitter = (next() % BOUND_MS as u64) as i64;
+            let late = if i % 53 == 20 { 2_000 } else { 0 };
+            // Keys come in runs, so that some go quiet for longer than the gap.
+            let key = (i / 20 + next() % 2) % KEYS;
+            (i, key, (i as i64 * 10 - jitter - late).max(0))
+        })
+        .collect()
+}
+
+/// Per key: counts records and emits `(key, timer time, count)` once the key has had no
+/// record for `GAP_MS` of event time (the timer moves with the latest timestamp).
+#[derive(Clone)]
+struct Quiet;
+impl KeyedProcessFunction<u64, (u64, u64, i64), (u64, i64, u64)> for Quiet {
+    type State = ValueState<(u64, Option<EventTime>)>;
+    fn process_with_ctx(
+        &mut self,
+        _key: &u64,
+        s: &mut Self::State,
+        _x: (u64, u64, i64),
+        ctx: &mut KeyedContext<'_, u64>,
+        _out: &mut Collector<(u64, i64, u64)>,
+    ) {
+        let ts = ctx.timestamp().expect("the stream has timestamps");
+        let (n, timer) = s.get_or_insert_with(|| (0, None));
+        *n += 1;
+        let want = ts + GAP_MS;
+        match *timer {
+            Some(t) if t >= want => {}
+            Some(t) => {
+                ctx.delete_event_time_timer(t);
+                ctx.register_event_time_timer(want);
+                *timer = Some(want);
+            }
+            None => {
+                ctx.register_event_time_timer(want);
+                *timer = Some(want);
+            }
+        }
+    }
+    fn on_timer(
+        &mut self,
+        t: EventTime,
+        domain: TimeDomain,
+        key: &u64,
+        s: &mut Self::State,
+        ctx: &mut KeyedContext<'_, u64>,
+        out: &mut Collector<(u64, i64, u64)>,
+    ) {
+        assert_eq!(domain, TimeDomain::EventTime);
+        assert!(
+            t <= ctx.current_watermark(),
+            "fired before the watermark reached it"
+        );
+        let (n, _) = s.take().expect("a key with a timer has a count");
+        out.collect((*key, t, n));
+    }
+}
+
+/// The same computation, sequentially: before each record the watermark of the records
+/// before it (the highest timestamp minus the bound) fires every timer at or below it.
+fn reference(ev: &[(u64, u64, i64)]) -> Vec<(u64, i64, u64)> {
+    let mut state: std::collections::HashMap<u64, (u64, i64)> = Default::default();
+    let mut out = Vec::new();
+    let mut max_seen = i64::MIN;
+    let fire =
+        |wm: i64, state: &mut std::collections::HashMap<u64, (u64, i64)>, out: &mut Vec<_>| {
+            let due: Vec<u64> = state
+                .iter()
+                .filter(|(_, (_, t))| *t <= wm)
+                .map(|(k, _)| *k)
+                .collect();
+            for k in due {
+                let (n, t) = state.remove(&k).expect("due");
+                out.push((k, t, n));
+            }
+        };
+    for &(_, k, ts) in ev {
+        fire(max_seen.saturating_sub(BOUND_MS), &mut state, &mut out);
+        let e = state.entry(k).or_insert((0, i64::MIN));
+        e.0 += 1;
+        e.1 = e.1.max(ts + GAP_MS);
+        max_seen = max_seen.max(ts);
+    }
+    fire(i64::MAX, &mut state, &mut out);
+    common::sorted(out)
+}
+
+fn run(
+    ev: &[(u64, u64, i64)],
+    parallelism: usize,
+    faults: Option<FaultPlan>,
+) -> Vec<(u64, i64, u64)> {
+    let mut cfg = EnvConfig::default();
+    // One record per batch and a watermark after each: the watermark every record meets is
+    // the reference's.
+    cfg.batch_size = 1;
+    let dir = common::TempDir::new("timers");
+    cfg.checkpoint.directory = dir.path().to_owned();
+    let faulty = faults.is_some();
+    if let Some(plan) = faults {
+        cfg.checkpoint.interval = Some(Duration::from_millis(10));
+        cfg.faults = plan;
+        cfg.restart = Some(RestartStrategy::FixedDelay {
+            attempts: 3,
+            delay: Duration::ZERO,
+        });
+    }
+    let env = Env::with_config(cfg);
+    let wm =
+        WatermarkStrategy::for_bounded_out_of_orderness(Duration::from_millis(BOUND_MS as u64))
+            .with_timestamp_assigner(|r: &(u64, u64, i64)| r.2)
+            .with_watermark_interval(Duration::ZERO);
+    let hold = Hold::new();
+    let h = hold.clone();
+    let all = Arc::new(ev.to_vec());
+    let n = ev.len() as u64;
+    // With faults, half the input waits until two checkpoints completed (the fault is armed
+    // by them), so the restore always has input left to replay.
+    let before_hold = if faulty { 0.5 } else { 1.0 };
+    let out = env
+        .add_source("events", move |cx| {
+            Ok(HeldIds::new(cx, n, before_hold, h.clone()))
+        })
+        .set_parallelism(1)
+        .map(move |i: u64| all[i as usize])
+        .assign_timestamps_and_watermarks(wm)
+        .key_by(|r: &(u64, u64, i64)| r.1)
+        .process_with(Quiet)
+        .uid("quiet")
+        .set_parallelism(parallelism)
+        .collect();
+    let job = env.start("timers").expect("the job starts");
+    if faulty {
+        wait_for_checkpoint(&job, 2, Duration::from_secs(60)).expect("two checkpoints complete");
+    }
+    hold.release();
+    job.wait().expect("the job runs");
+    common::sorted(out.take())
+}
+
+#[test]
+fn event_time_timers_equal_the_reference_at_parallelism_one_two_and_four() {
+    for seed in 1..=3 {
+        let ev = events(1_500, seed);
+        let want = reference(&ev);
+        assert!(
+            want.len() > 20,
+            "the data makes keys go quiet: {}",
+            want.len()
+        );
+        for p in [1, 2, 4] {
+            assert_eq!(run(&ev, p, None), want, "p={p} seed={seed}");
+        }
+    }
+}
+
+#[test]
+fn timers_restored_from_a_checkpoint_fire_once() {
+    quiet_injected_panics();
+    for seed in [21, 22, 23] {
+        let ev = events(1_500, seed);
+        let plan = FaultPlan::new(vec![
+            Fault::new("quiet", FaultKind::Panic, 0).after_checkpoints(2)
+        ]);
+        let got = run(&ev, 2, Some(plan.clone()));
+        assert_eq!(plan.fired(), 1, "seed {seed}: the fault fired");
+        assert_eq!(got, reference(&ev), "seed {seed}");
+    }
+}
+
+/// Registers one event-time timer per key at `STORM_AT`; once `SLOW_FROM` have fired it
+/// slows down (1 ms a timer) until the test says a checkpoint completed.
+#[derive(Clone)]
+struct Storm {
+    fired: Arc<AtomicU64>,
+    checkpointed: Arc<AtomicBool>,
+}
+const STORM_AT: EventTime = 1_000;
+const STORM_KEYS: u64 = 20_000;
+const SLOW_FROM: u64 = 100;
+
+impl KeyedProcessFunction<u64, (u64, i64), u64> for Storm {
+    type State = ValueState<()>;
+    fn process_with_ctx(
+        &mut self,
+        _key: &u64,
+        s: &mut Self::State,
+        _x: (u64, i64),
+        ctx: &mut KeyedContext<'_, u64>,
+        _out: &mut Collector<u64>,
+    ) {
+        s.update(());
+        ctx.register_event_time_timer(STORM_AT);
+    }
+    fn on_timer(
+        &mut self,
+        _t: EventTime,
+        _d: TimeDomain,
+        key: &u64,
+        _s: &mut Self::State,
+        _ctx: &mut KeyedContext<'_, u64>,
+        out: &mut Collector<u64>,
+    ) {
+        let n = self.fired.fetch_add(1, Ordering::SeqCst);
+        // Bounded: if the storm did not let the checkpoint through it ends after 10 s and
+        // the test fails on the count, rather than hanging.
+        if (SLOW_FROM..SLOW_FROM + 10_000).contains(&n) && !self.checkpointed.load(Ordering::SeqCst)
+        {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        out.collect(*key);
+    }
+}
+
+#[test]
+fn a_timer_storm_lets_a_checkpoint_through_while_it_fires() {
+    let mut cfg = EnvConfig::default();
+    cfg.batch_size = 16;
+    let dir = common::TempDir::new("timer-storm");
+    cfg.checkpoint.directory = dir.path().to_owned();
+    let env = Env::with_config(cfg);
+    let fired = Arc::new(AtomicU64::new(0));
+    let checkpointed = Arc::new(AtomicBool::new(false));
+    let f = Storm {
+        fired: fired.clone(),
+        checkpointed: checkpointed.clone(),
+    };
+    let hold = Hold::new();
+    let h = hold.clone();
+    // Every key once at time 0, then (the hold) one record at 1 h that moves the watermark
+    // past every timer, then the source holds again until the end of the test.
+    let last_hold = Hold::new();
+    let lh = last_hold.clone();
+    let out = env
+        .add_source("keys", move |cx| {
+            Ok(HeldIds::new(cx, STORM_KEYS, 1.0, h.clone()))
+        })
+        .set_parallelism(1)
+        .map(|k: u64| (k, 0i64))
+        .union([env
+            .add_source("late", move |cx| Ok(HeldIds::new(cx, 1, 0.0, lh.clone())))
+            .set_parallelism(1)
+            .map(|_| (u64::MAX, 3_600_000i64))])
+        .assign_timestamps_and_watermarks(
+            WatermarkStrategy::for_bounded_out_of_orderness(Duration::ZERO)
+                .with_timestamp_assigner(|r: &(u64, i64)| r.1)
+                .with_watermark_interval(Duration::ZERO),
+        )
+        .set_parallelism(1)
+        .key_by(|r: &(u64, i64)| r.0)
+        .process_with(f)
+        .set_parallelism(1)
+        .collect();
+    let job = env.start("timer-storm").expect("the job starts");
+    hold.release();
+    last_hold.release();
+    // The storm has begun and is slowed: a checkpoint now must get through between runs.
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while fired.load(Ordering::SeqCst) < SLOW_FROM {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the storm never started"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let id = job
+        .monitor()
+        .trigger_checkpoint()
+        .expect("a checkpoint is triggered");
+    wait_for_checkpoint(&job, id, Duration::from_secs(60)).expect("the checkpoint completes");
+    let at_completion = fired.load(Ordering::SeqCst);
+    checkpointed.store(true, Ordering::SeqCst);
+    job.wait().expect("the job runs");
+    assert!(
+        at_completion < STORM_KEYS,
+        "the checkpoint waited for the whole storm ({at_completion} of {STORM_KEYS} timers had fired)"
+    );
+    let got = out.take();
+    assert_eq!(got.len() as u64, STORM_KEYS + 1, "every timer fired once");
+    assert_eq!(
+        common::sorted(got)
+            .windows(2)
+            .filter(|w| w[0] == w[1])
+            .count(),
+        0
+    );
+}
+
+/// Registers a processing-time timer 30 ms ahead for each key, and emits the key when it
+/// fires.
+#[derive(Clone)]
+struct Later;
+impl KeyedProcessFunction<u64, u64, u64> for Later {
+    type State = ValueState<()>;
+    fn process_with_ctx(
+        &mut self,
+        _key: &u64,
+        _s: &mut Self::State,
+        _x: u64,
+        ctx: &mut KeyedContext<'_, u64>,
+        _out: &mut Collector<u64>,
+    ) {
+        assert_eq!(ctx.timestamp(), None, "a stream without timestamps");
+        let t = ctx.current_processing_time() + 30;
+        ctx.register_processing_time_timer(t);
+        // Twice the same time is one timer; a deleted one never fires.
+        ctx.register_processing_time_timer(t);
+        ctx.register_processing_time_timer(t + 1);
+        ctx.delete_processing_time_timer(t + 1);
+    }
+    fn on_timer(
+        &mut self,
+        t: EventTime,
+        d: TimeDomain,
+        key: &u64,
+        _s: &mut Self::State,
+        ctx: &mut KeyedContext<'_, u64>,
+        out: &mut Collector<u64>,
+    ) {
+        assert_eq!(d, TimeDomain::ProcessingTime);
+        assert!(ctx.current_processing_time() >= t, "fired early");
+        out.collect(*key);
+    }
+}
+
+#[test]
+fn processing_time_timers_fire_while_the_input_is_idle() {
+    let env = Env::new();
+    let hold = Hold::new();
+    let h = hold.clone();
+    let seen = Arc::new(AtomicU64::new(0));
+    let s = seen.clone();
+    // Ten keys, then the source holds (idle, no records, no watermarks).
+    let out = env
+        .add_source("ids", move |cx| Ok(HeldIds::new(cx, 20, 0.5, h.clone())))
+        .set_parallelism(1)
+        .key_by(|x: &u64| *x)
+        .process_with(Later)
+        .set_parallelism(2)
+        .map(move |k: u64| {
+            s.fetch_add(1, Ordering::SeqCst);
+            k
+        })
+        .collect();
+    let job = env.start("processing-timers").expect("the job starts");
+    let deadline = std::time::Instant::now() + common::TIMEOUT;
+    while seen.load(Ordering::SeqCst) < 10 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the timers of an idle subtask did not fire ({} of 10)",
+            seen.load(Ordering::SeqCst)
+        );
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    // The second half's timers are still pending when the input ends: they do not fire.
+    hold.release();
+    job.wait().expect("the job runs");
+    let got = common::sorted(out.take());
+    assert_eq!(got[..10], (0..10).collect::<Vec<u64>>()[..]);
+    assert!(got.iter().all(|k| *k < 20) && got.windows(2).all(|w| w[0] < w[1]));
+}
+
+#[test]
+fn a_backed_up_operator_refuses_timers_naming_it() {
+    let dir = common::TempDir::new("timers-backup");
+    let mut cfg = EnvConfig::default();
+    cfg.checkpoint.directory = dir.path().to_owned();
+    cfg.checkpoint.interval = Some(Duration::from_millis(50));
+    let env = Env::with_config(cfg);
+    let _ = env
+        .from_collection((0..10u64).collect::<Vec<_>>())
+        .key_by(|x: &u64| *x % 3)
+        .process_with(Later)
+        .uid("later")
+        .with_backup()
+        .discard();
+    let e = env
+        .execute("backed-up-timers")
+        .expect_err("a backed-up operator cannot register timers");
+    let msg = e.to_string();
+    assert!(msg.contains("later") && msg.contains("backup"), "{msg}");
+}
