@@ -277,6 +277,9 @@ impl<T: Data> InputGate for TypedGate<T> {
     fn channels(&self) -> usize {
         self.receivers.len()
     }
+    fn watermark(&self) -> crate::time::InputWatermark {
+        self.marks.reading()
+    }
     fn peek_barrier(&self) -> Option<u64> {
         self.receivers
             .iter()

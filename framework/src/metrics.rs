@@ -36,6 +36,8 @@ pub(crate) type GaugesByUid = Vec<(String, std::sync::Arc<dyn OperatorGauges>)>;
 pub(crate) struct QueueUsage {
     pub(crate) queued: usize,
     pub(crate) capacity: usize,
+    /// The highest watermark sent on these channels, if any.
+    pub(crate) watermark: Option<crate::time::EventTime>,
 }
 
 /// Counters of one operator in one subtask.
@@ -229,6 +231,8 @@ pub(crate) struct SubtaskSample {
     pub(crate) output: QueueUsage,
     /// How long the sample mail waited in the system lane.
     pub(crate) mailbox_latency: Duration,
+    /// Each input's watermark (none for a source).
+    pub(crate) input_watermarks: Vec<crate::time::InputWatermark>,
     /// Waiting for output credit when sampled.
     pub(crate) back_pressured_now: bool,
     /// When the sample was taken.
@@ -305,6 +309,19 @@ pub struct SubtaskMetrics {
     pub mailbox_latency_ms: f64,
     /// `mailboxQueueSize`: system mails sent and not yet handled.
     pub mailbox_queue_size: u64,
+    /// `currentInputWatermark`: the lowest of the inputs' watermarks (ms since the epoch;
+    /// `None` before the first, and for a source).
+    pub current_input_watermark: Option<i64>,
+    /// `currentInput{N}Watermark`: each input's (N from 1, as Flink numbers them).
+    pub input_watermarks: Vec<Option<i64>>,
+    /// `currentOutputWatermark`: the last watermark the subtask sent on.
+    pub current_output_watermark: Option<i64>,
+    /// Every open channel of every input is idle.
+    pub inputs_idle: bool,
+    /// The input and channel (upstream subtask) whose watermark holds the input watermark
+    /// back (`watermarkHeldByInput`, `watermarkHeldByChannel`, from 1 and 0 as above):
+    /// the active channel with the lowest watermark, when there are several.
+    pub watermark_held_by: Option<(usize, usize)>,
 }
 
 impl SubtaskMetrics {
@@ -320,6 +337,13 @@ impl SubtaskMetrics {
         "outPoolUsage",
         "mailboxLatencyMs",
         "mailboxQueueSize",
+        "currentInputWatermark",
+        "currentInput1Watermark",
+        "currentInput2Watermark",
+        "currentOutputWatermark",
+        "watermarkLag",
+        "watermarkHeldByInput",
+        "watermarkHeldByChannel",
     ];
 
     /// A metric by its Flink name (`busyTimeMsPerSecond`, `inPoolUsage`, ...).
@@ -335,6 +359,23 @@ impl SubtaskMetrics {
             "outPoolUsage" => self.output_queue_usage,
             "mailboxLatencyMs" => self.mailbox_latency_ms,
             "mailboxQueueSize" => self.mailbox_queue_size as f64,
+            // Flink says Long.MIN_VALUE before the first watermark.
+            "currentInputWatermark" => self.current_input_watermark.unwrap_or(i64::MIN) as f64,
+            "currentOutputWatermark" => self.current_output_watermark.unwrap_or(i64::MIN) as f64,
+            "currentInput1Watermark" | "currentInput2Watermark" => {
+                let n = if name == "currentInput1Watermark" {
+                    0
+                } else {
+                    1
+                };
+                (*self.input_watermarks.get(n)?).unwrap_or(i64::MIN) as f64
+            }
+            // How far event time is behind the wall clock.
+            "watermarkLag" => {
+                (now_ms() as i64).saturating_sub(self.current_input_watermark?) as f64
+            }
+            "watermarkHeldByInput" => (self.watermark_held_by?.0 + 1) as f64,
+            "watermarkHeldByChannel" => self.watermark_held_by?.1 as f64,
             _ => return None,
         })
     }

@@ -163,12 +163,15 @@ where
 /// Batches that found no credit, in send order.
 struct PendingQueue<T> {
     queue: VecDeque<(usize, Event<T>)>,
+    /// The last watermark sent (metrics).
+    watermark: Option<crate::time::EventTime>,
 }
 
 impl<T: Clone> PendingQueue<T> {
     fn new() -> Self {
         PendingQueue {
             queue: VecDeque::new(),
+            watermark: None,
         }
     }
 
@@ -191,6 +194,7 @@ impl<T: Clone> PendingQueue<T> {
             usage.capacity += c;
         }
         usage.queued += self.queue.len();
+        usage.watermark = usage.watermark.max(self.watermark);
     }
 
     fn poll(&mut self, senders: &[Sender<T>], cx: &mut Context<'_>) -> Poll<()> {
@@ -241,6 +245,9 @@ macro_rules! network_output_plumbing {
         fn watermark(&mut self, w: crate::time::Watermark) -> Result<(), TaskError> {
             // Records before the watermark go before it, on every channel.
             self.flush();
+            if let crate::time::Watermark::At(t) = w {
+                self.pending.watermark = Some(t);
+            }
             for t in 0..self.senders.len() {
                 self.pending.send(&self.senders, t, Event::Watermark(w));
             }

@@ -25,6 +25,25 @@ pub(crate) struct SubtaskProbe {
     pub(crate) counters: Arc<crate::metrics::SubtaskCounters>,
 }
 
+/// A subtask's input watermark: the lowest over its inputs that have one and are not idle.
+fn input_watermark(inputs: &[crate::time::InputWatermark]) -> Option<i64> {
+    inputs.iter().filter(|w| !w.idle).filter_map(|w| w.at).min()
+}
+
+/// The (input, channel) holding a subtask's watermark back, when it has more than one open
+/// channel: the active channel with the lowest watermark of the input with the lowest.
+fn held_by(inputs: &[crate::time::InputWatermark]) -> Option<(usize, usize)> {
+    if inputs.iter().map(|w| w.open).sum::<usize>() < 2 {
+        return None;
+    }
+    let (i, w) = inputs
+        .iter()
+        .enumerate()
+        .filter(|(_, w)| !w.idle && w.held_by.is_some())
+        .min_by_key(|(_, w)| w.at.unwrap_or(i64::MIN))?;
+    Some((i, w.held_by?))
+}
+
 /// What the sampler knows of one operator.
 pub(crate) struct OperatorProbe {
     pub(crate) uid: String,
@@ -134,6 +153,12 @@ impl Sampler {
                 output_queue_usage: usage(cur.output),
                 mailbox_latency_ms: cur.mailbox_latency.as_secs_f64() * 1000.0,
                 mailbox_queue_size: sent.saturating_sub(handled),
+                current_input_watermark: input_watermark(&cur.input_watermarks),
+                input_watermarks: cur.input_watermarks.iter().map(|w| w.at).collect(),
+                current_output_watermark: cur.output.watermark,
+                inputs_idle: !cur.input_watermarks.is_empty()
+                    && cur.input_watermarks.iter().all(|w| w.idle),
+                watermark_held_by: held_by(&cur.input_watermarks),
             });
             self.prev_samples[i] = cur;
         }

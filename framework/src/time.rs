@@ -18,6 +18,19 @@ use std::time::{Duration, Instant};
 /// Event time: milliseconds since the Unix epoch (like `ts_ms` fields).
 pub type EventTime = i64;
 
+/// A subtask input's watermark, as its metrics show it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct InputWatermark {
+    /// The watermark passed on (`None`: none yet).
+    pub(crate) at: Option<EventTime>,
+    /// Every open channel is idle.
+    pub(crate) idle: bool,
+    /// The channel (upstream subtask) with the lowest watermark among the active ones.
+    pub(crate) held_by: Option<usize>,
+    /// Channels not ended.
+    pub(crate) open: usize,
+}
+
 /// What an in-band watermark element says.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Watermark {
@@ -281,6 +294,29 @@ impl WatermarkMerge {
     pub(crate) fn end(&mut self, i: usize) -> Option<Watermark> {
         self.inputs[i].ended = true;
         self.combined()
+    }
+
+    /// What a subtask's metrics show: the watermark passed on (`None`: none yet), whether
+    /// every open input is idle, and the active input with the lowest watermark (the one
+    /// holding it back), if any.
+    pub(crate) fn reading(&self) -> InputWatermark {
+        let mut held_by = None::<(usize, EventTime)>;
+        let mut open = 0;
+        for (i, m) in self.inputs.iter().enumerate() {
+            if m.ended {
+                continue;
+            }
+            open += 1;
+            if !m.idle && held_by.is_none_or(|(_, at)| m.at < at) {
+                held_by = Some((i, m.at));
+            }
+        }
+        InputWatermark {
+            at: (self.emitted > EventTime::MIN).then_some(self.emitted),
+            idle: open > 0 && held_by.is_none(),
+            held_by: held_by.map(|(i, _)| i),
+            open,
+        }
     }
 
     fn combined(&mut self) -> Option<Watermark> {

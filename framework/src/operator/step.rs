@@ -59,6 +59,8 @@ pub(crate) trait InputGate: Send {
     fn output_usage(&self, usage: &mut QueueUsage);
     /// Delivers a control request to the operators behind this input.
     fn control(&mut self, c: &mut Control<'_>);
+    /// This input's watermark and the channel holding it back (metrics).
+    fn watermark(&self) -> crate::time::InputWatermark;
 }
 
 /// What one step of a source produced.

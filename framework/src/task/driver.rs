@@ -288,6 +288,14 @@ impl Driver {
     }
 
     /// Fill of the data lane (batches, capacity) and the records in it.
+    /// Each input's watermark (none for a source).
+    pub(super) fn input_watermarks(&self) -> Vec<crate::time::InputWatermark> {
+        match self {
+            Driver::Source(_) => Vec::new(),
+            Driver::Inputs { gates, .. } => gates.iter().map(|g| g.watermark()).collect(),
+        }
+    }
+
     pub(super) fn input_usage(&self) -> (QueueUsage, usize) {
         match self {
             Driver::Source(_) => (QueueUsage::default(), 0),
@@ -295,6 +303,7 @@ impl Driver {
                 QueueUsage {
                     queued: gates.iter().map(|g| g.queued()).sum(),
                     capacity: gates.iter().map(|g| g.capacity()).sum(),
+                    watermark: None,
                 },
                 gates.iter().map(|g| g.queued_records()).sum(),
             ),

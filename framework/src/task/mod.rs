@@ -315,6 +315,7 @@ impl SubtaskActor {
             input_records,
             output,
             mailbox_latency,
+            input_watermarks: self.driver.input_watermarks(),
             back_pressured_now: self.time.state() == WaitState::BackPressured,
             at: Some(now),
         };
