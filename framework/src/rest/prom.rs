@@ -97,6 +97,16 @@ pub(crate) fn render(jobs: &[JobMonitor]) -> Result<String, std::fmt::Error> {
         "backPressuredTimeMsPerSecond",
     );
     let mailbox = family(&mut r, "subtask_mailbox_latency_ms", "mailboxLatencyMs");
+    let input_wm = family(
+        &mut r,
+        "subtask_current_input_watermark",
+        "currentInputWatermark (ms since the epoch; absent before the first)",
+    );
+    let output_wm = family(
+        &mut r,
+        "subtask_current_output_watermark",
+        "currentOutputWatermark (ms since the epoch; absent before the first)",
+    );
     let promotions = family(
         &mut r,
         "backup_promotions",
@@ -168,6 +178,12 @@ pub(crate) fn render(jobs: &[JobMonitor]) -> Result<String, std::fmt::Error> {
                 bp.get_or_create(&l)
                     .set(s.back_pressured_time_ms_per_second);
                 mailbox.get_or_create(&l).set(s.mailbox_latency_ms);
+                if let Some(w) = s.current_input_watermark {
+                    input_wm.get_or_create(&l).set(w as f64);
+                }
+                if let Some(w) = s.current_output_watermark {
+                    output_wm.get_or_create(&l).set(w as f64);
+                }
             }
         }
         for b in j.backup_metrics() {
