@@ -221,7 +221,7 @@ where
                 spec.clone(),
                 core(env, next),
                 late,
-                env.config.max_parallelism,
+                &env.config,
                 env.restored.as_deref(),
             )
             .map_err(|e| env.restore_error(e))?;

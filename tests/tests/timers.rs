@@ -264,20 +264,15 @@ fn a_timer_storm_lets_a_checkpoint_through_while_it_fires() {
     };
     let hold = Hold::new();
     let h = hold.clone();
-    // Every key once at time 0, then (the hold) one record at 1 h that moves the watermark
-    // past every timer, then the source holds again until the end of the test.
-    let last_hold = Hold::new();
-    let lh = last_hold.clone();
+    // Every key once at time 0, then one record at 1 h that moves the watermark past every
+    // timer, then the source holds (until the test releases its last record, also at 1 h).
+    let before_hold = (STORM_KEYS as f64 + 1.5) / (STORM_KEYS as f64 + 2.0);
     let out = env
         .add_source("keys", move |cx| {
-            Ok(HeldIds::new(cx, STORM_KEYS, 1.0, h.clone()))
+            Ok(HeldIds::new(cx, STORM_KEYS + 2, before_hold, h.clone()))
         })
         .set_parallelism(1)
-        .map(|k: u64| (k, 0i64))
-        .union([env
-            .add_source("late", move |cx| Ok(HeldIds::new(cx, 1, 0.0, lh.clone())))
-            .set_parallelism(1)
-            .map(|_| (u64::MAX, 3_600_000i64))])
+        .map(|k: u64| (k, if k >= STORM_KEYS { 3_600_000i64 } else { 0 }))
         .assign_timestamps_and_watermarks(
             WatermarkStrategy::for_bounded_out_of_orderness(Duration::ZERO)
                 .with_timestamp_assigner(|r: &(u64, i64)| r.1)
@@ -289,8 +284,6 @@ fn a_timer_storm_lets_a_checkpoint_through_while_it_fires() {
         .set_parallelism(1)
         .collect();
     let job = env.start("timer-storm").expect("the job starts");
-    hold.release();
-    last_hold.release();
     // The storm has begun and is slowed: a checkpoint now must get through between runs.
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
     while fired.load(Ordering::SeqCst) < SLOW_FROM {
@@ -307,13 +300,14 @@ fn a_timer_storm_lets_a_checkpoint_through_while_it_fires() {
     wait_for_checkpoint(&job, id, Duration::from_secs(60)).expect("the checkpoint completes");
     let at_completion = fired.load(Ordering::SeqCst);
     checkpointed.store(true, Ordering::SeqCst);
+    hold.release();
     job.wait().expect("the job runs");
     assert!(
         at_completion < STORM_KEYS,
         "the checkpoint waited for the whole storm ({at_completion} of {STORM_KEYS} timers had fired)"
     );
     let got = out.take();
-    assert_eq!(got.len() as u64, STORM_KEYS + 1, "every timer fired once");
+    assert_eq!(got.len() as u64, STORM_KEYS + 2, "every timer fired once");
     assert_eq!(
         common::sorted(got)
             .windows(2)

@@ -318,3 +318,74 @@ fn windows_restored_from_a_checkpoint_fire_once_with_the_same_late_set() {
         }
     }
 }
+
+/// 20,000 keys' windows complete on one watermark: they fire a batch at a time, and a
+/// checkpoint triggered meanwhile completes before the last has fired. (From the 100th
+/// firing on, each waits 1 ms until the test has seen the checkpoint complete; bounded, so a
+/// storm that did not let the checkpoint through fails on the count instead of hanging.)
+#[test]
+fn a_window_storm_lets_a_checkpoint_through_while_it_fires() {
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    use std::sync::Arc;
+    const KEYS: u64 = 20_000;
+    let dir = std::env::temp_dir().join(format!("weir-window-storm-{}", std::process::id()));
+    let mut cfg = EnvConfig::default();
+    cfg.batch_size = 16;
+    cfg.checkpoint.directory = dir.clone();
+    let env = Env::with_config(cfg);
+    let fired = Arc::new(AtomicU64::new(0));
+    let checkpointed = Arc::new(AtomicBool::new(false));
+    let (f, c) = (fired.clone(), checkpointed.clone());
+    let hold = Hold::new();
+    let h = hold.clone();
+    // Every key once in window [0, 1000), then one record at 1 h, then the source holds
+    // (until the test releases its last record, also at 1 h).
+    let before_hold = (KEYS as f64 + 1.5) / (KEYS as f64 + 2.0);
+    let out = env
+        .add_source("keys", move |cx| {
+            Ok(HeldIds::new(cx, KEYS + 2, before_hold, h.clone()))
+        })
+        .set_parallelism(1)
+        .map(|k: u64| {
+            let ts = if k >= KEYS { 3_600_000 } else { 0 };
+            (k, k, ts)
+        })
+        .assign_timestamps_and_watermarks(
+            WatermarkStrategy::for_bounded_out_of_orderness(Duration::ZERO)
+                .with_timestamp_assigner(|r: &(u64, u64, i64)| r.2)
+                .with_watermark_interval(Duration::ZERO),
+        )
+        .key_by(|r: &(u64, u64, i64)| r.1)
+        .window(TumblingEventTimeWindows::of(Duration::from_secs(1)))
+        .aggregate_window(Count, move |k: &u64, _w: &Fired, n: u64| {
+            let i = f.fetch_add(1, Ordering::SeqCst);
+            if (100..10_100).contains(&i) && !c.load(Ordering::SeqCst) {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            (*k, n)
+        })
+        .set_parallelism(1)
+        .collect();
+    let job = env.start("window-storm").expect("the job starts");
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while fired.load(Ordering::SeqCst) < 100 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the storm never started"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let id = job.monitor().trigger_checkpoint().expect("a checkpoint");
+    wait_for_checkpoint(&job, id, Duration::from_secs(60)).expect("the checkpoint completes");
+    let at_completion = fired.load(Ordering::SeqCst);
+    checkpointed.store(true, Ordering::SeqCst);
+    hold.release();
+    job.wait().expect("the job runs");
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(
+        at_completion < KEYS,
+        "the checkpoint waited for the whole storm ({at_completion} of {KEYS} windows had fired)"
+    );
+    let got = out.take();
+    assert_eq!(got.len() as u64, KEYS + 2, "every window fired once");
+}

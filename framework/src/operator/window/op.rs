@@ -60,6 +60,8 @@ struct Inner<K, I, R, G: WindowFn<K, I, R>> {
     /// Cleanup time (max timestamp + allowed lateness) -> keys to purge then.
     cleanup: BTreeMap<EventTime, Vec<K>>,
     watermark: EventTime,
+    /// The last watermark sent on: the input's once every window it completes has fired.
+    forwarded: EventTime,
     late: Vec<I>,
     late_attached: bool,
     late_dropped: u64,
@@ -73,6 +75,9 @@ pub(crate) struct WindowOp<KF, K, I, R, G: WindowFn<K, I, R>> {
     core: OpCore<R>,
     late_next: BoxOutput<I>,
     max_parallelism: usize,
+    /// Windows fired in one run before the subtask takes other work (a barrier, control
+    /// mail); no record is taken while some are due.
+    budget: usize,
 }
 
 /// How the operator is configured (what the stream API hands the builder).
@@ -248,41 +253,78 @@ where
         }
     }
 
-    /// The watermark moved to `wm`: fires what it completes, purges what it expires.
-    fn advance(&mut self, wm: EventTime, out: &mut Collector<R>) {
-        if wm <= self.watermark {
-            return;
-        }
-        self.watermark = wm;
-        while let Some(entry) = self.fire.first_entry() {
+    /// Whether a window at or below the watermark has not fired (or a key not been purged)
+    /// yet.
+    fn due(&self) -> bool {
+        let wm = self.watermark;
+        self.fire.keys().next().is_some_and(|t| *t <= wm)
+            || self.cleanup.keys().next().is_some_and(|t| *t <= wm)
+    }
+
+    /// Fires up to `budget` of the windows the watermark completed, in time order, and
+    /// purges what it expired; the rest on the next call (`due`).
+    fn advance(&mut self, budget: usize, out: &mut Collector<R>) {
+        let wm = self.watermark;
+        let mut n = 0;
+        while n < budget {
+            let Some(mut entry) = self.fire.first_entry() else {
+                break;
+            };
             if *entry.key() > wm {
                 break;
             }
-            let (t, keys) = entry.remove_entry();
-            let end = t + 1;
-            for key in keys {
-                let Some(w) = self.keys.get_mut(&key) else {
-                    continue;
-                };
-                if !w.pending.remove(&end) {
-                    continue; // merged away, or fired already
-                }
-                let firing = w.fired.get(&end).copied().unwrap_or(0);
-                Self::emit_window(&mut self.f, self.windowing, &key, w, end, firing, out);
-                if self.lateness > 0 {
-                    w.fired.insert(end, firing + 1);
-                }
-                self.purge(&key);
+            let end = *entry.key() + 1;
+            let Some(key) = entry.get_mut().pop() else {
+                entry.remove();
+                continue;
+            };
+            if entry.get().is_empty() {
+                entry.remove();
             }
+            let Some(w) = self.keys.get_mut(&key) else {
+                continue;
+            };
+            if !w.pending.remove(&end) {
+                continue; // merged away, or fired already
+            }
+            let firing = w.fired.get(&end).copied().unwrap_or(0);
+            Self::emit_window(&mut self.f, self.windowing, &key, w, end, firing, out);
+            if self.lateness > 0 {
+                w.fired.insert(end, firing + 1);
+            }
+            self.purge(&key);
+            n += 1;
         }
-        while let Some(entry) = self.cleanup.first_entry() {
+        while n < budget {
+            let Some(mut entry) = self.cleanup.first_entry() else {
+                break;
+            };
             if *entry.key() > wm {
                 break;
             }
-            for key in entry.remove() {
-                self.purge(&key);
+            let Some(key) = entry.get_mut().pop() else {
+                entry.remove();
+                continue;
+            };
+            if entry.get().is_empty() {
+                entry.remove();
             }
+            self.purge(&key);
+            n += 1;
         }
+    }
+
+    /// The watermark that can go on now: the input's, held below the earliest window still
+    /// to fire at or before it. `None` if it would not advance.
+    fn watermark_to_forward(&mut self) -> Option<EventTime> {
+        let held = match self.fire.keys().next() {
+            Some(&t) if t <= self.watermark => t.saturating_sub(1),
+            _ => self.watermark,
+        };
+        (held > self.forwarded).then(|| {
+            self.forwarded = held;
+            held
+        })
     }
 
     /// Drops the slices of `key` no window can use any more, and the key when nothing is left.
@@ -342,9 +384,10 @@ where
         spec: WindowSpec<I>,
         core: OpCore<R>,
         late_next: BoxOutput<I>,
-        max_parallelism: usize,
+        cfg: &crate::EnvConfig,
         restored: Option<&[u8]>,
     ) -> Result<Self, String> {
+        let (max_parallelism, budget) = (cfg.max_parallelism, cfg.batch_size.max(1));
         let mut op = WindowOp {
             key_fn,
             inner: Inner {
@@ -356,6 +399,7 @@ where
                 fire: BTreeMap::new(),
                 cleanup: BTreeMap::new(),
                 watermark: EventTime::MIN,
+                forwarded: EventTime::MIN,
                 late: Vec::new(),
                 late_attached: spec.late_attached,
                 late_dropped: 0,
@@ -365,6 +409,7 @@ where
             core,
             late_next,
             max_parallelism,
+            budget,
         };
         if let Some(payload) = restored {
             op.restore(payload)?;
@@ -387,6 +432,19 @@ where
             self.inner.keys.extend(entries);
         }
         self.inner.reindex();
+        Ok(())
+    }
+
+    /// Fires up to `budget` due windows, pushes them on, then the watermark they allow
+    /// (what a watermark completes goes before it).
+    fn fire_some(&mut self, budget: usize) -> Result<(), TaskError> {
+        let inner = &mut self.inner;
+        self.core.run(0, |out| inner.advance(budget, out))?;
+        self.emit()?;
+        if let Some(t) = self.inner.watermark_to_forward() {
+            self.core.next.watermark(Watermark::At(t))?;
+            self.late_next.watermark(Watermark::At(t))?;
+        }
         Ok(())
     }
 
@@ -426,17 +484,25 @@ where
         self.emit()
     }
     fn watermark(&mut self, w: Watermark) -> Result<(), TaskError> {
-        if let Watermark::At(t) = w {
-            let inner = &mut self.inner;
-            self.core.run(0, |out| inner.advance(t, out))?;
-            self.emit()?;
+        match w {
+            Watermark::At(t) if t > self.inner.watermark => {
+                self.inner.watermark = t;
+                // A first run now, the rest from `poll_pending` (records wait meanwhile).
+                self.fire_some(self.budget)
+            }
+            Watermark::At(_) => Ok(()),
+            Watermark::Idle => {
+                self.core.next.watermark(w)?;
+                self.late_next.watermark(w)
+            }
         }
-        // What the watermark completed goes before it.
-        self.core.next.watermark(w)?;
-        self.late_next.watermark(w)
+    }
+    fn holds_records(&self) -> bool {
+        self.inner.due()
     }
     fn finish(&mut self) -> Result<(), TaskError> {
-        // The end of input came with the `MAX` watermark: every window has fired.
+        // The end of input came with the `MAX` watermark: what is left fires now.
+        self.fire_some(usize::MAX)?;
         self.emit()?;
         self.late_next.finish()?;
         self.core.finish_with(|_| {})
@@ -475,6 +541,14 @@ where
         &mut self,
         cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<Result<(), TaskError>> {
+        if self.inner.due() {
+            if let Err(e) = self.fire_some(self.budget) {
+                return std::task::Poll::Ready(Err(e));
+            }
+            if self.inner.due() {
+                cx.waker().wake_by_ref();
+            }
+        }
         crate::operator::all_ready([
             self.core.next.poll_pending(cx),
             self.late_next.poll_pending(cx),
