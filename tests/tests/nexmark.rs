@@ -1,0 +1,314 @@
+//! The Nexmark queries on Weir equal their sequential references (`weir::nexmark::reference`)
+//! over generated events: every result once, nothing missing, at parallelism 1, 2 and 4, for
+//! several generator settings and seeds, and after a fault that makes the job restart from a
+//! checkpoint. The blackhole sink's count and checksum equal the reference's too.
+//!
+//! Every implemented query of `weir::nexmark::queries::QUERIES` is checked: a query added
+//! there is checked here with no change to this file.
+//!
+//! The fault runs wait on events, never on time: each source subtask emits half of its
+//! events, then holds (idle) until a checkpoint has completed; the fault fires at the first
+//! batch after that checkpoint, so the job always restores one.
+
+mod common;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use weir::nexmark::queries::{self, Query, QueryVisitor, QUERIES, SOURCE_UID};
+use weir::nexmark::reference::Timeline;
+use weir::nexmark::{Blackhole, Event, GeneratorConfig, NexmarkSource};
+use weir::source::{Source, SourceContext, SourceStatus, SourceWaker};
+use weir::testing::{Fault, FaultKind, FaultPlan};
+use weir::{Env, EnvConfig, RestartStrategy, SourceError};
+
+/// Generator settings the queries are checked on: the suite's, a sparser timeline (events
+/// spread over seconds, so windows differ), other proportions, and other seeds.
+fn settings() -> Vec<GeneratorConfig> {
+    vec![
+        GeneratorConfig::new(6_000),
+        GeneratorConfig::new(4_999)
+            .with_first_event_rate(1_000)
+            .with_base_time(1_500_000_000_123)
+            .with_first_event_id(1_000_003),
+        GeneratorConfig::new(3_001)
+            .with_first_event_rate(100)
+            .with_proportions(2, 3, 5)
+            .with_first_event_id(77),
+    ]
+}
+
+fn implemented() -> impl Iterator<Item = &'static str> {
+    QUERIES.iter().filter(|q| q.implemented).map(|q| q.name)
+}
+
+/// Lets held sources go on; clones open the same gate.
+#[derive(Clone, Default)]
+struct Gate {
+    open: Arc<AtomicBool>,
+    wakers: Arc<Mutex<Vec<SourceWaker>>>,
+}
+
+impl Gate {
+    fn open(&self) {
+        self.open.store(true, Ordering::SeqCst);
+        for w in self.wakers.lock().unwrap().iter() {
+            w.wake();
+        }
+    }
+}
+
+/// A Nexmark source that holds (idle) once half of its share is out, until its gate opens.
+struct Held {
+    inner: NexmarkSource,
+    /// Hold while this many events or fewer remain.
+    hold_at: u64,
+    gate: Gate,
+}
+
+impl Source<Event> for Held {
+    fn set_waker(&mut self, waker: SourceWaker) {
+        self.gate.wakers.lock().unwrap().push(waker);
+    }
+    fn poll_batch(&mut self, out: &mut Vec<Event>, max: usize) -> Result<SourceStatus, SourceError> {
+        if self.gate.open.load(Ordering::SeqCst) {
+            return self.inner.poll_batch(out, max);
+        }
+        let remaining = self.inner.remaining();
+        if remaining <= self.hold_at {
+            return Ok(SourceStatus::Idle {
+                until: Some(Duration::from_millis(50)),
+            });
+        }
+        let n = (remaining - self.hold_at).min(max as u64) as usize;
+        self.inner.poll_batch(out, n)?;
+        Ok(SourceStatus::More)
+    }
+    fn position(&self) -> Option<Vec<u8>> {
+        self.inner.position()
+    }
+    fn seek(&mut self, position: &[u8]) -> Result<(), SourceError> {
+        self.inner.seek(position)
+    }
+}
+
+/// Where a fault run fails.
+#[derive(Debug, Clone, Copy)]
+enum FaultAt {
+    /// The query's first operator.
+    Query,
+    /// The source.
+    Source,
+    /// The collect sink.
+    Sink,
+}
+
+/// Runs a query and checks it against its reference.
+struct Check {
+    config: GeneratorConfig,
+    parallelism: usize,
+    fault: Option<FaultAt>,
+}
+
+impl QueryVisitor for Check {
+    type Output = ();
+
+    fn visit<Q: Query>(self, query: Q) {
+        let Check {
+            config,
+            parallelism,
+            fault,
+        } = self;
+        let what = format!(
+            "{} at parallelism {parallelism} over {config:?}, fault {fault:?}",
+            query.name()
+        );
+        let mut cfg = EnvConfig::default();
+        cfg.default_parallelism = parallelism;
+        cfg.batch_size = 64;
+        // Only the injected fault restarts the job: a subtask slowed by a busy machine is not
+        // declared hung.
+        cfg.heartbeat_timeout = common::TIMEOUT;
+        let dir = common::TempDir::new("nexmark");
+        let plan = fault.map(|at| {
+            let uid = match at {
+                FaultAt::Query => query.operator_uids()[0],
+                FaultAt::Source => SOURCE_UID,
+                FaultAt::Sink => "collect",
+            };
+            FaultPlan::new(vec![
+                Fault::new(uid, FaultKind::Panic, 0).after_checkpoints(1)
+            ])
+        });
+        let gate = Gate::default();
+        if let Some(plan) = &plan {
+            cfg.checkpoint.interval = Some(Duration::from_millis(10));
+            cfg.checkpoint.directory = dir.path().to_owned();
+            cfg.restart = Some(RestartStrategy::FixedDelay {
+                attempts: 3,
+                delay: Duration::ZERO,
+            });
+            cfg.faults = plan.clone();
+            weir::testing::quiet_injected_panics();
+        }
+        let env = Env::with_config(cfg);
+        let events = if fault.is_some() {
+            let (c, g) = (config.clone(), gate.clone());
+            env.add_source("nexmark", move |cx: SourceContext| {
+                let inner = c.source(cx).map_err(|e| SourceError::Setup {
+                    source: Box::new(e),
+                })?;
+                let hold_at = inner.remaining() / 2;
+                Ok(Held {
+                    inner,
+                    hold_at,
+                    gate: g.clone(),
+                })
+            })
+            .uid(SOURCE_UID)
+        } else {
+            queries::source(&env, &config)
+        };
+        let out = query.build(events);
+        let hole = Blackhole::new();
+        hole.attach(out.clone()).uid("blackhole");
+        let collected = weir::CollectSink::default();
+        out.collect_into(&collected).uid("collect");
+        let job = env.start(query.name()).expect("the job starts");
+        if fault.is_some() {
+            weir::testing::wait_for_checkpoint(&job, 1, common::TIMEOUT)
+                .unwrap_or_else(|e| panic!("{what}: no checkpoint: {e}"));
+            gate.open();
+        }
+        let result = common::within_timeout(move || job.wait())
+            .unwrap_or_else(|e| panic!("{what}: the job failed: {e}"));
+
+        let expected = query.reference(&Timeline::new(config.events()));
+        let mut got = collected.take();
+        got.sort();
+        assert_eq!(
+            got.len(),
+            expected.results.len(),
+            "{what}: number of results"
+        );
+        if let Some(i) = (0..got.len()).find(|&i| got[i] != expected.results[i]) {
+            panic!(
+                "{what}: result {i} differs: got {:?}, expected {:?}",
+                got[i], expected.results[i]
+            );
+        }
+        assert_eq!(hole.totals(), expected.totals(), "{what}: blackhole totals");
+        assert_eq!(
+            query.late_dropped(&result),
+            expected.late_dropped() as u64,
+            "{what}: late records dropped"
+        );
+        let source_out: u64 = result.operator(SOURCE_UID).map_or(0, |o| o.records_out);
+        if let Some(plan) = plan {
+            assert_eq!(plan.fired(), 1, "{what}: the fault fired");
+            let stats = result.checkpoints.expect("checkpoint stats");
+            assert!(stats.num_restarts >= 1, "{what}: restarted");
+            assert!(
+                stats.last_restored_checkpoint_id.is_some(),
+                "{what}: restored a checkpoint"
+            );
+            assert!(source_out >= config.events, "{what}: source records");
+        } else {
+            assert_eq!(source_out, config.events, "{what}: source records");
+        }
+    }
+}
+
+#[test]
+fn every_query_equals_its_reference_at_parallelism_1_2_4() {
+    for name in implemented() {
+        for config in settings() {
+            for parallelism in [1, 2, 4] {
+                let check = Check {
+                    config: config.clone(),
+                    parallelism,
+                    fault: None,
+                };
+                queries::visit(name, check).expect("an implemented query");
+            }
+        }
+    }
+}
+
+#[test]
+fn every_query_equals_its_reference_after_restarting_from_a_checkpoint() {
+    let places = [FaultAt::Query, FaultAt::Source, FaultAt::Sink];
+    for (k, name) in implemented().enumerate() {
+        for (j, parallelism) in [1usize, 2, 4].into_iter().enumerate() {
+            let config = settings()[(k + j) % 3].clone();
+            let check = Check {
+                config,
+                parallelism,
+                fault: Some(places[(k + j) % places.len()]),
+            };
+            queries::visit(name, check).expect("an implemented query");
+        }
+    }
+}
+
+#[test]
+fn the_references_see_the_events_the_parallel_sources_emit() {
+    // The multiset of events is the same at every parallelism: the sources interleave one
+    // timeline.
+    let config = GeneratorConfig::new(2_000).with_first_event_id(5);
+    let mut expected: Vec<String> = config
+        .events()
+        .map(|e| serde_json::to_string(&e).unwrap())
+        .collect();
+    expected.sort();
+    for parallelism in [1, 3] {
+        let mut cfg = EnvConfig::default();
+        cfg.default_parallelism = parallelism;
+        let env = Env::with_config(cfg);
+        let all = queries::source(&env, &config).collect();
+        env.execute("nexmark-events").unwrap();
+        let mut got: Vec<String> = all
+            .take()
+            .iter()
+            .map(|e| serde_json::to_string(e).unwrap())
+            .collect();
+        got.sort();
+        assert_eq!(got, expected, "parallelism {parallelism}");
+    }
+}
+
+#[test]
+fn unknown_and_unimplemented_queries_are_named() {
+    let err = queries::resolve("q0,q42").unwrap_err().to_string();
+    assert!(err.contains("q42"), "{err}");
+    let not_yet: Vec<&str> = QUERIES
+        .iter()
+        .filter(|q| !q.implemented)
+        .map(|q| q.name)
+        .collect();
+    if let Some(first) = not_yet.first() {
+        let err = queries::resolve("all").unwrap_err().to_string();
+        assert!(err.contains(&not_yet.join(", ")), "{err}");
+        assert!(err.contains("not implemented"), "{err}");
+        assert!(queries::resolve(first).is_err());
+    }
+    assert_eq!(
+        queries::resolve(&implemented().collect::<Vec<_>>().join(",")).unwrap(),
+        implemented().collect::<Vec<_>>()
+    );
+}
+
+#[test]
+fn a_bad_generator_setting_fails_the_job_without_restarts() {
+    let mut cfg = EnvConfig::default();
+    cfg.restart = Some(RestartStrategy::FixedDelay {
+        attempts: 3,
+        delay: Duration::ZERO,
+    });
+    let env = Env::with_config(cfg);
+    let config = GeneratorConfig::new(10).with_proportions(1, 0, 1);
+    queries::source(&env, &config).discard();
+    let err = env.execute("nexmark-bad").unwrap_err().to_string();
+    assert!(err.contains("auction_proportion"), "{err}");
+}
