@@ -48,6 +48,8 @@ pub(crate) struct OperatorCounters {
     /// A sink's records in output that is committed: covered by a completed checkpoint, or
     /// by the final commit at the end of the input.
     pub(crate) records_committed: AtomicU64,
+    /// A window operator's late records dropped (no late-data output attached).
+    pub(crate) late_dropped: AtomicU64,
     /// A sink's records staged per checkpoint and not committed yet. Kept here, not in the
     /// sink instance, so that a restore counts what its checkpoint commits though the
     /// instance that staged it is gone. Touched once per checkpoint, never per record.
@@ -127,6 +129,11 @@ impl OperatorCounters {
             c > id
         });
         self.records_committed.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// Late records a window operator dropped.
+    pub(crate) fn late_dropped(&self) -> u64 {
+        self.late_dropped.load(Ordering::Relaxed)
     }
 
     /// Records committed (a sink's; 0 for other operators).

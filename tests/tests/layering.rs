@@ -12,7 +12,10 @@ use std::path::{Path, PathBuf};
 /// Top to bottom. A module may import modules of its own layer or of any layer below.
 const LAYERS: &[(&str, &[&str])] = &[
     ("benchmarks", &["nexmark"]),
-    ("api", &["env", "stream", "job", "testing", "rest", "cli"]),
+    (
+        "api",
+        &["env", "stream", "windowed", "job", "testing", "rest", "cli"],
+    ),
     ("controller", &["controller"]),
     ("protocols", &["sampler", "savepoint", "detector"]),
     ("physical plan", &["plan"]),
@@ -34,6 +37,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "rescale",
             "replace",
             "settings",
+            "time",
             "error",
             "hooks",
             "rate",

@@ -452,6 +452,10 @@ impl Driver {
             };
             let alignment = match step {
                 GateStep::Empty => continue,
+                GateStep::Watermark => {
+                    *next = (i + 1) % n;
+                    return Ok(Some(Work::Progress));
+                }
                 GateStep::Batch(_) => {
                     counters.batches_in.fetch_add(1, Ordering::Relaxed);
                     *next = (i + 1) % n;
