@@ -155,7 +155,9 @@ impl QueryVisitor for Check {
         let env = Env::with_config(cfg);
         let events = if fault.is_some() {
             let (c, g) = (config.clone(), gate.clone());
-            env.add_source("nexmark", move |cx: SourceContext| {
+            env.add_source_with_watermarks(
+                "nexmark",
+                move |cx: SourceContext| {
                 let inner = c.source(cx).map_err(|e| SourceError::Setup {
                     source: Box::new(e),
                 })?;
@@ -165,7 +167,9 @@ impl QueryVisitor for Check {
                     hold_at,
                     gate: g.clone(),
                 })
-            })
+                },
+                weir::nexmark::watermarks(),
+            )
             .uid(SOURCE_UID)
         } else {
             queries::source(&env, &config)
@@ -311,4 +315,59 @@ fn a_bad_generator_setting_fails_the_job_without_restarts() {
     queries::source(&env, &config).discard();
     let err = env.execute("nexmark-bad").unwrap_err().to_string();
     assert!(err.contains("auction_proportion"), "{err}");
+}
+
+/// Counts records (a window aggregation for the watermark test).
+#[derive(Clone)]
+struct Count;
+
+impl weir::window::AggregateFunction<i64, u64> for Count {
+    type Acc = u64;
+    fn add(&self, n: &mut u64, _t: i64) {
+        *n += 1;
+    }
+    fn merge(&self, n: &mut u64, other: &u64) {
+        *n += other;
+    }
+    fn result(&self, n: &u64) -> u64 {
+        *n
+    }
+}
+
+#[test]
+fn the_source_s_watermarks_fire_event_time_windows_with_nothing_late() {
+    // 200 events/s of event time: 3,000 events span 15 s of 1 s windows. The source's
+    // watermarks (each subtask's max - 4 s, merged as the minimum) never make one of its
+    // own records late, at any parallelism.
+    let config = GeneratorConfig::new(3_000).with_first_event_rate(200);
+    let mut expected = std::collections::BTreeMap::<i64, u64>::new();
+    for e in config.events() {
+        let t = weir::nexmark::event_time(&e);
+        *expected.entry(t - t.rem_euclid(1_000)).or_default() += 1;
+    }
+    let expected: Vec<(i64, u64)> = expected.into_iter().collect();
+    for parallelism in [1, 2, 4] {
+        let mut cfg = EnvConfig::default();
+        cfg.default_parallelism = parallelism;
+        cfg.batch_size = 16;
+        let env = Env::with_config(cfg);
+        let counts = queries::source(&env, &config)
+            .map(|e: Event| weir::nexmark::event_time(&e))
+            .with_timestamps(|t: &i64| *t)
+            .key_by(|_: &i64| 0u8)
+            .window(weir::window::TumblingEventTimeWindows::of(
+                Duration::from_secs(1),
+            ))
+            .aggregate_window(Count, |_: &u8, f: &weir::window::Fired, n| {
+                (f.window.start, n)
+            })
+            .uid("per-second")
+            .collect();
+        let result = env.execute("nexmark-watermarks").unwrap();
+        let mut got = counts.take();
+        got.sort();
+        assert_eq!(got, expected, "parallelism {parallelism}");
+        let op = result.operator("per-second").unwrap();
+        assert_eq!(op.late_records_dropped, 0, "parallelism {parallelism}");
+    }
 }

@@ -13,8 +13,9 @@
 //!   generates the events `i, i + p, i + 2p, ...` of one global timeline; its checkpointed
 //!   position is its generator's offset, so a restored source goes on with exactly the
 //!   events it had not emitted.
-//! - [`event_time`]: an event's timestamp in ms since the epoch, for a watermark strategy
-//!   (the suite's is `dateTime - INTERVAL '4' SECOND`).
+//! - [`event_time`]: an event's timestamp in ms since the epoch, and [`watermarks`], the
+//!   suite's watermark strategy on it (`dateTime - INTERVAL '4' SECOND`), which
+//!   [`queries::source`] gives the source.
 //! - [`queries`]: the queries on Weir, as a table that the `nexmark` harness
 //!   (`benches/src/bin/nexmark.rs`) and the tests run.
 //! - [`reference`]: every query as a sequential, framework-free function over a list of
@@ -68,4 +69,27 @@ pub use source::NexmarkSource;
 /// ```
 pub fn event_time(e: &Event) -> i64 {
     rows::ms(e.timestamp())
+}
+
+/// The suite's watermark strategy (`WATERMARK FOR dateTime AS dateTime - INTERVAL '4'
+/// SECOND`): timestamps by [`event_time`], watermarks trailing the largest timestamp a
+/// source subtask has emitted by [`reference::OUT_OF_ORDERNESS`] (4 s), every 200 ms (the
+/// default interval). No idleness: every subtask of the source emits until its share ends.
+///
+/// ```
+/// use weir::nexmark::{watermarks, GeneratorConfig};
+///
+/// let env = weir::Env::new();
+/// let config = GeneratorConfig::new(1_000);
+/// let bids = env
+///     .add_source_with_watermarks("nexmark", config.factory(), watermarks())
+///     .filter(|e: &weir::nexmark::Event| matches!(e, weir::nexmark::Event::Bid(_)))
+///     .collect();
+/// env.execute("watermarks-doc").unwrap();
+/// assert_eq!(bids.take().len(), 920);
+/// assert_eq!(watermarks().out_of_orderness(), std::time::Duration::from_secs(4));
+/// ```
+pub fn watermarks() -> crate::time::WatermarkStrategy<Event> {
+    crate::time::WatermarkStrategy::for_bounded_out_of_orderness(reference::OUT_OF_ORDERNESS)
+        .with_timestamp_assigner(event_time)
 }

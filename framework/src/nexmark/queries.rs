@@ -44,7 +44,8 @@ use crate::JobResult;
 pub const SOURCE_UID: &str = "source";
 
 /// The Nexmark source of `config` in `env` (uid [`SOURCE_UID`]), at the job's default
-/// parallelism.
+/// parallelism, with the suite's watermarks ([`watermarks`](super::watermarks): each
+/// subtask emits its largest timestamp so far − 4 s).
 ///
 /// ```
 /// let env = weir::Env::new();
@@ -54,7 +55,8 @@ pub const SOURCE_UID: &str = "source";
 /// assert_eq!(all.take().len(), 100);
 /// ```
 pub fn source(env: &crate::Env, config: &GeneratorConfig) -> DataStream<Event> {
-    env.add_source("nexmark", config.factory()).uid(SOURCE_UID)
+    env.add_source_with_watermarks("nexmark", config.factory(), super::watermarks())
+        .uid(SOURCE_UID)
 }
 
 /// One Nexmark query: its operators on Weir, and its reference.
