@@ -12,6 +12,7 @@
 
 mod common;
 
+use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -31,11 +32,11 @@ fn settings() -> Vec<GeneratorConfig> {
         GeneratorConfig::new(4_999)
             .with_first_event_rate(1_000)
             .with_base_time(1_500_000_000_123)
-            .with_first_event_id(1_000_003),
+            .with_first_event_id(1_000_000),
         GeneratorConfig::new(3_001)
             .with_first_event_rate(100)
             .with_proportions(2, 3, 5)
-            .with_first_event_id(77),
+            .with_first_event_id(70),
     ]
 }
 
@@ -260,7 +261,7 @@ fn every_query_equals_its_reference_after_restarting_from_a_checkpoint() {
 fn the_references_see_the_events_the_parallel_sources_emit() {
     // The multiset of events is the same at every parallelism: the sources interleave one
     // timeline.
-    let config = GeneratorConfig::new(2_000).with_first_event_id(5);
+    let config = GeneratorConfig::new(2_000).with_first_event_id(500);
     let mut expected: Vec<String> = config
         .events()
         .map(|e| serde_json::to_string(&e).unwrap())
@@ -369,5 +370,202 @@ fn the_source_s_watermarks_fire_event_time_windows_with_nothing_late() {
         assert_eq!(got, expected, "parallelism {parallelism}");
         let op = result.operator("per-second").unwrap();
         assert_eq!(op.late_records_dropped, 0, "parallelism {parallelism}");
+    }
+}
+
+#[test]
+fn every_setting_s_auction_and_person_ids_are_unique() {
+    // The joins (q3, q4, q6, q8) take an id for one auction or person; a seed off the
+    // generator's cycle would repeat them, and is refused.
+    for config in settings() {
+        let (mut auctions, mut persons) = (HashSet::new(), HashSet::new());
+        for e in config.events() {
+            match e {
+                Event::Auction(a) => assert!(auctions.insert(a.id), "{config:?}: auction {}", a.id),
+                Event::Person(p) => assert!(persons.insert(p.id), "{config:?}: person {}", p.id),
+                Event::Bid(_) => {}
+            }
+        }
+        assert!(!auctions.is_empty() && !persons.is_empty());
+    }
+    let off_cycle = GeneratorConfig::new(100).with_first_event_id(1_000_003);
+    let err = off_cycle.validate().unwrap_err().to_string();
+    assert!(err.contains("first_event_id"), "{err}");
+}
+
+#[test]
+fn q5_with_other_windows_equals_its_reference() {
+    // The 60 s / 1 s, and a size that is no multiple of the slide.
+    let config = settings()[2].clone();
+    for (size, slide) in [(60_000, 1_000), (5_000, 2_000)] {
+        let options = queries::QueryOptions {
+            q5_size_ms: size,
+            q5_slide_ms: slide,
+        };
+        for parallelism in [1, 2, 4] {
+            let check = Check {
+                config: config.clone(),
+                parallelism,
+                fault: None,
+            };
+            queries::visit_with("q5", &options, check).expect("q5");
+        }
+    }
+}
+
+fn person(id: usize, name: &str, t: u64) -> Event {
+    Event::Person(weir::nexmark::Person {
+        id,
+        name: name.into(),
+        email_address: String::new(),
+        credit_card: String::new(),
+        city: "Bend".into(),
+        state: "OR".into(),
+        date_time: t,
+        extra: String::new(),
+    })
+}
+
+fn auction(id: usize, seller: usize, t: u64, expires: u64) -> Event {
+    Event::Auction(weir::nexmark::Auction {
+        id,
+        item_name: String::new(),
+        description: String::new(),
+        initial_bid: 1,
+        reserve: 1,
+        date_time: t,
+        expires,
+        seller,
+        category: 10,
+        extra: String::new(),
+    })
+}
+
+fn bid(auction: usize, bidder: usize, price: usize, t: u64) -> Event {
+    Event::Bid(weir::nexmark::Bid {
+        auction,
+        bidder,
+        price,
+        channel: String::new(),
+        url: String::new(),
+        date_time: t,
+        extra: format!("x{t}"),
+    })
+}
+
+/// Runs every query over `events` in this order, one record per batch with a watermark
+/// after each (the reference's timeline), and compares results and late records.
+struct ByHand(Vec<Event>);
+
+impl QueryVisitor for ByHand {
+    type Output = ();
+    fn visit<Q: Query>(self, query: Q) {
+        let mut cfg = EnvConfig::default();
+        cfg.default_parallelism = 1;
+        cfg.batch_size = 1;
+        let env = Env::with_config(cfg);
+        let events = env
+            .from_collection(self.0.clone())
+            .assign_timestamps_and_watermarks(
+                weir::nexmark::watermarks().with_watermark_interval(Duration::ZERO),
+            );
+        let out = query.build(events).collect();
+        let result = env.execute(query.name()).unwrap();
+        let expected = query.reference(&Timeline::new(self.0));
+        let mut got = out.take();
+        got.sort();
+        if query.name() == "q7" && !expected.late.is_empty() {
+            // Known difference (see `Q7`): the suite's join side still matches a late bid at
+            // its window's maximum; Weir's q7 drops a late bid from both. Everything else
+            // is there.
+            let mut missing = expected.results.clone();
+            for r in &got {
+                let i = missing.iter().position(|m| m == r);
+                let i = i.unwrap_or_else(|| panic!("q7: {r:?} is not in the reference"));
+                missing.remove(i);
+            }
+            for m in missing {
+                let row = format!("{m:?}");
+                let late_bid = expected.late.iter().any(|e| match e {
+                    Event::Bid(b) => row.contains(&format!(
+                        "auction: {}, price: {}, bidder: {}, date_time: {},",
+                        b.auction, b.price, b.bidder, b.date_time
+                    )),
+                    _ => false,
+                });
+                assert!(late_bid, "q7: {row} is missing and not a late bid");
+            }
+        } else {
+            assert_eq!(got, expected.results, "{}", query.name());
+        }
+        assert_eq!(
+            query.late_dropped(&result),
+            expected.late_dropped() as u64,
+            "{}: late records",
+            query.name()
+        );
+    }
+}
+
+#[test]
+fn every_query_equals_its_reference_on_timelines_made_by_hand() {
+    let timelines = vec![
+        // q7: bids at a window's end join it (BETWEEN), a late bid.
+        vec![
+            bid(1, 1, 5, 1_000),
+            bid(2, 2, 9, 2_000),
+            bid(3, 3, 9, 9_999),
+            bid(4, 4, 9, 10_000),
+            bid(5, 5, 4, 11_000),
+            bid(6, 6, 1, 30_000),
+            bid(7, 7, 3, 12_000),
+        ],
+        // q11: sessions that touch merge, a bid of a fired session is late.
+        vec![
+            bid(1, 1, 1, 0),
+            bid(1, 1, 1, 10_000),
+            bid(1, 2, 1, 5_000),
+            bid(1, 1, 1, 40_000),
+            bid(1, 1, 1, 15_000),
+            bid(1, 1, 1, 27_000),
+            bid(1, 1, 1, 31_000),
+        ],
+        // q8 and q3: persons and auctions in and out of a window, late ones.
+        vec![
+            person(1, "Ann", 1_000),
+            auction(10, 1, 2_000, 9_000),
+            auction(11, 1, 3_000, 9_000),
+            person(2, "Bob", 4_000),
+            auction(12, 2, 12_000, 19_000),
+            person(3, "Cy", 30_000),
+            auction(13, 3, 30_500, 39_000),
+            person(4, "Di", 5_000),
+            auction(14, 4, 5_500, 9_000),
+        ],
+        // q6 and q4: a bid before its auction counts, bids and an auction after the close
+        // are late.
+        vec![
+            bid(1, 1, 50, 1_500),
+            auction(1, 7, 1_000, 2_000),
+            bid(1, 1, 60, 1_900),
+            bid(2, 1, 1, 30_000),
+            bid(1, 1, 80, 1_600),
+            auction(3, 7, 1_000, 2_000),
+            bid(3, 1, 5, 1_500),
+        ],
+        // q5: a bid whose windows have fired is late, one still counts in a later window.
+        vec![
+            bid(1, 1, 1, 1_000),
+            bid(2, 1, 1, 3_000),
+            bid(2, 1, 1, 3_500),
+            bid(3, 1, 1, 19_000),
+            bid(4, 1, 1, 5_000),
+            bid(5, 1, 1, 7_000),
+        ],
+    ];
+    for events in timelines {
+        for name in implemented() {
+            queries::visit(name, ByHand(events.clone())).expect("an implemented query");
+        }
     }
 }

@@ -109,7 +109,9 @@ impl GeneratorConfig {
         self
     }
 
-    /// With the events' ids (and so their contents) starting at `id`: a seed.
+    /// With the events' ids (and so their contents) starting at `id`: a seed. It must be a
+    /// multiple of the three proportions' sum (50 in the suite's), or the generator repeats
+    /// auction ids ([`validate`](Self::validate) refuses it).
     ///
     /// ```
     /// use weir::nexmark::GeneratorConfig;
@@ -118,6 +120,7 @@ impl GeneratorConfig {
     /// assert_ne!(a, b);
     /// // The same timeline: event n's time does not depend on the seed.
     /// assert_eq!(a[49].timestamp(), b[49].timestamp());
+    /// assert!(GeneratorConfig::new(50).with_first_event_id(7).validate().is_err());
     /// ```
     pub fn with_first_event_id(mut self, id: u64) -> Self {
         self.first_event_id = id;
@@ -184,6 +187,20 @@ impl GeneratorConfig {
                 &self.first_event_id,
                 "first_event_id + events must be at most usize::MAX",
             ));
+        }
+        // The generator takes an event's kind from its number and its id from
+        // `first_event_id + number`: off the cycle, auctions get the ids of other auctions
+        // (each id three times in the suite's proportions) and the joins see one auction as
+        // several.
+        if let Some(cycle) = cycle {
+            if self.first_event_id % cycle as u64 != 0 {
+                return Err(bad(
+                    "first_event_id",
+                    &self.first_event_id,
+                    "a multiple of person + auction + bid proportions (50 in the suite's), or \
+                     auction and person ids repeat",
+                ));
+            }
         }
         Ok(())
     }

@@ -342,8 +342,9 @@ pub fn q3(input: &Timeline) -> Answer<LocalItem> {
 }
 
 /// Per (auction id, category): the highest price of the bids on it with
-/// `auction.date_time <= bid.date_time <= auction.expires` (q4's and q6's winning bids, as
-/// the suite's join finds them).
+/// `auction.date_time <= bid.date_time <= auction.expires` (q4's winning bids, as the
+/// suite's join finds them). Auction ids are unique (the generator's are): of a repeated id
+/// the first auction counts.
 fn winning_prices(input: &Timeline) -> HashMap<(usize, usize), usize> {
     let mut bids: HashMap<usize, Vec<&Bid>> = HashMap::new();
     let mut auctions = Vec::new();
@@ -355,7 +356,11 @@ fn winning_prices(input: &Timeline) -> HashMap<(usize, usize), usize> {
         }
     }
     let mut best: HashMap<(usize, usize), usize> = HashMap::new();
+    let mut seen = HashSet::new();
     for a in auctions {
+        if !seen.insert(a.id) {
+            continue; // a repeated auction id: the first one counts
+        }
         let top = bids
             .get(&a.id)
             .into_iter()
@@ -413,12 +418,26 @@ pub fn q4(input: &Timeline) -> Answer<CategoryAverage> {
 /// assert!(q5.late.is_empty()); // the generator's events come in order
 /// ```
 pub fn q5(input: &Timeline) -> Answer<HotItem> {
+    q5_with(input, Q5_SIZE_MS, Q5_SLIDE_MS)
+}
+
+/// [`q5`] with sliding windows of `size_ms` every `slide_ms` (the issue compares 60 s / 1 s
+/// with the suite's 10 s / 2 s). `slide_ms` must be at least 1 ms and at most `size_ms`.
+///
+/// ```
+/// use weir::nexmark::{reference, GeneratorConfig};
+/// let t = reference::Timeline::new(GeneratorConfig::new(5_000).with_first_event_rate(1_000).events());
+/// let q5 = reference::q5_with(&t, 3_000, 1_000);
+/// assert!(q5.results.iter().all(|r| r.window.end - r.window.start == 3_000));
+/// assert!(q5.results.iter().all(|r| r.window.start % 1_000 == 0));
+/// ```
+pub fn q5_with(input: &Timeline, size_ms: i64, slide_ms: i64) -> Answer<HotItem> {
     let mut counts: BTreeMap<Window, HashMap<usize, u64>> = BTreeMap::new();
     let mut late = Vec::new();
     for (e, wm) in input.scan() {
         let Event::Bid(b) = e else { continue };
         let mut counted = false;
-        for w in hop(ms(b.date_time), Q5_SIZE_MS, Q5_SLIDE_MS) {
+        for w in hop(ms(b.date_time), size_ms, slide_ms) {
             if w.max_timestamp() > wm {
                 *counts.entry(w).or_default().entry(b.auction).or_default() += 1;
                 counted = true;
@@ -457,8 +476,11 @@ pub fn q5(input: &Timeline) -> Answer<HotItem> {
 ///   is ignored.
 /// - Its winning bid: the highest price among the bids on it with
 ///   `date_time <= bid.date_time <= expires` (as q4) that arrive before it closes, before or
-///   after the auction itself. Such a bid that arrives after the close is late (dropped).
-///   Other bids (another auction's time, an auction never seen) are neither.
+///   after the auction itself. Such a bid that arrives after the auction and after the close
+///   is late (dropped). A bid that arrives before its auction is held with the auction: it
+///   counts if the auction does, and goes with it, not counted as late on its own, if the
+///   auction arrives closed. Other bids (another auction's time, an auction never seen) are
+///   neither.
 /// - A seller's closed auctions are ordered by `(expires, id)` (the order the watermark
 ///   closes them in); each one with a winner emits the average over the last 10 winners.
 ///   The suite's frame `ROWS BETWEEN 10 PRECEDING AND CURRENT ROW` would hold 11 rows; the
@@ -473,7 +495,8 @@ pub fn q5(input: &Timeline) -> Answer<HotItem> {
 pub fn q6(input: &Timeline) -> Answer<SellerAverage> {
     // Arrival index and watermark of every event.
     let scanned: Vec<(&Event, i64)> = input.scan().collect();
-    let mut auctions: HashMap<usize, (&Auction, bool)> = HashMap::new();
+    // Per auction id: the (first) auction, where it arrived, whether it arrived closed.
+    let mut auctions: HashMap<usize, (&Auction, usize, bool)> = HashMap::new();
     let mut late_at: BTreeSet<usize> = BTreeSet::new();
     for (i, (e, wm)) in scanned.iter().enumerate() {
         if let Event::Auction(a) = e {
@@ -484,19 +507,19 @@ pub fn q6(input: &Timeline) -> Answer<SellerAverage> {
             if is_late {
                 late_at.insert(i);
             }
-            auctions.insert(a.id, (a, is_late));
+            auctions.insert(a.id, (a, i, is_late));
         }
     }
     let mut winners: HashMap<usize, usize> = HashMap::new();
     for (i, (e, wm)) in scanned.iter().enumerate() {
         let Event::Bid(b) = e else { continue };
-        let Some(&(a, auction_late)) = auctions.get(&b.auction) else {
+        let Some(&(a, arrived, auction_late)) = auctions.get(&b.auction) else {
             continue;
         };
         if b.date_time < a.date_time || b.date_time > a.expires {
             continue;
         }
-        if ms(a.expires) <= *wm {
+        if i > arrived && ms(a.expires) <= *wm {
             late_at.insert(i);
         } else if !auction_late {
             let w = winners.entry(a.id).or_insert(b.price);
@@ -505,7 +528,7 @@ pub fn q6(input: &Timeline) -> Answer<SellerAverage> {
     }
     let mut per_seller: HashMap<usize, Vec<(u64, usize, usize)>> = HashMap::new();
     for (id, price) in &winners {
-        if let Some((a, _)) = auctions.get(id) {
+        if let Some((a, _, _)) = auctions.get(id) {
             per_seller
                 .entry(a.seller)
                 .or_default()
@@ -969,6 +992,18 @@ mod tests {
                 bid(3, 1, 5, 1_500)
             ]
         );
+    }
+
+    #[test]
+    fn q6_a_bid_held_for_an_auction_that_comes_closed_goes_with_it() {
+        let t = Timeline::new([
+            bid(1, 1, 50, 1_500),            // before its auction
+            bid(2, 1, 1, 30_000),            // watermark 26 s
+            auction(1, 7, 10, 1_000, 2_000), // comes closed: late
+        ]);
+        let a = q6(&t);
+        assert!(a.results.is_empty());
+        assert_eq!(a.late, [auction(1, 7, 10, 1_000, 2_000)]);
     }
 
     #[test]

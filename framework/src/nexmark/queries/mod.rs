@@ -30,7 +30,23 @@
 //! assert!(queries::visit("q9", Check).is_err());
 //! ```
 
+mod q3;
+mod q4;
+mod q5;
+mod q6;
+mod q7;
+mod q8;
+mod q11;
+
 use std::hash::Hash;
+
+pub use q11::Q11;
+pub use q3::Q3;
+pub use q4::Q4;
+pub use q5::Q5;
+pub use q6::Q6;
+pub use q7::Q7;
+pub use q8::Q8;
 
 use super::error::NexmarkError;
 use super::reference::{self, Answer, Timeline};
@@ -71,16 +87,21 @@ pub trait Query: Send + Sync + 'static {
     /// stream its sink takes.
     fn build(&self, events: DataStream<Event>) -> DataStream<Self::Out>;
 
-    /// The uids of the query's own operators (where a test injects faults).
+    /// The uids of the query's own operators, its main stateful one first (where a test
+    /// injects faults).
     fn operator_uids(&self) -> &'static [&'static str];
 
     /// What the query must give on `input`: [`reference`](super::reference).
     fn reference(&self, input: &Timeline) -> Answer<Self::Out>;
 
     /// Records the query's operators dropped as late in the job that `result` reports (0 for
-    /// a query without event-time operators).
-    fn late_dropped(&self, _result: &JobResult) -> u64 {
-        0
+    /// a query without event-time operators): the sum over its [`operator_uids`](Self::operator_uids).
+    fn late_dropped(&self, result: &JobResult) -> u64 {
+        self.operator_uids()
+            .iter()
+            .filter_map(|uid| result.operator(uid))
+            .map(|o| o.late_records_dropped)
+            .sum()
     }
 }
 
@@ -123,37 +144,37 @@ pub const QUERIES: &[QueryInfo] = &[
     QueryInfo {
         name: "q3",
         what: "local item suggestion (join)",
-        implemented: false,
+        implemented: true,
     },
     QueryInfo {
         name: "q4",
         what: "average price for a category",
-        implemented: false,
+        implemented: true,
     },
     QueryInfo {
         name: "q5",
         what: "hot items (sliding window)",
-        implemented: false,
+        implemented: true,
     },
     QueryInfo {
         name: "q6",
         what: "average selling price by seller",
-        implemented: false,
+        implemented: true,
     },
     QueryInfo {
         name: "q7",
         what: "highest bid (tumbling window)",
-        implemented: false,
+        implemented: true,
     },
     QueryInfo {
         name: "q8",
         what: "monitor new users (window join)",
-        implemented: false,
+        implemented: true,
     },
     QueryInfo {
         name: "q11",
         what: "user sessions (session window)",
-        implemented: false,
+        implemented: true,
     },
 ];
 
@@ -177,14 +198,67 @@ fn names(f: impl Fn(&QueryInfo) -> bool) -> String {
 ///     fn visit<Q: Query>(self, q: Q) -> &'static str { q.name() }
 /// }
 /// assert_eq!(visit("q1", Name).unwrap(), "q1");
-/// assert!(matches!(visit("q5", Name), Err(NexmarkError::NotImplemented { .. })));
+/// assert_eq!(visit("q11", Name).unwrap(), "q11");
 /// assert!(matches!(visit("q99", Name), Err(NexmarkError::UnknownQuery { .. })));
 /// ```
 pub fn visit<V: QueryVisitor>(name: &str, visitor: V) -> Result<V::Output, NexmarkError> {
+    visit_with(name, &QueryOptions::default(), visitor)
+}
+
+/// The queries' settings that a run may change (the suite's by default).
+///
+/// ```
+/// let o = weir::nexmark::queries::QueryOptions::default();
+/// assert_eq!((o.q5_size_ms, o.q5_slide_ms), (10_000, 2_000));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QueryOptions {
+    /// q5's sliding window size, ms.
+    pub q5_size_ms: i64,
+    /// q5's slide, ms.
+    pub q5_slide_ms: i64,
+}
+
+impl Default for QueryOptions {
+    fn default() -> Self {
+        QueryOptions {
+            q5_size_ms: reference::Q5_SIZE_MS,
+            q5_slide_ms: reference::Q5_SLIDE_MS,
+        }
+    }
+}
+
+/// [`visit`] with `options` (q5's window).
+///
+/// ```
+/// use weir::nexmark::queries::{visit_with, Query, QueryOptions, QueryVisitor};
+/// struct Uids;
+/// impl QueryVisitor for Uids {
+///     type Output = &'static [&'static str];
+///     fn visit<Q: Query>(self, q: Q) -> Self::Output { q.operator_uids() }
+/// }
+/// let options = QueryOptions { q5_size_ms: 60_000, q5_slide_ms: 1_000 };
+/// assert_eq!(visit_with("q5", &options, Uids).unwrap()[0], "q5-count");
+/// ```
+pub fn visit_with<V: QueryVisitor>(
+    name: &str,
+    options: &QueryOptions,
+    visitor: V,
+) -> Result<V::Output, NexmarkError> {
     match name {
         "q0" => Ok(visitor.visit(Q0)),
         "q1" => Ok(visitor.visit(Q1)),
         "q2" => Ok(visitor.visit(Q2)),
+        "q3" => Ok(visitor.visit(Q3)),
+        "q4" => Ok(visitor.visit(Q4)),
+        "q5" => Ok(visitor.visit(Q5 {
+            size_ms: options.q5_size_ms,
+            slide_ms: options.q5_slide_ms,
+        })),
+        "q6" => Ok(visitor.visit(Q6)),
+        "q7" => Ok(visitor.visit(Q7)),
+        "q8" => Ok(visitor.visit(Q8)),
+        "q11" => Ok(visitor.visit(Q11)),
         other => Err(not_runnable(&[other])),
     }
 }
@@ -214,8 +288,9 @@ fn not_runnable(names_asked: &[&str]) -> NexmarkError {
 /// ```
 /// use weir::nexmark::queries::resolve;
 /// assert_eq!(resolve("q0,q2").unwrap(), ["q0", "q2"]);
-/// let err = resolve("q0,q5,q7").unwrap_err().to_string();
-/// assert!(err.contains("q5, q7"), "{err}");
+/// assert_eq!(resolve("all").unwrap().len(), 10);
+/// let err = resolve("q0,q42,q77").unwrap_err().to_string();
+/// assert!(err.contains("q42, q77"), "{err}");
 /// ```
 pub fn resolve(spec: &str) -> Result<Vec<&'static str>, NexmarkError> {
     let asked: Vec<&str> = if spec.trim() == "all" {
