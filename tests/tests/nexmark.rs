@@ -72,7 +72,11 @@ impl Source<Event> for Held {
     fn set_waker(&mut self, waker: SourceWaker) {
         self.gate.wakers.lock().unwrap().push(waker);
     }
-    fn poll_batch(&mut self, out: &mut Vec<Event>, max: usize) -> Result<SourceStatus, SourceError> {
+    fn poll_batch(
+        &mut self,
+        out: &mut Vec<Event>,
+        max: usize,
+    ) -> Result<SourceStatus, SourceError> {
         if self.gate.open.load(Ordering::SeqCst) {
             return self.inner.poll_batch(out, max);
         }
@@ -159,15 +163,15 @@ impl QueryVisitor for Check {
             env.add_source_with_watermarks(
                 "nexmark",
                 move |cx: SourceContext| {
-                let inner = c.source(cx).map_err(|e| SourceError::Setup {
-                    source: Box::new(e),
-                })?;
-                let hold_at = inner.remaining() / 2;
-                Ok(Held {
-                    inner,
-                    hold_at,
-                    gate: g.clone(),
-                })
+                    let inner = c.source(cx).map_err(|e| SourceError::Setup {
+                        source: Box::new(e),
+                    })?;
+                    let hold_at = inner.remaining() / 2;
+                    Ok(Held {
+                        inner,
+                        hold_at,
+                        gate: g.clone(),
+                    })
                 },
                 weir::nexmark::watermarks(),
             )

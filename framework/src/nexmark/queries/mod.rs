@@ -30,13 +30,13 @@
 //! assert!(queries::visit("q9", Check).is_err());
 //! ```
 
+mod q11;
 mod q3;
 mod q4;
 mod q5;
 mod q6;
 mod q7;
 mod q8;
-mod q11;
 
 use std::hash::Hash;
 

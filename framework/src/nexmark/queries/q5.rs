@@ -10,9 +10,7 @@ use crate::nexmark::reference::{self, Answer, Timeline};
 use crate::nexmark::rows::{big, ms, HotItem};
 use crate::nexmark::{Event, Window};
 use crate::stream::DataStream;
-use crate::window::{
-    AggregateFunction, Fired, SlidingEventTimeWindows, TumblingEventTimeWindows,
-};
+use crate::window::{AggregateFunction, Fired, SlidingEventTimeWindows, TumblingEventTimeWindows};
 
 /// Query 5, hot items: per sliding window (`size_ms` every `slide_ms`; the suite's 10 s
 /// every 2 s by default), the auctions with the most bids in it, ties all in.
@@ -147,9 +145,7 @@ impl Query for Q5 {
             .uid("q5-count")
             .with_timestamps(|c: &AuctionCount| c.window.max_timestamp())
             .key_by(|c: &AuctionCount| c.window)
-            .window(
-                TumblingEventTimeWindows::of(millis(slide)).with_offset(millis(offset)),
-            )
+            .window(TumblingEventTimeWindows::of(millis(slide)).with_offset(millis(offset)))
             .aggregate_window(MaxCount, |window: &Window, _: &Fired, top: Top| {
                 top.auctions
                     .iter()
