@@ -105,6 +105,14 @@ pub enum SourceError {
         /// Why.
         message: String,
     },
+    /// The source cannot start: a setting of its own is wrong (so every attempt fails the
+    /// same way; a restart does not help).
+    #[error("the source cannot start: {source}")]
+    Setup {
+        /// What is wrong, as the source's own error.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync + 'static>,
+    },
     /// A line of a line file is malformed: too long, a NUL byte, not UTF-8, or (JSON Lines)
     /// not a valid record (policy `Fail`).
     #[error("malformed record in {path} line {line} (byte offset {byte_offset}): {message}")]

@@ -58,6 +58,7 @@ impl FailureClass {
                 SourceError::Malformed { .. }
                     | SourceError::NotReplayable
                     | SourceError::BadPosition { .. }
+                    | SourceError::Setup { .. }
             ),
             JobError::SinkFailed { source, .. } => matches!(source, SinkError::Encode { .. }),
             _ => false,

@@ -25,7 +25,8 @@
 //!
 //! Public modules: [`stream`] (the API), [`source`] and [`sink`], [`lookup`] (async
 //! enrichment with a cache), [`key_group`] (how keys map to subtasks), [`checkpoint`],
-//! [`rate`], [`hooks`], [`testing`], [`error`].
+//! [`rate`], [`hooks`], [`testing`], [`error`]; with the feature `nexmark`, `nexmark` (the
+//! Nexmark benchmark's source, queries, references and blackhole sink).
 //!
 //! # Layers
 //!
@@ -35,6 +36,7 @@
 //!
 //! | layer | modules | owns |
 //! |---|---|---|
+//! | benchmarks | `nexmark` | the Nexmark suite on the API: its events, source, queries, references and blackhole sink |
 //! | API | `env`, `stream`, `job`, [`testing`], `rest`, `cli` | building graphs, starting jobs, the [`JobHandle`], test utilities, the REST control plane, `weirctl` |
 //! | controller | `controller` | a job's lifecycle as typed states, its deployment, commands from outside |
 //! | protocols | `sampler`, `savepoint`, `detector` | plain structs the controller drives: metrics and rate control, savepoint requests, failure detection |
@@ -73,6 +75,8 @@ pub mod hooks;
 mod job;
 pub mod key_group;
 mod metrics;
+#[cfg(feature = "nexmark")]
+pub mod nexmark;
 mod operator;
 mod partition;
 mod plan;

@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 
 /// Top to bottom. A module may import modules of its own layer or of any layer below.
 const LAYERS: &[(&str, &[&str])] = &[
+    ("benchmarks", &["nexmark"]),
     (
         "api",
         &["env", "stream", "windowed", "job", "testing", "rest", "cli"],
