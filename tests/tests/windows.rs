@@ -94,7 +94,7 @@ fn reference(ev: &[(u64, u64, i64)], kind: Kind) -> Outcome {
                 let mut sessions: Vec<(i64, i64)> = sessions_of(&on_time, k, gap);
                 sessions.sort();
                 for (s, e) in sessions {
-                    if s < end && e > start {
+                    if s <= end && e >= start {
                         start = start.min(s);
                         end = end.max(e);
                     }
@@ -155,7 +155,7 @@ fn sessions_of(records: &[(u64, u64, i64)], k: u64, gap: i64) -> Vec<(i64, i64)>
     let mut out: Vec<(i64, i64)> = Vec::new();
     for t in ts {
         match out.last_mut() {
-            Some((_, e)) if t < *e => *e = (*e).max(t + gap),
+            Some((_, e)) if t <= *e => *e = (*e).max(t + gap),
             _ => out.push((t, t + gap)),
         }
     }

@@ -14,11 +14,8 @@ use crate::window::{AggregateFunction, EventTimeSessionWindows, Fired};
 ///
 /// `q11-sessions`, keyed by bidder: event-time session windows counting bids.
 ///
-/// Flink merges sessions that touch (`[a, b)` and `[b, c)`: two bids exactly 10 s apart are
-/// one session); Weir's session windows merge only those that overlap. So each bid is
-/// given the event time `t - 1` and a gap of 10 s + 1 ms: its session is `[t - 1, t + 10 s)`,
-/// which overlaps another's exactly when Flink's would touch, and ends (fires) exactly where
-/// Flink's does. The result's window is Flink's, `[first bid, last bid + 10 s)`.
+/// Sessions that touch merge (`[a, b)` and `[b, c)`: two bids exactly 10 s apart are one
+/// session), as in Flink. The result's window is `[first bid, last bid + 10 s)`.
 ///
 /// ```
 /// use weir::nexmark::queries::{Query, Q11};
@@ -50,21 +47,21 @@ impl Query for Q11 {
         "q11"
     }
     fn build(&self, events: DataStream<Event>) -> DataStream<BidderSession> {
-        let gap = Duration::from_millis(SESSION_GAP_MS as u64 + 1);
+        let gap = Duration::from_millis(SESSION_GAP_MS as u64);
         events
             .flat_map(|e: Event| match e {
                 Event::Bid(b) => Some((big(b.bidder), ms(b.date_time))),
                 _ => None,
             })
             .uid("q11-bids")
-            .with_timestamps(|b: &(u64, i64)| b.1.saturating_sub(1))
+            .with_timestamps(|b: &(u64, i64)| b.1)
             .key_by(|b: &(u64, i64)| b.0)
             .window(EventTimeSessionWindows::with_gap(gap))
             .aggregate_window(CountBids, |bidder: &u64, f: &Fired, bid_count| {
                 BidderSession {
                     bidder: *bidder,
                     window: Window {
-                        start: f.window.start + 1,
+                        start: f.window.start,
                         end: f.window.end,
                     },
                     bid_count,

@@ -175,7 +175,7 @@ impl WindowAssigner for SlidingEventTimeWindows {
 }
 
 /// Windows of activity per key: a record opens `[ts, ts + gap)`, and windows that overlap
-/// merge.
+/// or touch merge (as in Flink: records exactly `gap` apart are one session).
 #[derive(Debug, Clone, Copy)]
 pub struct EventTimeSessionWindows {
     gap: Duration,

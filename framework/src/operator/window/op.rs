@@ -192,16 +192,17 @@ where
         let (wm, lateness) = (self.watermark, self.lateness);
         let (mut start, mut end) = (ts, ts.saturating_add(gap));
         let entry = self.keys.entry(key.clone()).or_default();
-        // Sessions overlapping [start, end) merge into it.
+        // Sessions overlapping or touching [start, end) merge into it (as in Flink: two
+        // records exactly a gap apart are one session).
         let overlapping: Vec<i64> = entry
             .slices
-            .range(..end)
+            .range(..=end)
             .rev()
-            .take_while(|(_, (e, _))| *e > start)
+            .take_while(|(_, (e, _))| *e >= start)
             .map(|(s, _)| *s)
             .collect();
         // A session starting before `start` may still reach into it (take_while stops at
-        // the first that does not, which is right: sessions never overlap each other).
+        // the first that does not, which is right: sessions never overlap or touch).
         for s in &overlapping {
             let (e, _) = entry.slices[s];
             start = start.min(*s);
