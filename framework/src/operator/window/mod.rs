@@ -323,6 +323,10 @@ pub trait ProcessWindowFunction<K, I, O>: Clone + Send + 'static {
 /// What a window operator computes, whatever the user gave: accumulate, merge, emit.
 pub(crate) trait WindowFn<K, I, R>: Clone + Send + 'static {
     type Acc: Default + crate::Data;
+    /// Whether an accumulator summarizes its records in constant space (aggregate, reduce),
+    /// so a sliding window may keep running partial merges of its panes; a process
+    /// function's keeps every record, and is merged afresh for each window.
+    const SUMMARY: bool = true;
     fn add(&mut self, acc: &mut Self::Acc, input: I);
     fn merge(&mut self, acc: &mut Self::Acc, other: &Self::Acc);
     fn emit(&mut self, key: &K, fired: &Fired, acc: &Self::Acc, out: &mut Collector<R>);
@@ -375,6 +379,7 @@ where
     I: crate::Data,
 {
     type Acc = Vec<I>;
+    const SUMMARY: bool = false;
     #[inline]
     fn add(&mut self, acc: &mut Vec<I>, input: I) {
         acc.push(input)

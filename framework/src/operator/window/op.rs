@@ -30,6 +30,9 @@ pub(crate) struct KeyWindows<A> {
     /// Ends of the windows that fired, with their number of firings (kept while late
     /// records may still update them).
     fired: BTreeMap<i64, u32>,
+    /// Sliding windows: running merges of the last window's panes (rebuilt when missing).
+    #[serde(skip)]
+    panes: PaneQueue<A>,
 }
 
 impl<A> Default for KeyWindows<A> {
@@ -38,6 +41,108 @@ impl<A> Default for KeyWindows<A> {
             slices: BTreeMap::new(),
             pending: BTreeSet::new(),
             fired: BTreeMap::new(),
+            panes: PaneQueue::default(),
+        }
+    }
+}
+
+/// The panes of a key's last sliding window, as a queue of two stacks: each window merges
+/// about three accumulators, not `size / slide` (a 60 s window sliding by 1 s: 60 panes).
+/// `front` (oldest on top) holds each pane with the merge of it and every pane behind it in
+/// `front`; `back` the newer panes, with their merge. Windows fire in order per key, so
+/// each pane is pushed and popped once.
+#[derive(Debug, Clone)]
+struct PaneQueue<A> {
+    /// The window it holds is `[start, end)`; `valid` false: none.
+    start: i64,
+    end: i64,
+    valid: bool,
+    front: Vec<(i64, A)>,
+    back: Vec<i64>,
+    back_acc: Option<A>,
+}
+
+impl<A> Default for PaneQueue<A> {
+    fn default() -> Self {
+        PaneQueue {
+            start: 0,
+            end: 0,
+            valid: false,
+            front: Vec::new(),
+            back: Vec::new(),
+            back_acc: None,
+        }
+    }
+}
+
+impl<A: Clone + Default> PaneQueue<A> {
+    /// A pane at `start` changed (a late record): drop the running merges if they use it.
+    fn touched(&mut self, start: i64) {
+        if self.valid && start < self.end {
+            self.valid = false;
+        }
+    }
+
+    /// The merge of the panes in `[start, end)` (`None`: no pane).
+    fn window(
+        &mut self,
+        start: i64,
+        end: i64,
+        slices: &BTreeMap<i64, (i64, A)>,
+        mut merge: impl FnMut(&mut A, &A),
+    ) -> Option<A> {
+        if !self.valid || start < self.start || end < self.end || start >= self.end {
+            self.front.clear();
+            self.back.clear();
+            self.back_acc = None;
+            (self.start, self.end, self.valid) = (start, start, true);
+        }
+        for (&s, (_, a)) in slices.range(self.end..end) {
+            self.back.push(s);
+            match self.back_acc.as_mut() {
+                Some(acc) => merge(acc, a),
+                None => self.back_acc = Some(a.clone()),
+            }
+        }
+        (self.start, self.end) = (start, end);
+        loop {
+            match self.front.last() {
+                Some((s, _)) if *s < start => {
+                    self.front.pop();
+                }
+                Some(_) => break,
+                None if self.back.first().is_some_and(|s| *s < start) => {
+                    // Flip: the back panes, newest first, become the front's running merges.
+                    let mut acc: Option<A> = None;
+                    for &s in self.back.iter().rev() {
+                        let Some((_, a)) = slices.get(&s) else {
+                            continue;
+                        };
+                        let next = match acc.take() {
+                            Some(mut m) => {
+                                merge(&mut m, a);
+                                m
+                            }
+                            None => a.clone(),
+                        };
+                        self.front.push((s, next.clone()));
+                        acc = Some(next);
+                    }
+                    self.back.clear();
+                    self.back_acc = None;
+                }
+                None => break,
+            }
+        }
+        match (self.front.last(), self.back_acc.as_ref()) {
+            (None, None) => None,
+            (Some((_, f)), None) => Some(f.clone()),
+            (None, Some(b)) => Some(b.clone()),
+            (Some((_, f)), Some(b)) => {
+                let mut m = f.clone();
+                merge(&mut m, b);
+                Some(m)
+            }
         }
     }
 }
@@ -109,7 +214,7 @@ where
         f: &mut G,
         windowing: Windowing,
         key: &K,
-        w: &KeyWindows<G::Acc>,
+        w: &mut KeyWindows<G::Acc>,
         end: i64,
         firing: u32,
         out: &mut Collector<R>,
@@ -128,6 +233,13 @@ where
             Windowing::Session { .. } => {
                 if let Some((&start, (_, acc))) = w.slices.range(..end).next_back() {
                     f.emit(key, &fired(start), acc, out);
+                }
+            }
+            Windowing::Sliding { .. } if G::SUMMARY => {
+                let start = windowing.start_of(end);
+                let acc = w.panes.window(start, end, &w.slices, |a, b| f.merge(a, b));
+                if let Some(acc) = acc {
+                    f.emit(key, &fired(start), &acc, out);
                 }
             }
             Windowing::Sliding { .. } => {
@@ -159,7 +271,9 @@ where
             return self.on_late(x);
         }
         let entry = self.keys.entry(key.clone()).or_default();
+        let mut created = false;
         let slice = entry.slices.entry(start).or_insert_with(|| {
+            created = true;
             if lateness > 0 {
                 self.cleanup
                     .entry((last - 1).saturating_add(lateness))
@@ -169,6 +283,11 @@ where
             (end, G::Acc::default())
         });
         self.f.add(&mut slice.1, x);
+        entry.panes.touched(start);
+        if !created && end - 1 > wm {
+            // None of the slice's windows has fired: they are pending since it was made.
+            return;
+        }
         self.windowing.ends_of(start, end, &mut self.ends);
         for &e in &self.ends {
             if e - 1 <= wm {
@@ -567,5 +686,40 @@ where
                 late.control(c);
             }
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Windows sliding over panes, with panes changed and missing on the way, merge what a
+    /// fresh sum over `[start, end)` gives.
+    #[test]
+    fn the_pane_queue_merges_what_a_fresh_sum_gives() {
+        let (size, slide) = (60, 5);
+        let mut slices: BTreeMap<i64, (i64, u64)> = BTreeMap::new();
+        let mut q: PaneQueue<u64> = PaneQueue::default();
+        let mut x: u64 = 7;
+        for end in (size..2_000).step_by(slide as usize) {
+            // New panes arrive ahead of the window, some are skipped, some get late records.
+            for s in [end, end + 5, end + 10] {
+                x = x.wrapping_mul(6364136223846793005).wrapping_add(1);
+                if x % 3 != 0 {
+                    slices.entry(s).or_insert((s + 5, 0)).1 += x % 10;
+                }
+            }
+            if x % 7 == 0 {
+                let s = end - 10;
+                slices.entry(s).or_insert((s + 5, 0)).1 += 1;
+                q.touched(s);
+            }
+            let start = end - size;
+            let want: u64 = slices.range(start..end).map(|(_, (_, a))| *a).sum();
+            let got = q.window(start, end, &slices, |a, b| *a += *b);
+            let any = slices.range(start..end).next().is_some();
+            assert_eq!(got, any.then_some(want), "window [{start}, {end})");
+            slices.retain(|s, _| *s >= start);
+        }
     }
 }
