@@ -174,3 +174,9 @@ pub trait EventTime {
     /// The record's event time.
     fn event_time(&self) -> u64;
 }
+
+/// The book's chapter "Event time and windows": its Rust examples run as this crate's
+/// doctests, so the chapter cannot drift from the API.
+#[cfg(doctest)]
+#[doc = include_str!("../../book/src/event-time.md")]
+pub struct BookEventTime;
