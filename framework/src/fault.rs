@@ -2,7 +2,8 @@
 //! (subtask `i`, or any) fail at its `K`-th record (0-based, counted per operator instance in the current run) by
 //! panicking, hanging, or stopping its arbiter thread. Each fault fires once per plan, even
 //! across restarts; a hung subtask is released (it then panics) when its job stops or
-//! restarts, so no thread is left hanging after a test.
+//! restarts, so no thread is left hanging after a test. Checkpoint storage fails on demand
+//! with [`StorageFaults`] (module `storage`).
 //!
 //! ```
 //! use weir::testing::{Fault, FaultKind, FaultPlan};
@@ -15,6 +16,11 @@
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
+
+mod storage;
+
+pub(crate) use storage::write_fault;
+pub use storage::{DiskTrouble, StorageFaults};
 
 /// How an injected fault fails.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -32,6 +32,8 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use crate::fault::DiskTrouble;
+
 /// Version of the envelope format.
 pub(crate) const FORMAT_VERSION: u32 = 1;
 
@@ -176,8 +178,19 @@ pub(crate) fn create_dir_durable(dir: &Path) -> std::io::Result<()> {
 /// rename is durable only once the directory is fsynced (the caller's, see [`write_atomic`]).
 fn write_synced(path: &Path, bytes: &[u8]) -> Result<(), CheckpointError> {
     let tmp = path.with_extension("tmp");
+    // A storage fault injected by a test (`weir::testing::StorageFaults`) fails the write as
+    // the disk would.
+    let injected = crate::fault::write_fault(path);
+    if let Some(trouble @ DiskTrouble::ReadOnly) = injected {
+        return Err(io(&tmp)(trouble.error()));
+    }
     {
         let mut f = File::create(&tmp).map_err(io(&tmp))?;
+        if let Some(trouble) = injected {
+            // A full disk: what fits is written, then the write fails.
+            let _ = f.write_all(&bytes[..bytes.len() / 2]);
+            return Err(io(&tmp)(trouble.error()));
+        }
         f.write_all(bytes).map_err(io(&tmp))?;
         f.sync_all().map_err(io(&tmp))?;
     }
@@ -728,6 +741,83 @@ mod tests {
         checkpoint_with_state(&root, 3, b"three");
         let (id, states) = load_latest(&root, &["other".to_string()]).unwrap();
         assert_eq!((id, states.len()), (3, 0));
+        std::fs::remove_dir_all(&root).unwrap();
+    }
+
+    #[test]
+    fn a_file_where_the_checkpoint_directory_goes_fails_its_writes_with_the_path() {
+        let root = tmp("blocked");
+        std::fs::create_dir_all(&root).unwrap();
+        std::fs::write(checkpoint_dir(&root, 3), b"not a directory").unwrap();
+        let env = SnapshotEnvelope {
+            format_version: FORMAT_VERSION,
+            uid: "count".into(),
+            subtask: 0,
+            checkpoint_id: 3,
+            key_groups: None,
+            payload: b"three".to_vec(),
+            payload_crc32: None,
+        };
+        let e = write_state(&root, &env).unwrap_err();
+        assert!(
+            matches!(&e, CheckpointError::Io { path, .. } if path.ends_with("chk-3")),
+            "{e}"
+        );
+        let meta = CheckpointMetadata {
+            format_version: FORMAT_VERSION,
+            checkpoint_id: 3,
+            job: "j".into(),
+            states: BTreeMap::new(),
+            parallelism: BTreeMap::new(),
+            size: 0,
+            crc32: None,
+        };
+        let e = write_metadata(&root, &meta).unwrap_err();
+        assert!(e.to_string().contains("chk-3"), "{e}");
+        assert!(completed(&root).is_empty());
+        // The next checkpoint has a directory of its own.
+        checkpoint_with_state(&root, 4, b"four");
+        assert_eq!(completed(&root), vec![4]);
+        std::fs::remove_dir_all(&root).unwrap();
+    }
+
+    #[test]
+    fn injected_storage_faults_fail_writes_as_the_disk_would() {
+        let root = tmp("injected");
+        let disk = crate::fault::StorageFaults::new(&root, DiskTrouble::Full);
+        checkpoint_with_state(&root, 1, b"one");
+        disk.fail_next(1);
+        let env = SnapshotEnvelope {
+            format_version: FORMAT_VERSION,
+            uid: "count".into(),
+            subtask: 0,
+            checkpoint_id: 2,
+            key_groups: None,
+            payload: vec![7; 1000],
+            payload_crc32: None,
+        };
+        let e = write_state(&root, &env).unwrap_err();
+        assert!(
+            e.to_string().contains("chk-2/count-0.tmp")
+                && e.to_string().contains("No space left on device"),
+            "{e}"
+        );
+        // Half of it was written, as on a full disk; no state file.
+        let tmp_len = std::fs::metadata(checkpoint_dir(&root, 2).join("count-0.tmp"))
+            .unwrap()
+            .len();
+        assert!(tmp_len > 0);
+        assert!(!checkpoint_dir(&root, 2).join("count-0.state").exists());
+        assert_eq!(disk.failed_checkpoints(), vec![2]);
+        // Room again: checkpoint 3 completes, and retention clears 2's remains.
+        checkpoint_with_state(&root, 3, b"three");
+        assert_eq!(completed(&root), vec![3, 1]);
+        retain(&root, 1);
+        assert!(!checkpoint_dir(&root, 2).exists());
+        let ro = crate::fault::StorageFaults::new(&root, DiskTrouble::ReadOnly);
+        ro.fail_next(1);
+        let e = write_metadata(&root, &read_metadata(&root, 3).unwrap()).unwrap_err();
+        assert!(e.to_string().contains("Read-only file system"), "{e}");
         std::fs::remove_dir_all(&root).unwrap();
     }
 
