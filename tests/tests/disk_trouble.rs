@@ -43,7 +43,7 @@ struct Job {
 }
 
 fn start(name: &str, tolerated: u32) -> Job {
-    common::warnings_logged();
+    common::logged();
     let (checkpoints, out) = (TempDir::new(name), TempDir::new(&format!("{name}-out")));
     let mut cfg = EnvConfig::default();
     cfg.checkpoint.interval = Some(Duration::from_millis(20));
@@ -142,7 +142,7 @@ impl Job {
 
 /// Why checkpoint `id` of job `job` failed, as the job logged it (`None`: it did not fail).
 fn logged_failure(job: &str, id: u64) -> Option<String> {
-    common::warnings_logged()
+    common::logged()
         .lines()
         .find(|l| {
             l.contains("checkpoint failed")
