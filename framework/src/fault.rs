@@ -71,6 +71,8 @@ pub struct Fault {
     pub after_checkpoints: Option<u64>,
     /// Where it fires: at a record (the default) or at a checkpoint's snapshot.
     pub point: FaultPoint,
+    /// Fires only in a promoted backup (an instance that took over from its failed primary).
+    pub in_promoted: bool,
     fired: Arc<AtomicBool>,
 }
 
@@ -84,6 +86,7 @@ impl Fault {
             kind,
             after_checkpoints: None,
             point: FaultPoint::Record,
+            in_promoted: false,
             fired: Arc::new(AtomicBool::new(false)),
         }
     }
@@ -160,6 +163,25 @@ impl Fault {
         self
     }
 
+    /// Fires only in a promoted backup: the instance that took over from a failed primary
+    /// counts the records of its subtask on from the state it took over, so a fault at the
+    /// record where its primary failed fires while it replays the buffered records.
+    ///
+    /// ```
+    /// use weir::testing::{Fault, FaultKind};
+    /// // The primary of `count` subtask 0 fails at record 500, and its backup again while it
+    /// // replays that record.
+    /// let faults = vec![
+    ///     Fault::new("count", FaultKind::Panic, 500).in_subtask(0),
+    ///     Fault::new("count", FaultKind::Panic, 500).in_subtask(0).in_promoted(),
+    /// ];
+    /// assert!(faults[1].in_promoted && !faults[0].in_promoted);
+    /// ```
+    pub fn in_promoted(mut self) -> Self {
+        self.in_promoted = true;
+        self
+    }
+
     /// Only in subtask `i`.
     pub fn in_subtask(mut self, i: usize) -> Self {
         self.subtask = Some(i);
@@ -227,12 +249,24 @@ impl FaultPlan {
         self.released.store(false, Ordering::SeqCst);
     }
 
-    /// The faults that apply to one operator instance.
+    /// The faults that apply to one instance of a source, sink or backup (never promoted).
     pub(crate) fn for_instance(&self, uid: &str, subtask: usize) -> Option<FaultProbe> {
+        self.for_operator(uid, subtask, false)
+    }
+
+    /// The faults that apply to one operator instance; `promoted`: a promoted backup, to
+    /// which the faults [`in_promoted`](Fault::in_promoted) apply too.
+    pub(crate) fn for_operator(
+        &self,
+        uid: &str,
+        subtask: usize,
+        promoted: bool,
+    ) -> Option<FaultProbe> {
         let mine: Vec<Fault> = self
             .faults
             .iter()
             .filter(|f| f.uid == uid && f.subtask.is_none_or(|s| s == subtask))
+            .filter(|f| promoted || !f.in_promoted)
             .cloned()
             .collect();
         (!mine.is_empty()).then(|| FaultProbe {

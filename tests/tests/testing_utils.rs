@@ -293,3 +293,44 @@ fn a_hand_over_fault_fires_at_a_rescales_checkpoint_and_at_no_other() {
     assert_eq!(count.parallelism, 3);
     stop_and_check(job, &stop, &ended_at, &out);
 }
+
+#[test]
+fn a_fault_in_promoted_fires_in_the_backup_while_it_replays_the_record_its_primary_failed_at() {
+    quiet_injected_panics();
+    let dir = TempDir::new("in-promoted");
+    let mut cfg = config(&dir, 5);
+    // The primary of `op` subtask 0 fails at its record 3000; its backup, promoted, replays
+    // the records since the state it holds and fails at the same record.
+    let plan = FaultPlan::new(vec![
+        Fault::new("op", FaultKind::Panic, 3_000).in_subtask(0),
+        Fault::new("op", FaultKind::Panic, 3_000)
+            .in_subtask(0)
+            .in_promoted(),
+        // Subtask 1 is never promoted: its fault never fires.
+        Fault::new("op", FaultKind::Panic, 100)
+            .in_subtask(1)
+            .in_promoted(),
+    ]);
+    cfg.faults = plan.clone();
+    let env = Env::with_config(cfg);
+    let out = env
+        .generate(N, |i| i)
+        .set_parallelism(2)
+        .map(|x: u64| x)
+        .uid("op")
+        .set_parallelism(2)
+        .with_backup()
+        .collect();
+    let handle = env.start("in-promoted").unwrap();
+    let result = within_timeout(move || handle.wait()).unwrap();
+    assert_eq!(
+        plan.fired(),
+        2,
+        "subtask 0's two, the second in its promoted backup"
+    );
+    let promotions: u64 = result.backups.iter().map(|b| b.promotions).sum();
+    assert!(promotions >= 1, "{:?}", result.backups);
+    ExactlyOnce::new(0..N)
+        .check(out.take())
+        .assert_exactly_once();
+}
