@@ -60,6 +60,8 @@ pub(crate) enum Event<T> {
     /// Checkpoint barrier: everything before it belongs to checkpoint `id`, everything after
     /// it to the next.
     Barrier(u64),
+    /// The sender's event-time watermark advanced, or the sender went idle.
+    Watermark(crate::time::Watermark),
     EndOfInput,
 }
 
@@ -146,6 +148,7 @@ impl<T: Clone> Event<T> {
             Event::Batch(Batch::Shared(a)) => Event::Batch(Batch::Shared(a.clone())),
             Event::Batch(Batch::Owned(v)) => Event::Batch(Batch::Owned(v.clone())),
             Event::Barrier(id) => Event::Barrier(*id),
+            Event::Watermark(w) => Event::Watermark(*w),
             Event::EndOfInput => Event::EndOfInput,
         }
     }
@@ -156,7 +159,7 @@ impl<T> Event<T> {
         match self {
             Event::Batch(Batch::Owned(v)) => v.len(),
             Event::Batch(Batch::Shared(v)) => v.len(),
-            Event::Barrier(_) | Event::EndOfInput => 0,
+            Event::Barrier(_) | Event::Watermark(_) | Event::EndOfInput => 0,
         }
     }
 }
@@ -317,6 +320,7 @@ impl<T: Clone> Dual<T> {
                     )
                 }
                 Event::Barrier(id) => (Event::Barrier(id), Event::Barrier(id)),
+                Event::Watermark(w) => (Event::Watermark(w), Event::Watermark(w)),
                 Event::EndOfInput => (Event::EndOfInput, Event::EndOfInput),
             };
             if p_open {
@@ -638,7 +642,7 @@ pub(crate) mod loom_tests {
             match rx.try_recv() {
                 Some(Event::Batch(b)) => b.move_into(&mut got),
                 Some(Event::EndOfInput) => return got,
-                Some(Event::Barrier(_)) => {}
+                Some(Event::Barrier(_)) | Some(Event::Watermark(_)) => {}
                 None => loom::thread::yield_now(),
             }
         }

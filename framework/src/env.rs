@@ -7,7 +7,7 @@ use std::rc::Rc;
 use crate::config::EnvConfig;
 use crate::controller::JobResult;
 use crate::erased::{unbox, AnyBox};
-use crate::error::{JobError, SourceError, TaskError};
+use crate::error::{JobError, PlanError, SourceError, TaskError};
 use crate::graph::{Built, Graph, Node, OpEnv, Port};
 use crate::job::{start, JobHandle};
 use crate::operator::BoxOutput;
@@ -127,8 +127,68 @@ impl Env {
         self.add_configured_source(name, move |cx, _| factory(cx))
     }
 
+    /// Adds a source whose records get their event time and watermarks from `strategy`
+    /// (Flink's `fromSource(source, watermarkStrategy, name)`): each subtask emits the
+    /// watermark after its batches, at most once per watermark interval, and goes idle after
+    /// the strategy's idleness timeout with nothing read. The stream's timestamps are the
+    /// strategy's, for the windows downstream.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use weir::time::WatermarkStrategy;
+    ///
+    /// let env = weir::Env::new();
+    /// let wm = WatermarkStrategy::for_bounded_out_of_orderness(Duration::from_secs(1))
+    ///     .with_timestamp_assigner(|x: &u64| *x as i64);
+    /// env.add_source_with_watermarks(
+    ///     "ids",
+    ///     |cx| Ok(weir::source::generator::GeneratorSource::new(|i| i, cx.share_of(100))),
+    ///     wm,
+    /// )
+    /// .discard();
+    /// env.execute("with-watermarks").unwrap();
+    /// ```
+    pub fn add_source_with_watermarks<T, S, F>(
+        &self,
+        name: &str,
+        factory: F,
+        strategy: crate::time::WatermarkStrategy<T>,
+    ) -> DataStream<T>
+    where
+        T: Data,
+        S: Source<T>,
+        F: Fn(SourceContext) -> Result<S, SourceError> + Send + 'static,
+    {
+        if strategy.assigner().is_none() {
+            self.graph.borrow_mut().errors.push(PlanError::BadConfig {
+                key: "watermark strategy",
+                message: format!(
+                    "source `{name}`: the strategy has no timestamp assigner (with_timestamp_assigner)"
+                ),
+            });
+        }
+        let timestamps = strategy.assigner().cloned();
+        let mut stream = self.add_source_inner(name, move |cx, _| factory(cx), Some(strategy));
+        stream.timestamps = timestamps;
+        stream
+    }
+
     /// [`add_source`](Self::add_source) with a factory that also reads the job's config.
     fn add_configured_source<T, S, F>(&self, name: &str, factory: F) -> DataStream<T>
+    where
+        T: Data,
+        S: Source<T>,
+        F: Fn(SourceContext, &EnvConfig) -> Result<S, SourceError> + Send + 'static,
+    {
+        self.add_source_inner(name, factory, None)
+    }
+
+    fn add_source_inner<T, S, F>(
+        &self,
+        name: &str,
+        factory: F,
+        strategy: Option<crate::time::WatermarkStrategy<T>>,
+    ) -> DataStream<T>
     where
         T: Data,
         S: Source<T>,
@@ -164,6 +224,7 @@ impl Env {
                     .config
                     .faults
                     .for_instance(&env.info.uid, env.info.subtask),
+                watermarks: strategy.as_ref().and_then(|s| s.generator()),
             })))
         });
         let id = self.graph.borrow_mut().add_node(Node {

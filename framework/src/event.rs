@@ -3,9 +3,7 @@
 //! send events, and the controller, which receives them. Commands to the controller from
 //! outside the job are the controller's own (`controller::command`).
 
-use std::time::Duration;
-
-use crate::checkpoint::coordinator::StateFile;
+use crate::checkpoint::coordinator::AckPart;
 use crate::error::TaskError;
 
 /// An event a subtask (or a backup) reports to its job's controller.
@@ -43,11 +41,10 @@ pub(crate) enum JobEvent {
         attempt: u64,
         id: u64,
         actor: usize,
-        files: Vec<StateFile>,
         /// The states themselves, (uid, payload), for a checkpoint handed over in memory.
         payloads: Vec<(String, Vec<u8>)>,
-        alignment: Duration,
-        start_delay: Duration,
+        /// Its files and how it was taken.
+        part: AckPart,
     },
     /// A subtask could not take its part of checkpoint `id`.
     Declined {

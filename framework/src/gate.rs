@@ -55,6 +55,8 @@ struct TypedGate<T> {
     replay: VecDeque<Vec<T>>,
     /// A backed-up primary's claims on its buffer queue.
     claims: Option<Box<Claims<T>>>,
+    /// The channels' event-time watermarks.
+    marks: crate::time::WatermarkMerge,
 }
 
 /// Records a backed-up primary copies out of a claimed batch at a time.
@@ -78,6 +80,7 @@ impl<T: Data> TypedGate<T> {
             recorded: Vec::new(),
             replay: Default::default(),
             claims,
+            marks: crate::time::WatermarkMerge::new(n),
         }
     }
 
@@ -88,10 +91,26 @@ impl<T: Data> TypedGate<T> {
         self.ended[idx] = true;
         self.n_ended += 1;
         let all = self.n_ended == self.receivers.len();
+        // An ended channel no longer holds the watermark back (all ended: `MAX`).
+        if let Some(w) = self.marks.end(idx) {
+            self.head.watermark(w)?;
+        }
         if all {
             self.head.finish()?;
         }
         Ok(GateStep::ChannelEnded { channel: idx, all })
+    }
+
+    /// Channel `idx` delivered watermark `w`: the operator gets this input's, if it moved.
+    fn on_watermark(
+        &mut self,
+        idx: usize,
+        w: crate::time::Watermark,
+    ) -> Result<GateStep, TaskError> {
+        if let Some(w) = self.marks.update(idx, w) {
+            self.head.watermark(w)?;
+        }
+        Ok(GateStep::Watermark)
     }
 
     /// One step of a backed-up primary: replay first, then its channels; every batch is
@@ -153,6 +172,7 @@ impl<T: Data> TypedGate<T> {
                     crate::channel::Batch::Owned(v) => std::sync::Arc::new(v),
                 };
                 claims.claim((idx as u32, seq), &payload)?;
+                self.marks.activate(idx);
                 let len = payload.len();
                 if self.recording[idx] {
                     self.recorded.push(payload.to_vec());
@@ -176,6 +196,7 @@ impl<T: Data> TypedGate<T> {
                 Ok(GateStep::Batch(len))
             }
             Event::Barrier(id) => Ok(GateStep::Barrier { channel: idx, id }),
+            Event::Watermark(w) => self.on_watermark(idx, w),
             Event::EndOfInput => self.end_channel(idx),
         }
     }
@@ -204,6 +225,7 @@ impl<T: Data> InputGate for TypedGate<T> {
             return match event {
                 Event::Batch(batch) => {
                     let len = batch.len();
+                    self.marks.activate(idx);
                     batch.move_into(&mut self.scratch);
                     if self.recording[idx] {
                         self.recorded.push(self.scratch.clone());
@@ -212,6 +234,7 @@ impl<T: Data> InputGate for TypedGate<T> {
                     Ok(GateStep::Batch(len))
                 }
                 Event::Barrier(id) => Ok(GateStep::Barrier { channel: idx, id }),
+                Event::Watermark(w) => self.on_watermark(idx, w),
                 Event::EndOfInput => self.end_channel(idx),
             };
         }

@@ -265,9 +265,21 @@ pub(crate) struct Graph {
     /// Directories sinks write into, checked before the job starts
     /// ([`SinkStream::writes_into`](crate::SinkStream::writes_into)).
     pub(crate) output_dirs: Vec<std::path::PathBuf>,
+    /// Nodes that cannot be backed up, and why (refused when the job is planned).
+    pub(crate) no_backup: Vec<(NodeId, &'static str)>,
+    /// Readings operators publish beside their counters, by node.
+    pub(crate) gauges: Vec<(NodeId, std::sync::Arc<dyn crate::metrics::OperatorGauges>)>,
 }
 
 impl Graph {
+    /// The operators' published readings, by uid (`plan_uids`: the planned uid of each node).
+    pub(crate) fn gauges_by_uid(&self, plan_uids: &[String]) -> crate::metrics::GaugesByUid {
+        self.gauges
+            .iter()
+            .filter_map(|(n, g)| Some((plan_uids.get(*n)?.clone(), g.clone())))
+            .collect()
+    }
+
     pub(crate) fn add_node(&mut self, node: Node) -> NodeId {
         self.nodes.push(node);
         self.nodes.len() - 1

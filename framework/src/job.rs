@@ -124,6 +124,21 @@ impl JobMonitor {
         lock(&self.views.vertices).clone()
     }
 
+    /// The readings operators publish beside their counters (a lookup's cache hits, misses,
+    /// size and strategy, ...): (uid, subtask, name, value), by uid and subtask.
+    pub(crate) fn operator_gauges(&self) -> Vec<(String, usize, &'static str, String)> {
+        let gauges = lock(&self.views.gauges).clone();
+        let mut out = Vec::new();
+        for (uid, g) in gauges {
+            for (subtask, values) in g.read() {
+                for (name, value) in g.names().iter().zip(values) {
+                    out.push((uid.clone(), subtask, *name, value));
+                }
+            }
+        }
+        out
+    }
+
     /// How often the job was rescaled, and what the last rescale did.
     pub fn rescale_stats(&self) -> crate::rescale::RescaleStats {
         lock(&self.views.rescales).clone()
@@ -321,6 +336,10 @@ impl JobMonitor {
         for (name, value) in changes {
             match crate::settings::parse(name, value)? {
                 crate::settings::Parsed::Operator { uid, key } => {
+                    let vertices = self.vertices();
+                    let uids = vertices.iter().flat_map(|v| v.operators.iter());
+                    let (uid, key) =
+                        crate::settings::resolve_operator(&uid, &key, uids.map(String::as_str));
                     operator.push((name.clone(), uid, key, value.clone()))
                 }
                 p => {
@@ -403,6 +422,8 @@ impl JobMonitor {
         let mut kept = Vec::new();
         for (name, value) in &now {
             match good.get(name) {
+                // A controlled rate comes back through the `weir.rate-control.*` settings.
+                Some(v) if name == crate::settings::SOURCE_RATE && v == "controlled" => {}
                 Some(v) if v != value => changes.push((name.clone(), v.clone())),
                 Some(_) => {}
                 None => kept.push(name.clone()),
@@ -853,17 +874,11 @@ pub(crate) fn start(
     let (deployed_tx, deployed_rx) = std_mpsc::channel::<()>();
     let views = Views::default();
     *lock(&views.vertices) = crate::plan::vertices(&graph, &plan, cfg.max_parallelism);
+    *lock(&views.gauges) = graph.gauges_by_uid(&plan.uids);
     *lock(&views.checkpoint_config) = cfg.checkpoint.clone();
     {
         let mut settings = crate::settings::checkpoint_values(&cfg.checkpoint);
-        settings.insert(
-            crate::settings::SOURCE_RATE.into(),
-            match (cfg.rate_control.enabled, cfg.rate_control.max_rate) {
-                (true, Some(r)) if cfg.rate_control.min_rate == r => r.to_string(),
-                (true, _) => "controlled".into(),
-                _ => "off".into(),
-            },
-        );
+        settings.extend(crate::settings::rate_values(&cfg.rate_control));
         *lock(&views.good_settings) = settings.clone();
         *lock(&views.settings) = settings;
     }

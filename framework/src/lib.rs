@@ -92,6 +92,8 @@ pub mod stream;
 mod sync;
 mod task;
 pub mod testing;
+pub mod time;
+mod windowed;
 
 pub use backup::{BackupMetrics, BackupPolicy};
 pub use checkpoint::coordinator::{
@@ -111,6 +113,7 @@ pub use operator::connect::{BroadcastProcessFunction, CoProcessFunction, InputSe
 pub use operator::keyed::{KeyedFn, KeyedProcessFunction};
 pub use operator::lookup;
 pub use operator::process::ProcessFunction;
+pub use operator::window;
 pub use operator::{Collector, OperatorInfo};
 pub use plan::VertexInfo;
 pub use replace::{ReplaceError, ReplaceOptions, ReplaceReport};
@@ -126,6 +129,7 @@ pub use stream::{
 };
 pub use task::SubtaskStatus;
 pub use weir_macros::{Operator, Record};
+pub use windowed::{LateData, WindowedStream};
 
 /// Support for generated code; not a public API.
 #[doc(hidden)]

@@ -17,6 +17,20 @@ pub(crate) fn now_ms() -> u64 {
         .map_or(0, |d| d.as_millis() as u64)
 }
 
+/// Readings an operator publishes beside the subtask counters (e.g. a lookup's cache hits
+/// and its cache strategy), per running subtask; the REST API shows them as vertex metrics
+/// `<subtask>.<uid>.<name>` and Prometheus as `weir_operator_gauge`.
+pub(crate) trait OperatorGauges: Send + Sync {
+    /// The names of the readings, in the order [`read`](Self::read) gives them.
+    fn names(&self) -> &'static [&'static str];
+    /// Each running subtask's readings, by subtask index, in the order of `names`; a value
+    /// is a number or a word (a strategy's name).
+    fn read(&self) -> Vec<(usize, Vec<String>)>;
+}
+
+/// Operators' published readings, by uid.
+pub(crate) type GaugesByUid = Vec<(String, std::sync::Arc<dyn OperatorGauges>)>;
+
 /// Fill of a set of channels, in batches.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) struct QueueUsage {
@@ -34,6 +48,8 @@ pub(crate) struct OperatorCounters {
     /// A sink's records in output that is committed: covered by a completed checkpoint, or
     /// by the final commit at the end of the input.
     pub(crate) records_committed: AtomicU64,
+    /// A window operator's late records dropped (no late-data output attached).
+    pub(crate) late_dropped: AtomicU64,
     /// A sink's records staged per checkpoint and not committed yet. Kept here, not in the
     /// sink instance, so that a restore counts what its checkpoint commits though the
     /// instance that staged it is gone. Touched once per checkpoint, never per record.
@@ -113,6 +129,11 @@ impl OperatorCounters {
             c > id
         });
         self.records_committed.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// Late records a window operator dropped.
+    pub(crate) fn late_dropped(&self) -> u64 {
+        self.late_dropped.load(Ordering::Relaxed)
     }
 
     /// Records committed (a sink's; 0 for other operators).

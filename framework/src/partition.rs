@@ -238,6 +238,14 @@ macro_rules! network_output_plumbing {
         fn notify_complete(&mut self, _id: u64) -> Result<(), TaskError> {
             Ok(())
         }
+        fn watermark(&mut self, w: crate::time::Watermark) -> Result<(), TaskError> {
+            // Records before the watermark go before it, on every channel.
+            self.flush();
+            for t in 0..self.senders.len() {
+                self.pending.send(&self.senders, t, Event::Watermark(w));
+            }
+            Ok(())
+        }
     };
 }
 

@@ -184,6 +184,9 @@ pub(crate) fn plan(graph: &Graph, cfg: &EnvConfig) -> Result<Plan, PlanError> {
                     policy.heartbeat_timeout, cfg.heartbeat_timeout
                 ));
             }
+            if let Some((_, why)) = graph.no_backup.iter().find(|(n, _)| *n == id) {
+                return refuse((*why).to_owned());
+            }
             if node.is_source || node.n_inputs != 1 {
                 return Err(PlanError::Backup {
                     uid: uids[id].clone(),

@@ -32,6 +32,22 @@ pub const TOLERABLE: &str = "execution.checkpointing.tolerable-failed-checkpoint
 pub const MAX_CONCURRENT: &str = "execution.checkpointing.max-concurrent-checkpoints";
 /// `weir.source.rate`: the sources' total rate in records per second, or `off`.
 pub const SOURCE_RATE: &str = "weir.source.rate";
+/// `weir.rate-control.enabled`: `true` or `false`: the sources' rate follows the PID estimator.
+pub const RATE_ENABLED: &str = "weir.rate-control.enabled";
+/// `weir.rate-control.initial-rate`: records/s before the first estimate, or `none`.
+pub const RATE_INITIAL: &str = "weir.rate-control.initial-rate";
+/// `weir.rate-control.min-rate`: the lowest rate an estimate gives, records/s.
+pub const RATE_MIN: &str = "weir.rate-control.min-rate";
+/// `weir.rate-control.max-rate`: the highest rate an estimate gives, records/s, or `none`.
+pub const RATE_MAX: &str = "weir.rate-control.max-rate";
+/// `weir.rate-control.pid.proportional`: the PID estimator's proportional gain.
+pub const RATE_P: &str = "weir.rate-control.pid.proportional";
+/// `weir.rate-control.pid.integral`: its integral gain.
+pub const RATE_I: &str = "weir.rate-control.pid.integral";
+/// `weir.rate-control.pid.derivative`: its derivative gain.
+pub const RATE_D: &str = "weir.rate-control.pid.derivative";
+/// `weir.rate-control.update-interval`: how often a new rate is estimated.
+pub const RATE_INTERVAL: &str = "weir.rate-control.update-interval";
 /// `operator.<uid>.<key>`: a `#[weir(config)]` field of operator `<uid>`.
 pub const OPERATOR_PREFIX: &str = "operator.";
 /// `backup.<uid>.heartbeat-interval` and `backup.<uid>.heartbeat-timeout`: the buffer-queue
@@ -69,6 +85,14 @@ pub const LIVE: &[&str] = &[
     TOLERABLE,
     MAX_CONCURRENT,
     SOURCE_RATE,
+    RATE_ENABLED,
+    RATE_INITIAL,
+    RATE_MIN,
+    RATE_MAX,
+    RATE_P,
+    RATE_I,
+    RATE_D,
+    RATE_INTERVAL,
 ];
 
 /// A setting change that cannot be applied: the request changes nothing.
@@ -153,6 +177,78 @@ pub struct ChangeRecord {
     pub outcome: String,
 }
 
+/// A change of one field of [`RateControlConfig`](crate::rate::RateControlConfig).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) enum RateChange {
+    Enabled(bool),
+    Initial(Option<f64>),
+    Min(f64),
+    Max(Option<f64>),
+    Proportional(f64),
+    Integral(f64),
+    Derivative(f64),
+    UpdateInterval(Duration),
+}
+
+impl RateChange {
+    /// Applies the change to `c`.
+    pub(crate) fn apply(self, c: &mut crate::rate::RateControlConfig) {
+        match self {
+            RateChange::Enabled(e) => c.enabled = e,
+            RateChange::Initial(r) => c.initial_rate = r,
+            RateChange::Min(r) => c.min_rate = r,
+            RateChange::Max(r) => c.max_rate = r,
+            RateChange::Proportional(g) => c.proportional = g,
+            RateChange::Integral(g) => c.integral = g,
+            RateChange::Derivative(g) => c.derivative = g,
+            RateChange::UpdateInterval(d) => c.update_interval = d,
+        }
+    }
+}
+
+/// The setting that names a field of [`RateControlConfig`](crate::rate::RateControlConfig)
+/// (as [`RateConfigError::field`](crate::rate::RateConfigError) names it).
+pub(crate) fn rate_setting(field: &str) -> &'static str {
+    match field {
+        "initial_rate" => RATE_INITIAL,
+        "min_rate" => RATE_MIN,
+        "max_rate" => RATE_MAX,
+        "proportional" => RATE_P,
+        "integral" => RATE_I,
+        "derivative" => RATE_D,
+        "update_interval" => RATE_INTERVAL,
+        _ => RATE_ENABLED,
+    }
+}
+
+/// Whether `name` is one of the rate settings (`weir.source.rate`, `weir.rate-control.*`).
+pub(crate) fn is_rate(name: &str) -> bool {
+    name == SOURCE_RATE || name.starts_with("weir.rate-control.")
+}
+
+/// The live rate settings of `c`, by name, as their values are written.
+pub(crate) fn rate_values(c: &crate::rate::RateControlConfig) -> BTreeMap<String, String> {
+    let rate = |r: Option<f64>| r.map_or("none".into(), |r| r.to_string());
+    let mut m = BTreeMap::new();
+    m.insert(
+        SOURCE_RATE.into(),
+        match (c.enabled, c.max_rate) {
+            (true, Some(r)) if c.min_rate == r => r.to_string(),
+            (true, _) => "controlled".into(),
+            _ => "off".into(),
+        },
+    );
+    m.insert(RATE_ENABLED.into(), c.enabled.to_string());
+    m.insert(RATE_INITIAL.into(), rate(c.initial_rate));
+    m.insert(RATE_MIN.into(), c.min_rate.to_string());
+    m.insert(RATE_MAX.into(), rate(c.max_rate));
+    m.insert(RATE_P.into(), c.proportional.to_string());
+    m.insert(RATE_I.into(), c.integral.to_string());
+    m.insert(RATE_D.into(), c.derivative.to_string());
+    m.insert(RATE_INTERVAL.into(), format_duration(c.update_interval));
+    m
+}
+
 /// A parsed setting.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) enum Parsed {
@@ -165,6 +261,8 @@ pub(crate) enum Parsed {
     Tolerable(u32),
     MaxConcurrent(usize),
     SourceRate(Option<f64>),
+    /// One field of the rate controller's configuration.
+    Rate(RateChange),
     Operator {
         uid: String,
         key: String,
@@ -189,6 +287,7 @@ impl Parsed {
                 "in each subtask at its next checkpoint (one in progress finishes as it began)"
             }
             Parsed::SourceRate(_) => "at once, in every source subtask",
+            Parsed::Rate(_) => "at once: the rate controller starts over with it (keeping the current rate until its first estimate)",
             Parsed::Backup { .. } => "at the next heartbeat check of each backed-up subtask",
             Parsed::Operator { .. } => "at once, between two batches of every subtask",
         }
@@ -261,6 +360,33 @@ pub(crate) fn parse(name: &str, value: &str) -> Result<Parsed, SettingError> {
                 }
             }
         }
+        RATE_ENABLED => Parsed::Rate(RateChange::Enabled(match value {
+            "true" => true,
+            "false" => false,
+            _ => return Err(bad(format!("must be true or false, got `{value}`"))),
+        })),
+        RATE_INITIAL => Parsed::Rate(RateChange::Initial(optional_rate(value).map_err(bad)?)),
+        RATE_MAX => Parsed::Rate(RateChange::Max(optional_rate(value).map_err(bad)?)),
+        RATE_MIN => Parsed::Rate(RateChange::Min(
+            optional_rate(value)
+                .map_err(bad)?
+                .ok_or_else(|| bad("must be records per second above zero".into()))?,
+        )),
+        RATE_P | RATE_I | RATE_D => {
+            let g = match value.parse::<f64>() {
+                Ok(g) if g.is_finite() && g >= 0.0 => g,
+                _ => return Err(bad(format!("must be a number ≥ 0, got `{value}`"))),
+            };
+            Parsed::Rate(match name {
+                RATE_P => RateChange::Proportional(g),
+                RATE_I => RateChange::Integral(g),
+                _ => RateChange::Derivative(g),
+            })
+        }
+        RATE_INTERVAL => match duration(value)? {
+            d if d < Duration::from_millis(1) => return Err(bad("must be at least 1 ms".into())),
+            d => Parsed::Rate(RateChange::UpdateInterval(d)),
+        },
         _ => {
             if let Some(rest) = name.strip_prefix(BACKUP_PREFIX) {
                 let (uid, timeout) = match rest.rsplit_once('.') {
@@ -281,7 +407,9 @@ pub(crate) fn parse(name: &str, value: &str) -> Result<Parsed, SettingError> {
                     },
                 }
             } else if let Some(rest) = name.strip_prefix(OPERATOR_PREFIX) {
-                match rest.rsplit_once('.') {
+                // Keys may have dots (`cache.size`); a uid with dots is found by the job,
+                // which knows its uids (`resolve_operator`).
+                match rest.split_once('.') {
                     Some((uid, key)) if !uid.is_empty() && !key.is_empty() => Parsed::Operator {
                         uid: uid.to_owned(),
                         key: key.to_owned(),
@@ -300,6 +428,38 @@ pub(crate) fn parse(name: &str, value: &str) -> Result<Parsed, SettingError> {
             }
         }
     })
+}
+
+/// The operator and key of `operator.<uid>.<key>` given the job's operator uids: the longest
+/// uid the path begins with (uids and keys may both have dots), else up to the first dot.
+pub(crate) fn resolve_operator<'a>(
+    uid: &str,
+    key: &str,
+    uids: impl IntoIterator<Item = &'a str>,
+) -> (String, String) {
+    let path = format!("{uid}.{key}");
+    uids.into_iter()
+        .filter(|u| {
+            path.len() > u.len() + 1 && path.starts_with(u) && path.as_bytes()[u.len()] == b'.'
+        })
+        .max_by_key(|u| u.len())
+        .map_or_else(
+            || (uid.to_owned(), key.to_owned()),
+            |u| (u.to_owned(), path[u.len() + 1..].to_owned()),
+        )
+}
+
+/// Records per second above zero, or `none`.
+fn optional_rate(value: &str) -> Result<Option<f64>, String> {
+    if value.eq_ignore_ascii_case("none") {
+        return Ok(None);
+    }
+    match value.parse::<f64>() {
+        Ok(r) if r.is_finite() && r > 0.0 => Ok(Some(r)),
+        _ => Err(format!(
+            "must be records per second above zero, or `none`, got `{value}`"
+        )),
+    }
 }
 
 /// The plan of one requested change: live (and when), or why it needs a fast restart. An
@@ -445,6 +605,27 @@ mod tests {
         );
         assert_eq!(format_duration(Duration::from_millis(100)), "100ms");
         assert_eq!(format_duration(Duration::from_secs(2)), "2s");
+    }
+
+    #[test]
+    fn an_operator_setting_finds_its_uid_when_keys_or_uids_have_dots() {
+        let uids = ["enrich", "rules.v2", "rules"];
+        let r = |path: &str| {
+            let Ok(Parsed::Operator { uid, key }) = parse(&format!("operator.{path}"), "1") else {
+                panic!("{path}");
+            };
+            resolve_operator(&uid, &key, uids)
+        };
+        assert_eq!(
+            r("enrich.cache.size"),
+            ("enrich".into(), "cache.size".into())
+        );
+        assert_eq!(
+            r("rules.v2.threshold"),
+            ("rules.v2".into(), "threshold".into())
+        );
+        assert_eq!(r("rules.threshold"), ("rules".into(), "threshold".into()));
+        assert_eq!(r("nobody.key.x"), ("nobody".into(), "key.x".into()));
     }
 
     #[test]

@@ -58,6 +58,9 @@ pub struct DataStream<T> {
     /// The output ports this stream is the union of.
     pub(crate) producers: Vec<(NodeId, usize)>,
     pub(crate) partition: PartitionKind,
+    /// The records' event time, where the stream has one (a watermark strategy upstream,
+    /// kept by operators that keep the record type: filter, rebalance, key_by).
+    pub(crate) timestamps: Option<crate::time::Timestamps<T>>,
     pub(crate) _t: PhantomData<fn() -> T>,
 }
 
@@ -67,6 +70,7 @@ impl<T> Clone for DataStream<T> {
             graph: self.graph.clone(),
             producers: self.producers.clone(),
             partition: self.partition,
+            timestamps: self.timestamps.clone(),
             _t: PhantomData,
         }
     }
@@ -162,6 +166,7 @@ impl<T: Data> DataStream<T> {
             graph,
             producers: vec![(node, port)],
             partition: PartitionKind::Auto,
+            timestamps: None,
             _t: PhantomData,
         }
     }
@@ -221,6 +226,27 @@ impl<T: Data> DataStream<T> {
         self.edges_into(&mut g, id, 0, part);
         drop(g);
         DataStream::new(self.graph.clone(), id, 0)
+    }
+
+    /// Adds a one-input operator with a second output (a side output of type `S`), fed by
+    /// this stream: the main stream and the side stream.
+    pub(crate) fn add_operator_with_side<U: Data, S: Data>(
+        &self,
+        node: Node,
+        part: impl Fn() -> Partitioning<T>,
+    ) -> (DataStream<U>, DataStream<S>, NodeId) {
+        let mut g = self.graph.borrow_mut();
+        let id = g.add_node(Node {
+            ports: vec![Port::<U>::boxed(), Port::<S>::boxed()],
+            ..node
+        });
+        self.edges_into(&mut g, id, 0, part);
+        drop(g);
+        (
+            DataStream::new(self.graph.clone(), id, 0),
+            DataStream::new(self.graph.clone(), id, 1),
+            id,
+        )
     }
 
     /// Sets how the state of the operator that produced this stream follows a rescale.
@@ -342,13 +368,66 @@ impl<T: Data> DataStream<T> {
     where
         F: FnMut(&T) -> bool + Clone + Send + 'static,
     {
-        self.add_one("filter", move |env, next| {
-            Ok(Box::new(FilterOp {
-                f: f.clone(),
-                core: core(env, next),
-            }))
-        })
-        .stateless()
+        let timestamps = self.timestamps.clone();
+        let mut out = self
+            .add_one("filter", move |env, next| {
+                Ok(Box::new(FilterOp {
+                    f: f.clone(),
+                    core: core(env, next),
+                }))
+            })
+            .stateless();
+        out.timestamps = timestamps;
+        out
+    }
+
+    /// The records' event time is `f(record)` from here on (for windows), with no watermark
+    /// generated: the watermarks come from upstream. After a `map` the timestamps of the
+    /// stream before it are not known any more (records carry no timestamp field); give
+    /// them again this way.
+    ///
+    /// ```
+    /// # use weir::Env;
+    /// let env = Env::new();
+    /// env.generate(10, |i| (i, i as i64 * 1_000))
+    ///     .map(|(id, ts): (u64, i64)| (id * 2, ts))
+    ///     .with_timestamps(|r: &(u64, i64)| r.1)
+    ///     .discard();
+    /// ```
+    pub fn with_timestamps(
+        mut self,
+        f: impl Fn(&T) -> crate::time::EventTime + Send + Sync + 'static,
+    ) -> Self {
+        self.timestamps = Some(std::sync::Arc::new(f));
+        self
+    }
+
+    /// Gives the records their event time and generates watermarks from `strategy` here
+    /// (Flink's `assignTimestampsAndWatermarks`): each subtask emits the highest timestamp it
+    /// saw minus the bound, after its batches, at most once per watermark interval, and
+    /// drops the watermarks from upstream. (Idleness is detected at sources:
+    /// [`Env::add_source_with_watermarks`](crate::Env::add_source_with_watermarks).)
+    pub fn assign_timestamps_and_watermarks(
+        self,
+        strategy: crate::time::WatermarkStrategy<T>,
+    ) -> DataStream<T> {
+        if strategy.assigner().is_none() {
+            self.graph.borrow_mut().errors.push(PlanError::BadConfig {
+                key: "watermark strategy",
+                message: "assign_timestamps_and_watermarks: the strategy has no timestamp assigner (with_timestamp_assigner)".into(),
+            });
+        }
+        let timestamps = strategy.assigner().cloned();
+        let mut out = self
+            .add_one("watermarks", move |env, next| {
+                Ok(Box::new(crate::operator::watermark::WatermarkOp {
+                    generator: strategy.generator(),
+                    core: core(env, next),
+                }))
+            })
+            .stateless();
+        out.timestamps = timestamps;
+        out
     }
 
     /// Emits every item of `f(record)`.
@@ -590,6 +669,7 @@ impl<T: Data> DataStream<T> {
         if let Err(e) = config.validate() {
             self.graph.borrow_mut().errors.push(e);
         }
+        let gauges = std::sync::Arc::new(config.metrics());
         let builder = Box::new(move |env: &OpEnv, mut outputs: Vec<AnyBox>| {
             let side = unbox::<BoxOutput<T>>(outputs.remove(1));
             let next = unbox::<BoxOutput<L::Out>>(outputs.remove(0));
@@ -628,6 +708,12 @@ impl<T: Data> DataStream<T> {
                 crate::hooks::Redistribution::Split,
             )]),
         });
+        g.gauges.push((id, gauges));
+        g.no_backup.push((
+            id,
+            "an async lookup's calls in flight are not replayed by a buffer-queue backup yet \
+             (its checkpoints carry them: it recovers by restart)",
+        ));
         self.edges_into(&mut g, id, 0, part);
         drop(g);
         (
@@ -834,8 +920,8 @@ impl SinkStream {
 
 /// A stream partitioned by key (see [`DataStream::key_by`]).
 pub struct KeyedStream<T, K, KF> {
-    stream: DataStream<T>,
-    key_fn: KF,
+    pub(crate) stream: DataStream<T>,
+    pub(crate) key_fn: KF,
     _k: PhantomData<fn() -> K>,
 }
 

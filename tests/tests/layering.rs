@@ -11,7 +11,10 @@ use std::path::{Path, PathBuf};
 
 /// Top to bottom. A module may import modules of its own layer or of any layer below.
 const LAYERS: &[(&str, &[&str])] = &[
-    ("api", &["env", "stream", "job", "testing", "rest", "cli"]),
+    (
+        "api",
+        &["env", "stream", "windowed", "job", "testing", "rest", "cli"],
+    ),
     ("controller", &["controller"]),
     ("protocols", &["sampler", "savepoint", "detector"]),
     ("physical plan", &["plan"]),
@@ -33,6 +36,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "rescale",
             "replace",
             "settings",
+            "time",
             "error",
             "hooks",
             "rate",

@@ -345,3 +345,260 @@ fn a_backup_policy_changes_live_and_a_bad_one_is_refused() {
     stop.store(true, Ordering::SeqCst);
     job.wait().expect("finishes");
 }
+
+/// The newest completed checkpoint, if any.
+fn newest_completed(job: &JobHandle) -> Option<weir::CheckpointRecord> {
+    job.checkpoint_stats()?
+        .history
+        .into_iter()
+        .rev()
+        .find(|r| r.status == weir::CheckpointStatus::Completed)
+}
+
+/// Waits (at most [`WAIT`], so that a regression fails instead of hanging) until `what` holds.
+fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + WAIT;
+    while !f() {
+        assert!(std::time::Instant::now() < deadline, "never: {what}");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+#[test]
+fn the_mode_and_the_alignment_are_seen_in_how_the_subtasks_take_their_checkpoints() {
+    let mut cfg = EnvConfig::default();
+    cfg.checkpoint.interval = Some(Duration::from_millis(10));
+    let job = start("modes", cfg);
+    let h = &job.handle;
+    common::two_more_checkpoints(h);
+    let r = newest_completed(h).expect("a checkpoint");
+    assert!(!r.at_least_once && !r.is_unaligned, "{r:?}");
+    set(h, &[(MODE, "AT_LEAST_ONCE")]).expect("a mode change");
+    wait_until("an at-least-once checkpoint", || {
+        newest_completed(h).is_some_and(|r| r.at_least_once && !r.is_unaligned)
+    });
+    set(
+        h,
+        &[(MODE, "EXACTLY_ONCE"), (weir::settings::UNALIGNED, "true")],
+    )
+    .expect("unaligned");
+    wait_until("an unaligned checkpoint", || {
+        newest_completed(h).is_some_and(|r| r.is_unaligned && !r.at_least_once)
+    });
+    set(h, &[(weir::settings::UNALIGNED, "false")]).expect("aligned again");
+    wait_until("an aligned checkpoint", || {
+        newest_completed(h).is_some_and(|r| !r.is_unaligned && !r.at_least_once)
+    });
+    assert_eq!(h.checkpoint_stats().map(|s| s.num_restarts), Some(0));
+    finish(job);
+}
+
+#[test]
+fn a_min_pause_spaces_the_checkpoints_out() {
+    const PAUSE_MS: u64 = 300;
+    let mut cfg = EnvConfig::default();
+    cfg.checkpoint.interval = Some(Duration::from_millis(10));
+    let job = start("min-pause", cfg);
+    let h = &job.handle;
+    common::two_more_checkpoints(h);
+    set(h, &[(weir::settings::MIN_PAUSE, "300ms")]).expect("a min pause");
+    let from = newest_completed(h).map_or(0, |r| r.id);
+    wait_for_checkpoint(h, completed(h) + 3, WAIT).expect("checkpoints under the pause");
+    let done: Vec<weir::CheckpointRecord> = h
+        .checkpoint_stats()
+        .expect("stats")
+        .history
+        .into_iter()
+        .filter(|r| r.status == weir::CheckpointStatus::Completed && r.id > from)
+        .collect();
+    let mut pairs = 0;
+    for w in done.windows(2) {
+        if w[1].id != w[0].id + 1 {
+            continue;
+        }
+        pairs += 1;
+        let ended = w[0].latest_ack_timestamp_ms.expect("acknowledged");
+        // Milliseconds rounded down on both sides: at most 1 ms lost.
+        assert!(
+            w[1].trigger_timestamp_ms + 1 >= ended + PAUSE_MS,
+            "checkpoint {} began {} ms after {} ended",
+            w[1].id,
+            w[1].trigger_timestamp_ms.saturating_sub(ended),
+            w[0].id
+        );
+    }
+    assert!(pairs >= 1, "{done:?}");
+    assert_eq!(h.checkpoint_stats().map(|s| s.num_restarts), Some(0));
+    finish(job);
+}
+
+#[test]
+fn more_concurrent_checkpoints_start_while_one_is_held() {
+    let (hold, held) = (
+        Arc::new(AtomicBool::new(false)),
+        Arc::new(AtomicU64::new(0)),
+    );
+    let (stop, ended_at) = (
+        Arc::new(AtomicBool::new(false)),
+        Arc::new(AtomicU64::new(0)),
+    );
+    let mut cfg = EnvConfig::default();
+    cfg.checkpoint.interval = Some(Duration::from_millis(10));
+    let env = Env::with_config(cfg);
+    let (h2, held2) = (hold.clone(), held.clone());
+    common::endless_ids(&env, &stop, &ended_at)
+        .add_sink("holding", move |_cx| {
+            Ok(HoldingSink {
+                hold: h2.clone(),
+                held: held2.clone(),
+            })
+        })
+        .uid("holding");
+    let job = env.start("concurrent").expect("starts");
+    common::two_more_checkpoints(&job);
+    hold.store(true, Ordering::SeqCst);
+    wait_until("a held checkpoint", || held.load(Ordering::SeqCst) > 0);
+    let in_progress = || {
+        job.checkpoint_stats()
+            .map_or(0, |s| s.number_of_in_progress_checkpoints)
+    };
+    // One at a time (the default): twenty trigger intervals start nothing more.
+    for _ in 0..200 {
+        assert!(in_progress() <= 1, "{} in progress", in_progress());
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    set(&job, &[(weir::settings::MAX_CONCURRENT, "3")]).expect("live change");
+    wait_until("a second checkpoint in progress", || in_progress() >= 2);
+    for _ in 0..200 {
+        assert!(in_progress() <= 3, "{} in progress", in_progress());
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    hold.store(false, Ordering::SeqCst);
+    common::two_more_checkpoints(&job);
+    assert_eq!(job.checkpoint_stats().map(|s| s.num_restarts), Some(0));
+    stop.store(true, Ordering::SeqCst);
+    job.wait().expect("finishes");
+}
+
+/// Records seen by a counting map, and the number of them at most `rate` per second allows
+/// over `wait` from now (the limit shows as an upper bound only: a slow machine is slower).
+fn at_most(seen: &AtomicU64, rate: f64, wait: Duration) {
+    // Records already read before the change drain first.
+    std::thread::sleep(Duration::from_millis(300));
+    let (t0, c0) = (std::time::Instant::now(), seen.load(Ordering::SeqCst));
+    std::thread::sleep(wait);
+    let (secs, n) = (t0.elapsed().as_secs_f64(), seen.load(Ordering::SeqCst) - c0);
+    // The bucket's burst (at most 100 ms of records) and one batch in a channel.
+    let allowed = rate * (secs + 0.1) + 64.0;
+    assert!(
+        (n as f64) <= allowed,
+        "{n} records in {secs:.2} s at {rate} per second"
+    );
+}
+
+#[test]
+fn the_source_rate_and_the_rate_controller_change_live() {
+    use weir::settings::{RATE_ENABLED, RATE_INITIAL, RATE_MAX, RATE_MIN, RATE_P, SOURCE_RATE};
+    let (stop, ended_at) = (
+        Arc::new(AtomicBool::new(false)),
+        Arc::new(AtomicU64::new(0)),
+    );
+    let seen = Arc::new(AtomicU64::new(0));
+    let env = Env::with_config(hourly());
+    let s2 = seen.clone();
+    common::endless_ids(&env, &stop, &ended_at)
+        .map(move |x: u64| {
+            s2.fetch_add(1, Ordering::SeqCst);
+            x
+        })
+        .uid("count")
+        .discard();
+    let job = env.start("rate").expect("starts");
+    let grows_by = |n: u64| {
+        let c0 = seen.load(Ordering::SeqCst);
+        wait_until(&format!("{n} more records"), || {
+            seen.load(Ordering::SeqCst) >= c0 + n
+        });
+    };
+    grows_by(20_000);
+    set(&job, &[(SOURCE_RATE, "200")]).expect("a fixed rate");
+    assert_eq!(job.settings()[SOURCE_RATE], "200");
+    at_most(&seen, 200.0, Duration::from_secs(1));
+    set(&job, &[(RATE_ENABLED, "false")]).expect("no rate control");
+    assert_eq!(job.settings()[SOURCE_RATE], "off");
+    // At 200 per second this would take 100 s.
+    grows_by(20_000);
+    set(
+        &job,
+        &[
+            (RATE_ENABLED, "true"),
+            (RATE_INITIAL, "300"),
+            (RATE_MIN, "100"),
+            (RATE_MAX, "300"),
+            (RATE_P, "0.5"),
+        ],
+    )
+    .expect("a controlled rate");
+    assert_eq!(job.settings()[SOURCE_RATE], "controlled");
+    assert_eq!(job.settings()[RATE_P], "0.5");
+    at_most(&seen, 300.0, Duration::from_secs(1));
+    let e = set(&job, &[(RATE_MIN, "500")]).unwrap_err();
+    assert!(e.to_string().contains(RATE_MAX), "{e}");
+    let e = set(&job, &[(RATE_INITIAL, "fast")]).unwrap_err();
+    assert!(e.to_string().contains(RATE_INITIAL), "{e}");
+    assert_eq!(job.settings()[RATE_MIN], "100", "nothing changed");
+    set(&job, &[(SOURCE_RATE, "off")]).expect("off");
+    grows_by(20_000);
+    assert_eq!(job.checkpoint_stats().map(|s| s.num_restarts), Some(0));
+    stop.store(true, Ordering::SeqCst);
+    job.wait().expect("finishes");
+}
+
+#[test]
+fn a_shorter_backup_heartbeat_timeout_is_seen_promoting_a_hung_primary() {
+    use weir::testing::{Fault, FaultKind, FaultPlan};
+    weir::testing::quiet_released_hangs();
+    const OLD_TIMEOUT: Duration = Duration::from_secs(60);
+    let (stop, ended_at) = (
+        Arc::new(AtomicBool::new(false)),
+        Arc::new(AtomicU64::new(0)),
+    );
+    let plan = FaultPlan::new(vec![
+        Fault::new("double", FaultKind::Hang, 0).after_checkpoints(1)
+    ]);
+    let mut cfg = hourly();
+    cfg.heartbeat_timeout = Duration::from_secs(120);
+    cfg.faults = plan.clone();
+    let env = Env::with_config(cfg);
+    let out = weir::CollectSink::default();
+    common::endless_ids(&env, &stop, &ended_at)
+        .rebalance()
+        .map(|x: u64| x)
+        .uid("double")
+        .with_backup_policy(
+            weir::BackupPolicy::default().heartbeat(Duration::from_millis(10), OLD_TIMEOUT),
+        )
+        .collect_into(&out);
+    let job = env.start("backup-timeout").expect("starts");
+    set(&job, &[("backup.double.heartbeat-timeout", "100ms")]).expect("a live timeout");
+    // The hang comes after the first checkpoint.
+    job.monitor().trigger_checkpoint().expect("a checkpoint");
+    wait_until("the hang", || plan.fired() == 1);
+    let hung = std::time::Instant::now();
+    wait_until("a promotion", || {
+        job.backup_metrics().iter().any(|m| m.promotions >= 1)
+    });
+    assert!(
+        hung.elapsed() < OLD_TIMEOUT,
+        "promoted after {:?}",
+        hung.elapsed()
+    );
+    set(&job, &[(INTERVAL, "20ms")]).expect("periodic checkpoints");
+    common::two_more_checkpoints(&job);
+    assert_eq!(job.checkpoint_stats().map(|s| s.num_restarts), Some(0));
+    stop.store(true, Ordering::SeqCst);
+    job.wait().expect("finishes");
+    let end = ended_at.load(Ordering::SeqCst);
+    let report = ExactlyOnce::new(0..end).check(out.take());
+    assert!(report.is_exactly_once(), "{report}");
+}

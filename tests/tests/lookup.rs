@@ -770,3 +770,96 @@ fn a_config_out_of_range_is_refused_before_the_job_starts() {
         );
     }
 }
+
+#[test]
+fn a_backed_up_lookup_is_refused_before_the_job_starts_naming_it() {
+    let mut cfg = EnvConfig::default();
+    cfg.checkpoint.interval = Some(Duration::from_millis(50));
+    let env = Env::with_config(cfg);
+    let (enriched, _) = env
+        .generate(10, |i| i)
+        .lookup(Dim::default(), LookupConfig::new());
+    enriched.uid("enrich").with_backup().collect();
+    let e = env.execute("lookup-backup").unwrap_err();
+    let text = e.to_string();
+    assert!(
+        matches!(e, JobError::Plan { .. }) && text.contains("enrich") && text.contains("lookup"),
+        "{text}"
+    );
+}
+
+/// `GET` `path` of `server`: the JSON body.
+fn rest_get(server: &weir::rest::RestServer, path: &str) -> serde_json::Value {
+    let mut resp = ureq::get(format!("http://{}{path}", server.addr()))
+        .call()
+        .unwrap_or_else(|e| panic!("GET {path}: {e}"));
+    let text = resp.body_mut().read_to_string().expect("a body");
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("GET {path}: {e}: {text}"))
+}
+
+#[test]
+fn the_lookup_metrics_are_served_over_rest_and_follow_a_live_change() {
+    use weir::rest::{RestConfig, RestServer};
+    let server = RestServer::start(RestConfig::default()).expect("the server starts");
+    let config = LookupConfig::new().cache(CacheStrategy::All);
+    let metrics = config.metrics();
+    let job = start_endless("lookup-rest", config, Arc::default());
+    let h = &job.handle;
+    server.register(h.monitor());
+    wait_until("the loaded cache answers", || metrics.stats().hits >= 1_000);
+    let vid = h
+        .vertices()
+        .into_iter()
+        .find(|v| v.operators.iter().any(|o| o == "enrich"))
+        .expect("the lookup's vertex")
+        .id;
+    let base = format!("/jobs/{}/vertices/{vid}/metrics", h.id());
+    let names = rest_get(&server, &base);
+    let listed: Vec<&str> = names
+        .as_array()
+        .expect("a list")
+        .iter()
+        .filter_map(|m| m["id"].as_str())
+        .collect();
+    for n in [
+        "0.enrich.cacheHits",
+        "0.enrich.cacheStrategy",
+        "0.enrich.cacheSize",
+    ] {
+        assert!(listed.contains(&n), "{n} in {listed:?}");
+    }
+    let read = |name: &str| -> String {
+        let body = rest_get(&server, &format!("{base}?get=0.enrich.{name}"));
+        body[0]["value"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{name}: {body}"))
+            .to_owned()
+    };
+    assert_eq!(read("cacheStrategy"), "all");
+    assert_eq!(read("cacheSize"), KEYS.to_string());
+    assert!(read("cacheHits").parse::<u64>().expect("a count") >= 1_000);
+    // The live change through the settings call, seen over REST.
+    let changes = [
+        ("operator.enrich.cache.size".to_owned(), "10".to_owned()),
+        ("operator.enrich.cache".to_owned(), "lru".to_owned()),
+    ];
+    h.update_settings(&changes).expect("a live change");
+    wait_until("the strategy over REST", || read("cacheStrategy") == "lru");
+    wait_until("misses over REST", || {
+        read("cacheMisses").parse::<u64>().expect("a count") > KEYS
+    });
+    let prom = ureq::get(format!("http://{}/metrics", server.addr()))
+        .call()
+        .expect("metrics")
+        .body_mut()
+        .read_to_string()
+        .expect("text");
+    assert!(
+        prom.lines().any(|l| l.starts_with("weir_operator_gauge")
+            && l.contains("name=\"cacheMisses\"")
+            && l.contains("operator=\"enrich\"")),
+        "{prom}"
+    );
+    assert_eq!(restarts(h), 0);
+    job.finish();
+}

@@ -2,7 +2,8 @@
 //! sink: keyed state carries over by uid (at a new parallelism too); a new graph that panics
 //! on its first records, or cannot even start, is rolled back and the old one goes on; state
 //! with no place in the new graph is refused before anything stops, or dropped when allowed;
-//! registered versions are replaced by name.
+//! registered versions are replaced by name; a fault while the replacement's savepoint is
+//! taken abandons it, the old graph recovers, and a later replacement succeeds.
 //!
 //! Every wait is on an event (checkpoints completed, a call answered), never on the clock.
 
@@ -44,6 +45,45 @@ impl Shared {
 /// ids -> keyed running count "count" (parallelism `p`) -> `id count version` lines; with
 /// `panic_at`, the version's tagger panics on its first record.
 fn version(env: &Env, s: &Shared, p: usize, tag: &'static str, panic: bool) {
+    version_with(env, s, p, tag, panic, Arc::default());
+}
+
+/// A sink that panics in the pre-commit of the first checkpoint after `arm` is set.
+struct ArmedSink<S> {
+    inner: S,
+    arm: Arc<AtomicBool>,
+}
+
+impl<S: weir::sink::Sink<String>> weir::sink::Sink<String> for ArmedSink<S> {
+    fn write_batch(&mut self, batch: &mut Vec<String>) -> Result<(), weir::SinkError> {
+        self.inner.write_batch(batch)
+    }
+    fn finish(&mut self) -> Result<(), weir::SinkError> {
+        self.inner.finish()
+    }
+    fn pre_commit(&mut self, checkpoint: u64) -> Result<Option<Vec<u8>>, weir::SinkError> {
+        if self.arm.swap(false, Ordering::SeqCst) {
+            panic!("injected fault: the sink fails taking checkpoint {checkpoint}");
+        }
+        self.inner.pre_commit(checkpoint)
+    }
+    fn commit(&mut self, checkpoint: u64) -> Result<(), weir::SinkError> {
+        self.inner.commit(checkpoint)
+    }
+    fn initialize(&mut self, restored: Option<&[u8]>) -> Result<(), weir::SinkError> {
+        self.inner.initialize(restored)
+    }
+}
+
+/// [`version`], whose sink panics taking the first checkpoint after `arm` is set.
+fn version_with(
+    env: &Env,
+    s: &Shared,
+    p: usize,
+    tag: &'static str,
+    panic: bool,
+    arm: Arc<AtomicBool>,
+) {
     let out = s.out.clone();
     endless_ids(env, &s.stop, &s.ended_at)
         .key_by(|x: &u64| x % KEYS)
@@ -64,7 +104,10 @@ fn version(env: &Env, s: &Shared, p: usize, tag: &'static str, panic: bool) {
         })
         .uid(&format!("tag-{tag}"))
         .add_sink("exactly_once", move |cx| {
-            TwoPhaseFileSink::create(&out, cx, encode_display::<String>)
+            Ok(ArmedSink {
+                inner: TwoPhaseFileSink::create(&out, cx, encode_display::<String>)?,
+                arm: arm.clone(),
+            })
         })
         .uid("exactly_once")
         .set_parallelism(1);
@@ -162,6 +205,78 @@ fn a_new_graph_that_panics_at_once_is_rolled_back_and_the_old_one_goes_on() {
         tags.iter().all(|t| t == "v1"),
         "only the old graph's output is committed"
     );
+}
+
+#[test]
+fn a_fault_while_the_replacements_savepoint_is_taken_keeps_the_old_graph_exactly_once() {
+    quiet_injected_panics();
+    let s = Shared::new("fault-during");
+    let arm = Arc::new(AtomicBool::new(false));
+    let mut cfg = config();
+    cfg.restart = Some(weir::RestartStrategy::FixedDelay {
+        attempts: 3,
+        delay: Duration::ZERO,
+    });
+    let env = Env::with_config(cfg);
+    version_with(&env, &s, 2, "v1", false, arm.clone());
+    let job = env.start("replace-fault-during").expect("starts");
+    two_more_checkpoints(&job);
+    // No periodic checkpoint from now on: the replacement's savepoint is the next one.
+    let interval = weir::settings::INTERVAL.to_owned();
+    job.update_settings(&[(interval.clone(), "off".into())])
+        .expect("no periodic checkpoints");
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while job
+        .checkpoint_stats()
+        .is_some_and(|c| c.number_of_in_progress_checkpoints > 0)
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "a checkpoint never ended"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    arm.store(true, Ordering::SeqCst);
+    let s2 = s.clone();
+    match job.replace(
+        move |env| version(env, &s2, 3, "v2", false),
+        ReplaceOptions::default(),
+    ) {
+        Err(ReplaceError::Aborted(why)) => assert!(why.contains("failed"), "{why}"),
+        other => panic!("a fault during the savepoint: {other:?}"),
+    }
+    assert!(!arm.load(Ordering::SeqCst), "the fault fired");
+    // The old graph recovered from its last checkpoint and goes on.
+    // Settings wait for the restart to end (they are refused as busy until then).
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        match job.update_settings(&[(interval.clone(), "20ms".into())]) {
+            Ok(_) => break,
+            Err(weir::settings::SettingError::Busy(why)) => {
+                assert!(std::time::Instant::now() < deadline, "still busy: {why}");
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            Err(e) => panic!("periodic checkpoints again: {e}"),
+        }
+    }
+    two_more_checkpoints(&job);
+    assert_eq!(job.checkpoint_stats().map(|c| c.num_restarts), Some(1));
+    assert!(job
+        .vertices()
+        .iter()
+        .any(|v| v.operators.iter().any(|o| o == "tag-v1")));
+    // And a replacement after it succeeds.
+    let s3 = s.clone();
+    job.replace(
+        move |env| version(env, &s3, 3, "v2", false),
+        ReplaceOptions::default(),
+    )
+    .expect("the second replacement");
+    two_more_checkpoints(&job);
+    let tags = finish(job, &s);
+    let first = tags.iter().position(|t| t == "v2").expect("v2 output");
+    assert!(tags[..first].iter().all(|t| t == "v1"), "v1, then v2");
+    assert!(tags[first..].iter().all(|t| t == "v2"), "v1, then v2");
 }
 
 #[test]

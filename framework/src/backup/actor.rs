@@ -91,7 +91,7 @@ impl<T: Data> BackupActor<T> {
                     .offer((c as u32, seq), payload, records, bytes);
             }
             Some((_, Event::EndOfInput)) => inputs.ended[c] = true,
-            Some((_, Event::Barrier(_))) | None => {}
+            Some((_, Event::Barrier(_))) | Some((_, Event::Watermark(_))) | None => {}
         }
     }
 }

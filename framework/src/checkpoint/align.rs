@@ -58,6 +58,11 @@ impl BarrierAligner {
         self.mode = mode;
     }
 
+    /// Exactly-once (blocking) or at-least-once.
+    pub(crate) fn mode(&self) -> AlignMode {
+        self.mode
+    }
+
     /// Whether `channel` must not be read now.
     #[inline]
     pub(crate) fn is_blocked(&self, channel: usize) -> bool {

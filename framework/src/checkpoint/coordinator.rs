@@ -21,6 +21,10 @@ struct Pending {
     waiting: HashSet<usize>,
     files: Vec<StateFile>,
     max_alignment: Duration,
+    /// A subtask with inputs aligned its barriers (so the checkpoint is not at-least-once).
+    aligned: bool,
+    /// Subtasks with inputs that acknowledged.
+    with_inputs: usize,
 }
 
 /// What failing a checkpoint did.
@@ -114,6 +118,47 @@ pub struct CheckpointRecord {
     pub alignment_ms: u64,
     /// Why it failed.
     pub failure_message: Option<String>,
+    /// A subtask took its part unaligned, storing in-flight data (Flink's `is_unaligned`).
+    pub is_unaligned: bool,
+    /// Every subtask with inputs took its part without aligning barriers (`AT_LEAST_ONCE`).
+    pub at_least_once: bool,
+    /// Bytes of in-flight data stored by unaligned parts (Flink's `persisted_data`).
+    pub persisted_data: u64,
+}
+
+/// How a subtask took its part of a checkpoint, as it reports in its acknowledgement.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Taken {
+    /// A source: nothing to align.
+    Source,
+    /// Barriers aligned (exactly-once).
+    Aligned,
+    /// Barriers counted but not aligned (at-least-once).
+    AtLeastOnce,
+    /// Unaligned, with this many bytes of in-flight data stored.
+    Unaligned { persisted: u64 },
+}
+
+/// One subtask's acknowledgement of a checkpoint.
+#[derive(Debug)]
+pub(crate) struct AckPart {
+    pub(crate) files: Vec<StateFile>,
+    pub(crate) alignment: Duration,
+    pub(crate) start_delay: Duration,
+    pub(crate) taken: Taken,
+}
+
+impl AckPart {
+    /// An aligned part with these files and no alignment time (tests, sources).
+    #[cfg(test)]
+    pub(crate) fn files(files: Vec<StateFile>) -> Self {
+        AckPart {
+            files,
+            alignment: Duration::ZERO,
+            start_delay: Duration::ZERO,
+            taken: Taken::Source,
+        }
+    }
 }
 
 /// Minimum, maximum and average of a quantity over completed checkpoints.
@@ -250,6 +295,8 @@ impl Coordinator {
                 waiting: (0..self.subtasks).collect(),
                 files: Vec::new(),
                 max_alignment: Duration::ZERO,
+                aligned: false,
+                with_inputs: 0,
             },
         );
         self.stats.number_of_in_progress_checkpoints = self.pending.len() as u64;
@@ -265,6 +312,9 @@ impl Coordinator {
             num_acknowledged_subtasks: 0,
             alignment_ms: 0,
             failure_message: None,
+            is_unaligned: false,
+            at_least_once: false,
+            persisted_data: 0,
         };
         if self.history.len() == HISTORY {
             self.history.pop_front();
@@ -311,28 +361,53 @@ impl Coordinator {
         &mut self,
         id: u64,
         actor: usize,
-        files: Vec<StateFile>,
-        alignment: Duration,
-        start_delay: Duration,
+        part: AckPart,
         now: Instant,
     ) -> Option<Completed> {
         let at = self.epoch_ms(now);
         let subtasks = self.subtasks;
+        let AckPart {
+            files,
+            alignment,
+            start_delay,
+            taken,
+        } = part;
         let p = self.pending.get_mut(&id)?;
         if !p.waiting.remove(&actor) {
             return None;
         }
         p.files.extend(files);
         p.max_alignment = p.max_alignment.max(alignment);
+        let persisted = match taken {
+            Taken::Source => 0,
+            Taken::Aligned => {
+                p.aligned = true;
+                p.with_inputs += 1;
+                0
+            }
+            Taken::AtLeastOnce => {
+                p.with_inputs += 1;
+                0
+            }
+            Taken::Unaligned { persisted } => {
+                p.aligned = true;
+                p.with_inputs += 1;
+                persisted
+            }
+        };
         let (acked, align, done) = (
             subtasks - p.waiting.len(),
             p.max_alignment.as_millis() as u64,
             p.waiting.is_empty(),
         );
+        let at_least_once = p.with_inputs > 0 && !p.aligned;
         if let Some(r) = self.record_mut(id) {
             r.num_acknowledged_subtasks = acked;
             r.alignment_ms = align;
             r.latest_ack_timestamp_ms = Some(at);
+            r.is_unaligned |= matches!(taken, Taken::Unaligned { .. });
+            r.persisted_data += persisted;
+            r.at_least_once = at_least_once;
         }
         self.stats.checkpoint_start_delay_nanos = self
             .stats
@@ -467,21 +542,20 @@ mod tests {
         let mut c = Coordinator::new(&cfg(), 2, 1);
         let id = c.maybe_trigger(t0).unwrap();
         assert_eq!(c.maybe_trigger(t0), None, "max concurrent 1");
-        assert!(c
-            .ack(id, 0, vec![], Duration::ZERO, Duration::ZERO, t0)
-            .is_none());
+        assert!(c.ack(id, 0, AckPart::files(vec![]), t0).is_none());
         assert!(
-            c.ack(id, 0, vec![], Duration::ZERO, Duration::ZERO, t0)
-                .is_none(),
+            c.ack(id, 0, AckPart::files(vec![]), t0).is_none(),
             "duplicate"
         );
         let done = c
             .ack(
                 id,
                 1,
-                vec![],
-                Duration::from_millis(3),
-                Duration::ZERO,
+                AckPart {
+                    alignment: Duration::from_millis(3),
+                    taken: Taken::Aligned,
+                    ..AckPart::files(vec![])
+                },
                 t0 + Duration::from_millis(20),
             )
             .unwrap();
@@ -527,9 +601,7 @@ mod tests {
         let t0 = Instant::now();
         let mut c = Coordinator::new(&cfg(), 1, 1);
         let a = c.maybe_trigger(t0).unwrap();
-        let done = c
-            .ack(a, 0, vec![], Duration::ZERO, Duration::ZERO, t0)
-            .unwrap();
+        let done = c.ack(a, 0, AckPart::files(vec![]), t0).unwrap();
         assert_eq!(
             c.fail_one(done.id, "disk full".into()),
             Failed::Tolerated { in_a_row: 1 }
@@ -565,7 +637,16 @@ mod tests {
         // 1 completes in 20 ms, 2 expires, 3 completes in 40 ms, then a savepoint (4).
         let a = c.maybe_trigger(t0).unwrap();
         let done = c
-            .ack(a, 0, vec![], ms(2), Duration::ZERO, t0 + ms(20))
+            .ack(
+                a,
+                0,
+                AckPart {
+                    alignment: ms(2),
+                    taken: Taken::Aligned,
+                    ..AckPart::files(vec![])
+                },
+                t0 + ms(20),
+            )
             .unwrap();
         c.complete(&done, t0 + ms(20));
         let b = c.maybe_trigger(t0 + ms(100)).unwrap();
@@ -576,9 +657,7 @@ mod tests {
             Failed::Tolerated { in_a_row: 1 }
         );
         let d = c.maybe_trigger(t0 + ms(800)).unwrap();
-        let done = c
-            .ack(d, 0, vec![], ms(0), Duration::ZERO, t0 + ms(840))
-            .unwrap();
+        let done = c.ack(d, 0, AckPart::files(vec![]), t0 + ms(840)).unwrap();
         c.complete(&done, t0 + ms(840));
         let sp = c.force(t0 + ms(900));
         let h = &c.stats.history;

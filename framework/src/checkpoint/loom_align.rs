@@ -135,6 +135,7 @@ impl Consumer {
                     let a = self.aligner.on_barrier(ch, id);
                     self.on_alignment(a);
                 }
+                Event::Watermark(_) => {}
                 Event::EndOfInput => {
                     self.ended[ch] = true;
                     let a = self.aligner.on_end_of_input(ch);

@@ -70,6 +70,8 @@ pub(crate) struct Views {
     pub(crate) failures: Arc<Mutex<Vec<FailureRecord>>>,
     /// The job's vertices at their current parallelism (replaced by a rescale).
     pub(crate) vertices: Arc<Mutex<Vec<crate::plan::VertexInfo>>>,
+    /// Readings operators publish beside their counters (replaced with the graph).
+    pub(crate) gauges: Arc<Mutex<crate::metrics::GaugesByUid>>,
     /// Rescales so far.
     pub(crate) rescales: Arc<Mutex<crate::rescale::RescaleStats>>,
     /// The job's checkpoint settings now (changed live).

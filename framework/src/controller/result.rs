@@ -44,6 +44,9 @@ pub struct OperatorResult {
     /// commit's), each counted once however often it was replayed; 0 for other operators.
     /// A job stopped with a savepoint does not commit what came after it.
     pub records_committed: u64,
+    /// Late records a window operator dropped (Flink's `numLateRecordsDropped`), over every
+    /// attempt; 0 for other operators and for windows with a late-data output.
+    pub late_records_dropped: u64,
 }
 
 /// What a completed job reports.
@@ -88,9 +91,10 @@ pub(crate) fn result(
         .iter()
         .enumerate()
         .map(|(id, node)| {
-            let (mut i, mut o, mut r, mut committed) = (0, 0, 0, 0);
+            let (mut i, mut o, mut r, mut committed, mut late) = (0, 0, 0, 0, 0);
             for c in &registry.counters[id] {
                 committed += c.committed();
+                late += c.late_dropped();
                 let (a, b, c) = c.snapshot();
                 i += a;
                 o += b;
@@ -104,6 +108,7 @@ pub(crate) fn result(
                 records_out: o,
                 records_rejected: r,
                 records_committed: committed,
+                late_records_dropped: late,
             }
         })
         .collect::<Vec<OperatorResult>>();

@@ -61,6 +61,9 @@ where
     fn notify_complete(&mut self, id: u64) -> Result<(), TaskError> {
         self.0.core.next.notify_complete(id)
     }
+    fn watermark(&mut self, w: crate::time::Watermark) -> Result<(), TaskError> {
+        self.0.core.next.watermark(w)
+    }
 }
 
 /// Restores an operator with hooks from a checkpointed payload (a `StateSnapshot`).

@@ -225,6 +225,8 @@ struct CoShared<C, O> {
     core: OpCore<O>,
     ended: [bool; 2],
     selection: Arc<SelectionCell>,
+    /// The event-time watermarks of the two inputs.
+    watermarks: crate::time::WatermarkMerge,
 }
 
 /// One input side of a two-input operator; `SIDE` is 0 or 1.
@@ -245,6 +247,7 @@ pub(crate) fn co_sides<C, A, B, O>(
         core,
         ended: [false; 2],
         selection,
+        watermarks: crate::time::WatermarkMerge::new(2),
     }));
     (
         CoSide {
@@ -269,6 +272,7 @@ macro_rules! co_side_impl {
         {
             fn push(&mut self, batch: &mut Vec<$ty>) -> Result<(), TaskError> {
                 let mut g = lock(&self.shared);
+                g.watermarks.activate($side);
                 let CoShared { op, core, .. } = &mut *g;
                 core.run(batch.len(), |out| {
                     for r in batch.drain(..) {
@@ -324,6 +328,14 @@ macro_rules! co_side_impl {
                     return Ok(());
                 }
                 lock(&self.shared).core.next.notify_complete(id)
+            }
+            fn watermark(&mut self, w: crate::time::Watermark) -> Result<(), TaskError> {
+                // The operator's watermark is the lower of its two inputs'.
+                let mut g = lock(&self.shared);
+                match g.watermarks.update($side, w) {
+                    Some(w) => g.core.next.watermark(w),
+                    None => Ok(()),
+                }
             }
             fn control(&mut self, c: &mut super::Control<'_>) {
                 // Both sides share one operator: only the first answers.

@@ -254,6 +254,9 @@ where
     fn notify_complete(&mut self, id: u64) -> Result<(), TaskError> {
         self.core.next.notify_complete(id)
     }
+    fn watermark(&mut self, w: crate::time::Watermark) -> Result<(), TaskError> {
+        self.core.next.watermark(w)
+    }
     fn flush(&mut self) {
         self.core.next.flush()
     }

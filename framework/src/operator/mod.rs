@@ -23,6 +23,8 @@ pub(crate) mod map;
 pub(crate) mod process;
 pub(crate) mod split;
 pub(crate) mod step;
+pub(crate) mod watermark;
+pub mod window;
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::task::{Context, Poll};
@@ -57,6 +59,10 @@ pub(crate) trait Output<T>: Send {
     fn barrier(&mut self, id: u64, w: &mut StateWriter) -> Result<(), TaskError>;
     /// Checkpoint `id` is complete (sinks commit what they staged for it).
     fn notify_complete(&mut self, id: u64) -> Result<(), TaskError>;
+    /// The input's event-time watermark advanced (or the input went idle): emit what it
+    /// completes (window results, timers), then pass it on. Network outputs send it on every
+    /// channel behind the records already emitted; sinks drop it.
+    fn watermark(&mut self, w: crate::time::Watermark) -> Result<(), TaskError>;
     /// Adds this operator's own state to `w`, as [`barrier`](Self::barrier) would, without
     /// passing anything on (a backed-up primary hands its state to its backup between two
     /// batches). Operators without state add nothing.
@@ -366,6 +372,12 @@ macro_rules! forward_output_plumbing {
         fn notify_complete(&mut self, id: u64) -> Result<(), $crate::error::TaskError> {
             self.core.next.notify_complete(id)
         }
+        fn watermark(
+            &mut self,
+            w: $crate::time::Watermark,
+        ) -> Result<(), $crate::error::TaskError> {
+            self.core.next.watermark(w)
+        }
     };
 }
 pub(crate) use forward_output_plumbing;
@@ -425,6 +437,9 @@ impl<T: Clone + Send + 'static> Output<T> for Tee<T> {
     fn notify_complete(&mut self, id: u64) -> Result<(), TaskError> {
         self.outs.iter_mut().try_for_each(|o| o.notify_complete(id))
     }
+    fn watermark(&mut self, w: crate::time::Watermark) -> Result<(), TaskError> {
+        self.outs.iter_mut().try_for_each(|o| o.watermark(w))
+    }
 }
 
 /// Drops records: the output of a stream nothing consumes, and the `discard` sink.
@@ -448,6 +463,9 @@ impl<T> Output<T> for Discard {
         Ok(())
     }
     fn notify_complete(&mut self, _id: u64) -> Result<(), TaskError> {
+        Ok(())
+    }
+    fn watermark(&mut self, _w: crate::time::Watermark) -> Result<(), TaskError> {
         Ok(())
     }
 }

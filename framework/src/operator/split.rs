@@ -60,6 +60,10 @@ impl<A: Send, B: Send> Output<Result<A, B>> for SplitOp<A, B> {
         self.core.next.notify_complete(id)?;
         self.side_next.notify_complete(id)
     }
+    fn watermark(&mut self, w: crate::time::Watermark) -> Result<(), TaskError> {
+        self.core.next.watermark(w)?;
+        self.side_next.watermark(w)
+    }
     fn control(&mut self, c: &mut super::Control<'_>) {
         let (next, side) = (&mut self.core.next, &mut self.side_next);
         c.here_or(&self.core.info.uid, |c| {

@@ -16,6 +16,8 @@ use crate::operator::Control;
 pub(crate) enum GateStep {
     /// A batch of this many records was processed.
     Batch(usize),
+    /// A channel delivered a watermark (passed on to the operator if it moved this input's).
+    Watermark,
     /// Channel `channel` (of this input) delivered checkpoint barrier `id`.
     Barrier { channel: usize, id: u64 },
     /// Channel `channel` ended; `all`: every channel of this input has ended and the operator

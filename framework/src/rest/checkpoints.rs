@@ -26,10 +26,16 @@ pub(super) fn record_json(r: &crate::CheckpointRecord) -> Value {
         "end_to_end_duration": r.end_to_end_duration_ms,
         "alignment_buffered": 0,
         "processed_data": 0,
-        "persisted_data": 0,
+        "persisted_data": r.persisted_data,
         "num_subtasks": r.num_subtasks,
         "num_acknowledged_subtasks": r.num_acknowledged_subtasks,
-        "checkpoint_type": if r.is_savepoint { "SAVEPOINT" } else { "CHECKPOINT" },
+        "checkpoint_type": match (r.is_savepoint, r.is_unaligned) {
+            (true, _) => "SAVEPOINT",
+            (false, true) => "UNALIGNED_CHECKPOINT",
+            (false, false) => "CHECKPOINT",
+        },
+        "is_unaligned": r.is_unaligned,
+        "mode": if r.at_least_once { "AT_LEAST_ONCE" } else { "EXACTLY_ONCE" },
     });
     if let Some(why) = &r.failure_message {
         v["failure_message"] = Value::from(why.as_str());

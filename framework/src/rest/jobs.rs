@@ -263,6 +263,13 @@ pub(super) async fn vertex_metrics(state: State, req: HttpRequest) -> Answer {
     let job = job_of(&state, &req)?;
     let v = vertex_of(&job, &req)?;
     let subs = subtasks_of(&job, &v);
+    // The chain's operators' own readings, `<subtask>.<uid>.<name>`.
+    let gauges: Vec<(String, String)> = job
+        .operator_gauges()
+        .into_iter()
+        .filter(|(uid, ..)| v.operators.contains(uid))
+        .map(|(uid, i, name, value)| (format!("{i}.{uid}.{name}"), value))
+        .collect();
     let list: Vec<Value> = match query_list(&req, "get")? {
         None => (0..v.parallelism)
             .flat_map(|i| {
@@ -270,10 +277,14 @@ pub(super) async fn vertex_metrics(state: State, req: HttpRequest) -> Answer {
                     .iter()
                     .map(move |n| json!({ "id": format!("{i}.{n}") }))
             })
+            .chain(gauges.iter().map(|(id, _)| json!({ "id": id })))
             .collect(),
         Some(names) => names
             .iter()
             .filter_map(|full| {
+                if let Some((_, value)) = gauges.iter().find(|(id, _)| id == full) {
+                    return Some(json!({ "id": full, "value": value }));
+                }
                 let (i, name) = full.split_once('.')?;
                 let i: usize = i.parse().ok()?;
                 let value = subs.iter().find(|s| s.subtask == i)?.get(name)?;

@@ -107,8 +107,23 @@ pub(crate) fn render(jobs: &[JobMonitor]) -> Result<String, std::fmt::Error> {
         "backup_queue_entries",
         "entries in the subtask's buffer queue",
     );
+    let operator_gauge = family(
+        &mut r,
+        "operator_gauge",
+        "an operator's own reading (label name: e.g. cacheHits, cacheSize of a lookup)",
+    );
     for j in jobs {
         let jl = job_labels(j);
+        for (uid, subtask, name, value) in j.operator_gauges() {
+            if let Ok(x) = value.parse::<f64>() {
+                let l = with(
+                    with(with(jl.clone(), "operator", &uid), "subtask", subtask),
+                    "name",
+                    name,
+                );
+                operator_gauge.get_or_create(&l).set(x);
+            }
+        }
         let status = j.status();
         up.get_or_create(&jl)
             .set(if status.is_terminal() { 0.0 } else { 1.0 });

@@ -140,6 +140,9 @@ impl<T: Send + 'static> Output<T> for SinkOp<T> {
             .stage(self.epoch, id, std::mem::take(&mut self.since_barrier));
         Ok(())
     }
+    fn watermark(&mut self, _w: crate::time::Watermark) -> Result<(), TaskError> {
+        Ok(())
+    }
     fn notify_complete(&mut self, id: u64) -> Result<(), TaskError> {
         let sink = &mut self.sink;
         let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| sink.commit(id)));

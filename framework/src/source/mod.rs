@@ -144,6 +144,8 @@ pub(crate) struct SourceDriver<T> {
     pub(crate) fault: Option<crate::fault::FaultProbe>,
     /// The waker the source was given ([`Source::set_waker`]).
     pub(crate) waker: SourceWaker,
+    /// Event-time watermarks, for a source added with a watermark strategy.
+    pub(crate) watermarks: Option<crate::time::WatermarkGenerator<T>>,
 }
 
 impl<T: Send + 'static> crate::operator::step::SourceStep for SourceDriver<T> {
@@ -186,14 +188,38 @@ impl<T: Send + 'static> crate::operator::step::SourceStep for SourceDriver<T> {
                 })
             }
         };
+        let mark = match self.watermarks.as_mut() {
+            Some(g) => g.on_batch(&self.buf, now),
+            None => None,
+        };
         if !self.buf.is_empty() {
             self.counters.add_out(self.buf.len());
             self.out.push(&mut self.buf)?;
         }
+        if let Some(w) = mark {
+            self.out.watermark(w)?;
+        }
         Ok(match status {
             SourceStatus::More => SourceProgress::More,
-            SourceStatus::Idle { until } => SourceProgress::Idle(until),
+            SourceStatus::Idle { until } => {
+                // A watermark held back by the interval goes out now; idleness is said
+                // once its timeout has passed (the source is looked at again by then).
+                let mut until = until;
+                if let Some(g) = self.watermarks.as_mut() {
+                    let (w, left) = g.on_idle(now);
+                    if let Some(w) = w {
+                        self.out.watermark(w)?;
+                    }
+                    if let Some(left) = left {
+                        until = Some(until.map_or(left, |u| u.min(left)));
+                    }
+                }
+                SourceProgress::Idle(until)
+            }
             SourceStatus::End => {
+                // The end of input is the end of event time.
+                self.out
+                    .watermark(crate::time::Watermark::At(crate::time::EventTime::MAX))?;
                 self.out.finish()?;
                 self.ended = true;
                 SourceProgress::Ended

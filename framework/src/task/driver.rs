@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use crate::sync::AtomicWaker;
 
 use crate::checkpoint::align::{AlignMode, Alignment, BarrierAligner};
+use crate::checkpoint::coordinator::Taken;
 use crate::checkpoint::StateWriter;
 use crate::error::TaskError;
 use crate::metrics::QueueUsage;
@@ -213,6 +214,7 @@ impl Unaligned {
         let Some(mut p) = self.pending.take() else {
             return Ok(None);
         };
+        let mut persisted = 0;
         for (gi, g) in gates.iter_mut().enumerate() {
             let state = g
                 .take_channel_state()
@@ -221,6 +223,7 @@ impl Unaligned {
                     subtask: 0,
                     message,
                 })?;
+            persisted += state.len() as u64;
             p.writer
                 .put(&format!("{}#in{gi}", self.state_uid), None, state);
         }
@@ -228,6 +231,7 @@ impl Unaligned {
             id: p.id,
             writer: p.writer,
             took: p.started.elapsed(),
+            persisted,
         }))
     }
 }
@@ -252,6 +256,8 @@ pub(super) enum Work {
         id: u64,
         writer: StateWriter,
         took: Duration,
+        /// Bytes of in-flight data in the channel state.
+        persisted: u64,
     },
 }
 
@@ -301,20 +307,25 @@ impl Driver {
         &mut self,
         id: u64,
         hand_over: bool,
-    ) -> Result<(StateWriter, Duration), TaskError> {
+    ) -> Result<(StateWriter, Duration, Taken), TaskError> {
         let mut w = StateWriter::new(hand_over);
         match self {
-            Driver::Source(_) => Ok((w, Duration::ZERO)),
+            Driver::Source(_) => Ok((w, Duration::ZERO, Taken::Source)),
             Driver::Inputs {
                 gates,
                 align_started,
+                aligner,
                 ..
             } => {
                 for g in gates.iter_mut() {
                     g.barrier(id, &mut w)?;
                 }
                 let took = align_started.take().map_or(Duration::ZERO, |t| t.elapsed());
-                Ok((w, took))
+                let taken = match aligner.mode() {
+                    AlignMode::ExactlyOnce => Taken::Aligned,
+                    AlignMode::AtLeastOnce => Taken::AtLeastOnce,
+                };
+                Ok((w, took, taken))
             }
         }
     }
@@ -442,6 +453,10 @@ impl Driver {
             };
             let alignment = match step {
                 GateStep::Empty => continue,
+                GateStep::Watermark => {
+                    *next = (i + 1) % n;
+                    return Ok(Some(Work::Progress));
+                }
                 GateStep::Batch(_) => {
                     counters.batches_in.fetch_add(1, Ordering::Relaxed);
                     *next = (i + 1) % n;

@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use actix::prelude::*;
 
+use crate::checkpoint::coordinator::Taken;
 use crate::checkpoint::StateWriter;
 use crate::error::TaskError;
 use crate::event::JobEvent;
@@ -175,7 +176,7 @@ impl Handler<TriggerCheckpoint> for SubtaskActor {
         };
         match r {
             Ok(()) => {
-                self.write_and_ack(msg.id, w, Duration::ZERO, start_delay);
+                self.write_and_ack(msg.id, w, Duration::ZERO, start_delay, Taken::Source);
                 if msg.pause {
                     self.paused = true;
                 }

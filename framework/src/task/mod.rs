@@ -37,7 +37,7 @@ use crate::sync::AtomicWaker;
 use actix::prelude::*;
 use futures::channel::mpsc::UnboundedSender;
 
-use crate::checkpoint::coordinator::StateFile;
+use crate::checkpoint::coordinator::{AckPart, StateFile, Taken};
 use crate::checkpoint::store::SnapshotEnvelope;
 use crate::checkpoint::StateWriter;
 use crate::error::TaskError;
@@ -188,15 +188,28 @@ impl SubtaskActor {
                 cx.waker().wake_by_ref();
                 (Poll::Pending, WaitState::Busy)
             }
-            Ok(Work::Checkpointed { id, writer, took }) => {
-                self.write_and_ack(id, writer, took, Duration::ZERO);
+            Ok(Work::Checkpointed {
+                id,
+                writer,
+                took,
+                persisted,
+            }) => {
+                self.write_and_ack(
+                    id,
+                    writer,
+                    took,
+                    Duration::ZERO,
+                    Taken::Unaligned { persisted },
+                );
                 cx.waker().wake_by_ref();
                 (Poll::Pending, WaitState::Busy)
             }
             Ok(Work::Aligned(id)) => {
                 let hand_over = self.hands_over(id);
                 match self.driver.snapshot_aligned(id, hand_over) {
-                    Ok((w, alignment)) => self.write_and_ack(id, w, alignment, Duration::ZERO),
+                    Ok((w, alignment, taken)) => {
+                        self.write_and_ack(id, w, alignment, Duration::ZERO, taken)
+                    }
                     Err(e) => self.decline(id, e),
                 }
                 cx.waker().wake_by_ref();
@@ -218,6 +231,7 @@ impl SubtaskActor {
         w: StateWriter,
         alignment: Duration,
         start_delay: Duration,
+        taken: Taken,
     ) {
         let Some(root) = self.checkpoint_dir.clone() else {
             return;
@@ -261,10 +275,13 @@ impl SubtaskActor {
             attempt: self.id.attempt,
             id,
             actor: self.id.actor,
-            files,
             payloads,
-            alignment,
-            start_delay,
+            part: AckPart {
+                files,
+                alignment,
+                start_delay,
+                taken,
+            },
         });
     }
 

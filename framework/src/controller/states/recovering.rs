@@ -157,6 +157,8 @@ async fn wait_answering(
                 )));
             }
             Some(Command::SetRateControl(config, reply)) => {
+                ctx.cfg.rate_control = config.clone();
+                lock(&ctx.views.settings).extend(crate::settings::rate_values(&config));
                 set_rate_control(&mut ctx.rate, config);
                 let _ = reply.send(());
             }

@@ -265,6 +265,7 @@ async fn forward(ctx: &mut JobContext, dep: Deployment, pending: PendingReplace)
             tracing::info!(checkpoint = id, pause = ?report.pause, "the new graph runs, on probation until its first checkpoint");
             *lock(&ctx.views.vertices) =
                 crate::plan::vertices(&ctx.graph, &ctx.plan, ctx.cfg.max_parallelism);
+            *lock(&ctx.views.gauges) = ctx.graph.gauges_by_uid(&ctx.plan.uids);
             ctx.fallback = Some(Box::new(fallback(restore, report)));
             let cause = format!("replaced the graph at savepoint {id}");
             Replacing::to(Running::new(dep, ctx), cause)
@@ -315,6 +316,7 @@ fn roll_back(ctx: &mut JobContext, why: String) -> Transition {
     ctx.attempt += 1;
     *lock(&ctx.views.vertices) =
         crate::plan::vertices(&ctx.graph, &ctx.plan, ctx.cfg.max_parallelism);
+    *lock(&ctx.views.gauges) = ctx.graph.gauges_by_uid(&ctx.plan.uids);
     let _ = reply.send(Err(ReplaceError::RolledBack(why.clone())));
     match deploy_from(ctx, Some(restore)) {
         Ok((dep, cause)) => Replacing::to(

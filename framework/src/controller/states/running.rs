@@ -252,10 +252,8 @@ impl Running {
                 attempt,
                 id,
                 actor,
-                files,
                 payloads,
-                alignment,
-                start_delay,
+                part,
             } if attempt == ctx.attempt => {
                 let subtask = dep.ids[actor].subtask;
                 let handed = match (&mut self.rescale, &mut self.replace) {
@@ -269,10 +267,7 @@ impl Running {
                     }
                 }
                 let now = Instant::now();
-                match ctx
-                    .coordinator
-                    .ack(id, actor, files, alignment, start_delay, now)
-                {
+                match ctx.coordinator.ack(id, actor, part, now) {
                     Some(done) => self.on_checkpoint_acked(ctx, done),
                     None => Ok(()),
                 }
@@ -420,6 +415,8 @@ impl Running {
                 Ok(())
             }
             Command::SetRateControl(config, reply) => {
+                ctx.cfg.rate_control = config.clone();
+                lock(&ctx.views.settings).extend(crate::settings::rate_values(&config));
                 set_rate_control(&mut ctx.rate, config);
                 self.dep.set_rate(ctx.rate.as_ref().and_then(|c| c.current));
                 let _ = reply.send(());
@@ -437,8 +434,11 @@ impl Running {
                 let r = self.settings(ctx, &request.changes, request.apply);
                 if r.is_ok() && request.apply {
                     let mut s = lock(&ctx.views.settings);
+                    // Rate settings are written as the controller holds them (`settings`).
                     for (name, value) in &request.named {
-                        s.insert(name.clone(), value.clone());
+                        if !crate::settings::is_rate(name) {
+                            s.insert(name.clone(), value.clone());
+                        }
                     }
                 }
                 let _ = request.reply.send(r);
@@ -459,6 +459,7 @@ impl Running {
         use crate::settings::{Parsed, SettingError};
         let mut cp = ctx.cfg.checkpoint.clone();
         let mut rate = None;
+        let mut rate_fields = Vec::new();
         for c in changes {
             match c {
                 Parsed::Interval(i) => cp.interval = *i,
@@ -470,6 +471,7 @@ impl Running {
                 Parsed::Tolerable(n) => cp.tolerable_failed_checkpoints = *n,
                 Parsed::MaxConcurrent(n) => cp.max_concurrent = *n,
                 Parsed::SourceRate(r) => rate = Some(*r),
+                Parsed::Rate(f) => rate_fields.push(*f),
                 Parsed::Operator { .. } | Parsed::Backup { .. } => {}
             }
         }
@@ -531,6 +533,24 @@ impl Running {
             name: "execution.checkpointing".into(),
             message: e.to_string(),
         })?;
+        // The rate: a fixed `weir.source.rate` first, then any `weir.rate-control.*` field.
+        let rate_control = (rate.is_some() || !rate_fields.is_empty()).then(|| {
+            let mut rc = match rate {
+                Some(Some(r)) => crate::rate::RateControlConfig::fixed(r),
+                Some(None) => crate::rate::RateControlConfig::default(),
+                None => ctx.cfg.rate_control.clone(),
+            };
+            for f in &rate_fields {
+                f.apply(&mut rc);
+            }
+            rc
+        });
+        if let Some(rc) = &rate_control {
+            rc.validate().map_err(|e| SettingError::BadValue {
+                name: crate::settings::rate_setting(e.field).into(),
+                message: e.message,
+            })?;
+        }
         let unaligned = cp.unaligned || cp.aligned_checkpoint_timeout.is_some();
         if unaligned && !self.dep.backups.is_empty() {
             return Err(SettingError::BadValue {
@@ -567,13 +587,11 @@ impl Running {
             let s = crate::task::AlignmentSettings::of(&cp);
             self.dep.mail_running(|| crate::task::SetAlignment(s));
         }
-        if let Some(r) = rate {
-            let config = match r {
-                Some(r) => crate::rate::RateControlConfig::fixed(r),
-                None => crate::rate::RateControlConfig::default(),
-            };
+        if let Some(config) = rate_control {
+            ctx.cfg.rate_control = config.clone();
             set_rate_control(&mut ctx.rate, config);
             self.dep.set_rate(ctx.rate.as_ref().and_then(|c| c.current));
+            lock(&ctx.views.settings).extend(crate::settings::rate_values(&ctx.cfg.rate_control));
         }
         *lock(&ctx.views.checkpoint_config) = cp;
         // The tick triggers checkpoints: it follows a new interval (or rate update) now.

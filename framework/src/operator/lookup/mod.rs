@@ -352,6 +352,43 @@ struct Registry {
     retired: [u64; 4],
 }
 
+impl crate::metrics::OperatorGauges for LookupMetrics {
+    fn names(&self) -> &'static [&'static str] {
+        &[
+            "cacheHits",
+            "cacheMisses",
+            "cacheSize",
+            "cacheStrategy",
+            "inFlight",
+            "timeouts",
+            "retries",
+        ]
+    }
+
+    fn read(&self) -> Vec<(usize, Vec<String>)> {
+        lock(&self.inner)
+            .subtasks
+            .iter()
+            .map(|(&i, c)| {
+                let n = |a: &AtomicU64| a.load(Ordering::Relaxed).to_string();
+                let strategy = CacheKind::from_code(c.strategy.load(Ordering::Relaxed));
+                (
+                    i,
+                    vec![
+                        n(&c.hits),
+                        n(&c.misses),
+                        n(&c.cache_size),
+                        strategy.to_string(),
+                        n(&c.in_flight),
+                        n(&c.timeouts),
+                        n(&c.retries),
+                    ],
+                )
+            })
+            .collect()
+    }
+}
+
 /// A reading of [`LookupMetrics`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]

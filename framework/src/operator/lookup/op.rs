@@ -156,6 +156,9 @@ struct Inner<T, L: AsyncLookup<T>> {
     emitted: bool,
     counters: Arc<LookupCounters>,
     tally: Tally,
+    /// Watermarks held behind the records that came before them, with the sequence number
+    /// of the first record after each: one goes on once every earlier record is out.
+    watermarks: VecDeque<(u64, crate::time::Watermark)>,
 }
 
 pub(crate) struct LookupOp<T, L: AsyncLookup<T>> {
@@ -207,6 +210,7 @@ impl<T: crate::Data, L: AsyncLookup<T>> LookupOp<T, L> {
                 emitted: false,
                 counters,
                 tally: Tally::default(),
+                watermarks: VecDeque::new(),
             },
             core,
             side_next,
@@ -637,6 +641,11 @@ impl<T: crate::Data, L: AsyncLookup<T>> Inner<T, L> {
         c.set_strategy(self.settings.cache);
     }
 
+    /// The sequence number of the oldest record not emitted yet, if any.
+    fn oldest_unfinished(&self) -> Option<u64> {
+        self.entries.iter().flatten().map(|e| e.seq).min()
+    }
+
     /// The unfinished records, in input order, as a state payload.
     fn snapshot(&self) -> Result<Vec<u8>, String> {
         use crate::hooks::__private as p;
@@ -686,6 +695,18 @@ impl<T: crate::Data, L: AsyncLookup<T>> LookupOp<T, L> {
             self.inner.emitted = true;
             self.core.counters.add_out(self.inner.side.len());
             self.side_next.push(self.inner.side.buf())?;
+        }
+        while let Some(&(first_after, w)) = self.inner.watermarks.front() {
+            if self
+                .inner
+                .oldest_unfinished()
+                .is_some_and(|oldest| oldest < first_after)
+            {
+                break;
+            }
+            self.inner.watermarks.pop_front();
+            self.core.next.watermark(w)?;
+            self.side_next.watermark(w)?;
         }
         if self.inner.finishing && !self.inner.finished && self.inner.held == 0 {
             self.inner.finished = true;
@@ -744,6 +765,12 @@ impl<T: crate::Data, L: AsyncLookup<T>> Output<T> for LookupOp<T, L> {
     fn flush(&mut self) {
         self.core.next.flush();
         self.side_next.flush();
+    }
+
+    fn watermark(&mut self, w: crate::time::Watermark) -> Result<(), TaskError> {
+        // After every record that came before it.
+        self.inner.watermarks.push_back((self.inner.next_seq, w));
+        self.emit()
     }
 
     fn finish(&mut self) -> Result<(), TaskError> {
@@ -819,6 +846,7 @@ impl<T: crate::Data, L: AsyncLookup<T>> Output<T> for LookupOp<T, L> {
     }
 
     fn barrier(&mut self, id: u64, w: &mut StateWriter) -> Result<(), TaskError> {
+        self.core.at_barrier(w)?;
         self.write_state(w)?;
         self.core.next.barrier(id, w)?;
         self.side_next.barrier(id, w)

@@ -1,0 +1,497 @@
+//! The keyed event-time window operator: slices per key, the windows still to fire, firing
+//! on the watermark, late records, and its checkpointed form.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use super::{Fired, TimeWindow, WindowFn, Windowing};
+use crate::checkpoint::StateWriter;
+use crate::error::TaskError;
+use crate::metrics::QueueUsage;
+use crate::operator::keyed::{by_key_group, put_keyed, KeyedPayload};
+use crate::operator::{BoxOutput, Collector, Control, OpCore, Output};
+use crate::time::{EventTime, Timestamps, Watermark};
+
+/// The name of the operator's own checkpointed field (its watermark, one per subtask).
+pub(crate) const WATERMARK_FIELD: &str = "watermark";
+const STATE_NAME: &str = "weir::window";
+const STATE_VERSION: u32 = 1;
+
+/// One key's windows.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+#[serde(bound(
+    serialize = "A: serde::Serialize",
+    deserialize = "A: serde::de::DeserializeOwned"
+))]
+pub(crate) struct KeyWindows<A> {
+    /// start -> (end, accumulator): tumbling windows, sliding panes, sessions.
+    slices: BTreeMap<i64, (i64, A)>,
+    /// Ends of the windows that have not fired yet.
+    pending: BTreeSet<i64>,
+    /// Ends of the windows that fired, with their number of firings (kept while late
+    /// records may still update them).
+    fired: BTreeMap<i64, u32>,
+}
+
+impl<A> Default for KeyWindows<A> {
+    fn default() -> Self {
+        KeyWindows {
+            slices: BTreeMap::new(),
+            pending: BTreeSet::new(),
+            fired: BTreeMap::new(),
+        }
+    }
+}
+
+impl<A> KeyWindows<A> {
+    fn is_empty(&self) -> bool {
+        self.slices.is_empty() && self.pending.is_empty()
+    }
+}
+
+/// Everything but the outputs.
+struct Inner<K, I, R, G: WindowFn<K, I, R>> {
+    ts: Timestamps<I>,
+    windowing: Windowing,
+    lateness: i64,
+    f: G,
+    keys: HashMap<K, KeyWindows<G::Acc>>,
+    /// Fire time (a window's max timestamp) -> keys with a window ending then.
+    fire: BTreeMap<EventTime, Vec<K>>,
+    /// Cleanup time (max timestamp + allowed lateness) -> keys to purge then.
+    cleanup: BTreeMap<EventTime, Vec<K>>,
+    watermark: EventTime,
+    late: Vec<I>,
+    late_attached: bool,
+    late_dropped: u64,
+    ends: Vec<i64>,
+    _r: std::marker::PhantomData<fn() -> R>,
+}
+
+pub(crate) struct WindowOp<KF, K, I, R, G: WindowFn<K, I, R>> {
+    key_fn: KF,
+    inner: Inner<K, I, R, G>,
+    core: OpCore<R>,
+    late_next: BoxOutput<I>,
+    max_parallelism: usize,
+}
+
+/// How the operator is configured (what the stream API hands the builder).
+pub(crate) struct WindowSpec<I> {
+    pub(crate) ts: Timestamps<I>,
+    pub(crate) windowing: Windowing,
+    pub(crate) lateness: i64,
+    pub(crate) late_attached: bool,
+}
+
+impl<I> Clone for WindowSpec<I> {
+    fn clone(&self) -> Self {
+        WindowSpec {
+            ts: self.ts.clone(),
+            windowing: self.windowing,
+            lateness: self.lateness,
+            late_attached: self.late_attached,
+        }
+    }
+}
+
+impl<K, I, R, G> Inner<K, I, R, G>
+where
+    K: crate::Key,
+    G: WindowFn<K, I, R>,
+{
+    /// Emits window `end` of `key` (firing `n`), from the slices it covers.
+    fn emit_window(
+        f: &mut G,
+        windowing: Windowing,
+        key: &K,
+        w: &KeyWindows<G::Acc>,
+        end: i64,
+        firing: u32,
+        out: &mut Collector<R>,
+    ) {
+        let fired = |start| Fired {
+            window: TimeWindow { start, end },
+            firing,
+        };
+        match windowing {
+            Windowing::Tumbling { .. } => {
+                let start = windowing.start_of(end);
+                if let Some((_, acc)) = w.slices.get(&start) {
+                    f.emit(key, &fired(start), acc, out);
+                }
+            }
+            Windowing::Session { .. } => {
+                if let Some((&start, (_, acc))) = w.slices.range(..end).next_back() {
+                    f.emit(key, &fired(start), acc, out);
+                }
+            }
+            Windowing::Sliding { .. } => {
+                let start = windowing.start_of(end);
+                let mut acc = G::Acc::default();
+                let mut any = false;
+                for (_, (_, a)) in w.slices.range(start..end) {
+                    f.merge(&mut acc, a);
+                    any = true;
+                }
+                if any {
+                    f.emit(key, &fired(start), &acc, out);
+                }
+            }
+        }
+    }
+
+    /// Adds one record (`out`: where updates of fired windows go).
+    fn add(&mut self, key: K, x: I, out: &mut Collector<R>) {
+        let ts = (self.ts)(&x);
+        let wm = self.watermark;
+        let lateness = self.lateness;
+        if let Windowing::Session { .. } = self.windowing {
+            return self.add_to_session(key, ts, x, out);
+        }
+        let (start, end) = self.windowing.slice_of(ts);
+        let last = self.windowing.last_end(start, end);
+        if (last - 1).saturating_add(lateness) <= wm {
+            return self.on_late(x);
+        }
+        let entry = self.keys.entry(key.clone()).or_default();
+        let slice = entry.slices.entry(start).or_insert_with(|| {
+            if lateness > 0 {
+                self.cleanup
+                    .entry((last - 1).saturating_add(lateness))
+                    .or_default()
+                    .push(key.clone());
+            }
+            (end, G::Acc::default())
+        });
+        self.f.add(&mut slice.1, x);
+        self.windowing.ends_of(start, end, &mut self.ends);
+        for &e in &self.ends {
+            if e - 1 <= wm {
+                // Fired already and within the allowed lateness (or gone): an update.
+                if (e - 1).saturating_add(lateness) > wm {
+                    let n = entry.fired.entry(e).or_insert(1);
+                    let firing = *n;
+                    *n += 1;
+                    Self::emit_window(&mut self.f, self.windowing, &key, entry, e, firing, out);
+                }
+            } else if entry.pending.insert(e) {
+                self.fire.entry(e - 1).or_default().push(key.clone());
+            }
+        }
+    }
+
+    fn add_to_session(&mut self, key: K, ts: EventTime, x: I, out: &mut Collector<R>) {
+        let Windowing::Session { gap } = self.windowing else {
+            return;
+        };
+        let (wm, lateness) = (self.watermark, self.lateness);
+        let (mut start, mut end) = (ts, ts.saturating_add(gap));
+        let entry = self.keys.entry(key.clone()).or_default();
+        // Sessions overlapping [start, end) merge into it.
+        let overlapping: Vec<i64> = entry
+            .slices
+            .range(..end)
+            .rev()
+            .take_while(|(_, (e, _))| *e > start)
+            .map(|(s, _)| *s)
+            .collect();
+        // A session starting before `start` may still reach into it (take_while stops at
+        // the first that does not, which is right: sessions never overlap each other).
+        for s in &overlapping {
+            let (e, _) = entry.slices[s];
+            start = start.min(*s);
+            end = end.max(e);
+        }
+        if (end - 1).saturating_add(lateness) <= wm {
+            if entry.is_empty() {
+                self.keys.remove(&key);
+            }
+            return self.on_late(x);
+        }
+        let mut acc = G::Acc::default();
+        let mut firings = 0;
+        for s in overlapping {
+            if let Some((e, a)) = entry.slices.remove(&s) {
+                self.f.merge(&mut acc, &a);
+                entry.pending.remove(&e);
+                if let Some(n) = entry.fired.remove(&e) {
+                    firings = firings.max(n);
+                }
+            }
+        }
+        self.f.add(&mut acc, x);
+        entry.slices.insert(start, (end, acc));
+        if lateness > 0 {
+            self.cleanup
+                .entry((end - 1).saturating_add(lateness))
+                .or_default()
+                .push(key.clone());
+        }
+        if end - 1 <= wm {
+            // The merged session's end has passed: it fires now, as an update if a part of
+            // it had fired.
+            entry.fired.insert(end, firings + 1);
+            Self::emit_window(&mut self.f, self.windowing, &key, entry, end, firings, out);
+        } else if entry.pending.insert(end) {
+            if firings > 0 {
+                entry.fired.insert(end, firings);
+            }
+            self.fire.entry(end - 1).or_default().push(key.clone());
+        }
+    }
+
+    fn on_late(&mut self, x: I) {
+        if self.late_attached {
+            self.late.push(x);
+        } else {
+            self.late_dropped += 1;
+        }
+    }
+
+    /// The watermark moved to `wm`: fires what it completes, purges what it expires.
+    fn advance(&mut self, wm: EventTime, out: &mut Collector<R>) {
+        if wm <= self.watermark {
+            return;
+        }
+        self.watermark = wm;
+        while let Some(entry) = self.fire.first_entry() {
+            if *entry.key() > wm {
+                break;
+            }
+            let (t, keys) = entry.remove_entry();
+            let end = t + 1;
+            for key in keys {
+                let Some(w) = self.keys.get_mut(&key) else {
+                    continue;
+                };
+                if !w.pending.remove(&end) {
+                    continue; // merged away, or fired already
+                }
+                let firing = w.fired.get(&end).copied().unwrap_or(0);
+                Self::emit_window(&mut self.f, self.windowing, &key, w, end, firing, out);
+                if self.lateness > 0 {
+                    w.fired.insert(end, firing + 1);
+                }
+                self.purge(&key);
+            }
+        }
+        while let Some(entry) = self.cleanup.first_entry() {
+            if *entry.key() > wm {
+                break;
+            }
+            for key in entry.remove() {
+                self.purge(&key);
+            }
+        }
+    }
+
+    /// Drops the slices of `key` no window can use any more, and the key when nothing is left.
+    fn purge(&mut self, key: &K) {
+        let (wm, lateness, windowing) = (self.watermark, self.lateness, self.windowing);
+        let Some(w) = self.keys.get_mut(key) else {
+            return;
+        };
+        let expired = |end: i64| (end - 1).saturating_add(lateness) <= wm;
+        // A slice goes once its last window is past the lateness and none of its windows is
+        // still to fire (one watermark can pass several windows of a key).
+        let pending = &w.pending;
+        w.slices.retain(|&s, (e, _)| {
+            let last = windowing.last_end(s, *e);
+            !expired(last) || pending.range(*e..=last).next().is_some()
+        });
+        w.fired.retain(|&e, _| !expired(e));
+        if w.is_empty() {
+            self.keys.remove(key);
+        }
+    }
+
+    /// Rebuilds the fire and cleanup indexes from the keys' windows (after a restore).
+    fn reindex(&mut self) {
+        self.fire.clear();
+        self.cleanup.clear();
+        for (k, w) in &self.keys {
+            for &e in &w.pending {
+                self.fire.entry(e - 1).or_default().push(k.clone());
+            }
+            if self.lateness > 0 {
+                let latest = w
+                    .slices
+                    .iter()
+                    .map(|(&s, (e, _))| self.windowing.last_end(s, *e))
+                    .chain(w.fired.keys().copied())
+                    .max();
+                if let Some(e) = latest {
+                    self.cleanup
+                        .entry((e - 1).saturating_add(self.lateness))
+                        .or_default()
+                        .push(k.clone());
+                }
+            }
+        }
+    }
+}
+
+impl<KF, K, I, R, G> WindowOp<KF, K, I, R, G>
+where
+    K: crate::Key,
+    G: WindowFn<K, I, R>,
+{
+    pub(crate) fn new(
+        key_fn: KF,
+        f: G,
+        spec: WindowSpec<I>,
+        core: OpCore<R>,
+        late_next: BoxOutput<I>,
+        max_parallelism: usize,
+        restored: Option<&[u8]>,
+    ) -> Result<Self, String> {
+        let mut op = WindowOp {
+            key_fn,
+            inner: Inner {
+                ts: spec.ts,
+                windowing: spec.windowing,
+                lateness: spec.lateness,
+                f,
+                keys: HashMap::new(),
+                fire: BTreeMap::new(),
+                cleanup: BTreeMap::new(),
+                watermark: EventTime::MIN,
+                late: Vec::new(),
+                late_attached: spec.late_attached,
+                late_dropped: 0,
+                ends: Vec::new(),
+                _r: std::marker::PhantomData,
+            },
+            core,
+            late_next,
+            max_parallelism,
+        };
+        if let Some(payload) = restored {
+            op.restore(payload)?;
+        }
+        Ok(op)
+    }
+
+    fn restore(&mut self, payload: &[u8]) -> Result<(), String> {
+        use crate::hooks::__private as p;
+        let (own, groups): (
+            crate::hooks::StateSnapshot,
+            KeyedPayload<K, KeyWindows<G::Acc>>,
+        ) = crate::checkpoint::decode(payload)?;
+        let mut fields = p::decode(STATE_NAME, STATE_VERSION, &own).map_err(|e| e.to_string())?;
+        let marks: Vec<EventTime> =
+            p::take_field(&mut fields, STATE_NAME, WATERMARK_FIELD).map_err(|e| e.to_string())?;
+        // Several old subtasks' (a rescale): the lowest, so nothing on time becomes late.
+        self.inner.watermark = marks.into_iter().min().unwrap_or(EventTime::MIN);
+        for (_, entries) in groups {
+            self.inner.keys.extend(entries);
+        }
+        self.inner.reindex();
+        Ok(())
+    }
+
+    /// Pushes the results and late records gathered so far on.
+    fn emit(&mut self) -> Result<(), TaskError> {
+        if self.inner.late_dropped > 0 {
+            self.core.counters.late_dropped.fetch_add(
+                std::mem::take(&mut self.inner.late_dropped),
+                crate::sync::atomic::Ordering::Relaxed,
+            );
+        }
+        self.core.emit()?;
+        if !self.inner.late.is_empty() {
+            self.core.counters.add_out(self.inner.late.len());
+            self.late_next.push(&mut self.inner.late)?;
+        }
+        Ok(())
+    }
+}
+
+impl<KF, K, I, R, G> Output<I> for WindowOp<KF, K, I, R, G>
+where
+    KF: FnMut(&I) -> K + Send,
+    K: crate::Key,
+    I: Send,
+    R: Send,
+    G: WindowFn<K, I, R>,
+{
+    fn push(&mut self, batch: &mut Vec<I>) -> Result<(), TaskError> {
+        let (key_fn, inner) = (&mut self.key_fn, &mut self.inner);
+        self.core.run(batch.len(), |out| {
+            for x in batch.drain(..) {
+                let k = key_fn(&x);
+                inner.add(k, x, out);
+            }
+        })?;
+        self.emit()
+    }
+    fn watermark(&mut self, w: Watermark) -> Result<(), TaskError> {
+        if let Watermark::At(t) = w {
+            let inner = &mut self.inner;
+            self.core.run(0, |out| inner.advance(t, out))?;
+            self.emit()?;
+        }
+        // What the watermark completed goes before it.
+        self.core.next.watermark(w)?;
+        self.late_next.watermark(w)
+    }
+    fn finish(&mut self) -> Result<(), TaskError> {
+        // The end of input came with the `MAX` watermark: every window has fired.
+        self.emit()?;
+        self.late_next.finish()?;
+        self.core.finish_with(|_| {})
+    }
+    fn barrier(&mut self, id: u64, w: &mut StateWriter) -> Result<(), TaskError> {
+        self.core.at_barrier(w)?;
+        self.snapshot_state(w)?;
+        self.core.next.barrier(id, w)?;
+        self.late_next.barrier(id, w)
+    }
+    fn snapshot_state(&mut self, w: &mut StateWriter) -> Result<(), TaskError> {
+        use crate::hooks::__private as p;
+        let mut fields = Vec::new();
+        let own = p::put_field(
+            &mut fields,
+            STATE_NAME,
+            WATERMARK_FIELD,
+            &vec![self.inner.watermark],
+        )
+        .and_then(|()| p::encode(STATE_NAME, STATE_VERSION, fields))
+        .map_err(|e| self.core.state_error(e.to_string()))?;
+        let groups = by_key_group(&self.inner.keys, self.max_parallelism);
+        let payload =
+            crate::checkpoint::encode(&(own, groups)).map_err(|e| self.core.state_error(e))?;
+        put_keyed(w, &self.core.info, self.max_parallelism, payload);
+        Ok(())
+    }
+    fn notify_complete(&mut self, id: u64) -> Result<(), TaskError> {
+        self.core.next.notify_complete(id)?;
+        self.late_next.notify_complete(id)
+    }
+    fn flush(&mut self) {
+        self.core.next.flush();
+        self.late_next.flush();
+    }
+    fn poll_pending(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), TaskError>> {
+        crate::operator::all_ready([
+            self.core.next.poll_pending(cx),
+            self.late_next.poll_pending(cx),
+        ])
+    }
+    fn usage(&self, usage: &mut QueueUsage) {
+        self.core.next.usage(usage);
+        self.late_next.usage(usage);
+    }
+    fn control(&mut self, c: &mut Control<'_>) {
+        let (next, late) = (&mut self.core.next, &mut self.late_next);
+        c.here_or(&self.core.info.uid, |c| {
+            next.control(c);
+            if c.outcome.is_none() {
+                late.control(c);
+            }
+        })
+    }
+}

@@ -1,0 +1,268 @@
+//! The window API: [`KeyedStream::window`] and [`WindowedStream`] (allowed lateness, the
+//! late-data output, and what is computed per window). The windows themselves and the
+//! operator are in [`crate::window`].
+//!
+//! ```
+//! use std::time::Duration;
+//! use weir::time::WatermarkStrategy;
+//! use weir::window::{AggregateFunction, TumblingEventTimeWindows};
+//! use weir::{Env, LateData};
+//!
+//! #[derive(Clone)]
+//! struct Count;
+//! impl AggregateFunction<(u64, i64), u64> for Count {
+//!     type Acc = u64;
+//!     fn add(&self, n: &mut u64, _x: (u64, i64)) { *n += 1 }
+//!     fn merge(&self, n: &mut u64, other: &u64) { *n += other }
+//!     fn result(&self, n: &u64) -> u64 { *n }
+//! }
+//!
+//! // One record per batch, a watermark after each: the example is deterministic.
+//! let mut cfg = weir::EnvConfig::default();
+//! cfg.batch_size = 1;
+//! let env = Env::with_config(cfg);
+//! let wm = WatermarkStrategy::for_bounded_out_of_orderness(Duration::from_secs(1))
+//!     .with_timestamp_assigner(|r: &(u64, i64)| r.1)
+//!     .with_watermark_interval(Duration::ZERO);
+//! let late = LateData::new();
+//! let counts = env
+//!     .from_collection(vec![(1, 100), (2, 200), (1, 9_000), (1, 12_000), (1, 50)])
+//!     .assign_timestamps_and_watermarks(wm)
+//!     .key_by(|r: &(u64, i64)| r.0)
+//!     .window(TumblingEventTimeWindows::of(Duration::from_secs(10)))
+//!     .side_output_late_data(&late)
+//!     .aggregate_window(Count, |key: &u64, fired: &weir::window::Fired, n| (*key, fired.window.start, n))
+//!     .collect();
+//! let late = late.stream().expect("attached").collect();
+//! env.execute("windows-doc").unwrap();
+//! let mut got = counts.take();
+//! got.sort();
+//! assert_eq!(got, vec![(1, 0, 2), (1, 10_000, 1), (2, 0, 1)]);
+//! assert_eq!(late.take(), vec![(1, 50)], "after the watermark passed 9 999");
+//! ```
+
+use std::cell::RefCell;
+use std::marker::PhantomData;
+use std::rc::Rc;
+use std::time::Duration;
+
+use crate::erased::{unbox, AnyBox};
+use crate::error::PlanError;
+use crate::graph::{Built, Node, OpEnv, Port};
+use crate::operator::window::op::{WindowOp, WindowSpec, WATERMARK_FIELD};
+use crate::operator::window::{
+    AggregateFunction, Aggregated, Fired, ProcessWindowFunction, Processed, Reducing,
+    WindowAssigner, WindowFn, Windowing,
+};
+use crate::operator::BoxOutput;
+use crate::partition::{hash_output_factory, Partitioning};
+use crate::stream::{core, DataStream, KeyedStream};
+use crate::{Data, Key};
+
+/// Where a window operator's late records go (Flink's `OutputTag` for
+/// `sideOutputLateData`): attach it with [`WindowedStream::side_output_late_data`], then take
+/// the stream with [`stream`](Self::stream) once the window's result stream is built.
+pub struct LateData<T> {
+    stream: Rc<RefCell<Option<DataStream<T>>>>,
+}
+
+impl<T> Clone for LateData<T> {
+    fn clone(&self) -> Self {
+        LateData {
+            stream: self.stream.clone(),
+        }
+    }
+}
+
+impl<T> Default for LateData<T> {
+    fn default() -> Self {
+        LateData {
+            stream: Rc::new(RefCell::new(None)),
+        }
+    }
+}
+
+impl<T> LateData<T> {
+    /// A late-data output not attached yet.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The late records of the window operator this was attached to (`None` before its
+    /// result stream was built).
+    pub fn stream(&self) -> Option<DataStream<T>> {
+        self.stream.borrow().clone()
+    }
+}
+
+impl<T, K, KF> KeyedStream<T, K, KF>
+where
+    T: Data,
+    K: Key,
+    KF: Fn(&T) -> K + Clone + Send + 'static,
+{
+    /// Groups each key's records into event-time windows. The stream must have timestamps
+    /// (a watermark strategy at its source, `assign_timestamps_and_watermarks`, or
+    /// `with_timestamps` after a map); windows fire on the watermark.
+    pub fn window<W: WindowAssigner>(self, assigner: W) -> WindowedStream<T, K, KF> {
+        WindowedStream {
+            windowing: assigner.windowing().map(|w| w.0),
+            keyed: self,
+            lateness: Duration::ZERO,
+            late: None,
+        }
+    }
+}
+
+/// A keyed stream grouped into windows: say what is computed per window.
+pub struct WindowedStream<T, K, KF> {
+    keyed: KeyedStream<T, K, KF>,
+    windowing: Result<Windowing, String>,
+    lateness: Duration,
+    late: Option<LateData<T>>,
+}
+
+impl<T, K, KF> WindowedStream<T, K, KF>
+where
+    T: Data,
+    K: Key,
+    KF: Fn(&T) -> K + Clone + Send + 'static,
+{
+    /// Records up to `lateness` behind the watermark still update their windows (which fire
+    /// again); the windows' state is kept that much longer.
+    pub fn allowed_lateness(mut self, lateness: Duration) -> Self {
+        self.lateness = lateness;
+        self
+    }
+
+    /// Late records (beyond the allowed lateness) go to `late` instead of being dropped.
+    pub fn side_output_late_data(mut self, late: &LateData<T>) -> Self {
+        self.late = Some(late.clone());
+        self
+    }
+
+    /// Aggregates each window incrementally; emits the result when it fires.
+    pub fn aggregate<O, A>(self, agg: A) -> DataStream<O>
+    where
+        O: Data,
+        A: AggregateFunction<T, O>,
+    {
+        self.aggregate_window(agg, |_: &K, _: &Fired, o: O| o)
+    }
+
+    /// Aggregates each window incrementally; emits `f(key, fired, result)` when it fires
+    /// (Flink's `aggregate(agg, processWindowFunction)`).
+    pub fn aggregate_window<O, R, A, F>(self, agg: A, f: F) -> DataStream<R>
+    where
+        O: Data,
+        R: Data,
+        A: AggregateFunction<T, O>,
+        F: FnMut(&K, &Fired, O) -> R + Clone + Send + 'static,
+    {
+        self.build(
+            "window_aggregate",
+            Aggregated {
+                agg,
+                then: f,
+                _o: PhantomData,
+            },
+        )
+    }
+
+    /// Reduces each window's records with `f`; emits the reduction when it fires.
+    pub fn reduce<F>(self, f: F) -> DataStream<T>
+    where
+        F: Fn(T, T) -> T + Clone + Send + 'static,
+    {
+        self.aggregate(Reducing(f))
+    }
+
+    /// Runs `f` over each window's records when it fires (they are kept until then).
+    pub fn process<R, P>(self, f: P) -> DataStream<R>
+    where
+        R: Data,
+        P: ProcessWindowFunction<K, T, R>,
+    {
+        self.build("window_process", Processed(f))
+    }
+
+    fn build<R: Data, G: WindowFn<K, T, R>>(self, name: &str, g: G) -> DataStream<R> {
+        let stream = self.keyed.stream;
+        let windowing = self.windowing.unwrap_or_else(|message| {
+            stream.graph.borrow_mut().errors.push(PlanError::BadConfig {
+                key: "window",
+                message,
+            });
+            Windowing::Tumbling { size: 1, offset: 0 }
+        });
+        let ts = stream.timestamps.clone().unwrap_or_else(|| {
+            stream.graph.borrow_mut().errors.push(PlanError::BadConfig {
+                key: "window",
+                message: "the stream has no timestamps: give its source a watermark strategy \
+                          (add_source_with_watermarks), or call assign_timestamps_and_watermarks \
+                          or with_timestamps after the last map"
+                    .into(),
+            });
+            std::sync::Arc::new(|_: &T| 0)
+        });
+        let spec = WindowSpec {
+            ts,
+            windowing,
+            lateness: i64::try_from(self.lateness.as_millis()).unwrap_or(i64::MAX),
+            late_attached: self.late.is_some(),
+        };
+        let key_fn = self.keyed.key_fn.clone();
+        let builder = Box::new(move |env: &OpEnv, mut outputs: Vec<AnyBox>| {
+            let late = unbox::<BoxOutput<T>>(outputs.remove(1));
+            let next = unbox::<BoxOutput<R>>(outputs.remove(0));
+            let op = WindowOp::new(
+                key_fn.clone(),
+                g.clone(),
+                spec.clone(),
+                core(env, next),
+                late,
+                env.config.max_parallelism,
+                env.restored.as_deref(),
+            )
+            .map_err(|e| env.restore_error(e))?;
+            Ok(Built::Inputs {
+                heads: vec![Box::new(Box::new(op) as BoxOutput<T>) as AnyBox],
+                selection: None,
+            })
+        });
+        let node = Node {
+            name: name.to_owned(),
+            uid: None,
+            parallelism: None,
+            part_of: None,
+            is_source: false,
+            n_inputs: 1,
+            ports: vec![Port::<R>::boxed()],
+            builder,
+            initial_state: None,
+            backup: None,
+            stateless: false,
+            rescale: crate::rescale::Rule::Keyed {
+                own: Some(vec![(
+                    WATERMARK_FIELD.to_owned(),
+                    crate::hooks::Redistribution::Union,
+                )]),
+            },
+        };
+        let hash_key = self.keyed.key_fn;
+        let (out, late, id) = stream.add_operator_with_side::<R, T>(node, move || {
+            Partitioning::Hash(hash_output_factory::<T, K, KF>(hash_key.clone()))
+        });
+        stream.graph.borrow_mut().no_backup.push((
+            id,
+            "a window operator's results are not deduplicated by a buffer-queue backup yet \
+             (it recovers by restart, from checkpoints that hold its windows)",
+        ));
+        if let Some(handle) = self.late {
+            let mut late = late;
+            late.timestamps = stream.timestamps.clone();
+            *handle.stream.borrow_mut() = Some(late);
+        }
+        out
+    }
+}

@@ -1,0 +1,320 @@
+//! Event-time windows against a sequential reference over the same events: tumbling, sliding
+//! and session windows, per key per window (nothing missing or twice), out-of-order input
+//! within the bound, late records beyond it (the late set equals the reference's), window
+//! parallelism 1, 2 and 4, and a restart from a checkpoint after an injected fault.
+//!
+//! Determinism: the source runs at parallelism 1 with one record per batch and a watermark
+//! after each, so the watermark a record meets is the highest timestamp before it minus the
+//! bound, which the reference computes the same way. Faults fire on events (a checkpoint
+//! completed), never on the clock.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use weir::testing::{
+    quiet_injected_panics, wait_for_checkpoint, Fault, FaultKind, FaultPlan, HeldIds, Hold,
+};
+use weir::time::WatermarkStrategy;
+use weir::window::{
+    AggregateFunction, EventTimeSessionWindows, Fired, SlidingEventTimeWindows,
+    TumblingEventTimeWindows, WindowAssigner,
+};
+use weir::{Env, EnvConfig, LateData, RestartStrategy};
+
+const BOUND_MS: i64 = 400;
+const KEYS: u64 = 5;
+
+/// (id, key, ts): ids 0..n in order, timestamps rising about 10 ms a record, shuffled up to
+/// `BOUND_MS` back, and every 97th record `late_by` ms further back.
+fn events(n: u64, seed: u64, late_by: i64) -> Vec<(u64, u64, i64)> {
+    let mut x = seed
+        .wrapping_mul(6364136223846793005)
+        .wrapping_add(1442695040888963407);
+    let mut next = || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    (0..n)
+        .map(|i| {
+            let base = i as i64 * 10;
+            let jitter = (next() % BOUND_MS as u64) as i64;
+            let late = if i % 97 == 50 { late_by } else { 0 };
+            (i, next() % KEYS, (base - jitter - late).max(0))
+        })
+        .collect()
+}
+
+/// (key, window start, window end) -> count, and the late ids.
+type Outcome = (BTreeMap<(u64, i64, i64), u64>, Vec<u64>);
+
+#[derive(Clone)]
+struct Count;
+impl AggregateFunction<(u64, u64, i64), u64> for Count {
+    type Acc = u64;
+    fn add(&self, n: &mut u64, _x: (u64, u64, i64)) {
+        *n += 1;
+    }
+    fn merge(&self, n: &mut u64, other: &u64) {
+        *n += other;
+    }
+    fn result(&self, n: &u64) -> u64 {
+        *n
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Kind {
+    Tumbling(i64),
+    Sliding(i64, i64),
+    Session(i64),
+}
+
+/// The reference: (key, window start, window end) -> count, and the late ids.
+fn reference(ev: &[(u64, u64, i64)], kind: Kind) -> Outcome {
+    let mut max_seen = i64::MIN;
+    let mut late = Vec::new();
+    // The records on time, in arrival order, and the watermark each met.
+    let mut on_time: Vec<(u64, u64, i64)> = Vec::new();
+    let mut met: Vec<i64> = Vec::new();
+    for &(id, k, ts) in ev {
+        let wm = max_seen.saturating_sub(BOUND_MS);
+        let last_end = match kind {
+            Kind::Tumbling(size) => ts - ts.rem_euclid(size) + size,
+            Kind::Sliding(size, slide) => ts - ts.rem_euclid(slide) + size,
+            Kind::Session(_) => i64::MAX, // decided below, with the merged session
+        };
+        let is_late = match kind {
+            Kind::Session(gap) => {
+                // Late if the session it would make (with the sessions of its key so far,
+                // which all end after the watermark, or they would have fired) ends by it.
+                let mut start = ts;
+                let mut end = ts + gap;
+                let mut sessions: Vec<(i64, i64)> = sessions_of(&on_time, k, gap);
+                sessions.sort();
+                for (s, e) in sessions {
+                    if s < end && e > start {
+                        start = start.min(s);
+                        end = end.max(e);
+                    }
+                }
+                let _ = start;
+                end - 1 <= wm
+            }
+            _ => last_end - 1 <= wm,
+        };
+        if is_late {
+            late.push(id);
+        } else {
+            on_time.push((id, k, ts));
+            met.push(wm);
+        }
+        max_seen = max_seen.max(ts);
+    }
+    let mut out = BTreeMap::new();
+    match kind {
+        Kind::Tumbling(size) => {
+            for &(_, k, ts) in &on_time {
+                let s = ts - ts.rem_euclid(size);
+                *out.entry((k, s, s + size)).or_insert(0) += 1;
+            }
+        }
+        Kind::Sliding(size, slide) => {
+            // A record counts in the windows that had not fired when it came (as in Flink,
+            // a window already fired is late for it even if a later one is not).
+            for (&(_, k, ts), &wm) in on_time.iter().zip(&met) {
+                let mut s = ts - ts.rem_euclid(slide);
+                while s + size > ts {
+                    if s + size - 1 > wm {
+                        *out.entry((k, s, s + size)).or_insert(0) += 1;
+                    }
+                    s -= slide;
+                }
+            }
+        }
+        Kind::Session(gap) => {
+            for k in 0..KEYS {
+                for (s, e) in sessions_of(&on_time, k, gap) {
+                    let n = on_time
+                        .iter()
+                        .filter(|&&(_, kk, ts)| kk == k && ts >= s && ts < e)
+                        .count() as u64;
+                    out.insert((k, s, e), n);
+                }
+            }
+        }
+    }
+    (out, late)
+}
+
+/// The sessions of key `k` over `records`.
+fn sessions_of(records: &[(u64, u64, i64)], k: u64, gap: i64) -> Vec<(i64, i64)> {
+    let mut ts: Vec<i64> = records.iter().filter(|r| r.1 == k).map(|r| r.2).collect();
+    ts.sort_unstable();
+    let mut out: Vec<(i64, i64)> = Vec::new();
+    for t in ts {
+        match out.last_mut() {
+            Some((_, e)) if t < *e => *e = (*e).max(t + gap),
+            _ => out.push((t, t + gap)),
+        }
+    }
+    out
+}
+
+fn run_windows<W: WindowAssigner>(
+    ev: &[(u64, u64, i64)],
+    assigner: W,
+    parallelism: usize,
+    faults: Option<FaultPlan>,
+) -> Outcome {
+    let dir = std::env::temp_dir().join(format!(
+        "weir-windows-{}-{parallelism}-{}",
+        std::process::id(),
+        faults.is_some()
+    ));
+    let mut cfg = EnvConfig::default();
+    cfg.batch_size = 1;
+    cfg.checkpoint.directory = dir.clone();
+    let faulty = faults.is_some();
+    if let Some(plan) = faults {
+        cfg.checkpoint.interval = Some(Duration::from_millis(10));
+        cfg.faults = plan;
+        cfg.restart = Some(RestartStrategy::FixedDelay {
+            attempts: 3,
+            delay: Duration::ZERO,
+        });
+    }
+    let env = Env::with_config(cfg);
+    let wm =
+        WatermarkStrategy::for_bounded_out_of_orderness(Duration::from_millis(BOUND_MS as u64))
+            .with_timestamp_assigner(|r: &(u64, u64, i64)| r.2)
+            .with_watermark_interval(Duration::ZERO);
+    let late = LateData::new();
+    // With faults, half the input waits until two checkpoints completed, so the fault (armed
+    // by them) always finds input left, however slow the machine is.
+    let hold = Hold::new();
+    let input = if faulty {
+        let h = hold.clone();
+        let all = std::sync::Arc::new(ev.to_vec());
+        let n = ev.len() as u64;
+        env.add_source("events", move |cx| Ok(HeldIds::new(cx, n, 0.5, h.clone())))
+            .set_parallelism(1)
+            .map(move |i: u64| all[i as usize])
+    } else {
+        env.from_collection(ev.to_vec())
+    };
+    let counts = input
+        .set_parallelism(1)
+        .assign_timestamps_and_watermarks(wm)
+        .set_parallelism(1)
+        .key_by(|r: &(u64, u64, i64)| r.1)
+        .window(assigner)
+        .side_output_late_data(&late)
+        .aggregate_window(Count, |k: &u64, f: &Fired, n: u64| {
+            (*k, f.window.start, f.window.end, n)
+        })
+        .uid("windows")
+        .set_parallelism(parallelism)
+        .collect();
+    let late = late
+        .stream()
+        .expect("attached")
+        .map(|r: (u64, u64, i64)| r.0)
+        .collect();
+    let job = env.start("windows").expect("the job starts");
+    if faulty {
+        wait_for_checkpoint(&job, 2, Duration::from_secs(60)).expect("two checkpoints complete");
+        hold.release();
+    }
+    job.wait().expect("the job runs");
+    let _ = std::fs::remove_dir_all(&dir);
+    let mut got = BTreeMap::new();
+    for (k, s, e, n) in counts.take() {
+        assert!(
+            got.insert((k, s, e), n).is_none(),
+            "window ({k}, {s}, {e}) fired twice"
+        );
+    }
+    let mut late = late.take();
+    late.sort_unstable();
+    (got, late)
+}
+
+fn check(kind: Kind, parallelism: usize, seed: u64, faults: Option<FaultPlan>) {
+    let ev = events(3_000, seed, 5_000);
+    let (want, want_late) = reference(&ev, kind);
+    assert!(!want_late.is_empty(), "the input has late records");
+    let (got, late) = match kind {
+        Kind::Tumbling(size) => run_windows(
+            &ev,
+            TumblingEventTimeWindows::of(Duration::from_millis(size as u64)),
+            parallelism,
+            faults,
+        ),
+        Kind::Sliding(size, slide) => run_windows(
+            &ev,
+            SlidingEventTimeWindows::of(
+                Duration::from_millis(size as u64),
+                Duration::from_millis(slide as u64),
+            ),
+            parallelism,
+            faults,
+        ),
+        Kind::Session(gap) => run_windows(
+            &ev,
+            EventTimeSessionWindows::with_gap(Duration::from_millis(gap as u64)),
+            parallelism,
+            faults,
+        ),
+    };
+    assert_eq!(
+        late, want_late,
+        "{kind:?} p={parallelism} seed={seed}: the late set"
+    );
+    if got != want {
+        let missing: Vec<_> = want
+            .iter()
+            .filter(|(w, n)| got.get(w) != Some(n))
+            .take(5)
+            .collect();
+        let extra: Vec<_> = got
+            .iter()
+            .filter(|(w, n)| want.get(w) != Some(n))
+            .take(5)
+            .collect();
+        panic!("{kind:?} p={parallelism} seed={seed}: want {missing:?}, got {extra:?}");
+    }
+}
+
+const KINDS: [Kind; 4] = [
+    Kind::Tumbling(1_000),
+    Kind::Sliding(1_000, 250),
+    Kind::Sliding(900, 600),
+    Kind::Session(60),
+];
+
+#[test]
+fn windows_equal_the_reference_at_parallelism_one_two_and_four() {
+    for kind in KINDS {
+        for p in [1, 2, 4] {
+            for seed in 1..=3 {
+                check(kind, p, seed, None);
+            }
+        }
+    }
+}
+
+#[test]
+fn windows_restored_from_a_checkpoint_fire_once_with_the_same_late_set() {
+    quiet_injected_panics();
+    for kind in KINDS {
+        for seed in [11, 12] {
+            let plan = FaultPlan::new(vec![
+                Fault::new("windows", FaultKind::Panic, 0).after_checkpoints(2)
+            ]);
+            check(kind, 2, seed, Some(plan.clone()));
+            assert_eq!(plan.fired(), 1, "{kind:?}: the fault fired");
+        }
+    }
+}
