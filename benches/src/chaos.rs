@@ -26,7 +26,7 @@
 
 use std::collections::HashMap;
 use std::fmt;
-use std::sync::{mpsc, Arc, Mutex};
+use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use weir::testing::{
@@ -363,23 +363,30 @@ fn config(s: &Scenario, plan: FaultPlan, dir: &std::path::Path) -> EnvConfig {
         delay: Duration::from_millis(5),
     });
     cfg.faults = plan;
-    // A thousand runs restart a thousand times: the table tells, not stderr.
-    cfg.stderr_warnings = false;
+    // A thousand runs restart a thousand times: the table tells, not stderr (unless
+    // `WEIR_CHAOS_WARNINGS` is set, to see what a replayed run went through).
+    cfg.stderr_warnings = std::env::var_os("WEIR_CHAOS_WARNINGS").is_some();
     cfg
 }
 
 type Out = CollectSink<(u64, u64, u64)>;
 
-/// What every version of the job shares: the input's hold and the faults.
+/// What every version of the job shares: the input's hold, the faults and the sink's handle.
+/// One handle for every version: a replacement restores the sink's state of its savepoint
+/// and commits what it had set aside again, which the old graph already committed; commits
+/// are idempotent per subtask and checkpoint within a handle (`collect_into`), as a file
+/// sink's are within its directory. With a handle per version, the savepoint's uncommitted
+/// records came out twice.
 #[derive(Clone)]
 struct Parts {
     s: Scenario,
     hold: Hold,
     records: RecordFaults<u64>,
+    out: Out,
 }
 
-/// Adds the job to `env` and returns its sink.
-fn build(env: &Env, p: &Parts) -> Out {
+/// Adds the job to `env`, into the sink of `p`.
+fn build(env: &Env, p: &Parts) {
     let (s, h) = (p.s, p.hold.clone());
     let n = s.n;
     let before_hold = if s.holds() { 0.5 } else { 1.0 };
@@ -435,22 +442,21 @@ fn build(env: &Env, p: &Parts) -> Out {
     } else {
         counted
     };
-    counted.collect()
+    counted.collect_into(&p.out);
 }
 
 /// The rescale or replacement of the run; `Err` says why it did not happen.
-fn hand_over(job: &JobHandle, p: &Parts, sinks: &Arc<Mutex<Vec<Out>>>) -> Result<String, String> {
+fn hand_over(job: &JobHandle, p: &Parts) -> Result<String, String> {
     match p.s.mode {
         Mode::Rescale => job
             .rescale("count", p.s.rescale_to)
             .map(|r| format!("rescaled at checkpoint {}", r.checkpoint))
             .map_err(|e| e.to_string()),
         Mode::FastRestart => {
-            let (p, sinks) = (p.clone(), sinks.clone());
+            let p = p.clone();
             job.replace(
                 move |env| {
-                    let out = build(env, &p);
-                    sinks.lock().unwrap_or_else(|e| e.into_inner()).push(out);
+                    build(env, &p);
                 },
                 ReplaceOptions::default(),
             )
@@ -476,8 +482,9 @@ fn run_inner(s: Scenario, dir: &std::path::Path) -> Run {
         s,
         hold: Hold::new(),
         records: records.clone(),
+        out: Out::default(),
     };
-    let sinks = Arc::new(Mutex::new(vec![build(&env, &parts)]));
+    build(&env, &parts);
     let mut notes = Vec::new();
     let ended = |verdict: Verdict, notes: Vec<String>| Run {
         verdict,
@@ -506,7 +513,7 @@ fn run_inner(s: Scenario, dir: &std::path::Path) -> Run {
         }
     }
     if s.mode.hands_over() {
-        let first = hand_over(&job, &parts, &sinks);
+        let first = hand_over(&job, &parts);
         notes.push(format!("{first:?}"));
         if first.is_err() {
             // Abandoned (a fault at its checkpoint): once the job recovered, once more.
@@ -516,7 +523,7 @@ fn run_inner(s: Scenario, dir: &std::path::Path) -> Run {
             if let Err(e) = wait_for_checkpoint(&job, done + 1, Duration::from_secs(20)) {
                 return ended(Verdict::Failed(format!("no recovery: {e}")), notes);
             }
-            let again = hand_over(&job, &parts, &sinks);
+            let again = hand_over(&job, &parts);
             notes.push(format!("again: {again:?}"));
         }
     }
@@ -524,12 +531,7 @@ fn run_inner(s: Scenario, dir: &std::path::Path) -> Run {
     if let Err(e) = job.wait() {
         return ended(Verdict::Failed(e.to_string()), notes);
     }
-    let got: Vec<(u64, u64, u64)> = sinks
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .iter()
-        .flat_map(|out| out.take())
-        .collect();
+    let got = parts.out.take();
     ended(check(s.n, s.mode.exactly_once(), &got), notes)
 }
 
@@ -568,19 +570,25 @@ pub fn check(n: u64, exactly_once: bool, got: &[(u64, u64, u64)]) -> Verdict {
     Verdict::Ok
 }
 
-/// Runs `runs` scenarios from `seed` on (`seed + i` each), `n` records each; calls `each`
-/// after every run. The runs, in order.
+/// Runs `runs` scenarios from `seed` on (seeds `seed`, `seed + 1`, ..., skipping those
+/// whose scenario `keep` refuses), `n` records each; calls `each` after every run. The runs,
+/// in order.
 pub fn campaign(
     seed: u64,
     runs: u64,
     n: u64,
     timeout: Duration,
+    keep: impl Fn(&Scenario) -> bool,
     mut each: impl FnMut(&Scenario, &Run, Duration),
 ) -> Vec<(Scenario, Run)> {
     let root = std::env::temp_dir().join(format!("weir-chaos-{}", std::process::id()));
     let mut out = Vec::with_capacity(runs as usize);
-    for i in 0..runs {
-        let s = Scenario::from_seed(seed.wrapping_add(i), n);
+    let seeds = (0..).map(|i| seed.wrapping_add(i));
+    let scenarios = seeds
+        .map(|seed| Scenario::from_seed(seed, n))
+        .filter(|s| keep(s))
+        .take(runs as usize);
+    for s in scenarios {
         let dir = root.join(s.seed.to_string());
         let started = Instant::now();
         let r = run(s, &dir, timeout);

@@ -9,7 +9,10 @@
 //! ```text
 //! cargo run --release -p weir-benches --bin chaos -- --runs 1000 --seed 1
 //! cargo run --release -p weir-benches --bin chaos -- --replay 417
+//! cargo run --release -p weir-benches --bin chaos -- --runs 200 --mode FastRestart
 //! ```
+//!
+//! `WEIR_CHAOS_WARNINGS=1` prints the jobs' warnings (restarts and why) on stderr.
 //!
 //! Prints each failing run with its seed (replay it alone with `--replay SEED`), a table of
 //! runs and failures per mode, moment and kind, and a JSON summary line; exits non-zero if a
@@ -20,7 +23,7 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use clap::Parser;
-use weir_benches::chaos::{campaign, Run, Scenario, Verdict};
+use weir_benches::chaos::{campaign, Mode, Run, Scenario, Verdict};
 
 #[derive(Parser, Debug)]
 #[command(name = "chaos")]
@@ -40,6 +43,10 @@ struct Args {
     /// Run only the scenario of this seed.
     #[arg(long)]
     replay: Option<u64>,
+    /// Only scenarios of this mode (`Aligned`, `Rescale`, `FastRestart`, ...): the seeds
+    /// from `--seed` on that draw it, `--runs` of them.
+    #[arg(long)]
+    mode: Option<String>,
 }
 
 fn main() -> ExitCode {
@@ -57,7 +64,20 @@ fn main() -> ExitCode {
     let timeout = Duration::from_secs(args.timeout_secs);
     let mut done = 0;
     let started = Instant::now();
-    let results = campaign(seed, runs, args.records, timeout, |s, r, took| {
+    if let Some(m) = &args.mode {
+        if !Mode::ALL.iter().any(|x| format!("{x:?}") == *m) {
+            eprintln!("chaos: --mode must be one of {:?}", Mode::ALL);
+            return ExitCode::FAILURE;
+        }
+    }
+    let keep = |s: &Scenario| {
+        args.replay.is_some()
+            || args
+                .mode
+                .as_ref()
+                .is_none_or(|m| format!("{:?}", s.mode) == *m)
+    };
+    let results = campaign(seed, runs, args.records, timeout, keep, |s, r, took| {
         done += 1;
         if !r.verdict.is_ok() || args.replay.is_some() {
             println!(
