@@ -1,8 +1,10 @@
 //! Fault injection, the mechanism (users meet it as `weir::testing`): make operator `uid`
 //! (subtask `i`, or any) fail at its `K`-th record (0-based, counted per operator instance in the current run) by
-//! panicking, hanging, or stopping its arbiter thread. Each fault fires once per plan, even
+//! panicking, hanging, or stopping its arbiter thread — or at its snapshot of a checkpoint
+//! ([`FaultPoint`]). Each fault fires once per plan, even
 //! across restarts; a hung subtask is released (it then panics) when its job stops or
-//! restarts, so no thread is left hanging after a test.
+//! restarts, so no thread is left hanging after a test. Checkpoint storage fails on demand
+//! with [`StorageFaults`] (module `storage`).
 //!
 //! ```
 //! use weir::testing::{Fault, FaultKind, FaultPlan};
@@ -16,6 +18,11 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+mod storage;
+
+pub(crate) use storage::write_fault;
+pub use storage::{DiskTrouble, StorageFaults};
+
 /// How an injected fault fails.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FaultKind {
@@ -28,6 +35,24 @@ pub enum FaultKind {
     /// Block the thread this long, then go on as if nothing happened: a primary that was
     /// declared dead (and fenced) wakes up and keeps emitting, which must change nothing.
     Pause(Duration),
+}
+
+/// Where in its operator instance's work a [`Fault`] fires.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum FaultPoint {
+    /// Before a batch of records: the one that holds record `at_record` (the default).
+    Record,
+    /// When the instance snapshots its state at a checkpoint barrier, before it acknowledges
+    /// the checkpoint: the sources upstream have taken their snapshots (and acknowledged),
+    /// the sinks downstream have not. `at_record` is not used; with
+    /// [`Fault::after_checkpoints`], the first snapshot once that many checkpoints completed.
+    /// Operators and sinks (not sources).
+    Snapshot,
+    /// As [`Snapshot`](Self::Snapshot), at the snapshot of a checkpoint whose states are
+    /// handed over in memory: a live rescale's (`JobHandle::rescale`) or a fast restart's
+    /// (`JobHandle::replace`).
+    HandOver,
 }
 
 /// One fault.
@@ -44,6 +69,10 @@ pub struct Fault {
     /// Fire only once this many checkpoints of the job have completed (then at the first
     /// batch at or after `at_record`): a fault tied to an event, not to how fast the job ran.
     pub after_checkpoints: Option<u64>,
+    /// Where it fires: at a record (the default) or at a checkpoint's snapshot.
+    pub point: FaultPoint,
+    /// Fires only in a promoted backup (an instance that took over from its failed primary).
+    pub in_promoted: bool,
     fired: Arc<AtomicBool>,
 }
 
@@ -56,8 +85,49 @@ impl Fault {
             at_record,
             kind,
             after_checkpoints: None,
+            point: FaultPoint::Record,
+            in_promoted: false,
             fired: Arc::new(AtomicBool::new(false)),
         }
+    }
+
+    /// Fires at the operator instance's snapshot of a checkpoint instead of at a record
+    /// ([`FaultPoint::Snapshot`]): during the checkpoint, between the sources' acknowledgements
+    /// and the sinks'. With [`after_checkpoints`](Self::after_checkpoints)`(n)`, at the first
+    /// snapshot once `n` checkpoints completed.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use weir::testing::{wait_for_checkpoint, Fault, FaultKind, FaultPlan};
+    /// weir::testing::quiet_injected_panics();
+    /// let plan = FaultPlan::new(vec![Fault::new("double", FaultKind::Panic, 0).at_snapshot().after_checkpoints(1)]);
+    /// let mut cfg = weir::EnvConfig::default();
+    /// cfg.checkpoint.interval = Some(Duration::from_millis(10));
+    /// cfg.faults = plan.clone();
+    /// let env = weir::Env::with_config(cfg);
+    /// env.generate(u64::MAX, |i| i).map(|x: u64| x * 2).uid("double").discard();
+    /// let job = env.start("at-snapshot-doc").unwrap();
+    /// // Checkpoint 1 completes; the next one fails at the map's snapshot: the job restores 1.
+    /// let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    /// while job.checkpoint_stats().and_then(|s| s.last_restored_checkpoint_id).is_none() {
+    ///     assert!(std::time::Instant::now() < deadline);
+    ///     std::thread::sleep(Duration::from_millis(1));
+    /// }
+    /// assert_eq!(plan.fired(), 1);
+    /// job.cancel();
+    /// let _ = job.wait();
+    /// ```
+    pub fn at_snapshot(mut self) -> Self {
+        self.point = FaultPoint::Snapshot;
+        self
+    }
+
+    /// Fires at the operator instance's snapshot of a checkpoint whose states are handed over
+    /// in memory ([`FaultPoint::HandOver`]): during a live rescale or a fast restart, before
+    /// it changed anything.
+    pub fn at_hand_over(mut self) -> Self {
+        self.point = FaultPoint::HandOver;
+        self
     }
 
     /// Fires only once `n` checkpoints of the job have completed: at the first batch at or
@@ -90,6 +160,25 @@ impl Fault {
     /// ```
     pub fn after_checkpoints(mut self, n: u64) -> Self {
         self.after_checkpoints = Some(n);
+        self
+    }
+
+    /// Fires only in a promoted backup: the instance that took over from a failed primary
+    /// counts the records of its subtask on from the state it took over, so a fault at the
+    /// record where its primary failed fires while it replays the buffered records.
+    ///
+    /// ```
+    /// use weir::testing::{Fault, FaultKind};
+    /// // The primary of `count` subtask 0 fails at record 500, and its backup again while it
+    /// // replays that record.
+    /// let faults = vec![
+    ///     Fault::new("count", FaultKind::Panic, 500).in_subtask(0),
+    ///     Fault::new("count", FaultKind::Panic, 500).in_subtask(0).in_promoted(),
+    /// ];
+    /// assert!(faults[1].in_promoted && !faults[0].in_promoted);
+    /// ```
+    pub fn in_promoted(mut self) -> Self {
+        self.in_promoted = true;
         self
     }
 
@@ -160,12 +249,24 @@ impl FaultPlan {
         self.released.store(false, Ordering::SeqCst);
     }
 
-    /// The faults that apply to one operator instance.
+    /// The faults that apply to one instance of a source, sink or backup (never promoted).
     pub(crate) fn for_instance(&self, uid: &str, subtask: usize) -> Option<FaultProbe> {
+        self.for_operator(uid, subtask, false)
+    }
+
+    /// The faults that apply to one operator instance; `promoted`: a promoted backup, to
+    /// which the faults [`in_promoted`](Fault::in_promoted) apply too.
+    pub(crate) fn for_operator(
+        &self,
+        uid: &str,
+        subtask: usize,
+        promoted: bool,
+    ) -> Option<FaultProbe> {
         let mine: Vec<Fault> = self
             .faults
             .iter()
             .filter(|f| f.uid == uid && f.subtask.is_none_or(|s| s == subtask))
+            .filter(|f| promoted || !f.in_promoted)
             .cloned()
             .collect();
         (!mine.is_empty()).then(|| FaultProbe {
@@ -198,32 +299,63 @@ impl FaultProbe {
     pub(crate) fn before_batch(&mut self, n: usize) {
         let (from, to) = (self.seen, self.seen + n as u64);
         self.seen = to;
+        let done = self.checkpoints.load(Ordering::SeqCst);
         for f in &self.faults {
+            if f.point != FaultPoint::Record {
+                continue;
+            }
             let due = match f.after_checkpoints {
                 None => f.at_record >= from && f.at_record < to,
-                Some(n) => f.at_record < to && self.checkpoints.load(Ordering::SeqCst) >= n,
+                Some(n) => f.at_record < to && done >= n,
             };
-            if due && !f.fired.swap(true, Ordering::SeqCst) {
-                tracing::warn!(uid = %f.uid, record = f.at_record, kind = ?f.kind, "injecting a fault");
-                match f.kind {
-                    FaultKind::Panic => panic!(
-                        "injected fault: operator `{}` panics at record {}",
-                        f.uid, f.at_record
-                    ),
-                    FaultKind::Hang => {
-                        while !self.released.load(Ordering::SeqCst) {
-                            std::thread::sleep(Duration::from_millis(5));
-                        }
-                        panic!("injected hang of `{}` released", f.uid);
-                    }
-                    FaultKind::StopArbiter => {
-                        // The arbiter's loop ends after this poll: every actor on it is
-                        // dropped and reported lost.
-                        actix_rt::Arbiter::current().stop();
-                    }
-                    FaultKind::Pause(d) => std::thread::sleep(d),
-                }
+            if due {
+                self.fire(f, "record");
             }
+        }
+    }
+
+    /// Called when the instance snapshots its state for a checkpoint (`hand_over`: one whose
+    /// states are handed over in memory): fires a snapshot fault that is due.
+    pub(crate) fn at_snapshot(&self, hand_over: bool) {
+        let done = self.checkpoints.load(Ordering::SeqCst);
+        for f in &self.faults {
+            let point = match f.point {
+                FaultPoint::Record => false,
+                FaultPoint::Snapshot => true,
+                FaultPoint::HandOver => hand_over,
+            };
+            if point && f.after_checkpoints.is_none_or(|n| done >= n) {
+                self.fire(f, "snapshot");
+            }
+        }
+    }
+
+    /// Fires `f` unless it has fired: a panic or a hang do not return.
+    fn fire(&self, f: &Fault, at: &str) {
+        if f.fired.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        tracing::warn!(uid = %f.uid, record = f.at_record, point = ?f.point, kind = ?f.kind, "injecting a fault");
+        match f.kind {
+            FaultKind::Panic => match f.point {
+                FaultPoint::Record => panic!(
+                    "injected fault: operator `{}` panics at record {}",
+                    f.uid, f.at_record
+                ),
+                _ => panic!("injected fault: operator `{}` panics at its {at}", f.uid),
+            },
+            FaultKind::Hang => {
+                while !self.released.load(Ordering::SeqCst) {
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                panic!("injected hang of `{}` released", f.uid);
+            }
+            FaultKind::StopArbiter => {
+                // The arbiter's loop ends after this poll: every actor on it is
+                // dropped and reported lost.
+                actix_rt::Arbiter::current().stop();
+            }
+            FaultKind::Pause(d) => std::thread::sleep(d),
         }
     }
 }

@@ -87,7 +87,11 @@ pub(crate) fn core<U>(env: &OpEnv, next: BoxOutput<U>) -> OpCore<U> {
     core.fault = env
         .config
         .faults
-        .for_instance(&env.info.uid, env.info.subtask)
+        .for_operator(
+            &env.info.uid,
+            env.info.subtask,
+            matches!(env.start, crate::checkpoint::StartPoint::Promoted),
+        )
         .map(|p| p.starting_at(env.fault_offset));
     core
 }

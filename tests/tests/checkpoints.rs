@@ -13,7 +13,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use weir::rate::RateControlConfig;
-use weir::testing::{Fault, FaultKind, FaultPlan};
+use weir::testing::{Fault, FaultKind, FaultPlan, RecordFaults};
 use weir::{CheckpointMode, Collector, Env, EnvConfig, JobError, RestartStrategy, ValueState};
 
 const KEYS: u64 = 7;
@@ -73,20 +73,12 @@ enum Barriers {
     AtLeastOnce,
 }
 
-fn run(n: u64, mode: CheckpointMode, faults: FaultPlan, rate: f64) -> Result<Run, JobError> {
-    let barriers = match mode {
-        CheckpointMode::ExactlyOnce => Barriers::Aligned,
-        CheckpointMode::AtLeastOnce => Barriers::AtLeastOnce,
-    };
-    run_with(n, barriers, faults, rate)
-}
-
 fn run_with(n: u64, barriers: Barriers, faults: FaultPlan, rate: f64) -> Result<Run, JobError> {
-    run_tuned(n, barriers, faults, rate, |_| {}, |_| {})
+    run_tuned(n, barriers, faults, rate, |_| {}, |_| {}, |_| {})
 }
 
-/// [`run_with`], with `tune` applied to the config and `on_map` called with every record the
-/// `map` operator sees (in every attempt).
+/// [`run_with`], with `tune` applied to the config and `on_map` (`on_count`) called with every
+/// record the `map` (`count`) operator sees (in every attempt), before it is processed.
 fn run_tuned(
     n: u64,
     barriers: Barriers,
@@ -94,6 +86,7 @@ fn run_tuned(
     rate: f64,
     tune: impl FnOnce(&mut EnvConfig),
     on_map: impl Fn(u64) + Clone + Send + Sync + 'static,
+    on_count: impl Fn(u64) + Clone + Send + Sync + 'static,
 ) -> Result<Run, JobError> {
     let dir = tmp_dir("run");
     let mode = match barriers {
@@ -119,7 +112,11 @@ fn run_tuned(
         .set_parallelism(2)
         .key_by(|x: &u64| x % KEYS)
         .process(
-            |k: &u64, s: &mut ValueState<u64>, x: u64, out: &mut Collector<(u64, u64, u64)>| {
+            move |k: &u64,
+                  s: &mut ValueState<u64>,
+                  x: u64,
+                  out: &mut Collector<(u64, u64, u64)>| {
+                on_count(x);
                 let c = s.get_or_insert_with(|| 0);
                 *c += 1;
                 out.collect((*k, *c, x));
@@ -206,6 +203,7 @@ fn smoke_panic_recovers_exactly_once() {
                 b.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
             }
         },
+        |_| {},
     )
     .expect("job recovers");
     assert_eq!(plan.fired(), 1);
@@ -302,16 +300,33 @@ fn fifty_seeded_faults_at_least_once_loses_nothing() {
 fn a_fault_during_recovery_and_four_in_a_row_still_exactly_once() {
     let _serial = serial();
     let n = 20_000;
-    // The second fault fires while the job replays after the first. Records are counted per
-    // operator instance and run, so later faults use counts a restored run still reaches.
-    let plan = FaultPlan::new(vec![
-        Fault::new("map", FaultKind::Panic, 3_000),
-        Fault::new("map", FaultKind::Panic, 3_050),
-        Fault::new("count", FaultKind::StopArbiter, 6_000),
-        Fault::new("map", FaultKind::Panic, 1_000),
-    ]);
-    let r = run(n, CheckpointMode::ExactlyOnce, plan.clone(), 100_000.0).expect("job recovers");
-    assert_eq!(plan.fired(), 4);
+    // Tied to records, not to speed: each fault fires the first time its operator sees its
+    // id, in whichever attempt that is. The ids are all in source subtask 0's share
+    // (0..10,000), which reaches `map` and `count` in order, and a fault stops the job before
+    // the next id gets there: four faults, each in an attempt of its own. Id 3,050 comes in
+    // the attempt that recovers from id 3,000's fault, so a fault during recovery; 6,000 stops
+    // the arbiter of `count`, whatever checkpoint the job restored.
+    let map_faults = RecordFaults::new("map", FaultKind::Panic, vec![1_000u64, 3_000, 3_050]);
+    let count_faults = RecordFaults::new("count", FaultKind::StopArbiter, vec![6_000u64])
+        .released_by(map_faults.plan());
+    let (m, c) = (map_faults.clone(), count_faults.clone());
+    let r = run_tuned(
+        n,
+        Barriers::Aligned,
+        map_faults.plan().clone(),
+        100_000.0,
+        // Only the injected faults restart the job: a subtask slowed by a busy machine is
+        // not declared hung, which would take one of the five restart attempts.
+        |cfg| cfg.heartbeat_timeout = common::TIMEOUT,
+        move |x| {
+            m.check(&x);
+        },
+        move |x| {
+            c.check(&x);
+        },
+    )
+    .expect("job recovers");
+    assert_eq!(map_faults.fired() + count_faults.fired(), 4);
     assert!(r.restarts >= 4, "restarts: {}", r.restarts);
     check_exactly_once(n, &r.committed);
 }

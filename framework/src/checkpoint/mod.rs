@@ -22,6 +22,8 @@ use std::path::PathBuf;
 #[derive(Debug, Default)]
 pub(crate) struct StateWriter {
     pub(crate) entries: Vec<StateEntry>,
+    /// The states are handed over in memory too (a rescale's or a fast restart's checkpoint).
+    pub(crate) hand_over: bool,
 }
 
 /// One operator subtask's state.
@@ -33,6 +35,14 @@ pub(crate) struct StateEntry {
 }
 
 impl StateWriter {
+    /// A writer for a checkpoint whose states are (`hand_over`) or are not handed over.
+    pub(crate) fn new(hand_over: bool) -> Self {
+        StateWriter {
+            entries: Vec::new(),
+            hand_over,
+        }
+    }
+
     pub(crate) fn put(&mut self, uid: &str, key_groups: Option<(usize, usize)>, payload: Vec<u8>) {
         self.entries.push(StateEntry {
             uid: uid.to_owned(),

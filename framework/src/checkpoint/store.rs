@@ -32,11 +32,18 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use crate::fault::DiskTrouble;
+
 /// Version of the envelope format.
 pub(crate) const FORMAT_VERSION: u32 = 1;
 
 /// One operator subtask's state in one checkpoint.
+///
+/// A file with a field this build does not know is invalid, not read around: a damaged field
+/// name (`payload_crc32` with a flipped bit) would otherwise drop the checksum and let a
+/// damaged payload through as a file of an earlier version.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct SnapshotEnvelope {
     /// Envelope format version.
     pub format_version: u32,
@@ -56,8 +63,10 @@ pub struct SnapshotEnvelope {
     pub payload_crc32: Option<u32>,
 }
 
-/// What `_metadata` records: which file holds which operator subtask's state.
+/// What `_metadata` records: which file holds which operator subtask's state. Unknown fields
+/// make it invalid (see [`SnapshotEnvelope`]).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub(crate) struct CheckpointMetadata {
     pub(crate) format_version: u32,
     pub(crate) checkpoint_id: u64,
@@ -176,8 +185,19 @@ pub(crate) fn create_dir_durable(dir: &Path) -> std::io::Result<()> {
 /// rename is durable only once the directory is fsynced (the caller's, see [`write_atomic`]).
 fn write_synced(path: &Path, bytes: &[u8]) -> Result<(), CheckpointError> {
     let tmp = path.with_extension("tmp");
+    // A storage fault injected by a test (`weir::testing::StorageFaults`) fails the write as
+    // the disk would.
+    let injected = crate::fault::write_fault(path);
+    if let Some(trouble @ DiskTrouble::ReadOnly) = injected {
+        return Err(io(&tmp)(trouble.error()));
+    }
     {
         let mut f = File::create(&tmp).map_err(io(&tmp))?;
+        if let Some(trouble) = injected {
+            // A full disk: what fits is written, then the write fails.
+            let _ = f.write_all(&bytes[..bytes.len() / 2]);
+            return Err(io(&tmp)(trouble.error()));
+        }
         f.write_all(bytes).map_err(io(&tmp))?;
         f.sync_all().map_err(io(&tmp))?;
     }
@@ -266,7 +286,7 @@ pub(crate) fn read_state_at(
     }
     if env.format_version != FORMAT_VERSION {
         return Err(invalid(format!(
-            "format version {} (this build reads {FORMAT_VERSION})",
+            "format version {} (this build reads {FORMAT_VERSION}): written by another version of Weir",
             env.format_version
         )));
     }
@@ -337,6 +357,15 @@ pub(crate) fn read_metadata_at(dir: &Path) -> Result<CheckpointMetadata, Checkpo
                 ),
             });
         }
+    }
+    if meta.format_version != FORMAT_VERSION {
+        return Err(CheckpointError::Invalid {
+            path,
+            message: format!(
+                "format version {} (this build reads {FORMAT_VERSION}): written by another version of Weir",
+                meta.format_version
+            ),
+        });
     }
     Ok(meta)
 }
@@ -423,7 +452,24 @@ pub(crate) fn load_dir(
     uids: &[String],
     allow_non_restored: bool,
 ) -> Result<(u64, States), CheckpointError> {
+    load_dir_of(dir, None, uids, allow_non_restored)
+}
+
+/// [`load_dir`], and with `expected`, the metadata must be that checkpoint's (checked before
+/// any state file is read: a misplaced `_metadata` is named as such).
+fn load_dir_of(
+    dir: &Path,
+    expected: Option<u64>,
+    uids: &[String],
+    allow_non_restored: bool,
+) -> Result<(u64, States), CheckpointError> {
     let meta = read_metadata_at(dir)?;
+    if let Some(id) = expected.filter(|id| *id != meta.checkpoint_id) {
+        return Err(CheckpointError::Invalid {
+            path: dir.join("_metadata"),
+            message: format!("holds checkpoint {}, expected {id}", meta.checkpoint_id),
+        });
+    }
     let invalid = |message: String| CheckpointError::Incompatible {
         path: dir.to_owned(),
         message,
@@ -505,22 +551,14 @@ pub(crate) fn find_latest(
     for (_, run) in &runs {
         for id in completed(run) {
             let dir = checkpoint_dir(run, id);
-            match load_dir(&dir, uids, allow_non_restored) {
-                Ok((checkpoint, states)) if checkpoint == id => {
+            match load_dir_of(&dir, Some(id), uids, allow_non_restored) {
+                Ok((checkpoint, states)) => {
                     scan.latest = Some(Latest {
                         dir,
                         checkpoint,
                         states,
                     });
                     return Ok(scan);
-                }
-                Ok((checkpoint, _)) => {
-                    let e = CheckpointError::Invalid {
-                        path: dir.join("_metadata"),
-                        message: format!("holds checkpoint {checkpoint}, expected {id}"),
-                    };
-                    tracing::warn!(checkpoint = %dir.display(), error = %e, "checkpoint unreadable; trying an older one");
-                    scan.skipped.push((dir, e));
                 }
                 Err(e) if e.is_unreadable() => {
                     tracing::warn!(checkpoint = %dir.display(), error = %e, "checkpoint unreadable; trying an older one");
@@ -686,6 +724,41 @@ mod tests {
         std::fs::remove_dir_all(&root).unwrap();
     }
 
+    /// `bytes` with every occurrence of `from` replaced by `to` (same length).
+    fn replaced(bytes: &[u8], from: &[u8], to: &[u8]) -> Vec<u8> {
+        assert_eq!(from.len(), to.len());
+        let mut out = bytes.to_vec();
+        let at = out
+            .windows(from.len())
+            .position(|w| w == from)
+            .expect("the bytes are there");
+        out[at..at + to.len()].copy_from_slice(to);
+        out
+    }
+
+    #[test]
+    fn a_damaged_checksum_field_name_does_not_turn_the_checksum_off() {
+        let root = tmp("crcname");
+        let uids = vec!["count".to_string()];
+        checkpoint_with_state(&root, 1, b"one");
+        checkpoint_with_state(&root, 2, b"two");
+        // Two flipped bits: the checksum's field name, and the payload (`two` -> `twn`).
+        let file = checkpoint_dir(&root, 2).join("count-0.state");
+        let bytes = std::fs::read(&file).unwrap();
+        let bytes = replaced(&bytes, b"payload_crc32", b"payload_crc33");
+        let bytes = replaced(&bytes, &[0x18, b'o'], &[0x18, b'n']);
+        std::fs::write(&file, bytes).unwrap();
+        let e = read_state(&root, 2, "count-0.state", "count", 0).unwrap_err();
+        assert!(e.to_string().contains("payload_crc33"), "{e}");
+        assert_eq!(load_latest(&root, &uids).unwrap().0, 1);
+        // The metadata's checksum likewise.
+        let meta = checkpoint_dir(&root, 1).join("_metadata");
+        let bytes = replaced(&std::fs::read(&meta).unwrap(), b"crc32", b"crc33");
+        std::fs::write(&meta, bytes).unwrap();
+        assert!(read_metadata(&root, 1).is_err());
+        std::fs::remove_dir_all(&root).unwrap();
+    }
+
     #[test]
     fn files_of_earlier_versions_without_checksums_still_read() {
         let root = tmp("nocrc");
@@ -728,6 +801,111 @@ mod tests {
         checkpoint_with_state(&root, 3, b"three");
         let (id, states) = load_latest(&root, &["other".to_string()]).unwrap();
         assert_eq!((id, states.len()), (3, 0));
+        std::fs::remove_dir_all(&root).unwrap();
+    }
+
+    #[test]
+    fn metadata_of_an_unknown_format_version_is_not_read_as_this_one() {
+        let root = tmp("version");
+        let uids = vec!["count".to_string()];
+        checkpoint_with_state(&root, 1, b"one");
+        checkpoint_with_state(&root, 2, b"two");
+        // Checkpoint 2's metadata as a later version would write it: checksum and all right.
+        let mut meta = read_metadata(&root, 2).unwrap();
+        meta.format_version = FORMAT_VERSION + 1;
+        write_metadata(&root, &meta).unwrap();
+        let e = read_metadata(&root, 2).unwrap_err();
+        assert!(
+            matches!(e, CheckpointError::Invalid { .. })
+                && e.to_string().contains(&format!(
+                    "format version {} (this build reads {FORMAT_VERSION})",
+                    FORMAT_VERSION + 1
+                ))
+                && e.to_string().contains("_metadata"),
+            "{e}"
+        );
+        let (id, states) = load_latest(&root, &uids).unwrap();
+        assert_eq!(
+            (id, &states[&("count".to_string(), 0)]),
+            (1, &b"one".to_vec())
+        );
+        std::fs::remove_dir_all(&root).unwrap();
+    }
+
+    #[test]
+    fn a_file_where_the_checkpoint_directory_goes_fails_its_writes_with_the_path() {
+        let root = tmp("blocked");
+        std::fs::create_dir_all(&root).unwrap();
+        std::fs::write(checkpoint_dir(&root, 3), b"not a directory").unwrap();
+        let env = SnapshotEnvelope {
+            format_version: FORMAT_VERSION,
+            uid: "count".into(),
+            subtask: 0,
+            checkpoint_id: 3,
+            key_groups: None,
+            payload: b"three".to_vec(),
+            payload_crc32: None,
+        };
+        let e = write_state(&root, &env).unwrap_err();
+        assert!(
+            matches!(&e, CheckpointError::Io { path, .. } if path.ends_with("chk-3")),
+            "{e}"
+        );
+        let meta = CheckpointMetadata {
+            format_version: FORMAT_VERSION,
+            checkpoint_id: 3,
+            job: "j".into(),
+            states: BTreeMap::new(),
+            parallelism: BTreeMap::new(),
+            size: 0,
+            crc32: None,
+        };
+        let e = write_metadata(&root, &meta).unwrap_err();
+        assert!(e.to_string().contains("chk-3"), "{e}");
+        assert!(completed(&root).is_empty());
+        // The next checkpoint has a directory of its own.
+        checkpoint_with_state(&root, 4, b"four");
+        assert_eq!(completed(&root), vec![4]);
+        std::fs::remove_dir_all(&root).unwrap();
+    }
+
+    #[test]
+    fn injected_storage_faults_fail_writes_as_the_disk_would() {
+        let root = tmp("injected");
+        let disk = crate::fault::StorageFaults::new(&root, DiskTrouble::Full);
+        checkpoint_with_state(&root, 1, b"one");
+        disk.fail_next(1);
+        let env = SnapshotEnvelope {
+            format_version: FORMAT_VERSION,
+            uid: "count".into(),
+            subtask: 0,
+            checkpoint_id: 2,
+            key_groups: None,
+            payload: vec![7; 1000],
+            payload_crc32: None,
+        };
+        let e = write_state(&root, &env).unwrap_err();
+        assert!(
+            e.to_string().contains("chk-2/count-0.tmp")
+                && e.to_string().contains("No space left on device"),
+            "{e}"
+        );
+        // Half of it was written, as on a full disk; no state file.
+        let tmp_len = std::fs::metadata(checkpoint_dir(&root, 2).join("count-0.tmp"))
+            .unwrap()
+            .len();
+        assert!(tmp_len > 0);
+        assert!(!checkpoint_dir(&root, 2).join("count-0.state").exists());
+        assert_eq!(disk.failed_checkpoints(), vec![2]);
+        // Room again: checkpoint 3 completes, and retention clears 2's remains.
+        checkpoint_with_state(&root, 3, b"three");
+        assert_eq!(completed(&root), vec![3, 1]);
+        retain(&root, 1);
+        assert!(!checkpoint_dir(&root, 2).exists());
+        let ro = crate::fault::StorageFaults::new(&root, DiskTrouble::ReadOnly);
+        ro.fail_next(1);
+        let e = write_metadata(&root, &read_metadata(&root, 3).unwrap()).unwrap_err();
+        assert!(e.to_string().contains("Read-only file system"), "{e}");
         std::fs::remove_dir_all(&root).unwrap();
     }
 

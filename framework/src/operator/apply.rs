@@ -43,6 +43,7 @@ where
         }
     }
     fn barrier(&mut self, id: u64, w: &mut StateWriter) -> Result<(), TaskError> {
+        self.0.core.at_barrier(w)?;
         self.snapshot_state(w)?;
         self.0.core.next.barrier(id, w)
     }

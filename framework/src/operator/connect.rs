@@ -317,6 +317,7 @@ macro_rules! co_side_impl {
                 }
                 let mut g = lock(&self.shared);
                 let CoShared { op, core, .. } = &mut *g;
+                core.at_barrier(w)?;
                 if let Some(payload) = op.snapshot().map_err(|e| core.state_error(e))? {
                     w.put(&core.info.uid, None, payload);
                 }

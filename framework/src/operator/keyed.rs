@@ -332,6 +332,7 @@ where
         self.core.finish_with(|out| f.end_of_input(state, out))
     }
     fn barrier(&mut self, id: u64, w: &mut StateWriter) -> Result<(), TaskError> {
+        self.core.at_barrier(w)?;
         self.snapshot_state(w)?;
         self.core.next.barrier(id, w)
     }

@@ -297,6 +297,16 @@ impl<U> OpCore<U> {
         self.emit()
     }
 
+    /// At a checkpoint barrier, before the operator snapshots: fires an injected snapshot
+    /// fault that is due (tests). A panic becomes a [`TaskError::Panic`] naming this operator.
+    pub(crate) fn at_barrier(&mut self, w: &StateWriter) -> Result<(), TaskError> {
+        let Some(probe) = self.fault.as_ref() else {
+            return Ok(());
+        };
+        catch_unwind(AssertUnwindSafe(|| probe.at_snapshot(w.hand_over)))
+            .map_err(|payload| self.panic(payload))
+    }
+
     /// Pushes whatever is in the collector to the next output.
     #[inline]
     pub(crate) fn emit(&mut self) -> Result<(), TaskError> {
@@ -364,6 +374,7 @@ macro_rules! forward_output_plumbing {
             id: u64,
             w: &mut $crate::checkpoint::StateWriter,
         ) -> Result<(), $crate::error::TaskError> {
+            self.core.at_barrier(w)?;
             self.core.next.barrier(id, w)
         }
         fn notify_complete(&mut self, id: u64) -> Result<(), $crate::error::TaskError> {

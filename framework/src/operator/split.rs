@@ -52,6 +52,7 @@ impl<A: Send, B: Send> Output<Result<A, B>> for SplitOp<A, B> {
         id: u64,
         w: &mut crate::checkpoint::StateWriter,
     ) -> Result<(), TaskError> {
+        self.core.at_barrier(w)?;
         self.core.next.barrier(id, w)?;
         self.side_next.barrier(id, w)
     }

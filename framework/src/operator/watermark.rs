@@ -57,6 +57,7 @@ impl<T: Send + 'static> Output<T> for WatermarkOp<T> {
         id: u64,
         w: &mut crate::checkpoint::StateWriter,
     ) -> Result<(), TaskError> {
+        self.core.at_barrier(w)?;
         self.core.next.barrier(id, w)
     }
     fn notify_complete(&mut self, id: u64) -> Result<(), TaskError> {

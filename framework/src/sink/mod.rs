@@ -124,9 +124,12 @@ impl<T: Send + 'static> Output<T> for SinkOp<T> {
         id: u64,
         w: &mut crate::checkpoint::StateWriter,
     ) -> Result<(), TaskError> {
-        let sink = &mut self.sink;
+        let (sink, fault) = (&mut self.sink, &self.fault);
         let mut state = None;
         let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            if let Some(probe) = fault {
+                probe.at_snapshot(w.hand_over);
+            }
             sink.pre_commit(id).map(|s| state = s)
         }));
         self.check(r)?;

@@ -315,8 +315,9 @@ impl Driver {
     pub(super) fn snapshot_aligned(
         &mut self,
         id: u64,
+        hand_over: bool,
     ) -> Result<(StateWriter, Duration, Taken), TaskError> {
-        let mut w = StateWriter::default();
+        let mut w = StateWriter::new(hand_over);
         match self {
             Driver::Source(_) => Ok((w, Duration::ZERO, Taken::Source)),
             Driver::Inputs {

@@ -169,7 +169,7 @@ impl Handler<TriggerCheckpoint> for SubtaskActor {
     fn handle(&mut self, msg: TriggerCheckpoint, _ctx: &mut Self::Context) {
         self.counters.mails_handled.fetch_add(1, Ordering::Relaxed);
         let start_delay = msg.sent_at.elapsed();
-        let mut w = StateWriter::default();
+        let mut w = StateWriter::new(self.hands_over(msg.id));
         let r = match &mut self.driver {
             Driver::Source(s) => s.checkpoint(msg.id, &mut w),
             Driver::Inputs { .. } => return,

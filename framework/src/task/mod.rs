@@ -205,7 +205,8 @@ impl SubtaskActor {
                 (Poll::Pending, WaitState::Busy)
             }
             Ok(Work::Aligned(id)) => {
-                match self.driver.snapshot_aligned(id) {
+                let hand_over = self.hands_over(id);
+                match self.driver.snapshot_aligned(id, hand_over) {
                     Ok((w, alignment, taken)) => {
                         self.write_and_ack(id, w, alignment, Duration::ZERO, taken)
                     }
@@ -215,6 +216,12 @@ impl SubtaskActor {
                 (Poll::Pending, WaitState::Busy)
             }
         }
+    }
+
+    /// Whether checkpoint `id`'s states are handed over in memory too (a rescale's or a fast
+    /// restart's).
+    pub(super) fn hands_over(&self, id: u64) -> bool {
+        id == self.handover.load(crate::sync::atomic::Ordering::Acquire)
     }
 
     /// Writes this subtask's states for checkpoint `id` and acknowledges it.
@@ -230,7 +237,7 @@ impl SubtaskActor {
             return;
         };
         let mut files = Vec::with_capacity(w.entries.len());
-        let hand_over = id == self.handover.load(crate::sync::atomic::Ordering::Acquire);
+        let hand_over = self.hands_over(id);
         let mut payloads = Vec::new();
         for e in w.entries {
             if hand_over {

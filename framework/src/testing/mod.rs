@@ -2,8 +2,12 @@
 //! check that what reached a sink is exactly what was expected.
 //!
 //! - Faults: [`FaultPlan`] makes operator `uid` fail at its `K`-th record (panic, hang, stop
-//!   its arbiter, pause); [`RecordFaults`] makes an operator of yours fail the first time it
-//!   sees chosen records, the same in every restart attempt and in a promoted backup. The
+//!   its arbiter, pause), or at its snapshot of a checkpoint ([`Fault::at_snapshot`],
+//!   [`Fault::at_hand_over`]: during a rescale or a fast restart); [`RecordFaults`] makes an
+//!   operator of yours fail the first time it
+//!   sees chosen records, the same in every restart attempt and in a promoted backup;
+//!   [`StorageFaults`] makes the next checkpoints' files fail to be written, as on a full or
+//!   read-only disk ([`DiskTrouble`]). The
 //!   panic hooks [`quiet_injected_panics`] and [`quiet_released_hangs`] keep the expected
 //!   panics off stderr.
 //! - Checks: [`ExactlyOnce`] compares the ids that reached a sink with the expected ones
@@ -57,7 +61,7 @@ mod held;
 mod paced_sink;
 mod part_files;
 
-pub use crate::fault::{Fault, FaultKind, FaultPlan};
+pub use crate::fault::{DiskTrouble, Fault, FaultKind, FaultPlan, FaultPoint, StorageFaults};
 pub use checkpoints::{wait_for_checkpoint, CheckpointWaitError, POLL_INTERVAL};
 pub use exactly_once::{ExactlyOnce, ExactlyOnceReport, EXAMPLES};
 pub use faults::{

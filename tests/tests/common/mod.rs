@@ -255,3 +255,41 @@ pub fn endless_ids(
     .uid("ids")
     .set_parallelism(1)
 }
+
+/// Collects what the crate logs into a shared buffer (see [`logged`]).
+struct LogBuffer(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for LogBuffer {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .extend_from_slice(b);
+        Ok(b.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Everything the crate logged at `info` and above in this test binary so far, one event a
+/// line (`<time> <level> <target>: <message> <field>=<value> ...`). The first call installs
+/// the subscriber that records it: call it before the job starts.
+pub fn logged() -> String {
+    use std::sync::{Arc, Mutex, OnceLock};
+    static LOG: OnceLock<Arc<Mutex<Vec<u8>>>> = OnceLock::new();
+    let buf = LOG.get_or_init(|| {
+        let buf = Arc::new(Mutex::new(Vec::new()));
+        let writer = buf.clone();
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter("weir=info")
+            .with_ansi(false)
+            .with_writer(move || LogBuffer(writer.clone()))
+            .try_init();
+        buf
+    });
+    let bytes = buf
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    String::from_utf8_lossy(&bytes).into_owned()
+}

@@ -846,6 +846,7 @@ impl<T: crate::Data, L: AsyncLookup<T>> Output<T> for LookupOp<T, L> {
     }
 
     fn barrier(&mut self, id: u64, w: &mut StateWriter) -> Result<(), TaskError> {
+        self.core.at_barrier(w)?;
         self.write_state(w)?;
         self.core.next.barrier(id, w)?;
         self.side_next.barrier(id, w)

@@ -628,6 +628,7 @@ where
         self.core.finish_with(|_| {})
     }
     fn barrier(&mut self, id: u64, w: &mut StateWriter) -> Result<(), TaskError> {
+        self.core.at_barrier(w)?;
         self.snapshot_state(w)?;
         self.core.next.barrier(id, w)?;
         self.late_next.barrier(id, w)
