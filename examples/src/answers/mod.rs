@@ -77,8 +77,7 @@ pub use clean::{clean, clean_line, clean_located, content_flag, format_cleaned};
 pub use counts::{LevelCounter, LevelCounts};
 pub use graph::{
     build_answer_cleaning, cleaning_streams, cleaning_streams_of_lines, cleaning_streams_with,
-    levels_stream, Answers,
-    CleaningHandles, Input, Levels,
+    levels_stream, Answers, CleaningHandles, Input, Levels,
 };
 pub use input::{answer_json, write_answers, DEFAULT_SEED};
 pub use operators::{Attach, DropUnwanted, ParseAndLevel};

@@ -97,9 +97,7 @@ fn remove_part_files(dir: &Path, uids: &[&str]) -> std::io::Result<()> {
         let entry = entry?;
         let name = entry.file_name();
         let name = name.to_string_lossy();
-        let ours = uids
-            .iter()
-            .any(|u| name.starts_with(&format!("part-{u}-")));
+        let ours = uids.iter().any(|u| name.starts_with(&format!("part-{u}-")));
         if ours && entry.file_type()?.is_file() {
             std::fs::remove_file(entry.path())?;
         }
