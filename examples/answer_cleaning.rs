@@ -24,7 +24,17 @@
 //! cargo run --release --example answer_cleaning -- --checkpoint-interval-ms 500 --restore-latest
 //! ```
 //!
-//! The job itself is `weir_examples::answers::build_answer_cleaning`.
+//! Count the answers per level per event-time minute of their `ts_ms` instead (tumbling
+//! windows, 5 s out-of-orderness): one `window_start_ms,window_end_ms,level,count` line per
+//! level and window, exactly once, to `part-windows-…`; answers older than the watermark go
+//! to the folder `late/` (JSON Lines of the cleaned answer, with its `ts_ms`):
+//!
+//! ```text
+//! cargo run --release --example answer_cleaning -- --window 1m --output /tmp/per-minute
+//! ```
+//!
+//! The job itself is `weir_examples::answers::build_answer_cleaning` (with `--window`,
+//! `build_windowed_level_counts`).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -34,7 +44,8 @@ use weir::rate::RateControlConfig;
 use weir::rest::{RestConfig, RestServer};
 use weir::{Env, EnvConfig};
 use weir_examples::answers::{
-    build_answer_cleaning, prepare_output_dir, Input, Summary, DEFAULT_SEED,
+    build_answer_cleaning, build_windowed_level_counts, parse_window, prepare_output_dir, Input,
+    Summary, WindowSummary, DEFAULT_SEED,
 };
 
 /// Cleans Q&A answers: assigns levels, drops empty and spam answers, writes CSV-like lines.
@@ -84,6 +95,18 @@ struct Args {
     /// kept, not cleared.
     #[arg(long)]
     restore_latest: bool,
+    /// Count answers per level per tumbling event-time window of this size (of their `ts_ms`,
+    /// 5 s out of order at most), e.g. `1m`, `30s`, `500ms`, `2h`, instead of writing each
+    /// answer: lines `window_start_ms,window_end_ms,level,count` to `part-windows-…`, late
+    /// answers to the folder `late/`.
+    #[arg(long, value_name = "SIZE", value_parser = parse_window)]
+    window: Option<std::time::Duration>,
+}
+
+/// The job that was built, and what its summary needs.
+enum Built {
+    Cleaning(weir_examples::answers::CleaningHandles),
+    Windowed(weir_examples::answers::WindowHandles),
 }
 
 fn run(args: Args) -> Result<(), String> {
@@ -118,7 +141,21 @@ fn run(args: Args) -> Result<(), String> {
     prepared.map_err(|e| format!("cannot prepare output directory {}: {e}", out_dir.display()))?;
 
     let env = Env::with_config(config(&args)?);
-    let handles = build_answer_cleaning(&env, &input, &out_dir, args.parallelism);
+    let built = match args.window {
+        None => Built::Cleaning(build_answer_cleaning(
+            &env,
+            &input,
+            &out_dir,
+            args.parallelism,
+        )),
+        Some(window) => Built::Windowed(build_windowed_level_counts(
+            &env,
+            &input,
+            &out_dir,
+            args.parallelism,
+            window,
+        )),
+    };
     let job = env.start("answer-cleaning").map_err(|e| e.to_string())?;
     let server = match args.rest {
         None => None,
@@ -164,7 +201,6 @@ fn run(args: Args) -> Result<(), String> {
         }
         Err(e) => return Err(e.to_string()),
     };
-    let summary = Summary::new(&result, &handles);
 
     match &args.input {
         Some(p) => println!("input:          {}", p.display()),
@@ -178,9 +214,30 @@ fn run(args: Args) -> Result<(), String> {
         ),
     }
     println!("parallelism:    {:>12}", args.parallelism);
-    println!("{summary}");
-    println!("output:         {}", out_dir.display());
-    if summary.malformed > 0 {
+    let malformed = match &built {
+        Built::Cleaning(handles) => {
+            let summary = Summary::new(&result, handles);
+            println!("{summary}");
+            println!("output:         {}", out_dir.display());
+            summary.malformed
+        }
+        Built::Windowed(handles) => {
+            let summary = WindowSummary::new(&result, handles);
+            println!("{summary}");
+            println!(
+                "output:         {}/part-windows-* (window_start_ms,window_end_ms,level,count)",
+                out_dir.display()
+            );
+            if summary.late > 0 {
+                println!(
+                    "late answers:   {}/part-late-* (JSON Lines of the cleaned answers)",
+                    handles.late_dir.display()
+                );
+            }
+            summary.malformed
+        }
+    };
+    if malformed > 0 {
         println!(
             "malformed lines: {}/part-malformed-<subtask> (JSON Lines: line, error)",
             out_dir.display()

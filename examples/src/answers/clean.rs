@@ -17,7 +17,6 @@ use super::records::{Answer, BadRecord, Cleaned, ContentFlag, Thresholds};
 #[derive(Deserialize)]
 struct AnswerRef<'a> {
     id: u64,
-    #[allow(dead_code)]
     ts_ms: u64,
     #[serde(borrow)]
     user: UserRef<'a>,
@@ -76,6 +75,7 @@ fn cleaned(
     id: u64,
     user_id: u64,
     likes: u64,
+    ts_ms: u64,
     content: &str,
     levels: &Thresholds,
 ) -> Result<Cleaned, String> {
@@ -89,6 +89,7 @@ fn cleaned(
         id,
         user_id,
         likes,
+        ts_ms,
         level,
         content_flag: content_flag(content),
     })
@@ -100,6 +101,7 @@ pub fn clean(answer: &Answer, levels: &Thresholds) -> Result<Cleaned, String> {
         answer.id,
         answer.user.id,
         answer.likes,
+        answer.ts_ms,
         &answer.content,
         levels,
     )
@@ -112,9 +114,10 @@ pub fn clean(answer: &Answer, levels: &Thresholds) -> Result<Cleaned, String> {
 /// ```
 /// use weir_examples::answers::{clean_line, default_levels, Thresholds};
 /// let levels = Thresholds::from_vec(default_levels());
-/// let line = r#"{"id":42,"ts_ms":0,"user":{"id":36972,"name":"u","followers":1},
+/// let line = r#"{"id":42,"ts_ms":7,"user":{"id":36972,"name":"u","followers":1},
 ///   "question_id":1,"likes":390,"favorites":0,"comments":0,"content":"checkpoint"}"#;
-/// assert_eq!(clean_line(line.to_string(), &levels).unwrap().to_string(), "42,36972,390,L2");
+/// let c = clean_line(line.to_string(), &levels).unwrap();
+/// assert_eq!((c.to_string().as_str(), c.ts_ms), ("42,36972,390,L2", 7));
 /// let bad = clean_line("{not json".to_string(), &levels).unwrap_err();
 /// assert_eq!(bad.line, "{not json");
 /// ```
@@ -146,7 +149,7 @@ pub fn clean_located(mut line: Line, levels: &Thresholds) -> Result<Cleaned, Bad
 #[inline]
 fn parse_and_level(line: &str, levels: &Thresholds) -> Result<Cleaned, String> {
     match serde_json::from_str::<AnswerRef<'_>>(line) {
-        Ok(a) => cleaned(a.id, a.user.id, a.likes, &a.content, levels),
+        Ok(a) => cleaned(a.id, a.user.id, a.likes, a.ts_ms, &a.content, levels),
         Err(e) => Err(e.to_string()),
     }
 }

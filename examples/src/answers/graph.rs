@@ -118,16 +118,77 @@ pub fn cleaning_streams_with(
     parallelism: usize,
     parse: impl FnOnce(DataStream<Tagged>) -> DataStream<Result<Cleaned, BadRecord>>,
 ) -> (DataStream<Cleaned>, DataStream<BadRecord>) {
+    cleaning_graph(
+        env,
+        LineSource::Answers(&input.answers),
+        &input.levels,
+        parallelism,
+        parse,
+    )
+}
+
+/// [`cleaning_streams`] over a stream of lines the caller made (a source of its own, e.g.
+/// one a test holds back; give it the uid [`uid::SOURCE`] and the parallelism
+/// `parallelism`): the same `levels`, `connect`, `flat_map`, `split` and `filter`
+/// operators. Each `connect` subtask reads the `lines` subtask of its own index (a forward
+/// edge), in order.
+///
+/// ```
+/// use std::sync::Arc;
+/// use weir::{Env, Line};
+/// use weir_examples::answers::{answer_json, cleaning_streams_of_lines, uid, Levels};
+/// let env = Env::new();
+/// let path: Arc<str> = Arc::from("<mine>");
+/// let lines = env
+///     .generate(1_000, move |i| Line {
+///         path: path.clone(), line: i + 1, byte_offset: 0, text: answer_json(3, i),
+///     })
+///     .uid(uid::SOURCE);
+/// let (kept, malformed) = cleaning_streams_of_lines(&env, lines, &Levels::Builtin, 1);
+/// let (kept, malformed) = (kept.collect(), malformed.collect());
+/// env.execute("of-lines-doc").unwrap();
+/// let (kept, malformed) = (kept.take().len(), malformed.take().len());
+/// assert_eq!(malformed, 0);
+/// assert!(kept > 900 && kept < 1_000, "empty and spam answers are dropped: {kept}");
+/// ```
+pub fn cleaning_streams_of_lines(
+    env: &Env,
+    lines: DataStream<Line>,
+    levels: &Levels,
+    parallelism: usize,
+) -> (DataStream<Cleaned>, DataStream<BadRecord>) {
+    cleaning_graph(
+        env,
+        LineSource::Stream(lines),
+        levels,
+        parallelism,
+        |tagged| tagged.apply(ParseAndLevel::default()),
+    )
+}
+
+/// Where the answer lines come from: the job's own source, or a stream the caller made.
+enum LineSource<'a> {
+    Answers(&'a Answers),
+    Stream(DataStream<Line>),
+}
+
+fn cleaning_graph(
+    env: &Env,
+    source: LineSource<'_>,
+    levels: &Levels,
+    parallelism: usize,
+    parse: impl FnOnce(DataStream<Tagged>) -> DataStream<Result<Cleaned, BadRecord>>,
+) -> (DataStream<Cleaned>, DataStream<BadRecord>) {
     let p = parallelism;
     // ANCHOR: graph
     // The thresholds: one subtask, broadcast to every `connect` subtask. (Made first: subtasks
     // are dealt to arbiter threads round robin in graph order, so `source` and `connect` do
     // not share a thread when there are two.)
-    let levels = levels_stream(env, &input.levels);
+    let levels = levels_stream(env, levels);
     // The answers: raw JSON lines with where they were read, generated or read from files.
     // File lines that are not text are split off at the source, never lost.
-    let (lines, unreadable): (DataStream<Line>, _) = match &input.answers {
-        Answers::Generated { records, seed } => {
+    let (lines, unreadable): (DataStream<Line>, _) = match source {
+        LineSource::Answers(Answers::Generated { records, seed }) => {
             let seed = *seed;
             let path: Arc<str> = Arc::from(format!("<generated, seed {seed}>"));
             let lines = env.generate(*records, move |i| Line {
@@ -136,18 +197,18 @@ pub fn cleaning_streams_with(
                 byte_offset: 0,
                 text: answer_json(seed, i),
             });
-            (lines, None)
+            (lines.uid(uid::SOURCE).set_parallelism(p), None)
         }
-        Answers::Lines(path) => {
+        LineSource::Answers(Answers::Lines(path)) => {
             let (lines, unreadable) = env.read_located_lines_skipping(path);
+            // Files are dealt to source subtasks whole: spread the lines of fewer files
+            // than subtasks.
+            let lines = lines.uid(uid::SOURCE).set_parallelism(p);
+            let lines = if p > 1 { lines.rebalance() } else { lines };
             (lines, Some(unreadable))
         }
-    };
-    let lines = lines.uid(uid::SOURCE).set_parallelism(p);
-    // Files are dealt to source subtasks whole: spread the lines of fewer files than subtasks.
-    let lines = match (&input.answers, p) {
-        (Answers::Lines(_), 2..) => lines.rebalance(),
-        _ => lines,
+        // A stream of the caller's, as it made it.
+        LineSource::Stream(lines) => (lines, None),
     };
     let tagged = lines
         // Every connect subtask reads all the thresholds before its first line.

@@ -54,6 +54,10 @@
 //! - `input`: generated answers ([`answer_json`], [`write_answers`]).
 //! - `counts`: records per level ([`LevelCounts`]).
 //! - `summary`: what a run produced ([`Summary`], [`read_part_files`], ...).
+//! - `windowed`: answers per level per event-time window ([`build_windowed_level_counts`],
+//!   [`LevelWindowCount`], [`WindowSummary`], [`parse_window`]): `answer_cleaning --window 1m`.
+//! - `reference`: the windowed job computed sequentially, without the framework
+//!   ([`reference_level_counts`]), for tests.
 //! - [`uid`]: the operators' stable uids.
 //!
 //! Everything public is re-exported here: paths are `weir_examples::answers::X`.
@@ -64,14 +68,16 @@ mod graph;
 mod input;
 mod operators;
 mod records;
+mod reference;
 mod summary;
 pub mod uid;
+mod windowed;
 
 pub use clean::{clean, clean_line, clean_located, content_flag, format_cleaned};
 pub use counts::{LevelCounter, LevelCounts};
 pub use graph::{
-    build_answer_cleaning, cleaning_streams, cleaning_streams_with, levels_stream, Answers,
-    CleaningHandles, Input, Levels,
+    build_answer_cleaning, cleaning_streams, cleaning_streams_of_lines, cleaning_streams_with,
+    levels_stream, Answers, CleaningHandles, Input, Levels,
 };
 pub use input::{answer_json, write_answers, DEFAULT_SEED};
 pub use operators::{Attach, DropUnwanted, ParseAndLevel};
@@ -79,4 +85,9 @@ pub use records::{
     default_levels, parse_answer, Answer, BadRecord, Cleaned, ContentFlag, LevelName,
     LevelThreshold, Tagged, Thresholds, User,
 };
+pub use reference::{reference_level_counts, KnownWatermark, WindowReference};
 pub use summary::{prepare_output_dir, read_part_files, Summary};
+pub use windowed::{
+    build_windowed_level_counts, event_time, parse_window, windowed_level_counts, CountAnswers,
+    LevelWindowCount, WindowHandles, WindowSummary, LATE_DIR, OUT_OF_ORDERNESS,
+};

@@ -265,6 +265,9 @@ pub struct Cleaned {
     pub user_id: u64,
     /// Likes.
     pub likes: u64,
+    /// When it was posted: the answer's `ts_ms` (ms since the epoch), its event time in the
+    /// windowed job. Not part of the output line.
+    pub ts_ms: u64,
     /// The level its likes reach.
     pub level: LevelName,
     /// Whether its content is kept.
@@ -279,12 +282,12 @@ impl Cleaned {
     }
 }
 
-/// The output line: `id,user_id,likes,level`.
+/// The output line: `id,user_id,likes,level` (the time is not in it).
 ///
 /// ```
 /// use weir_examples::answers::{Cleaned, ContentFlag, LevelName};
-/// let c = Cleaned { id: 42, user_id: 36972, likes: 390, level: LevelName::new("L2").unwrap(),
-///                   content_flag: ContentFlag::Ok };
+/// let c = Cleaned { id: 42, user_id: 36972, likes: 390, ts_ms: 1_700_000_000_420,
+///                   level: LevelName::new("L2").unwrap(), content_flag: ContentFlag::Ok };
 /// assert_eq!(c.to_string(), "42,36972,390,L2");
 /// ```
 impl fmt::Display for Cleaned {

@@ -78,17 +78,26 @@ impl fmt::Display for Summary {
     }
 }
 
-/// Makes `dir` and removes the part files an earlier run of this job left there (a run with
-/// a higher parallelism leaves more of them).
+/// Makes `dir` and removes the part files an earlier run of this job (or of the windowed
+/// job, with its `late` folder) left there (a run with a higher parallelism leaves more of
+/// them).
 pub fn prepare_output_dir(dir: &Path) -> std::io::Result<()> {
     std::fs::create_dir_all(dir)?;
+    remove_part_files(dir, &[uid::SINK, uid::MALFORMED, uid::WINDOW_SINK])?;
+    let late = dir.join(super::LATE_DIR);
+    if late.is_dir() {
+        remove_part_files(&late, &[uid::LATE])?;
+    }
+    Ok(())
+}
+
+/// Removes the files `part-{uid}-*` of `uids` in `dir`.
+fn remove_part_files(dir: &Path, uids: &[&str]) -> std::io::Result<()> {
     for entry in std::fs::read_dir(dir)? {
         let entry = entry?;
         let name = entry.file_name();
         let name = name.to_string_lossy();
-        let ours = [uid::SINK, uid::MALFORMED]
-            .iter()
-            .any(|u| name.starts_with(&format!("part-{u}-")));
+        let ours = uids.iter().any(|u| name.starts_with(&format!("part-{u}-")));
         if ours && entry.file_type()?.is_file() {
             std::fs::remove_file(entry.path())?;
         }

@@ -24,3 +24,11 @@ pub const SINK: &str = "sink";
 pub const UNREADABLE: &str = "unreadable";
 /// Writes the malformed lines.
 pub const MALFORMED: &str = "malformed";
+/// Gives the answers their event time (`ts_ms`) and the watermark (windowed job).
+pub const WATERMARKS: &str = "watermarks";
+/// Counts answers per level per window (windowed job).
+pub const WINDOW: &str = "window";
+/// Writes the window counts (windowed job): `part-windows-<subtask>-<checkpoint>`.
+pub const WINDOW_SINK: &str = "windows";
+/// Writes the late answers (windowed job), in the folder `late`.
+pub const LATE: &str = "late";
