@@ -424,6 +424,7 @@ impl<T: Data> DataStream<T> {
                 Ok(Box::new(crate::operator::watermark::WatermarkOp {
                     generator: strategy.generator(),
                     core: core(env, next),
+                    failed: None,
                 }))
             })
             .stateless();

@@ -202,6 +202,17 @@ impl<T> WatermarkGenerator<T> {
         None
     }
 
+    /// The watermark held back by the interval, if any (an operator inside a stream emits it
+    /// when its subtask goes idle, so a pause in the input does not hold it back).
+    pub(crate) fn owed(&mut self, now: Instant) -> Option<Watermark> {
+        let owed = self.max_seen.saturating_sub(self.bound);
+        (owed > self.emitted).then(|| {
+            self.emitted = owed;
+            self.last_emit = Some(now);
+            Watermark::At(owed)
+        })
+    }
+
     /// The source has nothing now: the watermark it owes (one held back by the interval),
     /// or `Idle` once the idleness timeout has passed since the last record; and how long
     /// until the timeout, if it is still ahead (the source must look again by then).

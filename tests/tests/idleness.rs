@@ -156,3 +156,49 @@ fn without_idleness_the_metrics_name_the_silent_channel() {
     job.wait().expect("the job ends");
     assert!(fired.load(Ordering::SeqCst) > 0);
 }
+
+/// A watermark generated inside a stream and held back by its interval goes out when the
+/// input pauses: with an interval of an hour, the windows before the pause still fire while
+/// the source holds.
+#[test]
+fn a_pause_in_the_input_does_not_hold_back_a_watermark_owed_by_the_interval() {
+    use weir::testing::HeldIds;
+    let mut cfg = EnvConfig::default();
+    cfg.batch_size = 5;
+    let env = Env::with_config(cfg);
+    let hold = Hold::new();
+    let h = hold.clone();
+    let fired = Arc::new(AtomicU64::new(0));
+    let f = fired.clone();
+    env.add_source("ids", move |cx| Ok(HeldIds::new(cx, 200, 0.5, h.clone())))
+        .set_parallelism(1)
+        .map(|i: u64| (i % 3, i as i64 * 10))
+        .assign_timestamps_and_watermarks(
+            WatermarkStrategy::for_bounded_out_of_orderness(Duration::ZERO)
+                .with_timestamp_assigner(|r: &(u64, i64)| r.1)
+                .with_watermark_interval(Duration::from_secs(3_600)),
+        )
+        .set_parallelism(1)
+        .key_by(|r: &(u64, i64)| r.0)
+        .window(TumblingEventTimeWindows::of(Duration::from_millis(100)))
+        .reduce(|a: (u64, i64), _b| a)
+        .set_parallelism(1)
+        .map(move |r: (u64, i64)| {
+            f.fetch_add(1, Ordering::SeqCst);
+            r
+        })
+        .discard();
+    let job = env.start("owed-watermark").expect("the job starts");
+    let deadline = Instant::now() + common::TIMEOUT;
+    // Ids 0..100 (ts up to 990) are in; the windows before 900 can fire only if the
+    // watermark the interval held back went out when the source paused.
+    while fired.load(Ordering::SeqCst) == 0 {
+        assert!(
+            Instant::now() < deadline,
+            "no window fired during the pause"
+        );
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    hold.release();
+    job.wait().expect("the job ends");
+}

@@ -8,6 +8,9 @@ use crate::time::{Watermark, WatermarkGenerator};
 pub(crate) struct WatermarkOp<T> {
     pub(crate) generator: Option<WatermarkGenerator<T>>,
     pub(crate) core: OpCore<T>,
+    /// What the operators after it said to a watermark sent from `flush` (which cannot
+    /// answer): reported at the next `poll_pending`.
+    pub(crate) failed: Option<TaskError>,
 }
 
 impl<T: Send + 'static> Output<T> for WatermarkOp<T> {
@@ -36,13 +39,27 @@ impl<T: Send + 'static> Output<T> for WatermarkOp<T> {
             Watermark::At(_) => Ok(()),
         }
     }
+    /// Called when the subtask goes idle (and after the linger while busy): the watermark
+    /// the interval held back goes now, or a pause in the input would hold it back.
     fn flush(&mut self) {
+        if let Some(w) = self
+            .generator
+            .as_mut()
+            .and_then(|g| g.owed(std::time::Instant::now()))
+        {
+            if let Err(e) = self.core.next.watermark(w) {
+                self.failed.get_or_insert(e);
+            }
+        }
         self.core.next.flush()
     }
     fn poll_pending(
         &mut self,
         cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<Result<(), TaskError>> {
+        if let Some(e) = self.failed.take() {
+            return std::task::Poll::Ready(Err(e));
+        }
         self.core.next.poll_pending(cx)
     }
     fn usage(&self, usage: &mut crate::metrics::QueueUsage) {
