@@ -209,7 +209,7 @@ impl JobMonitor {
     }
 
     /// Replaces the running job's graph by the version registered as `name`; see
-    /// [`JobHandle::replace`].
+    /// [`JobHandle::replace_with`].
     pub fn replace_with(
         &self,
         name: &str,
@@ -735,6 +735,10 @@ impl JobHandle {
     }
 
     /// Replaces the graph by the version registered as `name` ([`Env::register_graph`]).
+    ///
+    /// A test that collects the output should give every graph version the same handle
+    /// ([`DataStream::collect_into`](crate::DataStream::collect_into)): a commit repeated
+    /// across the replacement is recognized within one handle, not across two.
     ///
     /// [`Env::register_graph`]: crate::Env::register_graph
     pub fn replace_with(
