@@ -175,6 +175,9 @@ pub(super) fn deploy_from(
         c.stats.last_restored_checkpoint_id = Some(r.checkpoint);
     }
     c.stats.num_restarts = ctx.num_restarts;
+    // Published now: a restarted job that ends before its first tick must not report the
+    // statistics of the attempt before (no restore).
+    ctx.publish_stats();
     tracing::info!(
         attempt = ctx.attempt,
         subtasks = dep.actors.len(),

@@ -62,6 +62,7 @@ impl Stopping {
                 tracing::info!(elapsed = ?ctx.started.elapsed(), "job finished");
                 let mut r = finish(ctx);
                 r.backups = backups;
+                ctx.publish_stats();
                 r.checkpoints = lock(&ctx.views.checkpoints).clone().map(|mut s| {
                     s.num_restarts = ctx.num_restarts;
                     s
@@ -74,6 +75,7 @@ impl Stopping {
                 dep.stop(&ctx.job, &ctx.cfg);
                 tracing::info!(elapsed = ?ctx.started.elapsed(), "job stopped with a savepoint");
                 let mut r = finish(ctx);
+                ctx.publish_stats();
                 r.checkpoints = lock(&ctx.views.checkpoints).clone();
                 Self::to(Finished::ok(r), "stopped after its savepoint")
             }
