@@ -566,3 +566,46 @@ fn exactly_once_text_files_show_only_committed_output() {
     );
     let _ = std::fs::remove_dir_all(&out_dir);
 }
+
+/// A job restarted from a checkpoint that ends before the controller's next tick (a minute
+/// away here) still reports the checkpoint it restored: the statistics are published when the
+/// job is deployed again, not only at ticks.
+#[test]
+fn a_restart_that_ends_at_once_reports_the_checkpoint_it_restored() {
+    let dir = tmp_dir("restored-stats");
+    let plan = FaultPlan::new(vec![
+        Fault::new("map", FaultKind::Panic, 0).after_checkpoints(1)
+    ]);
+    let mut cfg = EnvConfig::default();
+    cfg.checkpoint.interval = Some(Duration::from_secs(60));
+    cfg.metrics_interval = Duration::from_secs(60);
+    cfg.checkpoint.directory = dir.clone();
+    cfg.restart = Some(RestartStrategy::FixedDelay {
+        attempts: 2,
+        delay: Duration::ZERO,
+    });
+    cfg.faults = plan.clone();
+    let env = Env::with_config(cfg);
+    let hold = weir::testing::Hold::new();
+    let h = hold.clone();
+    let out = env
+        .add_source("ids", move |cx| {
+            Ok(weir::testing::HeldIds::new(cx, 100, 0.5, h.clone()))
+        })
+        .uid("src")
+        .set_parallelism(1)
+        .map(|x: u64| x)
+        .uid("map")
+        .collect();
+    let job = env.start("restored-stats").expect("start");
+    let id = job.monitor().trigger_checkpoint().expect("a checkpoint");
+    weir::testing::wait_for_checkpoint(&job, id, common::TIMEOUT).expect("checkpoint 1");
+    hold.release();
+    let result = common::within_timeout(move || job.wait()).expect("job recovers");
+    assert_eq!(plan.fired(), 1);
+    let stats = result.checkpoints.expect("checkpoint statistics");
+    assert_eq!(stats.last_restored_checkpoint_id, Some(id), "{stats:?}");
+    assert_eq!(stats.num_restarts, 1);
+    assert_eq!(common::sorted(out.take()), (0..100).collect::<Vec<u64>>());
+    let _ = std::fs::remove_dir_all(&dir);
+}
