@@ -77,6 +77,30 @@ impl<T> Clone for DataStream<T> {
     }
 }
 
+/// The node of a one-input operator with these output ports and the defaults: no uid or
+/// parallelism of its own, no backup, and no checkpointed state (operators with state say how
+/// it is redistributed where their type is known, `rescale_rule`).
+fn operator_node(
+    name: &str,
+    builder: Box<dyn crate::graph::NodeBuilder>,
+    ports: Vec<Box<dyn crate::graph::PortType>>,
+) -> Node {
+    Node {
+        name: name.to_owned(),
+        uid: None,
+        parallelism: None,
+        part_of: None,
+        is_source: false,
+        n_inputs: 1,
+        ports,
+        builder,
+        initial_state: None,
+        backup: None,
+        stateless: false,
+        rescale: crate::rescale::Rule::Stateless,
+    }
+}
+
 pub(crate) fn core<U>(env: &OpEnv, next: BoxOutput<U>) -> OpCore<U> {
     let mut core = OpCore::new(
         env.info.clone(),
@@ -208,22 +232,7 @@ impl<T: Data> DataStream<T> {
         part: impl Fn() -> Partitioning<T>,
     ) -> DataStream<U> {
         let mut g = self.graph.borrow_mut();
-        let id = g.add_node(Node {
-            name: name.to_owned(),
-            uid: None,
-            parallelism: None,
-            part_of: None,
-            is_source: false,
-            n_inputs: 1,
-            ports: vec![Port::<U>::boxed()],
-            builder,
-            initial_state: None,
-            backup: None,
-            stateless: false,
-            // Operators without hooks take no checkpointed state; those with state say how
-            // it is redistributed where their type is known.
-            rescale: crate::rescale::Rule::Stateless,
-        });
+        let id = g.add_node(operator_node(name, builder, vec![Port::<U>::boxed()]));
         self.edges_into(&mut g, id, 0, part);
         drop(g);
         DataStream::new(self.graph.clone(), id, 0)
@@ -233,14 +242,13 @@ impl<T: Data> DataStream<T> {
     /// this stream: the main stream and the side stream.
     pub(crate) fn add_operator_with_side<U: Data, S: Data>(
         &self,
-        node: Node,
+        name: &str,
+        builder: Box<dyn crate::graph::NodeBuilder>,
         part: impl Fn() -> Partitioning<T>,
     ) -> (DataStream<U>, DataStream<S>, NodeId) {
         let mut g = self.graph.borrow_mut();
-        let id = g.add_node(Node {
-            ports: vec![Port::<U>::boxed(), Port::<S>::boxed()],
-            ..node
-        });
+        let ports = vec![Port::<U>::boxed(), Port::<S>::boxed()];
+        let id = g.add_node(operator_node(name, builder, ports));
         self.edges_into(&mut g, id, 0, part);
         drop(g);
         (

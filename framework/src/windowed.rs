@@ -48,7 +48,7 @@ use std::time::Duration;
 
 use crate::erased::{unbox, AnyBox};
 use crate::error::PlanError;
-use crate::graph::{Built, Node, OpEnv, Port};
+use crate::graph::{Built, OpEnv};
 use crate::operator::window::op::{WindowOp, WindowSpec, WATERMARK_FIELD};
 use crate::operator::window::{
     AggregateFunction, Aggregated, Fired, ProcessWindowFunction, Processed, Reducing,
@@ -230,28 +230,17 @@ where
                 selection: None,
             })
         });
-        let node = Node {
-            name: name.to_owned(),
-            uid: None,
-            parallelism: None,
-            part_of: None,
-            is_source: false,
-            n_inputs: 1,
-            ports: vec![Port::<R>::boxed()],
-            builder,
-            initial_state: None,
-            backup: None,
-            stateless: false,
-            rescale: crate::rescale::Rule::Keyed {
-                own: Some(vec![(
-                    WATERMARK_FIELD.to_owned(),
-                    crate::hooks::Redistribution::Union,
-                )]),
-            },
-        };
         let hash_key = self.keyed.key_fn;
-        let (out, late, id) = stream.add_operator_with_side::<R, T>(node, move || {
+        let (out, late, id) = stream.add_operator_with_side::<R, T>(name, builder, move || {
             Partitioning::Hash(hash_output_factory::<T, K, KF>(hash_key.clone()))
+        });
+        // The windows are keyed state; the operator's watermark is its own, taken the lowest
+        // after a rescale (union).
+        let out = out.rescale_rule(crate::rescale::Rule::Keyed {
+            own: Some(vec![(
+                WATERMARK_FIELD.to_owned(),
+                crate::hooks::Redistribution::Union,
+            )]),
         });
         stream.graph.borrow_mut().no_backup.push((
             id,

@@ -13,10 +13,7 @@ use weir::testing::{
     quiet_injected_panics, wait_for_checkpoint, Fault, FaultKind, FaultPlan, HeldIds, Hold,
 };
 use weir::time::{EventTime, WatermarkStrategy};
-use weir::{
-    Collector, Env, EnvConfig, KeyedContext, KeyedProcessFunction, RestartStrategy, TimeDomain,
-    ValueState,
-};
+use weir::{Collector, Env, EnvConfig, KeyedContext, KeyedProcessFunction, TimeDomain, ValueState};
 
 const BOUND_MS: i64 = 300;
 const GAP_MS: i64 = 150;
@@ -135,12 +132,7 @@ fn run(
     cfg.checkpoint.directory = dir.path().to_owned();
     let faulty = faults.is_some();
     if let Some(plan) = faults {
-        cfg.checkpoint.interval = Some(Duration::from_millis(10));
-        cfg.faults = plan;
-        cfg.restart = Some(RestartStrategy::FixedDelay {
-            attempts: 3,
-            delay: Duration::ZERO,
-        });
+        common::restart_on_faults(&mut cfg, plan);
     }
     let env = Env::with_config(cfg);
     let wm =

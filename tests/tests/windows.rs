@@ -8,6 +8,8 @@
 //! bound, which the reference computes the same way. Faults fire on events (a checkpoint
 //! completed), never on the clock.
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -19,7 +21,7 @@ use weir::window::{
     AggregateFunction, EventTimeSessionWindows, Fired, SlidingEventTimeWindows,
     TumblingEventTimeWindows, WindowAssigner,
 };
-use weir::{Env, EnvConfig, LateData, RestartStrategy};
+use weir::{Env, EnvConfig, LateData};
 
 const BOUND_MS: i64 = 400;
 const KEYS: u64 = 5;
@@ -178,12 +180,7 @@ fn run_windows<W: WindowAssigner>(
     cfg.checkpoint.directory = dir.clone();
     let faulty = faults.is_some();
     if let Some(plan) = faults {
-        cfg.checkpoint.interval = Some(Duration::from_millis(10));
-        cfg.faults = plan;
-        cfg.restart = Some(RestartStrategy::FixedDelay {
-            attempts: 3,
-            delay: Duration::ZERO,
-        });
+        common::restart_on_faults(&mut cfg, plan);
     }
     let env = Env::with_config(cfg);
     let wm =

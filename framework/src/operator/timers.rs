@@ -36,6 +36,47 @@ pub(crate) fn now_ms() -> EventTime {
         .unwrap_or(0)
 }
 
+/// The watermark an operator can send on: its input's `watermark`, held below `earliest` (the
+/// first time with work still to fire) if that is at or before it; `None` if it would not
+/// pass `forwarded`, which it advances.
+pub(crate) fn advance_forwarded(
+    earliest: Option<EventTime>,
+    watermark: EventTime,
+    forwarded: &mut EventTime,
+) -> Option<EventTime> {
+    let held = match earliest {
+        Some(t) if t <= watermark => t.saturating_sub(1),
+        _ => watermark,
+    };
+    (held > *forwarded).then(|| {
+        *forwarded = held;
+        held
+    })
+}
+
+/// Takes one key listed at the earliest time at or before `up_to` from a time index (keys by
+/// time: timers, windows to fire or to purge), dropping the time once its list is empty.
+pub(crate) fn pop_first_due<K>(
+    index: &mut BTreeMap<EventTime, Vec<K>>,
+    up_to: EventTime,
+) -> Option<(EventTime, K)> {
+    loop {
+        let mut first = index.first_entry()?;
+        let t = *first.key();
+        if t > up_to {
+            return None;
+        }
+        let Some(key) = first.get_mut().pop() else {
+            first.remove();
+            continue;
+        };
+        if first.get().is_empty() {
+            first.remove();
+        }
+        return Some((t, key));
+    }
+}
+
 /// The timers of one domain: in time order, each (time, key) once.
 pub(crate) struct Queue<K> {
     by_time: BTreeMap<EventTime, Vec<K>>,
@@ -66,19 +107,7 @@ impl<K: crate::Key> Queue<K> {
     /// Takes the earliest timer at or before `up_to`.
     fn pop_due(&mut self, up_to: EventTime) -> Option<(EventTime, K)> {
         loop {
-            let mut first = self.by_time.first_entry()?;
-            let t = *first.key();
-            if t > up_to {
-                return None;
-            }
-            let Some(key) = first.get_mut().pop() else {
-                first.remove();
-                continue;
-            };
-            if first.get().is_empty() {
-                first.remove();
-            }
-            let timer = (t, key);
+            let timer = pop_first_due(&mut self.by_time, up_to)?;
             if self.live.remove(&timer) {
                 return Some(timer);
             }
@@ -154,14 +183,7 @@ impl<K: crate::Key> Timers<K> {
     /// The watermark that can be sent on now: the input's, held below the earliest event-time
     /// timer still to fire at or before it. `None` if it would not advance.
     pub(crate) fn watermark_to_forward(&mut self) -> Option<EventTime> {
-        let held = match self.event.earliest() {
-            Some(t) if t <= self.watermark => t.saturating_sub(1),
-            _ => self.watermark,
-        };
-        (held > self.forwarded).then(|| {
-            self.forwarded = held;
-            held
-        })
+        advance_forwarded(self.event.earliest(), self.watermark, &mut self.forwarded)
     }
 
     /// Arms the wake-up for the earliest processing-time timer (polled with `cx`).

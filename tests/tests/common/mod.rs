@@ -293,3 +293,15 @@ pub fn logged() -> String {
         .unwrap_or_else(std::sync::PoisonError::into_inner);
     String::from_utf8_lossy(&bytes).into_owned()
 }
+
+/// Faults from `plan`, checkpoints every 10 ms and up to 3 immediate restarts: the set-up of
+/// the restore-after-a-fault cases (the tests hold their input until the checkpoints the
+/// faults wait for have completed).
+pub fn restart_on_faults(cfg: &mut EnvConfig, plan: weir::testing::FaultPlan) {
+    cfg.checkpoint.interval = Some(Duration::from_millis(10));
+    cfg.faults = plan;
+    cfg.restart = Some(weir::RestartStrategy::FixedDelay {
+        attempts: 3,
+        delay: Duration::ZERO,
+    });
+}

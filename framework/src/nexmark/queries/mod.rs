@@ -416,3 +416,13 @@ impl Query for Q2 {
         reference::q2(input)
     }
 }
+
+/// The highest of the bids held for an auction that had not come yet (`(price, date_time)`)
+/// that fall within its `[from, to]`; empties `held` (q4 and q6 join bids to their auction).
+fn best_held_bid(held: &mut Vec<(u64, i64)>, from: i64, to: i64) -> Option<u64> {
+    std::mem::take(held)
+        .into_iter()
+        .filter(|&(_, t)| from <= t && t <= to)
+        .map(|(p, _)| p)
+        .max()
+}

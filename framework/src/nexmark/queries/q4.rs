@@ -88,11 +88,7 @@ impl KeyedProcessFunction<u64, (u64, Q4In), Change> for WinningPrice {
                     return; // a repeated id: the first auction counts
                 }
                 w.auction = Some((category, date_time, expires));
-                let top = std::mem::take(&mut w.held)
-                    .into_iter()
-                    .filter(|&(_, t)| date_time <= t && t <= expires)
-                    .map(|(p, _)| p)
-                    .max();
+                let top = super::best_held_bid(&mut w.held, date_time, expires);
                 if let Some(new) = top {
                     w.max = Some(new);
                     out.collect(Change {

@@ -97,11 +97,7 @@ impl KeyedProcessFunction<u64, (u64, Q6In), ForClose> for Join {
                     return; // a repeated id: the first auction counts
                 }
                 a.auction = Some((seller, date_time, expires));
-                let price = std::mem::take(&mut a.held)
-                    .into_iter()
-                    .filter(|&(_, t)| date_time <= t && t <= expires)
-                    .map(|(p, _)| p)
-                    .max();
+                let price = super::best_held_bid(&mut a.held, date_time, expires);
                 out.collect(ForClose {
                     seller,
                     auction: *auction,

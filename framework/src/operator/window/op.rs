@@ -8,6 +8,7 @@ use crate::checkpoint::StateWriter;
 use crate::error::TaskError;
 use crate::metrics::QueueUsage;
 use crate::operator::keyed::{by_key_group, put_keyed, KeyedPayload};
+use crate::operator::timers::{advance_forwarded, pop_first_due};
 use crate::operator::{BoxOutput, Collector, Control, OpCore, Output};
 use crate::time::{EventTime, Timestamps, Watermark};
 
@@ -387,20 +388,10 @@ where
         let wm = self.watermark;
         let mut n = 0;
         while n < budget {
-            let Some(mut entry) = self.fire.first_entry() else {
+            let Some((t, key)) = pop_first_due(&mut self.fire, wm) else {
                 break;
             };
-            if *entry.key() > wm {
-                break;
-            }
-            let end = *entry.key() + 1;
-            let Some(key) = entry.get_mut().pop() else {
-                entry.remove();
-                continue;
-            };
-            if entry.get().is_empty() {
-                entry.remove();
-            }
+            let end = t + 1;
             let Some(w) = self.keys.get_mut(&key) else {
                 continue;
             };
@@ -416,19 +407,9 @@ where
             n += 1;
         }
         while n < budget {
-            let Some(mut entry) = self.cleanup.first_entry() else {
+            let Some((_, key)) = pop_first_due(&mut self.cleanup, wm) else {
                 break;
             };
-            if *entry.key() > wm {
-                break;
-            }
-            let Some(key) = entry.get_mut().pop() else {
-                entry.remove();
-                continue;
-            };
-            if entry.get().is_empty() {
-                entry.remove();
-            }
             self.purge(&key);
             n += 1;
         }
@@ -437,14 +418,8 @@ where
     /// The watermark that can go on now: the input's, held below the earliest window still
     /// to fire at or before it. `None` if it would not advance.
     fn watermark_to_forward(&mut self) -> Option<EventTime> {
-        let held = match self.fire.keys().next() {
-            Some(&t) if t <= self.watermark => t.saturating_sub(1),
-            _ => self.watermark,
-        };
-        (held > self.forwarded).then(|| {
-            self.forwarded = held;
-            held
-        })
+        let earliest = self.fire.keys().next().copied();
+        advance_forwarded(earliest, self.watermark, &mut self.forwarded)
     }
 
     /// Drops the slices of `key` no window can use any more, and the key when nothing is left.
