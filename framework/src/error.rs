@@ -407,6 +407,67 @@ pub(crate) enum TaskError {
     },
 }
 
+/// What a failed subtask reports, in a line (the cause a promotion records).
+impl std::fmt::Display for TaskError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            TaskError::Panic {
+                uid,
+                subtask,
+                message,
+            } => {
+                write!(f, "operator `{uid}` subtask {subtask} panicked: {message}")
+            }
+            TaskError::Source {
+                uid,
+                subtask,
+                source,
+            } => {
+                write!(f, "source `{uid}` subtask {subtask} failed: {source}")
+            }
+            TaskError::Sink {
+                uid,
+                subtask,
+                source,
+            } => {
+                write!(f, "sink `{uid}` subtask {subtask} failed: {source}")
+            }
+            TaskError::State {
+                uid,
+                subtask,
+                source,
+            } => {
+                write!(f, "the state of `{uid}` subtask {subtask}: {source}")
+            }
+            TaskError::Checkpoint {
+                uid,
+                subtask,
+                message,
+            } => {
+                write!(f, "the checkpoint of `{uid}` subtask {subtask}: {message}")
+            }
+            TaskError::Lookup {
+                uid,
+                subtask,
+                key,
+                message,
+            } => {
+                write!(
+                    f,
+                    "lookup of {key} by `{uid}` subtask {subtask} failed: {message}"
+                )
+            }
+            TaskError::Fenced {
+                uid,
+                subtask,
+                epoch,
+            } => {
+                write!(f, "`{uid}` subtask {subtask} was fenced (epoch {epoch})")
+            }
+        }
+    }
+}
+
 impl TaskError {
     pub(crate) fn into_job_error(self, job: &str) -> JobError {
         let job = job.to_owned();

@@ -107,6 +107,32 @@ pub struct FailureRecord {
     pub class: FailureClass,
     /// What the job did.
     pub outcome: FailureOutcome,
+    /// For a restart: from the failure to the restarted job running again (`None` while it
+    /// restarts, and for a failure that ended the job).
+    pub recovery: Option<Duration>,
+}
+
+/// One failover without a restart: a backup promoted in place of its failed primary
+/// (`JobMonitor::promotions`); the rest of the job kept running.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct PromotionRecord {
+    /// When the controller saw the primary fail, ms since the Unix epoch.
+    pub time_ms: u64,
+    /// The backed-up operator (the uid of its vertex's first operator).
+    pub uid: String,
+    /// The subtask whose backup took over.
+    pub subtask: usize,
+    /// Why the primary was taken for failed (its error, a missed heartbeat, a lost thread).
+    pub cause: String,
+    /// From the failure's detection to the new primary running.
+    pub recovery: Duration,
+    /// Batches the new primary replays from the buffer queue.
+    pub batches_replayed: u64,
+    /// Records in those batches.
+    pub records_replayed: u64,
+    /// Of the batches replayed, those the old primary had processed already.
+    pub batches_reprocessed: u64,
 }
 
 /// Where a panic happened, in terms replay reproduces (see the module documentation).

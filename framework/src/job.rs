@@ -470,6 +470,12 @@ impl JobMonitor {
         lock(&self.views.failures).clone()
     }
 
+    /// Every backup promoted in place of its failed primary, oldest first: the failovers
+    /// that restarted nothing (restarts are in [`failures`](Self::failures)).
+    pub fn promotions(&self) -> Vec<crate::PromotionRecord> {
+        lock(&self.views.promotions).clone()
+    }
+
     /// Asks the job to stop ([`JobError::Cancelled`]); does not wait.
     pub fn cancel(&self) {
         self.commands.cancel();

@@ -622,6 +622,19 @@ pub struct VertexInfo {
     pub operators: Vec<String>,
     /// For a vertex with keyed state: the key groups each subtask owns, in subtask order.
     pub key_groups: Option<Vec<std::ops::Range<usize>>>,
+    /// The edges into it from other vertices, in the order of its inputs (a source has none).
+    pub inputs: Vec<VertexInput>,
+}
+
+/// An edge into a vertex from another vertex (Flink's plan node `inputs`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct VertexInput {
+    /// The id of the vertex the records come from.
+    pub id: String,
+    /// How records are spread over the subtasks, in Flink's words: `FORWARD`, `REBALANCE`,
+    /// `BROADCAST` or `HASH`.
+    pub ship_strategy: &'static str,
 }
 
 /// The vertices of a planned graph: one per chain head, in graph order.
@@ -655,7 +668,33 @@ pub(crate) fn vertices(graph: &Graph, plan: &Plan, max_parallelism: usize) -> Ve
                             .collect()
                     }),
                 operators: members.iter().map(|&n| plan.uids[n].clone()).collect(),
+                inputs: inputs_of(graph, plan, h),
             }
+        })
+        .collect()
+}
+
+/// The edges into the vertex headed by `h` from other vertices, in input order (a chained
+/// edge stays inside a vertex and is not one).
+fn inputs_of(graph: &Graph, plan: &Plan, h: NodeId) -> Vec<VertexInput> {
+    let mut edges: Vec<(usize, usize)> = graph
+        .edges
+        .iter()
+        .enumerate()
+        .filter(|&(e, edge)| plan.head_of[edge.to] == h && !plan.chained[e])
+        .map(|(e, edge)| (edge.input, e))
+        .collect();
+    edges.sort();
+    edges
+        .into_iter()
+        .map(|(_, e)| VertexInput {
+            id: plan.uids[plan.head_of[graph.edges[e].from]].clone(),
+            ship_strategy: match plan.kinds[e] {
+                PartitionKind::Auto | PartitionKind::Forward => "FORWARD",
+                PartitionKind::Rebalance => "REBALANCE",
+                PartitionKind::Broadcast => "BROADCAST",
+                PartitionKind::Hash => "HASH",
+            },
         })
         .collect()
 }

@@ -74,6 +74,8 @@ pub(crate) struct Promotion {
     /// backup had.
     pub(crate) reprocessed: usize,
     pub(crate) replayed: usize,
+    /// Records in the replayed batches.
+    pub(crate) replayed_records: u64,
     /// Input records processed before the replay (injected faults count from there).
     pub(crate) records_before: u64,
 }
@@ -352,6 +354,7 @@ impl<T: Data> BackupGroup for TypedGroup<T> {
             waker: inputs.waker.clone(),
             reprocessed: plan.reprocessed,
             replayed: plan.batches.len(),
+            replayed_records: plan.batches.iter().map(|(_, p)| p.len() as u64).sum(),
             records_before: plan.records_before,
         };
         *lock(&self.promoting) = Some((inputs, plan, epoch));

@@ -116,6 +116,8 @@ pub struct CheckpointRecord {
     pub num_acknowledged_subtasks: usize,
     /// The longest barrier alignment of a subtask, ms.
     pub alignment_ms: u64,
+    /// The longest start delay of a subtask (from the trigger to the barrier reaching it), ms.
+    pub start_delay_ms: u64,
     /// Why it failed.
     pub failure_message: Option<String>,
     /// A subtask took its part unaligned, storing in-flight data (Flink's `is_unaligned`).
@@ -311,6 +313,7 @@ impl Coordinator {
             num_subtasks: self.subtasks,
             num_acknowledged_subtasks: 0,
             alignment_ms: 0,
+            start_delay_ms: 0,
             failure_message: None,
             is_unaligned: false,
             at_least_once: false,
@@ -404,6 +407,7 @@ impl Coordinator {
         if let Some(r) = self.record_mut(id) {
             r.num_acknowledged_subtasks = acked;
             r.alignment_ms = align;
+            r.start_delay_ms = r.start_delay_ms.max(start_delay.as_millis() as u64);
             r.latest_ack_timestamp_ms = Some(at);
             r.is_unaligned |= matches!(taken, Taken::Unaligned { .. });
             r.persisted_data += persisted;

@@ -120,5 +120,6 @@ pub(crate) fn record(
         error: error.to_string(),
         class,
         outcome,
+        recovery: None,
     }
 }

@@ -68,6 +68,8 @@ pub(crate) struct Views {
     pub(crate) live_config: crate::plan::LiveConfig,
     /// Every failure that restarted or ended the job, oldest first.
     pub(crate) failures: Arc<Mutex<Vec<FailureRecord>>>,
+    /// Every backup promoted in place of its failed primary, oldest first.
+    pub(crate) promotions: Arc<Mutex<Vec<crate::failure::PromotionRecord>>>,
     /// The job's vertices at their current parallelism (replaced by a rescale).
     pub(crate) vertices: Arc<Mutex<Vec<crate::plan::VertexInfo>>>,
     /// Readings operators publish beside their counters (replaced with the graph).
@@ -357,6 +359,20 @@ impl JobContext {
         let r = failures::record(self.attempt, error, class, outcome);
         lock(&self.views.failures).push(r);
     }
+
+    /// A restarted job runs again: its last restart took from the failure to now.
+    fn restarted(&self) {
+        let now = crate::metrics::now_ms();
+        let mut failures = lock(&self.views.failures);
+        if let Some(r) = failures.last_mut().filter(|r| {
+            r.recovery.is_none()
+                && matches!(r.outcome, crate::failure::FailureOutcome::Restarted { .. })
+        }) {
+            r.recovery = Some(std::time::Duration::from_millis(
+                now.saturating_sub(r.time_ms),
+            ));
+        }
+    }
 }
 
 /// Runs the job to its end: the state machine's loop. Each transition is logged at info with
@@ -376,6 +392,14 @@ pub(crate) async fn run(launch: Launch) -> Result<JobResult, JobError> {
             JobState::Finished(s) => return s.outcome(),
         };
         tracing::info!(job = %ctx.job, from = t.from(), to = t.to(), cause = %t.cause(), "job state transition");
+        if (t.from(), t.to())
+            == (
+                <Deploying as states::State>::NAME,
+                <states::Running as states::State>::NAME,
+            )
+        {
+            ctx.restarted();
+        }
         let status = t.next().status();
         *lock(&ctx.views.status) = status;
         if status.is_terminal() {

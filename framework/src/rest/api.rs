@@ -1,7 +1,7 @@
 //! What every route shares: the REST error and its JSON, the triggers of operations started
 //! over REST, the route table, and the helpers that find a job or vertex, check the token and
-//! read a body. The handlers are `jobs` (cluster, jobs, vertices, metrics), `checkpoints` and
-//! `savepoints`.
+//! read a body. The handlers are `jobs` (cluster, jobs, vertices, metrics, exceptions),
+//! `checkpoints`, `savepoints`, `rescale`, `settings`, `prom` and `dashboard` (the web page).
 
 use std::path::PathBuf;
 use std::sync::mpsc::{Receiver, TryRecvError};
@@ -125,7 +125,10 @@ pub(crate) fn routes(cfg: &mut web::ServiceConfig) {
             .route(web::get().to(h))
             .default_service(web::to(method_not_allowed))
     }
-    cfg.service(get("/overview", super::jobs::overview))
+    cfg.service(get("/", super::dashboard::asset))
+        .service(get("/dashboard.js", super::dashboard::asset))
+        .service(get("/dashboard.css", super::dashboard::asset))
+        .service(get("/overview", super::jobs::overview))
         .service(get("/jobs/overview", super::jobs::jobs_overview))
         .service(get("/jobs", super::jobs::jobs))
         .service(get("/metrics", super::prom::metrics))
@@ -207,6 +210,7 @@ pub(crate) fn routes(cfg: &mut web::ServiceConfig) {
         ))
         .service(get("/jobs/{id}/metrics", super::checkpoints::job_metrics))
         .service(get("/jobs/{id}/backups", super::checkpoints::backups))
+        .service(get("/jobs/{id}/exceptions", super::jobs::exceptions))
         .service(
             web::resource("/jobs/{id}/savepoints")
                 .route(web::post().to(super::savepoints::trigger_savepoint))
@@ -225,6 +229,9 @@ pub(crate) fn routes(cfg: &mut web::ServiceConfig) {
 
 /// Every path the server serves, with its methods, as registered by the server.
 pub const ROUTES: &[(&str, &[&str])] = &[
+    ("/", &["GET"]),
+    ("/dashboard.js", &["GET"]),
+    ("/dashboard.css", &["GET"]),
     ("/overview", &["GET"]),
     ("/jobs/overview", &["GET"]),
     ("/jobs", &["GET"]),
@@ -248,6 +255,7 @@ pub const ROUTES: &[(&str, &[&str])] = &[
     ("/jobs/{id}/checkpoints/{trigger}", &["GET"]),
     ("/jobs/{id}/metrics", &["GET"]),
     ("/jobs/{id}/backups", &["GET"]),
+    ("/jobs/{id}/exceptions", &["GET"]),
     ("/jobs/{id}/savepoints", &["POST"]),
     ("/jobs/{id}/savepoints/{trigger}", &["GET"]),
     ("/jobs/{id}/stop", &["POST"]),

@@ -27,6 +27,10 @@ pub(super) fn record_json(r: &crate::CheckpointRecord) -> Value {
         "alignment_buffered": 0,
         "processed_data": 0,
         "persisted_data": r.persisted_data,
+        // Weir's: the longest alignment and start delay of a subtask (Flink has these per
+        // subtask only, in the checkpoint's details).
+        "alignment_duration": r.alignment_ms,
+        "start_delay": r.start_delay_ms,
         "num_subtasks": r.num_subtasks,
         "num_acknowledged_subtasks": r.num_acknowledged_subtasks,
         "checkpoint_type": match (r.is_savepoint, r.is_unaligned) {

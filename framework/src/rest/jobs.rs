@@ -1,6 +1,6 @@
 //! The cluster, its jobs and their vertices: `/overview`, `/jobs`, `/jobs/overview`,
 //! `/jobs/{id}` (and its cancel), vertices, backpressure, job, vertex and subtask metrics, and
-//! Weir's `/jobs/{id}/backups`.
+//! the failure history `/jobs/{id}/exceptions` (Flink's shape, with Weir's promotions).
 
 use actix_web::{web, HttpRequest, HttpResponse};
 use serde_json::{json, Value};
@@ -101,6 +101,8 @@ pub(super) fn vertex_json(
 ) -> Value {
     let (read, write) = vertex_records(v, m);
     let status = job.status().as_str();
+    let first = m.and_then(|m| v.operators.first().and_then(|u| m.operator(u)));
+    let last = m.and_then(|m| v.operators.last().and_then(|u| m.operator(u)));
     json!({
         "id": v.id,
         "name": v.name,
@@ -117,7 +119,22 @@ pub(super) fn vertex_json(
             "read-records": read, "read-records-complete": true,
             "write-records": write, "write-records-complete": true,
         },
+        // Weir's: the worst backpressure level of its subtasks and its rates over the last
+        // metrics interval, so one request draws the whole graph.
+        "backpressure-level": level(worst_level(v, m)),
+        "records-in-per-second": first.map_or(0.0, |o| o.num_records_in_per_second),
+        "records-out-per-second": last.map_or(0.0, |o| o.num_records_out_per_second),
     })
+}
+
+/// The worst backpressure level of `v`'s subtasks (`ok` before the first metrics).
+fn worst_level(v: &crate::VertexInfo, m: Option<&crate::JobMetrics>) -> BackpressureLevel {
+    m.iter()
+        .flat_map(|m| m.subtasks.iter())
+        .filter(|s| s.head_uid == v.id)
+        .map(|s| s.backpressure_level)
+        .max()
+        .unwrap_or(BackpressureLevel::Ok)
 }
 
 pub(super) async fn job(state: State, req: HttpRequest) -> Answer {
@@ -132,7 +149,15 @@ pub(super) async fn job(state: State, req: HttpRequest) -> Answer {
     let nodes: Vec<Value> = job
         .vertices()
         .iter()
-        .map(|v| json!({ "id": v.id, "parallelism": v.parallelism, "description": v.name, "operator": "", "operator_strategy": "" }))
+        .map(|v| {
+            let inputs: Vec<Value> = v
+                .inputs
+                .iter()
+                .enumerate()
+                .map(|(num, i)| json!({ "num": num, "id": i.id, "ship_strategy": i.ship_strategy, "exchange": "pipelined_bounded" }))
+                .collect();
+            json!({ "id": v.id, "parallelism": v.parallelism, "description": v.name, "operator": "", "operator_strategy": "", "inputs": inputs })
+        })
         .collect();
     let status = job.status().as_str();
     Ok(HttpResponse::Ok().json(json!({
@@ -150,6 +175,8 @@ pub(super) async fn job(state: State, req: HttpRequest) -> Answer {
         "vertices": vertices,
         "status-counts": { status: job.vertices().len() },
         "plan": { "jid": job.id(), "name": job.name(), "type": "STREAMING", "nodes": nodes },
+        // Weir's: the rate limit on each source subtask when rate control is on.
+        "source-rate-limit": m.as_ref().and_then(|m| m.source_rate_limit),
     })))
 }
 
@@ -216,13 +243,7 @@ pub(super) async fn backpressure(state: State, req: HttpRequest) -> Answer {
             })
         })
         .collect();
-    let worst = m
-        .iter()
-        .flat_map(|m| m.subtasks.iter())
-        .filter(|s| s.head_uid == v.id)
-        .map(|s| s.backpressure_level)
-        .max()
-        .unwrap_or(BackpressureLevel::Ok);
+    let worst = worst_level(&v, m.as_ref());
     Ok(HttpResponse::Ok().json(json!({
         "status": "ok",
         "backpressureLevel": level(worst),
@@ -363,4 +384,85 @@ pub(super) async fn subtask_metrics(state: State, req: HttpRequest) -> Answer {
         })
         .collect();
     Ok(HttpResponse::Ok().json(list))
+}
+
+/// `GET /jobs/{id}/exceptions`: Flink's exception history, newest first, at most
+/// `maxExceptions` entries (default 20). Weir adds to each entry how the job recovered
+/// (`failover`: `promotion`, `restart` or `failed`), `recoveryMs` (`null` while a restart is
+/// under way) and, for a promotion, `recordsReplayed` from the buffer queue.
+pub(super) async fn exceptions(state: State, req: HttpRequest) -> Answer {
+    let job = job_of(&state, &req)?;
+    let max = match query_list(&req, "maxExceptions")?.as_deref() {
+        None | Some([]) => 20,
+        Some([n]) => n.parse::<usize>().map_err(|_| {
+            ApiError::bad_request(format!(
+                "query parameter `maxExceptions` must be a number, got `{n}`"
+            ))
+        })?,
+        Some(_) => {
+            return Err(ApiError::bad_request(
+                "query parameter `maxExceptions` must be one number",
+            ))
+        }
+    };
+    let mut entries: Vec<(u64, Value)> = job
+        .failures()
+        .iter()
+        .map(|f| {
+            let (failover, delay) = match f.outcome {
+                crate::FailureOutcome::Restarted { delay } => ("restart", Some(ms(delay))),
+                _ => ("failed", None),
+            };
+            let entry = json!({
+                "exceptionName": "weir.JobError",
+                "stacktrace": f.error,
+                "timestamp": f.time_ms,
+                "taskName": Value::Null,
+                "endpoint": Value::Null,
+                "taskManagerId": Value::Null,
+                "failureLabels": { "class": f.class.as_str() },
+                "concurrentExceptions": [],
+                "failover": failover,
+                "attempt": f.attempt,
+                "restartDelayMs": delay,
+                "recoveryMs": f.recovery.map(ms),
+                "recordsReplayed": Value::Null,
+            });
+            (f.time_ms, entry)
+        })
+        .collect();
+    entries.extend(job.promotions().iter().map(|p| {
+        let entry = json!({
+            "exceptionName": "weir.TaskFailure",
+            "stacktrace": p.cause,
+            "timestamp": p.time_ms,
+            "taskName": format!("{} ({}/{})", p.uid, p.subtask + 1, job.vertices().iter().find(|v| v.id == p.uid).map_or(0, |v| v.parallelism)),
+            "endpoint": Value::Null,
+            "taskManagerId": Value::Null,
+            "failureLabels": { "class": "transient" },
+            "concurrentExceptions": [],
+            "failover": "promotion",
+            "uid": p.uid,
+            "subtask": p.subtask,
+            "recoveryMs": p.recovery.as_secs_f64() * 1000.0,
+            "recordsReplayed": p.records_replayed,
+            "batchesReplayed": p.batches_replayed,
+            "batchesReprocessed": p.batches_reprocessed,
+        });
+        (p.time_ms, entry)
+    }));
+    entries.sort_by_key(|(t, _)| std::cmp::Reverse(*t));
+    let truncated = entries.len() > max;
+    entries.truncate(max);
+    let root = entries.first().map(|(_, e)| e.clone());
+    Ok(HttpResponse::Ok().json(json!({
+        "root-exception": root.as_ref().map(|e| e["stacktrace"].clone()),
+        "timestamp": root.as_ref().map(|e| e["timestamp"].clone()),
+        "all-exceptions": [],
+        "truncated": truncated,
+        "exceptionHistory": {
+            "entries": entries.into_iter().map(|(_, e)| e).collect::<Vec<_>>(),
+            "truncated": truncated,
+        },
+    })))
 }

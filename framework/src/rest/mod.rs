@@ -29,6 +29,7 @@
 
 mod api;
 mod checkpoints;
+mod dashboard;
 mod jobs;
 mod prom;
 mod rescale;

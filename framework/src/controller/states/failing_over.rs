@@ -105,6 +105,7 @@ pub(crate) const PROMOTION_QUIET: std::time::Duration = std::time::Duration::fro
 /// Promotes the backup of slot `i`. `Err` when no promotion is possible.
 fn promote(running: &mut Running, ctx: &mut JobContext, i: usize, why: &str) -> Result<(), String> {
     let started = Instant::now();
+    let started_ms = crate::metrics::now_ms();
     let dep = &mut running.dep;
     {
         let slot = &mut dep.backups[i];
@@ -175,6 +176,16 @@ fn promote(running: &mut Running, ctx: &mut JobContext, i: usize, why: &str) -> 
     swap_arbiters(running, ctx, i);
     let took = started.elapsed();
     group.promoted(took);
+    lock(&ctx.views.promotions).push(crate::failure::PromotionRecord {
+        time_ms: started_ms,
+        uid: old.head_uid.clone(),
+        subtask: old.subtask,
+        cause: why.to_owned(),
+        recovery: took,
+        batches_replayed: promotion.replayed as u64,
+        records_replayed: promotion.replayed_records,
+        batches_reprocessed: promotion.reprocessed as u64,
+    });
     tracing::warn!(uid = %old.head_uid, subtask = old.subtask, epoch = promotion.epoch, reprocessed = promotion.reprocessed, replayed = promotion.replayed, ?took, "backup promoted");
     Ok(())
 }

@@ -333,7 +333,7 @@ impl Running {
         match self.dep.slot_of(actor) {
             Some(slot) => Err(Exit::Promote(vec![Promote {
                 slot,
-                why: format!("{error:?}"),
+                why: error.to_string(),
                 fallback: Fallback::Failed(error),
             }])),
             None => Err(Exit::Failed(error.into_job_error(&ctx.job))),
