@@ -1066,3 +1066,150 @@ fn settings_change_live_over_rest_with_a_plan_a_history_and_a_rollback() {
         let _ = job.wait();
     });
 }
+
+/// `/jobs/{id}/exceptions` has Flink's exception history, newest first, with how the job
+/// recovered: a panic in a backed-up operator is a promotion (its recovery time and the
+/// records replayed from the buffer queue), a panic elsewhere a restart (its recovery time once
+/// the job runs again). `/jobs/{id}` draws the graph: plan nodes with their inputs and ship
+/// strategy, vertices with their backpressure level and rates.
+#[test]
+fn the_exception_history_has_promotions_and_restarts_with_their_recovery() {
+    within_timeout(|| {
+        weir::testing::quiet_injected_panics();
+        let dir = TempDir::new("rest-exceptions");
+        let mut cfg = config(20_000.0, dir.path());
+        let faults = weir::testing::FaultPlan::new(vec![
+            weir::testing::Fault::new("backed-up", weir::testing::FaultKind::Panic, 0)
+                .after_checkpoints(2)
+                .in_subtask(0),
+            weir::testing::Fault::new("plain", weir::testing::FaultKind::Panic, 0)
+                .after_checkpoints(6),
+        ]);
+        common::restart_on_faults(&mut cfg, faults.clone());
+        let env = Env::with_config(cfg);
+        env.serve_rest(RestConfig::default());
+        env.generate(u64::MAX, |i| i)
+            .uid("src")
+            .rebalance()
+            .map(|x: u64| x)
+            .uid("backed-up")
+            .with_backup()
+            .rebalance()
+            .map(|x: u64| x)
+            .uid("plain")
+            .set_parallelism(2)
+            .collect();
+        let job = env.start("rest-exceptions").expect("the job starts");
+        let server = job.rest().expect("served");
+        let id = job.id().to_owned();
+        let deadline = std::time::Instant::now() + WAIT * 3;
+        let entries = loop {
+            let (s, b) = get(server, &format!("/jobs/{id}/exceptions"));
+            assert_eq!(s, 200, "{b}");
+            let entries = b["exceptionHistory"]["entries"].as_array().unwrap().clone();
+            let restarted = entries
+                .iter()
+                .any(|e| e["failover"] == "restart" && e["recoveryMs"].is_number());
+            if restarted && entries.len() == 2 {
+                assert_eq!(b["root-exception"], entries[0]["stacktrace"], "{b}");
+                break entries;
+            }
+            assert!(std::time::Instant::now() < deadline, "two failovers: {b}");
+            std::thread::sleep(Duration::from_millis(5));
+        };
+        let (restart, promotion) = (&entries[0], &entries[1]);
+        assert!(
+            restart["timestamp"].as_u64() >= promotion["timestamp"].as_u64(),
+            "newest first: {entries:?}"
+        );
+        assert_eq!(restart["failover"], "restart", "{restart}");
+        assert_eq!(restart["attempt"], 0, "{restart}");
+        assert!(
+            restart["stacktrace"].as_str().unwrap().contains("plain"),
+            "{restart}"
+        );
+        assert_eq!(promotion["failover"], "promotion", "{promotion}");
+        assert_eq!(
+            (promotion["uid"].as_str(), promotion["subtask"].as_u64()),
+            (Some("backed-up"), Some(0)),
+            "{promotion}"
+        );
+        let cause = promotion["stacktrace"].as_str().unwrap();
+        assert!(
+            cause.contains("`backed-up`") && cause.contains("injected"),
+            "{cause}"
+        );
+        let promoted = job.monitor().promotions();
+        assert_eq!(promoted.len(), 1, "{promoted:?}");
+        // serde_json parses floats to within an ulp or so, not always exactly.
+        let shown = promotion["recoveryMs"].as_f64().expect("a recovery time");
+        assert!(
+            (shown - promoted[0].recovery.as_secs_f64() * 1000.0).abs() < 1e-6,
+            "{promotion} vs {promoted:?}"
+        );
+        assert_eq!(
+            promotion["recordsReplayed"].as_u64(),
+            Some(promoted[0].records_replayed)
+        );
+        let failures = job.failures();
+        assert_eq!(
+            restart["recoveryMs"].as_u64(),
+            failures[0].recovery.map(|d| d.as_millis() as u64),
+            "{failures:?}"
+        );
+        let (s, b) = get(server, &format!("/jobs/{id}/exceptions?maxExceptions=1"));
+        assert_eq!(s, 200);
+        assert_eq!(
+            b["exceptionHistory"]["entries"].as_array().unwrap().len(),
+            1
+        );
+        assert_eq!(b["truncated"], true, "{b}");
+        let (s, b) = get(server, &format!("/jobs/{id}/exceptions?maxExceptions=many"));
+        assert_eq!(s, 400);
+        assert!(error_of(&b).contains("maxExceptions"), "{b}");
+
+        let (s, b) = get(server, &format!("/jobs/{id}"));
+        assert_eq!(s, 200);
+        let inputs: Vec<(String, Value)> = b["plan"]["nodes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|n| (n["id"].as_str().unwrap().to_owned(), n["inputs"].clone()))
+            .collect();
+        assert_eq!(
+            inputs.len(),
+            4,
+            "source, two maps, the collecting sink: {b}"
+        );
+        assert_eq!(
+            inputs[3].1,
+            json!([{ "num": 0, "id": "plain", "ship_strategy": "REBALANCE", "exchange": "pipelined_bounded" }]),
+            "the sink (parallelism 1) after `plain` (2): {b}"
+        );
+        assert_eq!(
+            inputs[..3],
+            vec![
+                ("src".to_owned(), json!([])),
+                (
+                    "backed-up".to_owned(),
+                    json!([{ "num": 0, "id": "src", "ship_strategy": "REBALANCE", "exchange": "pipelined_bounded" }])
+                ),
+                (
+                    "plain".to_owned(),
+                    json!([{ "num": 0, "id": "backed-up", "ship_strategy": "REBALANCE", "exchange": "pipelined_bounded" }])
+                ),
+            ],
+            "{b}"
+        );
+        for v in b["vertices"].as_array().unwrap() {
+            assert!(
+                ["ok", "low", "high"].contains(&v["backpressure-level"].as_str().unwrap()),
+                "{v}"
+            );
+            assert!(v["records-in-per-second"].is_number(), "{v}");
+            assert!(v["records-out-per-second"].is_number(), "{v}");
+        }
+        job.cancel();
+        let _ = job.wait();
+    });
+}

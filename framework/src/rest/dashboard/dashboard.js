@@ -17,6 +17,7 @@
     job: null,
     backups: [],
     rates: new Map(),
+    firstSeen: new Map(),
     limit: [],
     pending: null,
     configNames: null,
@@ -374,6 +375,9 @@
       const kind = e.failover || 'failed';
       li.className = kind;
       li.dataset.kind = kind;
+      const key = `${kind}@${e.timestamp}@${e.taskName || e.attempt}`;
+      if (!state.firstSeen.has(key)) state.firstSeen.set(key, Number(document.body.dataset.refreshes || 0) + 1);
+      li.dataset.shownAtRefresh = String(state.firstSeen.get(key));
       if (e.recoveryMs !== null && e.recoveryMs !== undefined) li.dataset.recoveryMs = String(e.recoveryMs);
       if (e.recordsReplayed !== null && e.recordsReplayed !== undefined) li.dataset.recordsReplayed = String(e.recordsReplayed);
       const what = document.createElement('div');
