@@ -8,11 +8,13 @@
 //!     --levels tests/data/levels.jsonl --output /tmp/cleaned --parallelism 2
 //! ```
 //!
-//! Watch and steer a running job over Flink's REST API (`weir::rest`):
+//! Watch and steer a running job over Flink's REST API (`weir::rest`), or in a browser (the
+//! dashboard at `/`):
 //!
 //! ```text
 //! cargo run --release --example answer_cleaning -- --rest 127.0.0.1:8081 --forever --rate 50000
 //! curl http://127.0.0.1:8081/jobs/<id>/checkpoints
+//! xdg-open http://127.0.0.1:8081/
 //! ```
 //!
 //! Kill it mid-job and resume from its latest checkpoint (the output is then as if it had
@@ -163,6 +165,7 @@ fn run(args: Args) -> Result<(), String> {
             let server =
                 RestServer::start(RestConfig::default().addr(addr)).map_err(|e| e.to_string())?;
             server.register(job.monitor());
+            println!("dashboard:      http://{}/", server.addr());
             println!("REST API:       http://{}/jobs/{}", server.addr(), job.id());
             if let Some(f) = server.token_file() {
                 println!(

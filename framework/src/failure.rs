@@ -1,7 +1,8 @@
 //! What a job's failures are and how they are told: each failure is classified
 //! ([`FailureClass`]: deterministic ones fail the job at once, the rest restart under the
 //! restart strategy), recorded in the job's failure history ([`FailureRecord`], read with
-//! `JobHandle::failures`), and announced on stderr with one line ([`Warnings`]) whether or not
+//! `JobHandle::failures`; a failure a backup took over is a [`PromotionRecord`], read with
+//! `JobMonitor::promotions`), and announced on stderr with one line ([`Warnings`]) whether or not
 //! the app installed a `tracing` subscriber.
 //!
 //! A panic is deterministic when it recurs at the same input position after a restore

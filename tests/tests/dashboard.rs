@@ -5,8 +5,9 @@
 //! `/jobs/{id}/checkpoints`, a panic injected into the backed-up operator on its failover
 //! timeline with the recovery time, and an action sent without the token refused with the
 //! API's own message; the browser's console must have no error and the page must request
-//! nothing outside the server. Screenshots go to `target/tmp/dashboard/`; with
-//! `WEIR_UPDATE_SCREENSHOT=1` the main one also replaces `book/src/img/dashboard.png`.
+//! nothing outside the server; the token, typed once, unlocks a live setting change (plan, then
+//! result). Screenshots go to `target/tmp/dashboard/`; with `WEIR_UPDATE_SCREENSHOT=1` the
+//! last one also replaces `book/src/img/dashboard.png` (the README's and the book's).
 //!
 //! Every wait polls the page until a condition holds (with a generous deadline), never an
 //! assumed time. Without chromedriver (Debian's `chromium-driver`) the test is skipped with a
@@ -182,6 +183,16 @@ async fn until(client: &Client, what: &str, script: &str) -> Value {
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+}
+
+async fn click(client: &Client, id: &str) {
+    client
+        .find(Locator::Id(id))
+        .await
+        .unwrap_or_else(|e| panic!("#{id} on the page: {e}"))
+        .click()
+        .await
+        .unwrap_or_else(|e| panic!("click #{id}: {e}"));
 }
 
 async fn screenshot(client: &Client, dir: &Path, name: &str) -> PathBuf {
@@ -388,11 +399,7 @@ async fn check_page(
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
     }
-    let shot = screenshot(client, out, "dashboard.png").await;
-    if std::env::var("WEIR_UPDATE_SCREENSHOT").is_ok_and(|v| v == "1") {
-        let book = Path::new(env!("CARGO_MANIFEST_DIR")).join("../book/src/img/dashboard.png");
-        std::fs::copy(&shot, &book).expect("update the book's screenshot");
-    }
+    screenshot(client, out, "checkpoints.png").await;
 
     // The injected panic: promoted, on the timeline within a refresh of the API showing it.
     let deadline = Instant::now() + DEADLINE;
@@ -465,13 +472,7 @@ async fn check_page(
         )
     };
     assert_eq!(status, 401);
-    client
-        .find(Locator::Id("sp-plan"))
-        .await
-        .expect("the savepoint button")
-        .click()
-        .await
-        .expect("click");
+    click(client, "sp-plan").await;
     let plan = until(
         client,
         "the savepoint's plan",
@@ -509,6 +510,80 @@ async fn check_page(
         "the page shows the API's message `{refusal}`: {result}"
     );
     screenshot(client, out, "refused.png").await;
+
+    // The token, typed once into the header's form (keyboard only), is kept in this tab's
+    // sessionStorage only; with it a live setting changes: the plan says live, then applied.
+    let token = job.rest().expect("served").token().to_owned();
+    click(client, "token-set").await;
+    let input = client
+        .active_element()
+        .await
+        .expect("the focused token field");
+    assert_eq!(
+        input.attr("id").await.expect("an id").as_deref(),
+        Some("token-input")
+    );
+    input
+        .send_keys(&format!("{token}{}", fantoccini::key::Key::Enter))
+        .await
+        .expect("type the token");
+    let kept = until(
+        client,
+        "the token kept",
+        "return sessionStorage.getItem('weir-token') !== null
+            && [localStorage.length, document.cookie];",
+    )
+    .await;
+    assert_eq!(kept, json!([0, ""]), "the token is in sessionStorage only");
+    client
+        .find(Locator::Id("set-name"))
+        .await
+        .expect("the setting list")
+        .select_by_value(weir::settings::INTERVAL)
+        .await
+        .expect("choose the checkpoint interval");
+    let value = client
+        .find(Locator::Id("set-value"))
+        .await
+        .expect("the value field");
+    value.clear().await.expect("clear");
+    value.send_keys("300ms").await.expect("type");
+    click(client, "set-plan").await;
+    let plan = until(
+        client,
+        "the setting's plan",
+        "const b = document.getElementById('action-box');
+         return !b.hidden && document.getElementById('action-plan').textContent;",
+    )
+    .await;
+    let plan = plan.as_str().unwrap_or_default();
+    assert!(
+        plan.contains(weir::settings::INTERVAL) && plan.contains("applies live"),
+        "{plan}"
+    );
+    click(client, "action-apply").await;
+    let done = until(
+        client,
+        "the setting applied",
+        "const r = document.getElementById('action-result');
+         return r.classList.contains('done') && r.textContent;",
+    )
+    .await;
+    assert!(
+        done.as_str().unwrap_or_default().starts_with("Applied"),
+        "{done}"
+    );
+    let config = get_json(base, &format!("/jobs/{id}/config"));
+    assert_eq!(
+        job.monitor().checkpoint_config().interval,
+        Some(Duration::from_millis(300)),
+        "{config}"
+    );
+    let shot = screenshot(client, out, "dashboard.png").await;
+    if std::env::var("WEIR_UPDATE_SCREENSHOT").is_ok_and(|v| v == "1") {
+        let book = Path::new(env!("CARGO_MANIFEST_DIR")).join("../book/src/img/dashboard.png");
+        std::fs::copy(&shot, &book).expect("update the book's screenshot");
+    }
 
     // Every button can be reached with the keyboard; nothing left the server.
     let unreachable = client

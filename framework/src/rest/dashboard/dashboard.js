@@ -21,6 +21,7 @@
     limit: [],
     pending: null,
     configNames: null,
+    configLoading: false,
     vertexOptions: '',
   };
 
@@ -234,7 +235,7 @@
     const nodes = job.plan.nodes;
     const vertices = new Map(job.vertices.map((v) => [v.id, v]));
     const place = layout(nodes);
-    const BW = 190;
+    const BW = 228;
     const BH = 80;
     const GX = 56;
     const GY = 14;
@@ -281,12 +282,12 @@
       }, svg);
       el('title', {}, g, `${v.name || n.description} (id ${n.id})`);
       el('rect', { width: BW, height: BH, rx: 6 }, g);
-      el('text', { x: 8, y: 17, class: 'name' }, g, ellipsis(v.name || n.description, 26));
+      el('text', { x: 8, y: 17, class: 'name' }, g, ellipsis(v.name || n.description, 30));
       el('text', { x: 8, y: 34, class: 'parallelism' }, g, `parallelism ${n.parallelism} · ${level}`);
       el('text', { x: 8, y: 51, class: 'rates' }, g,
         `in ${fmtNumber(v['records-in-per-second'] || 0)}/s · out ${fmtNumber(v['records-out-per-second'] || 0)}/s`);
       const b = backupLine(n.id);
-      if (b) el('text', { x: 8, y: 69, class: b.degraded ? 'backup degraded' : 'backup' }, g, ellipsis(b.text, 30));
+      if (b) el('text', { x: 8, y: 69, class: b.degraded ? 'backup degraded' : 'backup' }, g, ellipsis(b.text, 34));
     }
   }
 
@@ -320,9 +321,11 @@
     }));
     if (state.limit.length) series.push({ name: 'rate limit', color: '#444', points: state.limit, dashed: true });
     const now = job.now;
+    // The last minute, or since the page started if that is shorter.
+    const first = Math.min(now, ...series.filter((s) => s.points.length).map((s) => s.points[0][0]));
     lineChart($('rates'), {
       series,
-      xDomain: [now - RATE_WINDOW_MS, now],
+      xDomain: [Math.max(now - RATE_WINDOW_MS, first), now],
       yFormat: (v) => fmtNumber(v),
       xFormat: (x) => (x === now ? 'now' : `-${Math.round((now - x) / 1000)} s`),
       title: 'records/s (sources: out, others: in)',
@@ -508,7 +511,14 @@
       recordRates(job.value);
       drawGraph(job.value);
       drawRates(job.value);
-      if (!state.configNames) loadConfigNames(id).catch((e) => setError('graph-error', e));
+      if (!state.configNames && !state.configLoading) {
+        state.configLoading = true;
+        loadConfigNames(id)
+          .catch((e) => setError('graph-error', e))
+          .finally(() => {
+            state.configLoading = false;
+          });
+      }
     }
     setError('graph-error', job.status === 'rejected' ? job.reason : null);
     setError('rates-error', job.status === 'rejected' ? job.reason : null);
