@@ -1213,3 +1213,54 @@ fn the_exception_history_has_promotions_and_restarts_with_their_recovery() {
         let _ = job.wait();
     });
 }
+
+/// The dashboard's page and assets are served at `/` by the same server, embedded, with a
+/// Content-Security-Policy that allows nothing but the server itself (no CDN, no inline
+/// script, no request elsewhere).
+#[test]
+fn the_dashboard_is_served_at_the_root_with_a_strict_content_security_policy() {
+    let server = RestServer::start(RestConfig::default()).expect("the server starts");
+    for (path, media) in [
+        ("/", "text/html"),
+        ("/dashboard.js", "text/javascript"),
+        ("/dashboard.css", "text/css"),
+    ] {
+        let mut resp = agent()
+            .get(format!("http://{}{path}", server.addr()))
+            .call()
+            .expect("the server answers");
+        assert_eq!(resp.status().as_u16(), 200, "{path}");
+        let header = |name: &str| {
+            resp.headers()
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or_default()
+                .to_owned()
+        };
+        assert!(
+            header("content-type").starts_with(media),
+            "{path}: {}",
+            header("content-type")
+        );
+        let csp = header("content-security-policy");
+        for rule in [
+            "default-src 'none'",
+            "script-src 'self'",
+            "connect-src 'self'",
+        ] {
+            assert!(csp.contains(rule), "{path}: {csp}");
+        }
+        assert!(!csp.contains("unsafe-inline"), "{path}: {csp}");
+        let body = resp.body_mut().read_to_string().expect("a body");
+        assert!(!body.is_empty(), "{path}");
+        if path == "/" {
+            assert!(body.contains("<script src=\"/dashboard.js\""), "{body}");
+        }
+    }
+    let (s, b) = call(
+        agent()
+            .post(format!("http://{}/", server.addr()))
+            .send_empty(),
+    );
+    assert_eq!(s, 405, "{b}");
+}
