@@ -5,8 +5,8 @@
 //! `/jobs/{id}/checkpoints`, a panic injected into the backed-up operator on its failover
 //! timeline with the recovery time, and an action sent without the token refused with the
 //! API's own message; the browser's console must have no error and the page must request
-//! nothing outside the server; the token, typed once, unlocks a live setting change (plan, then
-//! result). Screenshots go to `target/tmp/dashboard/`; with `WEIR_UPDATE_SCREENSHOT=1` the
+//! nothing outside the server; the token, typed once, unlocks a live setting change and a
+//! savepoint (each: plan, then result). Screenshots go to `target/tmp/dashboard/`; with `WEIR_UPDATE_SCREENSHOT=1` the
 //! last one also replaces `book/src/img/dashboard.png` (the README's and the book's).
 //!
 //! Every wait polls the page until a condition holds (with a generous deadline), never an
@@ -584,6 +584,39 @@ async fn check_page(
         let book = Path::new(env!("CARGO_MANIFEST_DIR")).join("../book/src/img/dashboard.png");
         std::fs::copy(&shot, &book).expect("update the book's screenshot");
     }
+
+    // With the token a savepoint is taken: the page follows its trigger to the location.
+    let savepoints = TempDir::new("dashboard-savepoints");
+    let dir_field = client
+        .find(Locator::Id("sp-dir"))
+        .await
+        .expect("the directory field");
+    dir_field.clear().await.expect("clear");
+    dir_field
+        .send_keys(&savepoints.path().display().to_string())
+        .await
+        .expect("type the directory");
+    click(client, "sp-plan").await;
+    until(
+        client,
+        "the savepoint's plan",
+        "return !document.getElementById('action-box').hidden;",
+    )
+    .await;
+    click(client, "action-apply").await;
+    let written = until(
+        client,
+        "the savepoint written",
+        "const r = document.getElementById('action-result');
+         return r.classList.contains('done') && r.textContent;",
+    )
+    .await;
+    let written = written.as_str().unwrap_or_default();
+    assert!(
+        written.contains(&savepoints.path().display().to_string()),
+        "the page shows where the savepoint is: {written}"
+    );
+    screenshot(client, out, "savepoint.png").await;
 
     // Every button can be reached with the keyboard; nothing left the server.
     let unreachable = client
