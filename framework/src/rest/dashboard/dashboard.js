@@ -474,6 +474,7 @@
     const cfg = await api('GET', `/jobs/${id}/config`);
     state.configNames = cfg;
     const sel = $('set-name');
+    const was = sel.value;
     clear(sel);
     for (const name of Object.keys(cfg).sort()) {
       const o = document.createElement('option');
@@ -481,6 +482,7 @@
       o.textContent = name;
       sel.appendChild(o);
     }
+    if (was in cfg) sel.value = was;
     syncSettingValue();
   }
 
