@@ -378,6 +378,7 @@
       const kind = e.failover || 'failed';
       li.className = kind;
       li.dataset.kind = kind;
+      li.dataset.timestamp = String(e.timestamp);
       const key = `${kind}@${e.timestamp}@${e.taskName || e.attempt}`;
       if (!state.firstSeen.has(key)) state.firstSeen.set(key, Number(document.body.dataset.refreshes || 0) + 1);
       li.dataset.shownAtRefresh = String(state.firstSeen.get(key));
