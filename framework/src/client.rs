@@ -207,9 +207,11 @@ impl RestClient {
             let message = parsed
                 .ok()
                 .and_then(|json| {
+                    // The first line of each: Flink's errors carry Java stack traces.
                     json["errors"].as_array().map(|e| {
                         e.iter()
                             .filter_map(Value::as_str)
+                            .map(|m| m.lines().next().unwrap_or(""))
                             .collect::<Vec<_>>()
                             .join("; ")
                     })

@@ -348,3 +348,553 @@ graph = "main"
         assert!(report.is_exactly_once(), "{report}");
     });
 }
+
+/// A request the fake server got.
+#[derive(Debug, Clone)]
+struct Request {
+    method: String,
+    path: String,
+    authorization: Option<String>,
+    body: String,
+}
+
+type Handler = dyn Fn(&Request, usize) -> (u16, String) + Send + Sync;
+
+/// A REST server that answers from a script (recorded Flink answers, failures, delays):
+/// `handler` gets each request and how many came before it on the same path.
+struct FakeServer {
+    addr: std::net::SocketAddr,
+    requests: Arc<Mutex<Vec<Request>>>,
+}
+
+impl FakeServer {
+    fn start(
+        handler: impl Fn(&Request, usize) -> (u16, String) + Send + Sync + 'static,
+    ) -> FakeServer {
+        use std::io::{BufRead, BufReader, Read, Write};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
+        let addr = listener.local_addr().expect("its address");
+        let requests: Arc<Mutex<Vec<Request>>> = Arc::default();
+        let seen = requests.clone();
+        let handler: Arc<Handler> = Arc::new(handler);
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(mut stream) = stream else { continue };
+                let (seen, handler) = (seen.clone(), handler.clone());
+                // A thread per connection: a slow answer holds up no other.
+                std::thread::spawn(move || {
+                    let mut reader = BufReader::new(stream.try_clone().expect("a second handle"));
+                    let mut first = String::new();
+                    if reader.read_line(&mut first).is_err() {
+                        return;
+                    }
+                    let mut parts = first.split_whitespace();
+                    let (method, path) = (
+                        parts.next().unwrap_or("").to_owned(),
+                        parts.next().unwrap_or("").to_owned(),
+                    );
+                    let (mut length, mut authorization) = (0, None);
+                    loop {
+                        let mut header = String::new();
+                        if reader.read_line(&mut header).unwrap_or(0) == 0
+                            || header.trim().is_empty()
+                        {
+                            break;
+                        }
+                        let (name, value) = header.split_once(':').unwrap_or((&header, ""));
+                        match name.trim().to_ascii_lowercase().as_str() {
+                            "content-length" => length = value.trim().parse().unwrap_or(0),
+                            "authorization" => authorization = Some(value.trim().to_owned()),
+                            _ => {}
+                        }
+                    }
+                    let mut body = vec![0; length];
+                    let _ = reader.read_exact(&mut body);
+                    let request = Request {
+                        method,
+                        path,
+                        authorization,
+                        body: String::from_utf8_lossy(&body).into_owned(),
+                    };
+                    let before = {
+                        let mut all = seen.lock().unwrap_or_else(|e| e.into_inner());
+                        let before = all.iter().filter(|r| r.path == request.path).count();
+                        all.push(request.clone());
+                        before
+                    };
+                    let (status, body) = handler(&request, before);
+                    let _ = write!(
+                    stream,
+                    "HTTP/1.1 {status} X\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                });
+            }
+        });
+        FakeServer { addr, requests }
+    }
+
+    fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    fn requests(&self) -> Vec<Request> {
+        self.requests
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+}
+
+/// The answers a Flink 2.3 cluster gave on this machine (`fixtures/flink-2.3/README.md`).
+fn flink(name: &str) -> String {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/flink-2.3")
+        .join(format!("{name}.json"));
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+const FLINK_JOB: &str = "79e991bb26cc267fd68205712d82ce5a";
+
+/// A recorded Flink job: its checkpoints advance one recording per look; a stop with a
+/// savepoint is in progress once, then completed, and the job is finished after it.
+fn flink_cluster(stopped: Arc<AtomicBool>) -> impl Fn(&Request, usize) -> (u16, String) {
+    move |r, n| {
+        let job = format!("/jobs/{FLINK_JOB}");
+        let p = r.path.as_str();
+        let done = stopped.load(Ordering::SeqCst);
+        let ok = |name: &str| (200, flink(name));
+        if p == "/jobs/overview" {
+            ok(if done {
+                "overview-after-stop"
+            } else {
+                "overview"
+            })
+        } else if p == job {
+            ok(if done { "job-after-stop" } else { "job" })
+        } else if p == format!("{job}/checkpoints") {
+            ok(&format!("checkpoints-{}", (n + 1).min(4)))
+        } else if p.starts_with(&format!("{job}/metrics?")) {
+            ok("metrics-get")
+        } else if let Some(rest) = p.strip_prefix(&format!("{job}/vertices/")) {
+            let (vid, what) = rest.split_once('/').unwrap_or((rest, ""));
+            if what == "backpressure" {
+                ok(&format!("backpressure-{vid}-{}", (n + 1).min(2)))
+            } else if what.starts_with("subtasks/metrics?") {
+                ok(&format!("subtasks-metrics-{vid}"))
+            } else {
+                (404, flink("unknown-job"))
+            }
+        } else if r.method == "POST" && p == format!("{job}/stop") {
+            ok("stop-trigger")
+        } else if p.starts_with(&format!("{job}/savepoints/")) {
+            if n == 0 {
+                ok("stop-in-progress")
+            } else {
+                stopped.store(true, Ordering::SeqCst);
+                ok("stop-completed")
+            }
+        } else {
+            (404, flink("unknown-job"))
+        }
+    }
+}
+
+#[test]
+fn the_agent_reads_a_flink_clusters_answers_and_stops_the_job_with_a_savepoint() {
+    let stopped = Arc::new(AtomicBool::new(false));
+    let server = FakeServer::start(flink_cluster(stopped.clone()));
+    let rules = Rules::parse(
+        r#"
+interval = "10ms"
+mode = "act"
+
+[[rule]]
+name = "slow-and-late"
+last_checkpoint_duration = "500ms"
+checkpoint_start_delay = "500ms"
+consecutive = 2
+
+[[rule.action]]
+kind = "stop"
+dir = "file:///tmp/flink-recorded-sp"
+"#,
+        "flink.toml",
+    )
+    .expect("the rules read");
+    // No token: a Flink cluster without authentication takes the stop as it is.
+    let mut agent = Agent::new(AgentConfig::new(&server.url(), rules));
+    let log = Log::default();
+    let mut out = log.clone();
+    for _ in 0..6 {
+        agent.look(&mut out).expect("the log is written");
+    }
+    let lines = log.lines();
+    let decisions: Vec<&Value> = lines.iter().filter(|l| l["event"] == "decision").collect();
+    assert_eq!(
+        decisions.len(),
+        2,
+        "checkpoints-3 repeats checkpoints-2: no new outcome\n{lines:#?}"
+    );
+    // Flink's job metrics have no start delay or alignment time: they come from the task
+    // metrics (ns, the largest subtask's); metric values are strings.
+    let v = &decisions[0]["values"];
+    assert_eq!(decisions[0]["job"], FLINK_JOB);
+    assert_eq!(decisions[0]["verdict"], "violation");
+    assert_eq!(v["lastCheckpointDuration"], 504);
+    // The largest of the four vertices' largest subtask delay (7.12E8 ns).
+    assert_eq!(v["checkpointStartDelay"], 712);
+    assert_eq!(v["numberOfCompletedCheckpoints"], 20);
+    assert_eq!(v["numberOfFailedCheckpoints"], 2);
+    assert_eq!(v["backpressure"], 0.0);
+    assert!(v["checkpointAlignmentTime"].as_u64().is_some(), "{v}");
+    assert_eq!(decisions[1]["verdict"], "act");
+    assert_eq!(decisions[1]["values"]["lastCheckpointDuration"], 7169);
+    let action = lines
+        .iter()
+        .find(|l| l["event"] == "action")
+        .expect("the stop");
+    assert_eq!(action["kind"], "stop");
+    assert_eq!(action["ok"], true, "{action}");
+    assert_eq!(
+        action["detail"]["location"],
+        "file:/tmp/flink-recorded-sp/savepoint-79e991-36747201d745"
+    );
+    let stop = server
+        .requests()
+        .into_iter()
+        .find(|r| r.method == "POST")
+        .expect("the stop request");
+    assert_eq!(stop.path, format!("/jobs/{FLINK_JOB}/stop"));
+    assert!(stop.authorization.is_none());
+    let body: Value = serde_json::from_str(&stop.body).expect("a JSON body");
+    assert_eq!(body["targetDirectory"], "file:///tmp/flink-recorded-sp");
+    assert_eq!(body["drain"], false);
+    // The finished job is let go; with no running job the agent waits for one.
+    let gone = lines
+        .iter()
+        .find(|l| l["event"] == "job" && l["job"].is_null())
+        .expect("the job let go");
+    assert!(
+        gone["why"].as_str().is_some_and(|w| w.contains("FINISHED")),
+        "{gone}"
+    );
+    let last = lines.last().expect("a line");
+    assert_eq!(last["event"], "look_failed");
+    assert!(
+        last["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("no job is running")),
+        "{last}"
+    );
+    assert_eq!(agent.status().actions, 1);
+    assert_eq!(agent.status().action_failures, 0);
+}
+
+#[test]
+fn a_server_away_or_slow_makes_the_agent_back_off_not_fail() {
+    // Away (503) for three looks, then a slow answer, then the recorded Flink job.
+    let stopped = Arc::new(AtomicBool::new(false));
+    let flink = flink_cluster(stopped);
+    let server = FakeServer::start(move |r, n| {
+        if r.path == "/jobs/overview" && n < 3 {
+            return (503, r#"{"errors":["the cluster is starting"]}"#.into());
+        }
+        if r.path == "/jobs/overview" && n == 3 {
+            std::thread::sleep(Duration::from_millis(1_500));
+        }
+        flink(r, n)
+    });
+    let mut rules = Rules::default();
+    rules.interval = Duration::from_millis(10);
+    rules.request_timeout = Duration::from_millis(300);
+    let mut agent = Agent::new(AgentConfig::new(&server.url(), rules));
+    let log = Log::default();
+    let mut out = log.clone();
+    let waits: Vec<Duration> = (0..5)
+        .map(|_| agent.look(&mut out).expect("the log is written"))
+        .collect();
+    assert_eq!(
+        waits,
+        [20, 40, 80, 160, 10].map(Duration::from_millis),
+        "doubling while the server is away, the interval again once it answers"
+    );
+    let lines = log.lines();
+    let failed: Vec<&Value> = lines
+        .iter()
+        .filter(|l| l["event"] == "look_failed")
+        .collect();
+    assert_eq!(failed.len(), 4, "{lines:#?}");
+    assert!(
+        failed[0]["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("503") && e.contains("the cluster is starting")),
+        "{}",
+        failed[0]
+    );
+    assert!(
+        failed[3]["error"]
+            .as_str()
+            .is_some_and(|e| e.to_lowercase().contains("timeout") || e.contains("timed out")),
+        "{}",
+        failed[3]
+    );
+    assert_eq!(lines.last().expect("a line")["event"], "job");
+    assert_eq!(agent.status().look_failures, 4);
+    assert_eq!(agent.status().looks, 1);
+    assert_eq!(agent.status().job.as_deref(), Some(FLINK_JOB));
+}
+
+#[test]
+fn a_failed_action_is_retried_reported_and_never_repeated_past_the_budget() {
+    let stopped = Arc::new(AtomicBool::new(false));
+    let flink = flink_cluster(stopped);
+    let job = format!("/jobs/{FLINK_JOB}");
+    let server = FakeServer::start(move |r, n| {
+        // The checkpoints advance at every look, always slow.
+        if r.path == format!("{job}/checkpoints") {
+            let mut c: Value = serde_json::from_str(&flink_body("checkpoints-4")).unwrap();
+            c["counts"]["completed"] = (21 + n).into();
+            return (200, c.to_string());
+        }
+        // Busy twice, then the savepoint is triggered (and completes at once).
+        if r.method == "POST" && r.path == format!("{job}/savepoints") {
+            return if n < 2 {
+                (503, r#"{"errors":["busy"]}"#.into())
+            } else {
+                (202, flink_body("stop-trigger"))
+            };
+        }
+        if r.path.starts_with(&format!("{job}/savepoints/")) {
+            return (200, flink_body("stop-completed"));
+        }
+        flink(r, n)
+    });
+    let rules = Rules::parse(
+        r#"
+interval = "10ms"
+mode = "act"
+cooldown = "0ms"
+max_actions_per_hour = 1
+retries = 2
+
+[[rule]]
+name = "slow"
+last_checkpoint_duration = "1s"
+consecutive = 1
+
+[[rule.action]]
+kind = "savepoint"
+dir = "/tmp/sp"
+
+[[rule.action]]
+kind = "restart"
+graph = "main"
+"#,
+        "budget.toml",
+    )
+    .expect("the rules read");
+    let mut agent = Agent::new(
+        AgentConfig::new(&server.url(), rules).token(Some("a-token-for-the-test".into())),
+    );
+    let log = Log::default();
+    let mut out = log.clone();
+    for _ in 0..4 {
+        agent.look(&mut out).expect("the log is written");
+    }
+    let lines = log.lines();
+    let actions: Vec<&Value> = lines.iter().filter(|l| l["event"] == "action").collect();
+    assert_eq!(actions.len(), 2, "{lines:#?}");
+    assert_eq!(
+        (
+            actions[0]["kind"].as_str(),
+            actions[0]["ok"].as_bool(),
+            actions[0]["tries"].as_u64()
+        ),
+        (Some("savepoint"), Some(true), Some(3)),
+        "busy twice, then taken"
+    );
+    // Flink has no fast restart: refused (404), not tried again, reported as an alert.
+    assert_eq!(
+        (
+            actions[1]["kind"].as_str(),
+            actions[1]["ok"].as_bool(),
+            actions[1]["tries"].as_u64()
+        ),
+        (Some("restart"), Some(false), Some(1))
+    );
+    assert!(
+        actions[1]["detail"]
+            .as_str()
+            .is_some_and(|d| d.contains("404")
+                && d.contains("NotFoundException")
+                && !d.contains("\tat ")),
+        "{}",
+        actions[1]
+    );
+    assert!(lines
+        .iter()
+        .any(|l| l["event"] == "alert" && l["kind"] == "restart" && l["ok"] == false));
+    // The budget (one an hour) holds every later trigger back.
+    let held: Vec<&Value> = lines
+        .iter()
+        .filter(|l| l["event"] == "decision" && l["verdict"] == "suppressed")
+        .collect();
+    assert_eq!(held.len(), 2, "{lines:#?}");
+    assert!(held
+        .iter()
+        .all(|h| h["why"].as_str().is_some_and(|w| w.starts_with("budget"))));
+    assert_eq!(
+        server
+            .requests()
+            .iter()
+            .filter(|r| r.method == "POST")
+            .count(),
+        4,
+        "3 tries of the savepoint, 1 of the restart"
+    );
+    assert!(server
+        .requests()
+        .iter()
+        .filter(|r| r.method == "POST")
+        .all(|r| r.authorization.as_deref() == Some("Bearer a-token-for-the-test")));
+    assert_eq!(agent.status().action_failures, 1);
+    assert_eq!(agent.status().suppressed, 2);
+}
+
+fn flink_body(name: &str) -> String {
+    flink(name)
+}
+
+#[test]
+fn the_agent_follows_a_job_replaced_under_the_same_name() {
+    let replaced = Arc::new(AtomicBool::new(false));
+    let flink = flink_cluster(Arc::new(AtomicBool::new(false)));
+    let new_id = "0123456789abcdef0123456789abcdef";
+    let server = {
+        let replaced = replaced.clone();
+        FakeServer::start(move |r, n| {
+            if !replaced.load(Ordering::SeqCst) {
+                return flink(r, n);
+            }
+            // The old job is gone; a new one of the same name runs under a new id.
+            if r.path.starts_with(&format!("/jobs/{FLINK_JOB}")) {
+                return (404, flink_body("unknown-job"));
+            }
+            let translated = Request {
+                path: r.path.replace(new_id, FLINK_JOB),
+                ..r.clone()
+            };
+            let (status, body) = flink(&translated, n);
+            (status, body.replace(FLINK_JOB, new_id))
+        })
+    };
+    let mut rules = Rules::default();
+    rules.interval = Duration::from_millis(10);
+    let mut agent = Agent::new(
+        AgentConfig::new(&server.url(), rules).job(JobSelector::Name("nexmark-q5".into())),
+    );
+    let log = Log::default();
+    let mut out = log.clone();
+    agent.look(&mut out).expect("the log is written");
+    assert_eq!(agent.status().job.as_deref(), Some(FLINK_JOB));
+    replaced.store(true, Ordering::SeqCst);
+    for _ in 0..2 {
+        agent.look(&mut out).expect("the log is written");
+    }
+    let jobs: Vec<Value> = log
+        .lines()
+        .into_iter()
+        .filter(|l| l["event"] == "job")
+        .map(|l| l["job"].clone())
+        .collect();
+    assert_eq!(
+        jobs,
+        [Value::from(FLINK_JOB), Value::Null, Value::from(new_id)]
+    );
+    assert_eq!(agent.status().job.as_deref(), Some(new_id));
+}
+
+fn weirctl(args: &[&str]) -> Result<String, weir::cli::CliError> {
+    let mut out = Vec::new();
+    weir::cli::run(args.iter().copied(), &mut out)?;
+    Ok(String::from_utf8(out).expect("UTF-8 output"))
+}
+
+#[test]
+fn weirctl_agent_names_what_is_wrong_in_a_rules_file_and_dry_runs() {
+    let dir = TempDir::new("agent-cli");
+    let bad = dir.write(
+        "bad.toml",
+        b"interval = \"1s\"\n\n[[rule]]\nname = \"slow\"\nlast_checkpoint_duration = \"5 parsecs\"\n",
+    );
+    let e = weirctl(&["weirctl", "agent", "--rules", bad.to_str().unwrap()]).unwrap_err();
+    assert!(matches!(e, weir::cli::CliError::Rules(_)), "{e:?}");
+    let msg = e.to_string();
+    assert!(
+        msg.contains("bad.toml line 5, column 28, field `last_checkpoint_duration`: `parsecs` is not a unit of time"),
+        "{msg}"
+    );
+    let missing = weirctl(&["weirctl", "agent", "--rules", "/no/such/rules.toml"]).unwrap_err();
+    assert!(
+        missing
+            .to_string()
+            .contains("cannot read the rules file /no/such/rules.toml"),
+        "{missing}"
+    );
+
+    let good = dir.write(
+        "good.toml",
+        b"interval = \"10ms\"\nmode = \"act\"\n[[rule]]\nname = \"slow\"\nlast_checkpoint_duration = \"500ms\"\nconsecutive = 1\n[[rule.action]]\nkind = \"stop\"\ndir = \"/tmp/sp\"\n",
+    );
+    let checked = weirctl(&[
+        "weirctl",
+        "agent",
+        "--rules",
+        good.to_str().unwrap(),
+        "--check",
+    ])
+    .unwrap();
+    assert!(
+        checked.contains("slow") && checked.contains("Stop"),
+        "{checked}"
+    );
+
+    let server = FakeServer::start(flink_cluster(Arc::new(AtomicBool::new(false))));
+    let out = weirctl(&[
+        "weirctl",
+        "--url",
+        &server.url(),
+        "agent",
+        "--rules",
+        good.to_str().unwrap(),
+        "--dry-run",
+        "--looks",
+        "3",
+    ])
+    .unwrap();
+    let lines: Vec<Value> = out
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("JSON lines"))
+        .collect();
+    let acts: Vec<&Value> = lines
+        .iter()
+        .filter(|l| l["event"] == "decision" && l["verdict"] == "act")
+        .collect();
+    assert_eq!(acts.len(), 1, "{out}");
+    assert_eq!(acts[0]["dryRun"], true);
+    assert!(
+        !lines.iter().any(|l| l["event"] == "action"),
+        "a dry run takes no action: {out}"
+    );
+    assert!(server.requests().iter().all(|r| r.method == "GET"));
+    let status = lines.last().expect("a status line");
+    assert_eq!(
+        (
+            status["event"].as_str(),
+            status["looks"].as_u64(),
+            status["actions"].as_u64()
+        ),
+        (Some("status"), Some(3), Some(1))
+    );
+}

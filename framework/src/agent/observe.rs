@@ -112,8 +112,11 @@ pub fn observe(client: &RestClient, id: &str) -> Result<Option<Observation>, Loo
         job_id: id.to_owned(),
         completed_checkpoints: checkpoints["counts"]["completed"].as_u64(),
         failed_checkpoints: checkpoints["counts"]["failed"].as_u64(),
-        last_checkpoint_duration_ms: metric("lastCheckpointDuration")
-            .or_else(|| latest["end_to_end_duration"].as_u64()),
+        // From the same answer as the counts, so that the duration is the latest counted
+        // checkpoint's; the job metric only where the answer has none.
+        last_checkpoint_duration_ms: latest["end_to_end_duration"]
+            .as_u64()
+            .or_else(|| metric("lastCheckpointDuration")),
         checkpoint_start_delay_ms: metric("checkpointStartDelay"),
         checkpoint_alignment_ms: metric("checkpointAlignmentTime"),
         ..Observation::default()
