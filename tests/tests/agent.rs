@@ -448,10 +448,14 @@ impl FakeServer {
 
 /// The answers a Flink 2.3 cluster gave on this machine (`fixtures/flink-2.3/README.md`).
 fn flink(name: &str) -> String {
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures/flink-2.3")
-        .join(format!("{name}.json"));
+    let path = fixture(name);
     std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+fn fixture(name: &str) -> PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/flink-2.3")
+        .join(format!("{name}.json"))
 }
 
 const FLINK_JOB: &str = "79e991bb26cc267fd68205712d82ce5a";
@@ -480,8 +484,18 @@ fn flink_cluster(stopped: Arc<AtomicBool>) -> impl Fn(&Request, usize) -> (u16, 
             let (vid, what) = rest.split_once('/').unwrap_or((rest, ""));
             if what == "backpressure" {
                 ok(&format!("backpressure-{vid}-{}", (n + 1).min(2)))
-            } else if what.starts_with("subtasks/metrics?") {
-                ok(&format!("subtasks-metrics-{vid}"))
+            } else if let Some(query) = what.strip_prefix("subtasks/metrics?get=") {
+                // One metric a call: its own recording where Flink answered differently for it
+                // alone, else that metric out of the recording of both.
+                let metric = query.split('&').next().unwrap_or("");
+                let own = format!("subtasks-metrics-{vid}-{metric}");
+                if fixture(&own).exists() {
+                    return ok(&own);
+                }
+                let both: Vec<Value> =
+                    serde_json::from_str(&flink(&format!("subtasks-metrics-{vid}"))).unwrap();
+                let one: Vec<&Value> = both.iter().filter(|m| m["id"] == metric).collect();
+                (200, serde_json::to_string(&one).unwrap())
             } else {
                 (404, flink("unknown-job"))
             }

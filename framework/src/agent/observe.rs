@@ -142,26 +142,27 @@ pub fn observe(client: &RestClient, id: &str) -> Result<Option<Observation>, Loo
             }
         }
         if flink_task_metrics {
-            // Flink: task metrics in ns, the largest over the vertex's subtasks.
-            let m = client.get(&format!(
-                "/jobs/{id}/vertices/{vid}/subtasks/metrics?get=checkpointStartDelayNanos,checkpointAlignmentTime&agg=max"
-            ));
-            for m in m
-                .ok()
-                .as_ref()
-                .and_then(Value::as_array)
-                .into_iter()
-                .flatten()
-            {
-                let Some(ms) = number(&m["max"]).map(|ns| (ns / 1e6) as u64) else {
-                    continue;
-                };
-                let slot = match m["id"].as_str() {
-                    Some("checkpointStartDelayNanos") => &mut obs.checkpoint_start_delay_ms,
-                    Some("checkpointAlignmentTime") => &mut obs.checkpoint_alignment_ms,
-                    _ => continue,
-                };
-                *slot = Some(slot.map_or(ms, |v| v.max(ms)));
+            // Flink: task metrics in ns, the largest over the vertex's subtasks. One metric a
+            // call: Flink answers `[]` to the whole call when a vertex lacks one of them (a
+            // source has no alignment time).
+            for (metric, slot) in [
+                (
+                    "checkpointStartDelayNanos",
+                    &mut obs.checkpoint_start_delay_ms,
+                ),
+                ("checkpointAlignmentTime", &mut obs.checkpoint_alignment_ms),
+            ] {
+                let m = client.get(&format!(
+                    "/jobs/{id}/vertices/{vid}/subtasks/metrics?get={metric}&agg=max"
+                ));
+                let ns = m.ok().as_ref().and_then(Value::as_array).and_then(|all| {
+                    all.iter()
+                        .find(|m| m["id"] == metric)
+                        .and_then(|m| number(&m["max"]))
+                });
+                if let Some(ms) = ns.map(|ns| (ns / 1e6) as u64) {
+                    *slot = Some(slot.map_or(ms, |v| v.max(ms)));
+                }
             }
         }
     }
