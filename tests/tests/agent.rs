@@ -518,10 +518,19 @@ fn flink_cluster(stopped: Arc<AtomicBool>) -> impl Fn(&Request, usize) -> (u16, 
 fn the_agent_reads_a_flink_clusters_answers_and_stops_the_job_with_a_savepoint() {
     let stopped = Arc::new(AtomicBool::new(false));
     let server = FakeServer::start(flink_cluster(stopped.clone()));
+    let hook = FakeServer::start(|_, _| (204, String::new()));
+    let dir = TempDir::new("agent-alerts");
+    let alerts = dir.path().join("alerts.jsonl");
     let rules = Rules::parse(
-        r#"
+        &format!(
+            r#"
 interval = "10ms"
 mode = "act"
+
+[alert]
+stdout = false
+file = "{}"
+webhook = "{}/weir-alerts"
 
 [[rule]]
 name = "slow-and-late"
@@ -533,6 +542,9 @@ consecutive = 2
 kind = "stop"
 dir = "file:///tmp/flink-recorded-sp"
 "#,
+            alerts.display(),
+            hook.url()
+        ),
         "flink.toml",
     )
     .expect("the rules read");
@@ -603,6 +615,26 @@ dir = "file:///tmp/flink-recorded-sp"
     );
     assert_eq!(agent.status().actions, 1);
     assert_eq!(agent.status().action_failures, 0);
+    // The act went to the alert file and the webhook, not to stdout (`stdout = false`).
+    assert!(!lines.iter().any(|l| l["event"] == "alert"));
+    let filed: Vec<Value> = std::fs::read_to_string(&alerts)
+        .expect("the alert file")
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("a JSON line"))
+        .collect();
+    assert_eq!(filed.len(), 1);
+    assert_eq!(
+        (filed[0]["event"].as_str(), filed[0]["verdict"].as_str()),
+        (Some("alert"), Some("act"))
+    );
+    let posted = hook.requests();
+    assert_eq!(posted.len(), 1);
+    assert_eq!(
+        (posted[0].method.as_str(), posted[0].path.as_str()),
+        ("POST", "/weir-alerts")
+    );
+    let body: Value = serde_json::from_str(&posted[0].body).expect("JSON");
+    assert_eq!(body, filed[0]);
 }
 
 #[test]
@@ -833,6 +865,15 @@ fn weirctl(args: &[&str]) -> Result<String, weir::cli::CliError> {
     let mut out = Vec::new();
     weir::cli::run(args.iter().copied(), &mut out)?;
     Ok(String::from_utf8(out).expect("UTF-8 output"))
+}
+
+#[test]
+fn the_example_rules_file_reads() {
+    let path =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/agent-rules.toml");
+    let rules = Rules::from_file(&path).expect("examples/agent-rules.toml reads");
+    assert_eq!(rules.rules.len(), 2);
+    assert_eq!(rules.rules[0].when.backpressure, Some(0.8));
 }
 
 #[test]
