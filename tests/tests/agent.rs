@@ -953,3 +953,93 @@ fn weirctl_agent_names_what_is_wrong_in_a_rules_file_and_dry_runs() {
         (Some("status"), Some(3), Some(1))
     );
 }
+
+#[test]
+fn the_agent_changes_live_settings_and_rescales_a_backpressured_job() {
+    within_timeout(|| {
+        let mut cfg = EnvConfig::default();
+        cfg.checkpoint.interval = Some(Duration::from_millis(50));
+        cfg.metrics_interval = Duration::from_millis(20);
+        let env = Env::with_config(cfg);
+        env.serve_rest(RestConfig::default());
+        env.generate(u64::MAX, |i| i)
+            .key_by(|x: &u64| x % KEYS)
+            .process(
+                |_k: &u64, n: &mut ValueState<u64>, _x: u64, out: &mut Collector<u64>| {
+                    let c = n.get_or_insert_with(|| 0);
+                    *c += 1;
+                    out.collect(*c);
+                },
+            )
+            .uid("count")
+            .set_parallelism(2)
+            .add_sink("slow", |_| Ok(weir::testing::PacedSink::new(20_000.0)))
+            .uid("slow")
+            .set_parallelism(1);
+        let job = env.start("backpressured").expect("the job starts");
+        let rest = job.rest().expect("the job serves REST");
+        let rules = Rules::parse(
+            r#"
+interval = "20ms"
+mode = "act"
+
+[[rule]]
+name = "backpressured"
+backpressure = 0.8
+consecutive = 2
+
+[[rule.action]]
+kind = "set"
+settings = { "weir.source.rate" = 10000, "execution.checkpointing.interval" = "200ms" }
+
+[[rule.action]]
+kind = "rescale"
+vertex = "count"
+parallelism = 3
+"#,
+            "live.toml",
+        )
+        .expect("the rules read");
+        let mut agent = Agent::new(
+            AgentConfig::new(&format!("http://{}", rest.addr()), rules)
+                .token(Some(rest.token().to_owned())),
+        );
+        let log = Log::default();
+        let mut out = log.clone();
+        // Look until the rule acted (the backpressure shows once the metrics have a period).
+        while log.count(|l| l["event"] == "action") < 2 {
+            let wait = agent.look(&mut out).expect("the log is written");
+            std::thread::sleep(wait);
+        }
+        let lines = log.lines();
+        let actions: Vec<&Value> = lines.iter().filter(|l| l["event"] == "action").collect();
+        assert!(actions.iter().all(|a| a["ok"] == true), "{actions:#?}");
+        assert_eq!(actions[0]["kind"], "set");
+        assert_eq!(
+            actions[1]["detail"]["changes"][0]["to"], 3,
+            "{}",
+            actions[1]
+        );
+        let settings = job.settings();
+        assert!(
+            settings
+                .get("weir.source.rate")
+                .is_some_and(|r| r.parse::<f64>() == Ok(10_000.0)),
+            "{settings:?}"
+        );
+        assert_eq!(
+            settings
+                .get("execution.checkpointing.interval")
+                .map(String::as_str),
+            Some("200ms")
+        );
+        let count = job
+            .vertices()
+            .into_iter()
+            .find(|v| v.id == "count")
+            .expect("the count vertex");
+        assert_eq!(count.parallelism, 3);
+        job.cancel();
+        let _ = job.wait();
+    });
+}
