@@ -31,8 +31,14 @@
 //!   first seen completed.
 //!
 //! A summary line comes last, over the completed checkpoints after the first `--warmup`:
-//! median, p90 and max of each value, failed checkpoints, and the sink's mean rate (from the
-//! job's metrics, after the warm-up seconds) to check that throughput holds.
+//! median, p90 and max of each value and the failed checkpoints; and, sampled once a second
+//! from the job's metrics after the first `--warmup` seconds, the sink's rate (to check that
+//! throughput holds) and what a barrier finds in front of it: records and batches queued in
+//! a count subtask's input channels (`count_input_queue_records`, `_batches`), batches in a
+//! source's output channels and waiting for credit (`source_output_queue_batches`), the
+//! sources' mailbox latency (`source_mailbox_latency_ms`, what a trigger mail waits), and
+//! `count_queue_drain_ms_estimate`, the median count queue over the count subtask's share of
+//! the sink rate.
 //!
 //! ```text
 //! cargo run --release -p weir-benches --bin ckpt_backpressure -- --mode aligned
@@ -144,6 +150,22 @@ impl From<weir::JobError> for BenchError {
     }
 }
 
+/// Per-second samples of the job's queues (`JobMetrics::subtasks`), after the warm-up: what
+/// a barrier finds in front of it.
+#[derive(Default)]
+struct Queues {
+    /// Records waiting in a count subtask's input channels (`input_queue_records`).
+    count_records: Vec<f64>,
+    /// Batches waiting there (`input_queue_length`).
+    count_batches: Vec<f64>,
+    /// Batches in a source subtask's output channels and waiting for credit
+    /// (`output_queue_length`).
+    source_out_batches: Vec<f64>,
+    /// How long a source subtask's last sampling mail waited (`mailbox_latency_ms`): what a
+    /// checkpoint trigger mail waits too.
+    source_mailbox_ms: Vec<f64>,
+}
+
 /// One completed checkpoint as printed.
 struct Seen {
     duration_ms: u64,
@@ -182,6 +204,11 @@ fn stats<T: Copy + PartialOrd + Into<f64>>(v: impl Iterator<Item = T>) -> Value 
         (v[v.len() / 2 - 1] + v[v.len() / 2]) / 2.0
     };
     json!({"median": median, "p90": rank(0.9), "max": v[v.len() - 1]})
+}
+
+/// The median of `v`, if any.
+fn median_of(v: &[f64]) -> Option<f64> {
+    stats(v.iter().copied())["median"].as_f64()
 }
 
 fn main() -> Result<(), BenchError> {
@@ -252,6 +279,7 @@ fn main() -> Result<(), BenchError> {
     let mut seen: Vec<Seen> = Vec::new();
     let mut failed = std::collections::BTreeSet::new();
     let mut last_stats = None;
+    let mut queues = Queues::default();
     while Instant::now() < end {
         std::thread::sleep(POLL);
         if let Some(s) = handle.checkpoint_stats() {
@@ -283,12 +311,24 @@ fn main() -> Result<(), BenchError> {
         if Instant::now() >= next_second {
             next_second += Duration::from_secs(1);
             second += 1;
-            if let Some(rate) = handle
-                .metrics()
-                .and_then(|m| m.operator("sink").map(|o| o.num_records_in_per_second))
-            {
-                if second > args.warmup as u64 {
-                    sink_rates.push(rate);
+            if let Some(m) = handle.metrics().filter(|_| second > args.warmup as u64) {
+                if let Some(o) = m.operator("sink") {
+                    sink_rates.push(o.num_records_in_per_second);
+                }
+                for st in &m.subtasks {
+                    match st.head_uid.as_str() {
+                        "count" => {
+                            queues.count_records.push(st.input_queue_records as f64);
+                            queues.count_batches.push(st.input_queue_length as f64);
+                        }
+                        "source" => {
+                            queues
+                                .source_out_batches
+                                .push(st.output_queue_length as f64);
+                            queues.source_mailbox_ms.push(st.mailbox_latency_ms);
+                        }
+                        _ => {}
+                    }
                 }
             }
         }
@@ -333,6 +373,15 @@ fn main() -> Result<(), BenchError> {
             "inflight_bytes": stats(tail.iter().map(|s| s.inflight_bytes as f64)),
             "state_bytes": stats(tail.iter().map(|s| s.state_bytes as f64)),
             "sink_records_per_second": stats(sink_rates.iter().copied()),
+            "count_input_queue_records": stats(queues.count_records.iter().copied()),
+            "count_input_queue_batches": stats(queues.count_batches.iter().copied()),
+            "source_output_queue_batches": stats(queues.source_out_batches.iter().copied()),
+            "source_mailbox_latency_ms": stats(queues.source_mailbox_ms.iter().copied()),
+            // What the median queue in front of a count subtask takes to drain at its share
+            // of the sink's rate (the count runs at parallelism 2): the wait of a barrier
+            // that enters behind it.
+            "count_queue_drain_ms_estimate": median_of(&queues.count_records)
+                .map(|r| r / (args.sink_rate as f64 / 2.0) * 1000.0),
         })
     );
     Ok(())
