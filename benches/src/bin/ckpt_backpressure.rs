@@ -48,13 +48,15 @@
 //!
 //! `--batch-size`, `--channel-capacity`, `--linger-ms` and `--arbiters` default to
 //! `EnvConfig::default()`'s values; `--aligned-timeout-ms` sets
-//! `CheckpointConfig::aligned_checkpoint_timeout` (aligned mode only; default none).
+//! `CheckpointConfig::aligned_checkpoint_timeout` (aligned mode only; default none);
+//! `--rate-control` turns on the sources' PID rate control (default off, as in the framework).
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use clap::{Parser, ValueEnum};
 use serde_json::{json, Value};
+use weir::rate::RateControlConfig;
 use weir::testing::PacedSink;
 use weir::{CheckpointRecord, CheckpointStatus, Collector, Env, EnvConfig, ValueState};
 
@@ -118,6 +120,10 @@ struct Args {
     /// Aligned mode: switch a checkpoint to unaligned after this much alignment.
     #[arg(long)]
     aligned_timeout_ms: Option<u64>,
+    /// Turn on PID rate control of the sources (`EnvConfig::rate_control`, default off): the
+    /// source's rate follows the sink's capacity and the queues stay short.
+    #[arg(long)]
+    rate_control: bool,
     /// Where checkpoints are written (a fresh directory under it, removed at the end;
     /// default: the system's temporary directory). Every state file is fsynced by its
     /// subtask, on its arbiter thread: a directory on tmpfs (`/dev/shm`) leaves the disk's
@@ -230,6 +236,11 @@ fn main() -> Result<(), BenchError> {
     }
     if let Some(a) = args.arbiters {
         cfg.arbiters = a;
+    }
+    if args.rate_control {
+        let mut rc = RateControlConfig::default();
+        rc.enabled = true;
+        cfg.rate_control = rc;
     }
     let dir: PathBuf = args
         .checkpoint_dir
@@ -363,6 +374,7 @@ fn main() -> Result<(), BenchError> {
             "linger_ms": linger.as_millis() as u64,
             "arbiters": arbiters,
             "aligned_timeout_ms": args.aligned_timeout_ms,
+            "rate_control": args.rate_control,
             "checkpoint_dir": dir.parent().map(|p| p.display().to_string()),
             "checkpoints_completed": completed,
             "checkpoints_failed": last_stats.as_ref().map_or(0, |s| s.number_of_failed_checkpoints),
