@@ -352,7 +352,16 @@ impl Coordinator {
         if !due || paused || self.pending.len() >= self.cfg.max_concurrent {
             return None;
         }
-        self.last_trigger = Some(now);
+        // At a fixed rate: the next checkpoint is due one interval after this one was due,
+        // not after the tick that triggered it ran. (The tick runs at the interval; measured
+        // from `now`, a tick a few ms late pushed the next checkpoint to the tick after:
+        // checkpoints every 1 s came 1 or 2 s apart.) One more than an interval late (a
+        // checkpoint in progress held it): the next is due an interval from now.
+        let planned = self
+            .last_trigger
+            .and_then(|t| t.checked_add(self.interval))
+            .filter(|p| now.saturating_duration_since(*p) < self.interval);
+        self.last_trigger = Some(planned.unwrap_or(now));
         Some(self.start(now, false))
     }
 
@@ -573,6 +582,27 @@ mod tests {
             "interval"
         );
         assert_eq!(c.maybe_trigger(t0 + Duration::from_millis(100)), Some(2));
+    }
+
+    #[test]
+    fn a_late_tick_does_not_push_the_next_checkpoint_to_the_tick_after() {
+        let ms = Duration::from_millis;
+        let t0 = Instant::now();
+        let mut c = Coordinator::new(&cfg(), 1, 1);
+        let a = c.maybe_trigger(t0).unwrap();
+        let done = c.ack(a, 0, AckPart::files(vec![]), t0).unwrap();
+        c.complete(&done, t0);
+        // Ticks every 100 ms, the second 5 ms late, the third 1 ms late.
+        let b = c.maybe_trigger(t0 + ms(105)).unwrap();
+        let done = c.ack(b, 0, AckPart::files(vec![]), t0 + ms(110)).unwrap();
+        c.complete(&done, t0 + ms(110));
+        assert_eq!(c.maybe_trigger(t0 + ms(201)), Some(b + 1));
+        c.fail_one(b + 1, "x".into());
+        // A tick more than an interval late (a checkpoint held it): the next is an interval on.
+        assert_eq!(c.maybe_trigger(t0 + ms(450)), Some(b + 2));
+        c.fail_one(b + 2, "x".into());
+        assert_eq!(c.maybe_trigger(t0 + ms(500)), None);
+        assert_eq!(c.maybe_trigger(t0 + ms(550)), Some(b + 3));
     }
 
     #[test]
