@@ -224,6 +224,15 @@ fn quotes() -> Vec<(&'static str, String)> {
         weir::agent::Mode::Act => "act",
         weir::agent::Mode::AlertThenAct => "alert-then-act",
     };
+    q.push((
+        "agent.md",
+        format!(
+            "With the defaults (batches of {},{:03} records, {} batches per channel)",
+            c.batch_size / 1000,
+            c.batch_size % 1000,
+            c.channel_capacity
+        ),
+    ));
     for row in [
         format!(
             "| `interval` | {} | time between two looks |",

@@ -21,6 +21,8 @@ struct Pending {
     waiting: HashSet<usize>,
     files: Vec<StateFile>,
     max_alignment: Duration,
+    /// The largest start delay any subtask reported for it.
+    max_start_delay: Duration,
     /// A subtask with inputs aligned its barriers (so the checkpoint is not at-least-once).
     aligned: bool,
     /// Subtasks with inputs that acknowledged.
@@ -295,6 +297,7 @@ impl Coordinator {
                 waiting: (0..self.subtasks).collect(),
                 files: Vec::new(),
                 max_alignment: Duration::ZERO,
+                max_start_delay: Duration::ZERO,
                 aligned: false,
                 with_inputs: 0,
             },
@@ -387,6 +390,7 @@ impl Coordinator {
         }
         p.files.extend(files);
         p.max_alignment = p.max_alignment.max(alignment);
+        p.max_start_delay = p.max_start_delay.max(start_delay);
         let persisted = match taken {
             Taken::Source => 0,
             Taken::Aligned => {
@@ -418,10 +422,6 @@ impl Coordinator {
             r.persisted_data += persisted;
             r.at_least_once = at_least_once;
         }
-        self.stats.checkpoint_start_delay_nanos = self
-            .stats
-            .checkpoint_start_delay_nanos
-            .max(start_delay.as_nanos() as u64);
         if !done {
             self.publish_history();
             return None;
@@ -469,6 +469,9 @@ impl Coordinator {
         self.stats.last_checkpoint_duration_ms = duration_ms;
         self.stats.last_checkpoint_size = size;
         self.stats.checkpoint_alignment_time_ms = p.max_alignment.as_millis() as u64;
+        // Of this checkpoint, as Flink's: a running maximum over the job's life would stay
+        // high for ever after one slow start, and an agent's rule on it would never recover.
+        self.stats.checkpoint_start_delay_nanos = p.max_start_delay.as_nanos() as u64;
         self.stats.last_completed_checkpoint_id = Some(id);
     }
 
@@ -582,6 +585,24 @@ mod tests {
             "interval"
         );
         assert_eq!(c.maybe_trigger(t0 + Duration::from_millis(100)), Some(2));
+    }
+
+    #[test]
+    fn the_start_delay_is_the_last_checkpoints_not_the_largest_ever() {
+        let ms = Duration::from_millis;
+        let t0 = Instant::now();
+        let mut c = Coordinator::new(&cfg(), 1, 1);
+        for (n, delay) in [(0u64, 50u64), (1, 2)] {
+            let at = t0 + ms(100 * (n + 1));
+            let id = c.maybe_trigger(at).unwrap();
+            let part = AckPart {
+                start_delay: ms(delay),
+                ..AckPart::files(vec![])
+            };
+            let done = c.ack(id, 0, part, at).unwrap();
+            c.complete(&done, at);
+            assert_eq!(c.stats.checkpoint_start_delay_nanos, delay * 1_000_000);
+        }
     }
 
     #[test]
