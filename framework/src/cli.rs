@@ -8,6 +8,7 @@
 //! weirctl checkpoints <job-id>
 //! weirctl metrics <job-id> lastCheckpointDuration checkpointStartDelay
 //! weirctl --token-file /tmp/weir-rest-….token savepoint <job-id> --dir /tmp/sp
+//! weirctl --token-file /tmp/weir-rest-….token agent --rules rules.toml --job-name fraud
 //! ```
 
 use std::io::Write;
@@ -16,6 +17,9 @@ use std::time::{Duration, Instant};
 
 use clap::{Parser, Subcommand};
 use serde_json::Value;
+
+use crate::agent::{Agent, AgentConfig, JobSelector};
+use crate::client::{ClientError, RestClient};
 
 /// Watch and steer running jobs over their REST API.
 #[derive(Parser, Debug)]
@@ -100,6 +104,33 @@ enum Command {
         #[arg(long)]
         grace_ms: Option<u64>,
     },
+    /// Watches a job and alerts or acts by rules (seed 002's control agent): one JSON line per
+    /// decision, alert and action on stdout, with the values that caused it.
+    Agent {
+        /// The rules file (TOML; the book's "Automating operations with the agent"). Without
+        /// it: the seed's rule (checkpoints over 60 s three times in a row while backpressure
+        /// is above 80 %), alert only.
+        #[arg(long, value_name = "FILE")]
+        rules: Option<PathBuf>,
+        /// The job to watch (default: the one running job).
+        #[arg(long, conflicts_with = "job_name")]
+        job: Option<String>,
+        /// Watch the running job of this name (followed when it gets a new id).
+        #[arg(long)]
+        job_name: Option<String>,
+        /// Decide and alert, but take no action.
+        #[arg(long)]
+        dry_run: bool,
+        /// Check the rules file, print the rules, and exit.
+        #[arg(long)]
+        check: bool,
+        /// Look this many times, then exit (default: until stopped).
+        #[arg(long, value_name = "N")]
+        looks: Option<u64>,
+        /// Time between two status lines (e.g. 30s, 5min).
+        #[arg(long, default_value = "60s", value_parser = crate::settings::parse_duration)]
+        status_every: Duration,
+    },
     /// Changes the parallelism of a vertex (`--vertex`, its id as `job` lists it) or of
     /// every operator that follows the job's default parallelism, while the job runs; waits
     /// until it runs at the new parallelism.
@@ -155,6 +186,9 @@ pub enum CliError {
     /// Writing the output failed.
     #[error("cannot write the output: {0}")]
     Output(#[from] std::io::Error),
+    /// The agent's rules file is not valid.
+    #[error("{0}")]
+    Rules(#[from] crate::agent::RulesError),
 }
 
 impl CliError {
@@ -171,7 +205,7 @@ where
     T: Into<std::ffi::OsString> + Clone,
 {
     let args = Args::try_parse_from(args).map_err(|e| CliError::Usage(e.to_string()))?;
-    let client = Client::new(&args)?;
+    let client = client_of(&args)?;
     match &args.command {
         Command::Jobs => jobs(&client, &args, out),
         Command::Job { id } => job(&client, &args, id, out),
@@ -246,6 +280,50 @@ where
             }
             Ok(())
         }
+        Command::Agent {
+            rules,
+            job,
+            job_name,
+            dry_run,
+            check,
+            looks,
+            status_every,
+        } => {
+            let rules = match rules {
+                Some(path) => crate::agent::Rules::from_file(path)?,
+                None => crate::agent::Rules::default(),
+            };
+            if *check {
+                writeln!(out, "{rules:#?}")?;
+                return Ok(());
+            }
+            let selector = match (job, job_name) {
+                (Some(id), _) => JobSelector::Id(id.clone()),
+                (None, Some(name)) => JobSelector::Name(name.clone()),
+                (None, None) => JobSelector::Only,
+            };
+            let token = token_of(args.token.as_deref(), args.token_file.as_deref())?;
+            let mut agent = Agent::new(
+                AgentConfig::new(&args.url, rules)
+                    .job(selector)
+                    .token(token)
+                    .dry_run(*dry_run)
+                    .status_every(*status_every),
+            );
+            match looks {
+                None => agent.run(&std::sync::atomic::AtomicBool::new(false), out)?,
+                Some(n) => {
+                    for i in 0..*n {
+                        let wait = agent.look(out)?;
+                        if i + 1 < *n {
+                            std::thread::sleep(wait);
+                        }
+                    }
+                    agent.write_status(out)?;
+                }
+            }
+            Ok(())
+        }
         Command::Cancel { id } => {
             client.send("PATCH", &format!("/jobs/{id}?mode=cancel"), None)?;
             writeln!(out, "cancelling job {id}")?;
@@ -254,112 +332,53 @@ where
     }
 }
 
-struct Client {
-    base: String,
-    token: Option<String>,
-    agent: ureq::Agent,
+/// The REST client of `args`: its URL, and the token from `--token`, `--token-file` or
+/// `WEIR_REST_TOKEN`.
+fn client_of(args: &Args) -> Result<RestClient, CliError> {
+    Ok(RestClient::new(
+        &args.url,
+        token_of(args.token.as_deref(), args.token_file.as_deref())?,
+        Duration::from_secs(30),
+    ))
 }
 
-impl Client {
-    fn new(args: &Args) -> Result<Client, CliError> {
-        let token = match (&args.token, &args.token_file) {
-            (Some(t), _) => Some(t.clone()),
-            (None, Some(f)) => Some(
-                std::fs::read_to_string(f)
-                    .map_err(|e| {
-                        CliError::Token(format!("cannot read the token file {}: {e}", f.display()))
-                    })?
-                    .trim()
-                    .to_owned(),
-            ),
-            (None, None) => std::env::var("WEIR_REST_TOKEN")
-                .ok()
-                .filter(|t| !t.is_empty()),
-        };
-        let agent = ureq::Agent::config_builder()
-            .http_status_as_error(false)
-            .timeout_global(Some(Duration::from_secs(30)))
-            .build()
-            .into();
-        Ok(Client {
-            base: args.url.trim_end_matches('/').to_owned(),
-            token,
-            agent,
-        })
-    }
+/// The bearer token: given, read from a file, or `WEIR_REST_TOKEN`.
+fn token_of(
+    token: Option<&str>,
+    file: Option<&std::path::Path>,
+) -> Result<Option<String>, CliError> {
+    Ok(match (token, file) {
+        (Some(t), _) => Some(t.to_owned()),
+        (None, Some(f)) => Some(
+            std::fs::read_to_string(f)
+                .map_err(|e| {
+                    CliError::Token(format!("cannot read the token file {}: {e}", f.display()))
+                })?
+                .trim()
+                .to_owned(),
+        ),
+        (None, None) => std::env::var("WEIR_REST_TOKEN")
+            .ok()
+            .filter(|t| !t.is_empty()),
+    })
+}
 
-    fn get(&self, path: &str) -> Result<Value, CliError> {
-        self.send("GET", path, None)
-    }
-
-    fn send(&self, method: &str, path: &str, body: Option<Value>) -> Result<Value, CliError> {
-        let url = format!("{}{path}", self.base);
-        let what = format!("{method} {path}");
-        let auth = |r: ureq::RequestBuilder<ureq::typestate::WithBody>| {
-            match &self.token {
-            Some(t) => Ok(r.header("Authorization", format!("Bearer {t}"))),
-            None => Err(CliError::Token(format!(
-                "{what} changes the job: give --token or --token-file (the REST server prints the token file's path at start)"
-            ))),
-        }
-        };
-        let result = match method {
-            "GET" => self.agent.get(&url).call(),
-            "PATCH" => match body {
-                None => auth(self.agent.patch(&url))?.send_empty(),
-                Some(b) => auth(self.agent.patch(&url))?
-                    .header("Content-Type", "application/json")
-                    .send(b.to_string().as_str()),
-            },
-            _ => {
-                let text = body
-                    .unwrap_or(Value::Object(Default::default()))
-                    .to_string();
-                auth(self.agent.post(&url))?
-                    .header("Content-Type", "application/json")
-                    .send(text.as_str())
-            }
-        };
-        let mut resp = result.map_err(|e| CliError::Unreachable {
-            url: self.base.clone(),
-            message: e.to_string(),
-        })?;
-        let status = resp.status().as_u16();
-        let text = resp
-            .body_mut()
-            .read_to_string()
-            .map_err(|e| CliError::Unexpected {
-                what: what.clone(),
-                message: e.to_string(),
-            })?;
-        let json: Value = if text.trim().is_empty() {
-            Value::Null
-        } else {
-            serde_json::from_str(&text).map_err(|e| CliError::Unexpected {
-                what: what.clone(),
-                message: format!(
-                    "not JSON ({e}): {}",
-                    text.chars().take(200).collect::<String>()
-                ),
-            })?
-        };
-        if status >= 400 {
-            let message = json["errors"]
-                .as_array()
-                .map(|e| {
-                    e.iter()
-                        .filter_map(Value::as_str)
-                        .collect::<Vec<_>>()
-                        .join("; ")
-                })
-                .unwrap_or(text);
-            return Err(CliError::Refused {
+impl From<ClientError> for CliError {
+    fn from(e: ClientError) -> Self {
+        match e {
+            ClientError::Unreachable { url, message } => CliError::Unreachable { url, message },
+            ClientError::Refused {
                 what,
                 status,
                 message,
-            });
+            } => CliError::Refused {
+                what,
+                status,
+                message,
+            },
+            e @ ClientError::NoToken { .. } => CliError::Token(e.to_string()),
+            ClientError::Unexpected { what, message } => CliError::Unexpected { what, message },
         }
-        Ok(json)
     }
 }
 
@@ -405,7 +424,7 @@ fn s(v: &Value) -> String {
     }
 }
 
-fn jobs(c: &Client, a: &Args, out: &mut dyn Write) -> Result<(), CliError> {
+fn jobs(c: &RestClient, a: &Args, out: &mut dyn Write) -> Result<(), CliError> {
     let v = c.get("/jobs/overview")?;
     if a.json {
         return print_json(out, &v);
@@ -427,7 +446,7 @@ fn jobs(c: &Client, a: &Args, out: &mut dyn Write) -> Result<(), CliError> {
     table(out, &["ID", "NAME", "STATE", "DURATION"], &rows)
 }
 
-fn job(c: &Client, a: &Args, id: &str, out: &mut dyn Write) -> Result<(), CliError> {
+fn job(c: &RestClient, a: &Args, id: &str, out: &mut dyn Write) -> Result<(), CliError> {
     let v = c.get(&format!("/jobs/{id}"))?;
     if a.json {
         return print_json(out, &v);
@@ -468,7 +487,7 @@ fn job(c: &Client, a: &Args, id: &str, out: &mut dyn Write) -> Result<(), CliErr
     )
 }
 
-fn checkpoints(c: &Client, a: &Args, id: &str, out: &mut dyn Write) -> Result<(), CliError> {
+fn checkpoints(c: &RestClient, a: &Args, id: &str, out: &mut dyn Write) -> Result<(), CliError> {
     let v = c.get(&format!("/jobs/{id}/checkpoints"))?;
     if a.json {
         return print_json(out, &v);
@@ -497,7 +516,7 @@ fn checkpoints(c: &Client, a: &Args, id: &str, out: &mut dyn Write) -> Result<()
     Ok(())
 }
 
-fn backpressure(c: &Client, a: &Args, id: &str, out: &mut dyn Write) -> Result<(), CliError> {
+fn backpressure(c: &RestClient, a: &Args, id: &str, out: &mut dyn Write) -> Result<(), CliError> {
     let j = c.get(&format!("/jobs/{id}"))?;
     let mut all = Vec::new();
     let mut rows = Vec::new();
@@ -535,7 +554,7 @@ fn backpressure(c: &Client, a: &Args, id: &str, out: &mut dyn Write) -> Result<(
 }
 
 fn metrics(
-    c: &Client,
+    c: &RestClient,
     a: &Args,
     id: &str,
     names: &[String],
@@ -560,7 +579,7 @@ fn metrics(
 }
 
 fn savepoint(
-    c: &Client,
+    c: &RestClient,
     a: &Args,
     id: &str,
     dir: &std::path::Path,
@@ -618,7 +637,7 @@ fn savepoint(
 
 /// `weirctl config`.
 fn config(
-    client: &Client,
+    client: &RestClient,
     id: &str,
     changes: &[String],
     dry_run: bool,

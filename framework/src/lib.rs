@@ -37,7 +37,7 @@
 //! | layer | modules | owns |
 //! |---|---|---|
 //! | benchmarks | `nexmark` | the Nexmark suite on the API: its events, source, queries, references and blackhole sink |
-//! | API | `env`, `stream`, `job`, [`testing`], `rest`, `cli` | building graphs, starting jobs, the [`JobHandle`], test utilities, the REST control plane, `weirctl` |
+//! | API | `env`, `stream`, `job`, [`testing`], `rest`, `cli`, `agent`, `client` | building graphs, starting jobs, the [`JobHandle`], test utilities, the REST control plane, `weirctl`, the control agent and the REST client both use |
 //! | controller | `controller` | a job's lifecycle as typed states, its deployment, commands from outside |
 //! | protocols | `sampler`, `savepoint`, `detector` | plain structs the controller drives: metrics and rate control, savepoint requests, failure detection |
 //! | physical plan | `plan` | uids, chaining, channels; building every subtask's chain |
@@ -55,11 +55,15 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+#[cfg(feature = "cli")]
+pub mod agent;
 mod backup;
 mod channel;
 pub mod checkpoint;
 #[cfg(feature = "cli")]
 pub mod cli;
+#[cfg(feature = "cli")]
+pub mod client;
 mod config;
 mod controller;
 mod detector;

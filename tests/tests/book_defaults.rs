@@ -213,6 +213,43 @@ fn quotes() -> Vec<(&'static str, String)> {
             ),
         ));
     }
+    // The agent's rules, as a file that sets nothing but one rule reads.
+    let a = weir::agent::Rules::parse(
+        "[[rule]]\nname = \"r\"\nbackpressure = 0.5\n[[rule.action]]\nkind = \"savepoint\"\ndir = \"/sp\"\n",
+        "book",
+    )
+    .expect("a minimal rules file reads");
+    let mode = match a.mode {
+        weir::agent::Mode::Alert => "alert",
+        weir::agent::Mode::Act => "act",
+        weir::agent::Mode::AlertThenAct => "alert-then-act",
+    };
+    q.push((
+        "agent.md",
+        format!(
+            "With the defaults (batches of {},{:03} records, {} batches per channel)",
+            c.batch_size / 1000,
+            c.batch_size % 1000,
+            c.channel_capacity
+        ),
+    ));
+    for row in [
+        format!(
+            "| `interval` | {} | time between two looks |",
+            dur(a.interval)
+        ),
+        format!("| `request_timeout` | {} |", dur(a.request_timeout)),
+        format!("| `action_timeout` | {} |", dur(a.action_timeout)),
+        format!("| `mode` | `{mode}` |"),
+        format!("| `alert_first` | {} |", a.alert_first),
+        format!("| `cooldown` | {} |", dur(a.cooldown)),
+        format!("| `max_actions_per_hour` | {} |", a.max_actions_per_hour),
+        format!("| `retries` | {} |", a.retries),
+        format!("| rule `consecutive` | {} |", a.rules[0].consecutive),
+        format!("| rule `decay` | {} |", a.rules[0].decay),
+    ] {
+        q.push(("agent.md", row));
+    }
     if rc.max_rate.is_none() {
         q.push(("backpressure.md", "| `max_rate` | none |".into()));
     }

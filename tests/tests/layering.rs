@@ -14,7 +14,9 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("benchmarks", &["nexmark"]),
     (
         "api",
-        &["env", "stream", "windowed", "job", "testing", "rest", "cli"],
+        &[
+            "env", "stream", "windowed", "job", "testing", "rest", "cli", "agent", "client",
+        ],
     ),
     ("controller", &["controller"]),
     ("protocols", &["sampler", "savepoint", "detector"]),

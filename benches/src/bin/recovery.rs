@@ -722,7 +722,17 @@ mod tests {
 
     #[test]
     fn bqbs_recovers_two_panics_by_promotion() {
-        let j = run_with(&["--mode", "bqbs", "--failures", "2"]);
+        // A heartbeat timeout far above any pause of a loaded machine: a panic is detected
+        // at once, and a 250 ms timeout once promoted a busy (not failed) debug-build
+        // subtask a third time on a machine at load 5.
+        let j = run_with(&[
+            "--mode",
+            "bqbs",
+            "--failures",
+            "2",
+            "--heartbeat-timeout-ms",
+            "5000",
+        ]);
         assert_exactly_once(&j);
         let each = recoveries(&j);
         assert_eq!(each.len(), 2, "{j}");
@@ -755,6 +765,9 @@ mod tests {
                 "hang",
                 "--checkpoint-interval-ms",
                 "20",
+                // 1 s: a 250 ms timeout took busy subtasks of a loaded machine for hung ones.
+                "--heartbeat-timeout-ms",
+                "1000",
             ]);
             let ctx = format!("{mode}: {j}");
             assert_exactly_once(&j);
@@ -765,8 +778,10 @@ mod tests {
             } else {
                 assert_eq!(j["restarts"], 1, "{ctx}");
             }
+            // Held up by the hung thread, the job would take the heartbeat timeout (1 s) and
+            // the 5 s join timeout at least; released, a fraction of that.
             assert!(
-                started.elapsed() < Duration::from_secs(4),
+                started.elapsed() < Duration::from_millis(5_900),
                 "{ctx}: a hung thread held up the job"
             );
         }

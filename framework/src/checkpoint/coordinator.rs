@@ -21,6 +21,8 @@ struct Pending {
     waiting: HashSet<usize>,
     files: Vec<StateFile>,
     max_alignment: Duration,
+    /// The largest start delay any subtask reported for it.
+    max_start_delay: Duration,
     /// A subtask with inputs aligned its barriers (so the checkpoint is not at-least-once).
     aligned: bool,
     /// Subtasks with inputs that acknowledged.
@@ -297,6 +299,7 @@ impl Coordinator {
                 waiting: (0..self.subtasks).collect(),
                 files: Vec::new(),
                 max_alignment: Duration::ZERO,
+                max_start_delay: Duration::ZERO,
                 aligned: false,
                 with_inputs: 0,
             },
@@ -355,7 +358,16 @@ impl Coordinator {
         if !due || paused || self.pending.len() >= self.cfg.max_concurrent {
             return None;
         }
-        self.last_trigger = Some(now);
+        // At a fixed rate: the next checkpoint is due one interval after this one was due,
+        // not after the tick that triggered it ran. (The tick runs at the interval; measured
+        // from `now`, a tick a few ms late pushed the next checkpoint to the tick after:
+        // checkpoints every 1 s came 1 or 2 s apart.) One more than an interval late (a
+        // checkpoint in progress held it): the next is due an interval from now.
+        let planned = self
+            .last_trigger
+            .and_then(|t| t.checked_add(self.interval))
+            .filter(|p| now.saturating_duration_since(*p) < self.interval);
+        self.last_trigger = Some(planned.unwrap_or(now));
         Some(self.start(now, false))
     }
 
@@ -381,6 +393,7 @@ impl Coordinator {
         }
         p.files.extend(files);
         p.max_alignment = p.max_alignment.max(alignment);
+        p.max_start_delay = p.max_start_delay.max(start_delay);
         let persisted = match taken {
             Taken::Source => 0,
             Taken::Aligned => {
@@ -413,10 +426,6 @@ impl Coordinator {
             r.persisted_data += persisted;
             r.at_least_once = at_least_once;
         }
-        self.stats.checkpoint_start_delay_nanos = self
-            .stats
-            .checkpoint_start_delay_nanos
-            .max(start_delay.as_nanos() as u64);
         if !done {
             self.publish_history();
             return None;
@@ -464,6 +473,9 @@ impl Coordinator {
         self.stats.last_checkpoint_duration_ms = duration_ms;
         self.stats.last_checkpoint_size = size;
         self.stats.checkpoint_alignment_time_ms = p.max_alignment.as_millis() as u64;
+        // Of this checkpoint, as Flink's: a running maximum over the job's life would stay
+        // high for ever after one slow start, and an agent's rule on it would never recover.
+        self.stats.checkpoint_start_delay_nanos = p.max_start_delay.as_nanos() as u64;
         self.stats.last_completed_checkpoint_id = Some(id);
     }
 
@@ -577,6 +589,45 @@ mod tests {
             "interval"
         );
         assert_eq!(c.maybe_trigger(t0 + Duration::from_millis(100)), Some(2));
+    }
+
+    #[test]
+    fn the_start_delay_is_the_last_checkpoints_not_the_largest_ever() {
+        let ms = Duration::from_millis;
+        let t0 = Instant::now();
+        let mut c = Coordinator::new(&cfg(), 1, 1);
+        for (n, delay) in [(0u64, 50u64), (1, 2)] {
+            let at = t0 + ms(100 * (n + 1));
+            let id = c.maybe_trigger(at).unwrap();
+            let part = AckPart {
+                start_delay: ms(delay),
+                ..AckPart::files(vec![])
+            };
+            let done = c.ack(id, 0, part, at).unwrap();
+            c.complete(&done, at);
+            assert_eq!(c.stats.checkpoint_start_delay_nanos, delay * 1_000_000);
+        }
+    }
+
+    #[test]
+    fn a_late_tick_does_not_push_the_next_checkpoint_to_the_tick_after() {
+        let ms = Duration::from_millis;
+        let t0 = Instant::now();
+        let mut c = Coordinator::new(&cfg(), 1, 1);
+        let a = c.maybe_trigger(t0).unwrap();
+        let done = c.ack(a, 0, AckPart::files(vec![]), t0).unwrap();
+        c.complete(&done, t0);
+        // Ticks every 100 ms, the second 5 ms late, the third 1 ms late.
+        let b = c.maybe_trigger(t0 + ms(105)).unwrap();
+        let done = c.ack(b, 0, AckPart::files(vec![]), t0 + ms(110)).unwrap();
+        c.complete(&done, t0 + ms(110));
+        assert_eq!(c.maybe_trigger(t0 + ms(201)), Some(b + 1));
+        c.fail_one(b + 1, "x".into());
+        // A tick more than an interval late (a checkpoint held it): the next is an interval on.
+        assert_eq!(c.maybe_trigger(t0 + ms(450)), Some(b + 2));
+        c.fail_one(b + 2, "x".into());
+        assert_eq!(c.maybe_trigger(t0 + ms(500)), None);
+        assert_eq!(c.maybe_trigger(t0 + ms(550)), Some(b + 3));
     }
 
     #[test]

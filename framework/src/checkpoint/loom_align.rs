@@ -1,5 +1,5 @@
 //! Loom models of barrier alignment: two producer threads, each owning one credit channel into
-//! one consumer (the model's main thread), which reads both channels under a
+//! one consumer thread, which reads both channels under a
 //! [`BarrierAligner`] and takes "snapshot 1" when `Barrier(1)` is aligned.
 //!
 //! Checked under every interleaving (bounded by `LOOM_MAX_PREEMPTIONS`, 2 if unset):
@@ -150,7 +150,7 @@ impl Consumer {
 /// The consumer: reads both channels as the aligner allows until both ended; when no readable
 /// channel has an event it registers on the shared receive waker, looks once more (an event
 /// sent before the registration woke no one) and waits.
-fn consume(rxs: [Receiver<u32>; 2], rx_waker: &AtomicWaker, mode: AlignMode) -> Outcome {
+fn consume(rxs: [Receiver<u32>; 2], rx_waker: &Arc<AtomicWaker>, mode: AlignMode) -> Outcome {
     let waker = waker();
     let mut c = Consumer {
         rxs,
@@ -189,9 +189,14 @@ fn model(mode: AlignMode, check: fn(&Outcome, &[u32], &[u32])) {
         let (tx1, rx1) = channel::<u32>(CAPACITY, rx_waker.clone());
         let p0 = loom::thread::spawn(move || produce(0, tx0));
         let p1 = loom::thread::spawn(move || produce(1, tx1));
-        let out = consume([rx0, rx1], &rx_waker, mode);
+        // The consumer runs on a thread of its own, so that no wake-up can reach a thread
+        // blocked in `join`: a producer's last send may wake the consumer after it read
+        // everything, and loom aborts on an unpark of a joining thread ("assertion failed:
+        // state.notified", tokio-rs/loom#249), an unpark std allows.
+        let consumer = loom::thread::spawn(move || consume([rx0, rx1], &rx_waker, mode));
         p0.join().unwrap();
         p1.join().unwrap();
+        let out = consumer.join().unwrap();
 
         let pre: Vec<u32> = (0..2).flat_map(pre_barrier).flatten().collect();
         let post: Vec<u32> = (0..2).flat_map(post_barrier).flatten().collect();
