@@ -65,7 +65,11 @@ impl Driver {
             .and_then(|l| l.local_addr())
             .expect("a free port")
             .port();
-        let child = Command::new(path)
+        let mut command = Command::new(path);
+        // Its own process group, so that the browsers it starts end with it even when an
+        // assertion fails before the WebDriver session is closed.
+        std::os::unix::process::CommandExt::process_group(&mut command, 0);
+        let child = command
             .arg(format!("--port={port}"))
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -97,7 +101,13 @@ impl Driver {
 }
 
 impl Drop for Driver {
+    /// Ends chromedriver's process group (chromedriver and the browser it started).
     fn drop(&mut self) {
+        let group = format!("-{}", self.child.id());
+        let _ = Command::new("kill")
+            .args(["-KILL", "--", &group])
+            .stderr(Stdio::null())
+            .status();
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
