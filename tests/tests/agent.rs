@@ -123,8 +123,10 @@ impl std::io::Write for Log {
 impl Log {
     fn lines(&self) -> Vec<Value> {
         let bytes = self.0.lock().unwrap_or_else(|e| e.into_inner()).clone();
-        String::from_utf8(bytes)
-            .expect("the agent writes UTF-8")
+        let text = String::from_utf8(bytes).expect("the agent writes UTF-8");
+        // Complete lines only: the agent may be writing the next one.
+        let complete = text.rfind('\n').map_or("", |end| &text[..end]);
+        complete
             .lines()
             .map(|l| {
                 serde_json::from_str(l).unwrap_or_else(|e| panic!("not a JSON line ({e}): {l}"))

@@ -326,7 +326,8 @@ impl Agent {
         alert["time"] = now_ms().into();
         let text = alert.to_string();
         if self.cfg.rules.alert.stdout {
-            writeln!(out, "{text}")?;
+            out.write_all(format!("{text}\n").as_bytes())?;
+            out.flush()?;
         }
         let mut failed = Vec::new();
         if let Some(path) = &self.cfg.rules.alert.file {
@@ -386,7 +387,8 @@ fn line(out: &mut dyn Write, mut v: Value) -> std::io::Result<()> {
     if v.get("time").is_none() {
         v["time"] = now_ms().into();
     }
-    writeln!(out, "{v}")?;
+    // One write a line, so that a reader of a shared buffer never sees half of one.
+    out.write_all(format!("{v}\n").as_bytes())?;
     out.flush()
 }
 
