@@ -219,10 +219,7 @@ where
             parallelism,
             vertex,
         } => {
-            let path = match vertex {
-                Some(v) => format!("/jobs/{id}/vertices/{v}"),
-                None => format!("/jobs/{id}/parallelism"),
-            };
+            let path = crate::client::parallelism_path(id, vertex.as_deref());
             let body = serde_json::json!({ "parallelism": parallelism });
             let r = client.send("PATCH", &path, Some(body))?;
             for c in r["changes"].as_array().into_iter().flatten() {

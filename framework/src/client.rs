@@ -76,6 +76,15 @@ impl ClientError {
     }
 }
 
+/// The path that changes a job's parallelism: one vertex's, or (`None`) every operator's that
+/// follows the job's default (`PATCH` with `{"parallelism": n}`).
+pub fn parallelism_path(job: &str, vertex: Option<&str>) -> String {
+    match vertex {
+        Some(v) => format!("/jobs/{job}/vertices/{v}"),
+        None => format!("/jobs/{job}/parallelism"),
+    }
+}
+
 /// A blocking client of one REST server.
 #[derive(Debug, Clone)]
 pub struct RestClient {

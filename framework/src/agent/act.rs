@@ -116,10 +116,7 @@ fn run_one(
             parallelism,
             vertex,
         } => {
-            let path = match vertex {
-                Some(v) => format!("/jobs/{id}/vertices/{v}"),
-                None => format!("/jobs/{id}/parallelism"),
-            };
+            let path = crate::client::parallelism_path(id, vertex.as_deref());
             Ok(client.send(
                 "PATCH",
                 &path,
