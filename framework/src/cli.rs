@@ -13,7 +13,7 @@
 
 use std::io::Write;
 use std::path::PathBuf;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 use serde_json::Value;
@@ -583,53 +583,31 @@ fn savepoint(
     stop: bool,
     out: &mut dyn Write,
 ) -> Result<(), CliError> {
-    let dir = dir.display().to_string();
-    let (path, body) = if stop {
-        (
-            format!("/jobs/{id}/stop"),
-            serde_json::json!({ "targetDirectory": dir, "drain": false }),
+    use crate::client::SavepointError as E;
+    let st = c
+        .savepoint(
+            id,
+            &dir.display().to_string(),
+            stop,
+            Duration::from_secs(600),
         )
-    } else {
-        (
-            format!("/jobs/{id}/savepoints"),
-            serde_json::json!({ "target-directory": dir, "cancel-job": false }),
-        )
-    };
-    let started = c.send("POST", &path, Some(body))?;
-    let trigger = started["request-id"]
-        .as_str()
-        .ok_or_else(|| CliError::Unexpected {
-            what: format!("POST {path}"),
-            message: format!("no request-id in {started}"),
+        .map_err(|e| match e {
+            E::Rest(e) => e.into(),
+            E::Failed(why) => CliError::Savepoint(
+                why.strip_prefix("the savepoint failed: ")
+                    .unwrap_or(&why)
+                    .to_owned(),
+            ),
+            E::Unexpected { what, message } => CliError::Unexpected { what, message },
         })?;
-    let deadline = Instant::now() + Duration::from_secs(600);
-    loop {
-        let st = c.get(&format!("/jobs/{id}/savepoints/{trigger}"))?;
-        match st["status"]["id"].as_str() {
-            Some("COMPLETED") => {
-                if let Some(cause) = st["operation"].get("failure-cause") {
-                    return Err(CliError::Savepoint(s(&cause["stack-trace"])));
-                }
-                if a.json {
-                    return print_json(out, &st);
-                }
-                writeln!(out, "savepoint: {}", s(&st["operation"]["location"]))?;
-                if stop {
-                    writeln!(out, "job {id} stopped")?;
-                }
-                return Ok(());
-            }
-            Some("IN_PROGRESS") if Instant::now() < deadline => {
-                std::thread::sleep(Duration::from_millis(50))
-            }
-            _ => {
-                return Err(CliError::Unexpected {
-                    what: format!("GET /jobs/{id}/savepoints/{trigger}"),
-                    message: format!("no completion in {st}"),
-                })
-            }
-        }
+    if a.json {
+        return print_json(out, &st);
     }
+    writeln!(out, "savepoint: {}", s(&st["operation"]["location"]))?;
+    if stop {
+        writeln!(out, "job {id} stopped")?;
+    }
+    Ok(())
 }
 
 /// `weirctl config`.

@@ -76,6 +76,26 @@ impl ClientError {
     }
 }
 
+/// Why a savepoint did not complete ([`RestClient::savepoint`]).
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum SavepointError {
+    /// A call failed.
+    #[error(transparent)]
+    Rest(#[from] ClientError),
+    /// The savepoint failed (its cause), or did not complete in time.
+    #[error("{0}")]
+    Failed(String),
+    /// An answer is not a savepoint trigger or status.
+    #[error("unexpected answer from {what}: {message}")]
+    Unexpected {
+        /// The request.
+        what: String,
+        /// What is wrong with it.
+        message: String,
+    },
+}
+
 /// The path that changes a job's parallelism: one vertex's, or (`None`) every operator's that
 /// follows the job's default (`PATCH` with `{"parallelism": n}`).
 pub fn parallelism_path(job: &str, vertex: Option<&str>) -> String {
@@ -146,6 +166,69 @@ impl RestClient {
             });
         }
         Ok(())
+    }
+
+    /// Triggers a savepoint of job `id` into `dir` (`stop`: and stops the job after it) and
+    /// waits up to `timeout` for it; the completed status (`operation.location` is where it
+    /// went).
+    pub fn savepoint(
+        &self,
+        id: &str,
+        dir: &str,
+        stop: bool,
+        timeout: Duration,
+    ) -> Result<Value, SavepointError> {
+        let (path, body) = if stop {
+            (
+                format!("/jobs/{id}/stop"),
+                serde_json::json!({ "targetDirectory": dir, "drain": false }),
+            )
+        } else {
+            (
+                format!("/jobs/{id}/savepoints"),
+                serde_json::json!({ "target-directory": dir, "cancel-job": false }),
+            )
+        };
+        let started = self.send("POST", &path, Some(body))?;
+        let Some(trigger) = started["request-id"].as_str() else {
+            return Err(SavepointError::Unexpected {
+                what: format!("POST {path}"),
+                message: format!("no request-id in {started}"),
+            });
+        };
+        let status_path = format!("/jobs/{id}/savepoints/{trigger}");
+        let deadline = std::time::Instant::now() + timeout;
+        let mut pause = Duration::from_millis(10);
+        loop {
+            let status = self.get(&status_path)?;
+            match status["status"]["id"].as_str() {
+                Some("COMPLETED") => {
+                    return match status["operation"].get("failure-cause") {
+                        Some(cause) => Err(SavepointError::Failed(format!(
+                            "the savepoint failed: {}",
+                            cause["stack-trace"].as_str().unwrap_or("no cause given")
+                        ))),
+                        None => Ok(status),
+                    };
+                }
+                Some("IN_PROGRESS") if std::time::Instant::now() < deadline => {
+                    std::thread::sleep(pause);
+                    pause = (pause * 2).min(Duration::from_millis(500));
+                }
+                Some("IN_PROGRESS") => {
+                    return Err(SavepointError::Failed(format!(
+                        "the savepoint did not complete in {} s",
+                        timeout.as_secs()
+                    )))
+                }
+                _ => {
+                    return Err(SavepointError::Unexpected {
+                        what: format!("GET {status_path}"),
+                        message: format!("no completion in {status}"),
+                    })
+                }
+            }
+        }
     }
 
     /// `GET path`, its JSON.

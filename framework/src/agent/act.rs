@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 
 use super::rules::Action;
-use crate::client::{ClientError, RestClient};
+use crate::client::{ClientError, RestClient, SavepointError};
 
 /// How one action went.
 #[derive(Debug, Clone, PartialEq)]
@@ -74,8 +74,17 @@ pub fn run_actions<E>(
 enum Failure {
     #[error(transparent)]
     Rest(#[from] ClientError),
-    #[error("{0}")]
-    Failed(String),
+    #[error(transparent)]
+    Savepoint(SavepointError),
+}
+
+impl From<SavepointError> for Failure {
+    fn from(e: SavepointError) -> Self {
+        match e {
+            SavepointError::Rest(e) => Failure::Rest(e),
+            e => Failure::Savepoint(e),
+        }
+    }
 }
 
 fn run_one(
@@ -85,20 +94,8 @@ fn run_one(
     timeout: Duration,
 ) -> Result<Value, Failure> {
     match action {
-        Action::Savepoint { dir } => savepoint(
-            client,
-            id,
-            &format!("/jobs/{id}/savepoints"),
-            json!({ "target-directory": dir, "cancel-job": false }),
-            timeout,
-        ),
-        Action::Stop { dir } => savepoint(
-            client,
-            id,
-            &format!("/jobs/{id}/stop"),
-            json!({ "targetDirectory": dir, "drain": false }),
-            timeout,
-        ),
+        Action::Savepoint { dir } => Ok(saved(client.savepoint(id, dir, false, timeout)?)),
+        Action::Stop { dir } => Ok(saved(client.savepoint(id, dir, true, timeout)?)),
         Action::Restart {
             graph,
             allow_dropping_state,
@@ -126,50 +123,7 @@ fn run_one(
     }
 }
 
-/// Triggers a savepoint at `path` and waits until it completes; its location.
-fn savepoint(
-    client: &RestClient,
-    id: &str,
-    path: &str,
-    body: Value,
-    timeout: Duration,
-) -> Result<Value, Failure> {
-    let started = client.send("POST", path, Some(body))?;
-    let Some(trigger) = started["request-id"].as_str() else {
-        return Err(Failure::Failed(format!(
-            "POST {path} answered no request-id: {started}"
-        )));
-    };
-    let deadline = Instant::now() + timeout;
-    let mut pause = Duration::from_millis(10);
-    loop {
-        let status = client.get(&format!("/jobs/{id}/savepoints/{trigger}"))?;
-        match status["status"]["id"].as_str() {
-            Some("COMPLETED") => {
-                let op = &status["operation"];
-                if let Some(cause) = op.get("failure-cause") {
-                    return Err(Failure::Failed(format!(
-                        "the savepoint failed: {}",
-                        cause["stack-trace"].as_str().unwrap_or("no cause given")
-                    )));
-                }
-                return Ok(json!({ "location": op["location"] }));
-            }
-            Some("IN_PROGRESS") if Instant::now() < deadline => {
-                std::thread::sleep(pause);
-                pause = (pause * 2).min(Duration::from_millis(500));
-            }
-            Some("IN_PROGRESS") => {
-                return Err(Failure::Failed(format!(
-                    "the savepoint did not complete in {} s",
-                    timeout.as_secs()
-                )))
-            }
-            _ => {
-                return Err(Failure::Failed(format!(
-                    "unexpected savepoint status: {status}"
-                )))
-            }
-        }
-    }
+/// What a completed savepoint's outcome reports: where it went.
+fn saved(status: Value) -> Value {
+    json!({ "location": status["operation"]["location"] })
 }
