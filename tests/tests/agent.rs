@@ -183,6 +183,10 @@ fn the_agent_alerts_then_saves_and_restarts_a_job_stuck_on_a_stale_connection() 
         cfg.metrics_interval = Duration::from_millis(20);
         // Small batches: a slow row costs a slow checkpoint sooner.
         cfg.batch_size = 64;
+        // Each subtask on a thread of its own (ids, two counts, the sink), whatever the
+        // machine's core count: the slow sink sharing one would stall its neighbour rather
+        // than backpressure it.
+        cfg.arbiters = 4;
         let env = Env::with_config(cfg);
         env.serve_rest(RestConfig::default());
         graph(&env, &stop, &ended, out.clone(), db.clone());
