@@ -142,18 +142,35 @@ impl Silence {
         self.last_seen[i] = self.last_seen[i].max(at);
     }
 
-    /// The first subtask that is not `finished` and has been silent for longer than
-    /// `timeout` at `now`.
-    pub(crate) fn first_silent(
+    /// The subtask to blame for a hang at `now`, if any subtask that is not `finished` has
+    /// been silent for longer than `timeout`: of those, the one stuck inside its operators
+    /// the longest (`inside[i]`: since when subtask `i` is inside a poll of its data lane,
+    /// on any clock that grows), else the first. Subtasks sharing a thread fall silent
+    /// together when one of them hangs; only the hung one is inside its operators.
+    pub(crate) fn hung(
         &self,
         now: Instant,
         timeout: Duration,
         finished: &[bool],
+        inside: impl Fn(usize) -> Option<u64>,
     ) -> Option<usize> {
-        self.last_seen
-            .iter()
-            .zip(finished)
-            .position(|(&seen, &done)| !done && now.saturating_duration_since(seen) > timeout)
+        let silent = || {
+            self.last_seen
+                .iter()
+                .zip(finished)
+                .enumerate()
+                .filter(move |(_, (&seen, &done))| {
+                    !done && now.saturating_duration_since(seen) > timeout
+                })
+                .map(|(i, _)| i)
+        };
+        let first = silent().next()?;
+        Some(
+            silent()
+                .filter_map(|i| inside(i).map(|since| (since, i)))
+                .min()
+                .map_or(first, |(_, i)| i),
+        )
     }
 }
 
@@ -203,14 +220,36 @@ mod tests {
         s.seen(1, t0 + 50 * MS); // older: ignored
         s.seen(2, t0 + 100 * MS);
         let timeout = 80 * MS;
-        assert_eq!(s.first_silent(t0 + 80 * MS, timeout, &[false; 3]), None);
-        assert_eq!(s.first_silent(t0 + 90 * MS, timeout, &[false; 3]), Some(0));
+        let outside = |_| None;
+        assert_eq!(s.hung(t0 + 80 * MS, timeout, &[false; 3], outside), None);
+        assert_eq!(s.hung(t0 + 90 * MS, timeout, &[false; 3], outside), Some(0));
         assert_eq!(
-            s.first_silent(t0 + 90 * MS, timeout, &[true, false, false]),
+            s.hung(t0 + 90 * MS, timeout, &[true, false, false], outside),
             None
         );
         assert_eq!(
-            s.first_silent(t0 + 181 * MS, timeout, &[true, false, false]),
+            s.hung(t0 + 181 * MS, timeout, &[true, false, false], outside),
+            Some(1)
+        );
+    }
+
+    #[test]
+    fn of_silent_subtasks_sharing_a_thread_the_one_inside_its_operators_is_blamed() {
+        let t0 = Instant::now();
+        let s = Silence::new(4, t0);
+        let timeout = 80 * MS;
+        // All four silent; 2 and 3 are inside a poll, 3 since earlier.
+        let inside = |i| [None, None, Some(500), Some(400)][i];
+        assert_eq!(s.hung(t0 + 90 * MS, timeout, &[false; 4], inside), Some(3));
+        // One inside a poll but not silent (it answered) is not blamed.
+        let mut s = s;
+        s.seen(3, t0 + 50 * MS);
+        assert_eq!(s.hung(t0 + 90 * MS, timeout, &[false; 4], inside), Some(2));
+        // Nobody inside: the first silent one.
+        assert_eq!(
+            s.hung(t0 + 90 * MS, timeout, &[true, false, false, false], |_| {
+                None
+            }),
             Some(1)
         );
     }

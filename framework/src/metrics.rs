@@ -161,6 +161,17 @@ pub(crate) struct SubtaskCounters {
     pub(crate) mails_sent: AtomicU64,
     /// System mails handled.
     pub(crate) mails_handled: AtomicU64,
+    /// While the subtask is inside a poll of its data lane (its operators run there): when
+    /// it entered, in µs on [`poll_clock_us`]'s clock; 0 outside. Among subtasks silent on a
+    /// shared thread, the one stuck inside its operators is the one that hung.
+    pub(crate) in_poll_since_us: AtomicU64,
+}
+
+/// Microseconds since the first call in this process, at least 1 (0 means "not set").
+pub(crate) fn poll_clock_us(now: Instant) -> u64 {
+    static BASE: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+    let base = *BASE.get_or_init(Instant::now);
+    now.saturating_duration_since(base).as_micros() as u64 + 1
 }
 
 /// Where a subtask's time went while it waited, per Flink's task time accounting.
@@ -242,6 +253,12 @@ pub(crate) struct SubtaskSample {
 impl SubtaskCounters {
     pub(crate) fn batches(&self) -> u64 {
         self.batches_in.load(Ordering::Relaxed)
+    }
+
+    /// Since when the subtask has been inside a poll of its data lane (µs on
+    /// [`poll_clock_us`]'s clock), if it is now.
+    pub(crate) fn in_poll_since_us(&self) -> Option<u64> {
+        Some(self.in_poll_since_us.load(Ordering::Relaxed)).filter(|&t| t > 0)
     }
 }
 

@@ -209,7 +209,7 @@ fn run(s: Setup) -> Result<Run, JobError> {
     }
     let (result, metrics) = wait(handle)?;
     let emitted = match s.until_faults {
-        None => vec![0..s.n],
+        None => std::iter::once(0..s.n).collect(),
         Some(_) => {
             let emitted = emitted.lock().unwrap_or_else(|p| p.into_inner());
             assert_eq!(emitted.len(), s.parallelism, "every source subtask ended");
@@ -277,7 +277,7 @@ fn assert_emitted_once(ids: &[u64], emitted: &[std::ops::Range<u64>]) {
 /// Keyed counts equal a sequential computation: per key, the counts are 1..=m and the ids
 /// of each key are exactly those with that key.
 fn assert_state(counts: &[(u64, u64, u64)], n: u64) {
-    assert_state_in(counts, &[0..n]);
+    assert_state_in(counts, std::slice::from_ref(&(0..n)));
 }
 
 /// [`assert_state`] over the ids of the `emitted` ranges.

@@ -188,3 +188,42 @@ fn commands_are_answered_while_the_job_waits_to_restart() {
         ])
     );
 }
+
+/// Subtasks sharing a thread all fall silent when one of them hangs: the hang is blamed on
+/// the one stuck inside its operators, not on the first silent one (here the source, which
+/// comes first and shares the hung subtask's only thread).
+#[test]
+fn a_hang_on_a_shared_thread_names_the_subtask_that_hung() {
+    let faults = FaultPlan::new(vec![
+        Fault::new("count", FaultKind::Hang, 1_000).in_subtask(1)
+    ]);
+    let mut cfg = EnvConfig::default();
+    cfg.arbiters = 1;
+    cfg.heartbeat_timeout = Duration::from_millis(300);
+    cfg.faults = faults.clone();
+    let env = Env::with_config(cfg);
+    env.generate(u64::MAX, |i| i)
+        .uid("ids")
+        .set_parallelism(1)
+        .rebalance()
+        .map(|x: u64| x + 1)
+        .uid("count")
+        .set_parallelism(2)
+        .discard();
+    let job = env.start("hang-blame").expect("the job starts");
+    let err =
+        within_timeout(move || job.wait()).expect_err("a hang without restarts fails the job");
+    assert_eq!(faults.fired(), 1);
+    match &err {
+        JobError::SubtaskLost {
+            uid,
+            subtask,
+            reason,
+            ..
+        } => {
+            assert_eq!((uid.as_str(), *subtask), ("count", 1), "{err}");
+            assert!(reason.contains("hung"), "{err}");
+        }
+        other => panic!("not a lost subtask: {other}"),
+    }
+}

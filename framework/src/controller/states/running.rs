@@ -854,7 +854,9 @@ impl Running {
             }
         }
         let timeout: Duration = ctx.cfg.heartbeat_timeout;
-        if let Some(i) = dep.silence.first_silent(now, timeout, &dep.finished) {
+        let probes = dep.sampler.probes();
+        let inside = |i: usize| probes[i].counters.in_poll_since_us();
+        if let Some(i) = dep.silence.hung(now, timeout, &dep.finished, inside) {
             let probe = &dep.sampler.probes()[i];
             return Err(Exit::Failed(ctx.lost(
                 probe.head_uid.clone(),
