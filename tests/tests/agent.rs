@@ -263,6 +263,8 @@ graph = "main"
             0,
             "the first trigger only alerts"
         );
+        // The alert is the line after the decision (the agent writes them one by one).
+        log.wait_for(alert, "the alert", |l| l["event"] == "alert");
         assert_eq!(log.count(|l| l["event"] == "alert"), 1);
         assert!(
             std::fs::read_dir(savepoints.path()).map_or(0, |d| d.count()) == 0,
