@@ -40,35 +40,53 @@ fn sorted(mut v: Vec<u32>) -> Vec<u32> {
     v
 }
 
-/// A waker that unparks the loom thread that made it; [`park`] waits for it. Park/unpark
-/// adds no scheduling point on the waking side (a loom `Notify` or `Condvar` would, and the
-/// models would not finish in time); a wake-up before the park is kept, as with std.
-struct Unpark(loom::thread::Thread);
+/// A waker that notes a wake-up and unparks the loom thread that made it; [`park`] waits
+/// for a noted wake-up. Unparking adds no scheduling point on the waking side (a loom
+/// `Notify` or `Condvar` would, and the models would not finish in time).
+///
+/// The note is a plain std atomic, invisible to loom (loom runs one thread at a time, so it
+/// needs no ordering of its own): loom's park token alone is not enough, because loom drops
+/// an unpark that reaches a thread blocked on a loom mutex or inside `yield_now` (its
+/// `AtomicWaker` mock yields when `register` races a `wake`), where std would keep it. With
+/// the note, such an unpark is seen at the next [`park`], so only a wake-up the code under
+/// test really lost (one never sent) is a deadlock.
+struct Unpark {
+    thread: loom::thread::Thread,
+    woken: std::sync::atomic::AtomicBool,
+}
 
 impl Wake for Unpark {
     fn wake(self: std::sync::Arc<Self>) {
-        self.0.unpark();
+        self.woken.store(true, std::sync::atomic::Ordering::SeqCst);
+        self.thread.unpark();
     }
 }
 
-/// A waker for the calling thread.
-fn waker() -> Waker {
-    Waker::from(std::sync::Arc::new(Unpark(loom::thread::current())))
+/// A waker for the calling thread, and its note of wake-ups.
+fn waker() -> (Waker, std::sync::Arc<Unpark>) {
+    let me = std::sync::Arc::new(Unpark {
+        thread: loom::thread::current(),
+        woken: std::sync::atomic::AtomicBool::new(false),
+    });
+    (Waker::from(me.clone()), me)
 }
 
-/// Blocks until the calling thread's waker is woken; a lost wake-up is a loom deadlock.
-fn park() {
-    loom::thread::park();
+/// Blocks until the calling thread's waker was woken (at once if it was since the last
+/// park); a lost wake-up is a loom deadlock.
+fn park(me: &Unpark) {
+    while !me.woken.swap(false, std::sync::atomic::Ordering::SeqCst) {
+        loom::thread::park();
+    }
 }
 
 /// Sends `event`, waiting for credit on the channel's sender waker.
-fn send(tx: &Sender<u32>, cx: &mut Context<'_>, mut event: Event<u32>) {
+fn send(tx: &Sender<u32>, cx: &mut Context<'_>, me: &Unpark, mut event: Event<u32>) {
     loop {
         match tx.send_or_register(cx, event) {
             Ok(()) => return,
             Err(Full(e)) => {
                 event = e;
-                park();
+                park(me);
             }
         }
     }
@@ -76,16 +94,16 @@ fn send(tx: &Sender<u32>, cx: &mut Context<'_>, mut event: Event<u32>) {
 
 /// Producer `p`: its pre-barrier batches, `Barrier(1)`, its post-barrier batches, end of input.
 fn produce(p: u32, tx: Sender<u32>) {
-    let waker = waker();
+    let (waker, me) = waker();
     let mut cx = Context::from_waker(&waker);
     for b in pre_barrier(p) {
-        send(&tx, &mut cx, Event::Batch(Batch::Owned(b)));
+        send(&tx, &mut cx, &me, Event::Batch(Batch::Owned(b)));
     }
-    send(&tx, &mut cx, Event::Barrier(1));
+    send(&tx, &mut cx, &me, Event::Barrier(1));
     for b in post_barrier(p) {
-        send(&tx, &mut cx, Event::Batch(Batch::Owned(b)));
+        send(&tx, &mut cx, &me, Event::Batch(Batch::Owned(b)));
     }
-    send(&tx, &mut cx, Event::EndOfInput);
+    send(&tx, &mut cx, &me, Event::EndOfInput);
 }
 
 /// What the consumer saw.
@@ -151,7 +169,7 @@ impl Consumer {
 /// channel has an event it registers on the shared receive waker, looks once more (an event
 /// sent before the registration woke no one) and waits.
 fn consume(rxs: [Receiver<u32>; 2], rx_waker: &Arc<AtomicWaker>, mode: AlignMode) -> Outcome {
-    let waker = waker();
+    let (waker, me) = waker();
     let mut c = Consumer {
         rxs,
         aligner: BarrierAligner::new(2, mode),
@@ -165,7 +183,7 @@ fn consume(rxs: [Receiver<u32>; 2], rx_waker: &Arc<AtomicWaker>, mode: AlignMode
         }
         rx_waker.register(&waker);
         if !c.poll() {
-            park();
+            park(&me);
         }
     }
     Outcome {
