@@ -1,7 +1,14 @@
-//! `dashboard_cost`: what an open dashboard costs a job. Runs the answer-cleaning job over
-//! generated answers in pairs, each run with its REST server on: once with nobody watching, once
-//! with the dashboard open on it (the two in alternating order), and prints one JSON line with
-//! each run's throughput and the median drop.
+//! `dashboard_cost`: what an open dashboard costs a job, printed as one JSON line.
+//!
+//! - `--mode toggle` (the default): one answer-cleaning job runs the whole time with its REST
+//!   server on, and a headless Chromium beside it opens the dashboard in a tab for some
+//!   windows and closes it for others (off, on, on, off, ...: a slow drift of the machine's
+//!   load cancels out). Each window's throughput comes from the job's own record counts; each
+//!   pair of neighbouring windows gives one drop, and the median drop is the figure. The
+//!   browser may be pinned to other CPUs (`--browser-cpus`), as on a user's own machine;
+//!   without it, it shares the job's.
+//! - `--mode pairs`: whole runs over `--records` answers in pairs, nobody watching and the
+//!   dashboard open, in alternating order (noisier: each run starts and warms up afresh).
 //!
 //! The watcher is either a real headless Chromium showing the page (`--client browser`, the
 //! default; Debian's `chromium`), or a client that sends what the page sends — its four panel
@@ -11,7 +18,8 @@
 //! job process's CPU time that its REST server threads took (Linux `schedstat`), which the
 //! machine's other load does not change.
 //!
-//! `cargo run --release -p weir-benches --bin dashboard_cost -- --records 4000000 --pairs 3`
+//! `cargo run --release -p weir-benches --bin dashboard_cost -- --browser-cpus 0` (toggle mode);
+//! `... -- --mode pairs --records 4000000 --pairs 3`
 
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -32,8 +40,31 @@ enum Client {
     Requests,
 }
 
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum Mode {
+    /// One job; the dashboard's tab opened and closed in windows.
+    Toggle,
+    /// Whole runs in pairs.
+    Pairs,
+}
+
 #[derive(Parser)]
 struct Args {
+    /// How the two cases are compared.
+    #[arg(long, value_enum, default_value_t = Mode::Toggle)]
+    mode: Mode,
+    /// Toggle mode: measured windows (a multiple of 4: off, on, on, off).
+    #[arg(long, default_value_t = 24)]
+    windows: usize,
+    /// Toggle mode: seconds per window.
+    #[arg(long, default_value_t = 5.0)]
+    window_secs: f64,
+    /// Toggle mode: seconds the job runs before the first window.
+    #[arg(long, default_value_t = 5.0)]
+    warmup_secs: f64,
+    /// Pin the browser to these CPUs (`taskset -c` syntax, e.g. `0`).
+    #[arg(long)]
+    browser_cpus: Option<String>,
     /// Answers per run.
     #[arg(long, default_value_t = 4_000_000)]
     records: u64,
@@ -71,6 +102,17 @@ struct Browser {
 impl Browser {
     /// Opens `url` and returns once the page has loaded (its title is the dashboard's).
     fn open(binary: &str, url: &str) -> Result<Browser, String> {
+        Self::start(binary, None, url, |t| t.contains("Weir"))
+    }
+
+    /// Starts the browser (pinned to `cpus` if given) on `url`, and returns once a page's
+    /// title passes `loaded`.
+    fn start(
+        binary: &str,
+        cpus: Option<&str>,
+        url: &str,
+        loaded: impl Fn(&str) -> bool,
+    ) -> Result<Browser, String> {
         let debug_port = std::net::TcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.local_addr())
             .map_err(|e| format!("no free port: {e}"))?
@@ -79,7 +121,14 @@ impl Browser {
             "weir-dashboard-cost-{}-{debug_port}",
             std::process::id()
         ));
-        let mut command = Command::new(binary);
+        let mut command = match cpus {
+            Some(cpus) => {
+                let mut c = Command::new("taskset");
+                c.args(["-c", cpus, binary]);
+                c
+            }
+            None => Command::new(binary),
+        };
         // Its own process group: the renderer and GPU processes end with the browser.
         std::os::unix::process::CommandExt::process_group(&mut command, 0);
         let child = command
@@ -106,8 +155,30 @@ impl Browser {
             profile,
             debug_port,
         };
-        browser.wait_title(|t| t.contains("Weir"))?;
+        browser.wait_title(loaded)?;
         Ok(browser)
+    }
+
+    /// Opens `url` in a new tab (DevTools' `/json/new`); returns the tab's id.
+    fn open_tab(&self, url: &str) -> Result<String, String> {
+        let new = format!("http://127.0.0.1:{}/json/new?{url}", self.debug_port);
+        let text = agent()
+            .put(&new)
+            .send_empty()
+            .map_err(|e| format!("cannot open a tab: {e}"))?
+            .body_mut()
+            .read_to_string()
+            .map_err(|e| format!("cannot read the new tab: {e}"))?;
+        serde_json::from_str::<serde_json::Value>(&text)
+            .ok()
+            .and_then(|v| v["id"].as_str().map(str::to_owned))
+            .ok_or_else(|| format!("no tab id in {text}"))
+    }
+
+    /// Closes tab `id` (DevTools' `/json/close`).
+    fn close_tab(&self, id: &str) {
+        let close = format!("http://127.0.0.1:{}/json/close/{id}", self.debug_port);
+        let _ = get_text(&agent(), &close);
     }
 
     /// Waits until the page's title passes `ok` (read from the DevTools page list).
@@ -274,8 +345,119 @@ fn run(args: &Args, watched: bool) -> Result<(f64, f64), String> {
     Ok((read as f64 / took.as_secs_f64(), server_cpu / cpu * 100.0))
 }
 
+/// The source's records so far and the job's clock when they were counted, from a metrics
+/// sample newer than `after` (the job samples every 20 ms here).
+fn count(job: &weir::JobHandle, after: Duration) -> Result<(u64, Duration), String> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Some(m) = job.metrics().filter(|m| m.at > after) {
+            let read = m
+                .operator("source")
+                .ok_or("the job has no operator `source`")?
+                .num_records_out;
+            return Ok((read, m.at));
+        }
+        if Instant::now() > deadline {
+            return Err("the job published no metrics for 30 s".into());
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+/// Toggle mode (see the module doc): one job, the dashboard's tab opened and closed.
+fn toggle(args: &Args) -> Result<serde_json::Value, String> {
+    if args.windows == 0 || !args.windows.is_multiple_of(4) {
+        return Err(format!(
+            "--windows must be a positive multiple of 4 (off, on, on, off), got {}",
+            args.windows
+        ));
+    }
+    let out = std::env::temp_dir().join(format!("weir-dashboard-cost-{}", std::process::id()));
+    prepare_output_dir(&out).map_err(|e| e.to_string())?;
+    let mut cfg = EnvConfig::default();
+    cfg.metrics_interval = Duration::from_millis(20);
+    let env = Env::with_config(cfg);
+    build_answer_cleaning(&env, &Input::generated(u64::MAX, DEFAULT_SEED), &out, 1);
+    let before = thread_ids();
+    let server = RestServer::start(RestConfig::default()).map_err(|e| e.to_string())?;
+    let server_threads: Vec<String> = thread_ids()
+        .into_iter()
+        .filter(|t| !before.contains(t))
+        .collect();
+    let base = format!("http://{}", server.addr());
+    let browser = Browser::start(
+        &args.chromium,
+        args.browser_cpus.as_deref(),
+        "about:blank",
+        |t| t == "about:blank",
+    )?;
+    let job = env.start("dashboard-cost").map_err(|e| e.to_string())?;
+    server.register(job.monitor());
+    std::thread::sleep(Duration::from_secs_f64(args.warmup_secs));
+    let window = Duration::from_secs_f64(args.window_secs);
+    let (mut off, mut on, mut drops) = (vec![], vec![], vec![]);
+    let (mut server_off, mut server_on) = (vec![], vec![]);
+    let mut last = Duration::ZERO;
+    for w in 0..args.windows {
+        let watched = matches!(w % 4, 1 | 2);
+        let tab = if watched {
+            let tab = browser.open_tab(&format!("{base}/"))?;
+            // The page found the job and shows it (its title is the job's name).
+            browser.wait_title(|t| t.starts_with("dashboard-cost"))?;
+            Some(tab)
+        } else {
+            None
+        };
+        let (r0, t0) = count(&job, last)?;
+        let s0 = threads_cpu_ns(&server_threads);
+        std::thread::sleep(window);
+        let (r1, t1) = count(&job, t0)?;
+        let server_ms = threads_cpu_ns(&server_threads).saturating_sub(s0) as f64 / 1e6;
+        last = t1;
+        if let Some(tab) = tab {
+            browser.close_tab(&tab);
+        }
+        let rate = r1.saturating_sub(r0) as f64 / (t1 - t0).as_secs_f64().max(1e-9);
+        let server_ms_per_s = server_ms / (t1 - t0).as_secs_f64().max(1e-9);
+        if watched {
+            on.push(rate);
+            server_on.push(server_ms_per_s);
+        } else {
+            off.push(rate);
+            server_off.push(server_ms_per_s);
+        }
+        // Windows 0+1 and 2+3 of each four are pairs.
+        if w % 2 == 1 {
+            let (a, b) = (off[off.len() - 1], on[on.len() - 1]);
+            drops.push((a - b) / a * 100.0);
+        }
+    }
+    job.cancel();
+    let _ = job.wait();
+    drop(browser);
+    let _ = std::fs::remove_dir_all(&out);
+    Ok(serde_json::json!({
+        "bench": "dashboard_cost",
+        "mode": "toggle",
+        "browser_cpus": args.browser_cpus,
+        "windows": args.windows,
+        "window_secs": args.window_secs,
+        "records_per_sec_nobody_watching": off,
+        "records_per_sec_dashboard_open": on,
+        "throughput_drop_pct": drops,
+        "throughput_drop_pct_median": median(&drops),
+        "server_cpu_ms_per_sec_nobody_watching": server_off,
+        "server_cpu_ms_per_sec_dashboard_open": server_on,
+        "server_cpu_ms_per_sec_dashboard_open_median": median(&server_on),
+    }))
+}
+
 fn main() -> Result<(), String> {
     let args = Args::parse();
+    if args.mode == Mode::Toggle {
+        println!("{}", toggle(&args)?);
+        return Ok(());
+    }
     let (mut alone, mut watched, mut drops) = (vec![], vec![], vec![]);
     let (mut server_alone, mut server_watched) = (vec![], vec![]);
     for i in 0..args.pairs {
@@ -296,6 +478,7 @@ fn main() -> Result<(), String> {
     }
     let line = serde_json::json!({
         "bench": "dashboard_cost",
+        "mode": "pairs",
         "client": format!("{:?}", args.client).to_lowercase(),
         "records": args.records,
         "pairs": args.pairs,
