@@ -105,7 +105,11 @@ fn main() -> ExitCode {
     let count = |f: fn(&Verdict) -> bool| results.iter().filter(|(_, r)| f(&r.verdict)).count();
     // Runs whose faults did not all fire tested less than their scenario says: counted, so a
     // change that makes moments unreachable shows.
-    let unfired = results.iter().filter(|(_, r)| r.fired < r.faults).count();
+    let unfired: Vec<u64> = results
+        .iter()
+        .filter(|(_, r)| r.fired < r.faults)
+        .map(|(s, _)| s.seed)
+        .collect();
     let summary = serde_json::json!({
         "runs": results.len(),
         "failed": failed.len(),
@@ -114,7 +118,8 @@ fn main() -> ExitCode {
         "wrong_state": count(|v| matches!(v, Verdict::WrongState(_))),
         "hung": count(|v| matches!(v, Verdict::Hung)),
         "job_failed": count(|v| matches!(v, Verdict::Failed(_))),
-        "faults_unfired": unfired,
+        "faults_unfired": unfired.len(),
+        "unfired_seeds": unfired,
         "seconds": started.elapsed().as_secs_f64(),
         "failing_seeds": failed,
     });

@@ -65,6 +65,10 @@ struct Args {
     /// Pin the browser to these CPUs (`taskset -c` syntax, e.g. `0`).
     #[arg(long)]
     browser_cpus: Option<String>,
+    /// Toggle mode: a control run; the "open" windows open an empty tab instead of the
+    /// dashboard, so the drops show the measurement's own noise.
+    #[arg(long)]
+    control: bool,
     /// Answers per run.
     #[arg(long, default_value_t = 4_000_000)]
     records: u64,
@@ -400,7 +404,9 @@ fn toggle(args: &Args) -> Result<serde_json::Value, String> {
     let mut last = Duration::ZERO;
     for w in 0..args.windows {
         let watched = matches!(w % 4, 1 | 2);
-        let tab = if watched {
+        let tab = if watched && args.control {
+            Some(browser.open_tab("about:blank")?)
+        } else if watched {
             let tab = browser.open_tab(&format!("{base}/"))?;
             // The page found the job and shows it (its title is the job's name).
             browser.wait_title(|t| t.starts_with("dashboard-cost"))?;
@@ -439,6 +445,7 @@ fn toggle(args: &Args) -> Result<serde_json::Value, String> {
     Ok(serde_json::json!({
         "bench": "dashboard_cost",
         "mode": "toggle",
+        "control": args.control,
         "browser_cpus": args.browser_cpus,
         "windows": args.windows,
         "window_secs": args.window_secs,
