@@ -255,6 +255,17 @@ impl SubtaskCounters {
         self.batches_in.load(Ordering::Relaxed)
     }
 
+    /// The subtask enters a poll of its data lane at `now`.
+    pub(crate) fn enter_poll(&self, now: Instant) {
+        self.in_poll_since_us
+            .store(poll_clock_us(now), Ordering::Relaxed);
+    }
+
+    /// The subtask left its poll.
+    pub(crate) fn leave_poll(&self) {
+        self.in_poll_since_us.store(0, Ordering::Relaxed);
+    }
+
     /// Since when the subtask has been inside a poll of its data lane (µs on
     /// [`poll_clock_us`]'s clock), if it is now.
     pub(crate) fn in_poll_since_us(&self) -> Option<u64> {

@@ -457,20 +457,21 @@ fn four_successive_failures_each_promoted() {
         // completed a checkpoint since the last promotion, so that promotion's replay is
         // over, however slow the machine (a fault counted in records could hit a promoted
         // primary still replaying, which is a different scenario).
-        let faults = FaultPlan::new(vec![
-            Fault::new("op", FaultKind::Panic, 0)
-                .in_subtask(0)
-                .after_checkpoints(2),
-            Fault::new("op", FaultKind::Hang, 0)
-                .in_subtask(0)
-                .after_checkpoints(5),
-            Fault::new("op", FaultKind::StopArbiter, 0)
-                .in_subtask(0)
-                .after_checkpoints(8),
-            Fault::new("op", FaultKind::Panic, 0)
-                .in_subtask(0)
-                .after_checkpoints(11),
-        ]);
+        let faults = FaultPlan::new(
+            [
+                (FaultKind::Panic, 2),
+                (FaultKind::Hang, 5),
+                (FaultKind::StopArbiter, 8),
+                (FaultKind::Panic, 11),
+            ]
+            .into_iter()
+            .map(|(kind, checkpoints)| {
+                Fault::new("op", kind, 0)
+                    .in_subtask(0)
+                    .after_checkpoints(checkpoints)
+            })
+            .collect(),
+        );
         let mut setup = Setup::new(N, shape, faults.clone());
         setup.until_faults = Some(4);
         let r = run(setup).unwrap();

@@ -301,21 +301,49 @@ fn poll_like_the_page(base: String, id: String, running: Arc<AtomicBool>) -> u64
     sent
 }
 
+/// An answer-cleaning job over `records` generated answers (not started), and a REST server
+/// for it with the threads it started (its own and actix's workers).
+struct Served {
+    env: Env,
+    out: std::path::PathBuf,
+    server: RestServer,
+    server_threads: Vec<String>,
+    base: String,
+}
+
+impl Served {
+    fn new(cfg: EnvConfig, records: u64) -> Result<Served, String> {
+        let out = std::env::temp_dir().join(format!("weir-dashboard-cost-{}", std::process::id()));
+        prepare_output_dir(&out).map_err(|e| e.to_string())?;
+        let env = Env::with_config(cfg);
+        build_answer_cleaning(&env, &Input::generated(records, DEFAULT_SEED), &out, 1);
+        let before = thread_ids();
+        let server = RestServer::start(RestConfig::default()).map_err(|e| e.to_string())?;
+        let server_threads = thread_ids()
+            .into_iter()
+            .filter(|t| !before.contains(t))
+            .collect();
+        let base = format!("http://{}", server.addr());
+        Ok(Served {
+            env,
+            out,
+            server,
+            server_threads,
+            base,
+        })
+    }
+}
+
 /// One run: records per second, and the share of the process's CPU time its REST server
 /// took (%), with the dashboard open or not.
 fn run(args: &Args, watched: bool) -> Result<(f64, f64), String> {
-    let out = std::env::temp_dir().join(format!("weir-dashboard-cost-{}", std::process::id()));
-    prepare_output_dir(&out).map_err(|e| e.to_string())?;
-    let env = Env::with_config(EnvConfig::default());
-    build_answer_cleaning(&env, &Input::generated(args.records, DEFAULT_SEED), &out, 1);
-    let before = thread_ids();
-    let server = RestServer::start(RestConfig::default()).map_err(|e| e.to_string())?;
-    // The threads the server started (its own and actix's workers).
-    let server_threads: Vec<String> = thread_ids()
-        .into_iter()
-        .filter(|t| !before.contains(t))
-        .collect();
-    let base = format!("http://{}", server.addr());
+    let Served {
+        env,
+        out,
+        server,
+        server_threads,
+        base,
+    } = Served::new(EnvConfig::default(), args.records)?;
     let browser = match (watched, args.client) {
         (true, Client::Browser) => Some(Browser::open(&args.chromium, &format!("{base}/"))?),
         _ => None,
@@ -376,19 +404,15 @@ fn toggle(args: &Args) -> Result<serde_json::Value, String> {
             args.windows
         ));
     }
-    let out = std::env::temp_dir().join(format!("weir-dashboard-cost-{}", std::process::id()));
-    prepare_output_dir(&out).map_err(|e| e.to_string())?;
     let mut cfg = EnvConfig::default();
     cfg.metrics_interval = Duration::from_millis(20);
-    let env = Env::with_config(cfg);
-    build_answer_cleaning(&env, &Input::generated(u64::MAX, DEFAULT_SEED), &out, 1);
-    let before = thread_ids();
-    let server = RestServer::start(RestConfig::default()).map_err(|e| e.to_string())?;
-    let server_threads: Vec<String> = thread_ids()
-        .into_iter()
-        .filter(|t| !before.contains(t))
-        .collect();
-    let base = format!("http://{}", server.addr());
+    let Served {
+        env,
+        out,
+        server,
+        server_threads,
+        base,
+    } = Served::new(cfg, u64::MAX)?;
     let browser = Browser::start(
         &args.chromium,
         args.browser_cpus.as_deref(),

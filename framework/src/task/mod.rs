@@ -368,15 +368,9 @@ impl ActorFuture<SubtaskActor> for DataLane {
     ) -> Poll<()> {
         let t0 = Instant::now();
         act.time.switch(t0, WaitState::Busy);
-        let inside = &act.counters.in_poll_since_us;
-        inside.store(
-            crate::metrics::poll_clock_us(t0),
-            crate::sync::atomic::Ordering::Relaxed,
-        );
+        act.counters.enter_poll(t0);
         let (poll, next) = act.poll_data(task, t0);
-        act.counters
-            .in_poll_since_us
-            .store(0, crate::sync::atomic::Ordering::Relaxed);
+        act.counters.leave_poll();
         act.time.switch(Instant::now(), next);
         match poll {
             Poll::Pending => Poll::Pending,
