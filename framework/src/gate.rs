@@ -9,7 +9,8 @@
 use std::collections::VecDeque;
 use std::task::{Context, Poll};
 
-use crate::backup::Claims;
+use crate::backup::queue::Input;
+use crate::backup::{Claims, Replay};
 use crate::channel::{Event, Receiver};
 use crate::error::TaskError;
 use crate::operator::step::{GateStep, InputGate};
@@ -66,9 +67,16 @@ impl<T: Data> TypedGate<T> {
     fn new(
         receivers: Vec<Receiver<T>>,
         head: BoxOutput<T>,
-        claims: Option<Box<Claims<T>>>,
+        mut claims: Option<Box<Claims<T>>>,
     ) -> Self {
         let n = receivers.len();
+        // A promoted primary merges its channels' watermarks from where the state it
+        // restarts from had them, as the primary before it did.
+        let marks = claims
+            .as_mut()
+            .and_then(|c| c.take_marks())
+            .filter(|m| m.inputs() == n)
+            .unwrap_or_else(|| crate::time::WatermarkMerge::new(n));
         TypedGate {
             receivers,
             ended: vec![false; n],
@@ -80,7 +88,7 @@ impl<T: Data> TypedGate<T> {
             recorded: Vec::new(),
             replay: Default::default(),
             claims,
-            marks: crate::time::WatermarkMerge::new(n),
+            marks,
         }
     }
 
@@ -114,21 +122,28 @@ impl<T: Data> TypedGate<T> {
     }
 
     /// One step of a backed-up primary: replay first, then its channels; every batch is
-    /// claimed before it is processed and its output flushed after.
+    /// claimed before it is processed and its output flushed after, every watermark and end
+    /// logged, so a replay takes them in the same order.
     fn try_step_claimed(&mut self, blocked: &dyn Fn(usize) -> bool) -> Result<GateStep, TaskError> {
         let Some(claims) = self.claims.as_mut() else {
             unreachable!("internal error: claimed step without claims")
         };
         // The subtask takes input only when its output has nothing waiting for credit: every
         // earlier batch's output is in the channels, the state is between two batches.
-        claims.maybe_hand_state(&mut self.head)?;
+        claims.maybe_hand_state(&mut self.head, &self.marks)?;
+        // Work the watermark made due goes before any record, in a replay too.
+        let records = !self.head.holds_records();
+        if !records && claims.replay_starts_with_batch() {
+            return Ok(GateStep::Empty);
+        }
         let (idx, seq, event) = match claims.next_replay() {
-            Some(crate::backup::Replay::Batch(id, payload)) => (
+            Some(Replay::Batch(id, payload)) => (
                 id.0 as usize,
                 id.1,
                 Event::Batch(crate::channel::Batch::Shared(payload)),
             ),
-            Some(crate::backup::Replay::End(c)) => return self.end_channel(c),
+            Some(Replay::Mark(c, w)) => (c as usize, 0, Event::Watermark(w)),
+            Some(Replay::End(c)) => (c as usize, 0, Event::EndOfInput),
             None => {
                 let n = self.receivers.len();
                 let mut found = None;
@@ -137,7 +152,12 @@ impl<T: Data> TypedGate<T> {
                     if self.ended[idx] || blocked(idx) {
                         continue;
                     }
-                    let Some((seq, event)) = self.receivers[idx].try_recv_at() else {
+                    let taken = if records {
+                        self.receivers[idx].try_recv_at()
+                    } else {
+                        self.receivers[idx].try_recv_unless_batch().map(|e| (0, e))
+                    };
+                    let Some((seq, event)) = taken else {
                         continue;
                     };
                     match event {
@@ -196,8 +216,14 @@ impl<T: Data> TypedGate<T> {
                 Ok(GateStep::Batch(len))
             }
             Event::Barrier(id) => Ok(GateStep::Barrier { channel: idx, id }),
-            Event::Watermark(w) => self.on_watermark(idx, w),
-            Event::EndOfInput => self.end_channel(idx),
+            Event::Watermark(w) => {
+                claims.log(Input::Mark(idx as u32, w))?;
+                self.on_watermark(idx, w)
+            }
+            Event::EndOfInput => {
+                claims.log(Input::End(idx as u32))?;
+                self.end_channel(idx)
+            }
         }
     }
 }
@@ -307,7 +333,7 @@ impl<T: Data> InputGate for TypedGate<T> {
     ) -> Result<(), TaskError> {
         self.head.barrier(id, w)?;
         if let Some(c) = self.claims.as_mut() {
-            c.on_barrier(id, w);
+            c.on_barrier(id, w, &self.marks);
         }
         Ok(())
     }

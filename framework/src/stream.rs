@@ -966,8 +966,7 @@ where
         let key_fn = self.key_fn.clone();
         let ts = self.stream.timestamps.clone();
         let builder = one_input_builder::<T, O, _>(move |env, next| {
-            let mut timers = Timers::default();
-            timers.refused = env.backed_up;
+            let timers = Timers::new(env.backed_up);
             let mut op = KeyedOp {
                 key_fn: key_fn.clone(),
                 f: f.clone(),

@@ -277,6 +277,11 @@ impl WatermarkMerge {
         }
     }
 
+    /// How many inputs it merges.
+    pub(crate) fn inputs(&self) -> usize {
+        self.inputs.len()
+    }
+
     /// Input `i` delivered a record: it is active again.
     #[inline]
     pub(crate) fn activate(&mut self, i: usize) {

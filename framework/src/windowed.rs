@@ -210,6 +210,7 @@ where
             windowing,
             lateness: i64::try_from(self.lateness.as_millis()).unwrap_or(i64::MAX),
             late_attached: self.late.is_some(),
+            backed_up: false,
         };
         let key_fn = self.keyed.key_fn.clone();
         let builder = Box::new(move |env: &OpEnv, mut outputs: Vec<AnyBox>| {
@@ -218,7 +219,10 @@ where
             let op = WindowOp::new(
                 key_fn.clone(),
                 g.clone(),
-                spec.clone(),
+                WindowSpec {
+                    backed_up: env.backed_up,
+                    ..spec.clone()
+                },
                 core(env, next),
                 late,
                 &env.config,
@@ -231,7 +235,7 @@ where
             })
         });
         let hash_key = self.keyed.key_fn;
-        let (out, late, id) = stream.add_operator_with_side::<R, T>(name, builder, move || {
+        let (out, late, _) = stream.add_operator_with_side::<R, T>(name, builder, move || {
             Partitioning::Hash(hash_output_factory::<T, K, KF>(hash_key.clone()))
         });
         // The windows are keyed state; the operator's watermark is its own, taken the lowest
@@ -242,11 +246,6 @@ where
                 crate::hooks::Redistribution::Union,
             )]),
         });
-        stream.graph.borrow_mut().no_backup.push((
-            id,
-            "a window operator's results are not deduplicated by a buffer-queue backup yet \
-             (it recovers by restart, from checkpoints that hold its windows)",
-        ));
         if let Some(handle) = self.late {
             let mut late = late;
             late.timestamps = stream.timestamps.clone();

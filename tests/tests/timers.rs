@@ -1,7 +1,7 @@
 //! Timers of keyed process functions: event-time timers against a sequential reference at
 //! parallelism 1, 2 and 4 and after a restore; a timer storm that lets a checkpoint through
-//! while it fires; processing-time timers that wake an idle subtask; timers refused in a
-//! backed-up operator.
+//! while it fires; processing-time timers that wake an idle subtask; event-time timers in
+//! a backed-up operator whose backup is promoted, and processing-time timers refused there.
 
 mod common;
 
@@ -124,6 +124,18 @@ fn run(
     parallelism: usize,
     faults: Option<FaultPlan>,
 ) -> Vec<(u64, i64, u64)> {
+    run_with(ev, parallelism, faults, false)
+}
+
+/// With `promote`, the timer operator has a buffer-queue backup (restarting from the last
+/// checkpoint, which the test triggers twice before it releases the held input) and the job
+/// may not restart.
+fn run_with(
+    ev: &[(u64, u64, i64)],
+    parallelism: usize,
+    faults: Option<FaultPlan>,
+    promote: bool,
+) -> Vec<(u64, i64, u64)> {
     let mut cfg = EnvConfig::default();
     // One record per batch and a watermark after each: the watermark every record meets is
     // the reference's.
@@ -133,6 +145,12 @@ fn run(
     let faulty = faults.is_some();
     if let Some(plan) = faults {
         common::restart_on_faults(&mut cfg, plan);
+    }
+    if promote {
+        cfg.arbiters = 4;
+        cfg.restart = None;
+        cfg.heartbeat_timeout = Duration::from_secs(30);
+        cfg.checkpoint.interval = Some(Duration::from_secs(3600));
     }
     let env = Env::with_config(cfg);
     let wm =
@@ -156,14 +174,36 @@ fn run(
         .key_by(|r: &(u64, u64, i64)| r.1)
         .process_with(Quiet)
         .uid("quiet")
-        .set_parallelism(parallelism)
-        .collect();
+        .set_parallelism(parallelism);
+    let out = if promote {
+        out.with_backup_policy(
+            weir::BackupPolicy::default()
+                .heartbeat(Duration::from_millis(20), Duration::from_secs(10))
+                .state_interval(None),
+        )
+    } else {
+        out
+    }
+    .collect();
     let job = env.start("timers").expect("the job starts");
+    if promote {
+        for n in 1..=2 {
+            job.monitor()
+                .trigger_checkpoint()
+                .expect("a checkpoint starts");
+            wait_for_checkpoint(&job, n, Duration::from_secs(60))
+                .expect("the checkpoint completes");
+        }
+    }
     if faulty {
         wait_for_checkpoint(&job, 2, Duration::from_secs(60)).expect("two checkpoints complete");
     }
     hold.release();
-    job.wait().expect("the job runs");
+    let result = job.wait().expect("the job runs");
+    if promote {
+        let promotions: u64 = result.backups.iter().map(|b| b.promotions).sum();
+        assert!(promotions >= 1, "the backup was promoted");
+    }
     common::sorted(out.take())
 }
 
@@ -192,6 +232,25 @@ fn timers_restored_from_a_checkpoint_fire_once() {
             Fault::new("quiet", FaultKind::Panic, 0).after_checkpoints(2)
         ]);
         let got = run(&ev, 2, Some(plan.clone()));
+        assert_eq!(plan.fired(), 1, "seed {seed}: the fault fired");
+        assert_eq!(got, reference(&ev), "seed {seed}");
+    }
+}
+
+/// The timer operator's primary panics some hundreds of records after the second
+/// checkpoint; its backup restores that checkpoint (timers included) and replays the batches
+/// and watermarks since in the primary's order: every timer fires once, as in the
+/// reference, with no restart.
+#[test]
+fn timers_of_a_promoted_backup_fire_once() {
+    quiet_injected_panics();
+    for seed in [31, 32] {
+        let ev = events(1_500, seed);
+        // One of two subtasks has 4 of the 7 keys: some 850 records, 430 before the hold.
+        let plan = FaultPlan::new(vec![
+            Fault::new("quiet", FaultKind::Panic, 500).after_checkpoints(2)
+        ]);
+        let got = run_with(&ev, 2, Some(plan.clone()), true);
         assert_eq!(plan.fired(), 1, "seed {seed}: the fault fired");
         assert_eq!(got, reference(&ev), "seed {seed}");
     }
@@ -384,7 +443,7 @@ fn processing_time_timers_fire_while_the_input_is_idle() {
 }
 
 #[test]
-fn a_backed_up_operator_refuses_timers_naming_it() {
+fn a_backed_up_operator_refuses_processing_time_timers_naming_it() {
     let dir = common::TempDir::new("timers-backup");
     let mut cfg = EnvConfig::default();
     cfg.checkpoint.directory = dir.path().to_owned();
@@ -399,7 +458,10 @@ fn a_backed_up_operator_refuses_timers_naming_it() {
         .discard();
     let e = env
         .execute("backed-up-timers")
-        .expect_err("a backed-up operator cannot register timers");
+        .expect_err("a backed-up operator cannot register processing-time timers");
     let msg = e.to_string();
-    assert!(msg.contains("later") && msg.contains("backup"), "{msg}");
+    assert!(
+        msg.contains("later") && msg.contains("backup") && msg.contains("processing-time"),
+        "{msg}"
+    );
 }

@@ -1,7 +1,8 @@
 //! Event-time windows against a sequential reference over the same events: tumbling, sliding
 //! and session windows, per key per window (nothing missing or twice), out-of-order input
 //! within the bound, late records beyond it (the late set equals the reference's), window
-//! parallelism 1, 2 and 4, and a restart from a checkpoint after an injected fault.
+//! parallelism 1, 2 and 4, and recovery from an injected fault: a restart from a checkpoint,
+//! or the promotion of the window operator's buffer-queue backup mid-window.
 //!
 //! Determinism: the source runs at parallelism 1 with one record per batch and a watermark
 //! after each, so the watermark a record meets is the highest timestamp before it minus the
@@ -21,7 +22,19 @@ use weir::window::{
     AggregateFunction, EventTimeSessionWindows, Fired, SlidingEventTimeWindows,
     TumblingEventTimeWindows, WindowAssigner,
 };
-use weir::{Env, EnvConfig, LateData};
+use weir::{BackupPolicy, Env, EnvConfig, LateData};
+
+/// How the job recovers from its injected faults.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Recovery {
+    /// Restart-all from the last completed checkpoint.
+    Restart,
+    /// The window operator has a buffer-queue backup, promoted when its primary fails;
+    /// no restart is allowed. With `handed`, the primary also hands its state to the
+    /// backup between checkpoints (every 20 ms); without, the backup restarts from the last
+    /// checkpoint and replays everything since.
+    Promote { handed: bool },
+}
 
 const BOUND_MS: i64 = 400;
 const KEYS: u64 = 5;
@@ -168,19 +181,29 @@ fn run_windows<W: WindowAssigner>(
     ev: &[(u64, u64, i64)],
     assigner: W,
     parallelism: usize,
-    faults: Option<FaultPlan>,
+    faults: Option<(FaultPlan, Recovery)>,
 ) -> Outcome {
     let dir = std::env::temp_dir().join(format!(
-        "weir-windows-{}-{parallelism}-{}",
+        "weir-windows-{}-{parallelism}-{:?}",
         std::process::id(),
-        faults.is_some()
+        faults.as_ref().map(|f| f.1)
     ));
     let mut cfg = EnvConfig::default();
     cfg.batch_size = 1;
     cfg.checkpoint.directory = dir.clone();
     let faulty = faults.is_some();
-    if let Some(plan) = faults {
+    let recovery = faults.as_ref().map(|f| f.1);
+    if let Some((plan, recovery)) = faults {
         common::restart_on_faults(&mut cfg, plan);
+        if let Recovery::Promote { .. } = recovery {
+            // The backups on arbiters of their own; a failure that promotion cannot take
+            // fails the job instead of restarting it. The test triggers the checkpoints, so
+            // the replay after the fault is long.
+            cfg.arbiters = 4;
+            cfg.restart = None;
+            cfg.heartbeat_timeout = Duration::from_secs(30);
+            cfg.checkpoint.interval = Some(Duration::from_secs(3600));
+        }
     }
     let env = Env::with_config(cfg);
     let wm =
@@ -212,20 +235,41 @@ fn run_windows<W: WindowAssigner>(
             (*k, f.window.start, f.window.end, n)
         })
         .uid("windows")
-        .set_parallelism(parallelism)
-        .collect();
+        .set_parallelism(parallelism);
+    let counts = match recovery {
+        Some(Recovery::Promote { handed }) => counts.with_backup_policy(
+            BackupPolicy::default()
+                .heartbeat(Duration::from_millis(20), Duration::from_secs(10))
+                .state_interval(handed.then(|| Duration::from_millis(20))),
+        ),
+        _ => counts,
+    }
+    .collect();
     let late = late
         .stream()
         .expect("attached")
         .map(|r: (u64, u64, i64)| r.0)
         .collect();
     let job = env.start("windows").expect("the job starts");
+    if let Some(Recovery::Promote { .. }) = recovery {
+        for n in 1..=2 {
+            job.monitor()
+                .trigger_checkpoint()
+                .expect("a checkpoint starts");
+            wait_for_checkpoint(&job, n, Duration::from_secs(60))
+                .expect("the checkpoint completes");
+        }
+    }
     if faulty {
         wait_for_checkpoint(&job, 2, Duration::from_secs(60)).expect("two checkpoints complete");
         hold.release();
     }
-    job.wait().expect("the job runs");
+    let result = job.wait().expect("the job runs");
     let _ = std::fs::remove_dir_all(&dir);
+    if let Some(Recovery::Promote { .. }) = recovery {
+        let promotions: u64 = result.backups.iter().map(|b| b.promotions).sum();
+        assert!(promotions >= 1, "the backup was promoted");
+    }
     let mut got = BTreeMap::new();
     for (k, s, e, n) in counts.take() {
         assert!(
@@ -238,7 +282,7 @@ fn run_windows<W: WindowAssigner>(
     (got, late)
 }
 
-fn check(kind: Kind, parallelism: usize, seed: u64, faults: Option<FaultPlan>) {
+fn check(kind: Kind, parallelism: usize, seed: u64, faults: Option<(FaultPlan, Recovery)>) {
     let ev = events(3_000, seed, 5_000);
     let (want, want_late) = reference(&ev, kind);
     assert!(!want_late.is_empty(), "the input has late records");
@@ -310,9 +354,141 @@ fn windows_restored_from_a_checkpoint_fire_once_with_the_same_late_set() {
             let plan = FaultPlan::new(vec![
                 Fault::new("windows", FaultKind::Panic, 0).after_checkpoints(2)
             ]);
-            check(kind, 2, seed, Some(plan.clone()));
+            check(kind, 2, seed, Some((plan.clone(), Recovery::Restart)));
             assert_eq!(plan.fired(), 1, "{kind:?}: the fault fired");
         }
+    }
+}
+
+/// The window operator's primary panics with windows open, some hundreds of records after
+/// the second checkpoint (triggered by the test while half the input is held back); its
+/// buffer-queue backup takes over from the last checkpoint's state (or the state handed to
+/// it since) and replays the batches and watermarks after it, in the primary's order. Every
+/// window fires once with the reference's count, the late set is the reference's, and there
+/// is no restart.
+#[test]
+fn windows_promoted_to_their_backup_mid_window_fire_once_with_the_same_late_set() {
+    quiet_injected_panics();
+    for kind in KINDS {
+        for (seed, handed) in [(21, false), (22, true)] {
+            // A subtask of two gets 2 or 3 of the 5 keys: 1,200 records or more of 3,000,
+            // some 600 of them before the input is released.
+            let plan = FaultPlan::new(vec![
+                Fault::new("windows", FaultKind::Panic, 1_000).after_checkpoints(2)
+            ]);
+            check(
+                kind,
+                2,
+                seed,
+                Some((plan.clone(), Recovery::Promote { handed })),
+            );
+            assert_eq!(plan.fired(), 1, "{kind:?}: the fault fired");
+        }
+    }
+}
+
+/// 4,000 keys' windows complete on one watermark and fire a batch at a time. The window
+/// function panics at the 1,500th firing, mid-storm, when part of the storm's results has
+/// reached the sink. The backup restores the checkpoint taken before the storm and fires the
+/// same windows in the same (canonical, by key hash) order, so the sink drops by position
+/// exactly the results it has: every window once, and no restart. (In insertion order, the
+/// backup's windows, rebuilt from a snapshot, would fire in another order.)
+#[test]
+fn a_backup_promoted_mid_storm_fires_each_window_once() {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::Arc;
+    const KEYS: u64 = 4_000;
+    quiet_injected_panics();
+    let dir = common::TempDir::new("windows-mid-storm");
+    let mut cfg = EnvConfig::default();
+    cfg.batch_size = 16;
+    cfg.arbiters = 4;
+    cfg.restart = None;
+    cfg.heartbeat_timeout = Duration::from_secs(30);
+    cfg.checkpoint.directory = dir.path().to_owned();
+    cfg.checkpoint.interval = Some(Duration::from_secs(3600));
+    cfg.metrics_interval = Duration::from_millis(10);
+    let env = Env::with_config(cfg);
+    let calls = Arc::new(AtomicU64::new(0));
+    let c = calls.clone();
+    let hold = Hold::new();
+    let h = hold.clone();
+    // Every key once in window [0, 1000), then the source holds its last record (at 1 h),
+    // which completes them all.
+    let before_hold = (KEYS as f64 + 0.5) / (KEYS as f64 + 1.0);
+    let out = env
+        .add_source("keys", move |cx| {
+            Ok(HeldIds::new(cx, KEYS + 1, before_hold, h.clone()))
+        })
+        .set_parallelism(1)
+        .map(|k: u64| {
+            let ts = if k >= KEYS { 3_600_000 } else { 0 };
+            (k, k, ts)
+        })
+        .assign_timestamps_and_watermarks(
+            WatermarkStrategy::for_bounded_out_of_orderness(Duration::ZERO)
+                .with_timestamp_assigner(|r: &(u64, u64, i64)| r.2)
+                .with_watermark_interval(Duration::ZERO),
+        )
+        .key_by(|r: &(u64, u64, i64)| r.1)
+        .window(TumblingEventTimeWindows::of(Duration::from_secs(1)))
+        .aggregate_window(Count, move |k: &u64, f: &Fired, n: u64| {
+            if c.fetch_add(1, Ordering::SeqCst) + 1 == 1_500 {
+                panic!("injected fault: the window function fails mid-storm");
+            }
+            (*k, f.window.start, n)
+        })
+        .uid("windows")
+        .set_parallelism(1)
+        .with_backup_policy(
+            BackupPolicy::default()
+                .heartbeat(Duration::from_millis(20), Duration::from_secs(10))
+                .state_interval(None),
+        )
+        .collect();
+    let job = env.start("windows-mid-storm").expect("the job starts");
+    // The checkpoint after the window operator took every key: the backup restores their
+    // windows from it (and lists them in its own order).
+    let deadline = std::time::Instant::now() + common::TIMEOUT;
+    while job
+        .metrics()
+        .and_then(|m| m.operator("windows").map(|o| o.num_records_in))
+        .unwrap_or(0)
+        < KEYS
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the windows took every key"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    job.monitor()
+        .trigger_checkpoint()
+        .expect("a checkpoint starts");
+    wait_for_checkpoint(&job, 1, Duration::from_secs(60)).expect("the checkpoint completes");
+    hold.release();
+    let result = job.wait().expect("the job runs without a restart");
+    let promotions: u64 = result.backups.iter().map(|b| b.promotions).sum();
+    assert!(promotions >= 1, "the backup was promoted");
+    assert!(
+        calls.load(Ordering::SeqCst) > KEYS,
+        "the storm fired again after the fault"
+    );
+    let mut seen = BTreeMap::new();
+    for (k, start, n) in out.take() {
+        *seen.entry((k, start)).or_insert(0u64) += n;
+    }
+    let want: BTreeMap<(u64, i64), u64> = (0..KEYS)
+        .map(|k| ((k, 0), 1))
+        .chain(std::iter::once(((KEYS, 3_600_000), 1)))
+        .collect();
+    if seen != want {
+        let twice = seen.iter().filter(|(_, n)| **n > 1).count();
+        let missing = want.keys().filter(|w| !seen.contains_key(w)).count();
+        panic!(
+            "{twice} windows fired twice, {missing} missing, of {}",
+            want.len()
+        );
     }
 }
 

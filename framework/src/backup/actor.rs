@@ -90,8 +90,11 @@ impl<T: Data> BackupActor<T> {
                     .queue
                     .offer((c as u32, seq), payload, records, bytes);
             }
+            // Kept for a promotion's replay: a watermark only the backup saw must not be
+            // lost (an input says it is idle once).
+            Some((at, Event::Watermark(w))) => self.group.queue.offer_mark(c as u32, at, w),
             Some((_, Event::EndOfInput)) => inputs.ended[c] = true,
-            Some((_, Event::Barrier(_))) | Some((_, Event::Watermark(_))) | None => {}
+            Some((_, Event::Barrier(_))) | None => {}
         }
     }
 }

@@ -4,12 +4,9 @@
 
 use super::*;
 
-/// What a promoted primary processes before its channels.
-pub(crate) enum Replay<T> {
-    Batch(BatchId, StdArc<Vec<T>>),
-    /// The backup saw this channel end.
-    End(usize),
-}
+/// What a promoted primary processes before its channels: the batches, watermarks and ends
+/// of its replay, then the ends the backup saw.
+pub(crate) type Replay<T> = queue::Item<StdArc<Vec<T>>>;
 
 /// The primary's claims on the buffer queue (held by its input gate).
 pub(crate) struct Claims<T> {
@@ -25,6 +22,9 @@ pub(crate) struct Claims<T> {
     record_bytes: u64,
     /// When the state was last handed to the queue (stateful operators).
     state_handed: std::time::Instant,
+    /// The input channels' watermarks to start from (a promoted primary's, from the state
+    /// it restarts from); taken by the gate.
+    pub(super) marks: Option<crate::time::WatermarkMerge>,
 }
 
 impl<T: Data> Claims<T> {
@@ -44,10 +44,36 @@ impl<T: Data> Claims<T> {
             pending: Vec::new(),
             record_bytes: std::mem::size_of::<T>().max(1) as u64,
             state_handed: std::time::Instant::now(),
+            marks: None,
         }
     }
 
-    /// The next batch or end to replay, if any.
+    /// The input channels' watermarks a promoted primary starts from, if the state it
+    /// restarts from had them.
+    pub(crate) fn take_marks(&mut self) -> Option<crate::time::WatermarkMerge> {
+        self.marks.take()
+    }
+
+    /// Logs a watermark or an end of channel `c` before it is processed, so a replay takes
+    /// it at the same place among the batches.
+    pub(crate) fn log(&mut self, input: queue::Input) -> Result<(), TaskError> {
+        self.group.positions(&mut self.positions);
+        self.group
+            .queue
+            .log(self.epoch, input, &self.positions)
+            .map_err(|f| TaskError::Fenced {
+                uid: self.group.uid.clone(),
+                subtask: self.group.subtask,
+                epoch: f.epoch,
+            })
+    }
+
+    /// The replay's next input is a batch (a subtask holding records waits before it).
+    pub(crate) fn replay_starts_with_batch(&self) -> bool {
+        matches!(self.replay.front(), Some(queue::Item::Batch(..)))
+    }
+
+    /// The next batch, watermark or end to replay, if any.
     pub(crate) fn next_replay(&mut self) -> Option<Replay<T>> {
         self.replay.pop_front()
     }
@@ -94,7 +120,11 @@ impl<T: Data> Claims<T> {
     /// The primary is between two batches with all its output in its channels: if the policy
     /// says so, its operator's state goes to the queue (in memory), so a promotion replays
     /// only the batches after this point.
-    pub(crate) fn maybe_hand_state(&mut self, head: &mut BoxOutput<T>) -> Result<(), TaskError> {
+    pub(crate) fn maybe_hand_state(
+        &mut self,
+        head: &mut BoxOutput<T>,
+        marks: &crate::time::WatermarkMerge,
+    ) -> Result<(), TaskError> {
         let Some(every) = self.group.policy.state_interval else {
             return Ok(());
         };
@@ -115,12 +145,18 @@ impl<T: Data> Claims<T> {
             step: self.group.queue.next_step(),
             positions: self.positions.clone().into(),
             state,
+            marks: Some(marks.clone()),
         });
         Ok(())
     }
 
     /// The chain wrote its part of checkpoint `id` into `w`.
-    pub(crate) fn on_barrier(&mut self, id: u64, w: &StateWriter) {
+    pub(crate) fn on_barrier(
+        &mut self,
+        id: u64,
+        w: &StateWriter,
+        marks: &crate::time::WatermarkMerge,
+    ) {
         self.settle();
         let state = w
             .entries
@@ -136,6 +172,7 @@ impl<T: Data> Claims<T> {
             step: self.group.queue.next_step(),
             positions: self.positions.clone().into(),
             state,
+            marks: Some(marks.clone()),
         });
     }
 

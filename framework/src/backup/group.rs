@@ -329,7 +329,7 @@ impl<T: Data> BackupGroup for TypedGroup<T> {
             .queue
             .replay_plan(&delivered)
             .ok_or_else(|| "its buffer queue is degraded (over max_memory)".to_owned())?;
-        tracing::debug!(uid = %self.uid, subtask = self.subtask, ?delivered, replay_from = ?plan.positions, batches = ?plan.batches.iter().map(|(id, p)| (id.1, p.len())).collect::<Vec<_>>(), skip_below = ?plan.claimed_upto, "replay planned");
+        tracing::debug!(uid = %self.uid, subtask = self.subtask, ?delivered, replay_from = ?plan.positions, batches = ?plan.batches().map(|(id, p)| (id.1, p.len())).collect::<Vec<_>>(), skip_below = ?plan.claimed_upto, "replay planned");
         let mut senders = Vec::with_capacity(self.outputs.len());
         let mut routed_before = Vec::with_capacity(self.outputs.len());
         let mut k = 0;
@@ -353,8 +353,8 @@ impl<T: Data> BackupGroup for TypedGroup<T> {
             routed_before,
             waker: inputs.waker.clone(),
             reprocessed: plan.reprocessed,
-            replayed: plan.batches.len(),
-            replayed_records: plan.batches.iter().map(|(_, p)| p.len() as u64).sum(),
+            replayed: plan.batches().count(),
+            replayed_records: plan.batches().map(|(_, p)| p.len() as u64).sum(),
             records_before: plan.records_before,
         };
         *lock(&self.promoting) = Some((inputs, plan, epoch));
@@ -369,21 +369,18 @@ impl<T: Data> BackupGroup for TypedGroup<T> {
         let (inputs, plan, epoch) = lock(&self.promoting)
             .take()
             .expect("internal error: finish_promotion without begin_promotion");
-        let batches = plan.batches;
         for d in &self.duals {
             d.promote();
         }
-        let mut replay: VecDeque<Replay<T>> = batches
-            .into_iter()
-            .map(|(id, payload)| Replay::Batch(id, payload))
-            .collect();
+        let mut replay: VecDeque<Replay<T>> = plan.items.into_iter().collect();
         for (c, ended) in inputs.ended.iter().enumerate() {
             if *ended {
-                replay.push_back(Replay::End(c));
+                replay.push_back(Replay::End(c as u32));
             }
         }
         let mut claims = Claims::new(self.clone(), epoch, replay, stale_barriers);
         claims.skip_below = plan.claimed_upto;
+        claims.marks = plan.marks;
         (self.make_gate)(
             inputs.receivers,
             crate::erased::unbox(head),

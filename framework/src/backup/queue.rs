@@ -22,15 +22,40 @@
 //!   none (a failure then falls back to restart-all, which replays from the sources, so
 //!   nothing a replay needs is lost) and says so in its metrics.
 //!
+//! - **Watermarks and ends** are steps too ([`log`](BufferQueue::log)): a window or timer
+//!   operator's output depends on where the watermarks fell between its batches, so the
+//!   replay puts them back in the same places. The watermarks only the backup received are
+//!   kept beside its batches ([`offer_mark`](BufferQueue::offer_mark)), so a promotion never
+//!   loses one (an idle input says so once; lost, it would stall the windows for good).
+//!
 //! This module owns the data structure only; who calls it when is `backup`'s business.
 
 use std::collections::VecDeque;
 
 use crate::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use crate::sync::{lock, ConcurrentMap, Mutex};
+use crate::time::{Watermark, WatermarkMerge};
 
 /// An input batch: (input channel, position of the batch on that channel).
 pub(crate) type BatchId = (u32, u64);
+
+/// What one step of the primary took from its input.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Input {
+    Batch(BatchId),
+    /// A watermark (or idleness) of input channel `.0`.
+    Mark(u32, Watermark),
+    /// The end of input channel `.0`.
+    End(u32),
+}
+
+/// One input of a replay, in the order the replay processes them.
+#[derive(Debug)]
+pub(crate) enum Item<P> {
+    Batch(BatchId, P),
+    Mark(u32, Watermark),
+    End(u32),
+}
 
 struct Entry<P> {
     payload: P,
@@ -42,8 +67,8 @@ struct Entry<P> {
 /// output channels after the step's output (unknown until the next step begins).
 #[derive(Debug)]
 struct Step {
-    id: BatchId,
-    /// Records in the batch.
+    input: Input,
+    /// Records in the batch (0 for a watermark or an end).
     records: u64,
     after: Option<Box<[u64]>>,
 }
@@ -59,7 +84,7 @@ struct StepLog {
     base_records: u64,
     /// The last replay plan's batches the current primary has not claimed again yet, in
     /// order (a failure during a replay replays them again, in the same order).
-    replaying: VecDeque<BatchId>,
+    replaying: VecDeque<Input>,
     /// The current primary's epoch.
     epoch: u64,
 }
@@ -76,6 +101,9 @@ pub(crate) struct Restart {
     pub(crate) positions: Box<[u64]>,
     /// The operator's snapshot, if it had one.
     pub(crate) state: Option<Vec<u8>>,
+    /// The input channels' watermarks at that point (a replay merges the channels'
+    /// watermarks from there, as the primary did).
+    pub(crate) marks: Option<WatermarkMerge>,
 }
 
 /// What a promoted backup replays, in order, before it reads its input channels.
@@ -83,18 +111,30 @@ pub(crate) struct Restart {
 pub(crate) struct ReplayPlan<P> {
     /// The state to restore (stateful operators), and its checkpoint.
     pub(crate) restore: Option<(u64, Vec<u8>)>,
+    /// The input channels' watermarks at the restart point (stateful operators).
+    pub(crate) marks: Option<WatermarkMerge>,
     /// Output positions before the first replayed batch: the replay's output starts there.
     pub(crate) positions: Box<[u64]>,
-    /// The batches to process again: the primary's steps from the restart point, then the
-    /// batches only the backup had (per channel in position order).
-    pub(crate) batches: Vec<(BatchId, P)>,
-    /// How many of `batches` the primary had processed (claimed) before.
+    /// The inputs to process again: the primary's steps from the restart point, then the
+    /// batches (and watermarks) only the backup had (per channel in position order).
+    pub(crate) items: Vec<Item<P>>,
+    /// How many of `items`' batches the primary had processed (claimed) before.
     pub(crate) reprocessed: usize,
     /// Input records the primaries processed before the first replayed batch.
     pub(crate) records_before: u64,
     /// Per input channel: batches below this position were claimed (processed, or in
     /// `batches`); a copy still waiting in the backup's channel must be skipped.
     pub(crate) claimed_upto: Vec<u64>,
+}
+
+impl<P> ReplayPlan<P> {
+    /// The batches of the replay, in order.
+    pub(crate) fn batches(&self) -> impl Iterator<Item = (&BatchId, &P)> {
+        self.items.iter().filter_map(|i| match i {
+            Item::Batch(id, p) => Some((id, p)),
+            _ => None,
+        })
+    }
 }
 
 /// A claim refused because the claimer was fenced (a newer primary exists).
@@ -131,6 +171,9 @@ pub(crate) struct BufferQueue<P> {
     entries: ConcurrentMap<BatchId, Entry<P>>,
     /// Per input channel: every batch below this position was claimed.
     claimed_upto: Box<[AtomicU64]>,
+    /// Watermarks the backup received (channel, position of the next batch, mark) that the
+    /// primary may not have taken yet: those at or above their channel's claim position.
+    marks: Mutex<Vec<(u32, u64, Watermark)>>,
     log: Mutex<StepLog>,
     restart: Mutex<Restart>,
     stateful: bool,
@@ -158,6 +201,7 @@ impl<P: Clone> BufferQueue<P> {
         BufferQueue {
             entries: ConcurrentMap::new(),
             claimed_upto: (0..inputs).map(|_| AtomicU64::new(0)).collect(),
+            marks: Mutex::new(Vec::new()),
             log: Mutex::new(StepLog {
                 first: 0,
                 steps: VecDeque::new(),
@@ -171,6 +215,7 @@ impl<P: Clone> BufferQueue<P> {
                 step: 0,
                 positions: zeros,
                 state: initial,
+                marks: None,
             }),
             stateful,
             max_bytes,
@@ -220,6 +265,44 @@ impl<P: Clone> BufferQueue<P> {
         offer
     }
 
+    /// The backup received watermark `mark` on channel `c`, before the channel's batch `at`.
+    /// Kept until the primary claims that batch (it took the mark before it).
+    pub(crate) fn offer_mark(&self, c: u32, at: u64, mark: Watermark) {
+        if self.degraded.load(Ordering::Acquire) {
+            return;
+        }
+        let mut marks = lock(&self.marks);
+        marks.retain(|(c, at, _)| *at >= self.claimed_upto[*c as usize].load(Ordering::Acquire));
+        marks.push((c, at, mark));
+    }
+
+    /// The primary of `epoch` takes a watermark or an end (`input`), after the output of its
+    /// previous step reached `positions`.
+    pub(crate) fn log(&self, epoch: u64, input: Input, positions: &[u64]) -> Result<(), Fenced> {
+        let mut log = lock(&self.log);
+        if log.epoch != epoch {
+            return Err(Fenced { epoch: log.epoch });
+        }
+        if log.replaying.front() == Some(&input) {
+            log.replaying.pop_front();
+        }
+        if self.degraded.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        if let Some(last) = log.steps.back_mut() {
+            if last.after.is_none() {
+                last.after = Some(positions.into());
+            }
+        }
+        log.steps.push_back(Step {
+            input,
+            records: 0,
+            after: None,
+        });
+        self.release_locked(&mut log);
+        Ok(())
+    }
+
     /// The primary of `epoch` is about to process batch `id`; `positions` are its output
     /// channels' positions now (everything the previous step emitted is in them). Returns the
     /// step number, or [`Fenced`] if a newer primary exists.
@@ -236,7 +319,7 @@ impl<P: Clone> BufferQueue<P> {
         if log.epoch != epoch {
             return Err(Fenced { epoch: log.epoch });
         }
-        if log.replaying.front() == Some(&id) {
+        if log.replaying.front() == Some(&Input::Batch(id)) {
             log.replaying.pop_front();
         }
         if self.degraded.load(Ordering::Acquire) {
@@ -254,7 +337,7 @@ impl<P: Clone> BufferQueue<P> {
         }
         let step = log.first + log.steps.len() as u64;
         log.steps.push_back(Step {
-            id,
+            input: Input::Batch(id),
             records,
             after: None,
         });
@@ -336,13 +419,15 @@ impl<P: Clone> BufferQueue<P> {
             };
             let Some(after) = &front.after else { break };
             let after = after.clone();
-            let (id, records) = (front.id, front.records);
+            let (input, records) = (front.input, front.records);
             log.steps.pop_front();
             log.first += 1;
             log.base = after;
             log.base_records += records;
-            if let Some(e) = self.entries.remove(&id) {
-                self.unaccount(e.bytes);
+            if let Input::Batch(id) = input {
+                if let Some(e) = self.entries.remove(&id) {
+                    self.unaccount(e.bytes);
+                }
             }
         }
     }
@@ -369,13 +454,13 @@ impl<P: Clone> BufferQueue<P> {
             return None;
         }
         let mut log = lock(&self.log);
-        let (start, positions, restore) = if self.stateful {
+        let (start, positions, restore, marks) = if self.stateful {
             let r = lock(&self.restart);
             if r.step < log.first {
                 return None; // cannot happen: steps after the checkpoint are never released
             }
             let restore = r.state.clone().map(|s| (r.checkpoint, s));
-            (r.step, r.positions.clone(), restore)
+            (r.step, r.positions.clone(), restore, r.marks.clone())
         } else {
             // The first step whose output did not all get through.
             let mut start = log.first + log.steps.len() as u64;
@@ -396,40 +481,63 @@ impl<P: Clone> BufferQueue<P> {
                     positions = after.clone();
                 }
             }
-            (start, positions, None)
+            (start, positions, None, None)
         };
         let skip = (start - log.first) as usize;
         let records_before =
             log.base_records + log.steps.iter().take(skip).map(|s| s.records).sum::<u64>();
         // The primary's steps from the restart point, then what an earlier replay had not
-        // processed again yet (in its order), then the batches only the backup had.
-        let mut batches = Vec::new();
+        // processed again yet (in its order), then what only the backup had.
+        let mut items = Vec::new();
         for s in log.steps.iter().skip(skip) {
-            let payload = self.payload(s.id)?;
-            batches.push((s.id, payload));
+            items.push(self.item(s.input)?);
         }
-        let reprocessed = batches.len();
-        for id in &log.replaying {
-            let payload = self.payload(*id)?;
-            batches.push((*id, payload));
+        let reprocessed = items
+            .iter()
+            .filter(|i| matches!(i, Item::Batch(..)))
+            .count();
+        for input in &log.replaying {
+            items.push(self.item(*input)?);
         }
         log.steps.truncate(skip);
-        let listed: std::collections::HashSet<BatchId> =
-            batches.iter().map(|(id, _)| *id).collect();
-        let mut unclaimed: Vec<(BatchId, P)> = Vec::new();
+        let listed: std::collections::HashSet<BatchId> = items
+            .iter()
+            .filter_map(|i| match i {
+                Item::Batch(id, _) => Some(*id),
+                _ => None,
+            })
+            .collect();
+        // Per channel in position order, a watermark before the batch it preceded. A
+        // watermark the primary took already is taken again: it moves nothing.
+        // (position, channel, watermark first, offer order), item.
+        type Ordered<P> = ((u64, u32, u8, usize), Item<P>);
+        let mut unclaimed: Vec<Ordered<P>> = Vec::new();
         self.entries.for_each(|id, e| {
             if !e.claimed && !listed.contains(id) {
-                unclaimed.push((*id, e.payload.clone()));
+                unclaimed.push(((id.1, id.0, 1, 0), Item::Batch(*id, e.payload.clone())));
             }
         });
-        unclaimed.sort_by_key(|(id, _)| (id.1, id.0));
-        batches.extend(unclaimed);
-        log.replaying = batches.iter().map(|(id, _)| *id).collect();
+        for (k, (c, at, mark)) in lock(&self.marks).iter().enumerate() {
+            if *at >= self.claimed_upto[*c as usize].load(Ordering::Acquire) {
+                unclaimed.push(((*at, *c, 0, k), Item::Mark(*c, *mark)));
+            }
+        }
+        unclaimed.sort_by_key(|(order, _)| *order);
+        items.extend(unclaimed.into_iter().map(|(_, i)| i));
+        log.replaying = items
+            .iter()
+            .map(|i| match i {
+                Item::Batch(id, _) => Input::Batch(*id),
+                Item::Mark(c, w) => Input::Mark(*c, *w),
+                Item::End(c) => Input::End(*c),
+            })
+            .collect();
         drop(log);
         Some(ReplayPlan {
             restore,
+            marks,
             positions,
-            batches,
+            items,
             reprocessed,
             records_before,
             claimed_upto: self
@@ -437,6 +545,15 @@ impl<P: Clone> BufferQueue<P> {
                 .iter()
                 .map(|w| w.load(Ordering::Acquire))
                 .collect(),
+        })
+    }
+
+    /// A logged input as a replay item (`None`: a batch's payload is gone, degraded).
+    fn item(&self, input: Input) -> Option<Item<P>> {
+        Some(match input {
+            Input::Batch(id) => Item::Batch(id, self.payload(id)?),
+            Input::Mark(c, w) => Item::Mark(c, w),
+            Input::End(c) => Item::End(c),
         })
     }
 
@@ -520,7 +637,7 @@ mod tests {
         // Step 2 emitted from position 3; the downstream has 3 records: replay step 2, then
         // the batch only the backup had.
         let plan = q.replay_plan(&[3]).unwrap();
-        let ids: Vec<BatchId> = plan.batches.iter().map(|(id, _)| *id).collect();
+        let ids: Vec<BatchId> = plan.batches().map(|(id, _)| *id).collect();
         assert_eq!(ids, vec![(0, 1), (1, 1)]);
         assert_eq!(&*plan.positions, &[3]);
         assert_eq!(plan.reprocessed, 1);
@@ -539,6 +656,7 @@ mod tests {
             step,
             positions: vec![2].into(),
             state: Some(vec![7]),
+            marks: None,
         });
         assert_eq!(
             q.stats().entries,
@@ -553,7 +671,7 @@ mod tests {
         let plan = q.replay_plan(&[4]).unwrap();
         assert_eq!(plan.restore, Some((1, vec![7])));
         assert_eq!(&*plan.positions, &[2]);
-        let ids: Vec<BatchId> = plan.batches.iter().map(|(id, _)| *id).collect();
+        let ids: Vec<BatchId> = plan.batches().map(|(id, _)| *id).collect();
         assert_eq!(ids, vec![(0, 2), (0, 3)]);
     }
 
@@ -566,7 +684,7 @@ mod tests {
         q.offer((1, 1), 9, 1, 8);
         q.fence();
         let first = q.replay_plan(&[3]).unwrap();
-        let ids = |p: &ReplayPlan<u64>| p.batches.iter().map(|(id, _)| *id).collect::<Vec<_>>();
+        let ids = |p: &ReplayPlan<u64>| p.batches().map(|(id, _)| *id).collect::<Vec<_>>();
         assert_eq!(ids(&first), vec![(0, 0), (0, 1), (1, 0), (0, 2), (1, 1)]);
         assert!(q.is_replaying());
         // The promoted primary processes two of them again, then fails too.
@@ -577,10 +695,73 @@ mod tests {
         assert_eq!(ids(&second), ids(&first), "nothing dropped, same order");
         assert_eq!(second.reprocessed, 2);
         // The third primary gets through them all.
-        for (k, (id, _)) in second.batches.iter().enumerate() {
+        for (k, (id, _)) in second.batches().enumerate() {
             q.claim(2, *id, &0, 1, 8, &[k as u64]).unwrap();
         }
         assert!(!q.is_replaying());
+    }
+
+    #[test]
+    fn a_replay_takes_the_watermarks_where_the_primary_took_them() {
+        use crate::time::Watermark::{At, Idle};
+        let q = q(true);
+        q.claim(0, (0, 0), &10, 1, 8, &[0]).unwrap();
+        q.log(0, Input::Mark(0, At(5)), &[1]).unwrap();
+        q.claim(0, (1, 0), &20, 1, 8, &[1]).unwrap();
+        q.log(0, Input::Mark(1, Idle), &[2]).unwrap();
+        q.log(0, Input::End(1), &[2]).unwrap();
+        // Only the backup saw these: a watermark of channel 0 before its batch 2, which
+        // comes before batch 1 (also only the backup's) in position order... per channel.
+        q.offer((0, 1), 11, 1, 8);
+        q.offer_mark(0, 2, At(9));
+        q.offer((0, 2), 12, 1, 8);
+        q.fence();
+        let plan = q.replay_plan(&[2]).unwrap();
+        let order: Vec<String> = plan
+            .items
+            .iter()
+            .map(|i| match i {
+                Item::Batch(id, _) => format!("b{}.{}", id.0, id.1),
+                Item::Mark(c, At(t)) => format!("m{c}@{t}"),
+                Item::Mark(c, Idle) => format!("m{c}idle"),
+                Item::End(c) => format!("e{c}"),
+            })
+            .collect();
+        assert_eq!(
+            order,
+            ["b0.0", "m0@5", "b1.0", "m1idle", "e1", "b0.1", "m0@9", "b0.2"],
+            "the primary's steps in its order, then the backup's per channel"
+        );
+        assert_eq!(plan.reprocessed, 2);
+        // The new primary takes them again, in order: the replay is done.
+        let epoch = 1;
+        q.claim(epoch, (0, 0), &10, 1, 8, &[0]).unwrap();
+        q.log(epoch, Input::Mark(0, At(5)), &[1]).unwrap();
+        q.claim(epoch, (1, 0), &20, 1, 8, &[1]).unwrap();
+        q.log(epoch, Input::Mark(1, Idle), &[2]).unwrap();
+        q.log(epoch, Input::End(1), &[2]).unwrap();
+        q.claim(epoch, (0, 1), &11, 1, 8, &[2]).unwrap();
+        assert!(q.is_replaying());
+        q.log(epoch, Input::Mark(0, At(9)), &[3]).unwrap();
+        q.claim(epoch, (0, 2), &12, 1, 8, &[3]).unwrap();
+        assert!(!q.is_replaying());
+    }
+
+    #[test]
+    fn a_watermark_before_a_claimed_batch_is_not_replayed_from_the_backup() {
+        use crate::time::Watermark::At;
+        let q = q(false);
+        q.offer_mark(0, 0, At(1));
+        q.claim(0, (0, 0), &10, 1, 8, &[0]).unwrap();
+        // The primary took the watermark before batch 0; the next offer drops it.
+        q.offer_mark(0, 1, At(2));
+        assert_eq!(lock(&q.marks).len(), 1);
+        q.fence();
+        let plan = q.replay_plan(&[0]).unwrap();
+        assert!(matches!(
+            plan.items.as_slice(),
+            [Item::Batch((0, 0), _), Item::Mark(0, At(2))]
+        ));
     }
 
     #[test]

@@ -54,11 +54,55 @@ pub(crate) fn advance_forwarded(
     })
 }
 
+/// The order in which the keys listed at one time come out of a time index.
+///
+/// By default the order they were listed in. A backed-up operator's is canonical (by the
+/// key's hash, then its encoded form): a promoted backup rebuilds its index from a snapshot,
+/// in another order than the primary's, and must emit the same results in the same order
+/// for the downstream to drop the ones it has by position.
+#[derive(Debug, Default)]
+pub(crate) struct DueOrder {
+    canonical: bool,
+    /// The time whose list is sorted, and its length then (a key listed since changes it).
+    sorted: Option<(EventTime, usize)>,
+}
+
+impl DueOrder {
+    /// A canonical order if `canonical`, else the listing order.
+    pub(crate) fn new(canonical: bool) -> Self {
+        DueOrder {
+            canonical,
+            sorted: None,
+        }
+    }
+}
+
+/// Sorts `keys` canonically, the first to take last (the list is popped from its end).
+fn sort_canonical<K: crate::Key>(keys: &mut [K]) {
+    keys.sort_by_cached_key(|k| std::cmp::Reverse(crate::key_group::key_hash(k)));
+    // Keys of one hash (rare): by their encoded form.
+    let mut i = 0;
+    while i < keys.len() {
+        let h = crate::key_group::key_hash(&keys[i]);
+        let mut j = i + 1;
+        while j < keys.len() && crate::key_group::key_hash(&keys[j]) == h {
+            j += 1;
+        }
+        if j - i > 1 {
+            keys[i..j].sort_by_cached_key(|k| {
+                std::cmp::Reverse(crate::checkpoint::encode(k).unwrap_or_default())
+            });
+        }
+        i = j;
+    }
+}
+
 /// Takes one key listed at the earliest time at or before `up_to` from a time index (keys by
 /// time: timers, windows to fire or to purge), dropping the time once its list is empty.
-pub(crate) fn pop_first_due<K>(
+pub(crate) fn pop_first_due<K: crate::Key>(
     index: &mut BTreeMap<EventTime, Vec<K>>,
     up_to: EventTime,
+    order: &mut DueOrder,
 ) -> Option<(EventTime, K)> {
     loop {
         let mut first = index.first_entry()?;
@@ -66,12 +110,18 @@ pub(crate) fn pop_first_due<K>(
         if t > up_to {
             return None;
         }
+        if order.canonical && order.sorted != Some((t, first.get().len())) {
+            sort_canonical(first.get_mut());
+        }
         let Some(key) = first.get_mut().pop() else {
             first.remove();
             continue;
         };
         if first.get().is_empty() {
             first.remove();
+            order.sorted = None;
+        } else if order.canonical {
+            order.sorted = Some((t, first.get().len()));
         }
         return Some((t, key));
     }
@@ -80,6 +130,8 @@ pub(crate) fn pop_first_due<K>(
 /// The timers of one domain: in time order, each (time, key) once.
 pub(crate) struct Queue<K> {
     by_time: BTreeMap<EventTime, Vec<K>>,
+    /// The order of the keys due at one time.
+    pub(crate) order: DueOrder,
     /// The registered timers; `by_time` may still list deleted ones (skipped when met).
     live: HashSet<(EventTime, K), FxBuildHasher>,
 }
@@ -88,6 +140,7 @@ impl<K> Default for Queue<K> {
     fn default() -> Self {
         Queue {
             by_time: BTreeMap::new(),
+            order: DueOrder::default(),
             live: HashSet::default(),
         }
     }
@@ -107,7 +160,7 @@ impl<K: crate::Key> Queue<K> {
     /// Takes the earliest timer at or before `up_to`.
     fn pop_due(&mut self, up_to: EventTime) -> Option<(EventTime, K)> {
         loop {
-            let timer = pop_first_due(&mut self.by_time, up_to)?;
+            let timer = pop_first_due(&mut self.by_time, up_to, &mut self.order)?;
             if self.live.remove(&timer) {
                 return Some(timer);
             }
@@ -133,9 +186,9 @@ pub(crate) struct Timers<K> {
     pub(crate) watermark: EventTime,
     /// The last watermark sent on.
     pub(crate) forwarded: EventTime,
-    /// Registering a timer is refused: the subtask has a buffer-queue backup, whose replay
-    /// would not repeat the timers' firings.
-    pub(crate) refused: bool,
+    /// The subtask has a buffer-queue backup: event-time timers fire in a canonical order
+    /// (its replay repeats them), processing-time timers are refused (it would not).
+    backed_up: bool,
     /// Wakes the subtask for the earliest processing-time timer.
     wake: Option<(EventTime, Pin<Box<actix_rt::time::Sleep>>)>,
 }
@@ -147,13 +200,23 @@ impl<K> Default for Timers<K> {
             processing: Queue::default(),
             watermark: EventTime::MIN,
             forwarded: EventTime::MIN,
-            refused: false,
+            backed_up: false,
             wake: None,
         }
     }
 }
 
 impl<K: crate::Key> Timers<K> {
+    /// The timers of a subtask with a buffer-queue backup (`backed_up`) or without.
+    pub(crate) fn new(backed_up: bool) -> Self {
+        let mut t = Timers {
+            backed_up,
+            ..Timers::default()
+        };
+        t.event.order = DueOrder::new(backed_up);
+        t
+    }
+
     /// The next timer due: event-time ones up to the watermark first, then processing-time
     /// ones up to `now` (if given).
     pub(crate) fn pop_due(&mut self, now: Option<EventTime>) -> Option<(EventTime, TimeDomain, K)> {
@@ -310,11 +373,9 @@ impl<'a, K: crate::Key> KeyedContext<'a, K> {
     /// watermark reaches `t` (at once, with the next watermark, if it has). Registering the
     /// same time twice makes one timer.
     ///
-    /// # Panics
-    /// In an operator with a buffer-queue backup (its replay would not repeat the firings):
-    /// the subtask fails with this message.
+    /// In an operator with a buffer-queue backup, timers due at one time fire in a canonical
+    /// order (by key hash), so that a promoted backup's replay fires them as its primary did.
     pub fn register_event_time_timer(&mut self, t: EventTime) {
-        self.check();
         self.timers.event.register(t, self.key);
     }
 
@@ -327,7 +388,8 @@ impl<'a, K: crate::Key> KeyedContext<'a, K> {
     /// clock reaches `t` (ms since the epoch).
     ///
     /// # Panics
-    /// As [`register_event_time_timer`](Self::register_event_time_timer).
+    /// In an operator with a buffer-queue backup (a promoted backup's replay could not
+    /// repeat firings that followed the wall clock): the subtask fails with this message.
     pub fn register_processing_time_timer(&mut self, t: EventTime) {
         self.check();
         self.timers.processing.register(t, self.key);
@@ -339,9 +401,9 @@ impl<'a, K: crate::Key> KeyedContext<'a, K> {
     }
 
     fn check(&self) {
-        if self.timers.refused {
+        if self.timers.backed_up {
             panic!(
-                "timers are not supported in an operator with a buffer-queue backup (a promoted backup's replay would not repeat their firings): remove the backup or the timers"
+                "processing-time timers are not supported in an operator with a buffer-queue backup (a promoted backup's replay could not repeat firings that followed the wall clock): remove the backup, or use event-time timers"
             );
         }
     }

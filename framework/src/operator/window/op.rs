@@ -8,7 +8,7 @@ use crate::checkpoint::StateWriter;
 use crate::error::TaskError;
 use crate::metrics::QueueUsage;
 use crate::operator::keyed::{by_key_group, put_keyed, KeyedPayload};
-use crate::operator::timers::{advance_forwarded, pop_first_due};
+use crate::operator::timers::{advance_forwarded, pop_first_due, DueOrder};
 use crate::operator::{BoxOutput, Collector, Control, OpCore, Output};
 use crate::time::{EventTime, Timestamps, Watermark};
 
@@ -165,6 +165,9 @@ struct Inner<K, I, R, G: WindowFn<K, I, R>> {
     fire: BTreeMap<EventTime, Vec<K>>,
     /// Cleanup time (max timestamp + allowed lateness) -> keys to purge then.
     cleanup: BTreeMap<EventTime, Vec<K>>,
+    /// The order of the keys whose windows fire at one time (canonical when backed up).
+    fire_order: DueOrder,
+    cleanup_order: DueOrder,
     watermark: EventTime,
     /// The last watermark sent on: the input's once every window it completes has fired.
     forwarded: EventTime,
@@ -192,6 +195,9 @@ pub(crate) struct WindowSpec<I> {
     pub(crate) windowing: Windowing,
     pub(crate) lateness: i64,
     pub(crate) late_attached: bool,
+    /// The subtask has a buffer-queue backup: windows ending at one time fire in a
+    /// canonical order, the same in a promoted backup's replay.
+    pub(crate) backed_up: bool,
 }
 
 impl<I> Clone for WindowSpec<I> {
@@ -201,6 +207,7 @@ impl<I> Clone for WindowSpec<I> {
             windowing: self.windowing,
             lateness: self.lateness,
             late_attached: self.late_attached,
+            backed_up: self.backed_up,
         }
     }
 }
@@ -388,7 +395,7 @@ where
         let wm = self.watermark;
         let mut n = 0;
         while n < budget {
-            let Some((t, key)) = pop_first_due(&mut self.fire, wm) else {
+            let Some((t, key)) = pop_first_due(&mut self.fire, wm, &mut self.fire_order) else {
                 break;
             };
             let end = t + 1;
@@ -407,7 +414,8 @@ where
             n += 1;
         }
         while n < budget {
-            let Some((_, key)) = pop_first_due(&mut self.cleanup, wm) else {
+            let Some((_, key)) = pop_first_due(&mut self.cleanup, wm, &mut self.cleanup_order)
+            else {
                 break;
             };
             self.purge(&key);
@@ -493,6 +501,8 @@ where
                 keys: HashMap::new(),
                 fire: BTreeMap::new(),
                 cleanup: BTreeMap::new(),
+                fire_order: DueOrder::new(spec.backed_up),
+                cleanup_order: DueOrder::default(),
                 watermark: EventTime::MIN,
                 forwarded: EventTime::MIN,
                 late: Vec::new(),
