@@ -67,6 +67,32 @@ pub struct EnvConfig {
     /// A subtask that does not answer the job's sampling mail for this long is declared
     /// failed (hung) (default 30 s).
     pub heartbeat_timeout: Duration,
+    /// Buffer-queue backups by operator uid, besides the ones the job's code sets with
+    /// [`with_backup`](crate::DataStream::with_backup) (default none). Which operators to
+    /// protect can then follow the criticality analysis, or a deployment's settings, without
+    /// a change to the job's code. A uid no operator has fails the job when it is planned,
+    /// naming it.
+    ///
+    /// ```
+    /// let mut cfg = weir::EnvConfig::default();
+    /// cfg.backups.insert("count".into(), weir::BackupPolicy::default());
+    /// cfg.checkpoint.interval = Some(std::time::Duration::from_millis(100));
+    /// let env = weir::Env::with_config(cfg);
+    /// let out = env
+    ///     .from_collection((0..100u64).collect::<Vec<_>>())
+    ///     .key_by(|x: &u64| x % 3)
+    ///     .process(|_k: &u64, n: &mut weir::ValueState<u64>, _x: u64, out: &mut weir::Collector<u64>| {
+    ///         let c = n.get_or_insert_with(|| 0);
+    ///         *c += 1;
+    ///         out.collect(*c);
+    ///     })
+    ///     .uid("count")
+    ///     .collect();
+    /// let result = env.execute("config-backups-doc").unwrap();
+    /// assert_eq!(result.backups.len(), 1, "one backed-up subtask");
+    /// assert_eq!(out.take().len(), 100);
+    /// ```
+    pub backups: std::collections::BTreeMap<String, crate::BackupPolicy>,
     /// Injected faults (testing; default none).
     pub faults: FaultPlan,
     /// The longest line the line sources (`read_lines`, `read_jsonl`, ...) read, in bytes
@@ -94,6 +120,7 @@ impl Default for EnvConfig {
             restart: None,
             stderr_warnings: crate::failure::stderr_warnings_default(),
             heartbeat_timeout: Duration::from_secs(30),
+            backups: Default::default(),
             faults: FaultPlan::default(),
             max_line_bytes: DEFAULT_MAX_LINE_BYTES,
         }

@@ -875,6 +875,11 @@ pub(crate) fn start(
     graphs: Vec<(String, GraphFactory)>,
 ) -> Result<JobHandle, JobError> {
     let job = name.to_owned();
+    let mut graph = graph;
+    crate::plan::apply_config_backups(&mut graph, &cfg).map_err(|source| JobError::Plan {
+        job: job.clone(),
+        source,
+    })?;
     let plan = plan(&graph, &cfg).map_err(|source| JobError::Plan {
         job: job.clone(),
         source,

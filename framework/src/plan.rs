@@ -53,6 +53,23 @@ impl Plan {
     }
 }
 
+/// Gives the operators `cfg.backups` names their buffer-queue backup policy (a uid no
+/// operator has is an error naming it).
+pub(crate) fn apply_config_backups(graph: &mut Graph, cfg: &EnvConfig) -> Result<(), PlanError> {
+    for (uid, policy) in &cfg.backups {
+        let node = graph
+            .nodes
+            .iter_mut()
+            .find(|n| n.uid.as_deref() == Some(uid.as_str()))
+            .ok_or_else(|| PlanError::Backup {
+                uid: uid.clone(),
+                message: "no operator has this uid (named in the config's `backups`)".into(),
+            })?;
+        node.backup = Some(policy.clone());
+    }
+    Ok(())
+}
+
 /// Resolves uids, parallelism, partitioning and chaining; finds every planning error.
 pub(crate) fn plan(graph: &Graph, cfg: &EnvConfig) -> Result<Plan, PlanError> {
     cfg.validate()?;

@@ -862,3 +862,26 @@ fn a_poison_record_stops_promoting_and_fails_the_job() {
         "{msg}"
     );
 }
+
+/// A backup named in the config for a uid no operator has fails the job when it is planned,
+/// naming the uid.
+#[test]
+fn a_config_backup_of_an_unknown_uid_is_refused_naming_it() {
+    let mut cfg = EnvConfig::default();
+    cfg.checkpoint.interval = Some(Duration::from_millis(50));
+    cfg.backups
+        .insert("no-such-op".into(), BackupPolicy::default());
+    let env = Env::with_config(cfg);
+    env.from_collection(vec![1u64, 2, 3])
+        .map(|x: u64| x + 1)
+        .uid("inc")
+        .discard();
+    let e = env
+        .execute("config-backup")
+        .expect_err("an unknown uid is refused");
+    let msg = e.to_string();
+    assert!(
+        msg.contains("no-such-op") && msg.contains("backups"),
+        "{msg}"
+    );
+}
