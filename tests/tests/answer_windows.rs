@@ -24,7 +24,7 @@ use serde_json::Value;
 use weir::testing::{
     quiet_injected_panics, wait_for_checkpoint, Fault, FaultKind, FaultPlan, HeldIds, Hold,
 };
-use weir::{Env, EnvConfig, JobHandle, Line, RestartStrategy};
+use weir::{BackupPolicy, Env, EnvConfig, JobHandle, Line, RestartStrategy};
 use weir_examples::answers::{
     answer_json, cleaning_streams_of_lines, default_levels, read_part_files,
     reference_level_counts, uid, windowed_level_counts, KnownWatermark, LevelWindowCount, Levels,
@@ -84,6 +84,10 @@ enum Mode {
     Panic,
     /// Stop with a savepoint once part 1 is in; a second job restores it and reads part 2.
     Savepoint,
+    /// The window operator has a buffer-queue backup. Once part 1 is in, its primary panics
+    /// at the snapshot of the first checkpoint; the backup restores the state the job
+    /// started from and replays all of part 1 (watermarks included) with no restart.
+    Promote,
 }
 
 /// What the job wrote: counts per (start, end, level), late ids (sorted), malformed lines
@@ -177,6 +181,21 @@ fn run(lines: &[String], t1: i64, p: usize, window: Duration, mode: Mode, name: 
     let plan = FaultPlan::new(vec![
         Fault::new(uid::WINDOW, FaultKind::Panic, 0).after_checkpoints(2)
     ]);
+    let snapshot_plan = FaultPlan::new(vec![Fault::new(uid::WINDOW, FaultKind::Panic, 0)
+        .after_checkpoints(0)
+        .at_snapshot()]);
+    if mode == Mode::Promote {
+        cfg.faults = snapshot_plan.clone();
+        cfg.arbiters = 4;
+        cfg.heartbeat_timeout = Duration::from_secs(120);
+        cfg.checkpoint.interval = Some(Duration::from_secs(3600));
+        cfg.backups.insert(
+            uid::WINDOW.to_owned(),
+            BackupPolicy::default()
+                .heartbeat(Duration::from_millis(20), Duration::from_secs(10))
+                .state_interval(None),
+        );
+    }
     if mode == Mode::Panic {
         cfg.faults = plan.clone();
         cfg.restart = Some(RestartStrategy::FixedDelay {
@@ -204,6 +223,18 @@ fn run(lines: &[String], t1: i64, p: usize, window: Duration, mode: Mode, name: 
             hold.release();
             job.wait().expect("the job recovers and ends");
             assert_eq!(plan.fired(), 1, "the fault fired");
+        }
+        Mode::Promote => {
+            job.monitor().trigger_checkpoint().expect("a checkpoint");
+            let deadline = std::time::Instant::now() + Duration::from_secs(120);
+            while snapshot_plan.fired() == 0 {
+                assert!(std::time::Instant::now() < deadline, "the fault fired");
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            hold.release();
+            let result = job.wait().expect("the job ends without a restart");
+            let promotions: u64 = result.backups.iter().map(|b| b.promotions).sum();
+            assert!(promotions >= 1, "the window operator's backup was promoted");
         }
         Mode::Savepoint => {
             let (savepoint, _) = job
@@ -320,6 +351,14 @@ fn windowed_counts_survive_a_panic_after_two_checkpoints() {
     quiet_injected_panics();
     for p in [1, 2, 4] {
         check(11, p, Duration::from_secs(60), Mode::Panic);
+    }
+}
+
+#[test]
+fn windowed_counts_survive_a_promotion_of_the_window_operator_s_backup() {
+    quiet_injected_panics();
+    for p in [1, 2, 4] {
+        check(31, p, Duration::from_secs(60), Mode::Promote);
     }
 }
 
