@@ -928,11 +928,32 @@ impl SinkStream {
     }
 }
 
-/// A stream partitioned by key (see [`DataStream::key_by`]).
+/// A stream partitioned by key (see [`DataStream::key_by`]). Cloning it lets several
+/// operators take the same keyed stream (each gets every record).
+///
+/// ```
+/// let env = weir::Env::new();
+/// let keyed = env.from_collection(vec![1u64, 2, 3, 4]).key_by(|x: &u64| x % 2);
+/// let sums = keyed.clone().reduce(|a: u64, b: u64| a + b).collect();
+/// let all = keyed.reduce(|a: u64, _b: u64| a).collect();
+/// env.execute("keyed-clone-doc").unwrap();
+/// assert_eq!(sums.take().len(), 4);
+/// assert_eq!(all.take().len(), 4);
+/// ```
 pub struct KeyedStream<T, K, KF> {
     pub(crate) stream: DataStream<T>,
     pub(crate) key_fn: KF,
     _k: PhantomData<fn() -> K>,
+}
+
+impl<T, K, KF: Clone> Clone for KeyedStream<T, K, KF> {
+    fn clone(&self) -> Self {
+        KeyedStream {
+            stream: self.stream.clone(),
+            key_fn: self.key_fn.clone(),
+            _k: PhantomData,
+        }
+    }
 }
 
 impl<T, K, KF> KeyedStream<T, K, KF>
