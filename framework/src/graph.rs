@@ -146,9 +146,12 @@ impl<T: Data> PortType for Port<T> {
         replay: Option<&[u8]>,
     ) -> Result<Box<dyn InputGate>, String> {
         let receivers: Vec<Receiver<T>> = receivers.into_iter().map(unbox).collect();
-        let replay: std::collections::VecDeque<Vec<T>> = match replay {
-            None => Default::default(),
-            Some(bytes) => crate::checkpoint::decode::<Vec<Vec<T>>>(bytes)?.into(),
+        let replay = match replay {
+            None => crate::gate::ChannelState {
+                marks: None,
+                in_flight: Vec::new(),
+            },
+            Some(bytes) => crate::gate::ChannelState::decode(bytes)?,
         };
         Ok(crate::gate::replaying_gate(
             receivers,

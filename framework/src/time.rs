@@ -32,7 +32,7 @@ pub(crate) struct InputWatermark {
 }
 
 /// What an in-band watermark element says.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub(crate) enum Watermark {
     /// No record at or below this time is expected any more.
     At(EventTime),
@@ -245,7 +245,7 @@ impl<T> WatermarkGenerator<T> {
 /// The watermark of several inputs (the channels of a gate, the two sides of a two-input
 /// operator): the minimum over the inputs that are neither idle nor ended; `MAX` once all
 /// ended; `Idle` while every input left is idle. What it says never goes back.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub(crate) struct WatermarkMerge {
     inputs: Vec<InputMark>,
     /// The last watermark said (`MIN`: none yet).
@@ -254,7 +254,7 @@ pub(crate) struct WatermarkMerge {
     said_idle: bool,
 }
 
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, serde::Serialize, serde::Deserialize)]
 struct InputMark {
     at: EventTime,
     idle: bool,
