@@ -635,9 +635,14 @@ fn every_query_equals_its_reference_after_a_restart_from_a_checkpoint_mid_window
     let mut q11 = 0;
     for (k, config) in shuffled_settings().iter().enumerate() {
         for (j, p) in [1, 2, 4].into_iter().enumerate() {
-            // The fault in another query's main operator each time.
+            // The fault in another query's main operator each time, at a record (with the
+            // rest of the job running) and at a checkpoint's snapshot (the rest of the
+            // input comes once the job restored).
             let at = (3 * k + j + 3) % n;
-            q11 += shuffled_check(config, 200 + k as u64, p, shuffled::Fault::Restart(at));
+            let seed = 200 + k as u64;
+            q11 += shuffled_check(config, seed, p, shuffled::Fault::PanicAtRecord(at));
+            let at = (at + 5) % n;
+            q11 += shuffled_check(config, seed, p, shuffled::Fault::PanicAtSnapshot(at));
         }
     }
     assert!(q11 > 0, "q11 has late records");

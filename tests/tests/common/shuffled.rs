@@ -422,10 +422,17 @@ impl<Q: Query> Checker for Checked<Q> {
 pub enum Fault {
     /// None.
     None,
-    /// Once part 1 is in, a checkpoint; then the main operator of the `n`-th query panics at
-    /// its first record after it (the first of the behind block it gets), and the job
-    /// restarts from the checkpoint.
-    Restart(usize),
+    /// Once part 1 is in, a checkpoint (windows open); then the main operator of the `n`-th
+    /// query panics at its first record after it (the first of the behind block it gets)
+    /// with the rest of the job running, and the job restarts from the checkpoint. The
+    /// failed attempt may have dropped late records that the restored one drops again:
+    /// the job's late records are at least the reference's.
+    PanicAtRecord(usize),
+    /// Once part 1 is in, a checkpoint (windows open); the main operator of the `n`-th
+    /// query panics at its snapshot of the next checkpoint, and the job restarts from the
+    /// first. Only then does the rest of the input come: the job's late records are
+    /// exactly the reference's.
+    PanicAtSnapshot(usize),
     /// Once part 1 is in (windows open), stop with a savepoint; a second job restores it and
     /// reads the rest.
     Savepoint,
@@ -509,11 +516,12 @@ pub fn run(input: &Input, p: usize, fault: Fault, names: &[&str]) -> Result<Outc
     };
     let mut cfg = config(p, dir.path());
     let plan = match fault {
-        Fault::Restart(i) => {
-            let uid = checks[i].main_uid();
-            let plan = FaultPlan::new(vec![
-                weir::testing::Fault::new(uid, FaultKind::Panic, 0).after_checkpoints(1)
-            ]);
+        Fault::PanicAtRecord(i) | Fault::PanicAtSnapshot(i) => {
+            let mut f = weir::testing::Fault::new(checks[i].main_uid(), FaultKind::Panic, 0);
+            if let Fault::PanicAtSnapshot(_) = fault {
+                f = f.at_snapshot();
+            }
+            let plan = FaultPlan::new(vec![f.after_checkpoints(1)]);
             cfg.faults = plan.clone();
             cfg.restart = Some(weir::RestartStrategy::FixedDelay {
                 attempts: 3,
@@ -535,10 +543,26 @@ pub fn run(input: &Input, p: usize, fault: Fault, names: &[&str]) -> Result<Outc
             gate.open();
             vec![crate::common::within_timeout(move || job.wait()).map_err(|e| e.to_string())?]
         }
-        Fault::Restart(_) => {
+        Fault::PanicAtRecord(_) | Fault::PanicAtSnapshot(_) => {
             job.monitor().trigger_checkpoint()?;
             weir::testing::wait_for_checkpoint(&job, 1, crate::common::TIMEOUT)
                 .map_err(|e| format!("no checkpoint: {e}"))?;
+            if let Fault::PanicAtSnapshot(_) = fault {
+                // The second checkpoint fails; the rest comes once the job has restored
+                // the first.
+                job.monitor().trigger_checkpoint()?;
+                let deadline = Instant::now() + crate::common::TIMEOUT;
+                while job
+                    .checkpoint_stats()
+                    .and_then(|s| s.last_restored_checkpoint_id)
+                    .is_none()
+                {
+                    if Instant::now() > deadline || job.is_finished() {
+                        return Err("the job did not restore its checkpoint".into());
+                    }
+                    std::thread::sleep(Duration::from_millis(2));
+                }
+            }
             gate.open();
             let r = crate::common::within_timeout(move || job.wait()).map_err(|e| e.to_string())?;
             let plan = plan.expect("a plan");
@@ -546,8 +570,8 @@ pub fn run(input: &Input, p: usize, fault: Fault, names: &[&str]) -> Result<Outc
                 return Err(format!("the fault fired {} times", plan.fired()));
             }
             let stats = r.checkpoints.clone().expect("checkpoint stats");
-            if stats.num_restarts < 1 || stats.last_restored_checkpoint_id.is_none() {
-                return Err(format!("no restart from a checkpoint: {stats:?}"));
+            if stats.num_restarts != 1 || stats.last_restored_checkpoint_id != Some(1) {
+                return Err(format!("not one restart from checkpoint 1: {stats:?}"));
             }
             vec![r]
         }
@@ -568,7 +592,11 @@ pub fn run(input: &Input, p: usize, fault: Fault, names: &[&str]) -> Result<Outc
     let mut outcome = Outcome::default();
     for c in &checks {
         let late = c
-            .check(&timeline, &results, matches!(fault, Fault::Restart(_)))
+            .check(
+                &timeline,
+                &results,
+                matches!(fault, Fault::PanicAtRecord(_)),
+            )
             .map_err(|e| format!("{}: {e}", c.name()))?;
         outcome.late.push((c.name(), late));
     }
