@@ -2,7 +2,9 @@
 //! window, read back from its exactly-once part files) against the sequential reference
 //! (`reference_level_counts`), nothing missing or twice; its late answers equal the
 //! reference's late set; at parallelism 1, 2 and 4; with a panic after two checkpoints
-//! (restart from the checkpoint) and with a stop-with-savepoint and a restore.
+//! (restart from the checkpoint) and with a stop-with-savepoint and a restore, both while
+//! windows are open (a window holds answers of both parts); and over 100 seeds of small
+//! inputs with a random window, parallelism and fault (`WEIR_SEEDS`, `WEIR_SEED`).
 //!
 //! Determinism by construction: a record is late relative to the watermark at the window
 //! operator, the minimum over its channels, which depends on timing. So the input comes in
@@ -33,27 +35,27 @@ use weir_examples::answers::{
 use weir_examples::rng::SplitMix64;
 
 /// Answers in all (a multiple of 8: every source subtask at parallelism 1, 2 or 4 holds after
-/// the same line).
+/// the same line); part 2 starts at line `N / 2`. The seeded runs take fewer.
 const N: usize = 8_000;
-/// The first line of part 2.
-const PART2: usize = N / 2;
 const T0: i64 = 1_700_000_000_000;
 /// Event time advances this much per line (400 s a part).
 const STEP_MS: i64 = 100;
 /// Answers within the bound are up to this much behind their line's time.
 const JITTER_MS: u64 = 3_000;
 
-/// The input lines and T1.
-fn input(seed: u64, window_ms: i64) -> (Vec<String>, i64) {
+/// The input lines (`n` of them, a multiple of 8) and T1.
+fn input(seed: u64, n: usize, window_ms: i64) -> (Vec<String>, i64) {
+    assert_eq!(n % 8, 0);
+    let part2 = n / 2;
     let bound = OUT_OF_ORDERNESS.as_millis() as i64;
     // The last four lines of part 1 are at its highest time, M1.
-    let m1 = T0 + PART2 as i64 * STEP_MS + 1_000;
+    let m1 = T0 + part2 as i64 * STEP_MS + 1_000;
     let t1 = m1 - bound;
     assert!(t1 - window_ms > T0, "room for far-behind answers");
-    let lines = (0..N)
+    let lines = (0..n)
         .map(|i| {
             let mut r = SplitMix64::for_item(seed ^ 0x5eed, i as u64);
-            let moves_watermark = (PART2 - 4..PART2).contains(&i);
+            let moves_watermark = (part2 - 4..part2).contains(&i);
             if i % 487 == 100 && !moves_watermark {
                 return format!("{{not an answer {i}");
             }
@@ -62,7 +64,7 @@ fn input(seed: u64, window_ms: i64) -> (Vec<String>, i64) {
             let ts = if moves_watermark {
                 a["content"] = Value::from("the answer that moves the watermark");
                 m1
-            } else if i >= PART2 && i % 37 == 5 {
+            } else if i >= part2 && i % 37 == 5 {
                 // Far behind: a window that ended before T1.
                 T0 + r.below((t1 - window_ms - T0) as u64) as i64
             } else {
@@ -300,22 +302,52 @@ fn read_written(out: &Path) -> Written {
 
 fn reference(lines: &[String], t1: i64, window: Duration) -> WindowReference {
     let known = [KnownWatermark {
-        before_line: PART2,
+        before_line: lines.len() / 2,
         at_least: t1,
     }];
-    let r = reference_level_counts(lines, &default_levels(), window, &known)
-        .expect("the input decides every answer's lateness");
-    assert!(r.late.len() > 50, "the input has late answers");
-    assert!(r.malformed.len() > 10, "the input has malformed lines");
-    assert!(r.counts.len() > 5, "several windows");
-    r
+    reference_level_counts(lines, &default_levels(), window, &known)
+        .expect("the input decides every answer's lateness")
+}
+
+/// Whether a window the reference counts has answers from both parts: it was open when
+/// part 1 was in (where the faults come).
+fn open_across_the_parts(lines: &[String], window: Duration) -> bool {
+    let size = window.as_millis() as i64;
+    let windows = |part: &[String]| {
+        part.iter()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .filter_map(|a| a["ts_ms"].as_i64())
+            .map(|t| t - t.rem_euclid(size))
+            .collect::<std::collections::BTreeSet<i64>>()
+    };
+    let (first, second) = lines.split_at(lines.len() / 2);
+    !windows(first).is_disjoint(&windows(second))
 }
 
 fn check(seed: u64, p: usize, window: Duration, mode: Mode) {
-    let (lines, t1) = input(seed, window.as_millis() as i64);
+    let (lines, t1) = input(seed, N, window.as_millis() as i64);
     let want = reference(&lines, t1, window);
-    let name = format!("{seed}-{p}-{}-{mode:?}", window.as_millis());
-    let got = run(&lines, t1, p, window, mode, &name);
+    assert!(want.late.len() > 50, "the input has late answers");
+    assert!(want.malformed.len() > 10, "the input has malformed lines");
+    assert!(want.counts.len() > 5, "several windows");
+    check_run(&lines, t1, &want, seed, p, window, mode);
+}
+
+fn check_run(
+    lines: &[String],
+    t1: i64,
+    want: &WindowReference,
+    seed: u64,
+    p: usize,
+    window: Duration,
+    mode: Mode,
+) {
+    assert!(
+        open_across_the_parts(lines, window),
+        "a window is open when part 1 is in"
+    );
+    let name = format!("{seed}-{p}-{}-{mode:?}-{}", window.as_millis(), lines.len());
+    let got = run(lines, t1, p, window, mode, &name);
     let what = format!("seed {seed}, p={p}, window {window:?}, {mode:?}");
     assert_eq!(got.late, want.late, "{what}: the late set");
     assert_eq!(got.malformed, want.malformed, "{what}: malformed lines");
@@ -364,7 +396,44 @@ fn windowed_counts_survive_a_promotion_of_the_window_operator_s_backup() {
 
 #[test]
 fn windowed_counts_survive_a_stop_with_savepoint_and_a_restore() {
-    for p in [2, 4] {
+    for p in [1, 2, 4] {
         check(21, p, Duration::from_secs(60), Mode::Savepoint);
     }
+    check(22, 2, Duration::from_secs(7), Mode::Savepoint);
+}
+
+/// 100 seeds (`WEIR_SEEDS=1000` for more, `WEIR_SEED=17` for one): a small input (400 to
+/// 1,200 answers), a window of 5, 7 or 10 s, parallelism 1, 2 or 4, and no fault, a panic
+/// after two checkpoints, or a stop with a savepoint and a restore, each at random.
+#[test]
+fn windowed_counts_equal_the_reference_over_many_seeds() {
+    quiet_injected_panics();
+    let var = |name: &str| {
+        std::env::var(name)
+            .ok()
+            .map(|v| v.parse::<u64>().expect(name))
+    };
+    let seeds: Vec<u64> = match var("WEIR_SEED") {
+        Some(s) => vec![s],
+        None => (0..var("WEIR_SEEDS").unwrap_or(100)).collect(),
+    };
+    let mut late = 0;
+    for &seed in &seeds {
+        let mut r = SplitMix64::new(seed ^ 0xa115_3ed5);
+        let n = 8 * r.range(50, 150) as usize;
+        let window = Duration::from_secs([5, 7, 10][r.below(3) as usize]);
+        let p = [1, 2, 4][r.below(3) as usize];
+        let mode = [Mode::Plain, Mode::Panic, Mode::Savepoint][r.below(3) as usize];
+        let (lines, t1) = input(seed, n, window.as_millis() as i64);
+        let want = reference(&lines, t1, window);
+        late += want.late.len();
+        eprintln!(
+            "seed {seed} (WEIR_SEED={seed}): {n} answers, p={p}, window {window:?}, {mode:?}"
+        );
+        check_run(&lines, t1, &want, seed, p, window, mode);
+    }
+    assert!(
+        seeds.len() < 20 || late > 100,
+        "the inputs have late answers: {late}"
+    );
 }
