@@ -3,8 +3,9 @@
 //! beyond it (`common/shuffled.rs`: the late set cannot depend on timing), every implemented
 //! query in one job at a random parallelism of 1, 2 or 4, with a random fault: none, a
 //! restart from a checkpoint taken mid-window (after a panic of a random query's main
-//! operator at its first record after it, or at its snapshot of the next checkpoint), or a
-//! stop with a savepoint mid-window and a restore. Each query's results must equal its
+//! operator at its first record after it, or at its snapshot of the next checkpoint), a
+//! stop with a savepoint mid-window and a restore, or the promotion of a random query's main
+//! operator's buffer-queue backup mid-window. Each query's results must equal its
 //! sequential reference per key per window (nothing missing or twice), and its late records
 //! the reference's.
 //!
@@ -46,10 +47,11 @@ fn case(seed: u64, queries: usize) -> (GeneratorConfig, f64, f64, usize, Fault) 
     let behind = 0.02 + 0.2 * r.unit();
     let p = [1, 2, 4][r.below(3) as usize];
     let at = r.below(queries as u64) as usize;
-    let fault = match r.below(4) {
+    let fault = match r.below(5) {
         0 => Fault::None,
         1 => Fault::PanicAtRecord(at),
         2 => Fault::PanicAtSnapshot(at),
+        3 => Fault::Promote(at),
         _ => Fault::Savepoint,
     };
     (config, part1, behind, p, fault)
@@ -84,6 +86,7 @@ fn every_query_equals_its_reference_over_many_seeds() {
         let kind = match fault {
             Fault::PanicAtRecord(_) => "panic at a record".to_owned(),
             Fault::PanicAtSnapshot(_) => "panic at a snapshot".to_owned(),
+            Fault::Promote(_) => "promote".to_owned(),
             f => format!("{f:?}").to_lowercase(),
         };
         *faults.entry(format!("{kind} p={p}")).or_default() += 1;
@@ -96,7 +99,7 @@ fn every_query_equals_its_reference_over_many_seeds() {
     if seeds.len() >= 20 {
         // The seeds cover every fault at every parallelism, and late records in every
         // windowed query.
-        assert_eq!(faults.len(), 12, "{faults:?}");
+        assert_eq!(faults.len(), 15, "{faults:?}");
         for q in ["q5", "q7", "q8", "q11"] {
             assert!(late.get(q).copied().unwrap_or(0) > 0, "{q}: {late:?}");
         }

@@ -436,6 +436,11 @@ pub enum Fault {
     /// Once part 1 is in (windows open), stop with a savepoint; a second job restores it and
     /// reads the rest.
     Savepoint,
+    /// The main operator of the `n`-th query has a buffer-queue backup. Once part 1 is in,
+    /// its primary panics at its snapshot of the first checkpoint; the backup restores the
+    /// state the job started from, replays all of part 1 (watermarks included), and takes
+    /// the rest with no restart: the job's late records are exactly the reference's.
+    Promote(usize),
 }
 
 fn config(p: usize, dir: &Path) -> EnvConfig {
@@ -529,6 +534,22 @@ pub fn run(input: &Input, p: usize, fault: Fault, names: &[&str]) -> Result<Outc
             });
             Some(plan)
         }
+        Fault::Promote(i) => {
+            let uid = checks[i].main_uid();
+            let f = weir::testing::Fault::new(uid, FaultKind::Panic, 0)
+                .after_checkpoints(0)
+                .at_snapshot();
+            let plan = FaultPlan::new(vec![f]);
+            cfg.faults = plan.clone();
+            cfg.arbiters = 4;
+            cfg.backups.insert(
+                uid.to_owned(),
+                weir::BackupPolicy::default()
+                    .heartbeat(Duration::from_millis(20), Duration::from_secs(10))
+                    .state_interval(None),
+            );
+            Some(plan)
+        }
         _ => None,
     };
     let env = build(cfg);
@@ -572,6 +593,25 @@ pub fn run(input: &Input, p: usize, fault: Fault, names: &[&str]) -> Result<Outc
             let stats = r.checkpoints.clone().expect("checkpoint stats");
             if stats.num_restarts != 1 || stats.last_restored_checkpoint_id != Some(1) {
                 return Err(format!("not one restart from checkpoint 1: {stats:?}"));
+            }
+            vec![r]
+        }
+        Fault::Promote(_) => {
+            job.monitor().trigger_checkpoint()?;
+            let plan = plan.expect("a plan");
+            let deadline = Instant::now() + crate::common::TIMEOUT;
+            while plan.fired() == 0 {
+                if Instant::now() > deadline || job.is_finished() {
+                    return Err("the primary did not fail at its snapshot".into());
+                }
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            gate.open();
+            let r = crate::common::within_timeout(move || job.wait())
+                .map_err(|e| format!("the job (no restart allowed): {e}"))?;
+            let promotions: u64 = r.backups.iter().map(|b| b.promotions).sum();
+            if promotions == 0 {
+                return Err("the backup was not promoted".into());
             }
             vec![r]
         }
