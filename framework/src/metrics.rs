@@ -52,6 +52,9 @@ pub(crate) struct OperatorCounters {
     pub(crate) records_committed: AtomicU64,
     /// A window operator's late records dropped (no late-data output attached).
     pub(crate) late_dropped: AtomicU64,
+    /// A source's last read of records, in µs on [`poll_clock_us`]'s clock (0: none yet).
+    /// Stored once per batch.
+    pub(crate) last_read_us: AtomicU64,
     /// A sink's records staged per checkpoint and not committed yet. Kept here, not in the
     /// sink instance, so that a restore counts what its checkpoint commits though the
     /// instance that staged it is gone. Touched once per checkpoint, never per record.
@@ -434,6 +437,12 @@ pub struct OperatorMetrics {
     pub back_pressured_time_ms_per_second: f64,
     /// Backpressure level (of the most back-pressured subtask).
     pub backpressure_level: BackpressureLevel,
+    /// `numLateRecordsDropped`: records a window operator dropped as late (no late-data
+    /// output attached), over its subtasks.
+    pub num_late_records_dropped: u64,
+    /// `sourceIdleTime`, per subtask of a source (empty for other operators): ms since the
+    /// subtask last read a record (since the job started, if it never did).
+    pub source_idle_time_ms: Vec<u64>,
 }
 
 impl OperatorMetrics {
@@ -447,6 +456,9 @@ impl OperatorMetrics {
             "busyTimeMsPerSecond" => self.busy_time_ms_per_second,
             "idleTimeMsPerSecond" => self.idle_time_ms_per_second,
             "backPressuredTimeMsPerSecond" => self.back_pressured_time_ms_per_second,
+            "numLateRecordsDropped" => self.num_late_records_dropped as f64,
+            // The longest over the subtasks (a source that is idle somewhere).
+            "sourceIdleTime" => *self.source_idle_time_ms.iter().max()? as f64,
             _ => return None,
         })
     }

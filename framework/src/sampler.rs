@@ -178,7 +178,23 @@ impl Sampler {
                 idle = idle.max(m.idle_time_ms_per_second);
                 bp = bp.max(m.back_pressured_time_ms_per_second);
             }
+            let now_us = crate::metrics::poll_clock_us(now);
+            let started_us = crate::metrics::poll_clock_us(self.started);
+            let source_idle_time_ms = if op.is_source {
+                op.counters
+                    .iter()
+                    .map(|c| {
+                        let last = c.last_read_us.load(Ordering::Relaxed);
+                        let since = if last == 0 { started_us } else { last };
+                        now_us.saturating_sub(since) / 1_000
+                    })
+                    .collect()
+            } else {
+                Vec::new()
+            };
             operators.push(OperatorMetrics {
+                num_late_records_dropped: op.counters.iter().map(|c| c.late_dropped()).sum(),
+                source_idle_time_ms,
                 uid: op.uid.clone(),
                 name: op.name.clone(),
                 num_records_in: rin,

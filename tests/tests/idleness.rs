@@ -123,6 +123,24 @@ fn an_idle_source_subtask_does_not_hold_windows_back() {
     let m = seen.expect("metrics");
     assert_eq!(m.watermark_held_by.map(|h| h.1), Some(0), "{m:?}");
     assert!(m.get("watermarkLag").is_some() && m.get("currentInputWatermark").is_some());
+    // `sourceIdleTime`: the silent subtask has read nothing for at least its idleness
+    // timeout (it was declared idle).
+    let idle = loop {
+        assert!(
+            Instant::now() < deadline,
+            "no sourceIdleTime in the metrics"
+        );
+        let source = job
+            .monitor()
+            .metrics()
+            .and_then(|m| m.operators.into_iter().find(|o| o.name == "events"));
+        if let Some(o) = source.filter(|o| o.source_idle_time_ms.get(1) >= Some(&200)) {
+            break o;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    assert_eq!(idle.source_idle_time_ms.len(), 2, "{idle:?}");
+    assert!(idle.get("sourceIdleTime") >= Some(200.0), "{idle:?}");
     hold.release();
     job.wait().expect("the job ends");
 }

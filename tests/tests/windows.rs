@@ -412,6 +412,65 @@ fn windows_promoted_to_their_backup_mid_window_fire_once_with_the_same_late_set(
     }
 }
 
+/// A late record with no late-data output attached is dropped and counted: in the job's
+/// metrics (`numLateRecordsDropped`) while it runs, and in its result.
+#[test]
+fn late_records_without_a_late_output_are_counted_in_the_metrics() {
+    let mut cfg = EnvConfig::default();
+    cfg.metrics_interval = Duration::from_millis(10);
+    // One record per batch, a watermark after each.
+    cfg.batch_size = 1;
+    let env = Env::with_config(cfg);
+    let hold = Hold::new();
+    let h = hold.clone();
+    // Key 0 at 1,000 and 5,000 (the watermark passes [1000, 2000)), then 500: late. The last
+    // record waits until the test has seen the count.
+    let ts = [1_000i64, 5_000, 500, 6_000];
+    let out = env
+        .add_source("events", move |cx| Ok(HeldIds::new(cx, 4, 0.8, h.clone())))
+        .set_parallelism(1)
+        .map(move |i: u64| (i, 0u64, ts[i as usize]))
+        .assign_timestamps_and_watermarks(
+            WatermarkStrategy::for_bounded_out_of_orderness(Duration::ZERO)
+                .with_timestamp_assigner(|r: &(u64, u64, i64)| r.2)
+                .with_watermark_interval(Duration::ZERO),
+        )
+        .key_by(|r: &(u64, u64, i64)| r.1)
+        .window(TumblingEventTimeWindows::of(Duration::from_secs(1)))
+        .aggregate(Count)
+        .uid("windows")
+        .collect();
+    let job = env.start("late-metrics").expect("the job starts");
+    let deadline = std::time::Instant::now() + common::TIMEOUT;
+    loop {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no late record counted"
+        );
+        let dropped = job.metrics().and_then(|m| {
+            m.operator("windows")
+                .and_then(|o| o.get("numLateRecordsDropped"))
+        });
+        if dropped == Some(1.0) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    hold.release();
+    let result = job.wait().expect("the job runs");
+    assert_eq!(
+        result.operator("windows").map(|o| o.late_records_dropped),
+        Some(1)
+    );
+    let mut got = out.take();
+    got.sort_unstable();
+    assert_eq!(
+        got,
+        [1, 1, 1],
+        "[1000, 2000), [5000, 6000) and [6000, 7000) once each"
+    );
+}
+
 /// 4,000 keys' windows complete on one watermark and fire a batch at a time. The window
 /// function panics at the 1,500th firing, mid-storm, when part of the storm's results has
 /// reached the sink. The backup restores the checkpoint taken before the storm and fires the

@@ -81,6 +81,16 @@ pub(crate) fn render(jobs: &[JobMonitor]) -> Result<String, std::fmt::Error> {
         "operator_num_records_out_per_second",
         "numRecordsOutPerSecond",
     );
+    let late = family(
+        &mut r,
+        "operator_num_late_records_dropped",
+        "numLateRecordsDropped",
+    );
+    let source_idle = family(
+        &mut r,
+        "source_idle_time_ms",
+        "sourceIdleTime, ms since the source subtask last read a record",
+    );
     let busy = family(
         &mut r,
         "subtask_busy_time_ms_per_second",
@@ -166,6 +176,12 @@ pub(crate) fn render(jobs: &[JobMonitor]) -> Result<String, std::fmt::Error> {
                 rec_out.get_or_create(&l).set(o.num_records_out as f64);
                 in_rate.get_or_create(&l).set(o.num_records_in_per_second);
                 out_rate.get_or_create(&l).set(o.num_records_out_per_second);
+                late.get_or_create(&l)
+                    .set(o.num_late_records_dropped as f64);
+                for (subtask, ms) in o.source_idle_time_ms.iter().enumerate() {
+                    let l = with(l.clone(), "subtask", subtask);
+                    source_idle.get_or_create(&l).set(*ms as f64);
+                }
             }
             for s in &m.subtasks {
                 let l = with(

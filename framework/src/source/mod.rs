@@ -194,6 +194,10 @@ impl<T: Send + 'static> crate::operator::step::SourceStep for SourceDriver<T> {
         };
         if !self.buf.is_empty() {
             self.counters.add_out(self.buf.len());
+            self.counters.last_read_us.store(
+                crate::metrics::poll_clock_us(now),
+                crate::sync::atomic::Ordering::Relaxed,
+            );
             self.out.push(&mut self.buf)?;
         }
         if let Some(w) = mark {
