@@ -272,6 +272,7 @@ where
             return self.on_late(x);
         }
         let entry = self.keys.entry(key.clone()).or_default();
+        let first = entry.pending.first().copied();
         let mut created = false;
         let slice = entry.slices.entry(start).or_insert_with(|| {
             created = true;
@@ -299,9 +300,13 @@ where
                     *n += 1;
                     Self::emit_window(&mut self.f, self.windowing, &key, entry, e, firing, out);
                 }
-            } else if entry.pending.insert(e) {
-                self.fire.entry(e - 1).or_default().push(key.clone());
+            } else {
+                entry.pending.insert(e);
             }
+        }
+        let new_first = entry.pending.first().copied();
+        if new_first != first {
+            register(&mut self.fire, new_first, &key);
         }
     }
 
@@ -312,6 +317,7 @@ where
         let (wm, lateness) = (self.watermark, self.lateness);
         let (mut start, mut end) = (ts, ts.saturating_add(gap));
         let entry = self.keys.entry(key.clone()).or_default();
+        let first = entry.pending.first().copied();
         // Sessions overlapping or touching [start, end) merge into it (as in Flink: two
         // records exactly a gap apart are one session).
         let overlapping: Vec<i64> = entry
@@ -358,11 +364,12 @@ where
             // it had fired.
             entry.fired.insert(end, firings + 1);
             Self::emit_window(&mut self.f, self.windowing, &key, entry, end, firings, out);
-        } else if entry.pending.insert(end) {
-            if firings > 0 {
-                entry.fired.insert(end, firings);
-            }
-            self.fire.entry(end - 1).or_default().push(key.clone());
+        } else if entry.pending.insert(end) && firings > 0 {
+            entry.fired.insert(end, firings);
+        }
+        let new_first = entry.pending.first().copied();
+        if new_first != first {
+            register(&mut self.fire, new_first, &key);
         }
     }
 
@@ -382,8 +389,11 @@ where
             || self.cleanup.keys().next().is_some_and(|t| *t <= wm)
     }
 
-    /// Fires up to `budget` of the windows the watermark completed, in time order, and
-    /// purges what it expired; the rest on the next call (`due`).
+    /// Fires up to `budget` of the windows the watermark completed and purges what it
+    /// expired; the rest on the next call (`due`). Keys are taken in the order of their
+    /// earliest window due, and a key fires all its windows due at once, in order (a
+    /// watermark that passes many windows of a key, e.g. the end of input over 60 s windows
+    /// sliding by 1 s, visits each key once, not once per window).
     fn advance(&mut self, budget: usize, out: &mut Collector<R>) {
         let wm = self.watermark;
         let mut n = 0;
@@ -391,20 +401,30 @@ where
             let Some((t, key)) = pop_first_due(&mut self.fire, wm) else {
                 break;
             };
-            let end = t + 1;
             let Some(w) = self.keys.get_mut(&key) else {
                 continue;
             };
-            if !w.pending.remove(&end) {
-                continue; // merged away, or fired already
+            if w.pending.first() != Some(&(t + 1)) {
+                continue; // merged away, or fired already: not the key's entry any more
             }
-            let firing = w.fired.get(&end).copied().unwrap_or(0);
-            Self::emit_window(&mut self.f, self.windowing, &key, w, end, firing, out);
-            if self.lateness > 0 {
-                w.fired.insert(end, firing + 1);
+            while n < budget {
+                let Some(&end) = w.pending.first() else {
+                    break;
+                };
+                if end - 1 > wm {
+                    break;
+                }
+                w.pending.pop_first();
+                let firing = w.fired.get(&end).copied().unwrap_or(0);
+                Self::emit_window(&mut self.f, self.windowing, &key, w, end, firing, out);
+                if self.lateness > 0 {
+                    w.fired.insert(end, firing + 1);
+                }
+                n += 1;
             }
+            let next = w.pending.first().copied();
+            register(&mut self.fire, next, &key);
             self.purge(&key);
-            n += 1;
         }
         while n < budget {
             let Some((_, key)) = pop_first_due(&mut self.cleanup, wm) else {
@@ -429,6 +449,15 @@ where
             return;
         };
         let expired = |end: i64| (end - 1).saturating_add(lateness) <= wm;
+        // Slices are in start order and so are their last windows: if the first is still
+        // needed, every one is (the common case, checked without a walk over them).
+        let first_live = w
+            .slices
+            .first_key_value()
+            .is_some_and(|(&s, (e, _))| !expired(windowing.last_end(s, *e)));
+        if first_live && w.fired.is_empty() {
+            return;
+        }
         // A slice goes once its last window is past the lateness and none of its windows is
         // still to fire (one watermark can pass several windows of a key).
         let pending = &w.pending;
@@ -447,9 +476,7 @@ where
         self.fire.clear();
         self.cleanup.clear();
         for (k, w) in &self.keys {
-            for &e in &w.pending {
-                self.fire.entry(e - 1).or_default().push(k.clone());
-            }
+            register(&mut self.fire, w.pending.first().copied(), k);
             if self.lateness > 0 {
                 let latest = w
                     .slices
@@ -465,6 +492,15 @@ where
                 }
             }
         }
+    }
+}
+
+/// Puts `key` in the fire index at its earliest window still to fire (`first`, an end), if
+/// any. The index holds each key with pending windows at least there; an entry that is no
+/// longer the key's earliest (fired, merged away) is skipped when it comes up.
+fn register<K: Clone>(fire: &mut BTreeMap<EventTime, Vec<K>>, first: Option<i64>, key: &K) {
+    if let Some(end) = first {
+        fire.entry(end - 1).or_default().push(key.clone());
     }
 }
 
@@ -596,7 +632,11 @@ where
         self.inner.due()
     }
     fn finish(&mut self) -> Result<(), TaskError> {
-        // The end of input came with the `MAX` watermark: what is left fires now.
+        // The end of input came with the `MAX` watermark: what is left fires now, a budget
+        // at a time (no one batch of every window).
+        while self.inner.due() {
+            self.fire_some(self.budget)?;
+        }
         self.fire_some(usize::MAX)?;
         self.emit()?;
         self.late_next.finish()?;
