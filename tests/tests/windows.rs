@@ -497,3 +497,22 @@ fn local_then_global_aggregation_equals_the_reference() {
         assert_eq!(got, want, "seed={seed}: after a restart");
     }
 }
+
+#[test]
+fn a_backed_up_local_aggregate_is_a_plan_error() {
+    let mut cfg = EnvConfig::default();
+    cfg.checkpoint.interval = Some(Duration::from_millis(100));
+    cfg.checkpoint.directory =
+        std::env::temp_dir().join(format!("weir-local-backup-{}", std::process::id()));
+    let env = Env::with_config(cfg);
+    env.generate(10, |i| (i, i % 2, i as i64))
+        .local_aggregate(|r: &(u64, u64, i64)| r.1, |_: &u64| 0, Count)
+        .uid("local")
+        .with_backup()
+        .discard();
+    let e = env.execute("bad").unwrap_err().to_string();
+    assert!(
+        e.contains("cannot back up operator `local`") && e.contains("local aggregation"),
+        "{e}"
+    );
+}
