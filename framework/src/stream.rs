@@ -38,12 +38,14 @@ use crate::operator::filter::FilterOp;
 use crate::operator::flat_map::FlatMapOp;
 use crate::operator::keyed::{Hooks, KeyedFn, KeyedOp, KeyedProcessFunction, ReduceFn};
 use crate::operator::keyed_apply::{check_state_fields, AppliedTo, KeyedApplyOp};
+use crate::operator::local::LocalAggregateOp;
 use crate::operator::lookup::op::LookupOp;
 use crate::operator::lookup::{AsyncLookup, LookupConfig};
 use crate::operator::map::MapOp;
 use crate::operator::process::{ProcessFunction, ProcessOp};
 use crate::operator::split::SplitOp;
 use crate::operator::timers::Timers;
+use crate::operator::window::AggregateFunction;
 use crate::operator::{BoxOutput, Collector, OpCore};
 use crate::partition::{hash_output_factory, PartitionKind, Partitioning};
 use crate::sink::file::{DisplayLines, FormatLines, JsonLines, LineFileSink, StagedLineSink};
@@ -468,6 +470,98 @@ impl<T: Data> DataStream<T> {
                 core: core(env, next),
             }))
         })
+    }
+
+    /// Pre-aggregates on each subtask, without a shuffle: the local half of a local-global
+    /// aggregation (Flink's two-phase aggregation). Records are folded with `agg` per key
+    /// (`key_fn`) into one partial accumulator per key on this subtask; once the input
+    /// watermark is at or past `complete_at(&key)` the key's partial goes on as
+    /// `(key, partial)`, before the watermark. Key by the same key after it and merge the
+    /// partials ([`AggregateFunction::merge`]): far fewer records cross the shuffle when many
+    /// records of a subtask share a key (a max per window over per-auction counts, say).
+    ///
+    /// A key may go on in several partials: one per subtask, and one more each time a
+    /// checkpoint barrier comes while it is open, since the operator sends every open partial
+    /// on before a barrier and so keeps no state across checkpoints (restore and rescale have
+    /// nothing of it to carry). Records of a key already complete go on at once, as a partial
+    /// of their own. It cannot be backed up (`with_backup` is refused when the job is
+    /// planned): its open partials are not handed to a backup.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use weir::time::WatermarkStrategy;
+    /// use weir::window::{AggregateFunction, TumblingEventTimeWindows};
+    /// use weir::Env;
+    ///
+    /// /// Counts records (here: the local partials).
+    /// #[derive(Clone)]
+    /// struct Count;
+    /// impl AggregateFunction<(u64, i64), u64> for Count {
+    ///     type Acc = u64;
+    ///     fn add(&self, n: &mut u64, _x: (u64, i64)) { *n += 1 }
+    ///     fn merge(&self, n: &mut u64, other: &u64) { *n += other }
+    ///     fn result(&self, n: &u64) -> u64 { *n }
+    /// }
+    /// /// Sums the partials of a second (the global step).
+    /// #[derive(Clone)]
+    /// struct Sum;
+    /// impl AggregateFunction<(i64, u64), u64> for Sum {
+    ///     type Acc = u64;
+    ///     fn add(&self, n: &mut u64, p: (i64, u64)) { *n += p.1 }
+    ///     fn merge(&self, n: &mut u64, other: &u64) { *n += other }
+    ///     fn result(&self, n: &u64) -> u64 { *n }
+    /// }
+    ///
+    /// let env = Env::new();
+    /// let wm = WatermarkStrategy::for_bounded_out_of_orderness(Duration::ZERO)
+    ///     .with_timestamp_assigner(|r: &(u64, i64)| r.1);
+    /// let second = |r: &(u64, i64)| r.1.div_euclid(1_000) * 1_000;
+    /// let per_second = env
+    ///     .from_collection((0..3_000u64).map(|i| (i, i as i64)).collect::<Vec<_>>())
+    ///     .assign_timestamps_and_watermarks(wm)
+    ///     .local_aggregate(second, |start: &i64| start + 999, Count)
+    ///     .with_timestamps(|p: &(i64, u64)| p.0)
+    ///     .key_by(|p: &(i64, u64)| p.0)
+    ///     .window(TumblingEventTimeWindows::of(Duration::from_secs(1)))
+    ///     .aggregate_window(Sum, |start: &i64, _: &weir::window::Fired, n| (*start, n))
+    ///     .collect();
+    /// env.execute("local-aggregate-doc").unwrap();
+    /// let mut got = per_second.take();
+    /// got.sort();
+    /// assert_eq!(got, vec![(0, 1_000), (1_000, 1_000), (2_000, 1_000)]);
+    /// ```
+    pub fn local_aggregate<K, O, KF, CF, A>(
+        self,
+        key_fn: KF,
+        complete_at: CF,
+        agg: A,
+    ) -> DataStream<(K, A::Acc)>
+    where
+        K: Key,
+        KF: Fn(&T) -> K + Clone + Send + 'static,
+        CF: Fn(&K) -> crate::time::EventTime + Clone + Send + 'static,
+        A: AggregateFunction<T, O>,
+        O: 'static,
+    {
+        let out = self.add_one("local_aggregate", move |env, next| {
+            Ok(Box::new(LocalAggregateOp {
+                key_fn: key_fn.clone(),
+                complete_at: complete_at.clone(),
+                agg: agg.clone(),
+                groups: std::collections::HashMap::new(),
+                open: std::collections::BTreeMap::new(),
+                watermark: crate::time::EventTime::MIN,
+                core: core(env, next),
+                _io: PhantomData,
+            }))
+        });
+        let id = out.producers[0].0;
+        out.graph.borrow_mut().no_backup.push((
+            id,
+            "a local aggregation's open partials are not handed to a buffer-queue backup \
+             (they go on before each checkpoint barrier: it recovers by restart)",
+        ));
+        out
     }
 
     /// Runs a user operator with derived hooks (`#[derive(Operator)]` on a

@@ -646,3 +646,133 @@ fn a_window_storm_lets_a_checkpoint_through_while_it_fires() {
     let got = out.take();
     assert_eq!(got.len() as u64, KEYS + 2, "every window fired once");
 }
+
+/// Sums partial counts (the global half of a local-global count).
+#[derive(Clone)]
+struct SumPartials;
+impl AggregateFunction<((u64, i64), u64), u64> for SumPartials {
+    type Acc = u64;
+    fn add(&self, n: &mut u64, p: ((u64, i64), u64)) {
+        *n += p.1;
+    }
+    fn merge(&self, n: &mut u64, other: &u64) {
+        *n += other;
+    }
+    fn result(&self, n: &u64) -> u64 {
+        *n
+    }
+}
+
+/// Counts per key per 1 s tumbling window in two steps: `local_aggregate` on each of
+/// `parallelism` subtasks fed round-robin (no shuffle by key), then the partials keyed by
+/// (key, window) and summed in a tumbling window.
+fn run_local_global(
+    ev: &[(u64, u64, i64)],
+    parallelism: usize,
+    faults: Option<FaultPlan>,
+) -> Outcome {
+    let dir = std::env::temp_dir().join(format!(
+        "weir-local-global-{}-{parallelism}-{}",
+        std::process::id(),
+        faults.is_some()
+    ));
+    let mut cfg = EnvConfig::default();
+    cfg.batch_size = 1;
+    cfg.checkpoint.directory = dir.clone();
+    let faulty = faults.is_some();
+    if let Some(plan) = faults {
+        common::restart_on_faults(&mut cfg, plan);
+    }
+    let env = Env::with_config(cfg);
+    let wm =
+        WatermarkStrategy::for_bounded_out_of_orderness(Duration::from_millis(BOUND_MS as u64))
+            .with_timestamp_assigner(|r: &(u64, u64, i64)| r.2)
+            .with_watermark_interval(Duration::ZERO);
+    let hold = Hold::new();
+    let input = if faulty {
+        let h = hold.clone();
+        let all = std::sync::Arc::new(ev.to_vec());
+        let n = ev.len() as u64;
+        env.add_source("events", move |cx| Ok(HeldIds::new(cx, n, 0.5, h.clone())))
+            .set_parallelism(1)
+            .map(move |i: u64| all[i as usize])
+    } else {
+        env.from_collection(ev.to_vec())
+    };
+    let window = |r: &(u64, u64, i64)| (r.1, r.2.div_euclid(1_000) * 1_000);
+    let counts = input
+        .set_parallelism(1)
+        .assign_timestamps_and_watermarks(wm)
+        .set_parallelism(1)
+        .rebalance()
+        .local_aggregate(window, |w: &(u64, i64)| w.1 + 999, Count)
+        .uid("local")
+        .set_parallelism(parallelism)
+        .with_timestamps(|p: &((u64, i64), u64)| p.0 .1)
+        .key_by(|p: &((u64, i64), u64)| p.0)
+        .window(TumblingEventTimeWindows::of(Duration::from_secs(1)))
+        .aggregate_window(SumPartials, |w: &(u64, i64), _: &Fired, n: u64| {
+            (w.0, w.1, w.1 + 1_000, n)
+        })
+        .uid("global")
+        .set_parallelism(parallelism)
+        .collect();
+    let job = env.start("local-global").expect("the job starts");
+    if faulty {
+        wait_for_checkpoint(&job, 2, Duration::from_secs(60)).expect("two checkpoints complete");
+        hold.release();
+    }
+    job.wait().expect("the job runs");
+    let _ = std::fs::remove_dir_all(&dir);
+    let mut got = BTreeMap::new();
+    for (k, s, e, n) in counts.take() {
+        assert!(
+            got.insert((k, s, e), n).is_none(),
+            "window ({k}, {s}, {e}) fired twice"
+        );
+    }
+    (got, Vec::new())
+}
+
+/// `local_aggregate` before a keyed window gives the counts of a keyed window alone: at
+/// parallelism 1, 2 and 4, and across a restart from a checkpoint (the local step sends its
+/// open partials on before each barrier, so it has no state to lose). Input within the
+/// out-of-orderness bound (nothing late).
+#[test]
+fn local_then_global_aggregation_equals_the_reference() {
+    quiet_injected_panics();
+    for seed in [21, 22] {
+        let ev = events(3_000, seed, 0);
+        let (want, want_late) = reference(&ev, Kind::Tumbling(1_000));
+        assert!(want_late.is_empty());
+        for p in [1, 2, 4] {
+            let (got, _) = run_local_global(&ev, p, None);
+            assert_eq!(got, want, "p={p} seed={seed}");
+        }
+        let plan = FaultPlan::new(vec![
+            Fault::new("global", FaultKind::Panic, 0).after_checkpoints(2)
+        ]);
+        let (got, _) = run_local_global(&ev, 2, Some(plan.clone()));
+        assert_eq!(plan.fired(), 1, "seed={seed}: the fault fired");
+        assert_eq!(got, want, "seed={seed}: after a restart");
+    }
+}
+
+#[test]
+fn a_backed_up_local_aggregate_is_a_plan_error() {
+    let mut cfg = EnvConfig::default();
+    cfg.checkpoint.interval = Some(Duration::from_millis(100));
+    cfg.checkpoint.directory =
+        std::env::temp_dir().join(format!("weir-local-backup-{}", std::process::id()));
+    let env = Env::with_config(cfg);
+    env.generate(10, |i| (i, i % 2, i as i64))
+        .local_aggregate(|r: &(u64, u64, i64)| r.1, |_: &u64| 0, Count)
+        .uid("local")
+        .with_backup()
+        .discard();
+    let e = env.execute("bad").unwrap_err().to_string();
+    assert!(
+        e.contains("cannot back up operator `local`") && e.contains("local aggregation"),
+        "{e}"
+    );
+}

@@ -10,7 +10,8 @@
 //! into a [`TaskError`] naming the operator uid and subtask.
 //!
 //! One operator kind per file, named for its verb (`map`, `filter`, `flat_map`, `process`,
-//! `keyed`, `connect`, `split`; `lookup`, a folder, is public as `weir::lookup`). This module does not own the actor loop (`task`).
+//! `keyed`, `connect`, `split`, `local` for `local_aggregate`; `lookup`, a folder, is public
+//! as `weir::lookup`). This module does not own the actor loop (`task`).
 
 pub(crate) mod apply;
 pub(crate) mod connect;
@@ -18,6 +19,7 @@ pub(crate) mod filter;
 pub(crate) mod flat_map;
 pub(crate) mod keyed;
 pub(crate) mod keyed_apply;
+pub(crate) mod local;
 pub mod lookup;
 pub(crate) mod map;
 pub(crate) mod process;

@@ -75,6 +75,11 @@ impl DueOrder {
             sorted: None,
         }
     }
+
+    /// Whether the order is canonical.
+    pub(crate) fn is_canonical(&self) -> bool {
+        self.canonical
+    }
 }
 
 /// Sorts `keys` canonically, the first to take last (the list is popped from its end).

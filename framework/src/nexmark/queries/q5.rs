@@ -20,9 +20,14 @@ use crate::window::{AggregateFunction, Fired, SlidingEventTimeWindows, TumblingE
 /// - `q5-count`, keyed by auction: sliding event-time windows counting its bids (kept as
 ///   panes of `gcd(size, slide)`, each bid added once). Each window's count goes on with
 ///   the window's max timestamp as its event time.
-/// - `q5-max`, keyed by window: a tumbling window of one slide that holds exactly the counts
-///   of that window (they all have its max timestamp), firing on the same watermark; it keeps
-///   the highest count and the auctions at it.
+/// - `q5-local-max`, chained after it on each subtask (no shuffle): per window, the highest
+///   count of the subtask's auctions and the auctions at it (ties all in), sent on when the
+///   watermark completes the window (or before a checkpoint barrier: it keeps no state), as
+///   Flink's local-global aggregation. A 60 s window sliding by 1 s gives each auction 60
+///   counts; only each window's local maximum crosses the shuffle.
+/// - `q5-max`, keyed by window: a tumbling window of one slide that holds exactly the
+///   partial maxima of that window (they all have its max timestamp), firing on the same
+///   watermark; it keeps the highest count and the auctions at it.
 ///
 /// A bid counts in its windows not yet fired when it comes; one whose windows have all
 /// fired is late (dropped, counted by `q5-count`).
@@ -30,7 +35,7 @@ use crate::window::{AggregateFunction, Fired, SlidingEventTimeWindows, TumblingE
 /// ```
 /// use weir::nexmark::queries::{Query, Q5};
 /// let q = Q5 { size_ms: 60_000, slide_ms: 1_000 };
-/// assert_eq!(q.operator_uids(), ["q5-count", "q5-max", "q5-bids"]);
+/// assert_eq!(q.operator_uids(), ["q5-count", "q5-local-max", "q5-max", "q5-bids"]);
 /// assert_eq!(Q5::default().size_ms, 10_000);
 /// ```
 #[derive(Debug, Clone, Copy)]
@@ -95,13 +100,36 @@ impl Top {
     }
 }
 
+/// The local step: a subtask's highest count per window and its auctions at it.
+#[derive(Debug, Clone, Copy)]
+struct LocalMax;
+
+impl AggregateFunction<AuctionCount, Top> for LocalMax {
+    type Acc = Top;
+    #[inline]
+    fn add(&self, top: &mut Top, c: AuctionCount) {
+        top.offer(c.num, &[c.auction]);
+    }
+    fn merge(&self, top: &mut Top, other: &Top) {
+        top.offer(other.max, &other.auctions);
+    }
+    fn result(&self, top: &Top) -> Top {
+        top.clone()
+    }
+}
+
+/// The global step: merges the subtasks' partial maxima of a window.
 #[derive(Debug, Clone, Copy)]
 struct MaxCount;
 
-impl AggregateFunction<AuctionCount, Top> for MaxCount {
+impl AggregateFunction<(Window, Top), Top> for MaxCount {
     type Acc = Top;
-    fn add(&self, top: &mut Top, c: AuctionCount) {
-        top.offer(c.num, &[c.auction]);
+    fn add(&self, top: &mut Top, (_, partial): (Window, Top)) {
+        if top.auctions.is_empty() {
+            *top = partial;
+        } else {
+            top.offer(partial.max, &partial.auctions);
+        }
     }
     fn merge(&self, top: &mut Top, other: &Top) {
         top.offer(other.max, &other.auctions);
@@ -143,8 +171,14 @@ impl Query for Q5 {
                 num,
             })
             .uid("q5-count")
-            .with_timestamps(|c: &AuctionCount| c.window.max_timestamp())
-            .key_by(|c: &AuctionCount| c.window)
+            .local_aggregate(
+                |c: &AuctionCount| c.window,
+                |w: &Window| w.max_timestamp(),
+                LocalMax,
+            )
+            .uid("q5-local-max")
+            .with_timestamps(|p: &(Window, Top)| p.0.max_timestamp())
+            .key_by(|p: &(Window, Top)| p.0)
             .window(TumblingEventTimeWindows::of(millis(slide)).with_offset(millis(offset)))
             .aggregate_window(MaxCount, |window: &Window, _: &Fired, top: Top| {
                 top.auctions
@@ -160,7 +194,7 @@ impl Query for Q5 {
             .flat_map(|rows: Vec<HotItem>| rows)
     }
     fn operator_uids(&self) -> &'static [&'static str] {
-        &["q5-count", "q5-max", "q5-bids"]
+        &["q5-count", "q5-local-max", "q5-max", "q5-bids"]
     }
     fn reference(&self, input: &Timeline) -> Answer<HotItem> {
         reference::q5_with(input, self.size_ms, self.slide_ms)
