@@ -163,6 +163,10 @@ impl Sampler {
             self.prev_samples[i] = cur;
         }
         let mut operators = Vec::with_capacity(self.operators.len());
+        let (now_us, started_us) = (
+            crate::metrics::poll_clock_us(now),
+            crate::metrics::poll_clock_us(self.started),
+        );
         for (k, op) in self.operators.iter().enumerate() {
             let (rin, rout) = self.last_records[k];
             let (pin, pout) = self.prev_records[k];
@@ -178,8 +182,6 @@ impl Sampler {
                 idle = idle.max(m.idle_time_ms_per_second);
                 bp = bp.max(m.back_pressured_time_ms_per_second);
             }
-            let now_us = crate::metrics::poll_clock_us(now);
-            let started_us = crate::metrics::poll_clock_us(self.started);
             let source_idle_time_ms = if op.is_source {
                 op.counters
                     .iter()

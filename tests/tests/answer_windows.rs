@@ -17,6 +17,8 @@
 //! answer whose fate the bounds do not decide. Faults fire on events (checkpoints the test
 //! triggered once part 1 is in), never on the clock.
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -26,7 +28,7 @@ use serde_json::Value;
 use weir::testing::{
     quiet_injected_panics, wait_for_checkpoint, Fault, FaultKind, FaultPlan, HeldIds, Hold,
 };
-use weir::{BackupPolicy, Env, EnvConfig, JobHandle, Line, RestartStrategy};
+use weir::{Env, EnvConfig, JobHandle, Line, RestartStrategy};
 use weir_examples::answers::{
     answer_json, cleaning_streams_of_lines, default_levels, read_part_files,
     reference_level_counts, uid, windowed_level_counts, KnownWatermark, LevelWindowCount, Levels,
@@ -188,15 +190,9 @@ fn run(lines: &[String], t1: i64, p: usize, window: Duration, mode: Mode, name: 
         .at_snapshot()]);
     if mode == Mode::Promote {
         cfg.faults = snapshot_plan.clone();
-        cfg.arbiters = 4;
-        cfg.heartbeat_timeout = Duration::from_secs(120);
-        cfg.checkpoint.interval = Some(Duration::from_secs(3600));
-        cfg.backups.insert(
-            uid::WINDOW.to_owned(),
-            BackupPolicy::default()
-                .heartbeat(Duration::from_millis(20), Duration::from_secs(10))
-                .state_interval(None),
-        );
+        common::promote_only(&mut cfg);
+        cfg.backups
+            .insert(uid::WINDOW.to_owned(), common::replaying_backup());
     }
     if mode == Mode::Panic {
         cfg.faults = plan.clone();
@@ -228,15 +224,13 @@ fn run(lines: &[String], t1: i64, p: usize, window: Duration, mode: Mode, name: 
         }
         Mode::Promote => {
             job.monitor().trigger_checkpoint().expect("a checkpoint");
-            let deadline = std::time::Instant::now() + Duration::from_secs(120);
-            while snapshot_plan.fired() == 0 {
-                assert!(std::time::Instant::now() < deadline, "the fault fired");
-                std::thread::sleep(Duration::from_millis(1));
-            }
+            common::wait_until("the fault fired", || snapshot_plan.fired() > 0);
             hold.release();
             let result = job.wait().expect("the job ends without a restart");
-            let promotions: u64 = result.backups.iter().map(|b| b.promotions).sum();
-            assert!(promotions >= 1, "the window operator's backup was promoted");
+            assert!(
+                common::promotions(&result) >= 1,
+                "the window operator's backup was promoted"
+            );
         }
         Mode::Savepoint => {
             let (savepoint, _) = job

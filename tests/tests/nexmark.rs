@@ -20,10 +20,9 @@ mod common;
 mod shuffled;
 
 use std::collections::HashSet;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use shuffled::{implemented, Gate};
 use weir::nexmark::queries::{self, Query, QueryVisitor, QUERIES, SOURCE_UID};
 use weir::nexmark::reference::Timeline;
 use weir::nexmark::{Blackhole, Event, GeneratorConfig, NexmarkSource};
@@ -47,26 +46,6 @@ fn settings() -> Vec<GeneratorConfig> {
     ]
 }
 
-fn implemented() -> impl Iterator<Item = &'static str> {
-    QUERIES.iter().filter(|q| q.implemented).map(|q| q.name)
-}
-
-/// Lets held sources go on; clones open the same gate.
-#[derive(Clone, Default)]
-struct Gate {
-    open: Arc<AtomicBool>,
-    wakers: Arc<Mutex<Vec<SourceWaker>>>,
-}
-
-impl Gate {
-    fn open(&self) {
-        self.open.store(true, Ordering::SeqCst);
-        for w in self.wakers.lock().unwrap().iter() {
-            w.wake();
-        }
-    }
-}
-
 /// A Nexmark source that holds (idle) once half of its share is out, until its gate opens.
 struct Held {
     inner: NexmarkSource,
@@ -77,14 +56,14 @@ struct Held {
 
 impl Source<Event> for Held {
     fn set_waker(&mut self, waker: SourceWaker) {
-        self.gate.wakers.lock().unwrap().push(waker);
+        self.gate.register(waker);
     }
     fn poll_batch(
         &mut self,
         out: &mut Vec<Event>,
         max: usize,
     ) -> Result<SourceStatus, SourceError> {
-        if self.gate.open.load(Ordering::SeqCst) {
+        if self.gate.is_open() {
             return self.inner.poll_batch(out, max);
         }
         let remaining = self.inner.remaining();
@@ -201,25 +180,8 @@ impl QueryVisitor for Check {
             .unwrap_or_else(|e| panic!("{what}: the job failed: {e}"));
 
         let expected = query.reference(&Timeline::new(config.events()));
-        let mut got = collected.take();
-        got.sort();
-        assert_eq!(
-            got.len(),
-            expected.results.len(),
-            "{what}: number of results"
-        );
-        if let Some(i) = (0..got.len()).find(|&i| got[i] != expected.results[i]) {
-            panic!(
-                "{what}: result {i} differs: got {:?}, expected {:?}",
-                got[i], expected.results[i]
-            );
-        }
+        shuffled::assert_equals_reference(&what, &query, collected.take(), &expected, &result);
         assert_eq!(hole.totals(), expected.totals(), "{what}: blackhole totals");
-        assert_eq!(
-            query.late_dropped(&result),
-            expected.late_dropped() as u64,
-            "{what}: late records dropped"
-        );
         let source_out: u64 = result.operator(SOURCE_UID).map_or(0, |o| o.records_out);
         if let Some(plan) = plan {
             assert_eq!(plan.fired(), 1, "{what}: the fault fired");
@@ -255,7 +217,7 @@ fn every_query_equals_its_reference_at_parallelism_1_2_4() {
 #[test]
 fn every_query_equals_its_reference_after_restarting_from_a_checkpoint() {
     let places = [FaultAt::Query, FaultAt::Source, FaultAt::Sink];
-    for (k, name) in implemented().enumerate() {
+    for (k, name) in implemented().into_iter().enumerate() {
         for (j, parallelism) in [1usize, 2, 4].into_iter().enumerate() {
             let config = settings()[(k + j) % 3].clone();
             let check = Check {
@@ -310,8 +272,8 @@ fn unknown_and_unimplemented_queries_are_named() {
         assert!(queries::resolve(first).is_err());
     }
     assert_eq!(
-        queries::resolve(&implemented().collect::<Vec<_>>().join(",")).unwrap(),
-        implemented().collect::<Vec<_>>()
+        queries::resolve(&implemented().join(",")).unwrap(),
+        implemented()
     );
 }
 

@@ -10,17 +10,19 @@
 //! and timers open; then the sources send the rest.
 
 mod common;
+#[path = "common/shuffled.rs"]
+mod shuffled;
 
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use weir::nexmark::queries::{self, Query, QueryVisitor, QUERIES, SOURCE_UID};
+use weir::nexmark::queries::{self, Query, QueryVisitor, SOURCE_UID};
 use weir::nexmark::reference::Timeline;
 use weir::nexmark::{Event, GeneratorConfig, NexmarkSource};
 use weir::source::{Source, SourceContext, SourceStatus, SourceWaker};
 use weir::testing::{Fault, FaultKind, FaultPlan};
-use weir::{BackupPolicy, Env, EnvConfig, SourceError};
+use weir::{Env, EnvConfig, SourceError};
 
 /// A Nexmark source that holds (idle) as its stage says: 0, before its first event; 1, with
 /// half its share out; 2, not at all.
@@ -98,19 +100,10 @@ impl QueryVisitor for Promoted {
         let mut cfg = EnvConfig::default();
         cfg.default_parallelism = parallelism;
         cfg.batch_size = 64;
-        cfg.arbiters = 4;
-        // Promotion only: a failure it cannot take fails the job.
-        cfg.restart = None;
-        cfg.heartbeat_timeout = common::TIMEOUT;
-        // The test triggers the one checkpoint it needs.
-        cfg.checkpoint.interval = Some(Duration::from_secs(3600));
+        common::promote_only(&mut cfg);
         cfg.checkpoint.directory = dir.path().to_owned();
-        cfg.backups.insert(
-            uid.to_owned(),
-            BackupPolicy::default()
-                .heartbeat(Duration::from_millis(20), Duration::from_secs(10))
-                .state_interval(None),
-        );
+        cfg.backups
+            .insert(uid.to_owned(), common::replaying_backup());
         let plan = FaultPlan::new(vec![Fault::new(uid, FaultKind::Panic, 0)
             .after_checkpoints(1)
             .at_snapshot()]);
@@ -142,46 +135,26 @@ impl QueryVisitor for Promoted {
         let collected = weir::CollectSink::default();
         query.build(events).collect_into(&collected).uid("collect");
         let job = env.start(query.name()).expect("the job starts");
-        let monitor = job.monitor();
-        monitor
-            .trigger_checkpoint()
-            .unwrap_or_else(|e| panic!("{what}: no checkpoint: {e}"));
-        weir::testing::wait_for_checkpoint(&job, 1, common::TIMEOUT)
-            .unwrap_or_else(|e| panic!("{what}: no checkpoint: {e}"));
+        common::trigger_checkpoints(&job, 1);
         set_stage(&stage, &wakers, 1);
         // Checkpoint 2's barrier follows the first half; the operator fails at its snapshot.
         let half = config.events / 2 - parallelism as u64;
-        let deadline = std::time::Instant::now() + common::TIMEOUT;
-        while job
-            .metrics()
-            .and_then(|m| m.operator(SOURCE_UID).map(|o| o.num_records_out))
-            .unwrap_or(0)
-            < half
-        {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "{what}: half the events out"
-            );
-            std::thread::sleep(Duration::from_millis(1));
-        }
-        monitor
+        common::wait_until(&format!("{what}: half the events out"), || {
+            job.metrics()
+                .and_then(|m| m.operator(SOURCE_UID).map(|o| o.num_records_out))
+                .unwrap_or(0)
+                >= half
+        });
+        job.monitor()
             .trigger_checkpoint()
             .unwrap_or_else(|e| panic!("{what}: no checkpoint 2: {e}"));
-        let deadline = std::time::Instant::now() + common::TIMEOUT;
-        while plan.fired() == 0 {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "{what}: the fault fired"
-            );
-            std::thread::sleep(Duration::from_millis(1));
-        }
+        common::wait_until(&format!("{what}: the fault fired"), || plan.fired() > 0);
         set_stage(&stage, &wakers, 2);
         let result = common::within_timeout(move || job.wait())
             .unwrap_or_else(|e| panic!("{what}: the job failed: {e}"));
 
         assert_eq!(plan.fired(), 1, "{what}: the fault fired");
-        let promotions: u64 = result.backups.iter().map(|b| b.promotions).sum();
-        assert!(promotions >= 1, "{what}: promoted");
+        assert!(common::promotions(&result) >= 1, "{what}: promoted");
         // A stateful operator's replay went back to checkpoint 1, before the first half (a
         // stateless one's, q0 to q2, starts where its downstream's input ends).
         let reprocessed: u64 = result.backups.iter().map(|b| b.last_reprocessed).sum();
@@ -193,24 +166,7 @@ impl QueryVisitor for Promoted {
             );
         }
         let expected = query.reference(&Timeline::new(config.events()));
-        let mut got = collected.take();
-        got.sort();
-        assert_eq!(
-            got.len(),
-            expected.results.len(),
-            "{what}: number of results"
-        );
-        if let Some(i) = (0..got.len()).find(|&i| got[i] != expected.results[i]) {
-            panic!(
-                "{what}: result {i} differs: got {:?}, expected {:?}",
-                got[i], expected.results[i]
-            );
-        }
-        assert_eq!(
-            query.late_dropped(&result),
-            expected.late_dropped() as u64,
-            "{what}: late records dropped"
-        );
+        shuffled::assert_equals_reference(&what, &query, collected.take(), &expected, &result);
     }
 }
 
@@ -223,11 +179,11 @@ fn every_query_equals_its_reference_after_a_promotion_mid_window() {
             .with_first_event_rate(1_000)
             .with_base_time(1_500_000_000_123),
     ];
-    for (k, q) in QUERIES.iter().filter(|q| q.implemented).enumerate() {
+    for (k, name) in shuffled::implemented().into_iter().enumerate() {
         for parallelism in [1, 2] {
             let config = configs[(k + parallelism) % configs.len()].clone();
             queries::visit(
-                q.name,
+                name,
                 Promoted {
                     config,
                     parallelism,

@@ -147,10 +147,7 @@ fn run_with(
         common::restart_on_faults(&mut cfg, plan);
     }
     if promote {
-        cfg.arbiters = 4;
-        cfg.restart = None;
-        cfg.heartbeat_timeout = Duration::from_secs(30);
-        cfg.checkpoint.interval = Some(Duration::from_secs(3600));
+        common::promote_only(&mut cfg);
     }
     let env = Env::with_config(cfg);
     let wm =
@@ -176,24 +173,14 @@ fn run_with(
         .uid("quiet")
         .set_parallelism(parallelism);
     let out = if promote {
-        out.with_backup_policy(
-            weir::BackupPolicy::default()
-                .heartbeat(Duration::from_millis(20), Duration::from_secs(10))
-                .state_interval(None),
-        )
+        out.with_backup_policy(common::replaying_backup())
     } else {
         out
     }
     .collect();
     let job = env.start("timers").expect("the job starts");
     if promote {
-        for n in 1..=2 {
-            job.monitor()
-                .trigger_checkpoint()
-                .expect("a checkpoint starts");
-            wait_for_checkpoint(&job, n, Duration::from_secs(60))
-                .expect("the checkpoint completes");
-        }
+        common::trigger_checkpoints(&job, 2);
     }
     if faulty {
         wait_for_checkpoint(&job, 2, Duration::from_secs(60)).expect("two checkpoints complete");
@@ -201,8 +188,7 @@ fn run_with(
     hold.release();
     let result = job.wait().expect("the job runs");
     if promote {
-        let promotions: u64 = result.backups.iter().map(|b| b.promotions).sum();
-        assert!(promotions >= 1, "the backup was promoted");
+        assert!(common::promotions(&result) >= 1, "the backup was promoted");
     }
     common::sorted(out.take())
 }

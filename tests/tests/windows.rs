@@ -22,7 +22,7 @@ use weir::window::{
     AggregateFunction, EventTimeSessionWindows, Fired, SlidingEventTimeWindows,
     TumblingEventTimeWindows, WindowAssigner,
 };
-use weir::{BackupPolicy, Env, EnvConfig, LateData};
+use weir::{Env, EnvConfig, LateData};
 
 /// How the job recovers from its injected faults.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -203,13 +203,7 @@ fn run_windows<W: WindowAssigner>(
             cfg.channel_capacity = 64;
         }
         if let Recovery::Promote { .. } = recovery {
-            // The backups on arbiters of their own; a failure that promotion cannot take
-            // fails the job instead of restarting it. The test triggers the checkpoints, so
-            // the replay after the fault is long.
-            cfg.arbiters = 4;
-            cfg.restart = None;
-            cfg.heartbeat_timeout = Duration::from_secs(30);
-            cfg.checkpoint.interval = Some(Duration::from_secs(3600));
+            common::promote_only(&mut cfg);
         }
     }
     let env = Env::with_config(cfg);
@@ -245,9 +239,7 @@ fn run_windows<W: WindowAssigner>(
         .set_parallelism(parallelism);
     let counts = match recovery {
         Some(Recovery::Promote { handed }) => counts.with_backup_policy(
-            BackupPolicy::default()
-                .heartbeat(Duration::from_millis(20), Duration::from_secs(10))
-                .state_interval(handed.then(|| Duration::from_millis(20))),
+            common::replaying_backup().state_interval(handed.then(|| Duration::from_millis(20))),
         ),
         _ => counts,
     }
@@ -259,13 +251,7 @@ fn run_windows<W: WindowAssigner>(
         .collect();
     let job = env.start("windows").expect("the job starts");
     if let Some(Recovery::Promote { .. }) = recovery {
-        for n in 1..=2 {
-            job.monitor()
-                .trigger_checkpoint()
-                .expect("a checkpoint starts");
-            wait_for_checkpoint(&job, n, Duration::from_secs(60))
-                .expect("the checkpoint completes");
-        }
+        common::trigger_checkpoints(&job, 2);
     }
     if faulty {
         wait_for_checkpoint(&job, 2, Duration::from_secs(60)).expect("two checkpoints complete");
@@ -274,8 +260,7 @@ fn run_windows<W: WindowAssigner>(
     let result = job.wait().expect("the job runs");
     let _ = std::fs::remove_dir_all(&dir);
     if let Some(Recovery::Promote { .. }) = recovery {
-        let promotions: u64 = result.backups.iter().map(|b| b.promotions).sum();
-        assert!(promotions >= 1, "the backup was promoted");
+        assert!(common::promotions(&result) >= 1, "the backup was promoted");
     }
     let mut got = BTreeMap::new();
     for (k, s, e, n) in counts.take() {
@@ -353,36 +338,38 @@ fn windows_equal_the_reference_at_parallelism_one_two_and_four() {
     }
 }
 
-#[test]
-fn windows_restored_from_a_checkpoint_fire_once_with_the_same_late_set() {
+/// Every kind at parallelism 2, once per `(seed, recovery)`: the window operator panics at
+/// its first batch from record `at_record` once two checkpoints completed, and the job
+/// recovers as `recovery` says. The windows and the late set are the reference's, and the
+/// fault fired once.
+fn check_recovered(runs: &[(u64, Recovery)], at_record: u64) {
     quiet_injected_panics();
     for kind in KINDS {
-        for seed in [11, 12] {
+        for &(seed, recovery) in runs {
             let plan = FaultPlan::new(vec![
-                Fault::new("windows", FaultKind::Panic, 0).after_checkpoints(2)
+                Fault::new("windows", FaultKind::Panic, at_record).after_checkpoints(2)
             ]);
-            check(kind, 2, seed, Some((plan.clone(), Recovery::Restart)));
-            assert_eq!(plan.fired(), 1, "{kind:?}: the fault fired");
+            check(kind, 2, seed, Some((plan.clone(), recovery)));
+            assert_eq!(plan.fired(), 1, "{kind:?}, {recovery:?}: the fault fired");
         }
     }
 }
 
+#[test]
+fn windows_restored_from_a_checkpoint_fire_once_with_the_same_late_set() {
+    check_recovered(&[(11, Recovery::Restart), (12, Recovery::Restart)], 0);
+}
+
 /// As above with unaligned checkpoints (the records and watermarks a barrier overtook are
 /// channel state; `gate`'s unit tests check that the watermarks among them come back in
-/// place).
+/// place). The fault comes late in the flowing half, after checkpoints with records and
+/// watermarks in flight.
 #[test]
 fn windows_restored_from_an_unaligned_checkpoint_fire_once_with_the_same_late_set() {
-    quiet_injected_panics();
-    for kind in KINDS {
-        for seed in [13, 14] {
-            // Late in the flowing half: checkpoints with records and watermarks in flight.
-            let plan = FaultPlan::new(vec![
-                Fault::new("windows", FaultKind::Panic, 1_000).after_checkpoints(2)
-            ]);
-            check(kind, 2, seed, Some((plan.clone(), Recovery::Unaligned)));
-            assert_eq!(plan.fired(), 1, "{kind:?}: the fault fired");
-        }
-    }
+    check_recovered(
+        &[(13, Recovery::Unaligned), (14, Recovery::Unaligned)],
+        1_000,
+    );
 }
 
 /// The window operator's primary panics with windows open, some hundreds of records after
@@ -390,26 +377,17 @@ fn windows_restored_from_an_unaligned_checkpoint_fire_once_with_the_same_late_se
 /// buffer-queue backup takes over from the last checkpoint's state (or the state handed to
 /// it since) and replays the batches and watermarks after it, in the primary's order. Every
 /// window fires once with the reference's count, the late set is the reference's, and there
-/// is no restart.
+/// is no restart. (A subtask of two gets 2 or 3 of the 5 keys: 1,200 records or more of
+/// 3,000, some 600 of them before the input is released.)
 #[test]
 fn windows_promoted_to_their_backup_mid_window_fire_once_with_the_same_late_set() {
-    quiet_injected_panics();
-    for kind in KINDS {
-        for (seed, handed) in [(21, false), (22, true)] {
-            // A subtask of two gets 2 or 3 of the 5 keys: 1,200 records or more of 3,000,
-            // some 600 of them before the input is released.
-            let plan = FaultPlan::new(vec![
-                Fault::new("windows", FaultKind::Panic, 1_000).after_checkpoints(2)
-            ]);
-            check(
-                kind,
-                2,
-                seed,
-                Some((plan.clone(), Recovery::Promote { handed })),
-            );
-            assert_eq!(plan.fired(), 1, "{kind:?}: the fault fired");
-        }
-    }
+    check_recovered(
+        &[
+            (21, Recovery::Promote { handed: false }),
+            (22, Recovery::Promote { handed: true }),
+        ],
+        1_000,
+    );
 }
 
 /// A late record with no late-data output attached is dropped and counted: in the job's
@@ -441,21 +419,12 @@ fn late_records_without_a_late_output_are_counted_in_the_metrics() {
         .uid("windows")
         .collect();
     let job = env.start("late-metrics").expect("the job starts");
-    let deadline = std::time::Instant::now() + common::TIMEOUT;
-    loop {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "no late record counted"
-        );
-        let dropped = job.metrics().and_then(|m| {
+    common::wait_until("the late record counted in the metrics", || {
+        job.metrics().and_then(|m| {
             m.operator("windows")
                 .and_then(|o| o.get("numLateRecordsDropped"))
-        });
-        if dropped == Some(1.0) {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(2));
-    }
+        }) == Some(1.0)
+    });
     hold.release();
     let result = job.wait().expect("the job runs");
     assert_eq!(
@@ -486,11 +455,8 @@ fn a_backup_promoted_mid_storm_fires_each_window_once() {
     let dir = common::TempDir::new("windows-mid-storm");
     let mut cfg = EnvConfig::default();
     cfg.batch_size = 16;
-    cfg.arbiters = 4;
-    cfg.restart = None;
-    cfg.heartbeat_timeout = Duration::from_secs(30);
+    common::promote_only(&mut cfg);
     cfg.checkpoint.directory = dir.path().to_owned();
-    cfg.checkpoint.interval = Some(Duration::from_secs(3600));
     cfg.metrics_interval = Duration::from_millis(10);
     let env = Env::with_config(cfg);
     let calls = Arc::new(AtomicU64::new(0));
@@ -524,36 +490,21 @@ fn a_backup_promoted_mid_storm_fires_each_window_once() {
         })
         .uid("windows")
         .set_parallelism(1)
-        .with_backup_policy(
-            BackupPolicy::default()
-                .heartbeat(Duration::from_millis(20), Duration::from_secs(10))
-                .state_interval(None),
-        )
+        .with_backup_policy(common::replaying_backup())
         .collect();
     let job = env.start("windows-mid-storm").expect("the job starts");
     // The checkpoint after the window operator took every key: the backup restores their
     // windows from it (and lists them in its own order).
-    let deadline = std::time::Instant::now() + common::TIMEOUT;
-    while job
-        .metrics()
-        .and_then(|m| m.operator("windows").map(|o| o.num_records_in))
-        .unwrap_or(0)
-        < KEYS
-    {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the windows took every key"
-        );
-        std::thread::sleep(Duration::from_millis(1));
-    }
-    job.monitor()
-        .trigger_checkpoint()
-        .expect("a checkpoint starts");
-    wait_for_checkpoint(&job, 1, Duration::from_secs(60)).expect("the checkpoint completes");
+    common::wait_until("the windows took every key", || {
+        job.metrics()
+            .and_then(|m| m.operator("windows").map(|o| o.num_records_in))
+            .unwrap_or(0)
+            >= KEYS
+    });
+    common::trigger_checkpoints(&job, 1);
     hold.release();
     let result = job.wait().expect("the job runs without a restart");
-    let promotions: u64 = result.backups.iter().map(|b| b.promotions).sum();
-    assert!(promotions >= 1, "the backup was promoted");
+    assert!(common::promotions(&result) >= 1, "the backup was promoted");
     assert!(
         calls.load(Ordering::SeqCst) > KEYS,
         "the storm fired again after the fault"

@@ -11,10 +11,9 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use super::{Control, OpCore, Output};
+use super::{forward_output_io, OpCore, Output};
 use crate::checkpoint::StateWriter;
 use crate::error::TaskError;
-use crate::metrics::QueueUsage;
 use crate::time::{EventTime, Watermark};
 use crate::window::AggregateFunction;
 
@@ -103,23 +102,5 @@ where
         self.send(true)?;
         self.core.finish_with(|_| {})
     }
-    fn flush(&mut self) {
-        self.core.next.flush()
-    }
-    fn poll_pending(
-        &mut self,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Result<(), TaskError>> {
-        self.core.next.poll_pending(cx)
-    }
-    fn usage(&self, usage: &mut QueueUsage) {
-        self.core.next.usage(usage)
-    }
-    fn control(&mut self, c: &mut Control<'_>) {
-        let next = &mut self.core.next;
-        c.here_or(&self.core.info.uid, |c| next.control(c))
-    }
-    fn notify_complete(&mut self, id: u64) -> Result<(), TaskError> {
-        self.core.next.notify_complete(id)
-    }
+    forward_output_io!();
 }

@@ -351,9 +351,9 @@ impl<U> OpCore<U> {
     }
 }
 
-/// Implements the three forwarding methods of [`Output`] for an operator with an `OpCore`
-/// field named `core`.
-macro_rules! forward_output_plumbing {
+/// Implements the forwarding methods of [`Output`] that an operator with an `OpCore` field
+/// named `core` passes straight on: flush, pending output, usage, control, completion.
+macro_rules! forward_output_io {
     () => {
         fn flush(&mut self) {
             self.core.next.flush()
@@ -371,6 +371,18 @@ macro_rules! forward_output_plumbing {
             let next = &mut self.core.next;
             c.here_or(&self.core.info.uid, |c| next.control(c))
         }
+        fn notify_complete(&mut self, id: u64) -> Result<(), $crate::error::TaskError> {
+            self.core.next.notify_complete(id)
+        }
+    };
+}
+pub(crate) use forward_output_io;
+
+/// [`forward_output_io`], and barriers and watermarks passed on too (an operator whose
+/// only state is in `core`).
+macro_rules! forward_output_plumbing {
+    () => {
+        $crate::operator::forward_output_io!();
         fn barrier(
             &mut self,
             id: u64,
@@ -378,9 +390,6 @@ macro_rules! forward_output_plumbing {
         ) -> Result<(), $crate::error::TaskError> {
             self.core.at_barrier(w)?;
             self.core.next.barrier(id, w)
-        }
-        fn notify_complete(&mut self, id: u64) -> Result<(), $crate::error::TaskError> {
-            self.core.next.notify_complete(id)
         }
         fn watermark(
             &mut self,

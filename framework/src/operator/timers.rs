@@ -82,24 +82,16 @@ impl DueOrder {
     }
 }
 
-/// Sorts `keys` canonically, the first to take last (the list is popped from its end).
-fn sort_canonical<K: crate::Key>(keys: &mut [K]) {
-    keys.sort_by_cached_key(|k| std::cmp::Reverse(crate::key_group::key_hash(k)));
-    // Keys of one hash (rare): by their encoded form.
-    let mut i = 0;
-    while i < keys.len() {
-        let h = crate::key_group::key_hash(&keys[i]);
-        let mut j = i + 1;
-        while j < keys.len() && crate::key_group::key_hash(&keys[j]) == h {
-            j += 1;
-        }
-        if j - i > 1 {
-            keys[i..j].sort_by_cached_key(|k| {
-                std::cmp::Reverse(crate::checkpoint::encode(k).unwrap_or_default())
-            });
-        }
-        i = j;
-    }
+/// Sorts `keys` canonically, the first to take last (the list is popped from its end): by
+/// key hash, keys of one hash (rare) by their encoded form.
+fn sort_canonical<K: crate::Key>(keys: &mut Vec<K>) {
+    let mut tagged: Vec<(u64, K)> = keys
+        .drain(..)
+        .map(|k| (crate::key_group::key_hash(&k), k))
+        .collect();
+    let encoded = |k: &K| crate::checkpoint::encode(k).unwrap_or_default();
+    tagged.sort_by(|(ha, a), (hb, b)| hb.cmp(ha).then_with(|| encoded(b).cmp(&encoded(a))));
+    keys.extend(tagged.into_iter().map(|(_, k)| k));
 }
 
 /// Takes one key listed at the earliest time at or before `up_to` from a time index (keys by

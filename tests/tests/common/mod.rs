@@ -307,3 +307,52 @@ pub fn restart_on_faults(cfg: &mut EnvConfig, plan: weir::testing::FaultPlan) {
         delay: Duration::ZERO,
     });
 }
+
+/// Sets `cfg` up for a test of buffer-queue promotions: the backups on arbiters of their own,
+/// no restart (a failure that promotion cannot take fails the job), no subtask declared hung
+/// by the job's own timeout, and checkpoints only when the test triggers them (so the replay
+/// after a fault can be long).
+pub fn promote_only(cfg: &mut EnvConfig) {
+    cfg.arbiters = 4;
+    cfg.restart = None;
+    cfg.heartbeat_timeout = TIMEOUT;
+    cfg.checkpoint.interval = Some(Duration::from_secs(3_600));
+}
+
+/// The backup policy of those tests: a heartbeat every 20 ms, hung after 10 s, and no state
+/// handed over between checkpoints (a promoted backup replays everything since the last).
+pub fn replaying_backup() -> weir::BackupPolicy {
+    weir::BackupPolicy::default()
+        .heartbeat(Duration::from_millis(20), Duration::from_secs(10))
+        .state_interval(None)
+}
+
+/// Promotions over a finished job's backed-up subtasks.
+pub fn promotions(result: &weir::JobResult) -> u64 {
+    result.backups.iter().map(|b| b.promotions).sum()
+}
+
+/// Triggers checkpoints `1..=n`, each once the one before has completed, and waits for the
+/// last.
+pub fn trigger_checkpoints(job: &weir::JobHandle, n: u64) {
+    for k in 1..=n {
+        job.monitor()
+            .trigger_checkpoint()
+            .unwrap_or_else(|e| panic!("checkpoint {k} starts: {e}"));
+        weir::testing::wait_for_checkpoint(job, k, TIMEOUT)
+            .unwrap_or_else(|e| panic!("checkpoint {k} completes: {e}"));
+    }
+}
+
+/// Waits until `done` says so (an event: a count reached, a fault fired), looking every
+/// millisecond; past [`TIMEOUT`] the test fails naming `what` it waited for.
+pub fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + TIMEOUT;
+    while !done() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "waited in vain: {what}"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}

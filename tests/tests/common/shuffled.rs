@@ -196,6 +196,15 @@ impl Gate {
             w.wake();
         }
     }
+
+    pub fn is_open(&self) -> bool {
+        self.open.load(Ordering::SeqCst)
+    }
+
+    /// Wakes a source held by this gate when it opens.
+    pub fn register(&self, waker: SourceWaker) {
+        self.wakers.lock().unwrap().push(waker);
+    }
 }
 
 /// Subtask `s` of `p` reads the input's events `s, s + p, ...`, holding before
@@ -210,14 +219,14 @@ struct Shuffled {
 
 impl Source<Event> for Shuffled {
     fn set_waker(&mut self, waker: SourceWaker) {
-        self.gate.wakers.lock().unwrap().push(waker);
+        self.gate.register(waker);
     }
     fn poll_batch(
         &mut self,
         out: &mut Vec<Event>,
         max: usize,
     ) -> Result<SourceStatus, SourceError> {
-        let bound = if self.gate.open.load(Ordering::SeqCst) {
+        let bound = if self.gate.is_open() {
             self.events.len()
         } else {
             self.hold_at
@@ -315,6 +324,34 @@ pub fn checkers(names: &[&str]) -> Vec<Box<dyn Checker>> {
         .iter()
         .map(|n| queries::visit(n, Make).expect("an implemented query"))
         .collect()
+}
+
+/// `got` (in any order) is `expected`'s results, one by one, and the job of `result` dropped
+/// the reference's late records; failures say `what` ran.
+pub fn assert_equals_reference<Q: Query>(
+    what: &str,
+    query: &Q,
+    mut got: Vec<Q::Out>,
+    expected: &Answer<Q::Out>,
+    result: &JobResult,
+) {
+    got.sort();
+    assert_eq!(
+        got.len(),
+        expected.results.len(),
+        "{what}: number of results"
+    );
+    if let Some(i) = (0..got.len()).find(|&i| got[i] != expected.results[i]) {
+        panic!(
+            "{what}: result {i} differs: got {:?}, expected {:?}",
+            got[i], expected.results[i]
+        );
+    }
+    assert_eq!(
+        query.late_dropped(result),
+        expected.late_dropped() as u64,
+        "{what}: late records dropped"
+    );
 }
 
 /// Every implemented query's name.
@@ -541,13 +578,9 @@ pub fn run(input: &Input, p: usize, fault: Fault, names: &[&str]) -> Result<Outc
                 .at_snapshot();
             let plan = FaultPlan::new(vec![f]);
             cfg.faults = plan.clone();
-            cfg.arbiters = 4;
-            cfg.backups.insert(
-                uid.to_owned(),
-                weir::BackupPolicy::default()
-                    .heartbeat(Duration::from_millis(20), Duration::from_secs(10))
-                    .state_interval(None),
-            );
+            crate::common::promote_only(&mut cfg);
+            cfg.backups
+                .insert(uid.to_owned(), crate::common::replaying_backup());
             Some(plan)
         }
         _ => None,
@@ -609,8 +642,7 @@ pub fn run(input: &Input, p: usize, fault: Fault, names: &[&str]) -> Result<Outc
             gate.open();
             let r = crate::common::within_timeout(move || job.wait())
                 .map_err(|e| format!("the job (no restart allowed): {e}"))?;
-            let promotions: u64 = r.backups.iter().map(|b| b.promotions).sum();
-            if promotions == 0 {
+            if crate::common::promotions(&r) == 0 {
                 return Err("the backup was not promoted".into());
             }
             vec![r]
