@@ -77,6 +77,8 @@ mod gate;
 mod graph;
 pub mod hooks;
 mod job;
+#[cfg(feature = "kafka")]
+pub mod kafka;
 pub mod key_group;
 mod metrics;
 #[cfg(feature = "nexmark")]

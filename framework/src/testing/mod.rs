@@ -58,6 +58,9 @@ mod checkpoints;
 mod exactly_once;
 mod faults;
 mod held;
+/// Reading back what a Kafka sink committed (feature `kafka`), and the test broker.
+#[cfg(feature = "kafka")]
+pub mod kafka;
 mod paced_sink;
 mod part_files;
 

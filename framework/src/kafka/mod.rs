@@ -1,0 +1,1 @@
+//! Kafka: a replayable source and a (transactional) sink, on librdkafka (feature `kafka`).

@@ -1,0 +1,1 @@
+//! Placeholder: filled by the kafka-testing branch.
