@@ -113,6 +113,24 @@ pub enum SourceError {
         #[source]
         source: Box<dyn std::error::Error + Send + Sync + 'static>,
     },
+    /// An external system the source reads (a broker) failed or refused; a restart may help.
+    #[error("{what}: {source}")]
+    External {
+        /// What was being done, and where (topic, partition).
+        what: String,
+        /// The client's error.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync + 'static>,
+    },
+    /// A record read from an external system cannot be decoded (policy `Fail`): every
+    /// attempt would fail on it again.
+    #[error("malformed record at {at}: {message}")]
+    BadRecord {
+        /// Where it is (topic, partition and offset).
+        at: String,
+        /// Why it did not decode.
+        message: String,
+    },
     /// A line of a line file is malformed: too long, a NUL byte, not UTF-8, or (JSON Lines)
     /// not a valid record (policy `Fail`).
     #[error("malformed record in {path} line {line} (byte offset {byte_offset}): {message}")]
@@ -140,6 +158,22 @@ pub enum SinkError {
         /// The cause.
         #[source]
         source: std::io::Error,
+    },
+    /// An external system the sink writes to (a broker) failed or refused; a restart may
+    /// help.
+    #[error("{what}: {source}")]
+    External {
+        /// What was being done, and where (topic, transactional id).
+        what: String,
+        /// The client's error.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync + 'static>,
+    },
+    /// The sink cannot start: a setting of its own is wrong (every attempt would fail).
+    #[error("the sink cannot start: {message}")]
+    Setup {
+        /// What is wrong.
+        message: String,
     },
     /// A record could not be encoded.
     #[error("cannot encode a record for {path}: {message}")]

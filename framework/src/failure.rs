@@ -60,8 +60,11 @@ impl FailureClass {
                     | SourceError::NotReplayable
                     | SourceError::BadPosition { .. }
                     | SourceError::Setup { .. }
+                    | SourceError::BadRecord { .. }
             ),
-            JobError::SinkFailed { source, .. } => matches!(source, SinkError::Encode { .. }),
+            JobError::SinkFailed { source, .. } => {
+                matches!(source, SinkError::Encode { .. } | SinkError::Setup { .. })
+            }
             _ => false,
         };
         if deterministic {

@@ -274,7 +274,13 @@ pub(crate) struct Graph {
     pub(crate) no_backup: Vec<(NodeId, &'static str)>,
     /// Readings operators publish beside their counters, by node.
     pub(crate) gauges: Vec<(NodeId, std::sync::Arc<dyn crate::metrics::OperatorGauges>)>,
+    /// Checks of an operator's settings against the job's config (a Kafka sink's
+    /// transaction timeout against the checkpoint interval), run when the job is planned.
+    pub(crate) config_checks: Vec<ConfigCheck>,
 }
+
+/// A check of an operator's settings against the job's config ([`Graph::config_checks`]).
+pub(crate) type ConfigCheck = Box<dyn Fn(&EnvConfig) -> Result<(), PlanError> + Send + Sync>;
 
 impl Graph {
     /// The operators' published readings, by uid (`plan_uids`: the planned uid of each node).

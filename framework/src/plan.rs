@@ -76,6 +76,9 @@ pub(crate) fn plan(graph: &Graph, cfg: &EnvConfig) -> Result<Plan, PlanError> {
     if let Some(e) = graph.errors.first() {
         return Err(e.clone());
     }
+    for check in &graph.config_checks {
+        check(cfg)?;
+    }
     if !graph.nodes.iter().any(|n| n.is_source) {
         return Err(PlanError::NoSource);
     }

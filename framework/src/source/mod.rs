@@ -126,6 +126,20 @@ pub trait Source<T>: Send + 'static {
     fn seek(&mut self, _position: &[u8]) -> Result<(), SourceError> {
         Err(SourceError::NotReplayable)
     }
+
+    /// The position that checkpoint `checkpoint` stores: by default
+    /// [`position`](Self::position). A source that acts when a checkpoint completes (a Kafka
+    /// source commits its offsets to the broker for monitoring) remembers it here.
+    fn checkpoint_position(&mut self, _checkpoint: u64) -> Option<Vec<u8>> {
+        self.position()
+    }
+
+    /// Checkpoint `checkpoint` is complete: every operator has stored its state, so what the
+    /// source read up to its position there will never be read again. Runs on the subtask's
+    /// thread between batches; an error fails the subtask.
+    fn notify_complete(&mut self, _checkpoint: u64) -> Result<(), SourceError> {
+        Ok(())
+    }
 }
 
 /// A source instance and the chain it feeds: one step reads one batch.
@@ -274,7 +288,7 @@ impl<T: Send + 'static> crate::operator::step::SourceStep for SourceDriver<T> {
         id: u64,
         w: &mut crate::checkpoint::StateWriter,
     ) -> Result<(), crate::error::TaskError> {
-        let Some(position) = self.source.position() else {
+        let Some(position) = self.source.checkpoint_position(id) else {
             return Err(crate::error::TaskError::Checkpoint {
                 uid: self.info.uid.clone(),
                 subtask: self.info.subtask,
@@ -289,6 +303,13 @@ impl<T: Send + 'static> crate::operator::step::SourceStep for SourceDriver<T> {
         self.out.barrier(id, w)
     }
     fn notify_complete(&mut self, id: u64) -> Result<(), crate::error::TaskError> {
+        if let Err(source) = self.source.notify_complete(id) {
+            return Err(crate::error::TaskError::Source {
+                uid: self.info.uid.clone(),
+                subtask: self.info.subtask,
+                source,
+            });
+        }
         self.out.notify_complete(id)
     }
 }
