@@ -1,0 +1,313 @@
+//! The Kafka source and exactly-once sink against a real broker (`WEIR_KAFKA_BROKERS`, which
+//! `.ci/run` starts; skipped when unset outside CI): 200k ids on 8 partitions, source → map
+//! → exactly-once sink, checkpoints every 200 ms, under faults in the process (panics, and a
+//! restart from the checkpoint) and of the process (SIGKILL mid-stream; death after a
+//! checkpoint completed and before the sink committed it). Each ends with every id exactly
+//! once at a read_committed reader that applies the transaction markers, and no transaction
+//! of the job left open.
+
+mod common;
+
+use std::path::Path;
+use std::process::{Child, Command, ExitStatus};
+use std::time::Duration;
+
+use weir::kafka::{KafkaConfig, KafkaSink, KafkaSource, Malformed, StartFrom};
+use weir::testing::kafka::{
+    brokers, create_topic, ids, partition_offsets, produce_ids, read_committed, unique_topic,
+};
+use weir::testing::{quiet_injected_panics, ExactlyOnce, Fault, FaultKind, FaultPlan};
+use weir::{Env, EnvConfig, JobError};
+
+const IDS: u64 = 200_000;
+const PARTITIONS: i32 = 8;
+
+/// An input topic with ids `0..n` and an empty output topic.
+fn topics(brokers: &str, tag: &str, n: u64) -> (String, String) {
+    let input = unique_topic(&format!("{tag}-in"));
+    let output = unique_topic(&format!("{tag}-out"));
+    create_topic(brokers, &input, PARTITIONS).expect("create the input topic");
+    create_topic(brokers, &output, PARTITIONS).expect("create the output topic");
+    produce_ids(brokers, &input, PARTITIONS, 0..n).expect("produce the input");
+    (input, output)
+}
+
+fn decode_id(r: &weir::kafka::RecordView<'_>) -> Result<u64, String> {
+    let text = std::str::from_utf8(r.value.unwrap_or_default()).map_err(|e| e.to_string())?;
+    text.parse::<u64>().map_err(|e| format!("`{text}`: {e}"))
+}
+
+fn encode_id(id: &u64, out: &mut Vec<u8>) -> Result<(), String> {
+    out.extend_from_slice(id.to_string().as_bytes());
+    Ok(())
+}
+
+/// Every id of `0..n` once in `output`, as a read_committed reader applying the markers
+/// sees it; and no transaction left open (last stable offset = high watermark everywhere).
+fn assert_exactly_once(brokers: &str, output: &str, n: u64) {
+    let records = read_committed(brokers, output).expect("read the output");
+    ExactlyOnce::new(0..n)
+        .check(ids(&records))
+        .assert_exactly_once();
+    for p in partition_offsets(brokers, output).expect("the output's offsets") {
+        assert_eq!(
+            p.last_stable, p.high_watermark,
+            "partition {} of {output} has a transaction left open",
+            p.partition
+        );
+    }
+}
+
+#[test]
+fn exactly_once_through_panics_and_restarts_in_the_process() {
+    let Some(brokers) = brokers() else { return };
+    quiet_injected_panics();
+    let (input, output) = topics(&brokers, "eo-panics", IDS);
+    let dir = common::TempDir::new("kafka-eo-panics");
+    let mut cfg = EnvConfig::default();
+    cfg.default_parallelism = 2;
+    cfg.checkpoint.interval = Some(Duration::from_millis(200));
+    cfg.checkpoint.directory = dir.path().into();
+    // Slowed to 40k records/s so that the faults land mid-stream (they fire on events
+    // whatever the speed: a record every run reads, and checkpoints of an endless job).
+    cfg.rate_control.enabled = true;
+    cfg.rate_control.initial_rate = Some(40_000.0);
+    cfg.rate_control.min_rate = 40_000.0;
+    cfg.rate_control.max_rate = Some(40_000.0);
+    // A panic in the map before any checkpoint (a fresh restart: the sink aborts what the
+    // failed attempt left open), one at the map's snapshot of a checkpoint (a restore),
+    // and one at the sink's own snapshot (it has staged a transaction).
+    let plan = FaultPlan::new(vec![
+        Fault::new("double", FaultKind::Panic, 40_000).in_subtask(1),
+        Fault::new("double", FaultKind::Panic, 0)
+            .at_snapshot()
+            .after_checkpoints(2),
+        Fault::new("out", FaultKind::Panic, 0)
+            .at_snapshot()
+            .after_checkpoints(5)
+            .in_subtask(0),
+    ]);
+    cfg.faults = plan.clone();
+    cfg.restart = Some(weir::RestartStrategy::FixedDelay {
+        attempts: 3,
+        delay: Duration::ZERO,
+    });
+    let env = Env::with_config(cfg);
+    let kafka = KafkaConfig::new(brokers.as_str());
+    let source = KafkaSource::new(kafka.clone(), input.as_str(), decode_id);
+    let sink = KafkaSink::new(kafka, output.as_str(), encode_id).exactly_once(unique_topic("eo"));
+    env.kafka_source("ids", source)
+        .uid("ids")
+        .map(|id| id * 2)
+        .uid("double")
+        .map(|id| id / 2)
+        .sink_to_kafka("out", sink)
+        .uid("out");
+    let job = env.start("kafka-eo-panics").expect("the job starts");
+    poll_until("every fault fired and every id committed", || {
+        plan.fired() == 3
+            && read_committed(&brokers, &output)
+                .expect("read the output")
+                .len() as u64
+                >= IDS
+    });
+    job.cancel();
+    let _ = job.wait();
+    assert_exactly_once(&brokers, &output, IDS);
+}
+
+#[test]
+fn at_least_once_sink_and_source_start_positions() {
+    let Some(brokers) = brokers() else { return };
+    let (input, output) = topics(&brokers, "alo", 20_000);
+    let env = Env::new();
+    let kafka = KafkaConfig::new(brokers.as_str());
+    let source = KafkaSource::new(kafka.clone(), input.as_str(), decode_id).bounded();
+    let sink = KafkaSink::new(kafka.clone(), output.as_str(), encode_id).key_by(|id, k| {
+        k.extend_from_slice(id.to_string().as_bytes());
+    });
+    env.kafka_source("ids", source).sink_to_kafka("out", sink);
+    common::execute_within(&env, "kafka-alo").expect("the job completes");
+    let records = read_committed(&brokers, &output).expect("read the output");
+    ExactlyOnce::new(0..20_000)
+        .check(ids(&records))
+        .assert_exactly_once();
+    for r in &records {
+        assert_eq!(r.key, r.value, "the key is the id");
+    }
+
+    // `Latest` starts after what is there: a bounded source reads nothing.
+    let env = Env::new();
+    let latest = KafkaSource::new(kafka.clone(), input.as_str(), decode_id)
+        .start_from(StartFrom::Latest)
+        .bounded();
+    let got = env.kafka_source("ids", latest).collect();
+    common::execute_within(&env, "kafka-latest").expect("the job completes");
+    assert!(got.take().is_empty());
+
+    // A timestamp in the future: nothing either; one in the past: everything.
+    for (ts, expected) in [(i64::MAX / 4, 0), (0, 20_000)] {
+        let env = Env::new();
+        let at = KafkaSource::new(kafka.clone(), input.as_str(), decode_id)
+            .start_from(StartFrom::Timestamp(ts))
+            .bounded();
+        let got = env.kafka_source("ids", at).collect();
+        common::execute_within(&env, "kafka-timestamp").expect("the job completes");
+        assert_eq!(got.take().len(), expected, "start at timestamp {ts}");
+    }
+}
+
+#[test]
+fn a_malformed_record_fails_the_job_naming_where_it_is_or_is_skipped() {
+    let Some(brokers) = brokers() else { return };
+    let (input, _) = topics(&brokers, "malformed", 0);
+    produce_ids(&brokers, &input, PARTITIONS, 0..100).expect("produce");
+    weir::testing::kafka::produce_values(&brokers, &input, 3, &[b"not-a-number".as_slice()])
+        .expect("produce the bad record");
+    let kafka = KafkaConfig::new(brokers.as_str());
+
+    let env = Env::new();
+    let source = KafkaSource::new(kafka.clone(), input.as_str(), decode_id).bounded();
+    env.kafka_source("ids", source).discard();
+    let err = common::execute_within(&env, "kafka-malformed").expect_err("a malformed record");
+    let message = format!("{err}");
+    assert!(
+        matches!(err, JobError::SourceFailed { .. }) || message.contains("malformed"),
+        "{message}"
+    );
+    assert!(message.contains("partition 3"), "names the partition: {message}");
+    assert!(message.contains("offset"), "names the offset: {message}");
+    assert!(message.contains("not-a-number"), "says what it is: {message}");
+
+    let env = Env::new();
+    let source = KafkaSource::new(kafka, input.as_str(), decode_id)
+        .on_malformed(Malformed::Skip)
+        .bounded();
+    let got = env.kafka_source("ids", source).collect();
+    common::execute_within(&env, "kafka-skip").expect("the job completes");
+    assert_eq!(common::sorted(got.take()), (0..100).collect::<Vec<u64>>());
+}
+
+#[test]
+fn exactly_once_settings_are_checked_when_the_job_is_planned() {
+    // No broker needed: nothing is started.
+    let kafka = KafkaConfig::new("127.0.0.1:1").set("transaction.timeout.ms", "1500");
+    let mut cfg = EnvConfig::default();
+    cfg.checkpoint.interval = Some(Duration::from_secs(1));
+    let env = Env::with_config(cfg);
+    let source = KafkaSource::new(kafka.clone(), "in", decode_id);
+    let sink = KafkaSink::new(kafka.clone(), "out", encode_id).exactly_once("p");
+    env.kafka_source("ids", source).sink_to_kafka("out", sink);
+    let err = env.execute("kafka-timeout").expect_err("refused");
+    let message = format!("{err}");
+    assert!(matches!(err, JobError::Plan { .. }), "{message}");
+    assert!(message.contains("1500 ms"), "names the timeout: {message}");
+    assert!(message.contains("1000 ms"), "names the interval: {message}");
+
+    // Exactly once without checkpoints.
+    let env = Env::new();
+    let source = KafkaSource::new(kafka.clone(), "in", decode_id);
+    let sink = KafkaSink::new(kafka, "out", encode_id).exactly_once("p");
+    env.kafka_source("ids", source).sink_to_kafka("out", sink);
+    let err = env.execute("kafka-no-checkpoints").expect_err("refused");
+    assert!(format!("{err}").contains("checkpoint"), "{err}");
+}
+
+/// The `kafka_job` binary.
+fn job(brokers: &str, input: &str, output: &str, dir: &Path, prefix: &str) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_kafka_job"));
+    c.args([brokers, input, output])
+        .arg(dir)
+        .arg(prefix)
+        .env("WEIR_STDERR_WARNINGS", "0");
+    c
+}
+
+/// Waits until `done` says so (an event), looking every 20 ms (a look may read a topic);
+/// past the tests' timeout the test fails naming `what` it waited for.
+fn poll_until(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + common::TIMEOUT;
+    while !done() {
+        assert!(std::time::Instant::now() < deadline, "waited in vain: {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Waits for `child` to exit on its own.
+fn wait(child: &mut Child, what: &str) -> ExitStatus {
+    let mut status = None;
+    common::wait_until(what, || {
+        status = child.try_wait().expect("wait for the job");
+        status.is_some()
+    });
+    status.expect("exited")
+}
+
+#[test]
+fn a_sigkilled_job_resumes_with_every_record_once() {
+    let Some(brokers) = brokers() else { return };
+    let (input, output) = topics(&brokers, "sigkill", IDS);
+    let dir = common::TempDir::new("kafka-sigkill");
+    let prefix = unique_topic("sigkill");
+    // Slowed so that the kill lands mid-stream.
+    let mut first = job(&brokers, &input, &output, dir.path(), &prefix)
+        .args(["--rate", "40000"])
+        .spawn()
+        .expect("start the job");
+    // Killed once some transaction has committed: mid-stream, with one open.
+    poll_until("a first committed transaction", || {
+        !read_committed(&brokers, &output)
+            .expect("read the output")
+            .is_empty()
+    });
+    assert!(
+        first.try_wait().expect("the job").is_none(),
+        "the job was still running when killed"
+    );
+    first.kill().expect("SIGKILL the job");
+    first.wait().expect("reap the job");
+    let seen = ids(&read_committed(&brokers, &output).expect("read"));
+    assert!(
+        (seen.len() as u64) < IDS,
+        "killed mid-stream: {} of {IDS} committed",
+        seen.len()
+    );
+
+    let mut second = job(&brokers, &input, &output, dir.path(), &prefix)
+        .arg("--bounded")
+        .spawn()
+        .expect("restart the job");
+    let status = wait(&mut second, "the restarted job to finish");
+    assert!(status.success(), "the restarted job: {status}");
+    assert_exactly_once(&brokers, &output, IDS);
+}
+
+#[test]
+fn death_after_a_checkpoint_completed_before_its_commit_loses_nothing() {
+    let Some(brokers) = brokers() else { return };
+    let (input, output) = topics(&brokers, "before-commit", IDS);
+    let dir = common::TempDir::new("kafka-before-commit");
+    let prefix = unique_topic("before-commit");
+    let mut first = job(&brokers, &input, &output, dir.path(), &prefix)
+        .args(["--rate", "40000", "--die-before-commit", "3"])
+        .spawn()
+        .expect("start the job");
+    let status = wait(&mut first, "the job to die at checkpoint 3's commit");
+    assert!(!status.success(), "it died: {status}");
+    // Checkpoint 3 is complete, and its transaction open: its records are not visible.
+    let before = read_committed(&brokers, &output).expect("read").len() as u64;
+    assert!(before < IDS, "{before}");
+    let open = partition_offsets(&brokers, &output)
+        .expect("offsets")
+        .iter()
+        .any(|p| p.last_stable < p.high_watermark);
+    assert!(open, "the dead job's transaction is still open");
+
+    let mut second = job(&brokers, &input, &output, dir.path(), &prefix)
+        .arg("--bounded")
+        .spawn()
+        .expect("restart the job");
+    let status = wait(&mut second, "the restarted job to finish");
+    assert!(status.success(), "the restarted job: {status}");
+    assert_exactly_once(&brokers, &output, IDS);
+}
