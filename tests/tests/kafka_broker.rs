@@ -286,62 +286,160 @@ fn offsets_sent_to_a_transaction_commit_with_it() {
     assert_eq!(sorted_ids(&brokers, &output), expected);
 }
 
-/// A second producer with the same transactional.id fences the first: the first's open
-/// transaction is aborted and its commit fails with a fatal "fenced" error.
-#[test]
-fn a_successor_fences_the_old_producer() {
-    let Some(brokers) = kafka::brokers() else {
-        return;
-    };
-    let topic = kafka::unique_topic("fence");
-    kafka::create_topic(&brokers, &topic, 1).unwrap();
+/// The old producer of `a_successor_fences_the_old_producer`, fenced: its open transaction of
+/// ids 0..20 was aborted by the successor's init. Returns the successor.
+fn fenced_pair(brokers: &str, topic: &str) -> (BaseProducer, BaseProducer) {
+    kafka::create_topic(brokers, topic, 1).unwrap();
     let transactional_id = kafka::unique_topic("fence-txn");
-    let old = txn_producer(&brokers, &transactional_id);
+    let old = txn_producer(brokers, &transactional_id);
     old.init_transactions(TXN_TIMEOUT).unwrap();
     old.begin_transaction().unwrap();
-    send_ids(&old, &topic, 1, 0..20);
+    send_ids(&old, topic, 1, 0..20);
 
-    let new = txn_producer(&brokers, &transactional_id);
+    let new = txn_producer(brokers, &transactional_id);
     let started = Instant::now();
     new.init_transactions(TXN_TIMEOUT).unwrap();
     eprintln!("successor init_transactions took {:?}", started.elapsed());
-    let after_init = offsets(&brokers, &topic, 0);
-    eprintln!("after the successor's init: {after_init:?}");
-
-    let started = Instant::now();
-    let error = old
-        .commit_transaction(TXN_TIMEOUT)
-        .expect_err("the fenced producer's commit must fail");
-    eprintln!(
-        "old producer's commit failed after {:?}: {error:?}",
-        started.elapsed()
+    let after_init = offsets(brokers, topic, 0);
+    assert_eq!(
+        (after_init.high_watermark, after_init.last_stable),
+        (21, 21),
+        "the old producer's open transaction is aborted (20 records and the ABORT marker)"
     );
-    match &error {
-        KafkaError::Transaction(e) => {
-            eprintln!(
-                "code {:?} fatal {} retriable {} requires abort {}",
-                e.code(),
-                e.is_fatal(),
-                e.is_retriable(),
-                e.txn_requires_abort()
-            );
-            assert!(e.is_fatal(), "{e:?}");
-            assert_eq!(e.code(), RDKafkaErrorCode::Fenced, "{e:?}");
-        }
-        other => panic!("expected a transaction error, got {other:?}"),
-    }
-    // The old producer's records were never committed.
-    let p = poll_until("the fenced transaction's end", TXN_TIMEOUT, || {
-        let p = offsets(&brokers, &topic, 0);
-        (p.last_stable == p.high_watermark).then_some(p)
-    });
-    eprintln!("after the old producer's failed commit: {p:?}");
-    assert_eq!(sorted_ids(&brokers, &topic), Vec::<u64>::new());
+    (old, new)
+}
 
+/// The fenced producer's commit error: printed, and checked as on Kafka unless the broker is
+/// tansu (`kafka::broker_is_tansu`: `WEIR_KAFKA_BROKER_KIND=tansu`), where `on_tansu` is the code it gives instead.
+fn check_fenced(what: &str, result: Result<(), KafkaError>, on_tansu: RDKafkaErrorCode) {
+    let error = result.expect_err("the fenced producer's commit must fail");
+    let KafkaError::Transaction(e) = &error else {
+        panic!("expected a transaction error, got {error:?}");
+    };
+    eprintln!(
+        "{what}: code {:?} fatal {} retriable {} requires abort {}",
+        e.code(),
+        e.is_fatal(),
+        e.is_retriable(),
+        e.txn_requires_abort()
+    );
+    if kafka::broker_is_tansu() {
+        assert_eq!(e.code(), on_tansu, "{e:?}");
+    } else {
+        assert!(
+            matches!(
+                e.code(),
+                RDKafkaErrorCode::Fenced
+                    | RDKafkaErrorCode::ProducerFenced
+                    | RDKafkaErrorCode::InvalidProducerEpoch
+            ),
+            "{e:?}"
+        );
+    }
+}
+
+/// Nothing of the old producer is visible, and the successor works.
+fn check_successor(brokers: &str, topic: &str, new: &BaseProducer) {
+    let p = offsets(brokers, topic, 0);
+    assert_eq!(p.last_stable, p.high_watermark, "{p:?}");
+    assert_eq!(sorted_ids(brokers, topic), Vec::<u64>::new());
     new.begin_transaction().unwrap();
-    send_ids(&new, &topic, 1, 100..110);
+    send_ids(new, topic, 1, 100..110);
     new.commit_transaction(TXN_TIMEOUT).unwrap();
-    assert_eq!(sorted_ids(&brokers, &topic), (100..110).collect::<Vec<_>>());
+    assert_eq!(sorted_ids(brokers, topic), (100..110).collect::<Vec<_>>());
+}
+
+/// A second producer with the same transactional.id fences the first: its init aborts the
+/// first's open transaction (ABORT marker), and the first's commit fails.
+///
+/// On Kafka the old producer's commit fails at once with a fencing error. tansu 0.6 detects
+/// the fencing (its log says `ProducerFenced`) but does not answer the EndTxn with the error:
+/// librdkafka retries, and the commit ends by its timeout with the retriable
+/// `OperationTimedOut` (5 s here).
+#[test]
+fn a_successor_fences_the_old_producers_commit() {
+    let Some(brokers) = kafka::brokers() else {
+        return;
+    };
+    let topic = kafka::unique_topic("fence-commit");
+    let (old, new) = fenced_pair(&brokers, &topic);
+    let started = Instant::now();
+    let result = old.commit_transaction(Duration::from_secs(5));
+    let what = format!("the fenced producer's commit ({:?})", started.elapsed());
+    check_fenced(&what, result, RDKafkaErrorCode::OperationTimedOut);
+    check_successor(&brokers, &topic, &new);
+}
+
+/// The fenced producer writes on: its records do not land in the log, and its commit fails at
+/// once, on tansu with `ProducerFenced` as an abortable error (not fatal).
+#[test]
+fn a_successor_fences_the_old_producers_writes() {
+    let Some(brokers) = kafka::brokers() else {
+        return;
+    };
+    let topic = kafka::unique_topic("fence-write");
+    let (old, new) = fenced_pair(&brokers, &topic);
+    for id in 20..30u64 {
+        let text = id.to_string();
+        let sent = old.send(
+            BaseRecord::to(&topic)
+                .key(&text)
+                .payload(&text)
+                .partition(0),
+        );
+        if let Err((e, _)) = sent {
+            eprintln!("the fenced producer's send of {id} failed: {e:?}");
+        }
+    }
+    let flushed = old.flush(Duration::from_secs(5));
+    let p = offsets(&brokers, &topic, 0);
+    eprintln!("the fenced producer's flush: {flushed:?}; log now {p:?}");
+    assert_eq!(
+        p.high_watermark, 21,
+        "no record of the fenced producer lands"
+    );
+    let started = Instant::now();
+    let result = old.commit_transaction(Duration::from_secs(5));
+    let what = format!("the fenced producer's commit ({:?})", started.elapsed());
+    check_fenced(&what, result, RDKafkaErrorCode::ProducerFenced);
+    let aborted = old.abort_transaction(Duration::from_secs(5));
+    eprintln!("the fenced producer's abort: {aborted:?}");
+    check_successor(&brokers, &topic, &new);
+}
+
+/// Dropping an rdkafka producer inside a transaction does not end it (librdkafka sends no
+/// EndTxn at destroy; rdkafka's Drop purges what is unsent and flushes): to the broker this is
+/// a crash. The transaction stays open (tansu never times transactions out) until a producer
+/// with the same transactional.id initialises.
+#[test]
+fn dropping_a_producer_leaves_its_transaction_open() {
+    let Some(brokers) = kafka::brokers() else {
+        return;
+    };
+    let topic = kafka::unique_topic("drop");
+    kafka::create_topic(&brokers, &topic, 1).unwrap();
+    let transactional_id = kafka::unique_topic("drop-txn");
+    let producer = txn_producer(&brokers, &transactional_id);
+    producer.init_transactions(TXN_TIMEOUT).unwrap();
+    producer.begin_transaction().unwrap();
+    send_ids(&producer, &topic, 1, 0..10);
+    drop(producer);
+    let p = offsets(&brokers, &topic, 0);
+    assert_eq!(
+        (p.high_watermark, p.last_stable),
+        (10, 0),
+        "still open after the drop"
+    );
+
+    let successor = txn_producer(&brokers, &transactional_id);
+    successor.init_transactions(TXN_TIMEOUT).unwrap();
+    let p = offsets(&brokers, &topic, 0);
+    assert_eq!(
+        (p.high_watermark, p.last_stable),
+        (11, 11),
+        "aborted by the successor"
+    );
+    assert_eq!(sorted_ids(&brokers, &topic), Vec::<u64>::new());
 }
 
 /// The offsets the helpers report are right where the broker's ListOffsets is not: after 50

@@ -14,7 +14,11 @@
 //! The broker is named by the environment variable `WEIR_KAFKA_BROKERS` (`host:port`; the
 //! first of a comma-separated list is the one read from: the reader expects one broker, as
 //! the test broker is). `.ci/run` starts the test broker, tansu, and sets it; without it the
-//! Kafka tests skip, except on CI (`CI=true`), where [`brokers`] panics.
+//! Kafka tests skip, except on CI (`CI=true`), where [`brokers`] panics. `.ci/run` also sets
+//! `WEIR_KAFKA_BROKER_KIND=tansu` ([`broker_is_tansu`]), for the few checks where tansu 0.6
+//! deviates from Kafka: ListOffsets answers (see [`list_offsets`]), read_committed fetches
+//! (aborted records included), transactions never time out, and a fenced producer's commit
+//! times out instead of failing with a fencing error.
 //!
 //! ```no_run
 //! use weir::testing::kafka;
@@ -218,6 +222,12 @@ pub fn brokers() -> Option<String> {
             None
         }
     }
+}
+
+/// Whether the test broker is tansu (`WEIR_KAFKA_BROKER_KIND=tansu`, which `.ci/run` sets),
+/// for tests that check its behaviour where it deviates from Kafka's.
+pub fn broker_is_tansu() -> bool {
+    std::env::var("WEIR_KAFKA_BROKER_KIND").is_ok_and(|kind| kind == "tansu")
 }
 
 /// A topic name no other test (of this or another process) uses: `prefix`, the process id, a
