@@ -415,6 +415,11 @@ pub struct PartitionOffsets {
 /// producer's next control record in the partition, COMMIT makes them visible and ABORT
 /// drops them; records whose transaction has no marker yet are not visible (an open
 /// transaction). Control records themselves are not returned.
+///
+/// This is what a read_committed reader sees once every transaction is decided: while one is
+/// open, a consumer stops at the last stable offset (its first record), and later records,
+/// committed or not transactional, reach it only when the open transaction ends; they are
+/// returned here already. Check [`partition_offsets`] for open transactions.
 pub fn read_committed(brokers: &str, topic: &str) -> Result<Vec<CommittedRecord>, KafkaTestError> {
     let mut wire = Wire::connect(brokers)?;
     let ends = wire.partition_offsets(topic)?;
