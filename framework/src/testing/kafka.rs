@@ -329,6 +329,40 @@ pub fn produce_ids(
     partitions: i32,
     ids: Range<u64>,
 ) -> Result<(), KafkaTestError> {
+    let partitions = u64::try_from(partitions.max(1)).unwrap_or(1);
+    produce(
+        brokers,
+        topic,
+        ids.map(|id| {
+            let text = id.to_string().into_bytes();
+            let partition = i32::try_from(id % partitions).unwrap_or(0);
+            (partition, Some(text.clone()), text)
+        }),
+    )
+}
+
+/// Produces `values` to partition `partition` of `topic`, without keys, not in a
+/// transaction (a malformed record among good ones, say); returns once every one is
+/// delivered.
+pub fn produce_values(
+    brokers: &str,
+    topic: &str,
+    partition: i32,
+    values: &[&[u8]],
+) -> Result<(), KafkaTestError> {
+    produce(
+        brokers,
+        topic,
+        values.iter().map(|v| (partition, None, v.to_vec())),
+    )
+}
+
+/// Produces `(partition, key, value)` records, idempotently, waiting for every delivery.
+fn produce(
+    brokers: &str,
+    topic: &str,
+    records: impl Iterator<Item = (i32, Option<Vec<u8>>, Vec<u8>)>,
+) -> Result<(), KafkaTestError> {
     let client_error = |what, source| KafkaTestError::Client {
         brokers: brokers.to_owned(),
         topic: topic.to_owned(),
@@ -341,15 +375,15 @@ pub fn produce_ids(
         .set("linger.ms", "5")
         .create_with_context(Deliveries::default())
         .map_err(|e| client_error("creating the producer", e))?;
-    let partitions = u64::try_from(partitions.max(1)).unwrap_or(1);
-    let total = usize::try_from(ids.end.saturating_sub(ids.start)).unwrap_or(usize::MAX);
-    for id in ids {
-        let text = id.to_string();
-        let partition = i32::try_from(id % partitions).unwrap_or(0);
-        let mut record = BaseRecord::to(topic)
-            .key(text.as_str())
-            .payload(text.as_str())
+    let mut total = 0;
+    for (partition, key, value) in records {
+        total += 1;
+        let mut record = BaseRecord::<[u8], [u8]>::to(topic)
+            .payload(value.as_slice())
             .partition(partition);
+        if let Some(k) = &key {
+            record = record.key(k.as_slice());
+        }
         loop {
             match producer.send(record) {
                 Ok(()) => break,
