@@ -11,8 +11,8 @@
 //! plain producer. Then four measurements, each over all N records into a fresh output topic
 //! of P partitions, each timed from before its clients are made to its end:
 //!
-//! - `weir_at_least_once`: a Weir job, KafkaSource (bounded, earliest) → map (the parsed id
-//!   + 1) → KafkaSink at least once, K subtasks, checkpoints every `--checkpoint-ms`; timed
+//! - `weir_at_least_once`: a Weir job, KafkaSource (bounded, earliest) → map (the parsed
+//!   id plus one) → KafkaSink at least once, K subtasks, checkpoints every `--checkpoint-ms`; timed
 //!   around `Env::with_config` .. `env.execute` (which returns once the bounded source ended
 //!   and the sink flushed).
 //! - `weir_exactly_once`: the same with `KafkaSink::exactly_once` (one transaction per
@@ -36,7 +36,7 @@
 //! N` (every id once, nothing else). The test broker (tansu) hands read_committed readers
 //! records of aborted transactions too, so an aborted duplicate would show as `count > N`.
 //! Tansu also reports a partition's high watermark as its last record batch's base offset
-//! + 1, so for the non-transactional outputs `high_watermark_sum` is below N (a
+//! plus one, so for the non-transactional outputs `high_watermark_sum` is below N (a
 //! transactional partition ends with a one-record marker batch, so there it is right); the
 //! input's last record per partition is written in a batch of its own for that reason.
 
