@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 
 /// Top to bottom. A module may import modules of its own layer or of any layer below.
 const LAYERS: &[(&str, &[&str])] = &[
-    ("benchmarks", &["nexmark"]),
+    ("connectors and benchmarks", &["kafka", "nexmark"]),
     (
         "api",
         &[

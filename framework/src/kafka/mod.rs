@@ -40,9 +40,11 @@
 //! env.execute("orders-job").unwrap();
 //! ```
 
+mod group;
 mod sink;
 mod source;
 
+pub use group::{GroupMember, KafkaGroup, PartitionTask, TaskEvent};
 pub use sink::{Delivery, KafkaSink};
 pub use source::{KafkaRecord, KafkaSource, Malformed, RecordView, StartFrom};
 

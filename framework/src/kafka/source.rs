@@ -83,7 +83,8 @@ type Decode<T> = Arc<dyn Fn(&RecordView<'_>) -> Result<T, String> + Send + Sync>
 /// transactions are not read. Records are decoded from a [`RecordView`] by the function
 /// given to [`new`](Self::new), on the subtask's thread, without a copy of the payload.
 pub struct KafkaSource<T> {
-    config: KafkaConfig,
+    pub(super) config: KafkaConfig,
+    pub(super) only: Option<Vec<i32>>,
     topic: String,
     decode: Decode<T>,
     start: StartFrom,
@@ -96,6 +97,7 @@ impl<T> Clone for KafkaSource<T> {
     fn clone(&self) -> Self {
         KafkaSource {
             config: self.config.clone(),
+            only: self.only.clone(),
             topic: self.topic.clone(),
             decode: self.decode.clone(),
             start: self.start,
@@ -145,6 +147,7 @@ impl<T: Data> KafkaSource<T> {
     ) -> Self {
         KafkaSource {
             config,
+            only: None,
             topic: topic.into(),
             decode: Arc::new(decode),
             start: StartFrom::Earliest,
@@ -230,9 +233,24 @@ impl<T: Data> KafkaSource<T> {
                 source: format!("brokers {}", self.config.brokers()).into(),
             });
         }
-        let partitions: Vec<i32> = (0..count as i32)
-            .filter(|p| *p as usize % cx.parallelism == cx.subtask)
-            .collect();
+        let partitions: Vec<i32> = match &self.only {
+            None => (0..count as i32)
+                .filter(|p| *p as usize % cx.parallelism == cx.subtask)
+                .collect(),
+            Some(listed) => {
+                if let Some(p) = listed.iter().find(|p| **p < 0 || **p as usize >= count) {
+                    return Err(SourceError::Setup {
+                        source: at(&format!("partition {p} is not one of its {count}")).into(),
+                    });
+                }
+                listed
+                    .iter()
+                    .enumerate()
+                    .filter(|(i, _)| i % cx.parallelism == cx.subtask)
+                    .map(|(_, p)| *p)
+                    .collect()
+            }
+        };
         let mut next = BTreeMap::new();
         for &p in &partitions {
             let (low, high) = consumer

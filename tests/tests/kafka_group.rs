@@ -1,0 +1,299 @@
+//! Scale-out: several processes in one consumer group, each running a job per assigned
+//! partition (`weir::kafka::KafkaGroup`, the `kafka_group` binary), against a real broker
+//! (`WEIR_KAFKA_BROKERS`). 200k ids on 8 partitions, exactly-once sinks, checkpoints every
+//! 200 ms; a member SIGKILLed; a member joining and leaving (2 → 3 → 2 processes). Each
+//! ends with every id once at a read_committed reader that applies the markers, and no
+//! transaction left open.
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use weir::testing::kafka::{
+    brokers, create_topic, ids, partition_offsets, produce_ids, read_committed, unique_topic,
+};
+use weir::testing::ExactlyOnce;
+
+const IDS: u64 = 200_000;
+const PARTITIONS: i32 = 8;
+
+/// A member process, its stdin (closed to make it leave) and the lines it printed.
+struct Member {
+    name: &'static str,
+    child: Child,
+    stdin: Option<ChildStdin>,
+    lines: Arc<Mutex<Vec<String>>>,
+}
+
+impl Member {
+    fn start(name: &'static str, args: &[&str], rate: u64) -> Member {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_kafka_group"))
+            .args(args)
+            .args(["--rate", &rate.to_string()])
+            .env("WEIR_STDERR_WARNINGS", "0")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("start a member");
+        let stdin = child.stdin.take();
+        let stdout = child.stdout.take().expect("its stdout");
+        let lines = Arc::new(Mutex::new(Vec::new()));
+        let sink = lines.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                sink.lock().unwrap_or_else(|e| e.into_inner()).push(line);
+            }
+        });
+        Member {
+            name,
+            child,
+            stdin,
+            lines,
+        }
+    }
+
+    /// `(kind, partition, at_ms)` of its events so far.
+    fn events(&self) -> Vec<(String, i32, u64)> {
+        self.lines
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .filter_map(|l| {
+                let mut w = l.strip_prefix("event ")?.split(' ');
+                Some((
+                    w.next()?.to_owned(),
+                    w.next()?.parse().ok()?,
+                    w.next()?.parse().ok()?,
+                ))
+            })
+            .collect()
+    }
+
+    /// The partitions it runs now, by its events.
+    fn owned(&self) -> Vec<i32> {
+        let mut owned = std::collections::BTreeSet::new();
+        for (kind, p, _) in self.events() {
+            match kind.as_str() {
+                "started" => {
+                    owned.insert(p);
+                }
+                "stopped" | "lost" => {
+                    owned.remove(&p);
+                }
+                _ => {} // failed: restarted if still its own
+            }
+        }
+        owned.into_iter().collect()
+    }
+
+    /// Leaves the group (stdin closed) and waits for the process.
+    fn leave(&mut self) {
+        drop(self.stdin.take());
+        let status = self.child.wait().expect("wait for a member");
+        assert!(status.success(), "member {} left with {status}", self.name);
+    }
+}
+
+impl Drop for Member {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn poll_until(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + common::TIMEOUT;
+    while !done() {
+        assert!(Instant::now() < deadline, "waited in vain: {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn committed(brokers: &str, output: &str) -> usize {
+    read_committed(brokers, output)
+        .expect("read the output")
+        .len()
+}
+
+/// Every id once, and (within 10 s, the sinks idle) no transaction left open.
+fn assert_exactly_once(brokers: &str, output: &str) {
+    poll_until("every id committed", || {
+        committed(brokers, output) as u64 >= IDS
+    });
+    let records = read_committed(brokers, output).expect("read the output");
+    ExactlyOnce::new(0..IDS)
+        .check(ids(&records))
+        .assert_exactly_once();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let open: Vec<_> = partition_offsets(brokers, output)
+            .expect("offsets")
+            .into_iter()
+            .filter(|p| p.last_stable < p.high_watermark)
+            .collect();
+        if open.is_empty() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "transactions still open 10 s after the input was done: {open:?}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// For each partition that moved: the gap from its stop in one member to its start in the
+/// next, printed.
+fn print_gaps(members: &[&Member]) {
+    let mut all: Vec<(u64, &str, String, i32)> = Vec::new();
+    for m in members {
+        for (kind, p, at) in m.events() {
+            all.push((at, m.name, kind, p));
+        }
+    }
+    all.sort();
+    for p in 0..PARTITIONS {
+        let mut stopped: Option<(u64, &str)> = None;
+        for (at, name, kind, q) in &all {
+            if *q != p {
+                continue;
+            }
+            match kind.as_str() {
+                "stopped" | "lost" => stopped = Some((*at, name)),
+                "started" => {
+                    if let Some((t, from)) = stopped.take() {
+                        println!("partition {p} moved {from} -> {name}: gap {} ms", at - t);
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+}
+
+fn setup(tag: &str) -> Option<(String, String, String, common::TempDir, String)> {
+    let brokers = brokers()?;
+    let input = unique_topic(&format!("{tag}-in"));
+    let output = unique_topic(&format!("{tag}-out"));
+    create_topic(&brokers, &input, PARTITIONS).expect("create the input");
+    create_topic(&brokers, &output, PARTITIONS).expect("create the output");
+    produce_ids(&brokers, &input, PARTITIONS, 0..IDS).expect("produce the input");
+    let dir = common::TempDir::new(tag);
+    let group = unique_topic(tag);
+    Some((brokers, input, output, dir, group))
+}
+
+#[test]
+fn two_members_one_sigkilled() {
+    let Some((brokers, input, output, dir, group)) = setup("group-kill") else {
+        return;
+    };
+    let state = dir.path().to_string_lossy().into_owned();
+    let args = [&brokers, &input, &output, &state, &group].map(String::as_str);
+    // 5k records/s per partition: the input lasts about 5 s.
+    let a = Member::start("a", &args, 5_000);
+    let mut b = Member::start("b", &args, 5_000);
+    poll_until(
+        "both members run partitions, and some output is committed",
+        || !a.owned().is_empty() && !b.owned().is_empty() && committed(&brokers, &output) > 0,
+    );
+    assert!(
+        (committed(&brokers, &output) as u64) < IDS,
+        "killed mid-stream"
+    );
+    b.child.kill().expect("SIGKILL b");
+    let killed_at = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0);
+    poll_until("a runs every partition", || {
+        a.owned().len() == PARTITIONS as usize
+    });
+    for (kind, p, at) in a.events() {
+        if kind == "started" && at >= killed_at {
+            println!(
+                "partition {p} moved b -> a after the kill: {} ms",
+                at - killed_at
+            );
+        }
+    }
+    assert_exactly_once(&brokers, &output);
+    let mut a = a;
+    a.leave();
+}
+
+#[test]
+fn a_member_joins_and_leaves_two_three_two() {
+    let Some((brokers, input, output, dir, group)) = setup("group-rebalance") else {
+        return;
+    };
+    let state = dir.path().to_string_lossy().into_owned();
+    let args = [&brokers, &input, &output, &state, &group].map(String::as_str);
+    // 2k records/s per partition: the input lasts about 12 s.
+    let mut a = Member::start("a", &args, 2_000);
+    let mut b = Member::start("b", &args, 2_000);
+    poll_until("a and b share the partitions", || {
+        a.owned().len() + b.owned().len() == PARTITIONS as usize
+            && !a.owned().is_empty()
+            && !b.owned().is_empty()
+    });
+    let mut c = Member::start("c", &args, 2_000);
+    poll_until("c runs partitions", || !c.owned().is_empty());
+    let moved_in = c.owned().len();
+    c.leave();
+    poll_until("a and b run every partition again", || {
+        a.owned().len() + b.owned().len() == PARTITIONS as usize
+    });
+    assert!(moved_in > 0);
+    assert_exactly_once(&brokers, &output);
+    a.leave();
+    b.leave();
+    print_gaps(&[&a, &b, &c]);
+}
+
+/// Not in the default run: flaky on the test broker (see the book's "Kafka", "Not there
+/// yet"). Run it with `cargo test -p weir-tests --test kafka_group -- --ignored`.
+#[test]
+#[ignore = "flaky on the test broker: a member frozen between its transaction's commit and \
+            its mark's plain commit leaves a mark the broker's offset reads miss"]
+fn a_stopped_member_resumed_after_its_session_timed_out_is_fenced() {
+    let Some((brokers, input, output, dir, group)) = setup("group-zombie") else {
+        return;
+    };
+    let state = dir.path().to_string_lossy().into_owned();
+    let args = [&brokers, &input, &output, &state, &group].map(String::as_str);
+    let a = Member::start("a", &args, 5_000);
+    let mut b = Member::start("b", &args, 5_000);
+    poll_until(
+        "both members run partitions, and some output is committed",
+        || !a.owned().is_empty() && !b.owned().is_empty() && committed(&brokers, &output) > 0,
+    );
+    let pid = b.child.id().to_string();
+    let signal = |sig: &str| {
+        let status = Command::new("kill")
+            .args([sig, &pid])
+            .status()
+            .expect("run kill");
+        assert!(status.success(), "kill {sig} {pid}");
+    };
+    signal("-STOP");
+    poll_until("a runs every partition (b's session timed out)", || {
+        a.owned().len() == PARTITIONS as usize
+    });
+    // The zombie wakes up with open transactions and jobs that go on: its commits fail
+    // (fenced), and it finds its partitions lost.
+    signal("-CONT");
+    poll_until("every id committed", || {
+        committed(&brokers, &output) as u64 >= IDS
+    });
+    println!("a: {:?}", a.events());
+    println!("b: {:?}", b.events());
+    assert_exactly_once(&brokers, &output);
+    let mut a = a;
+    a.leave();
+    println!("the zombie's events after it woke: {:?}", b.events());
+    b.child.kill().expect("kill b");
+}
