@@ -146,9 +146,9 @@ impl<T: Data> KafkaSink<T> {
         }
     }
 
-    /// The job-level checks: exactly once needs checkpoints and a transaction timeout of at
-    /// least two checkpoint intervals.
-    fn check(&self, cfg: &crate::EnvConfig) -> Result<(), PlanError> {
+    /// Checks the sink's settings against the job's config: exactly once needs checkpoints
+    /// and a transaction timeout of at least twice the checkpoint interval.
+    pub fn check_config(&self, cfg: &crate::EnvConfig) -> Result<(), PlanError> {
         if !matches!(self.delivery, Delivery::ExactlyOnce { .. }) {
             return Ok(());
         }
@@ -187,12 +187,6 @@ impl<T: Data> KafkaSink<T> {
     /// job's config, as [`check_config`](Self::check_config) does).
     pub fn subtask_sink(&self, cx: &SinkContext) -> Result<impl Sink<T>, SinkError> {
         self.open(cx)
-    }
-
-    /// Checks the sink's settings against the job's config: exactly once needs checkpoints
-    /// and a transaction timeout of at least twice the checkpoint interval.
-    pub fn check_config(&self, cfg: &crate::EnvConfig) -> Result<(), PlanError> {
-        self.check(cfg)
     }
 
     fn open(&self, cx: &SinkContext) -> Result<Writer<T>, SinkError> {
@@ -252,7 +246,7 @@ impl<T: Data> DataStream<T> {
         self.graph
             .borrow_mut()
             .config_checks
-            .push(Box::new(move |cfg| checked.check(cfg)));
+            .push(Box::new(move |cfg| checked.check_config(cfg)));
         self.add_sink(name, move |cx| sink.open(cx))
     }
 }
@@ -291,8 +285,16 @@ const NO_KEY: u32 = u32::MAX;
 
 impl Epoch {
     fn records(&self) -> impl Iterator<Item = (Option<&[u8]>, &[u8])> {
-        let mut start = 0usize;
-        self.ends.iter().map(move |&(k, v)| {
+        self.records_from(0)
+    }
+
+    /// The records from the `first`-th on.
+    fn records_from(&self, first: usize) -> impl Iterator<Item = (Option<&[u8]>, &[u8])> {
+        let mut start = match first {
+            0 => 0,
+            i => self.ends[i - 1].1 as usize,
+        };
+        self.ends[first..].iter().map(move |&(k, v)| {
             let key = (k != NO_KEY).then(|| &self.bytes[start..k as usize]);
             let vs = if k == NO_KEY { start } else { k as usize };
             start = v as usize;
@@ -646,19 +648,8 @@ impl<T: Data> Sink<T> for Writer<T> {
         }
         batch.clear();
         if send_now {
-            let mut start = if from == 0 {
-                0
-            } else {
-                self.current.ends[from - 1].1 as usize
-            };
-            for &(k, v) in &self.current.ends[from..] {
-                let (key, vs) = if k == NO_KEY {
-                    (None, start)
-                } else {
-                    (Some(&self.current.bytes[start..k as usize]), k as usize)
-                };
-                self.send(key, &self.current.bytes[vs..v as usize])?;
-                start = v as usize;
+            for (key, value) in self.current.records_from(from) {
+                self.send(key, value)?;
             }
             self.producer.poll(Duration::ZERO);
         }

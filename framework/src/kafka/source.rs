@@ -378,6 +378,11 @@ impl<T> Reader<T> {
         Ok(())
     }
 
+    /// The next offset of each owned partition: the position.
+    fn offsets(&self) -> Vec<(i32, i64)> {
+        self.next.iter().map(|(p, o)| (*p, *o)).collect()
+    }
+
     fn finished(&self) -> bool {
         self.bounded && self.done.len() == self.partitions.len()
     }
@@ -471,12 +476,11 @@ impl<T: Data> Source<T> for Reader<T> {
     }
 
     fn position(&self) -> Option<Vec<u8>> {
-        let next: Vec<(i32, i64)> = self.next.iter().map(|(p, o)| (*p, *o)).collect();
-        crate::checkpoint::encode(&next).ok()
+        crate::checkpoint::encode(&self.offsets()).ok()
     }
 
     fn checkpoint_position(&mut self, checkpoint: u64) -> Option<Vec<u8>> {
-        let next: Vec<(i32, i64)> = self.next.iter().map(|(p, o)| (*p, *o)).collect();
+        let next = self.offsets();
         let bytes = crate::checkpoint::encode(&next).ok();
         if self.taken.len() == TAKEN {
             self.taken.pop_front();
