@@ -153,25 +153,59 @@ impl<T> WatermarkStrategy<T> {
             bound: i64::try_from(self.bound.as_millis()).unwrap_or(i64::MAX),
             idleness: self.idleness,
             interval: self.interval,
-            max_seen: EventTime::MIN,
+            whole: SplitMark::new(Instant::now()),
+            splits: None,
             emitted: EventTime::MIN,
             last_emit: None,
-            last_record: Instant::now(),
             idle: false,
         })
     }
 }
 
-/// Watermark generation in one subtask: the highest timestamp seen, what was emitted, when.
+/// What one split (or the whole subtask) has shown: its highest timestamp, when it last
+/// had a record.
+#[derive(Debug, Clone, Copy)]
+struct SplitMark {
+    max_seen: EventTime,
+    last_record: Instant,
+}
+
+impl SplitMark {
+    fn new(now: Instant) -> Self {
+        SplitMark {
+            max_seen: EventTime::MIN,
+            last_record: now,
+        }
+    }
+}
+
+/// Where a generator stands: its watermark, or every split is idle, or it has no split open.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Standing {
+    At(EventTime),
+    AllIdle,
+    NoSplit,
+}
+
+/// Watermark generation in one subtask: the highest timestamp seen (per split, once the
+/// source names its splits: [`Source::splits`](crate::source::Source::splits)), what was
+/// emitted, when.
+///
+/// Per split, the subtask's watermark is the minimum over its splits that are not idle (a
+/// split with no record yet holds it at its start until it is idle, as in Flink); every split
+/// idle makes the subtask idle.
 pub(crate) struct WatermarkGenerator<T> {
     assigner: Timestamps<T>,
     bound: i64,
     idleness: Option<Duration>,
     interval: Duration,
-    max_seen: EventTime,
+    /// The subtask as one split (no splits named).
+    whole: SplitMark,
+    /// The open splits, sorted by id, once the source names them.
+    splits: Option<Vec<(u64, SplitMark)>>,
     emitted: EventTime,
     last_emit: Option<Instant>,
-    last_record: Instant,
+    /// `Idle` was said and no record came since.
     idle: bool,
 }
 
@@ -179,18 +213,31 @@ impl<T> WatermarkGenerator<T> {
     /// Sees a batch (before it is pushed on); what to emit after it, if anything: the
     /// watermark if it advanced and the interval has passed, or the end of idleness.
     pub(crate) fn on_batch(&mut self, batch: &[T], now: Instant) -> Option<Watermark> {
-        if batch.is_empty() {
-            return None;
-        }
-        for r in batch {
-            let ts = (self.assigner)(r);
-            if ts > self.max_seen {
-                self.max_seen = ts;
+        self.on_source_batch(batch, None, now)
+    }
+
+    /// [`on_batch`](Self::on_batch) for a source batch, with where its records came from if
+    /// the source names its splits.
+    pub(crate) fn on_source_batch(
+        &mut self,
+        batch: &[T],
+        splits: Option<&crate::source::Splits>,
+        now: Instant,
+    ) -> Option<Watermark> {
+        match splits {
+            Some(splits) => self.see_splits(batch, splits, now),
+            None if batch.is_empty() => return None,
+            None => {
+                let max = batch.iter().map(|r| (self.assigner)(r)).max();
+                let mark = &mut self.whole;
+                mark.max_seen = mark.max_seen.max(max.unwrap_or(EventTime::MIN));
+                mark.last_record = now;
             }
         }
-        self.last_record = now;
-        let was_idle = std::mem::replace(&mut self.idle, false);
-        let wm = self.max_seen.saturating_sub(self.bound);
+        let Standing::At(wm) = self.standing(now) else {
+            return None;
+        };
+        let was_idle = !batch.is_empty() && std::mem::replace(&mut self.idle, false);
         let due = self
             .last_emit
             .is_none_or(|t| now.saturating_duration_since(t) >= self.interval);
@@ -202,10 +249,72 @@ impl<T> WatermarkGenerator<T> {
         None
     }
 
+    /// Follows the source's open splits and credits each run of the batch to its split.
+    fn see_splits(&mut self, batch: &[T], named: &crate::source::Splits, now: Instant) {
+        let splits = self.splits.get_or_insert_with(Vec::new);
+        let open = named.open();
+        splits.retain(|(id, _)| open.binary_search(id).is_ok());
+        for &id in open {
+            if let Err(at) = splits.binary_search_by_key(&id, |(s, _)| *s) {
+                splits.insert(at, (id, SplitMark::new(now)));
+            }
+        }
+        let mut from = 0;
+        for &(id, n) in named.runs() {
+            let to = (from + n).min(batch.len());
+            let run = &batch[from..to];
+            from = to;
+            // A run from a split that has ended since counts for nothing.
+            let Ok(at) = splits.binary_search_by_key(&id, |(s, _)| *s) else {
+                continue;
+            };
+            let mark = &mut splits[at].1;
+            if let Some(max) = run.iter().map(|r| (self.assigner)(r)).max() {
+                mark.max_seen = mark.max_seen.max(max);
+                mark.last_record = now;
+            }
+        }
+    }
+
+    fn is_idle(&self, mark: &SplitMark, now: Instant) -> bool {
+        self.idleness
+            .is_some_and(|d| now.saturating_duration_since(mark.last_record) >= d)
+    }
+
+    /// The watermark now: the minimum over the splits that are not idle.
+    fn standing(&self, now: Instant) -> Standing {
+        match &self.splits {
+            None if self.is_idle(&self.whole, now) => Standing::AllIdle,
+            None => Standing::At(self.whole.max_seen.saturating_sub(self.bound)),
+            Some(splits) if splits.is_empty() => Standing::NoSplit,
+            Some(splits) => splits
+                .iter()
+                .filter(|(_, m)| !self.is_idle(m, now))
+                .map(|(_, m)| m.max_seen.saturating_sub(self.bound))
+                .min()
+                .map_or(Standing::AllIdle, Standing::At),
+        }
+    }
+
+    /// How long until the next split (or the subtask) that is not idle becomes idle.
+    fn until_next_idle(&self, now: Instant) -> Option<Duration> {
+        let d = self.idleness?;
+        let left = |m: &SplitMark| d.saturating_sub(now.saturating_duration_since(m.last_record));
+        let left = match &self.splits {
+            None => Some(left(&self.whole)),
+            Some(splits) => splits
+                .iter()
+                .filter(|(_, m)| !self.is_idle(m, now))
+                .map(|(_, m)| left(m))
+                .min(),
+        };
+        left.map(|l| l.max(Duration::from_millis(1)))
+    }
+
     /// The watermark held back by the interval, if any (an operator inside a stream emits it
     /// when its subtask goes idle, so a pause in the input does not hold it back).
     pub(crate) fn owed(&mut self, now: Instant) -> Option<Watermark> {
-        let owed = self.max_seen.saturating_sub(self.bound);
+        let owed = self.whole.max_seen.saturating_sub(self.bound);
         (owed > self.emitted).then(|| {
             self.emitted = owed;
             self.last_emit = Some(now);
@@ -213,31 +322,23 @@ impl<T> WatermarkGenerator<T> {
         })
     }
 
-    /// The source has nothing now: the watermark it owes (one held back by the interval),
-    /// or `Idle` once the idleness timeout has passed since the last record; and how long
-    /// until the timeout, if it is still ahead (the source must look again by then).
+    /// The source has nothing now: the watermark it owes (one held back by the interval, or
+    /// one a split's idleness let advance), or `Idle` once every split (the subtask, without
+    /// splits) has had no record for the idleness timeout; and how long until the next
+    /// timeout, if one is still ahead (the source must look again by then).
     pub(crate) fn on_idle(&mut self, now: Instant) -> (Option<Watermark>, Option<Duration>) {
-        let owed = self.max_seen.saturating_sub(self.bound);
-        if owed > self.emitted {
-            self.emitted = owed;
-            self.last_emit = Some(now);
-            let left = self.idleness.map(|d| {
-                d.saturating_sub(now.saturating_duration_since(self.last_record))
-                    .max(Duration::from_millis(1))
-            });
-            return (Some(Watermark::At(owed)), left);
-        }
-        match self.idleness {
-            Some(d) if !self.idle => {
-                let since = now.saturating_duration_since(self.last_record);
-                if since >= d {
-                    self.idle = true;
-                    (Some(Watermark::Idle), None)
-                } else {
-                    (None, Some(d - since))
-                }
+        match self.standing(now) {
+            Standing::At(owed) if owed > self.emitted => {
+                self.emitted = owed;
+                self.last_emit = Some(now);
+                (Some(Watermark::At(owed)), self.until_next_idle(now))
             }
-            _ => (None, None),
+            Standing::At(_) => (None, self.until_next_idle(now)),
+            Standing::AllIdle if !self.idle => {
+                self.idle = true;
+                (Some(Watermark::Idle), None)
+            }
+            Standing::AllIdle | Standing::NoSplit => (None, None),
         }
     }
 }
@@ -437,5 +538,83 @@ mod tests {
             g.on_batch(&[9], t0 + Duration::from_millis(901)),
             Some(Watermark::At(9))
         );
+    }
+
+    /// A batch whose records came from the given splits, in runs.
+    fn from_splits(splits: &mut crate::source::Splits, of: &[(u64, i64)]) -> Vec<i64> {
+        splits.start_batch();
+        of.iter()
+            .map(|&(split, ts)| {
+                splits.record_from(split);
+                ts
+            })
+            .collect()
+    }
+
+    #[test]
+    fn per_split_the_watermark_is_the_minimum_of_the_splits_that_are_not_idle() {
+        let t0 = Instant::now();
+        let ms = |n| t0 + Duration::from_millis(n);
+        let mut g = generator(0, 0);
+        let mut s = crate::source::Splits::new([0, 1]);
+        let b = from_splits(&mut s, &[(0, 10), (0, 20)]);
+        assert_eq!(
+            g.on_source_batch(&b, Some(&s), t0),
+            None,
+            "split 1 holds it"
+        );
+        let b = from_splits(&mut s, &[(1, 5)]);
+        assert_eq!(
+            g.on_source_batch(&b, Some(&s), ms(10)),
+            Some(Watermark::At(5))
+        );
+        let b = from_splits(&mut s, &[(0, 30), (1, 8), (0, 31)]);
+        assert_eq!(
+            g.on_source_batch(&b, Some(&s), ms(20)),
+            Some(Watermark::At(8)),
+            "split 1 lags"
+        );
+        // Split 1 has had no record for the idleness timeout: split 0 alone counts.
+        let b = from_splits(&mut s, &[(0, 40)]);
+        assert_eq!(
+            g.on_source_batch(&b, Some(&s), ms(520)),
+            Some(Watermark::At(40))
+        );
+        // Nothing to read: how long until split 0 is idle too, then the subtask is.
+        let empty = from_splits(&mut s, &[]);
+        assert_eq!(g.on_source_batch(&empty, Some(&s), ms(600)), None);
+        assert_eq!(g.on_idle(ms(600)), (None, Some(Duration::from_millis(420))));
+        assert_eq!(g.on_idle(ms(1_020)), (Some(Watermark::Idle), None));
+        assert_eq!(g.on_idle(ms(1_100)), (None, None), "said once");
+        // Split 1 comes back behind: the watermark never goes back.
+        let b = from_splits(&mut s, &[(1, 9)]);
+        assert_eq!(g.on_source_batch(&b, Some(&s), ms(1_200)), None);
+        let b = from_splits(&mut s, &[(1, 45)]);
+        assert_eq!(
+            g.on_source_batch(&b, Some(&s), ms(1_210)),
+            Some(Watermark::At(45))
+        );
+    }
+
+    #[test]
+    fn an_ended_split_no_longer_holds_the_watermark() {
+        let t0 = Instant::now();
+        let mut g = generator(0, 0);
+        let mut s = crate::source::Splits::new([0, 1]);
+        let b = from_splits(&mut s, &[(0, 50)]);
+        assert_eq!(g.on_source_batch(&b, Some(&s), t0), None);
+        s.end(1);
+        let empty = from_splits(&mut s, &[]);
+        assert_eq!(
+            g.on_source_batch(&empty, Some(&s), t0),
+            Some(Watermark::At(50))
+        );
+        // Records credited to an ended split move nothing.
+        let b = from_splits(&mut s, &[(1, 70)]);
+        assert_eq!(g.on_source_batch(&b, Some(&s), t0), None);
+        s.end(0);
+        let empty = from_splits(&mut s, &[]);
+        assert_eq!(g.on_source_batch(&empty, Some(&s), t0), None);
+        assert_eq!(g.on_idle(t0), (None, None), "no split left");
     }
 }

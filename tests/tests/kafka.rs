@@ -17,6 +17,8 @@ use weir::testing::kafka::{
     brokers, create_topic, ids, partition_offsets, produce_ids, read_committed, unique_topic,
 };
 use weir::testing::{quiet_injected_panics, ExactlyOnce, Fault, FaultKind, FaultPlan};
+use weir::time::WatermarkStrategy;
+use weir::window::{AggregateFunction, TumblingEventTimeWindows};
 use weir::{Env, EnvConfig, JobError};
 
 const IDS: u64 = 200_000;
@@ -269,6 +271,103 @@ fn exactly_once_settings_are_checked_when_the_job_is_planned() {
     env.kafka_source("ids", source).sink_to_kafka("out", sink);
     let err = env.execute("kafka-no-checkpoints").expect_err("refused");
     assert!(format!("{err}").contains("checkpoint"), "{err}");
+}
+
+/// Produces one record per timestamp of `ts` to `partition` of `topic`, the timestamp as
+/// its value.
+fn produce_timestamps(brokers: &str, topic: &str, partition: i32, ts: impl Iterator<Item = i64>) {
+    let values: Vec<Vec<u8>> = ts.map(|t| t.to_string().into_bytes()).collect();
+    let values: Vec<&[u8]> = values.iter().map(Vec::as_slice).collect();
+    weir::testing::kafka::produce_values(brokers, topic, partition, &values)
+        .expect("produce the timestamps");
+}
+
+/// Counts per one-second event-time window of the timestamps read from `source`, as
+/// `(window index, count)`.
+fn count_per_second(
+    env: &Env,
+    source: KafkaSource<i64>,
+    idleness: Option<Duration>,
+) -> weir::CollectSink<(i64, u64)> {
+    let mut wm = WatermarkStrategy::for_monotonous_timestamps()
+        .with_timestamp_assigner(|ts: &i64| *ts)
+        .with_watermark_interval(Duration::ZERO);
+    if let Some(d) = idleness {
+        wm = wm.with_idleness(d);
+    }
+    env.kafka_source_with_watermarks("timestamps", source, wm)
+        .set_parallelism(1)
+        .key_by(|ts: &i64| ts.div_euclid(1_000))
+        .window(TumblingEventTimeWindows::of(Duration::from_secs(1)))
+        .aggregate_window(Count, |second: &i64, _: &_, n: u64| (*second, n))
+        .collect()
+}
+
+/// Counts a window's records.
+#[derive(Clone)]
+struct Count;
+
+impl AggregateFunction<i64, u64> for Count {
+    type Acc = u64;
+    fn add(&self, acc: &mut u64, _: i64) {
+        *acc += 1;
+    }
+    fn merge(&self, acc: &mut u64, other: &u64) {
+        *acc += other;
+    }
+    fn result(&self, acc: &u64) -> u64 {
+        *acc
+    }
+}
+
+fn decode_ts(r: &weir::kafka::RecordView<'_>) -> Result<i64, String> {
+    let text = std::str::from_utf8(r.value.unwrap_or_default()).map_err(|e| e.to_string())?;
+    text.parse::<i64>().map_err(|e| format!("`{text}`: {e}"))
+}
+
+/// Watermarks per partition: a partition read a million milliseconds behind another keeps
+/// every record on time (one watermark for the subtask, the highest timestamp seen, would
+/// drop it as late).
+#[test]
+fn a_partition_behind_the_others_keeps_its_records_on_time() {
+    let Some(brokers) = brokers() else { return };
+    let input = unique_topic("wm-lag");
+    create_topic(&brokers, &input, 2).expect("create the topic");
+    produce_timestamps(&brokers, &input, 0, 1_000_000..1_002_000);
+    produce_timestamps(&brokers, &input, 1, 0..2_000);
+    let env = Env::new();
+    let source = KafkaSource::new(KafkaConfig::new(brokers.as_str()), input, decode_ts).bounded();
+    let got = count_per_second(&env, source, None);
+    common::execute_within(&env, "kafka-wm-lag").expect("the job completes");
+    let mut got = got.take();
+    got.sort_unstable();
+    assert_eq!(
+        got,
+        vec![(0, 1_000), (1, 1_000), (1_000, 1_000), (1_001, 1_000)],
+        "every record counted in its window"
+    );
+}
+
+/// An empty partition holds the watermark back only until the idleness timeout: an
+/// unbounded source whose records are all in one of three partitions still fires windows.
+/// (Only the empty partitions can go idle early or late: the one with records going idle
+/// moves nothing, so this does not depend on timing.)
+#[test]
+fn empty_partitions_hold_the_watermark_only_until_idle() {
+    let Some(brokers) = brokers() else { return };
+    let input = unique_topic("wm-idle");
+    create_topic(&brokers, &input, 3).expect("create the topic");
+    produce_timestamps(&brokers, &input, 0, (0..3_000).chain([100_000]));
+    let env = Env::new();
+    let source = KafkaSource::new(KafkaConfig::new(brokers.as_str()), input, decode_ts);
+    let got = count_per_second(&env, source, Some(Duration::from_millis(500)));
+    let job = env.start("kafka-wm-idle").expect("the job starts");
+    common::wait_until("the windows below the last record fired", || got.len() >= 3);
+    job.cancel();
+    let _ = job.wait();
+    let mut got = got.take();
+    got.sort_unstable();
+    assert_eq!(got, vec![(0, 1_000), (1, 1_000), (2, 1_000)]);
 }
 
 /// The `kafka_job` binary.

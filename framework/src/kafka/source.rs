@@ -12,7 +12,7 @@ use rdkafka::{Offset, TopicPartitionList};
 
 use super::{boxed, KafkaConfig, CALL_TIMEOUT};
 use crate::error::SourceError;
-use crate::source::{Source, SourceContext, SourceStatus, SourceWaker};
+use crate::source::{Source, SourceContext, SourceStatus, SourceWaker, Splits};
 use crate::stream::DataStream;
 use crate::time::WatermarkStrategy;
 use crate::Data;
@@ -305,6 +305,7 @@ impl<T: Data> KafkaSource<T> {
             decode: self.decode.clone(),
             malformed: self.malformed,
             bounded: self.bounded,
+            splits: Splits::new(partitions.iter().map(|p| *p as u64)),
             partitions,
             next,
             done: BTreeSet::new(),
@@ -321,7 +322,12 @@ impl Env {
     }
 
     /// Adds a Kafka source whose records get their event time and watermarks from
-    /// `strategy` (see [`Env::add_source_with_watermarks`]).
+    /// `strategy` (see [`Env::add_source_with_watermarks`]), per partition: a subtask's
+    /// watermark is the minimum over its partitions that are not idle, so a partition read
+    /// behind the others does not have its records dropped as late. A partition with no
+    /// record for the strategy's idleness timeout stops holding the watermark back until its
+    /// next record; without an idleness timeout an empty partition holds it back for ever (as
+    /// in Flink). A bounded source's partition read to its end no longer counts.
     pub fn kafka_source_with_watermarks<T: Data>(
         &self,
         name: &str,
@@ -344,6 +350,8 @@ struct Reader<T> {
     bounded: bool,
     /// The partitions this subtask owns.
     partitions: Vec<i32>,
+    /// Its partitions as watermark splits, and where the last batch's records came from.
+    splits: Splits,
     /// The next offset to read, per owned partition.
     next: BTreeMap<i32, i64>,
     /// Partitions read to their end (bounded): the client reported it.
@@ -390,6 +398,7 @@ impl<T> Reader<T> {
     /// Partition `p` is read to its end: stop fetching it (bounded).
     fn close_partition(&mut self, p: i32) {
         if self.done.insert(p) {
+            self.splits.end(p as u64);
             let mut tpl = TopicPartitionList::new();
             tpl.add_partition(&self.topic, p);
             if let Err(e) = self.consumer.pause(&tpl) {
@@ -404,6 +413,7 @@ impl<T: Data> Source<T> for Reader<T> {
         if !self.assigned {
             self.assign()?;
         }
+        self.splits.start_batch();
         if self.partitions.is_empty() {
             // More subtasks than partitions: this one has nothing to read.
             return Ok(if self.bounded {
@@ -444,7 +454,10 @@ impl<T: Data> Source<T> for Reader<T> {
                 value: message.payload(),
             };
             match (self.decode)(&view) {
-                Ok(record) => out.push(record),
+                Ok(record) => {
+                    out.push(record);
+                    self.splits.record_from(p as u64);
+                }
                 Err(error) => {
                     let at = format!("topic {} partition {p} offset {o}", self.topic);
                     match self.malformed {
@@ -469,6 +482,10 @@ impl<T: Data> Source<T> for Reader<T> {
                 until: Some(Duration::from_millis(100)),
             }
         })
+    }
+
+    fn splits(&self) -> Option<&Splits> {
+        Some(&self.splits)
     }
 
     fn set_waker(&mut self, waker: SourceWaker) {
