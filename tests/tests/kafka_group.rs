@@ -1,9 +1,9 @@
 //! Scale-out: several processes in one consumer group, each running a job per assigned
 //! partition (`weir::kafka::KafkaGroup`, the `kafka_group` binary), against a real broker
 //! (`WEIR_KAFKA_BROKERS`). 200k ids on 8 partitions, exactly-once sinks, checkpoints every
-//! 200 ms; a member SIGKILLed; a member joining and leaving (2 → 3 → 2 processes). Each
-//! ends with every id once at a read_committed reader that applies the markers, and no
-//! transaction left open.
+//! 200 ms; a member SIGKILLed; a member SIGSTOPped past its session and resumed (fenced); a
+//! member joining and leaving (2 → 3 → 2 processes). Each ends with every id once at a
+//! read_committed reader that applies the markers, and no transaction left open.
 
 mod common;
 
@@ -180,8 +180,30 @@ fn print_gaps(members: &[&Member]) {
     }
 }
 
-fn setup(tag: &str) -> Option<(String, String, String, common::TempDir, String)> {
+/// The tests run one at a time: each starts several processes, and on two cores three at
+/// once take twice as long. Prints how long the test took once it ran alone (the issue holds
+/// each to under 60 s; not asserted, machines differ).
+struct OneAtATime {
+    _turn: std::sync::MutexGuard<'static, ()>,
+    tag: String,
+    start: Instant,
+}
+
+impl Drop for OneAtATime {
+    fn drop(&mut self) {
+        eprintln!("{}: {:.1} s", self.tag, self.start.elapsed().as_secs_f64());
+    }
+}
+
+fn setup(tag: &str) -> Option<(String, String, String, common::TempDir, String, OneAtATime)> {
     let brokers = brokers()?;
+    static TURN: Mutex<()> = Mutex::new(());
+    let turn = TURN.lock().unwrap_or_else(|p| p.into_inner());
+    let one = OneAtATime {
+        _turn: turn,
+        tag: tag.to_owned(),
+        start: Instant::now(),
+    };
     let input = unique_topic(&format!("{tag}-in"));
     let output = unique_topic(&format!("{tag}-out"));
     create_topic(&brokers, &input, PARTITIONS).expect("create the input");
@@ -189,12 +211,12 @@ fn setup(tag: &str) -> Option<(String, String, String, common::TempDir, String)>
     produce_ids(&brokers, &input, PARTITIONS, 0..IDS).expect("produce the input");
     let dir = common::TempDir::new(tag);
     let group = unique_topic(tag);
-    Some((brokers, input, output, dir, group))
+    Some((brokers, input, output, dir, group, one))
 }
 
 #[test]
 fn two_members_one_sigkilled() {
-    let Some((brokers, input, output, dir, group)) = setup("group-kill") else {
+    let Some((brokers, input, output, dir, group, _one)) = setup("group-kill") else {
         return;
     };
     let state = dir.path().to_string_lossy().into_owned();
@@ -233,7 +255,7 @@ fn two_members_one_sigkilled() {
 
 #[test]
 fn a_member_joins_and_leaves_two_three_two() {
-    let Some((brokers, input, output, dir, group)) = setup("group-rebalance") else {
+    let Some((brokers, input, output, dir, group, _one)) = setup("group-rebalance") else {
         return;
     };
     let state = dir.path().to_string_lossy().into_owned();
@@ -260,13 +282,13 @@ fn a_member_joins_and_leaves_two_three_two() {
     print_gaps(&[&a, &b, &c]);
 }
 
-/// Not in the default run: flaky on the test broker (see the book's "Kafka", "Not there
-/// yet"). Run it with `cargo test -p weir-tests --test kafka_group -- --ignored`.
+/// The members' sinks write each input partition to its own output partition
+/// (`partition_by`): on the test broker, a commit overlapping another producer's open
+/// transaction is deferred, and a member frozen right after it had its mark lost and its
+/// records resent (3 runs in 6 duplicated 825–999 ids before that).
 #[test]
-#[ignore = "flaky on the test broker: a member frozen between its transaction's commit and \
-            its mark's plain commit leaves a mark the broker's offset reads miss"]
 fn a_stopped_member_resumed_after_its_session_timed_out_is_fenced() {
-    let Some((brokers, input, output, dir, group)) = setup("group-zombie") else {
+    let Some((brokers, input, output, dir, group, _one)) = setup("group-zombie") else {
         return;
     };
     let state = dir.path().to_string_lossy().into_owned();

@@ -56,18 +56,21 @@ pub enum Delivery {
 
 type Encode<T> = Arc<dyn Fn(&T, &mut Vec<u8>) -> Result<(), String> + Send + Sync>;
 type KeyOf<T> = Arc<dyn Fn(&T, &mut Vec<u8>) + Send + Sync>;
+type PartitionOf<T> = Arc<dyn Fn(&T) -> u64 + Send + Sync>;
 
 /// A topic written by a job (Flink's `KafkaSink`): add it with
 /// [`DataStream::sink_to_kafka`].
 ///
 /// Records are encoded by the function given to [`new`](Self::new), which appends a
 /// record's value to a buffer; [`key_by`](Self::key_by) gives them keys (the partition is
-/// then the key's hash, as with any Kafka producer; without keys librdkafka spreads them).
+/// then the key's hash, as with any Kafka producer; without keys librdkafka spreads them),
+/// and [`partition_by`](Self::partition_by) picks their partitions.
 pub struct KafkaSink<T> {
     config: KafkaConfig,
     topic: String,
     encode: Encode<T>,
     key: Option<KeyOf<T>>,
+    partition: Option<PartitionOf<T>>,
     delivery: Delivery,
 }
 
@@ -95,6 +98,7 @@ impl<T: Data> KafkaSink<T> {
             topic: topic.into(),
             encode: Arc::new(encode),
             key: None,
+            partition: None,
             delivery: Delivery::AtLeastOnce,
         }
     }
@@ -102,6 +106,26 @@ impl<T: Data> KafkaSink<T> {
     /// Gives each record the key `key` appends to the buffer.
     pub fn key_by(mut self, key: impl Fn(&T, &mut Vec<u8>) + Send + Sync + 'static) -> Self {
         self.key = Some(Arc::new(key));
+        self
+    }
+
+    /// Writes each record to partition `partition(record)` modulo the topic's partition
+    /// count (Flink's custom `KafkaPartitioner`), whatever its key. Keeping the partition of
+    /// the input (a job whose keys are co-partitioned) gives each output partition one
+    /// writer.
+    ///
+    /// ```
+    /// use weir::kafka::{KafkaConfig, KafkaSink};
+    ///
+    /// // Ids go to partition `id % partitions`.
+    /// let sink = KafkaSink::new(KafkaConfig::new("localhost:9092"), "out", |id: &u64, out: &mut Vec<u8>| {
+    ///     out.extend_from_slice(id.to_string().as_bytes());
+    ///     Ok(())
+    /// })
+    /// .partition_by(|id| *id);
+    /// ```
+    pub fn partition_by(mut self, partition: impl Fn(&T) -> u64 + Send + Sync + 'static) -> Self {
+        self.partition = Some(Arc::new(partition));
         self
     }
 
@@ -227,14 +251,50 @@ impl<T: Data> KafkaSink<T> {
                     self.topic
                 ),
             })?;
+        let partition = match &self.partition {
+            None => None,
+            Some(f) => Some((f.clone(), self.partition_count(&producer)?)),
+        };
         Ok(Writer {
             producer,
             topic: self.topic.clone(),
             encode: self.encode.clone(),
             key: self.key.clone(),
+            partition,
             mode,
             current: Epoch::default(),
         })
+    }
+}
+
+impl<T> KafkaSink<T> {
+    /// How many partitions the topic has (for [`partition_by`](Self::partition_by)).
+    fn partition_count(&self, producer: &BaseProducer<Deliveries>) -> Result<u64, SinkError> {
+        let metadata = producer
+            .client()
+            .fetch_metadata(Some(&self.topic), CALL_TIMEOUT)
+            .map_err(|e| SinkError::External {
+                what: format!(
+                    "kafka sink to `{}`: cannot read the topic's metadata",
+                    self.topic
+                ),
+                source: boxed(e),
+            })?;
+        let count = metadata
+            .topics()
+            .iter()
+            .find(|t| t.name() == self.topic && t.error().is_none())
+            .map_or(0, |t| t.partitions().len());
+        if count == 0 {
+            return Err(SinkError::Setup {
+                message: format!(
+                    "kafka sink to `{}`: no such topic on the brokers {} (partition_by needs its partitions)",
+                    self.topic,
+                    self.config.brokers()
+                ),
+            });
+        }
+        Ok(count as u64)
     }
 }
 
@@ -273,45 +333,53 @@ impl ProducerContext for Deliveries {
     }
 }
 
-/// Records encoded into one buffer: `(key end or NO_KEY, value end)` per record, each
-/// starting where the previous ended.
+/// Records encoded into one buffer: `(key end or NO_KEY, value end, partition or
+/// ANY_PARTITION)` per record, each starting where the previous ended.
 #[derive(Default, Debug, Clone, PartialEq)]
 struct Epoch {
     bytes: Vec<u8>,
-    ends: Vec<(u32, u32)>,
+    ends: Vec<(u32, u32, i32)>,
 }
 
 const NO_KEY: u32 = u32::MAX;
+/// The producer picks the partition (librdkafka's `RD_KAFKA_PARTITION_UA`).
+const ANY_PARTITION: i32 = -1;
+
+/// A record as encoded: its partition if chosen, key, value.
+type Encoded<'a> = (Option<i32>, Option<&'a [u8]>, &'a [u8]);
 
 impl Epoch {
-    fn records(&self) -> impl Iterator<Item = (Option<&[u8]>, &[u8])> {
+    fn records(&self) -> impl Iterator<Item = Encoded<'_>> {
         self.records_from(0)
     }
 
     /// The records from the `first`-th on.
-    fn records_from(&self, first: usize) -> impl Iterator<Item = (Option<&[u8]>, &[u8])> {
+    fn records_from(&self, first: usize) -> impl Iterator<Item = Encoded<'_>> {
         let mut start = match first {
             0 => 0,
             i => self.ends[i - 1].1 as usize,
         };
-        self.ends[first..].iter().map(move |&(k, v)| {
+        self.ends[first..].iter().map(move |&(k, v, p)| {
             let key = (k != NO_KEY).then(|| &self.bytes[start..k as usize]);
             let vs = if k == NO_KEY { start } else { k as usize };
             start = v as usize;
-            (key, &self.bytes[vs..v as usize])
+            let partition = (p != ANY_PARTITION).then_some(p);
+            (partition, key, &self.bytes[vs..v as usize])
         })
     }
 
-    /// Appends `epochs` as bytes: per epoch its id, record count, byte count, ends, bytes.
+    /// Appends `epochs` as bytes: per epoch its id, record count, byte count, ends (key,
+    /// value, partition), bytes.
     fn encode_all<'a>(epochs: impl Iterator<Item = (u64, &'a Epoch)>) -> Vec<u8> {
         let mut out = Vec::new();
         for (id, e) in epochs {
             out.extend_from_slice(&id.to_le_bytes());
             out.extend_from_slice(&(e.ends.len() as u64).to_le_bytes());
             out.extend_from_slice(&(e.bytes.len() as u64).to_le_bytes());
-            for (k, v) in &e.ends {
+            for (k, v, p) in &e.ends {
                 out.extend_from_slice(&k.to_le_bytes());
                 out.extend_from_slice(&v.to_le_bytes());
+                out.extend_from_slice(&p.to_le_bytes());
             }
             out.extend_from_slice(&e.bytes);
         }
@@ -334,14 +402,18 @@ impl Epoch {
             let id = u64_of(take(&mut bytes, 8)?);
             let n = u64_of(take(&mut bytes, 8)?) as usize;
             let len = u64_of(take(&mut bytes, 8)?) as usize;
-            let mut ends = Vec::with_capacity(n.min(bytes.len() / 8));
+            let mut ends = Vec::with_capacity(n.min(bytes.len() / 12));
             for _ in 0..n {
                 let k = u32_of(take(&mut bytes, 4)?);
                 let v = u32_of(take(&mut bytes, 4)?);
+                let p = u32_of(take(&mut bytes, 4)?) as i32;
                 if v as usize > len || (k != NO_KEY && k > v) {
                     return Err(format!("record end {v} beyond the epoch's {len} bytes"));
                 }
-                ends.push((k, v));
+                if p < ANY_PARTITION {
+                    return Err(format!("bad partition {p}"));
+                }
+                ends.push((k, v, p));
             }
             let data = take(&mut bytes, len)?.to_vec();
             epochs.push((id, Epoch { bytes: data, ends }));
@@ -386,6 +458,8 @@ struct Writer<T> {
     topic: String,
     encode: Encode<T>,
     key: Option<KeyOf<T>>,
+    /// The partitioner and the topic's partition count.
+    partition: Option<(PartitionOf<T>, u64)>,
     mode: Mode,
     /// Records since the last barrier (exactly once), encoded.
     current: Epoch,
@@ -404,11 +478,14 @@ impl<T> Writer<T> {
     }
 
     /// Sends one record, waiting for room in the client's queue if it is full.
-    fn send(&self, key: Option<&[u8]>, value: &[u8]) -> Result<(), SinkError> {
+    fn send(&self, (partition, key, value): Encoded<'_>) -> Result<(), SinkError> {
         loop {
             let mut record = BaseRecord::to(&self.topic).payload(value);
             if let Some(k) = key {
                 record = record.key(k);
+            }
+            if let Some(p) = partition {
+                record = record.partition(p);
             }
             match self.producer.send(record) {
                 Ok(()) => return Ok(()),
@@ -421,8 +498,8 @@ impl<T> Writer<T> {
     }
 
     fn send_epoch(&self, epoch: &Epoch) -> Result<(), SinkError> {
-        for (k, v) in epoch.records() {
-            self.send(k, v)?;
+        for record in epoch.records() {
+            self.send(record)?;
         }
         self.producer.poll(Duration::ZERO);
         Ok(())
@@ -642,14 +719,19 @@ impl<T: Data> Sink<T> for Writer<T> {
                     message: "more than 4 GiB of records between two checkpoints".into(),
                 });
             }
+            let partition = match &self.partition {
+                // Below the count, an i32: the count came from the broker as a usize of i32s.
+                Some((f, count)) => (f(record) % count) as i32,
+                None => ANY_PARTITION,
+            };
             self.current
                 .ends
-                .push((key_end, self.current.bytes.len() as u32));
+                .push((key_end, self.current.bytes.len() as u32, partition));
         }
         batch.clear();
         if send_now {
-            for (key, value) in self.current.records_from(from) {
-                self.send(key, value)?;
+            for record in self.current.records_from(from) {
+                self.send(record)?;
             }
             self.producer.poll(Duration::ZERO);
         }
@@ -749,9 +831,9 @@ mod tests {
     fn epochs_round_trip_with_and_without_keys() {
         let mut a = Epoch::default();
         a.bytes.extend_from_slice(b"k1v1");
-        a.ends.push((2, 4));
+        a.ends.push((2, 4, ANY_PARTITION));
         a.bytes.extend_from_slice(b"v2");
-        a.ends.push((NO_KEY, 6));
+        a.ends.push((NO_KEY, 6, 3));
         let b = Epoch::default();
         let bytes = Epoch::encode_all([(3, &a), (4, &b)].into_iter());
         let back = Epoch::decode_all(&bytes).unwrap();
@@ -759,7 +841,10 @@ mod tests {
         let records: Vec<_> = back[0].1.records().collect();
         assert_eq!(
             records,
-            vec![(Some(&b"k1"[..]), &b"v1"[..]), (None, &b"v2"[..])]
+            vec![
+                (None, Some(&b"k1"[..]), &b"v1"[..]),
+                (Some(3), None, &b"v2"[..])
+            ]
         );
         assert!(Epoch::decode_all(&bytes[..bytes.len() - 1]).is_err());
     }
