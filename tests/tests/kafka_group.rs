@@ -232,11 +232,32 @@ fn two_members_one_sigkilled() {
         (committed(&brokers, &output) as u64) < IDS,
         "killed mid-stream"
     );
+    let before = partition_offsets(&brokers, &output).expect("offsets");
     b.child.kill().expect("SIGKILL b");
+    let kill = Instant::now();
     let killed_at = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_millis() as u64)
         .unwrap_or(0);
+    // How long b's transactions stay open: until every partition's stable offset passes
+    // where its log ended at the kill (a's later transactions start after that). Printed,
+    // not asserted: it is the session timeout plus the broker's rebalance.
+    let settled = || {
+        let now = partition_offsets(&brokers, &output).expect("offsets");
+        before.iter().all(|b| {
+            now.iter()
+                .any(|n| n.partition == b.partition && n.last_stable >= b.high_watermark)
+        })
+    };
+    while !settled() && kill.elapsed() < Duration::from_secs(30) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    println!(
+        "the killed member's transactions ended (stable offset past the kill's end on every \
+         partition) {} ms after the kill{}",
+        kill.elapsed().as_millis(),
+        if settled() { "" } else { ": not within 30 s" }
+    );
     poll_until("a runs every partition", || {
         a.owned().len() == PARTITIONS as usize
     });

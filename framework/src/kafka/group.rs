@@ -626,9 +626,15 @@ impl ConsumerContext for Membership {
             self.shared.rejoin.store(true, Ordering::Release);
             return;
         }
-        for e in tpl.elements() {
-            self.start_task(e.partition());
-        }
+        // Side by side: each start restores the partition's checkpoint and fences the
+        // previous owner's transactional ids (aborting what a dead member left open), and a
+        // dead member's partitions should all be fenced as soon as they are assigned.
+        let partitions: Vec<i32> = tpl.elements().iter().map(|e| e.partition()).collect();
+        std::thread::scope(|s| {
+            for p in partitions {
+                s.spawn(move || self.start_task(p));
+            }
+        });
     }
 }
 
