@@ -179,7 +179,8 @@ impl SplitMark {
     }
 }
 
-/// Where a generator stands: its watermark, or every split is idle, or it has no split open.
+/// Where a generator stands: its watermark, or every split is idle, or it has no split open
+/// (idle at once).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Standing {
     At(EventTime),
@@ -334,7 +335,9 @@ impl<T> WatermarkGenerator<T> {
                 (Some(Watermark::At(owed)), self.until_next_idle(now))
             }
             Standing::At(_) => (None, self.until_next_idle(now)),
-            Standing::AllIdle if !self.idle => {
+            // A subtask with no split to read is idle at once (as Flink's source readers
+            // without splits are), whatever the timeout: nothing will come from it.
+            Standing::AllIdle | Standing::NoSplit if !self.idle => {
                 self.idle = true;
                 (Some(Watermark::Idle), None)
             }
@@ -615,6 +618,11 @@ mod tests {
         s.end(0);
         let empty = from_splits(&mut s, &[]);
         assert_eq!(g.on_source_batch(&empty, Some(&s), t0), None);
-        assert_eq!(g.on_idle(t0), (None, None), "no split left");
+        assert_eq!(
+            g.on_idle(t0),
+            (Some(Watermark::Idle), None),
+            "no split left: idle at once"
+        );
+        assert_eq!(g.on_idle(t0), (None, None), "said once");
     }
 }

@@ -24,14 +24,17 @@
 //!   `--checkpoint-ms` it sends the consumed positions with the consumer's group metadata to
 //!   the transaction, commits it, and begins the next; the last is committed at the end.
 //!
-//! Both sides encode with the same function, send without key or partition (librdkafka's
-//! partitioner spreads the records) and, on a full queue, poll the producer for 10 ms as
-//! Weir's sink does. `--set KEY=VALUE` passes a librdkafka setting to every client (both
+//! Both sides encode with the same function, send without key, each record to its input's
+//! partition (Weir's sink with `KafkaSink::partition_by`: one writer per partition, as
+//! the test broker needs, see `check_output`) and, on a full queue, poll the producer for
+//! 10 ms as Weir's sink does. `--set KEY=VALUE` passes a librdkafka setting to every client (both
 //! sides: Weir's `KafkaConfig::set` and the loops' `ClientConfig`).
 //!
 //! Checks, after each measurement and outside its time: the output's high watermarks summed
 //! (for transactional outputs this counts the commit markers too: `high_watermark_sum - N`
-//! is about the markers written), and a read_committed reader over the whole output that
+//! is about the markers written), the high watermarks and last stable offsets that the
+//! partitions' Fetch replies state, summed (`fetch_stable_offset_sum` is below
+//! `fetch_high_watermark_sum` while a transaction is open), and a read_committed reader over the whole output that
 //! counts the records and the distinct ids among 1..=N: `ok` is `count == N && distinct ==
 //! N` (every id once, nothing else). The test broker (tansu) hands read_committed readers
 //! records of aborted transactions too, so an aborted duplicate would show as `count > N`.
@@ -304,8 +307,10 @@ fn watermark_sum(consumer: &BaseConsumer, s: &Setup, topic: &str) -> Res<(i64, V
     Ok((sum, marks))
 }
 
-/// The output's check: high watermarks, and a read_committed read of every partition to
-/// its end counting records and distinct ids in 1..=N.
+/// The output's check: high watermarks and stable offsets, and a read_committed read of
+/// every partition to its high watermark counting records and distinct ids in 1..=N. A
+/// stable offset stuck behind the high watermark (a transaction left open) shows as
+/// `fetch_stable_offset_sum` below `fetch_high_watermark_sum`.
 fn check_output(s: &Setup, topic: &str, first: u64) -> Res<Value> {
     let consumer: BaseConsumer = s
         .client()
@@ -315,6 +320,11 @@ fn check_output(s: &Setup, topic: &str, first: u64) -> Res<Value> {
         .set("enable.partition.eof", "true")
         .create()?;
     let (hw_sum, marks) = watermark_sum(&consumer, s, topic)?;
+    // The stable offsets as the partitions' Fetch replies state them (the test broker's
+    // ListOffsets is not to be trusted for either end).
+    let fetched = weir::testing::kafka::partition_offsets(&s.brokers, topic)?;
+    let stable_sum: i64 = fetched.iter().map(|p| p.last_stable).sum();
+    let fetched_hw_sum: i64 = fetched.iter().map(|p| p.high_watermark).sum();
     let mut tpl = TopicPartitionList::new();
     let mut open = 0;
     for (p, &(low, high)) in marks.iter().enumerate() {
@@ -372,6 +382,8 @@ fn check_output(s: &Setup, topic: &str, first: u64) -> Res<Value> {
     Ok(json!({
         "high_watermark_sum": hw_sum,
         "high_watermark_sum_minus_records": hw_sum - n as i64,
+        "fetch_high_watermark_sum": fetched_hw_sum,
+        "fetch_stable_offset_sum": stable_sum,
         "read_committed_count": count,
         "distinct_ids": distinct,
         "ids_out_of_range": foreign,
@@ -405,10 +417,16 @@ fn run_weir(s: &Setup, input: &str, output: &str, exactly_once: bool) -> Res<Mea
     .bounded()
     .start_from(StartFrom::Earliest);
     let record_bytes = s.record_bytes;
+    let partitions = s.partitions as u64;
     let mut sink = KafkaSink::new(kafka, output, move |id: &u64, out: &mut Vec<u8>| {
         encode(*id, record_bytes, out);
         Ok(())
-    });
+    })
+    // Each output record to its input's partition (id - 1 was read from partition
+    // (id - 1) % P): one writer per partition. The test broker defers the commit of a
+    // transaction overlapping another producer's open one and can leave it unfinished for
+    // good, its stable offset stuck (the book's "The test broker").
+    .partition_by(move |id| id.wrapping_sub(1) % partitions);
     if exactly_once {
         sink = sink.exactly_once(format!("{output}-txn"));
     }
@@ -489,7 +507,7 @@ fn run_loop(s: &Setup, input: &str, output: &str, transactional: bool) -> Res<Me
                 let id = decode(m.payload().unwrap_or_default())?;
                 buf.clear();
                 encode(id + 1, s.record_bytes, &mut buf);
-                send(&producer, output, None, &buf)?;
+                send(&producer, output, Some(m.partition()), &buf)?;
                 next[m.partition() as usize] = m.offset() + 1;
                 consumed += 1;
                 if consumed % 1024 == 0 {
