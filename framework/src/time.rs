@@ -222,7 +222,7 @@ impl<T> WatermarkGenerator<T> {
     pub(crate) fn on_source_batch(
         &mut self,
         batch: &[T],
-        splits: Option<&crate::source::Splits>,
+        splits: Option<&Splits>,
         now: Instant,
     ) -> Option<Watermark> {
         match splits {
@@ -251,7 +251,7 @@ impl<T> WatermarkGenerator<T> {
     }
 
     /// Follows the source's open splits and credits each run of the batch to its split.
-    fn see_splits(&mut self, batch: &[T], named: &crate::source::Splits, now: Instant) {
+    fn see_splits(&mut self, batch: &[T], named: &Splits, now: Instant) {
         let splits = self.splits.get_or_insert_with(Vec::new);
         let open = named.open();
         splits.retain(|(id, _)| open.binary_search(id).is_ok());
@@ -343,6 +343,78 @@ impl<T> WatermarkGenerator<T> {
             }
             Standing::AllIdle | Standing::NoSplit => (None, None),
         }
+    }
+}
+
+/// Where a source subtask's records come from, split by split (a Kafka partition, a file),
+/// for watermarks generated per split: with a [`WatermarkStrategy`],
+/// the subtask's watermark is then the minimum over its open splits that are not idle (Flink's
+/// per-split watermarks), so a split that lags behind the others does not see its records
+/// dropped as late, and a silent split holds the watermark back only until its idleness
+/// timeout.
+///
+/// A source keeps one and hands it out in [`Source::splits`](crate::source::Source::splits): it names its splits when it
+/// opens, starts each batch with [`start_batch`](Self::start_batch), says where each record
+/// it appends came from with [`record_from`](Self::record_from), and [`end`](Self::end)s a
+/// split it has read to its end.
+///
+/// ```
+/// use weir::source::Splits;
+///
+/// let mut splits = Splits::new([0, 2]);
+/// splits.start_batch();
+/// for p in [0, 0, 2, 0] {
+///     splits.record_from(p);
+/// }
+/// assert_eq!(splits.runs(), &[(0, 2), (2, 1), (0, 1)]);
+/// splits.end(2);
+/// assert_eq!(splits.open(), &[0]);
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Splits {
+    open: Vec<u64>,
+    runs: Vec<(u64, usize)>,
+}
+
+impl Splits {
+    /// The splits a subtask reads: each holds its watermark back until it has records or is
+    /// idle.
+    pub fn new(splits: impl IntoIterator<Item = u64>) -> Self {
+        let mut open: Vec<u64> = splits.into_iter().collect();
+        open.sort_unstable();
+        open.dedup();
+        Splits {
+            open,
+            runs: Vec::new(),
+        }
+    }
+
+    /// A new batch begins: forgets where the last one's records came from.
+    pub fn start_batch(&mut self) {
+        self.runs.clear();
+    }
+
+    /// The next record appended to the batch came from `split`.
+    pub fn record_from(&mut self, split: u64) {
+        match self.runs.last_mut() {
+            Some((s, n)) if *s == split => *n += 1,
+            _ => self.runs.push((split, 1)),
+        }
+    }
+
+    /// `split` has ended: it no longer holds the watermark back.
+    pub fn end(&mut self, split: u64) {
+        self.open.retain(|s| *s != split);
+    }
+
+    /// The open splits, in increasing order.
+    pub fn open(&self) -> &[u64] {
+        &self.open
+    }
+
+    /// The batch's records, in order, as runs of `(split, count)`.
+    pub fn runs(&self) -> &[(u64, usize)] {
+        &self.runs
     }
 }
 
@@ -544,7 +616,7 @@ mod tests {
     }
 
     /// A batch whose records came from the given splits, in runs.
-    fn from_splits(splits: &mut crate::source::Splits, of: &[(u64, i64)]) -> Vec<i64> {
+    fn from_splits(splits: &mut Splits, of: &[(u64, i64)]) -> Vec<i64> {
         splits.start_batch();
         of.iter()
             .map(|&(split, ts)| {
@@ -559,7 +631,7 @@ mod tests {
         let t0 = Instant::now();
         let ms = |n| t0 + Duration::from_millis(n);
         let mut g = generator(0, 0);
-        let mut s = crate::source::Splits::new([0, 1]);
+        let mut s = Splits::new([0, 1]);
         let b = from_splits(&mut s, &[(0, 10), (0, 20)]);
         assert_eq!(
             g.on_source_batch(&b, Some(&s), t0),
@@ -603,7 +675,7 @@ mod tests {
     fn an_ended_split_no_longer_holds_the_watermark() {
         let t0 = Instant::now();
         let mut g = generator(0, 0);
-        let mut s = crate::source::Splits::new([0, 1]);
+        let mut s = Splits::new([0, 1]);
         let b = from_splits(&mut s, &[(0, 50)]);
         assert_eq!(g.on_source_batch(&b, Some(&s), t0), None);
         s.end(1);

@@ -20,6 +20,8 @@ pub mod generator;
 pub mod jsonl;
 mod waker;
 
+/// Kept with the watermarks it feeds (`time`), named here with the trait that hands it out.
+pub use crate::time::Splits;
 pub use channel::{channel, ChannelSource, Pusher};
 pub use waker::SourceWaker;
 
@@ -146,78 +148,6 @@ pub trait Source<T>: Send + 'static {
     /// the subtask is one split.
     fn splits(&self) -> Option<&Splits> {
         None
-    }
-}
-
-/// Where a source subtask's records come from, split by split (a Kafka partition, a file),
-/// for watermarks generated per split: with a [`WatermarkStrategy`](crate::time::WatermarkStrategy),
-/// the subtask's watermark is then the minimum over its open splits that are not idle (Flink's
-/// per-split watermarks), so a split that lags behind the others does not see its records
-/// dropped as late, and a silent split holds the watermark back only until its idleness
-/// timeout.
-///
-/// A source keeps one and hands it out in [`Source::splits`]: it names its splits when it
-/// opens, starts each batch with [`start_batch`](Self::start_batch), says where each record
-/// it appends came from with [`record_from`](Self::record_from), and [`end`](Self::end)s a
-/// split it has read to its end.
-///
-/// ```
-/// use weir::source::Splits;
-///
-/// let mut splits = Splits::new([0, 2]);
-/// splits.start_batch();
-/// for p in [0, 0, 2, 0] {
-///     splits.record_from(p);
-/// }
-/// assert_eq!(splits.runs(), &[(0, 2), (2, 1), (0, 1)]);
-/// splits.end(2);
-/// assert_eq!(splits.open(), &[0]);
-/// ```
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Splits {
-    open: Vec<u64>,
-    runs: Vec<(u64, usize)>,
-}
-
-impl Splits {
-    /// The splits a subtask reads: each holds its watermark back until it has records or is
-    /// idle.
-    pub fn new(splits: impl IntoIterator<Item = u64>) -> Self {
-        let mut open: Vec<u64> = splits.into_iter().collect();
-        open.sort_unstable();
-        open.dedup();
-        Splits {
-            open,
-            runs: Vec::new(),
-        }
-    }
-
-    /// A new batch begins: forgets where the last one's records came from.
-    pub fn start_batch(&mut self) {
-        self.runs.clear();
-    }
-
-    /// The next record appended to the batch came from `split`.
-    pub fn record_from(&mut self, split: u64) {
-        match self.runs.last_mut() {
-            Some((s, n)) if *s == split => *n += 1,
-            _ => self.runs.push((split, 1)),
-        }
-    }
-
-    /// `split` has ended: it no longer holds the watermark back.
-    pub fn end(&mut self, split: u64) {
-        self.open.retain(|s| *s != split);
-    }
-
-    /// The open splits, in increasing order.
-    pub fn open(&self) -> &[u64] {
-        &self.open
-    }
-
-    /// The batch's records, in order, as runs of `(split, count)`.
-    pub fn runs(&self) -> &[(u64, usize)] {
-        &self.runs
     }
 }
 
