@@ -624,7 +624,7 @@ impl FaultWatch {
 /// every instance of [`FaultyParseAndLevel`] and the probe.
 #[derive(Debug)]
 pub struct FlatMapFaults {
-    faults: RecordFaults<String>,
+    faults: RecordFaults<weir::Text>,
     probe: Arc<RecoveryProbe>,
 }
 
@@ -633,6 +633,7 @@ impl FlatMapFaults {
     /// fault per line), released with `plan` (the job's `EnvConfig::faults`).
     pub fn new(kind: Kind, lines: Vec<String>, probe: Arc<RecoveryProbe>, plan: FaultPlan) -> Self {
         let timed = probe.clone();
+        let lines = lines.into_iter().map(weir::Text::from).collect();
         let faults = RecordFaults::new(uid::FLAT_MAP, kind.fault_kind(), lines)
             .in_order()
             .released_by(&plan)

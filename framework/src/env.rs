@@ -353,7 +353,7 @@ impl Env {
         let raw: DataStream<Result<Line, BadLine>> =
             self.add_configured_source("read_lines", move |cx, cfg| {
                 LineReader::new(&path, cx)
-                    .map(|r| LocatedLines(r.with_max_line_bytes(cfg.max_line_bytes)))
+                    .map(|r| LocatedLines::new(r.with_max_line_bytes(cfg.max_line_bytes)))
             });
         raw.split_named("malformed", true)
     }

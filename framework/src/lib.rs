@@ -132,6 +132,7 @@ pub use rescale::{ParallelismChange, RescaleError, RescaleReport, RescaleStats};
 pub use restart::RestartStrategy;
 pub use sink::CollectSink;
 pub use source::jsonl::{BadLine, BadLineKind, Line, MalformedPolicy};
+pub use source::text::Text;
 pub use state::{
     KeyedState, ListState, MapState, Reduce, ReducingState, StateTtl, TtlUpdate, ValueState,
 };

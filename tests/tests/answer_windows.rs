@@ -133,7 +133,7 @@ fn build(env: &Env, lines: &Arc<Vec<String>>, p: usize, hold: &Hold, out: &Path,
                 path: path.clone(),
                 line: index as u64 + 1,
                 byte_offset: 0,
-                text: lines[index].clone(),
+                text: lines[index].clone().into(),
             }
         })
         .uid(uid::SOURCE)

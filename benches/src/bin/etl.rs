@@ -13,7 +13,7 @@
 //!
 //! The graph has the operators and uids of `build_answer_cleaning` (`source`, `levels`,
 //! `connect`, `flat_map`, `split`, `filter`, `map`, `sink`, `malformed`) and calls the same
-//! functions (`Attach`, `clean_line`, `Cleaned::is_kept`, `format_cleaned`), but every record
+//! functions (`Attach`, `clean_str`, `Cleaned::is_kept`, `format_cleaned`'s line), but every record
 //! also carries the monotonic time its source batch was read (one clock read per batch), and
 //! the sink is a file sink that also records `now - stamp` per record (one clock read per
 //! batch) in a per-subtask histogram of 10 µs buckets, merged at the end. Latency is thus
@@ -31,6 +31,7 @@
 
 use std::fs::File;
 use std::io::{BufWriter, Write};
+use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -38,13 +39,14 @@ use std::time::{Duration, Instant};
 use clap::Parser;
 use serde::{Deserialize, Serialize};
 use weir::sink::{Sink, SinkContext};
-use weir::source::jsonl::LineReader;
+use weir::source::jsonl::{LineReader, TEXT_BATCH_BYTES};
+use weir::source::text::{Text, TextBatch};
 use weir::source::{Source, SourceContext, SourceStatus};
 use weir::{DataStream, Env, EnvConfig, SinkError, SourceError};
 use weir_benches::{clock_ns, peak_rss_bytes, LatencyHistogram};
 use weir_examples::answers::{
-    clean_line, format_cleaned, levels_stream, prepare_output_dir, uid, write_answers, Attach,
-    Cleaned, Levels, Tagged, DEFAULT_SEED,
+    clean_str, levels_stream, prepare_output_dir, uid, write_answers, Attach, Cleaned, Levels,
+    Tagged, DEFAULT_SEED,
 };
 
 #[derive(Parser, Debug)]
@@ -97,11 +99,17 @@ struct Args {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 struct Stamped {
     t_ns: u64,
-    line: String,
+    line: Text,
 }
 
-/// `read_lines`, stamping each batch with one clock read taken before reading it.
-struct StampedLines(LineReader);
+/// `read_lines`, stamping each batch with one clock read taken before reading it. The lines
+/// of a batch are copied into one buffer their [`Text`]s share (as `read_located_lines`
+/// does): no allocation per line.
+struct StampedLines {
+    reader: LineReader,
+    batch: TextBatch,
+    ranges: Vec<Range<usize>>,
+}
 
 impl Source<Stamped> for StampedLines {
     fn poll_batch(
@@ -110,20 +118,30 @@ impl Source<Stamped> for StampedLines {
         max: usize,
     ) -> Result<SourceStatus, SourceError> {
         let t_ns = clock_ns();
-        for _ in 0..max {
-            match self.0.next_text()? {
-                None => return Ok(SourceStatus::End),
-                Some(line) => out.push(Stamped {
-                    t_ns,
-                    line: line.to_owned(),
-                }),
+        let mut status = Ok(SourceStatus::More);
+        while self.ranges.len() < max && self.batch.len() < TEXT_BATCH_BYTES {
+            match self.reader.next_text() {
+                Ok(Some(line)) => self.ranges.push(self.batch.push(line)),
+                Ok(None) => {
+                    status = Ok(SourceStatus::End);
+                    break;
+                }
+                Err(e) => {
+                    status = Err(e);
+                    break;
+                }
             }
         }
-        Ok(SourceStatus::More)
+        let buf = self.batch.share();
+        out.extend(self.ranges.drain(..).map(|r| Stamped {
+            t_ns,
+            line: Text::new(&buf, r),
+        }));
+        status
     }
 
     fn position(&self) -> Option<Vec<u8>> {
-        serde_json::to_vec(&self.0.position()).ok()
+        serde_json::to_vec(&self.reader.position()).ok()
     }
 
     fn seek(&mut self, position: &[u8]) -> Result<(), SourceError> {
@@ -131,17 +149,19 @@ impl Source<Stamped> for StampedLines {
             serde_json::from_slice(position).map_err(|e| SourceError::BadPosition {
                 message: e.to_string(),
             })?;
-        self.0.seek(p)
+        self.reader.seek(p)
     }
 }
 
-/// Writes lines to `part-sink-<subtask>` (like `write_text`) and records their latency.
+/// Writes lines to `part-sink-<subtask>` (like `write_text`: each batch formatted into one
+/// reused buffer, written at once) and records their latency.
 struct LatencySink {
     path: PathBuf,
     out: BufWriter<File>,
+    lines: Vec<u8>,
     hist: LatencyHistogram,
     merged: Arc<Mutex<(LatencyHistogram, u64)>>,
-    lines: u64,
+    written: u64,
 }
 
 impl LatencySink {
@@ -158,9 +178,10 @@ impl LatencySink {
         Ok(LatencySink {
             path,
             out: BufWriter::with_capacity(256 * 1024, f),
+            lines: Vec::new(),
             hist: LatencyHistogram::new(),
             merged,
-            lines: 0,
+            written: 0,
         })
     }
 
@@ -172,15 +193,15 @@ impl LatencySink {
     }
 }
 
-impl Sink<(u64, String)> for LatencySink {
-    fn write_batch(&mut self, batch: &mut Vec<(u64, String)>) -> Result<(), SinkError> {
-        for (_, line) in batch.iter() {
-            let r = self
-                .out
-                .write_all(line.as_bytes())
-                .and_then(|()| self.out.write_all(b"\n"));
-            r.map_err(|e| self.io(e))?;
+impl Sink<(u64, Cleaned)> for LatencySink {
+    fn write_batch(&mut self, batch: &mut Vec<(u64, Cleaned)>) -> Result<(), SinkError> {
+        self.lines.clear();
+        for (_, c) in batch.iter() {
+            // `format_cleaned`'s line (`Cleaned`'s `Display`); a `Vec` cannot fail.
+            let _ = writeln!(self.lines, "{c}");
         }
+        let r = self.out.write_all(&self.lines);
+        r.map_err(|e| self.io(e))?;
         let now = clock_ns();
         // A batch has few distinct stamps (one per source batch): record runs at once.
         let mut run: Option<(u64, u64)> = None;
@@ -197,7 +218,7 @@ impl Sink<(u64, String)> for LatencySink {
         if let Some((rt, n)) = run {
             self.hist.record_n(now.saturating_sub(rt), n);
         }
-        self.lines += batch.len() as u64;
+        self.written += batch.len() as u64;
         batch.clear();
         Ok(())
     }
@@ -207,7 +228,7 @@ impl Sink<(u64, String)> for LatencySink {
         self.out.get_ref().sync_all().map_err(|e| self.io(e))?;
         let mut m = self.merged.lock().unwrap_or_else(|e| e.into_inner());
         m.0.merge(&self.hist);
-        m.1 += self.lines;
+        m.1 += self.written;
         Ok(())
     }
 }
@@ -223,7 +244,11 @@ fn build(env: &Env, args: &Args, out_dir: &Path, merged: Arc<Mutex<(LatencyHisto
     let path = args.input.clone();
     let lines: DataStream<Stamped> = env
         .add_source("read_lines", move |cx: SourceContext| {
-            LineReader::new(&path, cx).map(StampedLines)
+            LineReader::new(&path, cx).map(|reader| StampedLines {
+                reader,
+                batch: TextBatch::default(),
+                ranges: Vec::new(),
+            })
         })
         .uid(uid::SOURCE)
         .set_parallelism(p);
@@ -237,7 +262,7 @@ fn build(env: &Env, args: &Args, out_dir: &Path, merged: Arc<Mutex<(LatencyHisto
         .set_parallelism(p)
         .flat_map(|t: Tagged<Stamped>| {
             let stamp = t.line.t_ns;
-            std::iter::once(clean_line(t.line.line, &t.levels).map(|c| (stamp, c)))
+            std::iter::once(clean_str(&t.line.line, &t.levels).map(|c| (stamp, c)))
         })
         .uid(uid::FLAT_MAP)
         .set_parallelism(p);
@@ -262,7 +287,8 @@ fn build(env: &Env, args: &Args, out_dir: &Path, merged: Arc<Mutex<(LatencyHisto
         .filter(|(_, c): &(u64, Cleaned)| c.is_kept())
         .uid(uid::FILTER)
         .set_parallelism(p)
-        .map(|(t, c): (u64, Cleaned)| (t, format_cleaned(&c)))
+        // The sink formats `format_cleaned`'s line itself, into its batch buffer.
+        .map(|(t, c): (u64, Cleaned)| (t, c))
         .uid(uid::MAP)
         .set_parallelism(p)
         .add_sink("latency_sink", move |cx| {

@@ -126,6 +126,21 @@ pub fn clean_line(line: String, levels: &Thresholds) -> Result<Cleaned, BadRecor
     parse_and_level(&line, levels).map_err(|error| BadRecord::new(line, error))
 }
 
+/// [`clean_line`] of a borrowed line: allocates only for a [`BadRecord`].
+///
+/// ```
+/// use weir_examples::answers::{clean_str, default_levels, Thresholds};
+/// let levels = Thresholds::from_vec(default_levels());
+/// let line = r#"{"id":42,"ts_ms":7,"user":{"id":36972,"name":"u","followers":1},
+///   "question_id":1,"likes":390,"favorites":0,"comments":0,"content":"checkpoint"}"#;
+/// assert_eq!(clean_str(line, &levels).unwrap().to_string(), "42,36972,390,L2");
+/// assert_eq!(clean_str("{not json", &levels).unwrap_err().line, "{not json");
+/// ```
+#[inline]
+pub fn clean_str(line: &str, levels: &Thresholds) -> Result<Cleaned, BadRecord> {
+    parse_and_level(line, levels).map_err(|error| BadRecord::new(line.to_owned(), error))
+}
+
 /// The `flat_map` step: parses `line` and assigns its level. A line that is not an
 /// [`Answer`], or whose likes are below every threshold, becomes a [`BadRecord`] with the
 /// line's file, line number and byte offset.
@@ -141,7 +156,7 @@ pub fn clean_line(line: String, levels: &Thresholds) -> Result<Cleaned, BadRecor
 #[inline]
 pub fn clean_located(mut line: Line, levels: &Thresholds) -> Result<Cleaned, BadRecord> {
     parse_and_level(&line.text, levels).map_err(|error| {
-        let text = std::mem::take(&mut line.text);
+        let text = String::from(std::mem::take(&mut line.text));
         BadRecord::at(&line, text, error)
     })
 }

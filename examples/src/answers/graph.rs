@@ -12,7 +12,6 @@ use std::sync::Arc;
 
 use weir::{DataStream, Env, Line};
 
-use super::clean::format_cleaned;
 use super::counts::LevelCounts;
 use super::input::answer_json;
 use super::operators::{Attach, DropUnwanted, ParseAndLevel};
@@ -141,7 +140,7 @@ pub fn cleaning_streams_with(
 /// let path: Arc<str> = Arc::from("<mine>");
 /// let lines = env
 ///     .generate(1_000, move |i| Line {
-///         path: path.clone(), line: i + 1, byte_offset: 0, text: answer_json(3, i),
+///         path: path.clone(), line: i + 1, byte_offset: 0, text: answer_json(3, i).into(),
 ///     })
 ///     .uid(uid::SOURCE);
 /// let (kept, malformed) = cleaning_streams_of_lines(&env, lines, &Levels::Builtin, 1);
@@ -195,7 +194,7 @@ fn cleaning_graph(
                 path: path.clone(),
                 line: i + 1,
                 byte_offset: 0,
-                text: answer_json(seed, i),
+                text: answer_json(seed, i).into(),
             });
             (lines.uid(uid::SOURCE).set_parallelism(p), None)
         }
@@ -278,10 +277,12 @@ pub fn build_answer_cleaning(
         .write_jsonl(out_dir)
         .uid(uid::MALFORMED)
         .set_parallelism(p);
+    // The sink writes each record's `Display` form (`format_cleaned`'s line) straight into
+    // its batch buffer: no `String` per record.
     cleaned
         .map(move |c: Cleaned| {
             counter.add(c.level);
-            format_cleaned(&c)
+            c
         })
         .uid(uid::MAP)
         .set_parallelism(p)

@@ -73,7 +73,7 @@ mod summary;
 pub mod uid;
 mod windowed;
 
-pub use clean::{clean, clean_line, clean_located, content_flag, format_cleaned};
+pub use clean::{clean, clean_line, clean_located, clean_str, content_flag, format_cleaned};
 pub use counts::{LevelCounter, LevelCounts};
 pub use graph::{
     build_answer_cleaning, cleaning_streams, cleaning_streams_of_lines, cleaning_streams_with,

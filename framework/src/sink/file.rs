@@ -169,6 +169,8 @@ where
 pub(crate) struct LineFileSink<L> {
     file: PartFile,
     format: L,
+    /// The lines of the batch being written (reused).
+    lines: Vec<u8>,
 }
 
 impl<L> LineFileSink<L> {
@@ -176,18 +178,38 @@ impl<L> LineFileSink<L> {
         Ok(LineFileSink {
             file: PartFile::create(dir, cx)?,
             format,
+            lines: Vec::new(),
         })
     }
 }
 
+/// The capacity the batch buffer of a line sink shrinks back to after a larger batch.
+const KEPT_LINES_BYTES: usize = 1024 * 1024;
+
+/// Formats every record of `batch` as a line into `lines` (cleared first), leaving `batch`
+/// empty: a sink then writes the whole batch at once. Of a record that cannot be formatted,
+/// the batch is not written at all (the job fails).
+fn format_batch<T, L: LineFormat<T>>(
+    format: &mut L,
+    batch: &mut Vec<T>,
+    lines: &mut Vec<u8>,
+) -> Result<(), LineError> {
+    if lines.capacity() > KEPT_LINES_BYTES {
+        *lines = Vec::new();
+    }
+    lines.clear();
+    for r in batch.iter() {
+        format.write_line(r, lines)?;
+    }
+    batch.clear();
+    Ok(())
+}
+
 impl<T: Send + 'static, L: LineFormat<T>> Sink<T> for LineFileSink<L> {
     fn write_batch(&mut self, batch: &mut Vec<T>) -> Result<(), SinkError> {
-        for r in batch.drain(..) {
-            if let Err(e) = self.format.write_line(&r, &mut self.file.out) {
-                return Err(line_error(&self.file.path, e));
-            }
-        }
-        Ok(())
+        format_batch(&mut self.format, batch, &mut self.lines)
+            .and_then(|()| self.file.out.write_all(&self.lines).map_err(LineError::Io))
+            .map_err(|e| line_error(&self.file.path, e))
     }
     fn finish(&mut self) -> Result<(), SinkError> {
         self.file.close()
@@ -235,6 +257,8 @@ pub(crate) struct StagedLineSink<L> {
     seq: u64,
     /// Pending file per checkpoint, not committed yet.
     pending: std::collections::BTreeMap<u64, String>,
+    /// The lines of the batch being written (reused).
+    lines: Vec<u8>,
 }
 
 impl<L> StagedLineSink<L> {
@@ -250,6 +274,7 @@ impl<L> StagedLineSink<L> {
             current: None,
             seq: 0,
             pending: Default::default(),
+            lines: Vec::new(),
         })
     }
 
@@ -358,12 +383,9 @@ impl<T: Send + 'static, L: LineFormat<T>> Sink<T> for StagedLineSink<L> {
         let Some((name, w)) = self.current.as_mut() else {
             return Ok(());
         };
-        for r in batch.drain(..) {
-            if let Err(e) = self.format.write_line(&r, w) {
-                return Err(line_error(&self.dir.join(name.as_str()), e));
-            }
-        }
-        Ok(())
+        format_batch(&mut self.format, batch, &mut self.lines)
+            .and_then(|()| w.write_all(&self.lines).map_err(LineError::Io))
+            .map_err(|e| line_error(&self.dir.join(name.as_str()), e))
     }
 
     fn pre_commit(&mut self, checkpoint: u64) -> Result<Option<Vec<u8>>, SinkError> {

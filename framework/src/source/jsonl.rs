@@ -38,6 +38,7 @@ use std::sync::Arc;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
+use super::text::{Text, TextBatch};
 use super::{Source, SourceContext, SourceStatus};
 use crate::error::SourceError;
 
@@ -93,17 +94,21 @@ pub struct BadLine {
 }
 
 /// A text line with where it was read: what `Env::read_located_lines_skipping` emits.
+///
+/// The lines a source reads in one batch share one buffer ([`Text`]): reading, cloning and
+/// dropping a `Line` allocates nothing per line.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Line {
-    /// The file (shared by the lines of a file: cloning a `Line` allocates only its text).
+    /// The file (shared by the lines of a file).
     #[serde(serialize_with = "ser_arc_str", deserialize_with = "de_arc_str")]
     pub path: Arc<str>,
     /// 1-based line number.
     pub line: u64,
     /// Offset in the file of the line's first byte.
     pub byte_offset: u64,
-    /// The line, without its line ending.
-    pub text: String,
+    /// The line, without its line ending (a slice of its batch's buffer; `String::from` or
+    /// `to_string()` makes it a `String` of its own).
+    pub text: Text,
 }
 
 fn ser_arc_str<S: Serializer>(s: &Arc<str>, ser: S) -> Result<S::Ok, S::Error> {
@@ -426,19 +431,12 @@ impl LineReader {
         self.unterminated
     }
 
-    /// The current line with its coordinates, if it is text.
-    fn located(&self) -> Result<Line, (BadLineKind, String)> {
-        let text = self.text()?.to_owned();
-        Ok(Line {
-            path: self
-                .current
-                .as_ref()
-                .map(|c| c.shown.clone())
-                .unwrap_or_else(|| Arc::from("")),
-            line: self.line_no,
-            byte_offset: self.start,
-            text,
-        })
+    /// The current file's path as shared text.
+    fn shown_path(&self) -> Arc<str> {
+        self.current
+            .as_ref()
+            .map(|c| c.shown.clone())
+            .unwrap_or_else(|| Arc::from(""))
     }
 
     /// The current line as a [`BadLine`] of `kind`.
@@ -586,7 +584,38 @@ impl Source<Result<String, BadLine>> for SkippingLines {
 
 /// Text lines with their coordinates (the `Skip` policy). The source of
 /// `Env::read_located_lines_skipping`.
-pub struct LocatedLines(pub LineReader);
+///
+/// The lines of a batch are copied into one buffer that their [`Text`]s share (see
+/// [`text`](super::text)); a batch ends early once that buffer holds
+/// [`TEXT_BATCH_BYTES`], so a batch of long lines stays bounded.
+pub struct LocatedLines {
+    reader: LineReader,
+    batch: TextBatch,
+    /// The batch being read, before its buffer is shared.
+    pending: Vec<Result<PendingLine, BadLine>>,
+}
+
+/// The bytes of text after which a line source ends its batch (unless it holds one line).
+pub const TEXT_BATCH_BYTES: usize = 1024 * 1024;
+
+/// A line of the batch being read: its coordinates and its range in the batch's buffer.
+struct PendingLine {
+    path: Arc<str>,
+    line: u64,
+    byte_offset: u64,
+    range: std::ops::Range<usize>,
+}
+
+impl LocatedLines {
+    /// The lines `reader` reads.
+    pub fn new(reader: LineReader) -> Self {
+        LocatedLines {
+            reader,
+            batch: TextBatch::default(),
+            pending: Vec::new(),
+        }
+    }
+}
 
 impl Source<Result<Line, BadLine>> for LocatedLines {
     fn poll_batch(
@@ -594,25 +623,53 @@ impl Source<Result<Line, BadLine>> for LocatedLines {
         out: &mut Vec<Result<Line, BadLine>>,
         max: usize,
     ) -> Result<SourceStatus, SourceError> {
-        for _ in 0..max {
-            if !self.0.advance()? {
-                return Ok(SourceStatus::End);
+        let mut status = SourceStatus::More;
+        let mut error = None;
+        let r = &mut self.reader;
+        while self.pending.len() < max && self.batch.len() < TEXT_BATCH_BYTES {
+            match r.advance() {
+                Ok(true) => {}
+                Ok(false) => {
+                    status = SourceStatus::End;
+                    break;
+                }
+                // The lines read before stay in `out`, as when they were pushed one by one.
+                Err(e) => {
+                    error = Some(e);
+                    break;
+                }
             }
-            out.push(
-                self.0
-                    .located()
-                    .map_err(|(kind, e)| self.0.bad_line(kind, e)),
-            );
+            self.pending.push(match r.text() {
+                Ok(s) => Ok(PendingLine {
+                    path: r.shown_path(),
+                    line: r.line_no,
+                    byte_offset: r.start,
+                    range: self.batch.push(s),
+                }),
+                Err((kind, e)) => Err(r.bad_line(kind, e)),
+            });
         }
-        Ok(SourceStatus::More)
+        let buf = self.batch.share();
+        out.extend(self.pending.drain(..).map(|p| {
+            p.map(|p| Line {
+                path: p.path,
+                line: p.line,
+                byte_offset: p.byte_offset,
+                text: Text::new(&buf, p.range),
+            })
+        }));
+        match error {
+            Some(e) => Err(e),
+            None => Ok(status),
+        }
     }
 
     fn position(&self) -> Option<Vec<u8>> {
-        self.0.encoded_position()
+        self.reader.encoded_position()
     }
 
     fn seek(&mut self, position: &[u8]) -> Result<(), SourceError> {
-        self.0.seek_encoded(position)
+        self.reader.seek_encoded(position)
     }
 }
 

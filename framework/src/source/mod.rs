@@ -18,6 +18,7 @@ pub mod channel;
 pub mod collection;
 pub mod generator;
 pub mod jsonl;
+pub mod text;
 mod waker;
 
 /// Kept with the watermarks it feeds (`time`), named here with the trait that hands it out.
