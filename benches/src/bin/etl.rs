@@ -20,13 +20,15 @@
 //! source read → sink write, including queueing in channels, and is at most one batch-read
 //! time pessimistic.
 //!
-//! Where latency comes from: at parallelism 1 the `source` subtask (about 150 ns per line)
-//! is about 3x faster than its `connect` chain (parse, level, format, write: about 550 ns), so
-//! it runs ahead until the channel between them is full; from then on every record waits
-//! behind a full channel, and p50 latency is about `(channel_capacity + 2) * batch_size /
-//! throughput` (about 6 ms with the defaults 8 x 1024 at 1.7 M records/s). `--channel-capacity`
-//! and `--batch-size` show the effect. (As in `build_answer_cleaning`, `levels` is made before
-//! `source`: subtasks are dealt to arbiter threads round robin in graph order, so with two
+//! Where latency comes from: at parallelism 1 the `source` subtask (reading lines into a
+//! shared batch buffer: about a third of the job's CPU time in a `perf` profile) is about
+//! twice as fast as its `connect` chain (parse, level, format, write: about two thirds, most
+//! of it serde_json), so it runs ahead until the channel between them is full; from then on
+//! every record waits behind a full channel, and p50 latency is about
+//! `(channel_capacity + 2) * batch_size / throughput` (about 4 ms with the defaults 2 x 1024
+//! at 1 M records/s). `--channel-capacity` and `--batch-size` show the effect. (As in
+//! `build_answer_cleaning`, `levels` is made before `source`: subtasks are dealt to arbiter
+//! threads round robin in graph order, so with two
 //! arbiters `source` and `connect` run on different threads. `--arbiters` changes that.)
 
 use std::fs::File;
