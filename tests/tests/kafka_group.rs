@@ -13,7 +13,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use weir::testing::kafka::{
-    brokers, create_topic, ids, partition_offsets, produce_ids, read_committed, unique_topic,
+    assert_no_transaction_left_open, brokers, create_topic, ids, partition_offsets, produce_ids,
+    read_committed, unique_topic,
 };
 use weir::testing::ExactlyOnce;
 
@@ -127,28 +128,7 @@ fn assert_exactly_once(brokers: &str, output: &str) {
     ExactlyOnce::new(0..IDS)
         .check(ids(&records))
         .assert_exactly_once();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let open: Vec<_> = partition_offsets(brokers, output)
-            .expect("offsets")
-            .into_iter()
-            .filter(|p| p.last_stable < p.high_watermark)
-            .collect();
-        if open.is_empty() {
-            break;
-        }
-        if Instant::now() > deadline {
-            // Reported, not asserted, on the test broker: it at times leaves a killed
-            // producer's transaction open on a partition its successor's
-            // `init_transactions` should have aborted (see kafka.rs).
-            if weir::testing::kafka::broker_is_tansu() {
-                eprintln!("the test broker left a transaction open: {open:?}");
-                break;
-            }
-            panic!("transactions still open 10 s after the input was done: {open:?}");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    assert_no_transaction_left_open(brokers, output, Duration::from_secs(10));
 }
 
 /// For each partition that moved: the gap from its stop in one member to its start in the
