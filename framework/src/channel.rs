@@ -10,9 +10,25 @@
 //! The rule every channel keeps: events are received in the order they were sent, and an event
 //! is never dropped or duplicated; a full channel refuses and hands the event back.
 //! This module does not decide where records go (see `partition`).
+//!
+//! **Adaptive credit** ([`Credit`]; Flink's buffer debloating is the model). A channel's window
+//! (the events it takes before it refuses) is sized to a queueing-delay target rather than
+//! fixed: the receiver times how long it takes to get through one batch while more wait
+//! behind it (its service time, a moving average), and the window becomes `target / service
+//! time`, kept between a floor and a ceiling. A throughput-bound pipeline whose consumer gets
+//! through a batch in microseconds gets a deep window, and its threads hand off rarely; a slow
+//! consumer gets the floor, and what waits in front of a record stays under the target. The
+//! ceiling bounds the memory a channel holds whatever the rate.
+//!
+//! **Hand-offs.** A sender refused for credit is woken when the receiver has taken the queue
+//! down to half its window (not at every taken batch), so a woken sender finds room for many
+//! batches. A receiver about to park (it found nothing to take, or its own output has no
+//! credit) calls [`Receiver::release`], which wakes a waiting sender if there is any room:
+//! no sender stays parked on room that is there while its receiver is parked too.
 
 use std::collections::VecDeque;
 use std::task::Context;
+use std::time::{Duration, Instant};
 
 use crate::sync::AtomicWaker;
 
@@ -69,8 +85,106 @@ pub(crate) enum Event<T> {
 #[derive(Debug)]
 pub(crate) struct Full<T>(pub(crate) Event<T>);
 
+/// How a channel sizes its window, in events: fixed, or adapted to a queueing-delay target
+/// (see the module doc).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Credit {
+    /// The window, or its floor when adaptive (at least 1).
+    pub(crate) min: usize,
+    /// The window's ceiling when adaptive (at least `min`).
+    pub(crate) max: usize,
+    /// The queueing delay the window is sized for; `None`: fixed at `min`.
+    pub(crate) target: Option<Duration>,
+}
+
+impl Credit {
+    /// A fixed window of `n` events.
+    pub(crate) fn fixed(n: usize) -> Self {
+        let n = n.max(1);
+        Credit {
+            min: n,
+            max: n,
+            target: None,
+        }
+    }
+
+    /// The job's channel credit.
+    pub(crate) fn of(cfg: &crate::EnvConfig) -> Self {
+        match cfg.latency_target {
+            Some(target) => Credit {
+                min: cfg.channel_capacity.max(1),
+                max: cfg.max_channel_capacity.max(cfg.channel_capacity).max(1),
+                target: Some(target),
+            },
+            None => Credit::fixed(cfg.channel_capacity),
+        }
+    }
+
+    /// This credit with a floor and ceiling of at least `n` (a channel that starts with `n`
+    /// events in it).
+    fn at_least(self, n: usize) -> Self {
+        Credit {
+            min: self.min.max(n),
+            max: self.max.max(n),
+            target: self.target,
+        }
+    }
+}
+
+impl From<usize> for Credit {
+    fn from(n: usize) -> Self {
+        Credit::fixed(n)
+    }
+}
+
+/// The adaptive part of a channel's window, kept by the receiver under the queue's lock.
+struct Window {
+    /// Events the channel takes now.
+    now: usize,
+    credit: Credit,
+    /// When the receiver last took an event and left others behind it (it had work waiting):
+    /// the next take's interval is one service time.
+    busy_since: Option<Instant>,
+    /// Moving average of the service time per batch, ns (0: no measure yet).
+    service_ns: u64,
+}
+
+impl Window {
+    fn new(credit: Credit) -> Self {
+        Window {
+            now: credit.min,
+            credit,
+            busy_since: None,
+            service_ns: 0,
+        }
+    }
+
+    /// The receiver took a batch and `left` events wait behind it.
+    #[inline]
+    fn took_batch(&mut self, left: usize) {
+        let Some(target) = self.credit.target else {
+            return;
+        };
+        let now = Instant::now();
+        if let Some(since) = self.busy_since {
+            let dt = now.saturating_duration_since(since).as_nanos() as u64;
+            // An average over about eight batches: quick to follow a change of rate, steady
+            // over one slow batch.
+            self.service_ns = if self.service_ns == 0 {
+                dt
+            } else {
+                (self.service_ns * 7 + dt) / 8
+            };
+            let fits = target.as_nanos() as u64 / self.service_ns.max(1);
+            self.now = (fits as usize).clamp(self.credit.min, self.credit.max);
+        }
+        self.busy_since = (left > 0).then_some(now);
+    }
+}
+
 struct Queue<T> {
     events: VecDeque<Event<T>>,
+    window: Window,
     /// Records in the queued batches.
     records: usize,
     /// Senders of older epochs were fenced: what they send is dropped.
@@ -88,7 +202,6 @@ struct Queue<T> {
 
 struct Shared<T> {
     queue: Mutex<Queue<T>>,
-    capacity: usize,
     rx_waker: Arc<AtomicWaker>,
     tx_waker: AtomicWaker,
     closed: AtomicBool,
@@ -109,10 +222,11 @@ pub(crate) struct Receiver<T> {
     shared: Arc<Shared<T>>,
 }
 
-fn new_shared<T>(capacity: usize, rx_waker: Arc<AtomicWaker>, sent_batches: u64) -> Arc<Shared<T>> {
+fn new_shared<T>(credit: Credit, rx_waker: Arc<AtomicWaker>, sent_batches: u64) -> Arc<Shared<T>> {
     Arc::new(Shared {
         queue: Mutex::new(Queue {
-            events: VecDeque::with_capacity(capacity),
+            events: VecDeque::with_capacity(credit.min),
+            window: Window::new(credit),
             records: 0,
             epoch: 0,
             sent_batches,
@@ -120,16 +234,19 @@ fn new_shared<T>(capacity: usize, rx_waker: Arc<AtomicWaker>, sent_batches: u64)
             taken_batches: sent_batches,
             suppress_below: 0,
         }),
-        capacity: capacity.max(1),
         rx_waker,
         tx_waker: AtomicWaker::new(),
         closed: AtomicBool::new(false),
     })
 }
 
-/// A channel of `capacity` events whose arrivals wake `rx_waker`.
-pub(crate) fn channel<T>(capacity: usize, rx_waker: Arc<AtomicWaker>) -> (Sender<T>, Receiver<T>) {
-    let shared = new_shared(capacity, rx_waker, 0);
+/// A channel with window `credit` (a `usize`: fixed at that many events) whose arrivals wake
+/// `rx_waker`.
+pub(crate) fn channel<T>(
+    credit: impl Into<Credit>,
+    rx_waker: Arc<AtomicWaker>,
+) -> (Sender<T>, Receiver<T>) {
+    let shared = new_shared(credit.into(), rx_waker, 0);
     (
         Sender {
             target: Target::One {
@@ -196,15 +313,15 @@ impl<T: Clone> Queue<T> {
 }
 
 impl<T: Clone> Sender<T> {
-    /// Events waiting in the channel, and its capacity.
+    /// Events waiting in the channel, and its window now.
     pub(crate) fn usage(&self) -> (usize, usize) {
+        let of = |s: &Shared<T>| {
+            let q = lock(&s.queue);
+            (q.events.len(), q.window.now)
+        };
         match &self.target {
-            Target::One { shared, .. } => (lock(&shared.queue).events.len(), shared.capacity),
-            Target::Dual(d) => {
-                let t = lock(&d.targets);
-                let n = lock(&t.primary.queue).events.len();
-                (n, t.primary.capacity)
-            }
+            Target::One { shared, .. } => of(shared),
+            Target::Dual(d) => of(&lock(&d.targets).primary),
         }
     }
 
@@ -218,7 +335,7 @@ impl<T: Clone> Sender<T> {
                     if q.epoch != *epoch {
                         return Ok(());
                     }
-                    if q.events.len() >= shared.capacity {
+                    if q.events.len() >= q.window.now {
                         return Err(Full(event));
                     }
                     q.push(event);
@@ -300,11 +417,11 @@ impl<T: Clone> Dual<T> {
                 (Some(b), true) => Some(lock(&b.queue)),
                 _ => None,
             };
-            if p_open && qp.events.len() >= t.primary.capacity {
+            if p_open && qp.events.len() >= qp.window.now {
                 return Err(Full(event));
             }
-            if let (Some(q), Some(b)) = (&qb, &t.backup) {
-                if q.events.len() >= b.capacity {
+            if let Some(q) = &qb {
+                if q.events.len() >= q.window.now {
                     return Err(Full(event));
                 }
             }
@@ -359,11 +476,11 @@ impl<T: Clone> Dual<T> {
     /// Opens a channel for a new backup at the position of the primary's next batch: the
     /// batches still waiting in the primary's channel are in the new one too (shared, not
     /// copied), so no batch the primary has not claimed exists only in its channel.
-    pub(crate) fn attach_backup(&self, capacity: usize, rx_waker: Arc<AtomicWaker>) -> Receiver<T> {
+    pub(crate) fn attach_backup(&self, credit: Credit, rx_waker: Arc<AtomicWaker>) -> Receiver<T> {
         let mut t = lock(&self.targets);
         let shared = {
             let p = lock(&t.primary.queue);
-            let shared = new_shared(capacity.max(p.events.len()), rx_waker, p.taken_batches);
+            let shared = new_shared(credit.at_least(p.events.len()), rx_waker, p.taken_batches);
             {
                 let mut q = lock(&shared.queue);
                 for e in &p.events {
@@ -392,12 +509,13 @@ impl<T: Clone> Dual<T> {
 /// A dual channel into a backed-up subtask: the upstream's sender, the handle that switches
 /// it, and the primary's and the backup's receivers.
 pub(crate) fn dual_channel<T>(
-    capacity: usize,
+    credit: impl Into<Credit>,
     primary_waker: Arc<AtomicWaker>,
     backup_waker: Arc<AtomicWaker>,
 ) -> (Sender<T>, std::sync::Arc<Dual<T>>, Receiver<T>, Receiver<T>) {
-    let p = new_shared(capacity, primary_waker, 0);
-    let b = new_shared(capacity, backup_waker, 0);
+    let credit = credit.into();
+    let p = new_shared(credit, primary_waker, 0);
+    let b = new_shared(credit, backup_waker, 0);
     let dual = std::sync::Arc::new(Dual {
         targets: Mutex::new(DualTargets {
             primary: p.clone(),
@@ -475,35 +593,48 @@ impl<T> Receiver<T> {
     /// Like [`try_recv`](Self::try_recv), with the event's batch position (for a batch: its
     /// own; otherwise the next batch's).
     pub(crate) fn try_recv_at(&self) -> Option<(u64, Event<T>)> {
-        let taken = {
+        let (taken, wake) = {
             let mut q = lock(&self.shared.queue);
-            let event = q.events.pop_front();
-            event.map(|e| {
-                q.records -= e.records();
-                let at = q.taken_batches;
-                if matches!(e, Event::Batch(_)) {
-                    q.taken_batches += 1;
-                }
-                (at, e)
-            })
+            let e = q.events.pop_front()?;
+            q.records -= e.records();
+            let at = q.taken_batches;
+            let left = q.events.len();
+            if matches!(e, Event::Batch(_)) {
+                q.taken_batches += 1;
+                q.window.took_batch(left);
+            }
+            ((at, e), left <= q.window.now / 2)
         };
-        if taken.is_some() {
+        if wake {
             self.shared.tx_waker.wake();
         }
-        taken
+        Some(taken)
+    }
+
+    /// The receiver is about to park (it found nothing it takes now, or its own output has no
+    /// credit): wakes a sender waiting for credit if the channel has room, however little,
+    /// so that none stays parked on room that is there.
+    pub(crate) fn release(&self) {
+        let room = {
+            let q = lock(&self.shared.queue);
+            q.events.len() < q.window.now
+        };
+        if room {
+            self.shared.tx_waker.wake();
+        }
     }
 
     /// Like [`try_recv`](Self::try_recv), but a batch at the head stays there (for an
     /// operator that takes no records now: barriers, watermarks and the end still come).
     pub(crate) fn try_recv_unless_batch(&self) -> Option<Event<T>> {
-        let taken = {
+        let (taken, wake) = {
             let mut q = lock(&self.shared.queue);
             match q.events.front() {
-                None | Some(Event::Batch(_)) => None,
-                Some(_) => q.events.pop_front(),
+                None | Some(Event::Batch(_)) => return None,
+                Some(_) => (q.events.pop_front(), q.events.len() <= q.window.now / 2),
             }
         };
-        if taken.is_some() {
+        if wake {
             self.shared.tx_waker.wake();
         }
         taken
@@ -531,9 +662,9 @@ impl<T> Receiver<T> {
         lock(&self.shared.queue).records
     }
 
-    /// Capacity in events.
+    /// The window now, in events.
     pub(crate) fn capacity(&self) -> usize {
-        self.shared.capacity
+        lock(&self.shared.queue).window.now
     }
 }
 
@@ -595,6 +726,123 @@ mod tests {
         let noop = noop_waker();
         let mut cx = Context::from_waker(&noop);
         assert!(tx.send_or_register(&mut cx, refused).is_ok());
+    }
+
+    /// A waker that counts its wakes.
+    fn counting() -> (
+        std::sync::Arc<std::sync::atomic::AtomicUsize>,
+        std::task::Waker,
+    ) {
+        struct Counting(std::sync::Arc<std::sync::atomic::AtomicUsize>);
+        impl std::task::Wake for Counting {
+            fn wake(self: std::sync::Arc<Self>) {
+                self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            }
+        }
+        let n = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        (
+            n.clone(),
+            std::task::Waker::from(std::sync::Arc::new(Counting(n))),
+        )
+    }
+
+    #[test]
+    fn a_waiting_sender_is_woken_at_half_the_window_or_when_the_receiver_parks() {
+        let (n, waker) = counting();
+        let mut cx = Context::from_waker(&waker);
+        let (tx, rx) = channel::<u32>(8, Arc::new(AtomicWaker::new()));
+        for i in 0..8 {
+            tx.send_or_register(&mut cx, batch(vec![i])).unwrap();
+        }
+        assert!(tx.send_or_register(&mut cx, batch(vec![8])).is_err());
+        // Full, release wakes nobody: there is no room.
+        rx.release();
+        for _ in 0..3 {
+            rx.try_recv().unwrap();
+        }
+        // 5 left of 8: not yet.
+        assert_eq!(n.load(std::sync::atomic::Ordering::SeqCst), 0);
+        rx.try_recv().unwrap();
+        // 4 left: half the window, the sender goes on.
+        assert_eq!(n.load(std::sync::atomic::Ordering::SeqCst), 1);
+        // Full again, one taken, and the receiver parks: it wakes the sender at once.
+        for i in 0..4 {
+            tx.send_or_register(&mut cx, batch(vec![i])).unwrap();
+        }
+        assert!(tx.send_or_register(&mut cx, batch(vec![9])).is_err());
+        rx.try_recv().unwrap();
+        assert_eq!(n.load(std::sync::atomic::Ordering::SeqCst), 1);
+        rx.release();
+        assert_eq!(n.load(std::sync::atomic::Ordering::SeqCst), 2);
+    }
+
+    fn adaptive(target: Duration) -> Credit {
+        Credit {
+            min: 2,
+            max: 16,
+            target: Some(target),
+        }
+    }
+
+    /// A receiver that needs longer per batch than the target keeps the floor.
+    #[test]
+    fn a_slow_receiver_keeps_the_smallest_window() {
+        let (tx, rx) = channel::<u32>(
+            adaptive(Duration::from_millis(1)),
+            Arc::new(AtomicWaker::new()),
+        );
+        for round in 0..6u32 {
+            while tx.try_send(batch(vec![round])).is_ok() {}
+            std::thread::sleep(Duration::from_millis(3));
+            rx.try_recv().unwrap();
+        }
+        assert_eq!(rx.capacity(), 2);
+    }
+
+    /// A receiver that gets through batches far within the target opens the window to its
+    /// ceiling; it then closes again when the receiver slows down. (The target is 10 s so
+    /// that only a stall of over half a second per batch could make the first part fail.)
+    #[test]
+    fn the_window_follows_the_receivers_pace() {
+        let credit = adaptive(Duration::from_secs(10));
+        let (tx, rx) = channel::<u32>(credit, Arc::new(AtomicWaker::new()));
+        for _ in 0..50 {
+            while tx.try_send(batch(vec![1])).is_ok() {}
+            rx.try_recv().unwrap();
+        }
+        assert_eq!(rx.capacity(), 16);
+        assert_eq!(tx.usage(), (15, 16));
+        // Every batch taken with others behind it counts; an empty queue starts over.
+        while rx.try_recv().is_some() {}
+        let (tx, rx) = channel::<u32>(
+            adaptive(Duration::from_millis(1)),
+            Arc::new(AtomicWaker::new()),
+        );
+        for _ in 0..30 {
+            while tx.try_send(batch(vec![1])).is_ok() {}
+            rx.try_recv().unwrap();
+        }
+        let deep = rx.capacity();
+        for _ in 0..30 {
+            while tx.try_send(batch(vec![1])).is_ok() {}
+            std::thread::sleep(Duration::from_millis(2));
+            rx.try_recv().unwrap();
+        }
+        assert_eq!(
+            rx.capacity(),
+            2,
+            "was {deep} before the receiver slowed down"
+        );
+    }
+
+    #[test]
+    fn a_fixed_window_does_not_move() {
+        let (tx, rx) = channel::<u32>(Credit::fixed(3), Arc::new(AtomicWaker::new()));
+        for _ in 0..20 {
+            while tx.try_send(batch(vec![1])).is_ok() {}
+            rx.try_recv().unwrap();
+        }
+        assert_eq!((rx.capacity(), rx.queued()), (3, 2));
     }
 
     #[test]
@@ -679,6 +927,48 @@ pub(crate) mod loom_tests {
             let got = receive_all(&rx);
             t.join().unwrap();
             assert_eq!(got, vec![0, 10, 1, 11]);
+        });
+    }
+
+    /// With a window of 4, a sender refused for credit is woken when the receiver parks
+    /// (`release`) after taking one batch, though the queue is above half its window: no
+    /// sender waits on room a parked receiver leaves.
+    #[test]
+    fn loom_a_parking_receiver_releases_a_waiting_sender() {
+        loom::model(|| {
+            let (tx, rx) = channel::<u32>(4, Arc::new(AtomicWaker::new()));
+            for i in 0..4 {
+                tx.try_send(Event::Batch(Batch::Owned(vec![i]))).unwrap();
+            }
+            let t = loom::thread::spawn(move || {
+                let flag = std::sync::Arc::new(Flag(
+                    loom::sync::Mutex::new(false),
+                    loom::sync::Condvar::new(),
+                ));
+                let waker = Waker::from(flag.clone());
+                let mut cx = Context::from_waker(&waker);
+                let mut event = Event::Batch(Batch::Owned(vec![4]));
+                loop {
+                    match tx.send_or_register(&mut cx, event) {
+                        Ok(()) => break,
+                        Err(Full(e)) => {
+                            event = e;
+                            flag.wait();
+                        }
+                    }
+                }
+            });
+            let mut got = Vec::new();
+            match rx.try_recv() {
+                Some(Event::Batch(b)) => b.move_into(&mut got),
+                other => panic!("expected the first batch, got {other:?}"),
+            }
+            rx.release();
+            t.join().unwrap();
+            while let Some(Event::Batch(b)) = rx.try_recv() {
+                b.move_into(&mut got);
+            }
+            assert_eq!(got, vec![0, 1, 2, 3, 4]);
         });
     }
 

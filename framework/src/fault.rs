@@ -18,6 +18,19 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+thread_local! {
+    /// This thread's arbiter was stopped by an injected fault.
+    static ARBITER_STOPPING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Whether an injected fault stopped this thread's arbiter: its subtasks take no more work
+/// (a stopped arbiter's loop polls its tasks a few more times before it ends, and a subtask
+/// with its input queued could otherwise finish in those polls, which a dead thread never
+/// would).
+pub(crate) fn arbiter_stopping() -> bool {
+    ARBITER_STOPPING.with(|s| s.get())
+}
+
 mod storage;
 
 pub(crate) use storage::write_fault;
@@ -351,8 +364,11 @@ impl FaultProbe {
                 panic!("injected hang of `{}` released", f.uid);
             }
             FaultKind::StopArbiter => {
-                // The arbiter's loop ends after this poll: every actor on it is
-                // dropped and reported lost.
+                // The arbiter's loop ends once it looks at its commands again (it may poll
+                // its tasks a few dozen more times first): every actor on it is then
+                // dropped and reported lost. Until then nothing on it takes more input (see
+                // `arbiter_stopping`), as nothing would on a thread that died.
+                ARBITER_STOPPING.with(|s| s.set(true));
                 actix_rt::Arbiter::current().stop();
             }
             FaultKind::Pause(d) => std::thread::sleep(d),

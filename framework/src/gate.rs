@@ -346,6 +346,9 @@ impl<T: Data> InputGate for TypedGate<T> {
     fn is_ended(&self) -> bool {
         self.n_ended == self.receivers.len()
     }
+    fn release(&self) {
+        self.receivers.iter().for_each(Receiver::release)
+    }
     fn queued(&self) -> usize {
         self.receivers.iter().map(Receiver::queued).sum()
     }

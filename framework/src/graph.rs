@@ -84,7 +84,7 @@ pub(crate) trait PortType: Send {
     /// Combines the outputs of every consumer of a port (none: discard).
     fn tee(&self, outs: Vec<AnyBox>) -> AnyBox;
     /// A channel of this type: (`Sender<T>`, `Receiver<T>`).
-    fn channel(&self, capacity: usize, waker: Arc<AtomicWaker>) -> (AnyBox, AnyBox);
+    fn channel(&self, credit: crate::channel::Credit, waker: Arc<AtomicWaker>) -> (AnyBox, AnyBox);
     /// The input gate over `receivers` that feeds `head`, replaying restored channel state
     /// (unaligned checkpoints) before any new input.
     fn gate(
@@ -97,7 +97,7 @@ pub(crate) trait PortType: Send {
     /// `Receiver<T>`, the backup's `Receiver<T>`).
     fn dual_channel(
         &self,
-        capacity: usize,
+        credit: crate::channel::Credit,
         primary_waker: Arc<AtomicWaker>,
         backup_waker: Arc<AtomicWaker>,
     ) -> (AnyBox, AnyBox, AnyBox, AnyBox);
@@ -135,8 +135,8 @@ impl<T: Data> PortType for Port<T> {
         let outs = outs.into_iter().map(unbox::<BoxOutput<T>>).collect();
         Box::new(Tee::<T>::boxed(outs))
     }
-    fn channel(&self, capacity: usize, waker: Arc<AtomicWaker>) -> (AnyBox, AnyBox) {
-        let (tx, rx) = channel::<T>(capacity, waker);
+    fn channel(&self, credit: crate::channel::Credit, waker: Arc<AtomicWaker>) -> (AnyBox, AnyBox) {
+        let (tx, rx) = channel::<T>(credit, waker);
         (Box::new(tx), Box::new(rx))
     }
     fn gate(
@@ -161,12 +161,12 @@ impl<T: Data> PortType for Port<T> {
     }
     fn dual_channel(
         &self,
-        capacity: usize,
+        credit: crate::channel::Credit,
         primary_waker: Arc<AtomicWaker>,
         backup_waker: Arc<AtomicWaker>,
     ) -> (AnyBox, AnyBox, AnyBox, AnyBox) {
         let (tx, dual, rx_p, rx_b) =
-            crate::channel::dual_channel::<T>(capacity, primary_waker, backup_waker);
+            crate::channel::dual_channel::<T>(credit, primary_waker, backup_waker);
         (Box::new(tx), Box::new(dual), Box::new(rx_p), Box::new(rx_b))
     }
     fn output_fence(&self, sender: &AnyBox) -> Box<dyn crate::backup::OutputFence> {

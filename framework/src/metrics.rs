@@ -7,7 +7,7 @@
 use std::time::{Duration, Instant};
 
 use crate::sync::atomic::{AtomicU64, Ordering};
-use crate::sync::{lock, Mutex};
+use crate::sync::{lock, Arc, Mutex};
 
 /// The wall clock in milliseconds since the Unix epoch, as metrics and the REST API report
 /// times.
@@ -52,6 +52,9 @@ pub(crate) struct OperatorCounters {
     pub(crate) records_committed: AtomicU64,
     /// A window operator's late records dropped (no late-data output attached).
     pub(crate) late_dropped: AtomicU64,
+    /// A chain head's: times its subtask was woken from parked (by input, credit, a timer or
+    /// a mail) rather than running on by itself; each is a thread hand-off.
+    pub(crate) wakes: AtomicU64,
     /// A source's last read of records, in µs on [`poll_clock_us`]'s clock (0: none yet).
     /// Stored once per batch.
     pub(crate) last_read_us: AtomicU64,
@@ -168,6 +171,8 @@ pub(crate) struct SubtaskCounters {
     /// it entered, in µs on [`poll_clock_us`]'s clock; 0 outside. Among subtasks silent on a
     /// shared thread, the one stuck inside its operators is the one that hung.
     pub(crate) in_poll_since_us: AtomicU64,
+    /// The counters of the chain's head operator in this subtask (its `wakes`).
+    pub(crate) head: Arc<OperatorCounters>,
 }
 
 /// Microseconds since the first call in this process, at least 1 (0 means "not set").
@@ -251,6 +256,8 @@ pub(crate) struct SubtaskSample {
     pub(crate) back_pressured_now: bool,
     /// When the sample was taken.
     pub(crate) at: Option<Instant>,
+    /// Wake-ups so far (see `OperatorCounters::wakes`).
+    pub(crate) wakes: u64,
 }
 
 impl SubtaskCounters {
@@ -340,6 +347,10 @@ pub struct SubtaskMetrics {
     pub mailbox_latency_ms: f64,
     /// `mailboxQueueSize`: system mails sent and not yet handled.
     pub mailbox_queue_size: u64,
+    /// `wakesPerSecond` (Weir's): how often the subtask was woken from parked (by input,
+    /// output credit, a timer or a mail) rather than running on by itself. Each wake is a
+    /// thread hand-off; a busy subtask that wakes once per batch pays the scheduler per batch.
+    pub wakes_per_second: f64,
     /// `currentInputWatermark`: the lowest of the inputs' watermarks (ms since the epoch;
     /// `None` before the first, and for a source).
     pub current_input_watermark: Option<i64>,
@@ -368,6 +379,7 @@ impl SubtaskMetrics {
         "outPoolUsage",
         "mailboxLatencyMs",
         "mailboxQueueSize",
+        "wakesPerSecond",
         "currentInputWatermark",
         "currentInput1Watermark",
         "currentInput2Watermark",
@@ -390,6 +402,7 @@ impl SubtaskMetrics {
             "outPoolUsage" => self.output_queue_usage,
             "mailboxLatencyMs" => self.mailbox_latency_ms,
             "mailboxQueueSize" => self.mailbox_queue_size as f64,
+            "wakesPerSecond" => self.wakes_per_second,
             // Flink says Long.MIN_VALUE before the first watermark.
             "currentInputWatermark" => self.current_input_watermark.unwrap_or(i64::MIN) as f64,
             "currentOutputWatermark" => self.current_output_watermark.unwrap_or(i64::MIN) as f64,

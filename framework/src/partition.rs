@@ -19,7 +19,7 @@ use std::task::{Context, Poll};
 
 use crate::channel::{Batch, Event, Full, Sender};
 use crate::error::TaskError;
-use crate::key_group::{key_group_of, subtask_for_key_group};
+use crate::key_group::{key_hash, subtask_for_key_group};
 use crate::metrics::QueueUsage;
 use crate::operator::{BoxOutput, Output};
 use crate::Data;
@@ -101,11 +101,7 @@ where
     KF: FnMut(&T) -> K + Clone + Send + 'static,
 {
     Box::new(move |senders, cfg| {
-        let router = ByKey {
-            key_fn: key_fn.clone(),
-            max_parallelism: cfg.max_parallelism,
-            n: senders.len(),
-        };
+        let router = ByKey::new(key_fn.clone(), cfg.max_parallelism, senders.len());
         Box::new(NetOutput::new(senders, router, cfg)) as BoxOutput<T>
     })
 }
@@ -143,11 +139,35 @@ impl<T> Router<T> for RoundRobin {
     }
 }
 
+/// Hash partitioning by key group. The key group's owner comes from a table made once (key
+/// group -> subtask), and with a power-of-two number of key groups (the default 128) the key
+/// group is a mask of the hash: no division per record (two were a third of a keyed
+/// pipeline's sending thread). The same assignment as `key_group_of` and
+/// `subtask_for_key_group`.
 pub(crate) struct ByKey<KF> {
     key_fn: KF,
-    max_parallelism: usize,
-    n: usize,
+    max_parallelism: u64,
+    /// `max_parallelism - 1` when it is a power of two.
+    mask: Option<u64>,
+    owner: Box<[u32]>,
 }
+
+impl<KF> ByKey<KF> {
+    fn new(key_fn: KF, max_parallelism: usize, n: usize) -> Self {
+        let owner = (0..max_parallelism)
+            .map(|kg| subtask_for_key_group(kg, max_parallelism, n) as u32)
+            .collect();
+        ByKey {
+            key_fn,
+            max_parallelism: max_parallelism as u64,
+            mask: max_parallelism
+                .is_power_of_two()
+                .then(|| max_parallelism as u64 - 1),
+            owner,
+        }
+    }
+}
+
 impl<T, K, KF> Router<T> for ByKey<KF>
 where
     KF: FnMut(&T) -> K + Send,
@@ -155,8 +175,12 @@ where
 {
     #[inline]
     fn route(&mut self, record: &T) -> usize {
-        let kg = key_group_of(&(self.key_fn)(record), self.max_parallelism);
-        subtask_for_key_group(kg, self.max_parallelism, self.n)
+        let h = key_hash(&(self.key_fn)(record));
+        let kg = match self.mask {
+            Some(m) => h & m,
+            None => h % self.max_parallelism,
+        };
+        self.owner[kg as usize] as usize
     }
 }
 
@@ -295,7 +319,9 @@ impl<T: Clone, R> NetOutput<T, R> {
 impl<T: Send + Sync + Clone, R: Router<T>> Output<T> for NetOutput<T, R> {
     #[inline]
     fn push(&mut self, batch: &mut Vec<T>) -> Result<(), TaskError> {
-        if R::SINGLE {
+        // One receiver: every record goes to it, so the router (a key selector and its hash,
+        // per record) is not run; a keyed receiver runs the key selector itself.
+        if R::SINGLE || self.senders.len() == 1 {
             if self.bufs[0].is_empty() && batch.len() >= self.batch_size {
                 let full = std::mem::replace(batch, Vec::with_capacity(self.batch_size));
                 self.pending
@@ -391,4 +417,25 @@ impl<T: Send + Sync + Clone> Output<T> for BroadcastOutput<T> {
         }
     }
     network_output_plumbing!();
+}
+
+#[cfg(all(test, not(weir_loom)))]
+mod tests {
+    use super::*;
+    use crate::key_group::key_group_of;
+
+    /// The table and the mask give the same owner as the key group arithmetic, for a
+    /// power-of-two number of key groups and for another.
+    #[test]
+    fn by_key_routes_each_key_to_its_key_groups_owner() {
+        for max in [128usize, 100, 1] {
+            for n in 1..=max.min(7) {
+                let mut router = ByKey::new(|x: &u64| *x, max, n);
+                for key in 0..5_000u64 {
+                    let want = subtask_for_key_group(key_group_of(&key, max), max, n);
+                    assert_eq!(Router::route(&mut router, &key), want, "{key} {max} {n}");
+                }
+            }
+        }
+    }
 }

@@ -349,14 +349,14 @@ pub(crate) fn instantiate(
                     Some(parts) => {
                         let bw = parts.waker.clone();
                         let (tx, dual, rx, rx_b) =
-                            port.dual_channel(cfg.channel_capacity, waker, bw);
+                            port.dual_channel(crate::channel::Credit::of(cfg), waker, bw);
                         txs.push(tx);
                         receivers[e.to][e.input][j].push(rx);
                         parts.duals.push(dual);
                         parts.backup_rx.push(rx_b);
                     }
                     None => {
-                        let (tx, rx) = port.channel(cfg.channel_capacity, waker);
+                        let (tx, rx) = port.channel(crate::channel::Credit::of(cfg), waker);
                         txs.push(tx);
                         receivers[e.to][e.input][j].push(rx);
                     }
@@ -382,7 +382,7 @@ pub(crate) fn instantiate(
             subtask: j,
             policy: node.backup.clone().unwrap_or_default(),
             stateful: !node.stateless,
-            capacity: cfg.channel_capacity,
+            credit: crate::channel::Credit::of(cfg),
             initial: restore.and_then(|r| r.states.get(&(plan.uids[id].clone(), j)).cloned()),
             faults: cfg.faults.clone(),
         };
@@ -460,7 +460,10 @@ pub(crate) fn instantiate(
                     subtask: j,
                 },
                 driver,
-                counters: Arc::new(SubtaskCounters::default()),
+                counters: Arc::new(SubtaskCounters {
+                    head: registry.counters[h][j].clone(),
+                    ..SubtaskCounters::default()
+                }),
                 rx_waker: wakers[actor].clone(),
                 backup: groups.remove(&(h, j)),
             });

@@ -153,6 +153,11 @@ impl Sampler {
                 output_queue_usage: usage(cur.output),
                 mailbox_latency_ms: cur.mailbox_latency.as_secs_f64() * 1000.0,
                 mailbox_queue_size: sent.saturating_sub(handled),
+                wakes_per_second: if span.is_zero() {
+                    0.0
+                } else {
+                    cur.wakes.saturating_sub(prev.wakes) as f64 / span.as_secs_f64()
+                },
                 current_input_watermark: input_watermark(&cur.input_watermarks),
                 input_watermarks: cur.input_watermarks.iter().map(|w| w.at).collect(),
                 current_output_watermark: cur.output.watermark,

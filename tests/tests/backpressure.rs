@@ -42,6 +42,7 @@ fn config() -> EnvConfig {
     let mut c = EnvConfig::default();
     c.batch_size = 64;
     c.channel_capacity = 4;
+    c.max_channel_capacity = 8;
     c.arbiters = 2;
     c.metrics_interval = METRICS_INTERVAL;
     c
@@ -226,15 +227,17 @@ fn without_rate_control_in_flight_records_stay_bounded_and_the_source_is_back_pr
     let _serial = serial();
     let cfg = config();
     // Source and sink at parallelism 1 (the default) over a rebalance edge: one channel per
-    // (source subtask, sink subtask) pair. Records in channels are at most capacity × batch
-    // size per channel; each sender may hold one more batch waiting for credit.
+    // (source subtask, sink subtask) pair. Records in channels are at most the window's
+    // ceiling × batch size per channel; each sender may hold one more batch waiting for
+    // credit.
     let (sources, sinks) = (cfg.default_parallelism, cfg.default_parallelism);
     let channels = sources * sinks;
-    let bound = channels * cfg.channel_capacity * cfg.batch_size + sources * cfg.batch_size;
-    let max_input_batches = sources * cfg.channel_capacity; // per sink subtask
-                                                            // Per source subtask: its channels, plus what one step may leave waiting for credit (a
-                                                            // full batch and, flushed after linger, a partial one).
-    let max_output_batches = sinks * cfg.channel_capacity + 2;
+    let window = cfg.max_channel_capacity;
+    let bound = channels * window * cfg.batch_size + sources * cfg.batch_size;
+    let max_input_batches = sources * window; // per sink subtask
+                                              // Per source subtask: its channels, plus what one step may leave waiting for credit (a
+                                              // full batch and, flushed after linger, a partial one).
+    let max_output_batches = sinks * window + 2;
 
     let mut job = start_slow_sink_job(cfg, CAPACITY, "bp-no-rate-control");
     let started = Instant::now();

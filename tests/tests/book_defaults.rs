@@ -106,10 +106,28 @@ fn quotes() -> Vec<(&'static str, String)> {
         (
             "backpressure.md",
             format!(
-                "With the defaults (batch {}, capacity {}) that is {} records per channel",
+                "With the defaults (batch {}, windows {} to {}) that is at most {} records per \
+                 channel, and {} behind a consumer that needs more than the {} target",
                 c.batch_size,
                 c.channel_capacity,
-                c.batch_size * c.channel_capacity
+                c.max_channel_capacity,
+                c.batch_size * c.max_channel_capacity,
+                c.batch_size * c.channel_capacity,
+                dur(c.latency_target.expect("adaptive by default"))
+            ),
+        ),
+        (
+            "batches-and-credit.md",
+            format!(
+                "`EnvConfig::latency_target` (default `Some({})`)",
+                dur(c.latency_target.expect("adaptive by default"))
+            ),
+        ),
+        (
+            "batches-and-credit.md",
+            format!(
+                "`EnvConfig::max_channel_capacity` batches (default {})",
+                c.max_channel_capacity
             ),
         ),
         (

@@ -138,9 +138,14 @@ fn control_mail_waits_for_at_most_the_batch_in_progress() {
             status.batches_processed >= completed,
             "round {round}: counter went back"
         );
-        assert_eq!(
-            status.input_queued, status.input_capacity,
-            "round {round}: the data lane should still be full when the mail is handled"
+        // Full: at least its window (the window adapts to the operator's pace; one that
+        // shrank while the operator was held holds more until they are taken).
+        assert!(
+            status.input_queued >= status.input_capacity,
+            "round {round}: the data lane should still be full when the mail is handled: \
+             {} batches queued, window {}",
+            status.input_queued,
+            status.input_capacity
         );
         // Hold the operator again, some batches further on.
         gate.revoke();

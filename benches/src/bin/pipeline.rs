@@ -21,9 +21,19 @@ struct Args {
     /// Turn operator chaining off.
     #[arg(long)]
     no_chaining: bool,
-    /// Capacity of each channel, in batches (default: the framework's).
+    /// Capacity of each channel, in batches (default: the framework's): the window's floor,
+    /// or the fixed window with `--fixed-window`.
     #[arg(long)]
     channel_capacity: Option<usize>,
+    /// The adaptive window's ceiling, in batches (default: the framework's).
+    #[arg(long)]
+    max_channel_capacity: Option<usize>,
+    /// The adaptive window's queueing-delay target, ms (default: the framework's).
+    #[arg(long)]
+    latency_target_ms: Option<f64>,
+    /// Fix every channel's window at `--channel-capacity` (no adaptive credit).
+    #[arg(long)]
+    fixed_window: bool,
     /// Checkpoint the keyed counts this often (off by default).
     #[arg(long)]
     checkpoint_interval_ms: Option<u64>,
@@ -57,7 +67,23 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     if let Some(c) = args.channel_capacity {
         cfg.channel_capacity = c;
     }
+    if let Some(c) = args.max_channel_capacity {
+        cfg.max_channel_capacity = c;
+    }
+    if let Some(ms) = args.latency_target_ms {
+        cfg.latency_target = Some(std::time::Duration::from_secs_f64(ms / 1e3));
+    }
+    if args.fixed_window {
+        cfg.latency_target = None;
+    }
     let channel_capacity = cfg.channel_capacity;
+    let window = match cfg.latency_target {
+        Some(t) => format!(
+            "adaptive {}..={} for {:?}",
+            cfg.channel_capacity, cfg.max_channel_capacity, t
+        ),
+        None => format!("fixed {}", cfg.channel_capacity),
+    };
     let checkpoint_dir = std::env::temp_dir().join(format!("weir-pipeline-{}", std::process::id()));
     if let Some(ms) = args.checkpoint_interval_ms {
         cfg.checkpoint.interval = Some(std::time::Duration::from_millis(ms));
@@ -88,6 +114,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let counted = result.operator("count").map(|o| o.records_in).unwrap_or(0);
     let expected = (0..args.records).filter(|x| (x * 2 + 1) % 3 != 0).count() as u64;
     let secs = result.duration.as_secs_f64();
+    // Thread hand-offs: wake-ups of every subtask from parked.
+    let wakes: u64 = result.operators.iter().map(|o| o.wakes).sum();
     println!(
         "{}",
         serde_json::json!({
@@ -98,6 +126,15 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             "chaining": !args.no_chaining,
             "derived": args.derived,
             "channel_capacity": channel_capacity,
+            "window": window,
+            "wakes": wakes,
+            "wakes_by_chain": result
+                .operators
+                .iter()
+                .filter(|o| o.wakes > 0)
+                .map(|o| (o.uid.clone(), o.wakes))
+                .collect::<std::collections::BTreeMap<_, _>>(),
+            "wakes_per_sec": wakes as f64 / secs,
             "checkpoint_interval_ms": args.checkpoint_interval_ms,
             "checkpoints_completed": checkpoints,
             "seconds": secs,

@@ -100,7 +100,7 @@ pub(crate) struct TypedGroup<T> {
     duals: Vec<StdArc<Dual<T>>>,
     /// Per outgoing edge (graph edge index): its output channels, in sender order.
     outputs: Vec<(usize, Vec<Box<dyn OutputFence>>)>,
-    capacity: usize,
+    credit: crate::channel::Credit,
     pub(super) slot: Mutex<Option<BackupInputs<T>>>,
     promoting: Mutex<Option<Promoting<T>>>,
     generation: AtomicU64,
@@ -130,7 +130,7 @@ pub(crate) struct GroupSpec {
     pub(crate) subtask: usize,
     pub(crate) policy: BackupPolicy,
     pub(crate) stateful: bool,
-    pub(crate) capacity: usize,
+    pub(crate) credit: crate::channel::Credit,
     /// The state the subtask is deployed with (a restored checkpoint).
     pub(crate) initial: Option<Vec<u8>>,
     pub(crate) faults: crate::fault::FaultPlan,
@@ -162,7 +162,7 @@ impl<T: Data> TypedGroup<T> {
             policy: spec.policy,
             duals,
             outputs,
-            capacity: spec.capacity,
+            credit: spec.credit,
             slot: Mutex::new(Some(BackupInputs {
                 receivers: backup_rx,
                 ended: vec![false; n_in],
@@ -252,7 +252,7 @@ impl<T: Data> BackupGroup for TypedGroup<T> {
                     let receivers: Vec<Receiver<T>> = self
                         .duals
                         .iter()
-                        .map(|d| d.attach_backup(self.capacity, waker.clone()))
+                        .map(|d| d.attach_backup(self.credit, waker.clone()))
                         .collect();
                     let generation = self.generation.fetch_add(1, Ordering::AcqRel) + 1;
                     let n = receivers.len();

@@ -47,6 +47,11 @@ pub struct OperatorResult {
     /// Late records a window operator dropped (Flink's `numLateRecordsDropped`), over every
     /// attempt; 0 for other operators and for windows with a late-data output.
     pub late_records_dropped: u64,
+    /// Times the subtasks this operator heads were woken from parked (by input, output
+    /// credit, a timer or a mail) rather than running on by themselves, summed over its
+    /// subtasks and attempts: the job's thread hand-offs. 0 for an operator chained behind
+    /// another (its chain's head counts them).
+    pub wakes: u64,
 }
 
 /// What a completed job reports.
@@ -92,7 +97,9 @@ pub(crate) fn result(
         .enumerate()
         .map(|(id, node)| {
             let (mut i, mut o, mut r, mut committed, mut late) = (0, 0, 0, 0, 0);
+            let mut wakes = 0;
             for c in &registry.counters[id] {
+                wakes += c.wakes.load(crate::sync::atomic::Ordering::Relaxed);
                 committed += c.committed();
                 late += c.late_dropped();
                 let (a, b, c) = c.snapshot();
@@ -109,6 +116,7 @@ pub(crate) fn result(
                 records_rejected: r,
                 records_committed: committed,
                 late_records_dropped: late,
+                wakes,
             }
         })
         .collect::<Vec<OperatorResult>>();

@@ -49,6 +49,9 @@ pub(crate) trait InputGate: Send {
     fn flush(&mut self);
     fn poll_pending(&mut self, cx: &mut TaskContext<'_>) -> Poll<Result<(), TaskError>>;
     fn is_ended(&self) -> bool;
+    /// The subtask is about to park: wakes every sender into this input that waits for
+    /// credit (see `channel`'s hand-offs).
+    fn release(&self);
     /// Batches waiting in this input's channels.
     fn queued(&self) -> usize;
     /// Total capacity of this input's channels, in batches.

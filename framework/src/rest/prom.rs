@@ -107,6 +107,11 @@ pub(crate) fn render(jobs: &[JobMonitor]) -> Result<String, std::fmt::Error> {
         "backPressuredTimeMsPerSecond",
     );
     let mailbox = family(&mut r, "subtask_mailbox_latency_ms", "mailboxLatencyMs");
+    let wakes = family(
+        &mut r,
+        "subtask_wakes_per_second",
+        "wakesPerSecond: wake-ups from parked (thread hand-offs)",
+    );
     let input_wm = family(
         &mut r,
         "subtask_current_input_watermark",
@@ -194,6 +199,7 @@ pub(crate) fn render(jobs: &[JobMonitor]) -> Result<String, std::fmt::Error> {
                 bp.get_or_create(&l)
                     .set(s.back_pressured_time_ms_per_second);
                 mailbox.get_or_create(&l).set(s.mailbox_latency_ms);
+                wakes.get_or_create(&l).set(s.wakes_per_second);
                 if let Some(w) = s.current_input_watermark {
                     input_wm.get_or_create(&l).set(w as f64);
                 }

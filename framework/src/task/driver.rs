@@ -280,6 +280,14 @@ impl Driver {
         }
     }
 
+    /// The subtask parks: wakes every sender into it that waits for credit there is room
+    /// for (see `channel`'s hand-offs).
+    pub(super) fn release_inputs(&self) {
+        if let Driver::Inputs { gates, .. } = self {
+            gates.iter().for_each(|g| g.release());
+        }
+    }
+
     pub(super) fn flush(&mut self) {
         match self {
             Driver::Source(s) => s.flush(),
@@ -575,6 +583,8 @@ impl Driver {
                 if let Some(w) = attempt(gates)? {
                     return Ok(w);
                 }
+                // The caller decides whether to park (and then releases the inputs, see
+                // `release_inputs`) or look again soon.
                 Ok(Work::Idle)
             }
         }
