@@ -30,6 +30,11 @@
 //! `build_answer_cleaning`, `levels` is made before `source`: subtasks are dealt to arbiter
 //! threads round robin in graph order, so with two
 //! arbiters `source` and `connect` run on different threads. `--arbiters` changes that.)
+//!
+//! At parallelism `p`, source subtask `k` reads the `k`-th byte range of the file
+//! (`weir::source::jsonl`: files are split by byte range, not dealt whole), and feeds the
+//! `connect` subtask of its index over a forward edge; `--rebalance` deals its lines round
+//! robin instead.
 
 use std::fs::File;
 use std::io::{BufWriter, Write};
@@ -41,7 +46,7 @@ use std::time::{Duration, Instant};
 use clap::Parser;
 use serde::{Deserialize, Serialize};
 use weir::sink::{Sink, SinkContext};
-use weir::source::jsonl::{LineReader, TEXT_BATCH_BYTES};
+use weir::source::jsonl::{LinePosition, LineReader, TEXT_BATCH_BYTES};
 use weir::source::text::{Text, TextBatch};
 use weir::source::{Source, SourceContext, SourceStatus};
 use weir::{DataStream, Env, EnvConfig, SinkError, SourceError};
@@ -87,6 +92,10 @@ struct Args {
     /// Back up `flat_map` (buffer-queue backup with the default policy): its fault-free cost.
     #[arg(long)]
     backup: bool,
+    /// Rebalance the source's lines over the `connect` subtasks (default: forward, each
+    /// source subtask feeding the `connect` subtask of its index).
+    #[arg(long)]
+    rebalance: bool,
     /// Checkpoint interval (0: no checkpoints, the default). Checkpoints go to a temporary
     /// directory, deleted at the end.
     #[arg(long, default_value_t = 0, value_name = "MS")]
@@ -147,7 +156,7 @@ impl Source<Stamped> for StampedLines {
     }
 
     fn seek(&mut self, position: &[u8]) -> Result<(), SourceError> {
-        let p: (u64, u64, u64) =
+        let p: LinePosition =
             serde_json::from_slice(position).map_err(|e| SourceError::BadPosition {
                 message: e.to_string(),
             })?;
@@ -254,7 +263,13 @@ fn build(env: &Env, args: &Args, out_dir: &Path, merged: Arc<Mutex<(LatencyHisto
         })
         .uid(uid::SOURCE)
         .set_parallelism(p);
-    let lines = if p > 1 { lines.rebalance() } else { lines };
+    // Every source subtask reads its byte range of the file: a forward edge keeps each
+    // `connect` subtask fed (`--rebalance` spreads the lines round robin instead).
+    let lines = if p > 1 && args.rebalance {
+        lines.rebalance()
+    } else {
+        lines
+    };
     let flat_mapped = lines
         .connect_broadcast(levels)
         .broadcast_first()
