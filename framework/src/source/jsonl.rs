@@ -286,6 +286,9 @@ pub struct LineReader {
     max_line_bytes: usize,
     /// The current line's length (before its `\n`) if it is over the maximum.
     too_long: Option<u64>,
+    /// The current line lies at the start of the file reader's buffer, in its first `held`
+    /// bytes (its `\n` included), not in `buf`: consumed when the next line is read.
+    held: usize,
     /// The current line ended at the end of its file, without a newline.
     unterminated: bool,
 }
@@ -306,6 +309,7 @@ impl LineReader {
             end: 0,
             max_line_bytes: DEFAULT_MAX_LINE_BYTES,
             too_long: None,
+            held: 0,
             unterminated: false,
         })
     }
@@ -332,26 +336,29 @@ impl LineReader {
             if self.current.as_ref().is_some_and(|c| self.offset >= c.end) {
                 // The next line is the next subtask's.
                 self.current = None;
+                self.held = 0;
                 continue;
             }
             let (n, newline) = self.read_line()?;
             if n == 0 {
                 self.current = None;
+                self.held = 0;
                 continue;
             }
             self.line_no += 1;
             self.start = self.offset;
             self.offset += n;
             self.unterminated = !newline;
+            let raw = self.raw();
             if self.too_long.is_some() {
-                self.end = self.buf.len();
+                self.end = raw.len();
                 return Ok(true);
             }
-            let mut end = self.buf.len();
-            while end > 0 && self.buf[end - 1] == b'\r' {
+            let mut end = raw.len();
+            while end > 0 && raw[end - 1] == b'\r' {
                 end -= 1;
             }
-            if self.buf[..end].iter().all(u8::is_ascii_whitespace) {
+            if raw[..end].iter().all(u8::is_ascii_whitespace) {
                 continue;
             }
             self.end = end;
@@ -359,16 +366,26 @@ impl LineReader {
         }
     }
 
-    /// Reads the next line of the current file into `buf` (without its `\n`, at most the
-    /// maximum length of it): (bytes consumed, whether it ended with `\n`). Sets `too_long`.
+    /// Reads the next line of the current file (without its `\n`, at most the maximum
+    /// length of it): (bytes consumed, whether it ended with `\n`). A line that lies whole in
+    /// the file reader's buffer stays there (`held`), any other is copied into `buf`. Sets
+    /// `too_long`.
     fn read_line(&mut self) -> Result<(u64, bool), SourceError> {
         let Some(cur) = self.current.as_mut() else {
             return Ok((0, false));
         };
+        cur.reader.consume(std::mem::take(&mut self.held));
         let max = self.max_line_bytes;
         self.buf.clear();
         self.too_long = None;
         let (mut total, mut content, mut over) = (0u64, 0u64, false);
+        // The common case: the whole line is in the reader's buffer.
+        if let Ok(avail) = cur.reader.fill_buf() {
+            if let Some(i) = memchr::memchr(b'\n', avail).filter(|i| *i <= max) {
+                self.held = i + 1;
+                return Ok(((i + 1) as u64, true));
+            }
+        }
         loop {
             let avail = match cur.reader.fill_buf() {
                 Ok(a) => a,
@@ -449,6 +466,7 @@ impl LineReader {
             });
         }
         self.current = None;
+        self.held = 0;
         let file = usize::try_from(position.file).unwrap_or(usize::MAX);
         self.file_idx = file.min(self.files.len());
         if file >= self.files.len() {
@@ -500,6 +518,7 @@ impl LineReader {
             cur.anchor = (self.offset, 0);
         }
         self.current = Some(cur);
+        self.held = 0;
         Ok(())
     }
 
@@ -515,7 +534,7 @@ impl LineReader {
                 ),
             ));
         }
-        let line = &self.buf[..self.end];
+        let line = self.line();
         if let Some(i) = memchr::memchr(0, line) {
             return Err((
                 BadLineKind::Nul,
@@ -540,7 +559,16 @@ impl LineReader {
     /// The current line (of a line over the maximum, its first
     /// [`OVERLONG_PREVIEW_BYTES`]), without its line ending.
     pub fn line(&self) -> &[u8] {
-        &self.buf[..self.end]
+        &self.raw()[..self.end]
+    }
+
+    /// The current line as read: in the file reader's buffer (`held`) or in `buf`, without
+    /// its `\n` (with any `\r`).
+    fn raw(&self) -> &[u8] {
+        match &self.current {
+            Some(c) if self.held > 0 => &c.reader.buffer()[..self.held - 1],
+            _ => &self.buf,
+        }
     }
 
     /// The file of the current line.
