@@ -4,8 +4,9 @@
 //! against a model computed from the bytes alone, that nothing panics, every good line comes
 //! out exactly once and in order, and every bad one is reported exactly once with its file,
 //! line number, byte offset and kind — read straight through the `Source` trait (also
-//! resuming from a position taken mid-file, as a restore does), under the `Fail` policy, and
-//! through a real job with a side output.
+//! resuming from a position taken mid-file, as a restore does, and with the file split by
+//! byte range among several subtasks), under the `Fail` policy, and through a real job with
+//! a side output.
 
 mod common;
 
@@ -14,7 +15,7 @@ use std::path::{Path, PathBuf};
 use proptest::prelude::*;
 use serde::{Deserialize, Serialize};
 use weir::source::jsonl::{
-    FailingJsonl, JsonlReader, LineReader, SkippingJsonl, SkippingLines, TextLines,
+    FailingJsonl, JsonlReader, LineReader, LocatedLines, SkippingJsonl, SkippingLines, TextLines,
 };
 use weir::source::{Source, SourceContext, SourceStatus};
 use weir::{BadLine, BadLineKind, Env, EnvConfig, SourceError};
@@ -230,6 +231,11 @@ fn read_resuming<T, S: Source<T>>(make: impl Fn() -> S, batch: usize, first: usi
     out
 }
 
+/// What subtasks `0..parallelism` read (`read(k)`), one after the other.
+fn by_subtasks<T>(parallelism: usize, read: impl Fn(usize) -> Vec<T>) -> Vec<T> {
+    (0..parallelism).flat_map(read).collect()
+}
+
 const CX: SourceContext = SourceContext {
     subtask: 0,
     parallelism: 1,
@@ -287,22 +293,46 @@ proptest! {
         (lines, final_newline, max) in input(),
         batch in 1usize..8,
         first in 0usize..6,
+        parallelism in 1usize..5,
     ) {
         let dir = TempDir::new("prop-sources");
         let bytes = render(&lines, final_newline, max);
         let file = dir.write("in.jsonl", &bytes);
+        // Subtask k of `parallelism` reads the k-th byte range of the file: their lines,
+        // subtask after subtask, are the file's, in order.
+        let cx = |subtask| SourceContext { subtask, parallelism };
 
-        // JSON Lines, skipping, read in two runs as across a restore.
-        let json = || SkippingJsonl(
-            JsonlReader::<Rec>::new(&file, CX).unwrap().with_max_line_bytes(max),
-        );
+        // JSON Lines, skipping, each subtask read in two runs as across a restore.
         let expected = json_model(&bytes, max);
-        prop_assert_eq!(&observed(read_resuming(json, batch, first), &file), &expected);
+        let got: Vec<_> = by_subtasks(parallelism, |k| read_resuming(
+            || SkippingJsonl(JsonlReader::<Rec>::new(&file, cx(k)).unwrap().with_max_line_bytes(max)),
+            batch,
+            first,
+        ));
+        prop_assert_eq!(&observed(got, &file), &expected);
 
         // Text lines, skipping.
-        let text = || SkippingLines(LineReader::new(&file, CX).unwrap().with_max_line_bytes(max));
         let expected_text = text_model(&bytes, max);
-        prop_assert_eq!(&observed(read_resuming(text, batch, first), &file), &expected_text);
+        let got: Vec<_> = by_subtasks(parallelism, |k| read_resuming(
+            || SkippingLines(LineReader::new(&file, cx(k)).unwrap().with_max_line_bytes(max)),
+            batch,
+            first,
+        ));
+        prop_assert_eq!(&observed(got, &file), &expected_text);
+
+        // Located lines: every good line's number and offset too (a later range counts the
+        // lines before it), as one subtask reads them.
+        let located_by = |k, p| read_resuming(
+            || LocatedLines::new(
+                LineReader::new(&file, SourceContext { subtask: k, parallelism: p })
+                    .unwrap()
+                    .with_max_line_bytes(max),
+            ),
+            batch,
+            first,
+        );
+        let got: Vec<_> = by_subtasks(parallelism, |k| located_by(k, parallelism));
+        prop_assert_eq!(got, located_by(0, 1));
 
         // The `Fail` policy: the good records up to the first bad line, then an error there.
         let mut failing = FailingJsonl(
@@ -369,14 +399,15 @@ proptest! {
             })
             .collect();
 
-        // JSON Lines, two subtasks (one file each), a side output of bad lines.
+        // JSON Lines, three subtasks (each reads a byte range of both files), a side output
+        // of bad lines.
         let (mut good, mut bad) = (Vec::new(), Vec::new());
         for (f, bytes) in &files {
             expected_in(&json_model(bytes, max), f, &mut good, &mut bad);
         }
         let env = Env::with_config(config(max));
         let (ok, malformed) = env.read_jsonl_skipping::<Rec>(dir.path());
-        let ok = ok.uid("in").set_parallelism(2).collect();
+        let ok = ok.uid("in").set_parallelism(3).collect();
         let malformed = malformed.collect();
         let r = common::execute_within(&env, "prop-jsonl").unwrap();
         prop_assert_eq!(r.operator("in").unwrap().records_rejected, bad.len() as u64);

@@ -188,3 +188,54 @@ fn unmatched_state_is_an_error_unless_allowed() {
     ids.sort_unstable();
     assert_eq!(ids, (0..N).collect::<Vec<_>>());
 }
+
+/// A line source split among its subtasks by byte range resumes from a savepoint with every
+/// line exactly once; restored at another parallelism (other ranges) it is refused.
+#[test]
+fn a_line_source_resumes_its_byte_ranges_and_refuses_another_parallelism() {
+    const LINES: u64 = 20_000;
+    let dir = tmp("lines-input");
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("in.txt");
+    let text: String = (0..LINES).map(|i| format!("line {i}\n")).collect();
+    std::fs::write(&file, text).unwrap();
+    let job = |env: &Env, p: usize, out: &CollectSink<String>| {
+        env.read_lines(&file)
+            .uid("lines")
+            .set_parallelism(p)
+            .collect_into(out);
+    };
+    // Rate-limited to 1,000 records/s (20 s for the file): still running when the savepoint
+    // is taken.
+    let (ckpt, sp) = (tmp("ckpt-lines"), tmp("lines"));
+    let out = CollectSink::default();
+    let mut cfg = config(&ckpt, None, false);
+    cfg.rate_control.initial_rate = Some(1_000.0);
+    cfg.rate_control.min_rate = 1_000.0;
+    cfg.rate_control.max_rate = Some(1_000.0);
+    let env = Env::with_config(cfg);
+    job(&env, 2, &out);
+    let handle = env.start("lines-a").unwrap();
+    handle
+        .stop_with_savepoint(&sp)
+        .expect("stop with savepoint");
+    let before = out.len() as u64;
+    assert!(before < LINES, "stopped mid-way");
+    eprintln!("{before} lines before the savepoint");
+
+    let mut cfg = config(&tmp("ckpt-lines-b"), Some(&sp), false);
+    cfg.rate_control = RateControlConfig::default();
+    let env = Env::with_config(cfg.clone());
+    job(&env, 3, &CollectSink::default());
+    let err = env.execute("lines-b").expect_err("another parallelism");
+    assert!(err.to_string().contains("it is a source"), "{err}");
+
+    let env = Env::with_config(cfg);
+    job(&env, 2, &out);
+    env.execute("lines-c").expect("resumed job completes");
+    let mut got = out.take();
+    got.sort_by_key(|l| l[5..].parse::<u64>().unwrap());
+    let want: Vec<String> = (0..LINES).map(|i| format!("line {i}")).collect();
+    assert_eq!(got, want, "every line exactly once across both jobs");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -182,16 +182,23 @@ fn read_jsonl_file_at_parallelism_1_and_3() {
 }
 
 #[test]
-fn read_jsonl_directory_deals_files_round_robin() {
+fn read_jsonl_directory_splits_every_file_by_byte_range() {
     let all = answers();
     let dir = TempDir::new("jsonl-dir");
-    // Five files of 200 lines, named so that sorting by name gives f0..f4.
-    let mut files: Vec<Vec<u64>> = Vec::new();
+    // Five files of 200 lines, named so that sorting by name gives f0..f4. Of each file,
+    // subtask 0 reads the lines that start in its first half (by bytes), subtask 1 the rest.
+    let mut halves: [Vec<u64>; 2] = Default::default();
     let text = std::fs::read_to_string(answers_path()).unwrap();
     let lines: Vec<&str> = text.lines().collect();
     for (f, chunk) in lines.chunks(200).enumerate() {
-        dir.write(&format!("f{f}.jsonl"), (chunk.join("\n") + "\n").as_bytes());
-        files.push(all[f * 200..(f + 1) * 200].iter().map(|a| a.id).collect());
+        let bytes = chunk.join("\n") + "\n";
+        dir.write(&format!("f{f}.jsonl"), bytes.as_bytes());
+        let mut start = 0;
+        for (line, a) in chunk.iter().zip(&all[f * 200..(f + 1) * 200]) {
+            let half = usize::from(start >= bytes.len() / 2);
+            halves[half].push(a.id);
+            start += line.len() + 1;
+        }
     }
     // A subdirectory is not a file to read.
     std::fs::create_dir(dir.path().join("sub")).unwrap();
@@ -211,16 +218,16 @@ fn read_jsonl_directory_deals_files_round_robin() {
             all,
             "{tag}"
         );
-        // Per subtask, in arrival order: subtask 0 reads f0, f2, f4; subtask 1 reads f1, f3.
+        // Per subtask, in arrival order: its half of f0, of f1, ... of f4.
         let mut per: BTreeMap<u64, Vec<u64>> = BTreeMap::new();
         for (i, a) in &got {
             per.entry(*i).or_default().push(a.id);
         }
         let mut seqs: Vec<Vec<u64>> = per.into_values().collect();
-        seqs.sort_by_key(|s| s.len());
-        let even: Vec<u64> = [0, 2, 4].iter().flat_map(|&f| files[f].clone()).collect();
-        let odd: Vec<u64> = [1, 3].iter().flat_map(|&f| files[f].clone()).collect();
-        assert_eq!(seqs, vec![odd, even], "{tag}");
+        let mut want = halves.to_vec();
+        seqs.sort();
+        want.sort();
+        assert_eq!(seqs, want, "{tag}");
     }
 }
 

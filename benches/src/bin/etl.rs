@@ -21,15 +21,21 @@
 //! time pessimistic.
 //!
 //! Where latency comes from: at parallelism 1 the `source` subtask (reading lines into a
-//! shared batch buffer: about a third of the job's CPU time in a `perf` profile) is about
-//! twice as fast as its `connect` chain (parse, level, format, write: about two thirds, most
-//! of it serde_json), so it runs ahead until the channel between them is full; from then on
+//! shared batch buffer: about a fifth of the job's CPU time in a `perf` profile: the read
+//! system call's copy, finding newlines, UTF-8 validation, the copy into the batch) is about
+//! four times as fast as its `connect` chain (parse, level, format, write: the rest, most of
+//! it serde_json), so it runs ahead until the channel between them is full; from then on
 //! every record waits behind a full channel, and p50 latency is about
 //! `(channel_capacity + 2) * batch_size / throughput` (about 4 ms with the defaults 2 x 1024
 //! at 1 M records/s). `--channel-capacity` and `--batch-size` show the effect. (As in
 //! `build_answer_cleaning`, `levels` is made before `source`: subtasks are dealt to arbiter
 //! threads round robin in graph order, so with two
 //! arbiters `source` and `connect` run on different threads. `--arbiters` changes that.)
+//!
+//! At parallelism `p`, source subtask `k` reads the `k`-th byte range of the file
+//! (`weir::source::jsonl`: files are split by byte range, not dealt whole), and feeds the
+//! `connect` subtask of its index over a forward edge; `--rebalance` deals its lines round
+//! robin instead.
 
 use std::fs::File;
 use std::io::{BufWriter, Write};
@@ -41,7 +47,7 @@ use std::time::{Duration, Instant};
 use clap::Parser;
 use serde::{Deserialize, Serialize};
 use weir::sink::{Sink, SinkContext};
-use weir::source::jsonl::{LineReader, TEXT_BATCH_BYTES};
+use weir::source::jsonl::{LinePosition, LineReader, TEXT_BATCH_BYTES};
 use weir::source::text::{Text, TextBatch};
 use weir::source::{Source, SourceContext, SourceStatus};
 use weir::{DataStream, Env, EnvConfig, SinkError, SourceError};
@@ -87,6 +93,10 @@ struct Args {
     /// Back up `flat_map` (buffer-queue backup with the default policy): its fault-free cost.
     #[arg(long)]
     backup: bool,
+    /// Rebalance the source's lines over the `connect` subtasks (default: forward, each
+    /// source subtask feeding the `connect` subtask of its index).
+    #[arg(long)]
+    rebalance: bool,
     /// Checkpoint interval (0: no checkpoints, the default). Checkpoints go to a temporary
     /// directory, deleted at the end.
     #[arg(long, default_value_t = 0, value_name = "MS")]
@@ -147,7 +157,7 @@ impl Source<Stamped> for StampedLines {
     }
 
     fn seek(&mut self, position: &[u8]) -> Result<(), SourceError> {
-        let p: (u64, u64, u64) =
+        let p: LinePosition =
             serde_json::from_slice(position).map_err(|e| SourceError::BadPosition {
                 message: e.to_string(),
             })?;
@@ -254,7 +264,13 @@ fn build(env: &Env, args: &Args, out_dir: &Path, merged: Arc<Mutex<(LatencyHisto
         })
         .uid(uid::SOURCE)
         .set_parallelism(p);
-    let lines = if p > 1 { lines.rebalance() } else { lines };
+    // Every source subtask reads its byte range of the file: a forward edge keeps each
+    // `connect` subtask fed (`--rebalance` spreads the lines round robin instead).
+    let lines = if p > 1 && args.rebalance {
+        lines.rebalance()
+    } else {
+        lines
+    };
     let flat_mapped = lines
         .connect_broadcast(levels)
         .broadcast_first()

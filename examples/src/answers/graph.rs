@@ -200,11 +200,9 @@ fn cleaning_graph(
         }
         LineSource::Answers(Answers::Lines(path)) => {
             let (lines, unreadable) = env.read_located_lines_skipping(path);
-            // Files are dealt to source subtasks whole: spread the lines of fewer files
-            // than subtasks.
-            let lines = lines.uid(uid::SOURCE).set_parallelism(p);
-            let lines = if p > 1 { lines.rebalance() } else { lines };
-            (lines, Some(unreadable))
+            // Each source subtask reads its byte range of every file, so each feeds the
+            // `connect` subtask of its index (a forward edge) and all are busy.
+            (lines.uid(uid::SOURCE).set_parallelism(p), Some(unreadable))
         }
         // A stream of the caller's, as it made it.
         LineSource::Stream(lines) => (lines, None),

@@ -1,7 +1,12 @@
 //! Line files: JSON Lines read into a user type with serde, and plain text lines.
 //!
-//! A path is a file or a directory (its regular files, sorted by name); files are dealt to
-//! the source's subtasks round robin. Lines end at `\n` (a `\r` before it is removed too).
+//! A path is a file or a directory (its regular files, sorted by name). Every file is split
+//! by byte range among the source's subtasks, as Flink's file source splits files: subtask
+//! `k` of `n` reads the lines whose first byte lies in `[k * len / n, (k + 1) * len / n)`
+//! (it passes over the end of a line that started before its range, and reads to its end the
+//! line that starts in its range and ends after it), so one file keeps every subtask busy
+//! and each line is read by exactly one subtask. Lines end at `\n` (a `\r` before it is
+//! removed too).
 //! Blank lines (only ASCII white space) hold no record and are passed over, but count in
 //! line numbers. Line numbers are 1-based; byte offsets are 0-based, of the line's first
 //! byte in its file.
@@ -25,10 +30,18 @@
 //! the same coordinates), counts it (`records_rejected`) and goes on. A malformed line is
 //! never dropped silently, and is reported exactly once.
 //!
-//! Checkpoints store (file index, byte offset, line number) of the next line to read, past
-//! every line already read, good or malformed: a restored job reads on from the next line
-//! and reports no malformed line twice.
+//! A subtask whose range starts inside a file does not know the number of its first line:
+//! it counts the file's newlines before its range only when a line number is asked for (a
+//! malformed line, or a [`Line`] of `Env::read_located_lines_skipping`), once per range.
+//!
+//! Checkpoints store a [`LinePosition`]: (file index, byte offset, lines read in the
+//! subtask's range of that file) of the next line to read, past every line already read, good
+//! or malformed, and the parallelism the ranges were cut for: a restored job reads on from
+//! the next line and reads or reports no line twice. A source cannot be restored at another
+//! parallelism (its ranges would differ): the framework refuses to rescale a source, and a
+//! position of another parallelism is a [`SourceError::BadPosition`].
 
+use std::cell::Cell;
 use std::fs::File;
 use std::io::{BufRead, BufReader};
 use std::marker::PhantomData;
@@ -143,33 +156,125 @@ pub(crate) fn list_files(path: &Path) -> Result<Vec<PathBuf>, SourceError> {
 /// The capacity the line buffer shrinks back to after a line over the maximum.
 const KEPT_BUFFER_BYTES: usize = 64 * 1024;
 
-/// The file being read.
+/// The byte range of the file being read.
 struct Current {
     reader: BufReader<File>,
     path: PathBuf,
     /// `path` as text, shared by the [`Line`]s of the file.
     shown: Arc<str>,
+    /// The end of the range: a line that starts at or after it is the next subtask's.
+    end: u64,
+    /// A byte offset of a line start in the range and the lines of the range before it:
+    /// the newlines of the file before that offset, less those lines, are the lines of the
+    /// file before the range.
+    anchor: (u64, u64),
+    /// The lines of the file before the range, once counted (`Some(0)` for a range that
+    /// starts the file).
+    lines_before: Cell<Option<u64>>,
 }
 
 impl Current {
-    fn new(file: File, path: PathBuf) -> Self {
+    fn new(file: File, path: PathBuf, end: u64, anchor: (u64, u64)) -> Self {
         let shown = Arc::from(path.display().to_string());
         Current {
             reader: BufReader::with_capacity(64 * 1024, file),
             path,
             shown,
+            end,
+            anchor,
+            lines_before: Cell::new((anchor == (0, 0)).then_some(0)),
+        }
+    }
+
+    /// The lines of the file before the range: counted on the first call.
+    fn lines_before(&self) -> Result<u64, SourceError> {
+        if let Some(n) = self.lines_before.get() {
+            return Ok(n);
+        }
+        let (offset, lines) = self.anchor;
+        let n = count_newlines(&self.path, offset)?.saturating_sub(lines);
+        self.lines_before.set(Some(n));
+        Ok(n)
+    }
+}
+
+/// The `\n` bytes among the first `upto` bytes of `path`.
+fn count_newlines(path: &Path, upto: u64) -> Result<u64, SourceError> {
+    use std::io::Read;
+    let io = |source| SourceError::Io {
+        path: path.to_owned(),
+        source,
+    };
+    let mut file = File::open(path).map_err(io)?.take(upto);
+    let mut buf = vec![0u8; 64 * 1024];
+    let mut count = 0u64;
+    loop {
+        let n = match file.read(&mut buf) {
+            Ok(0) => return Ok(count),
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(io(e)),
+        };
+        count += buf[..n].iter().filter(|&&b| b == b'\n').count() as u64;
+    }
+}
+
+/// Consumes `cur`'s bytes up to and including the next `\n` (or to the end of the file)
+/// without keeping them; returns how many.
+fn pass_line(cur: &mut Current) -> Result<u64, SourceError> {
+    let mut passed = 0u64;
+    loop {
+        let avail = match cur.reader.fill_buf() {
+            Ok(a) => a,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(source) => {
+                return Err(SourceError::Io {
+                    path: cur.path.clone(),
+                    source,
+                })
+            }
+        };
+        if avail.is_empty() {
+            return Ok(passed);
+        }
+        let (used, done) = match memchr::memchr(b'\n', avail) {
+            Some(i) => (i + 1, true),
+            None => (avail.len(), false),
+        };
+        cur.reader.consume(used);
+        passed += used as u64;
+        if done {
+            return Ok(passed);
         }
     }
 }
 
-/// Reads the files of one subtask, line by line, with line numbers and byte offsets.
+/// Where a [`LineReader`] reads on: what its sources' checkpoints store.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LinePosition {
+    /// The file's index among the path's files (sorted by name).
+    pub file: u64,
+    /// The byte offset in the file of the next line to read (0: the start of the subtask's
+    /// range, not yet opened).
+    pub offset: u64,
+    /// The lines (blank ones included) read so far in the subtask's range of the file.
+    pub lines: u64,
+    /// The source's parallelism, which the ranges were cut for.
+    pub parallelism: u64,
+}
+
+/// Reads one subtask's byte range of every file, line by line, with line numbers and byte
+/// offsets.
 ///
 /// A line is buffered up to the maximum length; the rest of a longer one is read in chunks
 /// and passed over (see the [module docs](self)).
 pub struct LineReader {
     files: Vec<PathBuf>,
+    cx: SourceContext,
+    /// The index of the next file to open.
     file_idx: usize,
     current: Option<Current>,
+    /// Lines read in the current range (the current line's number in it, 1-based).
     line_no: u64,
     /// Byte offset in the current file of the next line.
     offset: u64,
@@ -181,22 +286,20 @@ pub struct LineReader {
     max_line_bytes: usize,
     /// The current line's length (before its `\n`) if it is over the maximum.
     too_long: Option<u64>,
+    /// The current line lies at the start of the file reader's buffer, in its first `held`
+    /// bytes (its `\n` included), not in `buf`: consumed when the next line is read.
+    held: usize,
     /// The current line ended at the end of its file, without a newline.
     unterminated: bool,
 }
 
 impl LineReader {
-    /// The share of `path`'s files that subtask `cx` reads, with the default maximum line
-    /// length ([`DEFAULT_MAX_LINE_BYTES`]).
+    /// The byte range of each of `path`'s files that subtask `cx` reads, with the default
+    /// maximum line length ([`DEFAULT_MAX_LINE_BYTES`]).
     pub fn new(path: &Path, cx: SourceContext) -> Result<Self, SourceError> {
-        let files = list_files(path)?
-            .into_iter()
-            .enumerate()
-            .filter(|(i, _)| i % cx.parallelism == cx.subtask)
-            .map(|(_, p)| p)
-            .collect();
         Ok(LineReader {
-            files,
+            files: list_files(path)?,
+            cx,
             file_idx: 0,
             current: None,
             line_no: 0,
@@ -206,6 +309,7 @@ impl LineReader {
             end: 0,
             max_line_bytes: DEFAULT_MAX_LINE_BYTES,
             too_long: None,
+            held: 0,
             unterminated: false,
         })
     }
@@ -223,36 +327,38 @@ impl LineReader {
     pub fn advance(&mut self) -> Result<bool, SourceError> {
         loop {
             if self.current.is_none() {
-                let Some(path) = self.files.get(self.file_idx).cloned() else {
+                if self.file_idx >= self.files.len() {
                     return Ok(false);
-                };
-                self.file_idx += 1;
-                let f = File::open(&path).map_err(|source| SourceError::Io {
-                    path: path.clone(),
-                    source,
-                })?;
-                self.current = Some(Current::new(f, path));
-                self.line_no = 0;
-                self.offset = 0;
+                }
+                self.open(self.file_idx, None)?;
+                continue;
+            }
+            if self.current.as_ref().is_some_and(|c| self.offset >= c.end) {
+                // The next line is the next subtask's.
+                self.current = None;
+                self.held = 0;
+                continue;
             }
             let (n, newline) = self.read_line()?;
             if n == 0 {
                 self.current = None;
+                self.held = 0;
                 continue;
             }
             self.line_no += 1;
             self.start = self.offset;
             self.offset += n;
             self.unterminated = !newline;
+            let raw = self.raw();
             if self.too_long.is_some() {
-                self.end = self.buf.len();
+                self.end = raw.len();
                 return Ok(true);
             }
-            let mut end = self.buf.len();
-            while end > 0 && self.buf[end - 1] == b'\r' {
+            let mut end = raw.len();
+            while end > 0 && raw[end - 1] == b'\r' {
                 end -= 1;
             }
-            if self.buf[..end].iter().all(u8::is_ascii_whitespace) {
+            if raw[..end].iter().all(u8::is_ascii_whitespace) {
                 continue;
             }
             self.end = end;
@@ -260,16 +366,26 @@ impl LineReader {
         }
     }
 
-    /// Reads the next line of the current file into `buf` (without its `\n`, at most the
-    /// maximum length of it): (bytes consumed, whether it ended with `\n`). Sets `too_long`.
+    /// Reads the next line of the current file (without its `\n`, at most the maximum
+    /// length of it): (bytes consumed, whether it ended with `\n`). A line that lies whole in
+    /// the file reader's buffer stays there (`held`), any other is copied into `buf`. Sets
+    /// `too_long`.
     fn read_line(&mut self) -> Result<(u64, bool), SourceError> {
         let Some(cur) = self.current.as_mut() else {
             return Ok((0, false));
         };
+        cur.reader.consume(std::mem::take(&mut self.held));
         let max = self.max_line_bytes;
         self.buf.clear();
         self.too_long = None;
         let (mut total, mut content, mut over) = (0u64, 0u64, false);
+        // The common case: the whole line is in the reader's buffer.
+        if let Ok(avail) = cur.reader.fill_buf() {
+            if let Some(i) = memchr::memchr(b'\n', avail).filter(|i| *i <= max) {
+                self.held = i + 1;
+                return Ok(((i + 1) as u64, true));
+            }
+        }
         loop {
             let avail = match cur.reader.fill_buf() {
                 Ok(a) => a,
@@ -319,52 +435,90 @@ impl LineReader {
         Ok((total, false))
     }
 
-    /// Where the next line starts: (file index, byte offset, lines read in that file).
-    pub fn position(&self) -> (u64, u64, u64) {
+    /// Where the next line starts.
+    pub fn position(&self) -> LinePosition {
+        let parallelism = self.cx.parallelism as u64;
         match self.current {
-            Some(_) => ((self.file_idx - 1) as u64, self.offset, self.line_no),
-            None => (self.file_idx as u64, 0, 0),
+            Some(_) => LinePosition {
+                file: (self.file_idx - 1) as u64,
+                offset: self.offset,
+                lines: self.line_no,
+                parallelism,
+            },
+            None => LinePosition {
+                file: self.file_idx as u64,
+                offset: 0,
+                lines: 0,
+                parallelism,
+            },
         }
     }
 
     /// Resumes at a [`position`](Self::position).
-    pub fn seek(&mut self, (file, offset, line_no): (u64, u64, u64)) -> Result<(), SourceError> {
-        use std::io::{Seek, SeekFrom};
-        let file = file as usize;
-        self.current = None;
-        self.file_idx = file;
-        if file >= self.files.len() {
-            return Ok(());
-        }
-        let path = self.files[file].clone();
-        let mut f = File::open(&path).map_err(|source| SourceError::Io {
-            path: path.clone(),
-            source,
-        })?;
-        let len = f
-            .metadata()
-            .map_err(|source| SourceError::Io {
-                path: path.clone(),
-                source,
-            })?
-            .len();
-        if offset > len {
+    pub fn seek(&mut self, position: LinePosition) -> Result<(), SourceError> {
+        if position.parallelism != self.cx.parallelism as u64 {
             return Err(SourceError::BadPosition {
                 message: format!(
-                    "{} has {len} bytes, the checkpoint resumes at byte {offset}",
-                    path.display()
+                    "the checkpoint was taken with the files split among {} subtasks, the \
+                     source now has {}: a line source cannot change parallelism",
+                    position.parallelism, self.cx.parallelism
                 ),
             });
         }
-        f.seek(SeekFrom::Start(offset))
-            .map_err(|source| SourceError::Io {
-                path: path.clone(),
-                source,
-            })?;
-        self.current = Some(Current::new(f, path));
-        self.file_idx = file + 1;
+        self.current = None;
+        self.held = 0;
+        let file = usize::try_from(position.file).unwrap_or(usize::MAX);
+        self.file_idx = file.min(self.files.len());
+        if file >= self.files.len() {
+            return Ok(());
+        }
+        if (position.offset, position.lines) == (0, 0) {
+            // The range is opened when it is read.
+            return Ok(());
+        }
+        self.open(file, Some((position.offset, position.lines)))
+    }
+
+    /// Opens this subtask's range of file `idx`, at its first line or at `resume` (a byte
+    /// offset of a line start in the range, and the lines of the range before it).
+    fn open(&mut self, idx: usize, resume: Option<(u64, u64)>) -> Result<(), SourceError> {
+        use std::io::{Seek, SeekFrom};
+        let path = self.files[idx].clone();
+        let io = |source| SourceError::Io {
+            path: path.clone(),
+            source,
+        };
+        let mut f = File::open(&path).map_err(io)?;
+        let len = f.metadata().map_err(io)?.len();
+        let range = self.cx.share_of(len);
+        self.file_idx = idx + 1;
+        let (offset, lines) = match resume {
+            Some((offset, lines)) => {
+                if offset > len {
+                    return Err(SourceError::BadPosition {
+                        message: format!(
+                            "{} has {len} bytes, the checkpoint resumes at byte {offset}",
+                            path.display()
+                        ),
+                    });
+                }
+                (offset, lines)
+            }
+            // The line starting at the range's first byte is ours if the byte before it
+            // ends a line: start one byte early and pass over everything up to a newline.
+            None if range.start > 0 => (range.start - 1, 0),
+            None => (0, 0),
+        };
+        f.seek(SeekFrom::Start(offset)).map_err(io)?;
+        let mut cur = Current::new(f, path, range.end, (offset, lines));
         self.offset = offset;
-        self.line_no = line_no;
+        self.line_no = lines;
+        if resume.is_none() && range.start > 0 {
+            self.offset += pass_line(&mut cur)?;
+            cur.anchor = (self.offset, 0);
+        }
+        self.current = Some(cur);
+        self.held = 0;
         Ok(())
     }
 
@@ -380,7 +534,7 @@ impl LineReader {
                 ),
             ));
         }
-        let line = &self.buf[..self.end];
+        let line = self.line();
         if let Some(i) = memchr::memchr(0, line) {
             return Err((
                 BadLineKind::Nul,
@@ -405,7 +559,16 @@ impl LineReader {
     /// The current line (of a line over the maximum, its first
     /// [`OVERLONG_PREVIEW_BYTES`]), without its line ending.
     pub fn line(&self) -> &[u8] {
-        &self.buf[..self.end]
+        &self.raw()[..self.end]
+    }
+
+    /// The current line as read: in the file reader's buffer (`held`) or in `buf`, without
+    /// its `\n` (with any `\r`).
+    fn raw(&self) -> &[u8] {
+        match &self.current {
+            Some(c) if self.held > 0 => &c.reader.buffer()[..self.held - 1],
+            _ => &self.buf,
+        }
     }
 
     /// The file of the current line.
@@ -416,9 +579,15 @@ impl LineReader {
             .unwrap_or(Path::new(""))
     }
 
-    /// The 1-based number of the current line in its file.
-    pub fn line_number(&self) -> u64 {
-        self.line_no
+    /// The 1-based number of the current line in its file. In a range that starts inside
+    /// the file, the first call counts the file's lines before the range (an I/O error is
+    /// the file's).
+    pub fn line_number(&self) -> Result<u64, SourceError> {
+        let before = match &self.current {
+            Some(c) => c.lines_before()?,
+            None => 0,
+        };
+        Ok(before + self.line_no)
     }
 
     /// The offset in its file of the current line's first byte.
@@ -439,25 +608,30 @@ impl LineReader {
             .unwrap_or_else(|| Arc::from(""))
     }
 
-    /// The current line as a [`BadLine`] of `kind`.
-    pub fn bad_line(&self, kind: BadLineKind, error: String) -> BadLine {
-        BadLine {
+    /// The current line as a [`BadLine`] of `kind` (an error if its line number cannot be
+    /// counted: see [`line_number`](Self::line_number)).
+    pub fn bad_line(&self, kind: BadLineKind, error: String) -> Result<BadLine, SourceError> {
+        Ok(BadLine {
             path: self.path().display().to_string(),
-            line: self.line_no,
+            line: self.line_number()?,
             byte_offset: self.start,
             kind,
             text: String::from_utf8_lossy(self.line()).into_owned(),
             error,
-        }
+        })
     }
 
-    /// The `Fail` policy's error for the current line.
+    /// The `Fail` policy's error for the current line (or the I/O error that kept its line
+    /// number from being counted).
     pub fn malformed(&self, message: String) -> SourceError {
-        SourceError::Malformed {
-            path: self.path().to_owned(),
-            line: self.line_no,
-            byte_offset: self.start,
-            message,
+        match self.line_number() {
+            Ok(line) => SourceError::Malformed {
+                path: self.path().to_owned(),
+                line,
+                byte_offset: self.start,
+                message,
+            },
+            Err(e) => e,
         }
     }
 
@@ -466,8 +640,27 @@ impl LineReader {
     }
 
     fn seek_encoded(&mut self, position: &[u8]) -> Result<(), SourceError> {
-        let p: (u64, u64, u64) = crate::checkpoint::decode(position)
-            .map_err(|message| SourceError::BadPosition { message })?;
+        let p = match crate::checkpoint::decode::<LinePosition>(position) {
+            Ok(p) => p,
+            // Before files were split by range: (file index among the subtask's files, byte
+            // offset, line number). At parallelism 1 that is the same place.
+            Err(message) => match crate::checkpoint::decode::<(u64, u64, u64)>(position) {
+                Ok((file, offset, lines)) if self.cx.parallelism == 1 => LinePosition {
+                    file,
+                    offset,
+                    lines,
+                    parallelism: 1,
+                },
+                Ok(_) => {
+                    return Err(SourceError::BadPosition {
+                        message: "the checkpoint is of an older line source that dealt whole \
+                                  files to its subtasks: it can only be restored at parallelism 1"
+                            .into(),
+                    })
+                }
+                Err(_) => return Err(SourceError::BadPosition { message }),
+            },
+        };
         self.seek(p)
     }
 }
@@ -514,7 +707,10 @@ impl<T: DeserializeOwned> JsonlReader<T> {
                 }
             })
         });
-        Ok(Some(r.map_err(|(kind, e)| lines.bad_line(kind, e))))
+        match r {
+            Ok(v) => Ok(Some(Ok(v))),
+            Err((kind, e)) => Ok(Some(Err(lines.bad_line(kind, e)?))),
+        }
     }
 
     /// The line reader.
@@ -567,7 +763,7 @@ impl Source<Result<String, BadLine>> for SkippingLines {
             }
             out.push(match self.0.text() {
                 Ok(s) => Ok(s.to_owned()),
-                Err((kind, e)) => Err(self.0.bad_line(kind, e)),
+                Err((kind, e)) => Err(self.0.bad_line(kind, e)?),
             });
         }
         Ok(SourceStatus::More)
@@ -639,15 +835,24 @@ impl Source<Result<Line, BadLine>> for LocatedLines {
                     break;
                 }
             }
-            self.pending.push(match r.text() {
-                Ok(s) => Ok(PendingLine {
-                    path: r.shown_path(),
-                    line: r.line_no,
-                    byte_offset: r.start,
-                    range: self.batch.push(s),
+            let located = match r.text() {
+                Ok(s) => r.line_number().map(|line| {
+                    Ok(PendingLine {
+                        path: r.shown_path(),
+                        line,
+                        byte_offset: r.start,
+                        range: self.batch.push(s),
+                    })
                 }),
-                Err((kind, e)) => Err(r.bad_line(kind, e)),
-            });
+                Err((kind, e)) => r.bad_line(kind, e).map(Err),
+            };
+            match located {
+                Ok(p) => self.pending.push(p),
+                Err(e) => {
+                    error = Some(e);
+                    break;
+                }
+            }
         }
         let buf = self.batch.share();
         out.extend(self.pending.drain(..).map(|p| {
@@ -723,5 +928,83 @@ impl<T: DeserializeOwned + Send + 'static> Source<Result<T, BadLine>> for Skippi
 
     fn seek(&mut self, position: &[u8]) -> Result<(), SourceError> {
         self.0.lines.seek_encoded(position)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn file(name: &str, bytes: &[u8]) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("weir-jsonl-{}-{name}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let f = dir.join("in.txt");
+        std::fs::write(&f, bytes).unwrap();
+        f
+    }
+
+    fn cx(subtask: usize, parallelism: usize) -> SourceContext {
+        SourceContext {
+            subtask,
+            parallelism,
+        }
+    }
+
+    fn texts(r: &mut LineReader) -> Vec<(u64, u64, String)> {
+        let mut out = Vec::new();
+        while let Some(s) = r.next_text().unwrap() {
+            let s = s.to_owned();
+            out.push((r.line_number().unwrap(), r.byte_offset(), s));
+        }
+        out
+    }
+
+    #[test]
+    fn each_subtask_reads_the_lines_that_start_in_its_range() {
+        // 30 bytes: ranges of 3 subtasks are [0, 10), [10, 20), [20, 30).
+        let f = file("ranges", b"aaaaaaaa\nbbbbbbbbb\ncccc\n\ndd\nee");
+        let got: Vec<_> = (0..3)
+            .map(|k| texts(&mut LineReader::new(&f, cx(k, 3)).unwrap()))
+            .collect();
+        let owned = |v: &[(u64, u64, &str)]| {
+            v.iter()
+                .map(|(l, o, s)| (*l, *o, s.to_string()))
+                .collect::<Vec<_>>()
+        };
+        // "bbbbbbbbb" starts at 9 and runs past 10: subtask 0's, and subtask 1 passes over
+        // its end; "cccc" (19..23) is subtask 1's; the blank line 4 at 24 is passed over.
+        assert_eq!(
+            got,
+            [
+                owned(&[(1, 0, "aaaaaaaa"), (2, 9, "bbbbbbbbb")]),
+                owned(&[(3, 19, "cccc")]),
+                owned(&[(5, 25, "dd"), (6, 28, "ee")]),
+            ]
+        );
+        std::fs::remove_dir_all(f.parent().unwrap()).unwrap();
+    }
+
+    #[test]
+    fn a_position_of_another_parallelism_is_refused() {
+        let f = file("other-p", b"a\nb\nc\nd\n");
+        let mut r = LineReader::new(&f, cx(1, 2)).unwrap();
+        r.next_text().unwrap();
+        let position = r.encoded_position().unwrap();
+        let mut other = LineReader::new(&f, cx(1, 3)).unwrap();
+        assert!(matches!(
+            other.seek_encoded(&position),
+            Err(SourceError::BadPosition { .. })
+        ));
+        // A position of the older line source (whole files dealt round robin) means the same
+        // at parallelism 1, and nothing certain at another.
+        let old = crate::checkpoint::encode(&(0u64, 4u64, 2u64)).unwrap();
+        let mut one = LineReader::new(&f, cx(0, 1)).unwrap();
+        one.seek_encoded(&old).unwrap();
+        assert_eq!(texts(&mut one), [(3, 4, "c".into()), (4, 6, "d".into())]);
+        assert!(matches!(
+            LineReader::new(&f, cx(0, 2)).unwrap().seek_encoded(&old),
+            Err(SourceError::BadPosition { .. })
+        ));
+        std::fs::remove_dir_all(f.parent().unwrap()).unwrap();
     }
 }

@@ -4,7 +4,7 @@
 //! source never blocks control mail for more than one batch. Built-in bounded sources:
 //! [`generator`] (n records from a closure of the index), [`collection`] (a `Vec`),
 //! [`jsonl`] (JSON Lines files, with a policy for malformed lines). Each subtask of a source
-//! reads its own share (a range of indices, or a set of files).
+//! reads its own share (a range of indices, or a byte range of each file).
 //!
 //! A source with nothing to read now says so with [`SourceStatus::Idle`]: it is not polled
 //! again until its [`SourceWaker`] is woken (push-style sources: another thread received
