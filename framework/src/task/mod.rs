@@ -60,6 +60,9 @@ pub(crate) struct SubtaskActor {
     time: TimeAccount,
     /// The data lane woke itself for its next poll (see `wakes`).
     ran_on: bool,
+    /// State writes under way (see `write_and_ack`): joined when the actor goes, so that a
+    /// job's checkpoint files are all written when it returns.
+    writes: Vec<std::thread::JoinHandle<()>>,
     spin: Spin,
     sample: Arc<Mutex<SubtaskSample>>,
     throttle: Option<Pin<Box<actix_rt::time::Sleep>>>,
@@ -96,6 +99,7 @@ impl SubtaskActor {
             pause_waker: None,
             time: TimeAccount::new(now),
             ran_on: false,
+            writes: Vec::new(),
             spin: Spin::default(),
             sample,
             throttle: None,
@@ -261,14 +265,14 @@ impl SubtaskActor {
         let Some(root) = self.checkpoint_dir.clone() else {
             return;
         };
-        let mut files = Vec::with_capacity(w.entries.len());
         let hand_over = self.hands_over(id);
         let mut payloads = Vec::new();
+        let mut envelopes = Vec::with_capacity(w.entries.len());
         for e in w.entries {
             if hand_over {
                 payloads.push((e.uid.clone(), e.payload.clone()));
             }
-            let env = SnapshotEnvelope {
+            envelopes.push(SnapshotEnvelope {
                 format_version: crate::checkpoint::store::FORMAT_VERSION,
                 uid: e.uid,
                 subtask: self.id.subtask,
@@ -276,38 +280,49 @@ impl SubtaskActor {
                 key_groups: e.key_groups,
                 payload_crc32: Some(crc32fast::hash(&e.payload)),
                 payload: e.payload,
-            };
-            match crate::checkpoint::store::write_state(&root, &env) {
-                Ok((file, size)) => files.push(StateFile {
-                    uid: env.uid,
-                    subtask: env.subtask,
-                    file,
-                    size,
-                }),
-                Err(err) => {
-                    let reason = err.to_string();
-                    tracing::warn!(uid = %self.id.head_uid, subtask = self.id.subtask, checkpoint = id, %reason, "cannot write checkpoint state");
-                    let _ = self.events.unbounded_send(JobEvent::Declined {
-                        attempt: self.id.attempt,
-                        id,
-                        reason,
-                    });
-                    return;
-                }
-            }
+            });
         }
-        let _ = self.events.unbounded_send(JobEvent::Ack {
-            attempt: self.id.attempt,
+        let write = StateWrite {
+            root,
             id,
+            attempt: self.id.attempt,
             actor: self.id.actor,
+            head_uid: self.id.head_uid.clone(),
+            subtask: self.id.subtask,
+            events: self.events.clone(),
+            envelopes,
             payloads,
             part: AckPart {
-                files,
+                files: Vec::new(),
                 alignment,
                 start_delay,
                 taken,
             },
-        });
+        };
+        // Flink's asynchronous phase: the states are taken (above, on the data path); writing
+        // and syncing them to disk happens beside it, and the acknowledgement follows the
+        // write. A synced write can take tens of ms on a slow disk, all of it lost to the
+        // records otherwise. If no thread can be started, the write is done here.
+        let pending = std::sync::Arc::new(std::sync::Mutex::new(Some(write)));
+        let theirs = pending.clone();
+        let spawned = std::thread::Builder::new()
+            .name("weir-state-write".into())
+            .spawn(move || {
+                if let Some(w) = crate::sync::lock(&theirs).take() {
+                    w.run();
+                }
+            });
+        match spawned {
+            Ok(handle) => {
+                self.writes.retain(|h| !h.is_finished());
+                self.writes.push(handle);
+            }
+            Err(_) => {
+                if let Some(w) = crate::sync::lock(&pending).take() {
+                    w.run();
+                }
+            }
+        }
     }
 
     /// Checkpoint `id` could not be taken here. A panic of user code (a sink's pre-commit, an
@@ -368,8 +383,60 @@ impl Actor for SubtaskActor {
     }
 }
 
+/// A subtask's part of a checkpoint, taken and not yet on disk: written and acknowledged
+/// off the data path (see `SubtaskActor::write_and_ack`).
+struct StateWrite {
+    root: std::path::PathBuf,
+    id: u64,
+    attempt: u64,
+    actor: usize,
+    head_uid: String,
+    subtask: usize,
+    events: UnboundedSender<JobEvent>,
+    envelopes: Vec<SnapshotEnvelope>,
+    payloads: Vec<(String, Vec<u8>)>,
+    part: AckPart,
+}
+
+impl StateWrite {
+    /// Writes every state file, then acknowledges the checkpoint, or declines it naming the
+    /// write that failed.
+    fn run(mut self) {
+        for env in std::mem::take(&mut self.envelopes) {
+            match crate::checkpoint::store::write_state(&self.root, &env) {
+                Ok((file, size)) => self.part.files.push(StateFile {
+                    uid: env.uid,
+                    subtask: env.subtask,
+                    file,
+                    size,
+                }),
+                Err(err) => {
+                    let reason = err.to_string();
+                    tracing::warn!(uid = %self.head_uid, subtask = self.subtask, checkpoint = self.id, %reason, "cannot write checkpoint state");
+                    let _ = self.events.unbounded_send(JobEvent::Declined {
+                        attempt: self.attempt,
+                        id: self.id,
+                        reason,
+                    });
+                    return;
+                }
+            }
+        }
+        let _ = self.events.unbounded_send(JobEvent::Ack {
+            attempt: self.attempt,
+            id: self.id,
+            actor: self.actor,
+            payloads: self.payloads,
+            part: self.part,
+        });
+    }
+}
+
 impl Drop for SubtaskActor {
     fn drop(&mut self) {
+        for w in self.writes.drain(..) {
+            let _ = w.join();
+        }
         if !self.reported {
             let event = JobEvent::Lost {
                 attempt: self.id.attempt,
