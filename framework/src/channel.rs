@@ -930,6 +930,22 @@ pub(crate) mod loom_tests {
         });
     }
 
+    /// Sends a batch of `records`, parking (on a loom condvar) whenever it is refused for
+    /// credit until its waker is woken: a lost wake-up is a deadlock, which loom reports.
+    fn send_parking(tx: &Sender<u32>, records: Vec<u32>) {
+        let flag = std::sync::Arc::new(Flag(
+            loom::sync::Mutex::new(false),
+            loom::sync::Condvar::new(),
+        ));
+        let waker = Waker::from(flag.clone());
+        let mut cx = Context::from_waker(&waker);
+        let mut event = Event::Batch(Batch::Owned(records));
+        while let Err(Full(e)) = tx.send_or_register(&mut cx, event) {
+            event = e;
+            flag.wait();
+        }
+    }
+
     /// With a window of 4, a sender refused for credit is woken when the receiver parks
     /// (`release`) after taking one batch, though the queue is above half its window: no
     /// sender waits on room a parked receiver leaves.
@@ -940,24 +956,7 @@ pub(crate) mod loom_tests {
             for i in 0..4 {
                 tx.try_send(Event::Batch(Batch::Owned(vec![i]))).unwrap();
             }
-            let t = loom::thread::spawn(move || {
-                let flag = std::sync::Arc::new(Flag(
-                    loom::sync::Mutex::new(false),
-                    loom::sync::Condvar::new(),
-                ));
-                let waker = Waker::from(flag.clone());
-                let mut cx = Context::from_waker(&waker);
-                let mut event = Event::Batch(Batch::Owned(vec![4]));
-                loop {
-                    match tx.send_or_register(&mut cx, event) {
-                        Ok(()) => break,
-                        Err(Full(e)) => {
-                            event = e;
-                            flag.wait();
-                        }
-                    }
-                }
-            });
+            let t = loom::thread::spawn(move || send_parking(&tx, vec![4]));
             let mut got = Vec::new();
             match rx.try_recv() {
                 Some(Event::Batch(b)) => b.move_into(&mut got),
@@ -998,26 +997,7 @@ pub(crate) mod loom_tests {
         loom::model(|| {
             let (tx, rx) = channel::<u32>(1, Arc::new(AtomicWaker::new()));
             tx.try_send(Event::Batch(Batch::Owned(vec![1]))).unwrap();
-            let t = loom::thread::spawn(move || {
-                let flag = std::sync::Arc::new(Flag(
-                    loom::sync::Mutex::new(false),
-                    loom::sync::Condvar::new(),
-                ));
-                let waker = Waker::from(flag.clone());
-                let mut cx = Context::from_waker(&waker);
-                let mut event = Event::Batch(Batch::Owned(vec![2]));
-                loop {
-                    match tx.send_or_register(&mut cx, event) {
-                        Ok(()) => break,
-                        Err(Full(e)) => {
-                            event = e;
-                            // Block until woken: a lost wake-up is a deadlock, which
-                            // loom reports.
-                            flag.wait();
-                        }
-                    }
-                }
-            });
+            let t = loom::thread::spawn(move || send_parking(&tx, vec![2]));
             // Free the one slot while the sender may be anywhere in its attempt.
             let mut got = Vec::new();
             match rx.try_recv() {

@@ -219,21 +219,32 @@ fn count_newlines(path: &Path, upto: u64) -> Result<u64, SourceError> {
     }
 }
 
+/// `cur`'s buffered bytes, reading more when there are none (empty: the end of the file).
+/// An interrupted read is retried; any other read error names the file.
+fn fill(cur: &mut Current) -> Result<&[u8], SourceError> {
+    let io = |path: &Path, source| SourceError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    loop {
+        match cur.reader.fill_buf() {
+            Ok(_) => break,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(source) => return Err(io(&cur.path, source)),
+        }
+    }
+    // Filled (or at the end): this look does no read unless the file ended.
+    cur.reader
+        .fill_buf()
+        .map_err(|source| io(&cur.path, source))
+}
+
 /// Consumes `cur`'s bytes up to and including the next `\n` (or to the end of the file)
 /// without keeping them; returns how many.
 fn pass_line(cur: &mut Current) -> Result<u64, SourceError> {
     let mut passed = 0u64;
     loop {
-        let avail = match cur.reader.fill_buf() {
-            Ok(a) => a,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(source) => {
-                return Err(SourceError::Io {
-                    path: cur.path.clone(),
-                    source,
-                })
-            }
-        };
+        let avail = fill(cur)?;
         if avail.is_empty() {
             return Ok(passed);
         }
@@ -387,16 +398,7 @@ impl LineReader {
             }
         }
         loop {
-            let avail = match cur.reader.fill_buf() {
-                Ok(a) => a,
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-                Err(source) => {
-                    return Err(SourceError::Io {
-                        path: cur.path.clone(),
-                        source,
-                    })
-                }
-            };
+            let avail = fill(cur)?;
             if avail.is_empty() {
                 break;
             }

@@ -308,7 +308,7 @@ impl SubtaskActor {
         let spawned = std::thread::Builder::new()
             .name("weir-state-write".into())
             .spawn(move || {
-                if let Some(w) = crate::sync::lock(&theirs).take() {
+                if let Some(w) = theirs.lock().unwrap_or_else(|p| p.into_inner()).take() {
                     w.run();
                 }
             });
@@ -318,7 +318,7 @@ impl SubtaskActor {
                 self.writes.push(handle);
             }
             Err(_) => {
-                if let Some(w) = crate::sync::lock(&pending).take() {
+                if let Some(w) = pending.lock().unwrap_or_else(|p| p.into_inner()).take() {
                     w.run();
                 }
             }
