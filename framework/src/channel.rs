@@ -281,6 +281,21 @@ impl<T> Event<T> {
     }
 }
 
+impl<T> Queue<T> {
+    /// No credit: the window is taken (a window that shrank may hold more until drained).
+    #[inline]
+    fn is_full(&self) -> bool {
+        self.events.len() >= self.window.now
+    }
+
+    /// After a take: a sender waiting for credit should go on now (the queue is down to half
+    /// its window, see the module doc's hand-offs).
+    #[inline]
+    fn wakes_sender(&self) -> bool {
+        self.events.len() <= self.window.now / 2
+    }
+}
+
 impl<T: Clone> Queue<T> {
     /// Enqueues `event` (credit was checked), dropping records below `suppress_below`.
     fn push(&mut self, event: Event<T>) {
@@ -335,7 +350,7 @@ impl<T: Clone> Sender<T> {
                     if q.epoch != *epoch {
                         return Ok(());
                     }
-                    if q.events.len() >= q.window.now {
+                    if q.is_full() {
                         return Err(Full(event));
                     }
                     q.push(event);
@@ -417,11 +432,11 @@ impl<T: Clone> Dual<T> {
                 (Some(b), true) => Some(lock(&b.queue)),
                 _ => None,
             };
-            if p_open && qp.events.len() >= qp.window.now {
+            if p_open && qp.is_full() {
                 return Err(Full(event));
             }
             if let Some(q) = &qb {
-                if q.events.len() >= q.window.now {
+                if q.is_full() {
                     return Err(Full(event));
                 }
             }
@@ -603,7 +618,7 @@ impl<T> Receiver<T> {
                 q.taken_batches += 1;
                 q.window.took_batch(left);
             }
-            ((at, e), left <= q.window.now / 2)
+            ((at, e), q.wakes_sender())
         };
         if wake {
             self.shared.tx_waker.wake();
@@ -615,11 +630,7 @@ impl<T> Receiver<T> {
     /// credit): wakes a sender waiting for credit if the channel has room, however little,
     /// so that none stays parked on room that is there.
     pub(crate) fn release(&self) {
-        let room = {
-            let q = lock(&self.shared.queue);
-            q.events.len() < q.window.now
-        };
-        if room {
+        if !lock(&self.shared.queue).is_full() {
             self.shared.tx_waker.wake();
         }
     }
@@ -631,7 +642,10 @@ impl<T> Receiver<T> {
             let mut q = lock(&self.shared.queue);
             match q.events.front() {
                 None | Some(Event::Batch(_)) => return None,
-                Some(_) => (q.events.pop_front(), q.events.len() <= q.window.now / 2),
+                Some(_) => {
+                    let e = q.events.pop_front();
+                    (e, q.wakes_sender())
+                }
             }
         };
         if wake {
