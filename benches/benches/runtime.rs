@@ -6,9 +6,12 @@
 //!   whose data lane is saturated (a source feeding a discarding sink flat out).
 //! - `credit_throughput` and `credit_queueing_delay`: one channel (source -> sink on two
 //!   arbiters) with the adaptive window (`latency_target` 2 ms, windows 2..=64, the
-//!   defaults) against fixed windows of 2 and 32, at three rates: a cheap consumer fed flat
+//!   defaults; and with `adaptive_batch_size` on) against fixed windows of 2 and 32, at
+//!   four rates: a cheap consumer fed flat
 //!   out (the channel is the bottleneck), a slow consumer (100 µs per batch of 1024) fed flat
-//!   out (it is), and that slow consumer fed at 80 % of what it takes. `credit_throughput`
+//!   out (it is), that slow consumer fed at 80 % of what it takes, and a consumer slower
+//!   than the target even at the smallest window (2 µs per record: 4 ms behind two batches
+//!   of 1024; the adaptive channel also asks for smaller batches). `credit_throughput`
 //!   times a run (records/s); `credit_queueing_delay` reports, as its "time", the mean delay
 //!   of a record from its source batch being emitted to the sink taking it (queueing in the
 //!   channel and the wake-up): criterion's time per iteration is that delay, not a run's.
@@ -95,10 +98,12 @@ fn mailbox(c: &mut Criterion) {
     g.finish();
 }
 
-/// A channel's window: fixed, or adaptive with the defaults.
+/// A channel's window: fixed, or adaptive with the defaults, or that and adaptive batch
+/// size (`EnvConfig::adaptive_batch_size`).
 #[derive(Clone, Copy, Debug)]
 enum Window {
     Adaptive,
+    AdaptiveBatch,
     Fixed(usize),
 }
 
@@ -106,6 +111,7 @@ impl std::fmt::Display for Window {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Window::Adaptive => write!(f, "adaptive"),
+            Window::AdaptiveBatch => write!(f, "adaptive_batch"),
             Window::Fixed(n) => write!(f, "fixed_{n}"),
         }
     }
@@ -120,26 +126,38 @@ struct Load {
     every_ns: u64,
     /// Nanoseconds the sink spends per batch.
     cost_ns: u64,
+    /// Nanoseconds the sink spends per record.
+    record_ns: u64,
 }
 
-const LOADS: [Load; 3] = [
+const LOADS: [Load; 4] = [
     Load {
         name: "cheap_consumer_flat_out",
         batches: 2_000,
         every_ns: 0,
         cost_ns: 0,
+        record_ns: 0,
     },
     Load {
         name: "slow_consumer_flat_out",
         batches: 300,
         every_ns: 0,
         cost_ns: 100_000,
+        record_ns: 0,
     },
     Load {
         name: "slow_consumer_at_80pct",
         batches: 300,
         every_ns: 125_000,
         cost_ns: 100_000,
+        record_ns: 0,
+    },
+    Load {
+        name: "slower_than_target_flat_out",
+        batches: 100,
+        every_ns: 0,
+        cost_ns: 0,
+        record_ns: 2_000,
     },
 ];
 
@@ -171,9 +189,10 @@ impl Source<u64> for Paced {
 }
 
 /// Sums each record's delay (its arrival minus its stamp; one clock read per batch), then
-/// spins `cost_ns` per batch.
+/// spins `cost_ns` per batch and `record_ns` per record.
 struct Delays {
     cost_ns: u64,
+    record_ns: u64,
     sum_ns: Arc<AtomicU64>,
     records: Arc<AtomicU64>,
 }
@@ -185,7 +204,7 @@ impl Sink<u64> for Delays {
         self.sum_ns.fetch_add(sum, Ordering::Relaxed);
         self.records
             .fetch_add(batch.len() as u64, Ordering::Relaxed);
-        let until = now + self.cost_ns;
+        let until = now + self.cost_ns + self.record_ns * batch.len() as u64;
         while clock_ns() < until {
             std::hint::spin_loop();
         }
@@ -199,6 +218,7 @@ fn run_credit(load: Load, window: Window) -> (Duration, Duration) {
     let mut cfg = config(1024);
     match window {
         Window::Adaptive => {}
+        Window::AdaptiveBatch => cfg.adaptive_batch_size = true,
         Window::Fixed(n) => {
             cfg.channel_capacity = n;
             cfg.max_channel_capacity = n;
@@ -219,6 +239,7 @@ fn run_credit(load: Load, window: Window) -> (Duration, Duration) {
     .add_sink("delays", move |_| {
         Ok(Delays {
             cost_ns: load.cost_ns,
+            record_ns: load.record_ns,
             sum_ns: s.clone(),
             records: r.clone(),
         })
@@ -235,7 +256,12 @@ fn run_credit(load: Load, window: Window) -> (Duration, Duration) {
 }
 
 fn credit(c: &mut Criterion) {
-    let windows = [Window::Adaptive, Window::Fixed(2), Window::Fixed(32)];
+    let windows = [
+        Window::Adaptive,
+        Window::AdaptiveBatch,
+        Window::Fixed(2),
+        Window::Fixed(32),
+    ];
     let mut g = c.benchmark_group("credit_throughput");
     g.sample_size(10);
     for load in LOADS {

@@ -20,6 +20,15 @@
 //! consumer gets the floor, and what waits in front of a record stays under the target. The
 //! ceiling bounds the memory a channel holds whatever the rate.
 //!
+//! **Adaptive batch size.** A receiver so slow that even the floor's batches would wait longer
+//! than the target (a sink that takes 20 µs a record waits 40 ms behind two batches of 1024)
+//! also asks for smaller batches: it averages its time per record, and
+//! [`Sender::batch_limit`] becomes `target / (floor * time per record)` records, which the
+//! network outputs (`partition`) follow, read once per batch they send, when
+//! `EnvConfig::adaptive_batch_size` is on. Window and batch size then hold together what
+//! waits in front of a record near the target; a fast receiver never limits the batch below
+//! the job's batch size.
+//!
 //! **Hand-offs.** A sender refused for credit is woken when the receiver has taken the queue
 //! down to half its window (not at every taken batch), so a woken sender finds room for many
 //! batches. A receiver about to park (it found nothing to take, or its own output has no
@@ -32,7 +41,7 @@ use std::time::{Duration, Instant};
 
 use crate::sync::AtomicWaker;
 
-use crate::sync::atomic::{AtomicBool, Ordering};
+use crate::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use crate::sync::{lock, Arc, Mutex};
 
 /// A batch of records, owned or shared by several receivers (broadcast). Sharing never copies
@@ -147,6 +156,10 @@ struct Window {
     busy_since: Option<Instant>,
     /// Moving average of the service time per batch, ns (0: no measure yet).
     service_ns: u64,
+    /// Records in the batch taken at `busy_since`.
+    busy_records: usize,
+    /// Moving average of the service time per record, ns (0: no measure yet).
+    record_ns: u64,
 }
 
 impl Window {
@@ -156,30 +169,56 @@ impl Window {
             credit,
             busy_since: None,
             service_ns: 0,
+            busy_records: 0,
+            record_ns: 0,
         }
     }
 
-    /// The receiver took a batch and `left` events wait behind it.
+    /// The receiver took a batch of `records` and `left` events wait behind it. Returns the
+    /// batch limit the senders should keep to (records; `NO_BATCH_LIMIT` while every batch
+    /// fits), when it was measured anew.
     #[inline]
-    fn took_batch(&mut self, left: usize) {
-        let Some(target) = self.credit.target else {
-            return;
-        };
+    fn took_batch(&mut self, records: usize, left: usize) -> Option<u64> {
+        let target = self.credit.target?;
         let now = Instant::now();
+        let mut limit = None;
         if let Some(since) = self.busy_since {
             let dt = now.saturating_duration_since(since).as_nanos() as u64;
             // An average over about eight batches: quick to follow a change of rate, steady
             // over one slow batch.
-            self.service_ns = if self.service_ns == 0 {
-                dt
-            } else {
-                (self.service_ns * 7 + dt) / 8
-            };
+            self.service_ns = ewma(self.service_ns, dt);
             let fits = target.as_nanos() as u64 / self.service_ns.max(1);
             self.now = (fits as usize).clamp(self.credit.min, self.credit.max);
+            if self.busy_records > 0 {
+                self.record_ns = ewma(self.record_ns, dt / self.busy_records as u64);
+                limit = Some(batch_limit(target, self.credit.min, self.record_ns));
+            }
         }
         self.busy_since = (left > 0).then_some(now);
+        self.busy_records = records;
+        limit
     }
+}
+
+/// A moving average over about eight samples (`avg` 0: none yet).
+#[inline]
+fn ewma(avg: u64, sample: u64) -> u64 {
+    if avg == 0 {
+        sample
+    } else {
+        (avg * 7 + sample) / 8
+    }
+}
+
+/// No limit on the records of a batch beyond the job's batch size.
+pub(crate) const NO_BATCH_LIMIT: u64 = u64::MAX;
+
+/// The records per batch that keep the smallest window (`floor` batches) within `target` at
+/// `record_ns` per record: a receiver so slow that even the floor's batches of the job's batch
+/// size would wait longer than the target gets smaller batches (at least one record).
+fn batch_limit(target: Duration, floor: usize, record_ns: u64) -> u64 {
+    let per_batch = target.as_nanos() as u64 / floor.max(1) as u64;
+    (per_batch / record_ns.max(1)).max(1)
 }
 
 struct Queue<T> {
@@ -202,6 +241,8 @@ struct Queue<T> {
 
 struct Shared<T> {
     queue: Mutex<Queue<T>>,
+    /// The records per batch senders should keep to (see [`Sender::batch_limit`]).
+    batch_limit: AtomicU64,
     rx_waker: Arc<AtomicWaker>,
     tx_waker: AtomicWaker,
     closed: AtomicBool,
@@ -234,6 +275,7 @@ fn new_shared<T>(credit: Credit, rx_waker: Arc<AtomicWaker>, sent_batches: u64) 
             taken_batches: sent_batches,
             suppress_below: 0,
         }),
+        batch_limit: AtomicU64::new(NO_BATCH_LIMIT),
         rx_waker,
         tx_waker: AtomicWaker::new(),
         closed: AtomicBool::new(false),
@@ -328,6 +370,17 @@ impl<T: Clone> Queue<T> {
 }
 
 impl<T: Clone> Sender<T> {
+    /// The most records a batch sent now should hold ([`NO_BATCH_LIMIT`]: the job's batch
+    /// size): the receiver's measured pace against the latency target (see the module doc).
+    /// One relaxed load: read it once per batch sent, not per record.
+    #[inline]
+    pub(crate) fn batch_limit(&self) -> u64 {
+        match &self.target {
+            Target::One { shared, .. } => shared.batch_limit.load(Ordering::Relaxed),
+            Target::Dual(d) => lock(&d.targets).primary.batch_limit.load(Ordering::Relaxed),
+        }
+    }
+
     /// Events waiting in the channel, and its window now.
     pub(crate) fn usage(&self) -> (usize, usize) {
         let of = |s: &Shared<T>| {
@@ -611,12 +664,15 @@ impl<T> Receiver<T> {
         let (taken, wake) = {
             let mut q = lock(&self.shared.queue);
             let e = q.events.pop_front()?;
-            q.records -= e.records();
+            let records = e.records();
+            q.records -= records;
             let at = q.taken_batches;
             let left = q.events.len();
             if matches!(e, Event::Batch(_)) {
                 q.taken_batches += 1;
-                q.window.took_batch(left);
+                if let Some(limit) = q.window.took_batch(records, left) {
+                    self.shared.batch_limit.store(limit, Ordering::Relaxed);
+                }
             }
             ((at, e), q.wakes_sender())
         };
@@ -857,6 +913,7 @@ mod tests {
             rx.try_recv().unwrap();
         }
         assert_eq!((rx.capacity(), rx.queued()), (3, 2));
+        assert_eq!(tx.batch_limit(), NO_BATCH_LIMIT);
     }
 
     #[test]

@@ -47,9 +47,16 @@ pub struct EnvConfig {
     /// `max_channel_capacity`: a consumer that gets through a batch in 20 µs gets a deep
     /// window (its threads hand off rarely), one that needs 1 ms keeps the floor, and what
     /// waits in front of a record stays under the target. `None`: the window is fixed at
-    /// `channel_capacity` (a deeper fixed queue buys throughput with latency: measured ETL p99
-    /// 2.7 ms at 2, 6.3 ms at 8, same records/s).
+    /// `channel_capacity` (a deeper fixed queue buys throughput with latency: measured ETL
+    /// p99 2.7 ms at 2, 6.3 ms at 8, same records/s).
     pub latency_target: Option<Duration>,
+    /// Whether a consumer slower than `latency_target` even at the window's floor also gets
+    /// smaller batches (default `false`; Flink's buffer debloating is off by default too):
+    /// `latency_target / (channel_capacity × its time per record)` records, between an
+    /// eighth of `batch_size` and `batch_size`. It shortens the queue in front of a slow sink
+    /// to about the target, and with it the slack that absorbs a bursty source: a
+    /// rate-limited source paced at the sink's capacity then waits for credit more often.
+    pub adaptive_batch_size: bool,
     /// Number of arbiter threads subtasks are placed on (default: available cores).
     pub arbiters: usize,
     /// Parallelism of operators that do not set their own (default 1).
@@ -122,6 +129,7 @@ impl Default for EnvConfig {
             channel_capacity: 2,
             max_channel_capacity: 64,
             latency_target: Some(Duration::from_millis(2)),
+            adaptive_batch_size: false,
             arbiters: std::thread::available_parallelism()
                 .map(|n| n.get())
                 .unwrap_or(2),

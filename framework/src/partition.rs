@@ -46,6 +46,8 @@ pub(crate) struct OutputConfig {
     /// Records this subtask already sent on the edge (a promoted backup resumes its
     /// predecessor's round robin where the replay starts).
     pub(crate) routed_before: u64,
+    /// Batches follow the receivers' batch limits (`EnvConfig::adaptive_batch_size`).
+    pub(crate) adaptive_batch: bool,
 }
 
 /// Builds a keyed (hash) output for a given set of channels.
@@ -232,20 +234,30 @@ impl<T: Clone> PendingQueue<T> {
     }
 }
 
-/// The [`Output`] methods every network output shares (it has `senders`, `pending` and a
-/// `flush` that moves partial batches into `pending`): in-band events go to every channel
-/// behind the records already emitted.
+/// The [`Output`] methods every network output shares (it has `senders`, `pending`, a
+/// `flush_all` that moves every buffered record into `pending`, and `cut_all`, which sends
+/// what waits in its buffers over a receiver's batch limit): in-band events go to every
+/// channel behind the records already emitted.
 macro_rules! network_output_plumbing {
     () => {
         fn finish(&mut self) -> Result<(), TaskError> {
-            self.flush();
+            self.flush_all();
             for t in 0..self.senders.len() {
                 self.pending.send(&self.senders, t, Event::EndOfInput);
             }
             Ok(())
         }
         fn poll_pending(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), TaskError>> {
-            self.pending.poll(&self.senders, cx).map(Ok)
+            // Batches waiting for credit go first; then what a smaller batch limit left in
+            // the buffers is cut and sent, until a channel refuses again.
+            loop {
+                if self.pending.poll(&self.senders, cx).is_pending() {
+                    return Poll::Pending;
+                }
+                if self.cut_all() {
+                    return Poll::Ready(Ok(()));
+                }
+            }
         }
         fn usage(&self, usage: &mut QueueUsage) {
             self.pending.usage(&self.senders, usage)
@@ -257,7 +269,7 @@ macro_rules! network_output_plumbing {
             _w: &mut crate::checkpoint::StateWriter,
         ) -> Result<(), TaskError> {
             // Records before the barrier go before it, on every channel.
-            self.flush();
+            self.flush_all();
             for t in 0..self.senders.len() {
                 self.pending.send(&self.senders, t, Event::Barrier(id));
             }
@@ -268,7 +280,7 @@ macro_rules! network_output_plumbing {
         }
         fn watermark(&mut self, w: crate::time::Watermark) -> Result<(), TaskError> {
             // Records before the watermark go before it, on every channel.
-            self.flush();
+            self.flush_all();
             if let crate::time::Watermark::At(t) = w {
                 self.pending.watermark = Some(t);
             }
@@ -280,12 +292,30 @@ macro_rules! network_output_plumbing {
     };
 }
 
+/// The records a batch to `sender` should hold: the edge's batch size, or less when the
+/// receiver asks for smaller batches (`Sender::batch_limit`, adaptive batch size), but not
+/// below an eighth of the batch size: per-batch costs stay a small share of a record's, and a
+/// paced source's bursts still fit the floor's window (a consumer slower than that keeps
+/// batches of an eighth and waits over the target).
+#[inline]
+fn limit_of<T: Clone>(sender: &Sender<T>, batch_size: usize, adaptive: bool) -> usize {
+    if !adaptive {
+        return batch_size;
+    }
+    let floor = (batch_size / 8).max(1) as u64;
+    sender.batch_limit().clamp(floor, batch_size.max(1) as u64) as usize
+}
+
 /// Point-to-point output: forward, rebalance or hash, per the router.
 pub(crate) struct NetOutput<T, R> {
     senders: Vec<Sender<T>>,
     bufs: Vec<Vec<T>>,
+    /// Records per batch for each receiver now (at most `batch_size`), read from its channel
+    /// at every batch sent.
+    limits: Vec<usize>,
     router: R,
     batch_size: usize,
+    adaptive: bool,
     pending: PendingQueue<T>,
     /// For errors: the receiving operator and this sending subtask.
     target_uid: std::sync::Arc<String>,
@@ -298,21 +328,80 @@ impl<T: Clone, R> NetOutput<T, R> {
             .map(|_| Vec::with_capacity(cfg.batch_size))
             .collect();
         NetOutput {
+            limits: senders
+                .iter()
+                .map(|s| limit_of(s, cfg.batch_size, cfg.adaptive_batch))
+                .collect(),
             senders,
             bufs,
             router,
             batch_size: cfg.batch_size,
+            adaptive: cfg.adaptive_batch,
             pending: PendingQueue::new(),
             target_uid: cfg.target_uid,
             subtask: cfg.subtask,
         }
     }
 
+    /// Sends `full` to receiver `t` and reads the receiver's batch limit for the next batch.
     #[inline]
-    fn send_buf(&mut self, t: usize) {
-        let full = std::mem::replace(&mut self.bufs[t], Vec::with_capacity(self.batch_size));
+    fn send_batch(&mut self, t: usize, full: Vec<T>) {
         self.pending
             .send(&self.senders, t, Event::Batch(Batch::Owned(full)));
+        self.limits[t] = limit_of(&self.senders[t], self.batch_size, self.adaptive);
+    }
+
+    #[inline]
+    fn send_buf(&mut self, t: usize) {
+        let full = std::mem::replace(&mut self.bufs[t], Vec::with_capacity(self.limits[t]));
+        self.send_batch(t, full);
+    }
+
+    /// Sends what `bufs[t]` holds at or over the receiver's limit: whole, if under twice the
+    /// limit (or the limit is the batch size); else cut into batches of the limit, one at a
+    /// time while nothing waits for credit. Records beyond that wait in the buffer (the
+    /// subtask takes no input meanwhile: `poll_pending` is not ready), so one input batch
+    /// never turns into a queue of small batches. Returns whether the buffer is under the
+    /// limit.
+    fn cut(&mut self, t: usize) -> bool {
+        loop {
+            let (limit, len) = (self.limits[t], self.bufs[t].len());
+            if len < limit {
+                return true;
+            }
+            if limit >= self.batch_size || len < 2 * limit {
+                self.send_buf(t);
+            } else if self.pending.queue.is_empty() {
+                let rest = self.bufs[t].split_off(limit);
+                let chunk = std::mem::replace(&mut self.bufs[t], rest);
+                self.send_batch(t, chunk);
+            } else {
+                return false;
+            }
+        }
+    }
+
+    fn cut_all(&mut self) -> bool {
+        let mut under = true;
+        for t in 0..self.bufs.len() {
+            under &= self.cut(t);
+        }
+        under
+    }
+
+    /// Every buffered record into `pending` (before an in-band event), in batches of at
+    /// most the limit.
+    fn flush_all(&mut self) {
+        for t in 0..self.bufs.len() {
+            while self.bufs[t].len() > self.limits[t] {
+                let rest = self.bufs[t].split_off(self.limits[t]);
+                let chunk = std::mem::replace(&mut self.bufs[t], rest);
+                self.send_batch(t, chunk);
+            }
+            if !self.bufs[t].is_empty() {
+                self.send_buf(t);
+            }
+        }
     }
 }
 
@@ -322,15 +411,17 @@ impl<T: Send + Sync + Clone, R: Router<T>> Output<T> for NetOutput<T, R> {
         // One receiver: every record goes to it, so the router (a key selector and its hash,
         // per record) is not run; a keyed receiver runs the key selector itself.
         if R::SINGLE || self.senders.len() == 1 {
-            if self.bufs[0].is_empty() && batch.len() >= self.batch_size {
+            let limit = self.limits[0];
+            if self.bufs[0].is_empty()
+                && batch.len() >= limit
+                && (limit >= self.batch_size || batch.len() < 2 * limit)
+            {
+                // A whole batch moves as it is.
                 let full = std::mem::replace(batch, Vec::with_capacity(self.batch_size));
-                self.pending
-                    .send(&self.senders, 0, Event::Batch(Batch::Owned(full)));
+                self.send_batch(0, full);
             } else {
                 self.bufs[0].append(batch);
-                if self.bufs[0].len() >= self.batch_size {
-                    self.send_buf(0);
-                }
+                self.cut(0);
             }
             return Ok(());
         }
@@ -338,12 +429,9 @@ impl<T: Send + Sync + Clone, R: Router<T>> Output<T> for NetOutput<T, R> {
         let routed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             for r in batch.drain(..) {
                 let t = self.router.route(&r);
-                let buf = &mut self.bufs[t];
-                buf.push(r);
-                if buf.len() >= self.batch_size {
-                    let full = std::mem::replace(buf, Vec::with_capacity(self.batch_size));
-                    self.pending
-                        .send(&self.senders, t, Event::Batch(Batch::Owned(full)));
+                self.bufs[t].push(r);
+                if self.bufs[t].len() >= self.limits[t] {
+                    self.cut(t);
                 }
             }
         }));
@@ -358,8 +446,9 @@ impl<T: Send + Sync + Clone, R: Router<T>> Output<T> for NetOutput<T, R> {
         })
     }
     fn flush(&mut self) {
+        // What waits over a limit for credit is sent by `poll_pending`; partial batches go.
         for t in 0..self.bufs.len() {
-            if !self.bufs[t].is_empty() {
+            if self.cut(t) && !self.bufs[t].is_empty() {
                 self.send_buf(t);
             }
         }
@@ -372,33 +461,83 @@ pub(crate) struct BroadcastOutput<T> {
     senders: Vec<Sender<T>>,
     buf: Vec<T>,
     batch_size: usize,
+    adaptive: bool,
+    /// Records per batch now: the smallest limit of the receivers (at most `batch_size`).
+    limit: usize,
     pending: PendingQueue<T>,
 }
 
 impl<T: Clone> BroadcastOutput<T> {
     fn new(senders: Vec<Sender<T>>, cfg: OutputConfig) -> Self {
         BroadcastOutput {
-            senders,
             buf: Vec::with_capacity(cfg.batch_size),
             batch_size: cfg.batch_size,
+            adaptive: cfg.adaptive_batch,
+            limit: senders
+                .iter()
+                .map(|s| limit_of(s, cfg.batch_size, cfg.adaptive_batch))
+                .min()
+                .unwrap_or(cfg.batch_size),
+            senders,
             pending: PendingQueue::new(),
         }
     }
 
-    fn send_buf(&mut self) {
-        let full = std::mem::replace(&mut self.buf, Vec::with_capacity(self.batch_size));
+    fn send_chunk(&mut self, full: Vec<T>) {
         if self.senders.len() == 1 {
             self.pending
                 .send(&self.senders, 0, Event::Batch(Batch::Owned(full)));
-            return;
+        } else {
+            let shared = std::sync::Arc::new(full);
+            for t in 0..self.senders.len() {
+                self.pending.send(
+                    &self.senders,
+                    t,
+                    Event::Batch(Batch::Shared(shared.clone())),
+                );
+            }
         }
-        let shared = std::sync::Arc::new(full);
-        for t in 0..self.senders.len() {
-            self.pending.send(
-                &self.senders,
-                t,
-                Event::Batch(Batch::Shared(shared.clone())),
-            );
+        self.limit = self
+            .senders
+            .iter()
+            .map(|s| limit_of(s, self.batch_size, self.adaptive))
+            .min()
+            .unwrap_or(self.batch_size);
+    }
+
+    fn send_buf(&mut self) {
+        let full = std::mem::replace(&mut self.buf, Vec::with_capacity(self.limit));
+        self.send_chunk(full);
+    }
+
+    /// As `NetOutput::flush_all`.
+    fn flush_all(&mut self) {
+        while self.buf.len() > self.limit {
+            let rest = self.buf.split_off(self.limit);
+            let chunk = std::mem::replace(&mut self.buf, rest);
+            self.send_chunk(chunk);
+        }
+        if !self.buf.is_empty() {
+            self.send_buf();
+        }
+    }
+
+    /// As `NetOutput::cut`, for the one buffer.
+    fn cut_all(&mut self) -> bool {
+        loop {
+            let (limit, len) = (self.limit, self.buf.len());
+            if len < limit {
+                return true;
+            }
+            if limit >= self.batch_size || len < 2 * limit {
+                self.send_buf();
+            } else if self.pending.queue.is_empty() {
+                let rest = self.buf.split_off(limit);
+                let chunk = std::mem::replace(&mut self.buf, rest);
+                self.send_chunk(chunk);
+            } else {
+                return false;
+            }
         }
     }
 }
@@ -406,13 +545,11 @@ impl<T: Clone> BroadcastOutput<T> {
 impl<T: Send + Sync + Clone> Output<T> for BroadcastOutput<T> {
     fn push(&mut self, batch: &mut Vec<T>) -> Result<(), TaskError> {
         self.buf.append(batch);
-        if self.buf.len() >= self.batch_size {
-            self.send_buf();
-        }
+        self.cut_all();
         Ok(())
     }
     fn flush(&mut self) {
-        if !self.buf.is_empty() {
+        if self.cut_all() && !self.buf.is_empty() {
             self.send_buf();
         }
     }
@@ -422,7 +559,131 @@ impl<T: Send + Sync + Clone> Output<T> for BroadcastOutput<T> {
 #[cfg(all(test, not(weir_loom)))]
 mod tests {
     use super::*;
+    use crate::channel::{channel, Credit, NO_BATCH_LIMIT};
     use crate::key_group::key_group_of;
+    use crate::sync::{Arc, AtomicWaker};
+    use std::time::Duration;
+
+    fn cfg(batch_size: usize) -> OutputConfig {
+        OutputConfig {
+            batch_size,
+            subtask: 0,
+            max_parallelism: 128,
+            target_uid: std::sync::Arc::new("next".into()),
+            routed_before: 0,
+            adaptive_batch: true,
+        }
+    }
+
+    /// Every event `rx` has, and then what `out` still holds for it, until both are empty.
+    fn drain<O: Output<u32>>(out: &mut O, rx: &crate::channel::Receiver<u32>) -> Vec<Vec<u32>> {
+        let waker = futures::task::noop_waker();
+        let mut cx = Context::from_waker(&waker);
+        let mut batches = Vec::new();
+        loop {
+            while let Some(e) = rx.try_recv() {
+                if let Event::Batch(b) = e {
+                    let mut v = Vec::new();
+                    b.move_into(&mut v);
+                    batches.push(v);
+                }
+            }
+            if out.poll_pending(&mut cx).is_ready() && rx.queued() == 0 {
+                return batches;
+            }
+        }
+    }
+
+    /// A channel whose receiver needed about 3 ms per batch of 100 records, against a 1 ms
+    /// target with a floor of two batches, and the batch limit it asks for: at most
+    /// 1 ms / 2 / 30 µs = 16 records (a slower machine only makes it smaller), then a little
+    /// more once the channel is emptied.
+    fn slow_channel() -> (Sender<u32>, crate::channel::Receiver<u32>, u64) {
+        let credit = Credit {
+            min: 2,
+            max: 64,
+            target: Some(Duration::from_millis(1)),
+        };
+        let (tx, rx) = channel::<u32>(credit, Arc::new(AtomicWaker::new()));
+        assert_eq!(tx.batch_limit(), NO_BATCH_LIMIT);
+        for _ in 0..6 {
+            while tx
+                .try_send(Event::Batch(Batch::Owned(vec![0; 100])))
+                .is_ok()
+            {}
+            std::thread::sleep(Duration::from_millis(3));
+            rx.try_recv();
+        }
+        let limit = tx.batch_limit();
+        assert!((1..=16).contains(&limit), "limit {limit}");
+        // Taking the rest at once is one fast sample in the average (at most 8/7 of it).
+        while rx.try_recv().is_some() {}
+        let limit = tx.batch_limit();
+        assert!((1..=18).contains(&limit), "limit {limit}");
+        (tx, rx, limit)
+    }
+
+    /// The outputs cut what they are given to a slow receiver's batch limit, as credit
+    /// allows, and every record arrives once, in order.
+    #[test]
+    fn outputs_cut_batches_to_a_slow_receivers_limit() {
+        let records: Vec<u32> = (0..1000).collect();
+        // With batches of 64 the floor is 8, under the slow receiver's limit.
+        let (tx, rx, limit) = slow_channel();
+        let limit = limit.max(8);
+        let mut out = NetOutput::new(vec![tx], OneTarget, cfg(64));
+        out.push(&mut records.clone()).unwrap();
+        // The channel's window is full and one batch waits for credit; the rest waits in
+        // the buffer, not as a queue of small batches.
+        assert_eq!(out.pending.queue.len(), 1);
+        assert_eq!(out.bufs[0].len(), 1000 - 3 * limit as usize);
+        // A linger flush leaves them there (`poll_pending` sends them as credit returns);
+        // an in-band event goes behind all of them.
+        out.flush();
+        assert_eq!(out.pending.queue.len(), 1);
+        out.flush_all();
+        let forward = drain(&mut out, &rx);
+        let (tx, rx, limit2) = slow_channel();
+        let limit2 = limit2.max(8);
+        let mut out = BroadcastOutput::new(vec![tx], cfg(64));
+        out.push(&mut records.clone()).unwrap();
+        out.flush_all();
+        let broadcast = drain(&mut out, &rx);
+        for (batches, limit) in [(forward, limit), (broadcast, limit2)] {
+            assert!(
+                batches.iter().all(|b| b.len() as u64 <= limit),
+                "limit {limit}: {:?}",
+                batches.iter().map(Vec::len).collect::<Vec<_>>()
+            );
+            assert_eq!(batches.concat(), records);
+        }
+    }
+
+    /// A receiver that keeps up sets no limit below the batch size: the output moves the
+    /// batch it is given whole.
+    #[test]
+    fn a_fast_receiver_takes_whole_batches() {
+        let credit = Credit {
+            min: 2,
+            max: 64,
+            target: Some(Duration::from_secs(10)),
+        };
+        let (tx, rx) = channel::<u32>(credit, Arc::new(AtomicWaker::new()));
+        for _ in 0..20 {
+            while tx
+                .try_send(Event::Batch(Batch::Owned(vec![0; 100])))
+                .is_ok()
+            {}
+            rx.try_recv();
+        }
+        while rx.try_recv().is_some() {}
+        // 5 s per batch of 1024 would be over 4.8 ms per record.
+        assert!(tx.batch_limit() >= 1024, "limit {}", tx.batch_limit());
+        let mut out = NetOutput::new(vec![tx], OneTarget, cfg(1024));
+        let records: Vec<u32> = (0..1024).collect();
+        out.push(&mut records.clone()).unwrap();
+        assert_eq!(drain(&mut out, &rx), vec![records]);
+    }
 
     /// The table and the mask give the same owner as the key group arithmetic, for a
     /// power-of-two number of key groups and for another.

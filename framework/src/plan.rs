@@ -585,6 +585,7 @@ impl ChainBuilder<'_> {
                         max_parallelism: self.cfg.max_parallelism,
                         target_uid: std::sync::Arc::new(self.plan.uids[e.to].clone()),
                         routed_before: self.routed_before.get(&ei).copied().unwrap_or(0),
+                        adaptive_batch: self.cfg.adaptive_batch_size,
                     };
                     outs.push(e.partition.output(self.plan.kinds[ei], txs, cfg));
                 }
