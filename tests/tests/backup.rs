@@ -860,7 +860,12 @@ fn a_poison_record_stops_promoting_and_fails_the_job() {
             x
         })
         .uid("op")
-        .with_backup()
+        // Failures are found by their reports, never by a missed heartbeat: a loaded machine
+        // can stall a promoted primary past the default timeout (250 ms) before it reaches
+        // the poison record, and the job would then end as `lost`, without its error.
+        .with_backup_policy(
+            BackupPolicy::default().heartbeat(Duration::from_millis(50), Duration::from_secs(10)),
+        )
         .discard();
     let handle = env.start("poison").expect("the job starts");
     let e = within_timeout(move || handle.wait()).expect_err("the poison record fails the job");
