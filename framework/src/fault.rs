@@ -14,8 +14,9 @@
 //! assert_eq!(plan.fired(), 0);
 //! ```
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 thread_local! {
@@ -82,6 +83,9 @@ pub struct Fault {
     /// Fire only once this many checkpoints of the job have completed (then at the first
     /// batch at or after `at_record`): a fault tied to an event, not to how fast the job ran.
     pub after_checkpoints: Option<u64>,
+    /// Fire only once this many backups of the instance's subtask have been started (then at
+    /// the first batch at or after `at_record`): see [`Fault::after_backups_started`].
+    pub after_backups_started: Option<u64>,
     /// Where it fires: at a record (the default) or at a checkpoint's snapshot.
     pub point: FaultPoint,
     /// Fires only in a promoted backup (an instance that took over from its failed primary).
@@ -98,6 +102,7 @@ impl Fault {
             at_record,
             kind,
             after_checkpoints: None,
+            after_backups_started: None,
             point: FaultPoint::Record,
             in_promoted: false,
             fired: Arc::new(AtomicBool::new(false)),
@@ -176,6 +181,51 @@ impl Fault {
         self
     }
 
+    /// Fires only once `n` backups of the subtask have been started: the framework counts a
+    /// start each time it attaches a backup to a subtask of a backed-up operator — the first
+    /// when the job deploys it, then one for each failed backup it replaces and one for the
+    /// backup it starts after each promotion (over the plan's whole life, restarts included:
+    /// a restart-all deploys a first backup again). From then on the fault fires at the first
+    /// batch at or after `at_record`. Use it on the backed-up operator's uid (the one given a
+    /// backup policy); on any other operator's the count stays 0. With `n = 2` and a fault
+    /// that fails the backup, the primary fails only once the failed backup was replaced,
+    /// however fast or slow the machine.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use weir::testing::{Fault, FaultKind, FaultPlan};
+    /// weir::testing::quiet_injected_panics();
+    /// // The backup of `double` subtask 0 fails at its batch 3; its primary once the backup
+    /// // that replaced it is attached (the second backup started), and that one is promoted.
+    /// let plan = FaultPlan::new(vec![
+    ///     Fault::new("double.backup", FaultKind::Panic, 3).in_subtask(0),
+    ///     Fault::new("double", FaultKind::Panic, 0).in_subtask(0).after_backups_started(2),
+    /// ]);
+    /// let mut cfg = weir::EnvConfig::default();
+    /// cfg.checkpoint.interval = Some(Duration::from_millis(10));
+    /// cfg.faults = plan.clone();
+    /// let env = weir::Env::with_config(cfg);
+    /// env.generate(u64::MAX, |i| i)
+    ///     .map(|x: u64| x * 2)
+    ///     .uid("double")
+    ///     .with_backup()
+    ///     .discard();
+    /// let job = env.start("after-backups-started-doc").unwrap();
+    /// let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    /// let sum = |f: fn(&weir::BackupMetrics) -> u64| job.backup_metrics().iter().map(f).sum::<u64>();
+    /// while plan.fired() < 2 || sum(|m| m.promotions) == 0 {
+    ///     assert!(std::time::Instant::now() < deadline);
+    ///     std::thread::sleep(Duration::from_millis(1));
+    /// }
+    /// assert!(sum(|m| m.backup_replacements) >= 1);
+    /// job.cancel();
+    /// let _ = job.wait();
+    /// ```
+    pub fn after_backups_started(mut self, n: u64) -> Self {
+        self.after_backups_started = Some(n);
+        self
+    }
+
     /// Fires only in a promoted backup: the instance that took over from a failed primary
     /// counts the records of its subtask on from the state it took over, so a fault at the
     /// record where its primary failed fires while it replays the buffered records.
@@ -209,7 +259,13 @@ pub struct FaultPlan {
     released: Arc<AtomicBool>,
     /// Checkpoints the job has completed (for [`Fault::after_checkpoints`]).
     checkpoints: Arc<AtomicU64>,
+    /// Backups started per backed-up subtask, by uid and subtask (for
+    /// [`Fault::after_backups_started`]); a probe holds its subtask's counter.
+    backups: BackupStarts,
 }
+
+/// Backups started, per (uid, subtask) of a backed-up operator.
+type BackupStarts = Arc<Mutex<HashMap<(String, usize), Arc<AtomicU64>>>>;
 
 impl PartialEq for FaultPlan {
     fn eq(&self, other: &Self) -> bool {
@@ -224,12 +280,30 @@ impl FaultPlan {
             faults: Arc::new(faults),
             released: Arc::new(AtomicBool::new(false)),
             checkpoints: Arc::new(AtomicU64::new(0)),
+            backups: Arc::default(),
         }
     }
 
     /// The job completed a checkpoint (the controller tells the plan).
     pub(crate) fn checkpoint_completed(&self) {
         self.checkpoints.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// A backup of subtask `subtask` of `uid` was started (attached to its inputs): the
+    /// backup group tells the plan.
+    pub(crate) fn backup_started(&self, uid: &str, subtask: usize) {
+        if !self.faults.is_empty() {
+            self.backups_of(uid, subtask).fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    /// The counter of backups started for subtask `subtask` of `uid`.
+    fn backups_of(&self, uid: &str, subtask: usize) -> Arc<AtomicU64> {
+        let mut backups = self.backups.lock().unwrap_or_else(|p| p.into_inner());
+        backups
+            .entry((uid.to_owned(), subtask))
+            .or_default()
+            .clone()
     }
 
     /// How many faults have fired.
@@ -287,6 +361,7 @@ impl FaultPlan {
             seen: 0,
             released: self.released.clone(),
             checkpoints: self.checkpoints.clone(),
+            backups: self.backups_of(uid, subtask),
         })
     }
 }
@@ -298,6 +373,8 @@ pub(crate) struct FaultProbe {
     seen: u64,
     released: Arc<AtomicBool>,
     checkpoints: Arc<AtomicU64>,
+    /// Backups started for this instance's subtask.
+    backups: Arc<AtomicU64>,
 }
 
 impl FaultProbe {
@@ -312,14 +389,14 @@ impl FaultProbe {
     pub(crate) fn before_batch(&mut self, n: usize) {
         let (from, to) = (self.seen, self.seen + n as u64);
         self.seen = to;
-        let done = self.checkpoints.load(Ordering::SeqCst);
         for f in &self.faults {
             if f.point != FaultPoint::Record {
                 continue;
             }
-            let due = match f.after_checkpoints {
-                None => f.at_record >= from && f.at_record < to,
-                Some(n) => f.at_record < to && done >= n,
+            let due = if f.after_checkpoints.is_none() && f.after_backups_started.is_none() {
+                f.at_record >= from && f.at_record < to
+            } else {
+                f.at_record < to && self.armed(f)
             };
             if due {
                 self.fire(f, "record");
@@ -330,17 +407,25 @@ impl FaultProbe {
     /// Called when the instance snapshots its state for a checkpoint (`hand_over`: one whose
     /// states are handed over in memory): fires a snapshot fault that is due.
     pub(crate) fn at_snapshot(&self, hand_over: bool) {
-        let done = self.checkpoints.load(Ordering::SeqCst);
         for f in &self.faults {
             let point = match f.point {
                 FaultPoint::Record => false,
                 FaultPoint::Snapshot => true,
                 FaultPoint::HandOver => hand_over,
             };
-            if point && f.after_checkpoints.is_none_or(|n| done >= n) {
+            if point && self.armed(f) {
                 self.fire(f, "snapshot");
             }
         }
+    }
+
+    /// Whether the events `f` waits for have happened ([`Fault::after_checkpoints`],
+    /// [`Fault::after_backups_started`]).
+    fn armed(&self, f: &Fault) -> bool {
+        f.after_checkpoints
+            .is_none_or(|n| self.checkpoints.load(Ordering::SeqCst) >= n)
+            && f.after_backups_started
+                .is_none_or(|n| self.backups.load(Ordering::SeqCst) >= n)
     }
 
     /// Fires `f` unless it has fired: a panic or a hang do not return.
@@ -373,5 +458,42 @@ impl FaultProbe {
             }
             FaultKind::Pause(d) => std::thread::sleep(d),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A fault after `n` backups started waits for the `n`-th start of its own subtask's
+    /// backup, then fires at the next batch at or after its record.
+    #[test]
+    fn after_backups_started_waits_for_the_subtasks_backup_starts() {
+        let plan = FaultPlan::new(vec![Fault::new("op", FaultKind::Pause(Duration::ZERO), 10)
+            .in_subtask(0)
+            .after_backups_started(2)]);
+        let mut probe = plan.for_operator("op", 0, false).expect("a fault of op 0");
+        plan.backup_started("op", 0);
+        plan.backup_started("op", 1);
+        plan.backup_started("other", 0);
+        probe.before_batch(64);
+        assert_eq!(plan.fired(), 0, "one backup of subtask 0 started");
+        plan.backup_started("op", 0);
+        probe.before_batch(64);
+        assert_eq!(plan.fired(), 1, "the second one started");
+
+        // Not before its record, once armed.
+        let plan = FaultPlan::new(vec![Fault::new(
+            "op",
+            FaultKind::Pause(Duration::ZERO),
+            100,
+        )
+        .after_backups_started(1)]);
+        plan.backup_started("op", 3);
+        let mut probe = plan.for_operator("op", 3, false).expect("a fault of op 3");
+        probe.before_batch(64);
+        assert_eq!(plan.fired(), 0, "records 0..64");
+        probe.before_batch(64);
+        assert_eq!(plan.fired(), 1, "records 64..128");
     }
 }

@@ -21,12 +21,14 @@ use weir::testing::ExactlyOnce;
 const IDS: u64 = 200_000;
 const PARTITIONS: i32 = 8;
 
-/// A member process, its stdin (closed to make it leave) and the lines it printed.
+/// A member process, its stdin (closed to make it leave) and the lines it printed (stdout:
+/// its events; stderr: its warnings, shown when a test fails).
 struct Member {
     name: &'static str,
     child: Child,
     stdin: Option<ChildStdin>,
     lines: Arc<Mutex<Vec<String>>>,
+    warnings: Arc<Mutex<Vec<String>>>,
 }
 
 impl Member {
@@ -37,23 +39,31 @@ impl Member {
             .env("WEIR_STDERR_WARNINGS", "0")
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
             .spawn()
             .expect("start a member");
         let stdin = child.stdin.take();
-        let stdout = child.stdout.take().expect("its stdout");
-        let lines = Arc::new(Mutex::new(Vec::new()));
-        let sink = lines.clone();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                sink.lock().unwrap_or_else(|e| e.into_inner()).push(line);
-            }
-        });
+        let lines = collect_lines(child.stdout.take().expect("its stdout"));
+        let warnings = collect_lines(child.stderr.take().expect("its stderr"));
         Member {
             name,
             child,
             stdin,
             lines,
+            warnings,
         }
+    }
+
+    /// Its events and warnings, for a failed test's report.
+    fn report(&self) -> String {
+        let warnings = self.warnings.lock().unwrap_or_else(|e| e.into_inner());
+        format!(
+            "member {}: events {:?}\n  its stderr ({} lines):\n    {}",
+            self.name,
+            self.events(),
+            warnings.len(),
+            warnings.join("\n    ")
+        )
     }
 
     /// `(kind, partition, at_ms)` of its events so far.
@@ -105,11 +115,116 @@ impl Drop for Member {
     }
 }
 
-fn poll_until(what: &str, mut done: impl FnMut() -> bool) {
+/// The lines `from` gives, collected by a thread of their own.
+fn collect_lines(from: impl std::io::Read + Send + 'static) -> Arc<Mutex<Vec<String>>> {
+    let lines = Arc::new(Mutex::new(Vec::new()));
+    let sink = lines.clone();
+    std::thread::spawn(move || {
+        for line in BufReader::new(from).lines().map_while(Result::ok) {
+            sink.lock().unwrap_or_else(|e| e.into_inner()).push(line);
+        }
+    });
+    lines
+}
+
+/// A test's topics and group.
+struct Topics {
+    brokers: String,
+    input: String,
+    output: String,
+    group: String,
+}
+
+/// Polls `done` until it holds; past [`common::TIMEOUT`] fails naming `what`, after printing
+/// the members' events and warnings and the state of the topics.
+fn poll_until(what: &str, members: &[&Member], topics: &Topics, mut done: impl FnMut() -> bool) {
     let deadline = Instant::now() + common::TIMEOUT;
     while !done() {
-        assert!(Instant::now() < deadline, "waited in vain: {what}");
+        if Instant::now() >= deadline {
+            for m in members {
+                eprintln!("{}", m.report());
+            }
+            eprintln!("{}", topics.report());
+            panic!("waited in vain: {what}");
+        }
         std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+impl Topics {
+    /// Where the partitions' sources are (the positions they commit for lag monitoring), and
+    /// what the output holds per partition: its offsets (an open transaction holds the
+    /// stable offset back), the committed records, and the ids missing (partition `p` gets
+    /// the ids `p mod PARTITIONS`: the sinks keep the input partition).
+    fn report(&self) -> String {
+        let (brokers, output) = (&self.brokers, &self.output);
+        let mut report = format!(
+            "input {}, positions (group {}-positions): ",
+            self.input, self.group
+        );
+        report.push_str(&self.positions());
+        report.push_str(&format!("\noutput {output}:"));
+        match partition_offsets(brokers, output) {
+            Ok(offsets) => report.push_str(&format!("\n  offsets {offsets:?}")),
+            Err(e) => report.push_str(&format!("\n  offsets: {e}")),
+        }
+        let records = match read_committed(brokers, output) {
+            Ok(r) => r,
+            Err(e) => return format!("{report}\n  records: {e}"),
+        };
+        for p in 0..PARTITIONS {
+            let mut got: Vec<u64> = records
+                .iter()
+                .filter(|r| r.partition == p)
+                .map(|r| ids(std::slice::from_ref(r))[0])
+                .collect();
+            let committed = got.len();
+            got.sort_unstable();
+            got.dedup();
+            let missing: Vec<u64> = (0..IDS)
+                .filter(|id| id % PARTITIONS as u64 == p as u64)
+                .filter(|id| got.binary_search(id).is_err())
+                .collect();
+            report.push_str(&format!(
+                "\n  partition {p}: {committed} committed, {} distinct, {} missing{}",
+                got.len(),
+                missing.len(),
+                match (missing.first(), missing.last()) {
+                    (Some(first), Some(last)) => format!(" ({first}..={last})"),
+                    _ => String::new(),
+                }
+            ));
+        }
+        report
+    }
+
+    /// The offsets the partitions' sources committed, by partition.
+    fn positions(&self) -> String {
+        use weir::testing::kafka::rdkafka::consumer::{BaseConsumer, Consumer};
+        use weir::testing::kafka::rdkafka::{ClientConfig, TopicPartitionList};
+        let consumer: BaseConsumer = match ClientConfig::new()
+            .set("bootstrap.servers", &self.brokers)
+            .set("group.id", format!("{}-positions", self.group))
+            .set("enable.auto.commit", "false")
+            .create()
+        {
+            Ok(c) => c,
+            Err(e) => return format!("no consumer: {e}"),
+        };
+        let mut tpl = TopicPartitionList::new();
+        for p in 0..PARTITIONS {
+            tpl.add_partition(&self.input, p);
+        }
+        match consumer.committed_offsets(tpl, Duration::from_secs(10)) {
+            Ok(got) => format!(
+                "{:?}",
+                got.elements()
+                    .iter()
+                    .map(|e| (e.partition(), e.offset()))
+                    .collect::<Vec<_>>()
+            ),
+            Err(e) => format!("cannot read them: {e}"),
+        }
     }
 }
 
@@ -120,8 +235,9 @@ fn committed(brokers: &str, output: &str) -> usize {
 }
 
 /// Every id once, and (within 10 s, the sinks idle) no transaction left open.
-fn assert_exactly_once(brokers: &str, output: &str) {
-    poll_until("every id committed", || {
+fn assert_exactly_once(topics: &Topics, members: &[&Member]) {
+    let (brokers, output) = (&topics.brokers, &topics.output);
+    poll_until("every id committed", members, topics, || {
         committed(brokers, output) as u64 >= IDS
     });
     let records = read_committed(brokers, output).expect("read the output");
@@ -175,7 +291,7 @@ impl Drop for OneAtATime {
     }
 }
 
-fn setup(tag: &str) -> Option<(String, String, String, common::TempDir, String, OneAtATime)> {
+fn setup(tag: &str) -> Option<(Topics, common::TempDir, OneAtATime)> {
     let brokers = brokers()?;
     static TURN: Mutex<()> = Mutex::new(());
     let turn = TURN.lock().unwrap_or_else(|p| p.into_inner());
@@ -191,28 +307,48 @@ fn setup(tag: &str) -> Option<(String, String, String, common::TempDir, String, 
     produce_ids(&brokers, &input, PARTITIONS, 0..IDS).expect("produce the input");
     let dir = common::TempDir::new(tag);
     let group = unique_topic(tag);
-    Some((brokers, input, output, dir, group, one))
+    let topics = Topics {
+        brokers,
+        input,
+        output,
+        group,
+    };
+    Some((topics, dir, one))
+}
+
+/// A member's arguments: brokers, input, output, state directory, group.
+fn member_args(topics: &Topics, dir: &common::TempDir) -> [String; 5] {
+    [
+        topics.brokers.clone(),
+        topics.input.clone(),
+        topics.output.clone(),
+        dir.path().to_string_lossy().into_owned(),
+        topics.group.clone(),
+    ]
 }
 
 #[test]
 fn two_members_one_sigkilled() {
-    let Some((brokers, input, output, dir, group, _one)) = setup("group-kill") else {
+    let Some((topics, dir, _one)) = setup("group-kill") else {
         return;
     };
-    let state = dir.path().to_string_lossy().into_owned();
-    let args = [&brokers, &input, &output, &state, &group].map(String::as_str);
+    let (brokers, output) = (&topics.brokers, &topics.output);
+    let args = member_args(&topics, &dir);
+    let args = args.each_ref().map(String::as_str);
     // 5k records/s per partition: the input lasts about 5 s.
     let a = Member::start("a", &args, 5_000);
     let mut b = Member::start("b", &args, 5_000);
     poll_until(
         "both members run partitions, and some output is committed",
-        || !a.owned().is_empty() && !b.owned().is_empty() && committed(&brokers, &output) > 0,
+        &[&a, &b],
+        &topics,
+        || !a.owned().is_empty() && !b.owned().is_empty() && committed(brokers, output) > 0,
     );
     assert!(
-        (committed(&brokers, &output) as u64) < IDS,
+        (committed(brokers, output) as u64) < IDS,
         "killed mid-stream"
     );
-    let before = partition_offsets(&brokers, &output).expect("offsets");
+    let before = partition_offsets(brokers, output).expect("offsets");
     b.child.kill().expect("SIGKILL b");
     let kill = Instant::now();
     let killed_at = std::time::SystemTime::now()
@@ -223,7 +359,7 @@ fn two_members_one_sigkilled() {
     // where its log ended at the kill (a's later transactions start after that). Printed,
     // not asserted: it is the session timeout plus the broker's rebalance.
     let settled = || {
-        let now = partition_offsets(&brokers, &output).expect("offsets");
+        let now = partition_offsets(brokers, output).expect("offsets");
         before.iter().all(|b| {
             now.iter()
                 .any(|n| n.partition == b.partition && n.last_stable >= b.high_watermark)
@@ -238,7 +374,7 @@ fn two_members_one_sigkilled() {
         kill.elapsed().as_millis(),
         if settled() { "" } else { ": not within 30 s" }
     );
-    poll_until("a runs every partition", || {
+    poll_until("a runs every partition", &[&a, &b], &topics, || {
         a.owned().len() == PARTITIONS as usize
     });
     for (kind, p, at) in a.events() {
@@ -249,35 +385,40 @@ fn two_members_one_sigkilled() {
             );
         }
     }
-    assert_exactly_once(&brokers, &output);
+    assert_exactly_once(&topics, &[&a, &b]);
     let mut a = a;
     a.leave();
 }
 
 #[test]
 fn a_member_joins_and_leaves_two_three_two() {
-    let Some((brokers, input, output, dir, group, _one)) = setup("group-rebalance") else {
+    let Some((topics, dir, _one)) = setup("group-rebalance") else {
         return;
     };
-    let state = dir.path().to_string_lossy().into_owned();
-    let args = [&brokers, &input, &output, &state, &group].map(String::as_str);
+    let args = member_args(&topics, &dir);
+    let args = args.each_ref().map(String::as_str);
     // 2k records/s per partition: the input lasts about 12 s.
     let mut a = Member::start("a", &args, 2_000);
     let mut b = Member::start("b", &args, 2_000);
-    poll_until("a and b share the partitions", || {
+    poll_until("a and b share the partitions", &[&a, &b], &topics, || {
         a.owned().len() + b.owned().len() == PARTITIONS as usize
             && !a.owned().is_empty()
             && !b.owned().is_empty()
     });
     let mut c = Member::start("c", &args, 2_000);
-    poll_until("c runs partitions", || !c.owned().is_empty());
+    poll_until("c runs partitions", &[&a, &b, &c], &topics, || {
+        !c.owned().is_empty()
+    });
     let moved_in = c.owned().len();
     c.leave();
-    poll_until("a and b run every partition again", || {
-        a.owned().len() + b.owned().len() == PARTITIONS as usize
-    });
+    poll_until(
+        "a and b run every partition again",
+        &[&a, &b, &c],
+        &topics,
+        || a.owned().len() + b.owned().len() == PARTITIONS as usize,
+    );
     assert!(moved_in > 0);
-    assert_exactly_once(&brokers, &output);
+    assert_exactly_once(&topics, &[&a, &b, &c]);
     a.leave();
     b.leave();
     print_gaps(&[&a, &b, &c]);
@@ -289,16 +430,19 @@ fn a_member_joins_and_leaves_two_three_two() {
 /// records resent (3 runs in 6 duplicated 825–999 ids before that).
 #[test]
 fn a_stopped_member_resumed_after_its_session_timed_out_is_fenced() {
-    let Some((brokers, input, output, dir, group, _one)) = setup("group-zombie") else {
+    let Some((topics, dir, _one)) = setup("group-zombie") else {
         return;
     };
-    let state = dir.path().to_string_lossy().into_owned();
-    let args = [&brokers, &input, &output, &state, &group].map(String::as_str);
+    let (brokers, output) = (&topics.brokers, &topics.output);
+    let args = member_args(&topics, &dir);
+    let args = args.each_ref().map(String::as_str);
     let a = Member::start("a", &args, 5_000);
     let mut b = Member::start("b", &args, 5_000);
     poll_until(
         "both members run partitions, and some output is committed",
-        || !a.owned().is_empty() && !b.owned().is_empty() && committed(&brokers, &output) > 0,
+        &[&a, &b],
+        &topics,
+        || !a.owned().is_empty() && !b.owned().is_empty() && committed(brokers, output) > 0,
     );
     let pid = b.child.id().to_string();
     let signal = |sig: &str| {
@@ -309,18 +453,18 @@ fn a_stopped_member_resumed_after_its_session_timed_out_is_fenced() {
         assert!(status.success(), "kill {sig} {pid}");
     };
     signal("-STOP");
-    poll_until("a runs every partition (b's session timed out)", || {
-        a.owned().len() == PARTITIONS as usize
-    });
+    poll_until(
+        "a runs every partition (b's session timed out)",
+        &[&a, &b],
+        &topics,
+        || a.owned().len() == PARTITIONS as usize,
+    );
     // The zombie wakes up with open transactions and jobs that go on: its commits fail
     // (fenced), and it finds its partitions lost.
     signal("-CONT");
-    poll_until("every id committed", || {
-        committed(&brokers, &output) as u64 >= IDS
-    });
-    println!("a: {:?}", a.events());
-    println!("b: {:?}", b.events());
-    assert_exactly_once(&brokers, &output);
+    assert_exactly_once(&topics, &[&a, &b]);
+    println!("{}", a.report());
+    println!("{}", b.report());
     let mut a = a;
     a.leave();
     println!("the zombie's events after it woke: {:?}", b.events());

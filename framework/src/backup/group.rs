@@ -279,6 +279,8 @@ impl<T: Data> BackupGroup for TypedGroup<T> {
             fault,
             stopped: false,
         });
+        // Attached (its inputs are in the slot): faults waiting for it may fire.
+        self.faults.backup_started(&self.uid, self.subtask);
         addr.recipient()
     }
 

@@ -15,7 +15,9 @@
 //!   sink whose committed output [`read_committed`] reads back.
 //! - Events: [`wait_for_checkpoint`] waits until a running job has completed `n`
 //!   checkpoints, so a test acts on an event, not after a sleep; [`Fault::after_checkpoints`]
-//!   fires a fault only once `n` checkpoints completed; [`HeldIds`] holds part of its input
+//!   fires a fault only once `n` checkpoints completed, [`Fault::after_backups_started`]
+//!   once a backed-up subtask's backup was started `n` times (replaced, or started again
+//!   after a promotion); [`HeldIds`] holds part of its input
 //!   until the test releases it ([`Hold`]), so the input does not run out before the event.
 //! - Load: [`PacedSink`] takes a fixed number of records per second.
 //!

@@ -4,7 +4,8 @@
 //!
 //! `kafka_group BROKERS INPUT OUTPUT STATE_DIR GROUP [--rate N] [--session-ms N]`: runs until
 //! its stdin ends, then leaves the group (each partition's job checkpoints and stops).
-//! Prints one line per partition event: `event started|stopped|lost P AT_MS`.
+//! Prints one line per partition event: `event started|stopped|lost P AT_MS`; logs to
+//! stderr (`RUST_LOG`, by default warnings and the Kafka modules' info).
 
 use std::io::{Read, Write};
 use std::time::Duration;
@@ -13,6 +14,14 @@ use weir::kafka::{KafkaConfig, KafkaGroup, KafkaSink, KafkaSource, TaskEvent};
 use weir::EnvConfig;
 
 fn main() {
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_ansi(false)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,weir::kafka=info")),
+        )
+        .init();
     let args: Vec<String> = std::env::args().skip(1).collect();
     let usage = "kafka_group BROKERS INPUT OUTPUT STATE_DIR GROUP [--rate N] [--session-ms N]";
     if args.len() < 5 {
