@@ -21,6 +21,11 @@ struct Args {
     /// Turn operator chaining off.
     #[arg(long)]
     no_chaining: bool,
+    /// Arbiter threads (default: the framework's, one per core). `--arbiters 1` runs the
+    /// whole job on one thread: the one-core base a parallel run scales from (at p=1 with
+    /// the default, the source and the keyed count already run on two threads).
+    #[arg(long)]
+    arbiters: Option<usize>,
     /// Capacity of each channel, in batches (default: the framework's): the window's floor,
     /// or the fixed window with `--fixed-window`.
     #[arg(long)]
@@ -64,6 +69,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     cfg.default_parallelism = args.parallelism;
     cfg.batch_size = args.batch_size;
     cfg.chaining = !args.no_chaining;
+    if let Some(a) = args.arbiters {
+        cfg.arbiters = a;
+    }
+    let arbiters = cfg.arbiters;
     if let Some(c) = args.channel_capacity {
         cfg.channel_capacity = c;
     }
@@ -124,6 +133,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             "parallelism": args.parallelism,
             "batch_size": args.batch_size,
             "chaining": !args.no_chaining,
+            "arbiters": arbiters,
             "derived": args.derived,
             "channel_capacity": channel_capacity,
             "window": window,
