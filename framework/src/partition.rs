@@ -306,6 +306,12 @@ fn limit_of<T: Clone>(sender: &Sender<T>, batch_size: usize, adaptive: bool) -> 
     sender.batch_limit().clamp(floor, batch_size.max(1) as u64) as usize
 }
 
+/// The first `n` records of `buf`, taken out (the rest stays, in order).
+fn take_front<T>(buf: &mut Vec<T>, n: usize) -> Vec<T> {
+    let rest = buf.split_off(n);
+    std::mem::replace(buf, rest)
+}
+
 /// Point-to-point output: forward, rebalance or hash, per the router.
 pub(crate) struct NetOutput<T, R> {
     senders: Vec<Sender<T>>,
@@ -372,8 +378,7 @@ impl<T: Clone, R> NetOutput<T, R> {
             if limit >= self.batch_size || len < 2 * limit {
                 self.send_buf(t);
             } else if self.pending.queue.is_empty() {
-                let rest = self.bufs[t].split_off(limit);
-                let chunk = std::mem::replace(&mut self.bufs[t], rest);
+                let chunk = take_front(&mut self.bufs[t], limit);
                 self.send_batch(t, chunk);
             } else {
                 return false;
@@ -394,8 +399,7 @@ impl<T: Clone, R> NetOutput<T, R> {
     fn flush_all(&mut self) {
         for t in 0..self.bufs.len() {
             while self.bufs[t].len() > self.limits[t] {
-                let rest = self.bufs[t].split_off(self.limits[t]);
-                let chunk = std::mem::replace(&mut self.bufs[t], rest);
+                let chunk = take_front(&mut self.bufs[t], self.limits[t]);
                 self.send_batch(t, chunk);
             }
             if !self.bufs[t].is_empty() {
@@ -513,8 +517,7 @@ impl<T: Clone> BroadcastOutput<T> {
     /// As `NetOutput::flush_all`.
     fn flush_all(&mut self) {
         while self.buf.len() > self.limit {
-            let rest = self.buf.split_off(self.limit);
-            let chunk = std::mem::replace(&mut self.buf, rest);
+            let chunk = take_front(&mut self.buf, self.limit);
             self.send_chunk(chunk);
         }
         if !self.buf.is_empty() {
@@ -532,8 +535,7 @@ impl<T: Clone> BroadcastOutput<T> {
             if limit >= self.batch_size || len < 2 * limit {
                 self.send_buf();
             } else if self.pending.queue.is_empty() {
-                let rest = self.buf.split_off(limit);
-                let chunk = std::mem::replace(&mut self.buf, rest);
+                let chunk = take_front(&mut self.buf, limit);
                 self.send_chunk(chunk);
             } else {
                 return false;
