@@ -140,14 +140,23 @@ impl<T: Data> Claims<T> {
             .into_iter()
             .find(|e| e.uid == self.group.uid)
             .map(|e| e.payload);
-        self.group.queue.checkpoint_complete(Restart {
-            checkpoint: 0,
-            step: self.group.queue.next_step(),
-            positions: self.positions.clone().into(),
-            state,
-            marks: Some(marks.clone()),
-        });
-        Ok(())
+        self.group
+            .queue
+            .checkpoint_complete(
+                self.epoch,
+                Restart {
+                    checkpoint: 0,
+                    step: self.group.queue.next_step(),
+                    positions: self.positions.clone().into(),
+                    state,
+                    marks: Some(marks.clone()),
+                },
+            )
+            .map_err(|f| TaskError::Fenced {
+                uid: self.group.uid.clone(),
+                subtask: self.group.subtask,
+                epoch: f.epoch,
+            })
     }
 
     /// The chain wrote its part of checkpoint `id` into `w`.
@@ -181,7 +190,16 @@ impl<T: Data> Claims<T> {
         if let Some(k) = self.pending.iter().position(|r| r.checkpoint == id) {
             let restart = self.pending.swap_remove(k);
             self.pending.retain(|r| r.checkpoint > id);
-            self.group.queue.checkpoint_complete(restart);
+            // A fenced primary's checkpoint is not the backup's restart point; it learns
+            // it was fenced at its next claim.
+            if let Err(f) = self.group.queue.checkpoint_complete(self.epoch, restart) {
+                tracing::debug!(
+                    uid = %self.group.uid,
+                    subtask = self.group.subtask,
+                    epoch = f.epoch,
+                    "a fenced primary's completed checkpoint is not a restart point"
+                );
+            }
         }
     }
 }

@@ -395,16 +395,25 @@ impl<P: Clone> BufferQueue<P> {
     /// The primary's state at step `restart.step` (a completed checkpoint, or a handoff
     /// between two batches): a promoted backup restarts from it (if it is newer than what
     /// the queue holds), and the steps before it can go.
-    pub(crate) fn checkpoint_complete(&self, restart: Restart) {
+    ///
+    /// Only from a primary of the current `epoch`: a fenced primary (a zombie woken after its
+    /// replacement, or one finishing its last batch) holds state that includes batches the
+    /// new primary replays, and its output positions count output that never got through.
+    /// Taken as the restart point, a later promotion would count those batches twice.
+    pub(crate) fn checkpoint_complete(&self, epoch: u64, restart: Restart) -> Result<(), Fenced> {
+        let mut log = lock(&self.log);
+        if log.epoch != epoch {
+            return Err(Fenced { epoch: log.epoch });
+        }
         {
             let mut r = lock(&self.restart);
             if restart.step < r.step {
-                return;
+                return Ok(());
             }
             *r = restart;
         }
-        let mut log = lock(&self.log);
         self.release_locked(&mut log);
+        Ok(())
     }
 
     fn release_locked(&self, log: &mut StepLog) {
@@ -651,13 +660,7 @@ mod tests {
         q.claim(0, (0, 1), &11, 1, 8, &[1]).unwrap();
         let step = q.next_step();
         q.settle(0, &[2]);
-        q.checkpoint_complete(Restart {
-            checkpoint: 1,
-            step,
-            positions: vec![2].into(),
-            state: Some(vec![7]),
-            marks: None,
-        });
+        q.checkpoint_complete(0, restart(1, step, 2, 7)).unwrap();
         assert_eq!(
             q.stats().entries,
             0,
@@ -762,6 +765,52 @@ mod tests {
             plan.items.as_slice(),
             [Item::Batch((0, 0), _), Item::Mark(0, At(2))]
         ));
+    }
+
+    fn restart(checkpoint: u64, step: u64, position: u64, state: u8) -> Restart {
+        Restart {
+            checkpoint,
+            step,
+            positions: vec![position].into(),
+            state: Some(vec![state]),
+            marks: None,
+        }
+    }
+
+    #[test]
+    fn a_fenced_primary_cannot_hand_its_state() {
+        let q = q(true);
+        q.claim(0, (0, 0), &10, 1, 8, &[0]).unwrap();
+        q.settle(0, &[1]);
+        q.checkpoint_complete(0, restart(1, q.next_step(), 1, 7))
+            .unwrap();
+        // The old primary claims and processes (0, 1); then it is fenced and the new one
+        // restarts from checkpoint 1, replaying (0, 1).
+        q.claim(0, (0, 1), &11, 1, 8, &[1]).unwrap();
+        q.fence();
+        let plan = q.replay_plan(&[1]).unwrap();
+        assert_eq!(plan.restore, Some((1, vec![7])));
+        // The old primary, woken, hands over its state (which has (0, 1) in it) at the
+        // new log's next step: refused.
+        let zombie = restart(0, q.next_step(), 2, 9);
+        assert_eq!(q.checkpoint_complete(0, zombie), Err(Fenced { epoch: 1 }));
+        q.claim(1, (0, 1), &11, 1, 8, &[1]).unwrap();
+        q.settle(1, &[2]);
+        // A second promotion still restarts from checkpoint 1 and replays (0, 1) once.
+        q.fence();
+        let plan = q.replay_plan(&[2]).unwrap();
+        assert_eq!(plan.restore, Some((1, vec![7])));
+        let ids: Vec<BatchId> = plan.batches().map(|(id, _)| *id).collect();
+        assert_eq!(ids, vec![(0, 1)]);
+        // The current primary's handoff is taken.
+        q.claim(2, (0, 1), &11, 1, 8, &[1]).unwrap();
+        q.settle(2, &[2]);
+        q.checkpoint_complete(2, restart(0, q.next_step(), 2, 8))
+            .unwrap();
+        q.fence();
+        let plan = q.replay_plan(&[2]).unwrap();
+        assert_eq!(plan.restore, Some((0, vec![8])));
+        assert_eq!(plan.batches().count(), 0);
     }
 
     #[test]
