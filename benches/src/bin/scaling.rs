@@ -80,22 +80,12 @@ fn etl_parse(lines: &[String], levels: &Thresholds) -> u64 {
     kept
 }
 
-fn pipeline(n: u64) -> u64 {
-    let mut counts: HashMap<u64, u64> = HashMap::new();
-    for x in 0..n {
-        let y = black_box(x) * 2 + 1;
-        if y % 3 != 0 {
-            *counts.entry(y % 1024).or_default() += 1;
-        }
-    }
-    counts.values().sum()
-}
-
 type Counts = HashMap<u64, u64, rustc_hash::FxBuildHasher>;
 
-/// The `pipeline` job's work fused on one thread, counted as Weir's keyed state counts.
-fn pipeline_fx(n: u64) -> u64 {
-    let mut counts = Counts::default();
+/// The `pipeline` job's work fused, counted in a map with hasher `S` (`FxBuildHasher`: as
+/// Weir's keyed state counts).
+fn pipeline<S: std::hash::BuildHasher + Default>(n: u64) -> u64 {
+    let mut counts: HashMap<u64, u64, S> = HashMap::default();
     for x in 0..n {
         let y = black_box(x) * 2 + 1;
         if y % 3 != 0 {
@@ -136,26 +126,21 @@ fn exchange_half(
         );
         bufs[owner].push(y);
         if bufs[owner].len() == BATCH {
-            let full = std::mem::replace(&mut bufs[owner], Vec::with_capacity(BATCH));
+            let mut full = std::mem::replace(&mut bufs[owner], Vec::with_capacity(BATCH));
             if owner == me {
                 count(&mut counts, &full);
                 continue;
             }
-            let mut full = full;
-            // The other's batches first: a channel drained at every send rarely fills.
-            while let Ok(b) = rx.try_recv() {
-                count(&mut counts, &b);
-            }
             loop {
+                // The other's batches first, at every attempt: a channel drained at every
+                // send rarely fills, and two blocking sends would wait for each other.
+                while let Ok(b) = rx.try_recv() {
+                    count(&mut counts, &b);
+                }
                 match tx.try_send(full) {
                     Ok(()) => break,
                     Err(TrySendError::Full(back)) => {
                         full = back;
-                        // Take the other's batches meanwhile (two blocking sends would
-                        // wait for each other).
-                        while let Ok(b) = rx.try_recv() {
-                            count(&mut counts, &b);
-                        }
                         std::thread::yield_now();
                     }
                     Err(TrySendError::Disconnected(_)) => {
@@ -197,7 +182,7 @@ fn report_exchange(runs: usize, n: u64) {
     let (mut ones, mut twos) = (Vec::new(), Vec::new());
     for _ in 0..runs.max(1) {
         let t = Instant::now();
-        let a = pipeline_fx(n);
+        let a = pipeline::<rustc_hash::FxBuildHasher>(n);
         ones.push(t.elapsed().as_secs_f64());
         let t = Instant::now();
         let b = pipeline_exchange(n);
@@ -272,6 +257,8 @@ fn main() {
         .collect();
     let levels = Thresholds::from_vec(default_levels());
     report("etl_parse", args.runs, || etl_parse(&lines, &levels));
-    report("pipeline", args.runs, || pipeline(args.numbers));
+    report("pipeline", args.runs, || {
+        pipeline::<std::hash::RandomState>(args.numbers)
+    });
     report_exchange(args.runs, args.numbers);
 }

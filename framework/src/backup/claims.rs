@@ -48,6 +48,15 @@ impl<T: Data> Claims<T> {
         }
     }
 
+    /// The error of a primary the queue found fenced.
+    fn fenced(&self, f: queue::Fenced) -> TaskError {
+        TaskError::Fenced {
+            uid: self.group.uid.clone(),
+            subtask: self.group.subtask,
+            epoch: f.epoch,
+        }
+    }
+
     /// The input channels' watermarks a promoted primary starts from, if the state it
     /// restarts from had them.
     pub(crate) fn take_marks(&mut self) -> Option<crate::time::WatermarkMerge> {
@@ -61,11 +70,7 @@ impl<T: Data> Claims<T> {
         self.group
             .queue
             .log(self.epoch, input, &self.positions)
-            .map_err(|f| TaskError::Fenced {
-                uid: self.group.uid.clone(),
-                subtask: self.group.subtask,
-                epoch: f.epoch,
-            })
+            .map_err(|f| self.fenced(f))
     }
 
     /// The replay's next input is a batch (a subtask holding records waits before it).
@@ -104,11 +109,7 @@ impl<T: Data> Claims<T> {
                 &self.positions,
             )
             .map(|_| ())
-            .map_err(|f| TaskError::Fenced {
-                uid: self.group.uid.clone(),
-                subtask: self.group.subtask,
-                epoch: f.epoch,
-            })
+            .map_err(|f| self.fenced(f))
     }
 
     /// The primary is idle: its last step's output is all out.
@@ -152,11 +153,7 @@ impl<T: Data> Claims<T> {
                     marks: Some(marks.clone()),
                 },
             )
-            .map_err(|f| TaskError::Fenced {
-                uid: self.group.uid.clone(),
-                subtask: self.group.subtask,
-                epoch: f.epoch,
-            })
+            .map_err(|f| self.fenced(f))
     }
 
     /// The chain wrote its part of checkpoint `id` into `w`.
