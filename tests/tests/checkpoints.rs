@@ -127,15 +127,22 @@ fn run_tuned(
         .collect();
     let (tx, rx) = std::sync::mpsc::channel();
     let handle = env.start("checkpoints")?;
+    let monitor = handle.monitor();
     let waiter = std::thread::spawn(move || {
         let r = handle.wait();
         let _ = tx.send(());
         r
     });
-    assert!(
-        rx.recv_timeout(Duration::from_secs(60)).is_ok(),
-        "job did not end within 60 s"
-    );
+    if rx.recv_timeout(Duration::from_secs(60)).is_err() {
+        // Where it stands, to tell a stalled subtask from a stalled controller.
+        panic!(
+            "job did not end within 60 s: status {:?}\nmetrics {:#?}\ncheckpoints {:#?}\nfailures {:#?}",
+            monitor.status(),
+            monitor.metrics(),
+            monitor.checkpoint_stats(),
+            monitor.failures()
+        );
+    }
     let result = waiter.join().expect("waiter thread")?;
     let _ = std::fs::remove_dir_all(&dir);
     let stats = result.checkpoints.clone().unwrap_or_default();
@@ -238,9 +245,22 @@ impl Lcg {
     }
 }
 
+/// The seeds a seeded test runs: `0..runs`, or `WEIR_CHECKPOINT_SEEDS=<first>,<count>` (a soak
+/// over other seeds, or one failing seed replayed alone).
+fn seeds(runs: u64) -> std::ops::Range<u64> {
+    let Ok(spec) = std::env::var("WEIR_CHECKPOINT_SEEDS") else {
+        return 0..runs;
+    };
+    let parsed = spec.split_once(',').and_then(|(first, count)| {
+        let first: u64 = first.trim().parse().ok()?;
+        Some(first..first + count.trim().parse::<u64>().ok()?)
+    });
+    parsed.unwrap_or_else(|| panic!("WEIR_CHECKPOINT_SEEDS={spec:?}: expected <first>,<count>"))
+}
+
 fn seeded_runs(barriers: Barriers, runs: u64) {
     let n = 12_000;
-    for seed in 0..runs {
+    for seed in seeds(runs) {
         let mut rng = Lcg(seed * 7919 + 17);
         let kind = match rng.next() % 3 {
             0 => FaultKind::Panic,
@@ -249,6 +269,8 @@ fn seeded_runs(barriers: Barriers, runs: u64) {
         };
         let at = 300 + rng.next() % 5_000;
         let plan = FaultPlan::new(vec![Fault::new("map", kind, at)]);
+        // Named in the captured output, so a run that hangs says which seed it was.
+        eprintln!("seed {seed}: {kind:?} at record {at}");
         let r = run_with(n, barriers, plan.clone(), 120_000.0)
             .unwrap_or_else(|e| panic!("seed {seed} ({kind:?} at {at}): job failed: {e}"));
         assert_eq!(plan.fired(), 1, "seed {seed}: the fault fired");
