@@ -260,9 +260,10 @@ fn seeds(runs: u64) -> std::ops::Range<u64> {
 
 fn seeded_runs(barriers: Barriers, runs: u64) {
     let n = 12_000;
-    let (mut fired, mut ran) = (0, 0);
-    for seed in seeds(runs) {
-        ran += 1;
+    let seeds = seeds(runs);
+    let ran = seeds.end - seeds.start;
+    let mut fired = 0;
+    for seed in seeds {
         let mut rng = Lcg(seed * 7919 + 17);
         let kind = match rng.next() % 3 {
             0 => FaultKind::Panic,
