@@ -16,9 +16,9 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Parser;
-use weir::testing::FaultKind;
 use weir_examples::fraud::drill::{self, Drill};
 use weir_examples::fraud::Thresholds;
+use weir_testing::FaultKind;
 
 /// Runs the fraud detection job on generated transactions and checks its alerts.
 #[derive(Parser, Debug)]
@@ -66,8 +66,8 @@ fn main() -> ExitCode {
         return ExitCode::FAILURE;
     }
     if !args.faults.is_empty() {
-        weir::testing::quiet_injected_panics();
-        weir::testing::quiet_released_hangs();
+        weir_testing::quiet_injected_panics();
+        weir_testing::quiet_released_hangs();
     }
     let dir = std::env::temp_dir().join(format!("weir-fraud-{}", std::process::id()));
     let d = Drill {

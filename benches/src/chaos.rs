@@ -29,14 +29,12 @@ use std::fmt;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use weir::testing::{
-    wait_for_checkpoint, Fault, FaultKind, FaultPlan, HeldIds, Hold, RecordFaults,
-};
 use weir::{
     CheckpointMode, CollectSink, Collector, Env, EnvConfig, JobHandle, ReplaceOptions,
     RestartStrategy, ValueState,
 };
 use weir_examples::rng::SplitMix64;
+use weir_testing::{wait_for_checkpoint, Fault, FaultKind, FaultPlan, HeldIds, Hold, RecordFaults};
 
 /// Keys of the keyed count.
 pub const KEYS: u64 = 13;

@@ -20,7 +20,7 @@
 //! Every fault is one run of the job over the same generated answers, with the graph of the
 //! `recovery` harness, [`build_cleaning_job`] (the job's `levels`, `source`, `connect`,
 //! `flat_map`, `split` and `filter` as `cleaning_streams` builds them, then `map` and the
-//! exactly-once part-file sinks (`weir::testing::TwoPhaseFileSink`, through
+//! exactly-once part-file sinks (`weir_testing::TwoPhaseFileSink`, through
 //! [`recovery_support`](crate::recovery_support)): `sink`, and `malformed` for the side
 //! output; nothing backed up), checkpoints every
 //! `checkpoint_interval_ms`, and a fixed-delay restart strategy. One fault
@@ -79,12 +79,12 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 use weir::sink::{Sink, SinkContext};
 use weir::source::SourceContext;
-use weir::testing::{clear_part_files, quiet_released_hangs, read_committed, Fault, FaultPlan};
 use weir::{Env, EnvConfig, RestartStrategy, SinkError};
 use weir_examples::answers::{
     answer_json, clean_line, default_levels, uid, Answers, Thresholds, DEFAULT_SEED,
 };
 use weir_examples::rng::SplitMix64;
+use weir_testing::{clear_part_files, quiet_released_hangs, read_committed, Fault, FaultPlan};
 
 pub use crate::recovery_support::Kind;
 use crate::recovery_support::{

@@ -5,7 +5,7 @@
 //! `flat_map` faults ([`FlatMapFaults`]), the expected output of the job computed
 //! sequentially, and the check of what was committed ([`tally`]).
 //!
-//! What is not specific to this job comes from `weir::testing`: the exactly-once part-file
+//! What is not specific to this job comes from `weir_testing`: the exactly-once part-file
 //! sink ([`TwoPhaseFileSink`], two-phase commit on the [`Sink`] hooks) and
 //! [`read_committed`]; faults keyed by record ([`RecordFaults`]); the per-id exactly-once
 //! check ([`ExactlyOnce`]); the panic hooks of injected faults.
@@ -28,7 +28,7 @@
 //! [`FlatMapFaults`] fails `flat_map` when it first sees given input *lines* (the records at
 //! chosen input indices; a line must occur once in the input), in order: before processing
 //! the `k`-th of them for the first time, [`FaultyParseAndLevel`] records the fault's time
-//! and panics, hangs, or stops its arbiter thread ([`Kind`]). They are `weir::testing`'s
+//! and panics, hangs, or stops its arbiter thread ([`Kind`]). They are `weir_testing`'s
 //! [`RecordFaults`] keyed by the line, in order: a fault is keyed by the record, not by a
 //! count of the subtask's records, because such a count is ambiguous for a second fault
 //! under restart-all (a restarted instance counts from zero at its restored position,
@@ -41,7 +41,7 @@
 //!   job stops or restarts (restart-all), just before it joins its arbiter threads, so a hang
 //!   never holds up a restart or the end of the job by the 5 s join timeout
 //!   ([`FaultPlan::is_released`]). Released, it panics with `injected hang of ...
-//!   released`, which `weir::testing::quiet_released_hangs` keeps off stderr.
+//!   released`, which `weir_testing::quiet_released_hangs` keeps off stderr.
 //! - **stop**: `actix_rt::Arbiter::current().stop()`, then the record is processed: the
 //!   arbiter's loop ends after the current poll, so the failed instance may process (and
 //!   emit) some more records first. It counts them ([`WatchedFault::processed_after`]).
@@ -67,12 +67,6 @@ use std::sync::{Arc, Mutex};
 
 use serde::{Deserialize, Serialize};
 use weir::sink::{Sink, SinkContext};
-#[cfg(doc)]
-use weir::testing::read_committed;
-use weir::testing::{
-    encode_json, ExactlyOnce, FaultKind, FaultPlan, PartFileStats, RecordFaults, TwoPhaseFileSink,
-    FINAL_COMMIT,
-};
 use weir::{
     BackupPolicy, Collector, ConfigError, ConfigKey, Env, Operator, ProcessFunction, SinkError,
     StateError, StateSnapshot,
@@ -80,6 +74,12 @@ use weir::{
 use weir_examples::answers::{
     answer_json, clean_line, cleaning_streams_with, default_levels, format_cleaned, uid, Answers,
     BadRecord, Cleaned, Input, Levels, ParseAndLevel, Tagged, Thresholds,
+};
+#[cfg(doc)]
+use weir_testing::read_committed;
+use weir_testing::{
+    encode_json, ExactlyOnce, FaultKind, FaultPlan, PartFileStats, RecordFaults, TwoPhaseFileSink,
+    FINAL_COMMIT,
 };
 
 use crate::clock_ns;
@@ -195,7 +195,7 @@ impl RecoveryProbe {
 pub fn install_fault_hook(probe: Arc<RecoveryProbe>) {
     let previous = std::panic::take_hook();
     std::panic::set_hook(Box::new(move |info| {
-        let message = weir::testing::panic_message(info);
+        let message = weir_testing::panic_message(info);
         if message.starts_with("injected fault") {
             RecoveryProbe::stamp(&probe.fault_ns);
             // One line instead of the default hook's message: with `RUST_BACKTRACE` set, that
@@ -212,7 +212,7 @@ pub fn install_fault_hook(probe: Arc<RecoveryProbe>) {
 // The probed exactly-once file sink
 // ---------------------------------------------------------------------------------------------
 
-/// The exactly-once part-file sink of `weir::testing` ([`TwoPhaseFileSink`] of `String`
+/// The exactly-once part-file sink of `weir_testing` ([`TwoPhaseFileSink`] of `String`
 /// lines), telling the probe (if any) about its instances, writes, commits, restores, the
 /// target record and the watched windows.
 pub struct ProbedSink {
@@ -619,7 +619,7 @@ impl FaultWatch {
     }
 }
 
-/// The harness's faults in `flat_map` (see the module documentation): `weir::testing`'s
+/// The harness's faults in `flat_map` (see the module documentation): `weir_testing`'s
 /// [`RecordFaults`] keyed by the input line, firing in order, timed in the probe; shared by
 /// every instance of [`FaultyParseAndLevel`] and the probe.
 #[derive(Debug)]
@@ -925,7 +925,7 @@ pub struct Tally {
     pub missing_examples: Vec<u64>,
 }
 
-/// Compares `lines` (committed) with `expected`, with `weir::testing`'s [`ExactlyOnce`]: by
+/// Compares `lines` (committed) with `expected`, with `weir_testing`'s [`ExactlyOnce`]: by
 /// answer id (duplicates, missing, unexpected), and by line content (a committed line that is
 /// not one of the expected lines, by multiset, is wrong).
 pub fn tally(expected: &Expected, lines: &[String]) -> Tally {

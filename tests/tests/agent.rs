@@ -18,12 +18,12 @@ use std::time::{Duration, Instant};
 
 use common::{endless_ids, within_timeout, TempDir};
 use serde_json::Value;
-use weir::agent::{Agent, AgentConfig, JobSelector, Rules};
 use weir::rest::RestConfig;
-use weir::testing::{
+use weir::{Collector, Env, EnvConfig, ValueState};
+use weir_testing::{
     encode_display, read_committed, wait_for_checkpoint, ExactlyOnce, TwoPhaseFileSink,
 };
-use weir::{Collector, Env, EnvConfig, ValueState};
+use weirctl::agent::{Agent, AgentConfig, JobSelector, Rules};
 
 const KEYS: u64 = 16;
 
@@ -869,9 +869,9 @@ fn the_agent_follows_a_job_replaced_under_the_same_name() {
     assert_eq!(agent.status().job.as_deref(), Some(new_id));
 }
 
-fn weirctl(args: &[&str]) -> Result<String, weir::cli::CliError> {
+fn weirctl(args: &[&str]) -> Result<String, weirctl::cli::CliError> {
     let mut out = Vec::new();
-    weir::cli::run(args.iter().copied(), &mut out)?;
+    weirctl::cli::run(args.iter().copied(), &mut out)?;
     Ok(String::from_utf8(out).expect("UTF-8 output"))
 }
 
@@ -892,7 +892,7 @@ fn weirctl_agent_names_what_is_wrong_in_a_rules_file_and_dry_runs() {
         b"interval = \"1s\"\n\n[[rule]]\nname = \"slow\"\nlast_checkpoint_duration = \"5 parsecs\"\n",
     );
     let e = weirctl(&["weirctl", "agent", "--rules", bad.to_str().unwrap()]).unwrap_err();
-    assert!(matches!(e, weir::cli::CliError::Rules(_)), "{e:?}");
+    assert!(matches!(e, weirctl::cli::CliError::Rules(_)), "{e:?}");
     let msg = e.to_string();
     assert!(
         msg.contains("bad.toml line 5, column 28, field `last_checkpoint_duration`: `parsecs` is not a unit of time"),
@@ -981,7 +981,7 @@ fn the_agent_changes_live_settings_and_rescales_a_backpressured_job() {
             )
             .uid("count")
             .set_parallelism(2)
-            .add_sink("slow", |_| Ok(weir::testing::PacedSink::new(20_000.0)))
+            .add_sink("slow", |_| Ok(weir_testing::PacedSink::new(20_000.0)))
             .uid("slow")
             .set_parallelism(1);
         let job = env.start("backpressured").expect("the job starts");

@@ -25,9 +25,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use weir::testing::{
-    quiet_injected_panics, wait_for_checkpoint, Fault, FaultKind, FaultPlan, HeldIds, Hold,
-};
 use weir::{Env, EnvConfig, JobHandle, Line, RestartStrategy};
 use weir_examples::answers::{
     answer_json, cleaning_streams_of_lines, default_levels, read_part_files,
@@ -35,6 +32,9 @@ use weir_examples::answers::{
     WindowReference, LATE_DIR, OUT_OF_ORDERNESS,
 };
 use weir_examples::rng::SplitMix64;
+use weir_testing::{
+    quiet_injected_panics, wait_for_checkpoint, Fault, FaultKind, FaultPlan, HeldIds, Hold,
+};
 
 /// Answers in all (a multiple of 8: every source subtask at parallelism 1, 2 or 4 holds after
 /// the same line); part 2 starts at line `N / 2`. The seeded runs take fewer.

@@ -33,7 +33,7 @@ fn serial() -> MutexGuard<'static, ()> {
     SERIAL.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-use weir::testing::PacedSink;
+use weir_testing::PacedSink;
 
 // ANCHOR: config
 /// Small batches and channels, two arbiters (source and sink on different threads), and a

@@ -13,11 +13,11 @@ use std::time::Duration;
 use common::{within_timeout, TempDir};
 use weir::rate::RateControlConfig;
 use weir::source::{Source, SourceContext, SourceStatus};
-use weir::testing::{Fault, FaultKind, FaultPlan};
 use weir::{
     BackupPolicy, Collector, Env, EnvConfig, JobError, JobHandle, RestartStrategy, SourceError,
     ValueState,
 };
+use weir_testing::{Fault, FaultKind, FaultPlan};
 
 const KEYS: u64 = 13;
 

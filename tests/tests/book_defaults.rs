@@ -244,15 +244,15 @@ fn quotes() -> Vec<(&'static str, String)> {
         ));
     }
     // The agent's rules, as a file that sets nothing but one rule reads.
-    let a = weir::agent::Rules::parse(
+    let a = weirctl::agent::Rules::parse(
         "[[rule]]\nname = \"r\"\nbackpressure = 0.5\n[[rule.action]]\nkind = \"savepoint\"\ndir = \"/sp\"\n",
         "book",
     )
     .expect("a minimal rules file reads");
     let mode = match a.mode {
-        weir::agent::Mode::Alert => "alert",
-        weir::agent::Mode::Act => "act",
-        weir::agent::Mode::AlertThenAct => "alert-then-act",
+        weirctl::agent::Mode::Alert => "alert",
+        weirctl::agent::Mode::Act => "act",
+        weirctl::agent::Mode::AlertThenAct => "alert-then-act",
     };
     q.push((
         "agent.md",

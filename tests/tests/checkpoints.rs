@@ -13,8 +13,8 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use weir::rate::RateControlConfig;
-use weir::testing::{Fault, FaultKind, FaultPlan, RecordFaults};
 use weir::{CheckpointMode, Collector, Env, EnvConfig, JobError, RestartStrategy, ValueState};
+use weir_testing::{Fault, FaultKind, FaultPlan, RecordFaults};
 
 const KEYS: u64 = 7;
 
@@ -399,11 +399,11 @@ fn file_job_failing_in(
         100_000.0,
         &dir,
     ));
-    let hold = weir::testing::Hold::new();
+    let hold = weir_testing::Hold::new();
     let h = hold.clone();
     let stream = env
         .add_source("generate", move |cx| {
-            Ok(weir::testing::HeldIds::new(cx, 20_000, 0.5, h.clone()))
+            Ok(weir_testing::HeldIds::new(cx, 20_000, 0.5, h.clone()))
         })
         .uid("src")
         .set_parallelism(2)
@@ -413,7 +413,7 @@ fn file_job_failing_in(
         .rebalance();
     sink(stream, &out_dir).set_parallelism(2);
     let job = env.start(name).expect("start");
-    weir::testing::wait_for_checkpoint(&job, 1, common::TIMEOUT).expect("a checkpoint");
+    weir_testing::wait_for_checkpoint(&job, 1, common::TIMEOUT).expect("a checkpoint");
     hold.release();
     let result = common::within_timeout(move || job.wait()).expect("job recovers");
     assert_eq!(plan.fired(), 1);
@@ -523,10 +523,10 @@ fn a_fault_during_a_checkpoint_is_recovered_exactly_once() {
     let (c, f) = (committed.clone(), fired.clone());
     // Tied to events, not to speed: half the input waits until the sink's second checkpoint
     // has failed, so the fault happens mid-job however slowly checkpoints complete.
-    let hold = weir::testing::Hold::new();
+    let hold = weir_testing::Hold::new();
     let h = hold.clone();
     env.add_source("generate", move |cx| {
-        Ok(weir::testing::HeldIds::new(cx, n, 0.5, h.clone()))
+        Ok(weir_testing::HeldIds::new(cx, n, 0.5, h.clone()))
     })
     .uid("src")
     .set_parallelism(2)
@@ -623,11 +623,11 @@ fn a_restart_that_ends_at_once_reports_the_checkpoint_it_restored() {
     });
     cfg.faults = plan.clone();
     let env = Env::with_config(cfg);
-    let hold = weir::testing::Hold::new();
+    let hold = weir_testing::Hold::new();
     let h = hold.clone();
     let out = env
         .add_source("ids", move |cx| {
-            Ok(weir::testing::HeldIds::new(cx, 100, 0.5, h.clone()))
+            Ok(weir_testing::HeldIds::new(cx, 100, 0.5, h.clone()))
         })
         .uid("src")
         .set_parallelism(1)
@@ -636,7 +636,7 @@ fn a_restart_that_ends_at_once_reports_the_checkpoint_it_restored() {
         .collect();
     let job = env.start("restored-stats").expect("start");
     let id = job.monitor().trigger_checkpoint().expect("a checkpoint");
-    weir::testing::wait_for_checkpoint(&job, id, common::TIMEOUT).expect("checkpoint 1");
+    weir_testing::wait_for_checkpoint(&job, id, common::TIMEOUT).expect("checkpoint 1");
     hold.release();
     let result = common::within_timeout(move || job.wait()).expect("job recovers");
     assert_eq!(plan.fired(), 1);

@@ -9,8 +9,8 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use common::{within_timeout, TempDir};
-use weir::testing::{Fault, FaultKind, FaultPlan};
 use weir::{BackupPolicy, Env, EnvConfig, JobError, RestartStrategy};
+use weir_testing::{Fault, FaultKind, FaultPlan};
 
 /// Everything the crate logged at info and above, for every test of this binary.
 fn log() -> Arc<Mutex<Vec<u8>>> {

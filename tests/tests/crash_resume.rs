@@ -19,10 +19,10 @@ use std::time::Duration;
 
 use common::TempDir;
 use weir::rate::RateControlConfig;
-use weir::testing::{
+use weir::{Env, EnvConfig, JobError, RestoreLatest};
+use weir_testing::{
     encode_display, read_committed, wait_for_checkpoint, ExactlyOnce, TwoPhaseFileSink,
 };
-use weir::{Env, EnvConfig, JobError, RestoreLatest};
 
 /// Set in a child process: `<base dir>;<rate or 0>;<retained>`.
 const CHILD: &str = "WEIR_CRASH_RESUME_CHILD";

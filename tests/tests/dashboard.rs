@@ -23,8 +23,8 @@ use common::TempDir;
 use fantoccini::{Client, ClientBuilder, Locator};
 use serde_json::{json, Value};
 use weir::rest::RestConfig;
-use weir::testing::{Fault, FaultKind, FaultPlan, PacedSink};
 use weir::{Env, EnvConfig};
+use weir_testing::{Fault, FaultKind, FaultPlan, PacedSink};
 
 /// The longest any one condition may take to show on the page.
 const DEADLINE: Duration = Duration::from_secs(90);
@@ -222,7 +222,7 @@ fn the_dashboard_shows_a_running_job_in_headless_chromium() {
         eprintln!("skipped: {msg}");
         return;
     };
-    weir::testing::quiet_injected_panics();
+    weir_testing::quiet_injected_panics();
     let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join("dashboard");
     std::fs::create_dir_all(&out).expect("the output folder");
     let dir = TempDir::new("dashboard");

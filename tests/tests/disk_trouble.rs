@@ -6,7 +6,7 @@
 //! arrives once with the count a sequential run gives.
 //!
 //! The faults are real I/O errors from the checkpoint store: injected with
-//! `weir::testing::StorageFaults` (the next `k` checkpoints' files fail with `ENOSPC` or
+//! `weir_testing::StorageFaults` (the next `k` checkpoints' files fail with `ENOSPC` or
 //! `EROFS`; the tests run as root, so permissions would not stop a write), or made by the
 //! file system itself (a file where a coming checkpoint's directory goes). Every wait is on an
 //! event (checkpoints completed or failed, a restart), never on the clock; the deadlines only
@@ -20,12 +20,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::{endless_ids, two_more_checkpoints, TempDir};
-use weir::testing::{
-    encode_display, read_committed, DiskTrouble, ExactlyOnce, StorageFaults, TwoPhaseFileSink,
-};
 use weir::{
     CheckpointStats, CheckpointStatus, Collector, Env, EnvConfig, JobHandle, RestartStrategy,
     ValueState,
+};
+use weir_testing::{
+    encode_display, read_committed, DiskTrouble, ExactlyOnce, StorageFaults, TwoPhaseFileSink,
 };
 
 const KEYS: u64 = 16;

@@ -21,8 +21,8 @@ use std::collections::BTreeMap;
 use std::time::Instant;
 
 use shuffled::Fault;
-use weir::nexmark::GeneratorConfig;
 use weir_examples::rng::SplitMix64;
+use weir_nexmark::GeneratorConfig;
 
 fn env_u64(name: &str) -> Option<u64> {
     std::env::var(name).ok().map(|v| {
@@ -59,7 +59,7 @@ fn case(seed: u64, queries: usize) -> (GeneratorConfig, f64, f64, usize, Fault) 
 
 #[test]
 fn every_query_equals_its_reference_over_many_seeds() {
-    weir::testing::quiet_injected_panics();
+    weir_testing::quiet_injected_panics();
     let names = shuffled::implemented();
     let seeds: Vec<u64> = match env_u64("WEIR_SEED") {
         Some(s) => vec![s],

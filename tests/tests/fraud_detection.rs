@@ -9,9 +9,9 @@ mod common;
 use std::time::Duration;
 
 use common::{within_timeout, TempDir};
-use weir::testing::{quiet_injected_panics, quiet_released_hangs, FaultKind};
 use weir_examples::fraud::drill::{run, Drill};
 use weir_examples::fraud::Thresholds;
+use weir_testing::{quiet_injected_panics, quiet_released_hangs, FaultKind};
 
 fn drill(name: &str, parallelism: usize) {
     quiet_injected_panics();

@@ -15,8 +15,8 @@ use std::time::{Duration, Instant};
 
 use common::{within_timeout, TempDir};
 use weir::rate::RateControlConfig;
-use weir::testing::{quiet_injected_panics, wait_for_checkpoint, FaultKind, RecordFaults};
 use weir::{Env, EnvConfig, FailureClass, FailureOutcome, JobError};
+use weir_testing::{quiet_injected_panics, wait_for_checkpoint, FaultKind, RecordFaults};
 
 /// Checkpoints on (every 50 ms into `dir`), the default restart strategy.
 fn checkpointed(dir: &Path) -> EnvConfig {

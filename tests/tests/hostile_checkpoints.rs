@@ -18,8 +18,8 @@ use std::time::Duration;
 use ciborium::Value;
 use common::TempDir;
 use proptest::prelude::*;
-use weir::testing::{wait_for_checkpoint, HeldIds, Hold};
 use weir::{Collector, Env, EnvConfig, RestoreLatest, ValueState};
+use weir_testing::{wait_for_checkpoint, HeldIds, Hold};
 
 const N: u64 = 4_000;
 const KEYS: u64 = 7;

@@ -9,10 +9,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use weir::source::{Source, SourceContext, SourceStatus};
-use weir::testing::Hold;
 use weir::time::WatermarkStrategy;
 use weir::window::TumblingEventTimeWindows;
 use weir::{Env, EnvConfig, JobHandle, SourceError};
+use weir_testing::Hold;
 
 /// Subtask 0 emits `(id, ts = id * 10)` a few at a time, for ever, until the hold is
 /// released; subtask 1 emits nothing until then. Both end at the release.
@@ -180,7 +180,7 @@ fn without_idleness_the_metrics_name_the_silent_channel() {
 /// the source holds.
 #[test]
 fn a_pause_in_the_input_does_not_hold_back_a_watermark_owed_by_the_interval() {
-    use weir::testing::HeldIds;
+    use weir_testing::HeldIds;
     let mut cfg = EnvConfig::default();
     cfg.batch_size = 5;
     let env = Env::with_config(cfg);

@@ -11,16 +11,17 @@ mod common;
 use std::path::Path;
 use std::process::{Child, Command, ExitStatus};
 use std::time::Duration;
+use weir_kafka::{KafkaEnvExt, KafkaStreamExt};
 
-use weir::kafka::{KafkaConfig, KafkaSink, KafkaSource, Malformed, StartFrom};
-use weir::testing::kafka::{
-    assert_no_transaction_left_open, brokers, create_topic, ids, partition_offsets, produce_ids,
-    read_committed, unique_topic,
-};
-use weir::testing::{quiet_injected_panics, ExactlyOnce, Fault, FaultKind, FaultPlan};
 use weir::time::WatermarkStrategy;
 use weir::window::{AggregateFunction, TumblingEventTimeWindows};
 use weir::{Env, EnvConfig, JobError};
+use weir_kafka::testing::{
+    assert_no_transaction_left_open, brokers, create_topic, ids, partition_offsets, produce_ids,
+    read_committed, unique_topic,
+};
+use weir_kafka::{KafkaConfig, KafkaSink, KafkaSource, Malformed, StartFrom};
+use weir_testing::{quiet_injected_panics, ExactlyOnce, Fault, FaultKind, FaultPlan};
 
 const IDS: u64 = 200_000;
 const PARTITIONS: i32 = 8;
@@ -35,7 +36,7 @@ fn topics(brokers: &str, tag: &str, n: u64) -> (String, String) {
     (input, output)
 }
 
-fn decode_id(r: &weir::kafka::RecordView<'_>) -> Result<u64, String> {
+fn decode_id(r: &weir_kafka::RecordView<'_>) -> Result<u64, String> {
     let text = std::str::from_utf8(r.value.unwrap_or_default()).map_err(|e| e.to_string())?;
     text.parse::<u64>().map_err(|e| format!("`{text}`: {e}"))
 }
@@ -148,7 +149,7 @@ fn at_least_once_sink_and_source_start_positions() {
 
     // `Latest` starts after what is there: a bounded source reads nothing. Not on the test
     // broker, whose ListOffsets answers the last batch's base offset + 1 for "latest".
-    if !weir::testing::kafka::broker_is_tansu() {
+    if !weir_kafka::testing::broker_is_tansu() {
         let env = Env::new();
         let latest = KafkaSource::new(kafka.clone(), input.as_str(), decode_id)
             .start_from(StartFrom::Latest)
@@ -172,7 +173,7 @@ fn at_least_once_sink_and_source_start_positions() {
     // A timestamp in the past: everything; one in the future: nothing (not checked on the
     // test broker, whose ListOffsets by time answers offset 0 for it).
     let mut cases = vec![(0, 20_000)];
-    if !weir::testing::kafka::broker_is_tansu() {
+    if !weir_kafka::testing::broker_is_tansu() {
         cases.push((i64::MAX / 4, 0));
     }
     for (ts, expected) in cases {
@@ -191,7 +192,7 @@ fn a_malformed_record_fails_the_job_naming_where_it_is_or_is_skipped() {
     let Some(brokers) = brokers() else { return };
     let (input, _) = topics(&brokers, "malformed", 0);
     produce_ids(&brokers, &input, PARTITIONS, 0..100).expect("produce");
-    weir::testing::kafka::produce_values(&brokers, &input, 3, &[b"not-a-number".as_slice()])
+    weir_kafka::testing::produce_values(&brokers, &input, 3, &[b"not-a-number".as_slice()])
         .expect("produce the bad record");
     let kafka = KafkaConfig::new(brokers.as_str());
 
@@ -253,7 +254,7 @@ fn exactly_once_settings_are_checked_when_the_job_is_planned() {
 fn produce_timestamps(brokers: &str, topic: &str, partition: i32, ts: impl Iterator<Item = i64>) {
     let values: Vec<Vec<u8>> = ts.map(|t| t.to_string().into_bytes()).collect();
     let values: Vec<&[u8]> = values.iter().map(Vec::as_slice).collect();
-    weir::testing::kafka::produce_values(brokers, topic, partition, &values)
+    weir_kafka::testing::produce_values(brokers, topic, partition, &values)
         .expect("produce the timestamps");
 }
 
@@ -296,7 +297,7 @@ impl AggregateFunction<i64, u64> for Count {
     }
 }
 
-fn decode_ts(r: &weir::kafka::RecordView<'_>) -> Result<i64, String> {
+fn decode_ts(r: &weir_kafka::RecordView<'_>) -> Result<i64, String> {
     let text = std::str::from_utf8(r.value.unwrap_or_default()).map_err(|e| e.to_string())?;
     text.parse::<i64>().map_err(|e| format!("`{text}`: {e}"))
 }

@@ -1,5 +1,5 @@
 //! The Kafka test tools against the test broker (tansu, which `.ci/run` starts; skipped without
-//! `WEIR_KAFKA_BROKERS`): `weir::testing::kafka::read_committed` applies transaction markers
+//! `WEIR_KAFKA_BROKERS`): `weir_kafka::testing::read_committed` applies transaction markers
 //! itself, and the broker behaves as the exactly-once Kafka sink needs: a lingering
 //! transaction of a crashed producer is aborted when its successor initialises; offsets sent
 //! to a transaction are committed with it and only with it; an old producer is fenced.
@@ -9,12 +9,12 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use weir::testing::kafka::rdkafka::config::ClientConfig;
-use weir::testing::kafka::rdkafka::consumer::{BaseConsumer, Consumer};
-use weir::testing::kafka::rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use weir::testing::kafka::rdkafka::producer::{BaseProducer, BaseRecord, Producer};
-use weir::testing::kafka::rdkafka::{Offset, TopicPartitionList};
-use weir::testing::kafka::{self, PartitionOffsets};
+use weir_kafka::testing::rdkafka::config::ClientConfig;
+use weir_kafka::testing::rdkafka::consumer::{BaseConsumer, Consumer};
+use weir_kafka::testing::rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use weir_kafka::testing::rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+use weir_kafka::testing::rdkafka::{Offset, TopicPartitionList};
+use weir_kafka::testing::{self as kafka, PartitionOffsets};
 
 /// What a transactional call may take on the test broker (it answers in milliseconds).
 const TXN_TIMEOUT: Duration = Duration::from_secs(20);

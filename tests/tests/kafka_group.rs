@@ -1,5 +1,5 @@
 //! Scale-out: several processes in one consumer group, each running a job per assigned
-//! partition (`weir::kafka::KafkaGroup`, the `kafka_group` binary), against a real broker
+//! partition (`weir_kafka::KafkaGroup`, the `kafka_group` binary), against a real broker
 //! (`WEIR_KAFKA_BROKERS`). 200k ids on 8 partitions, exactly-once sinks, checkpoints every
 //! 200 ms; a member SIGKILLed; a member SIGSTOPped past its session and resumed (fenced); a
 //! member joining and leaving (2 → 3 → 2 processes). Each ends with every id once at a
@@ -12,11 +12,11 @@ use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use weir::testing::kafka::{
+use weir_kafka::testing::{
     assert_no_transaction_left_open, brokers, create_topic, ids, partition_offsets, produce_ids,
     read_committed, unique_topic,
 };
-use weir::testing::ExactlyOnce;
+use weir_testing::ExactlyOnce;
 
 const IDS: u64 = 200_000;
 const PARTITIONS: i32 = 8;
@@ -200,8 +200,8 @@ impl Topics {
 
     /// The offsets the partitions' sources committed, by partition.
     fn positions(&self) -> String {
-        use weir::testing::kafka::rdkafka::consumer::{BaseConsumer, Consumer};
-        use weir::testing::kafka::rdkafka::{ClientConfig, TopicPartitionList};
+        use weir_kafka::testing::rdkafka::consumer::{BaseConsumer, Consumer};
+        use weir_kafka::testing::rdkafka::{ClientConfig, TopicPartitionList};
         let consumer: BaseConsumer = match ClientConfig::new()
             .set("bootstrap.servers", &self.brokers)
             .set("group.id", format!("{}-positions", self.group))

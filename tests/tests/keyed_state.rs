@@ -11,11 +11,11 @@ use std::time::Duration;
 
 use common::{assert_multiset_eq, within_timeout, TempDir, TIMEOUT};
 use weir::state::Max;
-use weir::testing::{quiet_injected_panics, wait_for_checkpoint, FaultKind, RecordFaults};
 use weir::{
     Collector, Env, EnvConfig, KeyedProcessFunction, ListState, MapState, Operator,
     ProcessFunction, ReducingState, RestartStrategy, ValueState,
 };
+use weir_testing::{quiet_injected_panics, wait_for_checkpoint, FaultKind, RecordFaults};
 
 const KEYS: u64 = 37;
 

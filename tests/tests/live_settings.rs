@@ -15,10 +15,10 @@ use std::time::Duration;
 
 use common::Endless;
 use weir::settings::{Applies, SettingError, INTERVAL, MODE, TIMEOUT};
-use weir::testing::{
+use weir::{Collector, Env, EnvConfig, JobHandle, Operator, ProcessFunction};
+use weir_testing::{
     encode_display, read_committed, wait_for_checkpoint, ExactlyOnce, TwoPhaseFileSink,
 };
-use weir::{Collector, Env, EnvConfig, JobHandle, Operator, ProcessFunction};
 
 const WAIT: Duration = Duration::from_secs(60);
 
@@ -556,8 +556,8 @@ fn the_source_rate_and_the_rate_controller_change_live() {
 
 #[test]
 fn a_shorter_backup_heartbeat_timeout_is_seen_promoting_a_hung_primary() {
-    use weir::testing::{Fault, FaultKind, FaultPlan};
-    weir::testing::quiet_released_hangs();
+    use weir_testing::{Fault, FaultKind, FaultPlan};
+    weir_testing::quiet_released_hangs();
     const OLD_TIMEOUT: Duration = Duration::from_secs(60);
     let (stop, ended_at) = (
         Arc::new(AtomicBool::new(false)),

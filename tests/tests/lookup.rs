@@ -23,11 +23,11 @@ use weir::lookup::{
     AsyncLookup, CacheKind, CacheStrategy, LoadFuture, LookupConfig, LookupFuture, OnTimeout,
 };
 use weir::source::{Source, SourceStatus};
-use weir::testing::{
+use weir::{ConfigError, Env, EnvConfig, JobError, JobHandle, RestartStrategy, SourceError};
+use weir_testing::{
     encode_display, quiet_injected_panics, read_committed, ExactlyOnce, FaultKind, RecordFaults,
     TwoPhaseFileSink,
 };
-use weir::{ConfigError, Env, EnvConfig, JobError, JobHandle, RestartStrategy, SourceError};
 
 const KEYS: u64 = 50;
 /// The key that never answers, in the timeout tests.

@@ -1,9 +1,9 @@
-//! The Nexmark queries on Weir equal their sequential references (`weir::nexmark::reference`)
+//! The Nexmark queries on Weir equal their sequential references (`weir_nexmark::reference`)
 //! over generated events: every result once, nothing missing, at parallelism 1, 2 and 4, for
 //! several generator settings and seeds, and after a fault that makes the job restart from a
 //! checkpoint. The blackhole sink's count and checksum equal the reference's too.
 //!
-//! Every implemented query of `weir::nexmark::queries::QUERIES` is checked: a query added
+//! Every implemented query of `weir_nexmark::queries::QUERIES` is checked: a query added
 //! there is checked here with no change to this file.
 //!
 //! The fault runs wait on events, never on time: each source subtask emits half of its
@@ -23,12 +23,12 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 use shuffled::{implemented, Gate};
-use weir::nexmark::queries::{self, Query, QueryVisitor, QUERIES, SOURCE_UID};
-use weir::nexmark::reference::Timeline;
-use weir::nexmark::{Blackhole, Event, GeneratorConfig, NexmarkSource};
 use weir::source::{Source, SourceContext, SourceStatus, SourceWaker};
-use weir::testing::{Fault, FaultKind, FaultPlan};
 use weir::{Env, EnvConfig, RestartStrategy, SourceError};
+use weir_nexmark::queries::{self, Query, QueryVisitor, QUERIES, SOURCE_UID};
+use weir_nexmark::reference::Timeline;
+use weir_nexmark::{Blackhole, Event, GeneratorConfig, NexmarkSource};
+use weir_testing::{Fault, FaultKind, FaultPlan};
 
 /// Generator settings the queries are checked on: the suite's, a sparser timeline (events
 /// spread over seconds, so windows differ), other proportions, and other seeds.
@@ -141,7 +141,7 @@ impl QueryVisitor for Check {
                 delay: Duration::ZERO,
             });
             cfg.faults = plan.clone();
-            weir::testing::quiet_injected_panics();
+            weir_testing::quiet_injected_panics();
         }
         let env = Env::with_config(cfg);
         let events = if fault.is_some() {
@@ -159,7 +159,7 @@ impl QueryVisitor for Check {
                         gate: g.clone(),
                     })
                 },
-                weir::nexmark::watermarks(),
+                weir_nexmark::watermarks(),
             )
             .uid(SOURCE_UID)
         } else {
@@ -172,7 +172,7 @@ impl QueryVisitor for Check {
         out.collect_into(&collected).uid("collect");
         let job = env.start(query.name()).expect("the job starts");
         if fault.is_some() {
-            weir::testing::wait_for_checkpoint(&job, 1, common::TIMEOUT)
+            weir_testing::wait_for_checkpoint(&job, 1, common::TIMEOUT)
                 .unwrap_or_else(|e| panic!("{what}: no checkpoint: {e}"));
             gate.open();
         }
@@ -316,7 +316,7 @@ fn the_source_s_watermarks_fire_event_time_windows_with_nothing_late() {
     let config = GeneratorConfig::new(3_000).with_first_event_rate(200);
     let mut expected = std::collections::BTreeMap::<i64, u64>::new();
     for e in config.events() {
-        let t = weir::nexmark::event_time(&e);
+        let t = weir_nexmark::event_time(&e);
         *expected.entry(t - t.rem_euclid(1_000)).or_default() += 1;
     }
     let expected: Vec<(i64, u64)> = expected.into_iter().collect();
@@ -326,7 +326,7 @@ fn the_source_s_watermarks_fire_event_time_windows_with_nothing_late() {
         cfg.batch_size = 16;
         let env = Env::with_config(cfg);
         let counts = queries::source(&env, &config)
-            .map(|e: Event| weir::nexmark::event_time(&e))
+            .map(|e: Event| weir_nexmark::event_time(&e))
             .with_timestamps(|t: &i64| *t)
             .key_by(|_: &i64| 0u8)
             .window(weir::window::TumblingEventTimeWindows::of(
@@ -387,7 +387,7 @@ fn q5_with_other_windows_equals_its_reference() {
 }
 
 fn person(id: usize, name: &str, t: u64) -> Event {
-    Event::Person(weir::nexmark::Person {
+    Event::Person(weir_nexmark::Person {
         id,
         name: name.into(),
         email_address: String::new(),
@@ -400,7 +400,7 @@ fn person(id: usize, name: &str, t: u64) -> Event {
 }
 
 fn auction(id: usize, seller: usize, t: u64, expires: u64) -> Event {
-    Event::Auction(weir::nexmark::Auction {
+    Event::Auction(weir_nexmark::Auction {
         id,
         item_name: String::new(),
         description: String::new(),
@@ -415,7 +415,7 @@ fn auction(id: usize, seller: usize, t: u64, expires: u64) -> Event {
 }
 
 fn bid(auction: usize, bidder: usize, price: usize, t: u64) -> Event {
-    Event::Bid(weir::nexmark::Bid {
+    Event::Bid(weir_nexmark::Bid {
         auction,
         bidder,
         price,
@@ -440,7 +440,7 @@ impl QueryVisitor for ByHand {
         let events = env
             .from_collection(self.0.clone())
             .assign_timestamps_and_watermarks(
-                weir::nexmark::watermarks().with_watermark_interval(Duration::ZERO),
+                weir_nexmark::watermarks().with_watermark_interval(Duration::ZERO),
             );
         let out = query.build(events).collect();
         let result = env.execute(query.name()).unwrap();
@@ -592,7 +592,7 @@ fn every_query_equals_its_reference_with_input_shuffled_beyond_the_bound() {
 
 #[test]
 fn every_query_equals_its_reference_after_a_restart_from_a_checkpoint_mid_window() {
-    weir::testing::quiet_injected_panics();
+    weir_testing::quiet_injected_panics();
     let n = shuffled::implemented().len();
     let mut q11 = 0;
     for (k, config) in shuffled_settings().iter().enumerate() {

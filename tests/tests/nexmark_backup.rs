@@ -17,12 +17,12 @@ use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use weir::nexmark::queries::{self, Query, QueryVisitor, SOURCE_UID};
-use weir::nexmark::reference::Timeline;
-use weir::nexmark::{Event, GeneratorConfig, NexmarkSource};
 use weir::source::{Source, SourceContext, SourceStatus, SourceWaker};
-use weir::testing::{Fault, FaultKind, FaultPlan};
 use weir::{Env, EnvConfig, SourceError};
+use weir_nexmark::queries::{self, Query, QueryVisitor, SOURCE_UID};
+use weir_nexmark::reference::Timeline;
+use weir_nexmark::{Event, GeneratorConfig, NexmarkSource};
+use weir_testing::{Fault, FaultKind, FaultPlan};
 
 /// A Nexmark source that holds (idle) as its stage says: 0, before its first event; 1, with
 /// half its share out; 2, not at all.
@@ -109,7 +109,7 @@ impl QueryVisitor for Promoted {
             .at_snapshot()]);
         cfg.faults = plan.clone();
         cfg.metrics_interval = Duration::from_millis(10);
-        weir::testing::quiet_injected_panics();
+        weir_testing::quiet_injected_panics();
         let env = Env::with_config(cfg);
         let stage = Arc::new(AtomicU8::new(0));
         let wakers: Arc<Mutex<Vec<SourceWaker>>> = Arc::default();
@@ -129,7 +129,7 @@ impl QueryVisitor for Promoted {
                         wakers: w.clone(),
                     })
                 },
-                weir::nexmark::watermarks(),
+                weir_nexmark::watermarks(),
             )
             .uid(SOURCE_UID);
         let collected = weir::CollectSink::default();

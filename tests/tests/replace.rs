@@ -15,10 +15,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::{endless_ids, two_more_checkpoints};
-use weir::testing::{
+use weir::{Collector, Env, EnvConfig, JobHandle, ReplaceError, ReplaceOptions, ValueState};
+use weir_testing::{
     encode_display, quiet_injected_panics, read_committed, ExactlyOnce, TwoPhaseFileSink,
 };
-use weir::{Collector, Env, EnvConfig, JobHandle, ReplaceError, ReplaceOptions, ValueState};
 
 const KEYS: u64 = 20;
 

@@ -12,10 +12,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
-use weir::testing::{
+use weir::{Collector, Env, EnvConfig, JobHandle, RescaleError, RestartStrategy, ValueState};
+use weir_testing::{
     encode_display, quiet_injected_panics, read_committed, ExactlyOnce, TwoPhaseFileSink,
 };
-use weir::{Collector, Env, EnvConfig, JobHandle, RescaleError, RestartStrategy, ValueState};
 
 mod common;
 

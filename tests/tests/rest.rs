@@ -12,8 +12,8 @@ use common::{within_timeout, TempDir};
 use serde_json::{json, Value};
 use weir::rate::RateControlConfig;
 use weir::rest::{RestConfig, RestError, RestServer};
-use weir::testing::{wait_for_checkpoint, ExactlyOnce};
 use weir::{Env, EnvConfig, JobError};
+use weir_testing::{wait_for_checkpoint, ExactlyOnce};
 
 const WAIT: Duration = Duration::from_secs(20);
 
@@ -673,8 +673,9 @@ fn the_server_is_safe_by_default() {
 /// 405), and 405 for every other method on it.
 #[test]
 fn the_openapi_description_matches_the_routes_the_server_serves() {
-    let spec: Value = serde_json::from_str(include_str!("../../framework/src/rest/openapi.json"))
-        .expect("openapi.json is JSON");
+    let spec: Value =
+        serde_json::from_str(include_str!("../../framework/core/src/rest/openapi.json"))
+            .expect("openapi.json is JSON");
     let mut documented: Vec<(String, Vec<String>)> = spec["paths"]
         .as_object()
         .expect("paths")
@@ -703,7 +704,7 @@ fn the_openapi_description_matches_the_routes_the_server_serves() {
     served.sort();
     assert_eq!(
         documented, served,
-        "framework/src/rest/openapi.json is out of date"
+        "framework/core/src/rest/openapi.json is out of date"
     );
 
     within_timeout(move || {
@@ -1075,14 +1076,14 @@ fn settings_change_live_over_rest_with_a_plan_a_history_and_a_rollback() {
 #[test]
 fn the_exception_history_has_promotions_and_restarts_with_their_recovery() {
     within_timeout(|| {
-        weir::testing::quiet_injected_panics();
+        weir_testing::quiet_injected_panics();
         let dir = TempDir::new("rest-exceptions");
         let mut cfg = config(20_000.0, dir.path());
-        let faults = weir::testing::FaultPlan::new(vec![
-            weir::testing::Fault::new("backed-up", weir::testing::FaultKind::Panic, 0)
+        let faults = weir_testing::FaultPlan::new(vec![
+            weir_testing::Fault::new("backed-up", weir_testing::FaultKind::Panic, 0)
                 .after_checkpoints(2)
                 .in_subtask(0),
-            weir::testing::Fault::new("plain", weir::testing::FaultKind::Panic, 0)
+            weir_testing::Fault::new("plain", weir_testing::FaultKind::Panic, 0)
                 .after_checkpoints(6),
         ]);
         common::restart_on_faults(&mut cfg, faults.clone());

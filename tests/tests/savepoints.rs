@@ -8,8 +8,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use weir::rate::RateControlConfig;
-use weir::testing::{HeldIds, Hold};
 use weir::{CollectSink, Collector, Env, EnvConfig, JobError, ValueState};
+use weir_testing::{HeldIds, Hold};
 
 const N: u64 = 40_000;
 const KEYS: u64 = 5;

@@ -657,7 +657,7 @@ struct Alert {
 /// tells committed records from processed ones (replays included).
 #[test]
 fn write_jsonl_exactly_once_commits_every_record_once_across_injected_failures() {
-    use weir::testing::{quiet_injected_panics, ExactlyOnce, FaultKind, RecordFaults};
+    use weir_testing::{quiet_injected_panics, ExactlyOnce, FaultKind, RecordFaults};
     quiet_injected_panics();
     const N: u64 = 20_000;
     let dir = TempDir::new("jsonl-eo");

@@ -1,4 +1,4 @@
-//! `weir::testing` used as a user would: a job of one's own under record-keyed faults, by
+//! `weir_testing` used as a user would: a job of one's own under record-keyed faults, by
 //! restart-all from checkpoints and by promoting a backup, checked with the exactly-once
 //! checker; a fault armed on an event (`wait_for_checkpoint`), not after a sleep; faults at a
 //! checkpoint's snapshot, and at a rescale's.
@@ -11,11 +11,11 @@ use std::time::{Duration, Instant};
 
 use common::{within_timeout, TempDir, TIMEOUT};
 use weir::rate::RateControlConfig;
-use weir::testing::{
+use weir::{Collector, Env, EnvConfig, RestartStrategy, ValueState};
+use weir_testing::{
     encode_display, quiet_injected_panics, read_committed, wait_for_checkpoint, ExactlyOnce, Fault,
     FaultKind, FaultPlan, RecordFaults, TwoPhaseFileSink,
 };
-use weir::{Collector, Env, EnvConfig, RestartStrategy, ValueState};
 
 const N: u64 = 20_000;
 

@@ -9,11 +9,11 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use weir::testing::{
-    quiet_injected_panics, wait_for_checkpoint, Fault, FaultKind, FaultPlan, HeldIds, Hold,
-};
 use weir::time::{EventTime, WatermarkStrategy};
 use weir::{Collector, Env, EnvConfig, KeyedContext, KeyedProcessFunction, TimeDomain, ValueState};
+use weir_testing::{
+    quiet_injected_panics, wait_for_checkpoint, Fault, FaultKind, FaultPlan, HeldIds, Hold,
+};
 
 const BOUND_MS: i64 = 300;
 const GAP_MS: i64 = 150;

@@ -12,10 +12,10 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use weir::rate::RateControlConfig;
-use weir::testing::{
+use weir::{Collector, Env, EnvConfig, ValueState};
+use weir_testing::{
     encode_display, read_committed, wait_for_checkpoint, ExactlyOnce, TwoPhaseFileSink,
 };
-use weir::{Collector, Env, EnvConfig, ValueState};
 
 const CHILD: &str = "WEIR_UPGRADE_CHILD";
 const N: u64 = 400_000;

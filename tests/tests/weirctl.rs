@@ -6,11 +6,11 @@ mod common;
 use std::time::Duration;
 
 use common::{within_timeout, TempDir};
-use weir::cli::{run, CliError};
 use weir::rate::RateControlConfig;
 use weir::rest::{RestConfig, RestServer};
-use weir::testing::wait_for_checkpoint;
 use weir::{Env, EnvConfig};
+use weir_testing::wait_for_checkpoint;
+use weirctl::cli::{run, CliError};
 
 fn weirctl(url: &str, args: &[&str]) -> Result<String, CliError> {
     let mut out = Vec::new();

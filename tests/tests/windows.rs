@@ -14,15 +14,15 @@ mod common;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use weir::testing::{
-    quiet_injected_panics, wait_for_checkpoint, Fault, FaultKind, FaultPlan, HeldIds, Hold,
-};
 use weir::time::WatermarkStrategy;
 use weir::window::{
     AggregateFunction, EventTimeSessionWindows, Fired, SlidingEventTimeWindows,
     TumblingEventTimeWindows, WindowAssigner,
 };
 use weir::{Env, EnvConfig, LateData};
+use weir_testing::{
+    quiet_injected_panics, wait_for_checkpoint, Fault, FaultKind, FaultPlan, HeldIds, Hold,
+};
 
 /// How the job recovers from its injected faults.
 #[derive(Debug, Clone, Copy, PartialEq)]

@@ -55,8 +55,8 @@ fn main() -> ExitCode {
         eprintln!("chaos: --records must be at least 1000");
         return ExitCode::FAILURE;
     }
-    weir::testing::quiet_injected_panics();
-    weir::testing::quiet_released_hangs();
+    weir_testing::quiet_injected_panics();
+    weir_testing::quiet_released_hangs();
     let (seed, runs) = match args.replay {
         Some(s) => (s, 1),
         None => (args.seed, args.runs),

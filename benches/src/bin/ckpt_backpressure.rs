@@ -56,8 +56,8 @@ use std::time::{Duration, Instant};
 use clap::{Parser, ValueEnum};
 use serde_json::{json, Value};
 use weir::rate::RateControlConfig;
-use weir::testing::PacedSink;
 use weir::{CheckpointRecord, CheckpointStatus, Collector, Env, EnvConfig, ValueState};
+use weir_testing::PacedSink;
 
 /// The job's name (its checkpoints go to `<checkpoint dir>/<name>/`).
 const JOB: &str = "ckpt_backpressure";

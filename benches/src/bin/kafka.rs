@@ -46,6 +46,7 @@
 use std::io::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
+use weir_kafka::{KafkaEnvExt, KafkaStreamExt};
 
 use clap::Parser;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
@@ -57,8 +58,8 @@ use rdkafka::message::Message;
 use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, ProducerContext};
 use rdkafka::{Offset, TopicPartitionList};
 use serde_json::{json, Value};
-use weir::kafka::{KafkaConfig, KafkaSink, KafkaSource, StartFrom};
 use weir::{Env, EnvConfig};
+use weir_kafka::{KafkaConfig, KafkaSink, KafkaSource, StartFrom};
 
 type Res<T> = Result<T, Box<dyn std::error::Error>>;
 
@@ -322,7 +323,7 @@ fn check_output(s: &Setup, topic: &str, first: u64) -> Res<Value> {
     let (hw_sum, marks) = watermark_sum(&consumer, s, topic)?;
     // The stable offsets as the partitions' Fetch replies state them (the test broker's
     // ListOffsets is not to be trusted for either end).
-    let fetched = weir::testing::kafka::partition_offsets(&s.brokers, topic)?;
+    let fetched = weir_kafka::testing::partition_offsets(&s.brokers, topic)?;
     let stable_sum: i64 = fetched.iter().map(|p| p.last_stable).sum();
     let fetched_hw_sum: i64 = fetched.iter().map(|p| p.high_watermark).sum();
     let mut tpl = TopicPartitionList::new();

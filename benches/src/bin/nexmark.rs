@@ -1,4 +1,4 @@
-//! `nexmark`: the Nexmark queries of `weir::nexmark` over the suite's generator, each into
+//! `nexmark`: the Nexmark queries of `weir_nexmark` over the suite's generator, each into
 //! a blackhole sink (a count and an order-independent checksum), one JSON line per query:
 //!
 //! `{"query", "events", "parallelism", "seconds", "events_per_sec", "cores",
@@ -16,10 +16,10 @@
 use std::time::{Duration, Instant};
 
 use clap::Parser;
-use weir::nexmark::queries::{self, Query, QueryOptions, QueryVisitor};
-use weir::nexmark::reference::Timeline;
-use weir::nexmark::{Blackhole, GeneratorConfig};
 use weir::{Env, EnvConfig};
+use weir_nexmark::queries::{self, Query, QueryOptions, QueryVisitor};
+use weir_nexmark::reference::Timeline;
+use weir_nexmark::{Blackhole, GeneratorConfig};
 
 #[derive(Parser, Clone)]
 struct Args {
@@ -33,16 +33,16 @@ struct Args {
     #[arg(long, default_value_t = 1)]
     parallelism: usize,
     /// Events per second of event time (the suite's `first-event-rate`; Flink's run: 10M).
-    #[arg(long, default_value_t = weir::nexmark::DEFAULT_FIRST_EVENT_RATE)]
+    #[arg(long, default_value_t = weir_nexmark::DEFAULT_FIRST_EVENT_RATE)]
     first_event_rate: u64,
     /// Checkpoint this often (off by default).
     #[arg(long)]
     checkpoint_interval_ms: Option<u64>,
     /// q5's sliding window size, ms.
-    #[arg(long, default_value_t = weir::nexmark::reference::Q5_SIZE_MS)]
+    #[arg(long, default_value_t = weir_nexmark::reference::Q5_SIZE_MS)]
     q5_size_ms: i64,
     /// q5's slide, ms.
-    #[arg(long, default_value_t = weir::nexmark::reference::Q5_SLIDE_MS)]
+    #[arg(long, default_value_t = weir_nexmark::reference::Q5_SLIDE_MS)]
     q5_slide_ms: i64,
     /// Records per batch (default: the framework's).
     #[arg(long)]

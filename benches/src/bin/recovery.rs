@@ -21,7 +21,7 @@
 //! The graph is `weir_benches::recovery_support::build_cleaning_job`: the operators, uids and
 //! functions of `build_answer_cleaning` (`levels`, `source`, `connect`, `flat_map`, `split`,
 //! `filter`, `map`, `sink`, `malformed`), but both sinks are the exactly-once part-file sink of
-//! `weir::testing` (`TwoPhaseFileSink`, two-phase commit on the checkpoint hooks; `sink`
+//! `weir_testing` (`TwoPhaseFileSink`, two-phase commit on the checkpoint hooks; `sink`
 //! through `recovery_support::ProbedSink`, which times it): `sink` writes
 //! `part-<subtask>-<checkpoint>` files into the output directory, `malformed` into its
 //! `malformed/` subdirectory. (The `map` does not count levels: those counters are not
@@ -64,7 +64,7 @@
 //! holds it (forward to the same `flat_map` subtask); a file is read whole by source subtask 0
 //! and dealt round robin per record, so record `i` goes to `flat_map` subtask `i % p`.
 //!
-//! The faults are record faults (`weir::testing::RecordFaults`), not `FaultPlan` faults:
+//! The faults are record faults (`weir_testing::RecordFaults`), not `FaultPlan` faults:
 //! `flat_map` is `FaultyParseAndLevel`, which fails when it first sees a fault's input record
 //! (by its line), before processing it (see `recovery_support`, "Faults in `flat_map`"). A
 //! plan fault counts an operator instance's records, and under restart-all a restarted
@@ -114,7 +114,6 @@ use std::time::{Duration, Instant};
 use clap::Parser;
 use serde_json::{json, Value};
 use weir::sink::SinkContext;
-use weir::testing::{clear_part_files, quiet_injected_panics_with, read_committed, FaultPlan};
 use weir::{BackupPolicy, Env, EnvConfig, RestartStrategy};
 use weir_benches::clock_ns;
 use weir_benches::recovery_support::{
@@ -122,6 +121,7 @@ use weir_benches::recovery_support::{
     Kind, ProbedSink, RecoveryProbe,
 };
 use weir_examples::answers::{uid, Answers, DEFAULT_SEED};
+use weir_testing::{clear_part_files, quiet_injected_panics_with, read_committed, FaultPlan};
 
 /// The job's name (its checkpoints go to `<checkpoint dir>/<name>/`).
 const JOB: &str = "recovery";

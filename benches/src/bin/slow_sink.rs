@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 
 use clap::Parser;
 use weir::rate::RateControlConfig;
-use weir::testing::PacedSink;
 use weir::{Env, EnvConfig};
+use weir_testing::PacedSink;
 
 #[derive(Parser)]
 struct Args {

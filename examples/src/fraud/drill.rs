@@ -9,8 +9,8 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use weir::testing::{wait_for_checkpoint, FaultKind, FaultPlan, RecordFaults};
 use weir::{Env, EnvConfig, JobHandle, RestartStrategy};
+use weir_testing::{wait_for_checkpoint, FaultKind, FaultPlan, RecordFaults};
 
 use super::source::{Release, TransactionSource};
 use super::{reference, transaction, Alert, ArmedFaults, FraudDetector, Thresholds};

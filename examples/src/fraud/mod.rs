@@ -19,8 +19,8 @@ pub mod source;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
-use weir::testing::RecordFaults;
 use weir::{Collector, Operator, ProcessFunction, ValueState};
+use weir_testing::RecordFaults;
 
 use crate::rng::SplitMix64;
 

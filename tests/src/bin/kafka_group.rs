@@ -9,9 +9,10 @@
 
 use std::io::{Read, Write};
 use std::time::Duration;
+use weir_kafka::KafkaStreamExt;
 
-use weir::kafka::{KafkaConfig, KafkaGroup, KafkaSink, KafkaSource, TaskEvent};
 use weir::EnvConfig;
+use weir_kafka::{KafkaConfig, KafkaGroup, KafkaSink, KafkaSource, TaskEvent};
 
 fn main() {
     tracing_subscriber::fmt()
@@ -19,7 +20,7 @@ fn main() {
         .with_ansi(false)
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,weir::kafka=info")),
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,weir_kafka=info")),
         )
         .init();
     let args: Vec<String> = std::env::args().skip(1).collect();

@@ -8,10 +8,11 @@
 //! It resumes from the newest checkpoint an earlier run left in `CHECKPOINT_DIR`.
 
 use std::time::Duration;
+use weir_kafka::KafkaEnvExt;
 
-use weir::kafka::{KafkaConfig, KafkaSink, KafkaSource, StartFrom};
 use weir::sink::Sink;
 use weir::{Env, EnvConfig, RestoreLatest, SinkError};
+use weir_kafka::{KafkaConfig, KafkaSink, KafkaSource, StartFrom};
 
 /// A sink that aborts the process when checkpoint `die_at` completes, before the wrapped
 /// sink commits: the kill "after checkpoint N completes, before its commit".

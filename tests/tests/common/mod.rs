@@ -235,7 +235,7 @@ pub fn two_more_checkpoints(job: &weir::JobHandle) {
     let done = job
         .checkpoint_stats()
         .map_or(0, |s| s.number_of_completed_checkpoints);
-    weir::testing::wait_for_checkpoint(job, done + 2, Duration::from_secs(60))
+    weir_testing::wait_for_checkpoint(job, done + 2, Duration::from_secs(60))
         .expect("checkpoints complete");
 }
 
@@ -299,7 +299,7 @@ pub fn logged() -> String {
 /// Faults from `plan`, checkpoints every 10 ms and up to 3 immediate restarts: the set-up of
 /// the restore-after-a-fault cases (the tests hold their input until the checkpoints the
 /// faults wait for have completed).
-pub fn restart_on_faults(cfg: &mut EnvConfig, plan: weir::testing::FaultPlan) {
+pub fn restart_on_faults(cfg: &mut EnvConfig, plan: weir_testing::FaultPlan) {
     cfg.checkpoint.interval = Some(Duration::from_millis(10));
     cfg.faults = plan;
     cfg.restart = Some(weir::RestartStrategy::FixedDelay {
@@ -339,7 +339,7 @@ pub fn trigger_checkpoints(job: &weir::JobHandle, n: u64) {
         job.monitor()
             .trigger_checkpoint()
             .unwrap_or_else(|e| panic!("checkpoint {k} starts: {e}"));
-        weir::testing::wait_for_checkpoint(job, k, TIMEOUT)
+        weir_testing::wait_for_checkpoint(job, k, TIMEOUT)
             .unwrap_or_else(|e| panic!("checkpoint {k} completes: {e}"));
     }
 }

@@ -1,6 +1,6 @@
 //! The implemented Nexmark queries, all in one job, over generated events shuffled within
 //! the 4 s bound and beyond it, with faults (restart from a checkpoint, stop with a savepoint
-//! and restore), compared with their references (`weir::nexmark::reference`) per query:
+//! and restore), compared with their references (`weir_nexmark::reference`) per query:
 //! every result once, nothing missing, and the reference's number of late records.
 //!
 //! Determinism by construction: whether a record is late depends on the watermark at the
@@ -50,13 +50,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use weir::nexmark::queries::{self, Query, QueryVisitor, SOURCE_UID};
-use weir::nexmark::reference::{Answer, Timeline, OUT_OF_ORDERNESS, TUMBLE_MS};
-use weir::nexmark::{event_time, Event, GeneratorConfig};
 use weir::source::{Source, SourceContext, SourceStatus, SourceWaker};
-use weir::testing::{FaultKind, FaultPlan};
 use weir::{CollectSink, DataStream, Env, EnvConfig, JobHandle, JobResult, SourceError};
 use weir_examples::rng::SplitMix64;
+use weir_nexmark::queries::{self, Query, QueryVisitor, SOURCE_UID};
+use weir_nexmark::reference::{Answer, Timeline, OUT_OF_ORDERNESS, TUMBLE_MS};
+use weir_nexmark::{event_time, Event, GeneratorConfig};
+use weir_testing::{FaultKind, FaultPlan};
 
 /// The bound, ms.
 pub const BOUND_MS: i64 = OUT_OF_ORDERNESS.as_millis() as i64;
@@ -271,7 +271,7 @@ pub fn source(env: &Env, input: &Input, gate: &Gate) -> DataStream<Event> {
                 gate: gate.clone(),
             })
         },
-        weir::nexmark::watermarks().with_watermark_interval(Duration::from_millis(20)),
+        weir_nexmark::watermarks().with_watermark_interval(Duration::from_millis(20)),
     )
     .uid(SOURCE_UID)
 }
@@ -559,7 +559,7 @@ pub fn run(input: &Input, p: usize, fault: Fault, names: &[&str]) -> Result<Outc
     let mut cfg = config(p, dir.path());
     let plan = match fault {
         Fault::PanicAtRecord(i) | Fault::PanicAtSnapshot(i) => {
-            let mut f = weir::testing::Fault::new(checks[i].main_uid(), FaultKind::Panic, 0);
+            let mut f = weir_testing::Fault::new(checks[i].main_uid(), FaultKind::Panic, 0);
             if let Fault::PanicAtSnapshot(_) = fault {
                 f = f.at_snapshot();
             }
@@ -573,7 +573,7 @@ pub fn run(input: &Input, p: usize, fault: Fault, names: &[&str]) -> Result<Outc
         }
         Fault::Promote(i) => {
             let uid = checks[i].main_uid();
-            let f = weir::testing::Fault::new(uid, FaultKind::Panic, 0)
+            let f = weir_testing::Fault::new(uid, FaultKind::Panic, 0)
                 .after_checkpoints(0)
                 .at_snapshot();
             let plan = FaultPlan::new(vec![f]);
@@ -599,7 +599,7 @@ pub fn run(input: &Input, p: usize, fault: Fault, names: &[&str]) -> Result<Outc
         }
         Fault::PanicAtRecord(_) | Fault::PanicAtSnapshot(_) => {
             job.monitor().trigger_checkpoint()?;
-            weir::testing::wait_for_checkpoint(&job, 1, crate::common::TIMEOUT)
+            weir_testing::wait_for_checkpoint(&job, 1, crate::common::TIMEOUT)
                 .map_err(|e| format!("no checkpoint: {e}"))?;
             if let Fault::PanicAtSnapshot(_) = fault {
                 // The second checkpoint fails; the rest comes once the job has restored

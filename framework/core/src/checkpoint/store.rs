@@ -1,0 +1,941 @@
+//! Checkpoint files.
+//!
+//! Layout under the checkpoint directory: `<job>/<run>/chk-<id>/<uid>-<subtask>.state` per
+//! operator subtask with state, and `chk-<id>/_metadata` written last by the coordinator. Every
+//! file is written to a temporary name, fsynced, then renamed, so a reader sees a whole file or
+//! none; a checkpoint directory without `_metadata` is incomplete and never restored. Each
+//! state file is a CBOR [`SnapshotEnvelope`] carrying its format version, operator uid,
+//! subtask, checkpoint id and key-group range, so a misplaced or corrupted file is detected,
+//! not misread.
+//!
+//! # Durability
+//!
+//! A checkpoint counts as complete only once everything it consists of is on stable storage,
+//! directory entries included: each subtask fsyncs its state files before renaming them (one
+//! fsync per file); before `_metadata` is written the coordinator fsyncs the checkpoint's
+//! directory (the state files' renames) and the run directory (the `chk-<id>` entry), then
+//! writes `_metadata` to a temporary file, fsyncs it, renames it and fsyncs the checkpoint
+//! directory again ([`write_metadata`]). A directory this module creates has its entry fsynced
+//! in its parent ([`create_dir_durable`]). An fsync that fails fails the checkpoint. Nothing is
+//! fsynced per record.
+//!
+//! # Restoring the latest checkpoint of earlier runs
+//!
+//! [`find_latest`] scans the run directories of a job (`<directory>/<job>/run-*/`) for the
+//! newest complete checkpoint whose files all read back (see
+//! [`RestoreLatest`](super::RestoreLatest)).
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::fault::DiskTrouble;
+
+/// Version of the envelope format.
+pub(crate) const FORMAT_VERSION: u32 = 1;
+
+/// One operator subtask's state in one checkpoint.
+///
+/// A file with a field this build does not know is invalid, not read around: a damaged field
+/// name (`payload_crc32` with a flipped bit) would otherwise drop the checksum and let a
+/// damaged payload through as a file of an earlier version.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SnapshotEnvelope {
+    /// Envelope format version.
+    pub format_version: u32,
+    /// Operator uid.
+    pub uid: String,
+    /// Subtask index.
+    pub subtask: usize,
+    /// Checkpoint id.
+    pub checkpoint_id: u64,
+    /// Key groups covered (keyed operators).
+    pub key_groups: Option<(usize, usize)>,
+    /// The operator's own encoding of its state.
+    pub payload: Vec<u8>,
+    /// CRC-32 of `payload`, checked on read (absent in files of earlier versions, which are
+    /// read unchecked).
+    #[serde(default)]
+    pub payload_crc32: Option<u32>,
+}
+
+/// What `_metadata` records: which file holds which operator subtask's state. Unknown fields
+/// make it invalid (see [`SnapshotEnvelope`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct CheckpointMetadata {
+    pub(crate) format_version: u32,
+    pub(crate) checkpoint_id: u64,
+    pub(crate) job: String,
+    /// uid -> subtask -> file name (relative to the checkpoint directory).
+    pub(crate) states: BTreeMap<String, BTreeMap<usize, String>>,
+    /// uid -> parallelism when taken.
+    pub(crate) parallelism: BTreeMap<String, usize>,
+    /// Total bytes of the state files.
+    pub(crate) size: u64,
+    /// CRC-32 of this metadata encoded without it, checked on read (absent in files of
+    /// earlier versions).
+    #[serde(default)]
+    pub(crate) crc32: Option<u32>,
+}
+
+impl CheckpointMetadata {
+    /// The CBOR of this metadata without its checksum.
+    fn unsummed_bytes(&self) -> Result<Vec<u8>, String> {
+        let mut plain = self.clone();
+        plain.crc32 = None;
+        let mut bytes = Vec::new();
+        ciborium::into_writer(&plain, &mut bytes).map_err(|e| e.to_string())?;
+        Ok(bytes)
+    }
+}
+
+/// Why a checkpoint could not be written or read.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum CheckpointError {
+    /// File I/O failed.
+    #[error("checkpoint I/O on {path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A file is not what it should be (corrupted, partial, misplaced).
+    #[error("checkpoint file {path} is invalid: {message}")]
+    Invalid {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        message: String,
+    },
+    /// A readable checkpoint or savepoint does not fit the job (state of an operator it does
+    /// not have, another parallelism): an older one would not fit either.
+    #[error("checkpoint {path} does not fit the job: {message}")]
+    Incompatible {
+        /// The checkpoint or savepoint directory.
+        path: PathBuf,
+        /// What does not fit.
+        message: String,
+    },
+}
+
+impl CheckpointError {
+    /// Whether the checkpoint is unreadable (I/O, corrupted or partial files), so an older one
+    /// may be tried; `false` when it was read and does not fit the job.
+    pub fn is_unreadable(&self) -> bool {
+        !matches!(self, CheckpointError::Incompatible { .. })
+    }
+}
+
+fn io(path: &Path) -> impl FnOnce(std::io::Error) -> CheckpointError + '_ {
+    move |source| CheckpointError::Io {
+        path: path.to_owned(),
+        source,
+    }
+}
+
+/// Checks that `dir` can be created and written: creates it (and its parents), writes a
+/// probe file into it and removes it. The OS error says why not.
+pub(crate) fn probe_writable(dir: &Path) -> std::io::Result<()> {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let seq = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    std::fs::create_dir_all(dir)?;
+    let probe = dir.join(format!(".weir-probe-{}-{seq}", std::process::id()));
+    let written = File::create(&probe).and_then(|mut f| f.write_all(b"probe"));
+    let removed = std::fs::remove_file(&probe);
+    written.and(removed)
+}
+
+/// The directory of checkpoint `id`.
+pub(crate) fn checkpoint_dir(root: &Path, id: u64) -> PathBuf {
+    root.join(format!("chk-{id}"))
+}
+
+/// Fsyncs the directory `dir`: the entries created, renamed or removed in it become durable.
+pub(crate) fn sync_dir(dir: &Path) -> std::io::Result<()> {
+    File::open(dir)?.sync_all()
+}
+
+/// Creates `dir` and its missing parents, and fsyncs the parent of every directory it
+/// created, so the new entries survive a power loss. A directory that exists costs nothing.
+pub fn create_dir_durable(dir: &Path) -> std::io::Result<()> {
+    if dir.is_dir() {
+        return Ok(());
+    }
+    let missing: Vec<&Path> = dir.ancestors().take_while(|a| !a.exists()).collect();
+    std::fs::create_dir_all(dir)?;
+    // Top down: a parent's entry is durable before its children's.
+    for created in missing.iter().rev() {
+        match created.parent() {
+            Some(parent) if !parent.as_os_str().is_empty() => sync_dir(parent)?,
+            _ => sync_dir(Path::new("."))?,
+        }
+    }
+    Ok(())
+}
+
+/// Writes `bytes` to `path` through a temporary file that is fsynced, then renamed. The
+/// rename is durable only once the directory is fsynced (the caller's, see [`write_atomic`]).
+fn write_synced(path: &Path, bytes: &[u8]) -> Result<(), CheckpointError> {
+    let tmp = path.with_extension("tmp");
+    // A storage fault injected by a test (`weir_testing::StorageFaults`) fails the write as
+    // the disk would.
+    let injected = crate::fault::write_fault(path);
+    if let Some(trouble @ DiskTrouble::ReadOnly) = injected {
+        return Err(io(&tmp)(trouble.error()));
+    }
+    {
+        let mut f = File::create(&tmp).map_err(io(&tmp))?;
+        if let Some(trouble) = injected {
+            // A full disk: what fits is written, then the write fails.
+            let _ = f.write_all(&bytes[..bytes.len() / 2]);
+            return Err(io(&tmp)(trouble.error()));
+        }
+        f.write_all(bytes).map_err(io(&tmp))?;
+        f.sync_all().map_err(io(&tmp))?;
+    }
+    std::fs::rename(&tmp, path).map_err(io(path))
+}
+
+/// Writes `bytes` to `path` atomically and durably: temp file, fsync, rename, fsync of the
+/// directory (created durably if need be).
+pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), CheckpointError> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    create_dir_durable(dir).map_err(io(dir))?;
+    write_synced(path, bytes)?;
+    sync_dir(dir).map_err(io(dir))
+}
+
+/// Decodes a file that must be exactly one CBOR value: bytes left over mean a damaged length
+/// (a map that lost entries, its checksum among them), not a shorter valid file.
+fn decode_whole<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, String> {
+    let mut rest = bytes;
+    let value = ciborium::from_reader(&mut rest).map_err(|e| e.to_string())?;
+    if !rest.is_empty() {
+        return Err(format!(
+            "{} bytes after the end of its contents: the file is corrupted",
+            rest.len()
+        ));
+    }
+    Ok(value)
+}
+
+/// Writes one state file; returns its name and size.
+pub(crate) fn write_state(
+    root: &Path,
+    env: &SnapshotEnvelope,
+) -> Result<(String, u64), CheckpointError> {
+    let name = format!("{}-{}.state", env.uid, env.subtask);
+    let path = checkpoint_dir(root, env.checkpoint_id).join(&name);
+    let mut bytes = Vec::new();
+    ciborium::into_writer(env, &mut bytes).map_err(|e| CheckpointError::Invalid {
+        path: path.clone(),
+        message: e.to_string(),
+    })?;
+    // The directory is fsynced once for all subtasks, by the coordinator (`write_metadata`).
+    let dir = checkpoint_dir(root, env.checkpoint_id);
+    std::fs::create_dir_all(&dir).map_err(io(&dir))?;
+    write_synced(&path, &bytes)?;
+    Ok((name, bytes.len() as u64))
+}
+
+/// Reads and checks one state file.
+pub(crate) fn read_state(
+    root: &Path,
+    id: u64,
+    name: &str,
+    uid: &str,
+    subtask: usize,
+) -> Result<SnapshotEnvelope, CheckpointError> {
+    read_state_at(&checkpoint_dir(root, id), id, name, uid, subtask)
+}
+
+/// Reads and checks one state file of the checkpoint (or savepoint) in `dir`.
+pub(crate) fn read_state_at(
+    dir: &Path,
+    id: u64,
+    name: &str,
+    uid: &str,
+    subtask: usize,
+) -> Result<SnapshotEnvelope, CheckpointError> {
+    let path = dir.join(name);
+    let bytes = std::fs::read(&path).map_err(io(&path))?;
+    let env: SnapshotEnvelope =
+        decode_whole(&bytes).map_err(|message| CheckpointError::Invalid {
+            path: path.clone(),
+            message,
+        })?;
+    let invalid = |message: String| CheckpointError::Invalid {
+        path: path.clone(),
+        message,
+    };
+    if let Some(expected) = env.payload_crc32 {
+        let found = crc32fast::hash(&env.payload);
+        if found != expected {
+            return Err(invalid(format!(
+                "the state's checksum is {found:08x}, the file says {expected:08x}: the file is corrupted"
+            )));
+        }
+    }
+    if env.format_version != FORMAT_VERSION {
+        return Err(invalid(format!(
+            "format version {} (this build reads {FORMAT_VERSION}): written by another version of Weir",
+            env.format_version
+        )));
+    }
+    if env.uid != uid || env.subtask != subtask || env.checkpoint_id != id {
+        return Err(invalid(format!(
+            "holds {}/{} of checkpoint {}, expected {uid}/{subtask} of {id}",
+            env.uid, env.subtask, env.checkpoint_id
+        )));
+    }
+    Ok(env)
+}
+
+/// Writes `_metadata`, which makes the checkpoint complete, once the subtasks' state files are
+/// durable: fsyncs the checkpoint directory (their renames) and `root` (the checkpoint
+/// directory's entry; `root` itself is made with [`create_dir_durable`]), then writes
+/// `_metadata` atomically and fsyncs the checkpoint directory again. When it returns `Ok`, the
+/// checkpoint survives a power loss (as far as the storage keeps what fsync promised).
+pub(crate) fn write_metadata(
+    root: &Path,
+    meta: &CheckpointMetadata,
+) -> Result<(), CheckpointError> {
+    let dir = checkpoint_dir(root, meta.checkpoint_id);
+    let path = dir.join("_metadata");
+    let encode_err = |message: String| CheckpointError::Invalid {
+        path: path.clone(),
+        message,
+    };
+    let mut summed = meta.clone();
+    summed.crc32 = Some(crc32fast::hash(&meta.unsummed_bytes().map_err(encode_err)?));
+    let mut bytes = Vec::new();
+    ciborium::into_writer(&summed, &mut bytes).map_err(|e| encode_err(e.to_string()))?;
+    create_dir_durable(root).map_err(io(root))?;
+    // A checkpoint without state files has no directory yet.
+    std::fs::create_dir_all(&dir).map_err(io(&dir))?;
+    sync_dir(&dir).map_err(io(&dir))?;
+    sync_dir(root).map_err(io(root))?;
+    write_synced(&path, &bytes)?;
+    sync_dir(&dir).map_err(io(&dir))
+}
+
+/// Reads `_metadata` of checkpoint `id`.
+pub(crate) fn read_metadata(root: &Path, id: u64) -> Result<CheckpointMetadata, CheckpointError> {
+    read_metadata_at(&checkpoint_dir(root, id))
+}
+
+/// Reads `_metadata` of the checkpoint (or savepoint) in `dir`.
+pub(crate) fn read_metadata_at(dir: &Path) -> Result<CheckpointMetadata, CheckpointError> {
+    let path = dir.join("_metadata");
+    let bytes = std::fs::read(&path).map_err(io(&path))?;
+    let meta: CheckpointMetadata =
+        decode_whole(&bytes).map_err(|message| CheckpointError::Invalid {
+            path: path.clone(),
+            message,
+        })?;
+    if let Some(expected) = meta.crc32 {
+        let found = meta
+            .unsummed_bytes()
+            .map(|b| crc32fast::hash(&b))
+            .map_err(|message| CheckpointError::Invalid {
+                path: path.clone(),
+                message,
+            })?;
+        if found != expected {
+            return Err(CheckpointError::Invalid {
+                path,
+                message: format!(
+                    "the metadata's checksum is {found:08x}, the file says {expected:08x}: the file is corrupted"
+                ),
+            });
+        }
+    }
+    if meta.format_version != FORMAT_VERSION {
+        return Err(CheckpointError::Invalid {
+            path,
+            message: format!(
+                "format version {} (this build reads {FORMAT_VERSION}): written by another version of Weir",
+                meta.format_version
+            ),
+        });
+    }
+    Ok(meta)
+}
+
+/// Ids of the checkpoint directories under `root` that have `_metadata`, newest first.
+pub(crate) fn completed(root: &Path) -> Vec<u64> {
+    let mut ids: Vec<u64> = std::fs::read_dir(root)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| {
+            let name = e.file_name().into_string().ok()?;
+            let id = name.strip_prefix("chk-")?.parse().ok()?;
+            e.path().join("_metadata").is_file().then_some(id)
+        })
+        .collect();
+    ids.sort_unstable_by(|a, b| b.cmp(a));
+    ids
+}
+
+/// Deletes completed checkpoints beyond the newest `keep`, and incomplete ones older than the
+/// newest completed.
+pub(crate) fn retain(root: &Path, keep: usize) {
+    let done = completed(root);
+    let Some(&newest) = done.first() else { return };
+    let keep: std::collections::HashSet<u64> = done.iter().take(keep).copied().collect();
+    for entry in std::fs::read_dir(root).into_iter().flatten().flatten() {
+        let Some(id) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.strip_prefix("chk-"))
+            .and_then(|n| n.parse::<u64>().ok())
+        else {
+            continue;
+        };
+        if !keep.contains(&id) && id < newest {
+            if let Err(e) = std::fs::remove_dir_all(entry.path()) {
+                tracing::warn!(path = %entry.path().display(), error = %e, "cannot delete an old checkpoint");
+            }
+        }
+    }
+}
+
+/// Copies complete checkpoint `id` to `dest` (a savepoint: never deleted by retention).
+pub(crate) fn copy_to(root: &Path, id: u64, dest: &Path) -> Result<(), CheckpointError> {
+    if dest.join("_metadata").exists() {
+        return Err(CheckpointError::Invalid {
+            path: dest.to_owned(),
+            message: "a savepoint is already there; choose another directory".into(),
+        });
+    }
+    create_dir_durable(dest).map_err(io(dest))?;
+    let src = checkpoint_dir(root, id);
+    let mut names: Vec<_> = std::fs::read_dir(&src)
+        .map_err(io(&src))?
+        .flatten()
+        .map(|e| e.file_name())
+        .filter(|n| n != "_metadata")
+        .collect();
+    // `_metadata` last, as for a checkpoint: only a whole savepoint is complete.
+    names.push("_metadata".into());
+    for name in names {
+        let from = src.join(&name);
+        let bytes = std::fs::read(&from).map_err(io(&from))?;
+        write_atomic(&dest.join(&name), &bytes)?;
+    }
+    Ok(())
+}
+
+/// Each operator's parallelism when the checkpoint in `dir` was taken, as its metadata
+/// records it (empty if it cannot be read: the states then tell).
+pub(crate) fn recorded_parallelism(dir: &Path) -> std::collections::HashMap<String, usize> {
+    read_metadata_at(dir)
+        .map(|m| m.parallelism.into_iter().collect())
+        .unwrap_or_default()
+}
+
+/// The states of the savepoint (or checkpoint directory) `dir`, matched to the job's
+/// operators by uid. State of an operator the job does not have is an error unless
+/// `allow_non_restored` (then it is logged and dropped). A parallelism other than the job's
+/// is dealt to the new subtasks when the job is deployed (`rescale`).
+pub(crate) fn load_dir(
+    dir: &Path,
+    uids: &[String],
+    allow_non_restored: bool,
+) -> Result<(u64, States), CheckpointError> {
+    load_dir_of(dir, None, uids, allow_non_restored)
+}
+
+/// [`load_dir`], and with `expected`, the metadata must be that checkpoint's (checked before
+/// any state file is read: a misplaced `_metadata` is named as such).
+fn load_dir_of(
+    dir: &Path,
+    expected: Option<u64>,
+    uids: &[String],
+    allow_non_restored: bool,
+) -> Result<(u64, States), CheckpointError> {
+    let meta = read_metadata_at(dir)?;
+    if let Some(id) = expected.filter(|id| *id != meta.checkpoint_id) {
+        return Err(CheckpointError::Invalid {
+            path: dir.join("_metadata"),
+            message: format!("holds checkpoint {}, expected {id}", meta.checkpoint_id),
+        });
+    }
+    let invalid = |message: String| CheckpointError::Incompatible {
+        path: dir.to_owned(),
+        message,
+    };
+    let mut states = States::new();
+    for (uid, files) in &meta.states {
+        let owner = uid.split_once("#in").map_or(uid.as_str(), |(o, _)| o);
+        if !uids.iter().any(|u| u == owner) {
+            if allow_non_restored {
+                tracing::warn!(uid, "savepoint state of an operator the job does not have: dropped (allow_non_restored_state)");
+                continue;
+            }
+            return Err(invalid(format!(
+                "it holds state of operator `{uid}`, which the job does not have (set allow_non_restored_state to drop it)"
+            )));
+        }
+        for (subtask, file) in files {
+            let env = read_state_at(dir, meta.checkpoint_id, file, uid, *subtask)?;
+            states.insert((uid.clone(), *subtask), env.payload);
+        }
+    }
+    Ok((meta.checkpoint_id, states))
+}
+
+/// The newest usable checkpoint of a job's earlier runs: see [`find_latest`].
+#[derive(Debug)]
+pub(crate) struct Latest {
+    /// The checkpoint's directory (`<job dir>/<run>/chk-<id>`).
+    pub(crate) dir: PathBuf,
+    pub(crate) checkpoint: u64,
+    pub(crate) states: States,
+}
+
+/// What [`find_latest`] found: the newest usable checkpoint (if any), the checkpoints it
+/// skipped as unreadable (newest first, with why), and every run directory it scanned.
+#[derive(Debug, Default)]
+pub(crate) struct Scan {
+    pub(crate) latest: Option<Latest>,
+    pub(crate) skipped: Vec<(PathBuf, CheckpointError)>,
+    pub(crate) runs: Vec<PathBuf>,
+}
+
+/// The start time (ms) and sequence number in a run directory's name
+/// (`run-<ms>-<pid>-<seq>`); `None` for anything else.
+fn run_order(name: &str) -> Option<(u64, u64)> {
+    let mut parts = name.strip_prefix("run-")?.split('-');
+    let ms = parts.next()?.parse().ok()?;
+    let _pid: u64 = parts.next()?.parse().ok()?;
+    let seq = parts.next()?.parse().ok()?;
+    parts.next().is_none().then_some((ms, seq))
+}
+
+/// Scans the run directories of `job_dir` (`<checkpoint directory>/<job>`) for the newest
+/// complete checkpoint — newest run first, then highest id — whose files all read back and
+/// whose state fits the job (as [`load_dir`] checks). An unreadable checkpoint (I/O error,
+/// corrupted or partial file) is skipped for the one before it; one that does not fit the job
+/// is an error ([`CheckpointError::Incompatible`]). A missing `job_dir` is an empty scan.
+pub(crate) fn find_latest(
+    job_dir: &Path,
+    uids: &[String],
+    allow_non_restored: bool,
+) -> Result<Scan, CheckpointError> {
+    let mut scan = Scan::default();
+    let entries = match std::fs::read_dir(job_dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(scan),
+        Err(e) => return Err(io(job_dir)(e)),
+    };
+    let mut runs: Vec<((u64, u64), PathBuf)> = Vec::new();
+    for entry in entries {
+        let entry = entry.map_err(io(job_dir))?;
+        let order = entry.file_name().to_str().and_then(run_order);
+        if let Some(order) = order.filter(|_| entry.path().is_dir()) {
+            runs.push((order, entry.path()));
+        }
+    }
+    runs.sort_unstable_by(|a, b| b.cmp(a));
+    scan.runs = runs.iter().map(|(_, p)| p.clone()).collect();
+    for (_, run) in &runs {
+        for id in completed(run) {
+            let dir = checkpoint_dir(run, id);
+            match load_dir_of(&dir, Some(id), uids, allow_non_restored) {
+                Ok((checkpoint, states)) => {
+                    scan.latest = Some(Latest {
+                        dir,
+                        checkpoint,
+                        states,
+                    });
+                    return Ok(scan);
+                }
+                Err(e) if e.is_unreadable() => {
+                    tracing::warn!(checkpoint = %dir.display(), error = %e, "checkpoint unreadable; trying an older one");
+                    scan.skipped.push((dir, e));
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+    Ok(scan)
+}
+
+/// Whether `uid` is one of the job's operators, or the channel state of one
+/// (`<uid>#in<input>`).
+fn known(uids: &[String], uid: &str) -> bool {
+    let owner = uid.split_once("#in").map_or(uid, |(o, _)| o);
+    uids.iter().any(|u| u == owner)
+}
+
+/// Every state of a checkpoint: (uid, subtask) -> payload.
+pub(crate) type States = std::collections::HashMap<(String, usize), Vec<u8>>;
+
+/// The newest complete checkpoint under `root` whose files all read back, with its states
+/// for the operators in `uids` (others are logged and ignored). An unreadable checkpoint
+/// (corrupted or partial file) is skipped with a warning, falling back to an older one.
+pub(crate) fn load_latest(root: &Path, uids: &[String]) -> Option<(u64, States)> {
+    for id in completed(root) {
+        match load(root, id, uids) {
+            Ok(states) => {
+                tracing::info!(checkpoint = id, "restoring checkpoint");
+                return Some((id, states));
+            }
+            Err(e) => {
+                tracing::warn!(checkpoint = id, error = %e, "checkpoint unreadable; falling back to an older one")
+            }
+        }
+    }
+    None
+}
+
+/// The states of checkpoint `id` for the operators in `uids`.
+pub(crate) fn load(root: &Path, id: u64, uids: &[String]) -> Result<States, CheckpointError> {
+    let meta = read_metadata(root, id)?;
+    let mut states = States::new();
+    for (uid, files) in &meta.states {
+        if !known(uids, uid) {
+            tracing::warn!(
+                checkpoint = id,
+                uid,
+                "state of an operator the job does not have; ignored"
+            );
+            continue;
+        }
+        for (subtask, file) in files {
+            let env = read_state(root, id, file, uid, *subtask)?;
+            states.insert((uid.clone(), *subtask), env.payload);
+        }
+    }
+    Ok(states)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tmp(name: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("weir-store-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        d
+    }
+
+    #[test]
+    fn state_files_round_trip_and_are_checked() {
+        let root = tmp("roundtrip");
+        let env = SnapshotEnvelope {
+            format_version: FORMAT_VERSION,
+            uid: "count".into(),
+            subtask: 1,
+            checkpoint_id: 7,
+            key_groups: Some((64, 128)),
+            payload: vec![1, 2, 3],
+            payload_crc32: None,
+        };
+        let (name, size) = write_state(&root, &env).unwrap();
+        assert!(size > 3);
+        assert_eq!(read_state(&root, 7, &name, "count", 1).unwrap(), env);
+        let wrong = read_state(&root, 7, &name, "count", 0).unwrap_err();
+        assert!(wrong.to_string().contains("expected count/0"), "{wrong}");
+        std::fs::write(checkpoint_dir(&root, 7).join(&name), b"\xff\x00garbage").unwrap();
+        assert!(matches!(
+            read_state(&root, 7, &name, "count", 1),
+            Err(CheckpointError::Invalid { .. })
+        ));
+        std::fs::remove_dir_all(&root).unwrap();
+    }
+
+    fn checkpoint_with_state(root: &Path, id: u64, payload: &[u8]) {
+        let env = SnapshotEnvelope {
+            format_version: FORMAT_VERSION,
+            uid: "count".into(),
+            subtask: 0,
+            checkpoint_id: id,
+            key_groups: None,
+            payload: payload.to_vec(),
+            payload_crc32: Some(crc32fast::hash(payload)),
+        };
+        let (name, size) = write_state(root, &env).unwrap();
+        let mut states = BTreeMap::new();
+        states.insert("count".to_string(), BTreeMap::from([(0usize, name)]));
+        write_metadata(
+            root,
+            &CheckpointMetadata {
+                format_version: FORMAT_VERSION,
+                checkpoint_id: id,
+                job: "j".into(),
+                states,
+                parallelism: BTreeMap::new(),
+                size,
+                crc32: None,
+            },
+        )
+        .unwrap();
+    }
+
+    /// Flips one bit of the file at byte `at`.
+    fn flip(file: &Path, at: usize) {
+        let mut bytes = std::fs::read(file).unwrap();
+        let at = at % bytes.len();
+        bytes[at] ^= 0x01;
+        std::fs::write(file, bytes).unwrap();
+    }
+
+    #[test]
+    fn a_flipped_bit_anywhere_is_found_not_restored() {
+        let root = tmp("bitflip");
+        let uids = vec!["count".to_string()];
+        checkpoint_with_state(&root, 1, b"one");
+        // Every bit position of checkpoint 2's state file and metadata: each flip makes it
+        // unreadable (so 1 is restored) or leaves what it holds the same; never wrong state.
+        for name in ["count-0.state", "_metadata"] {
+            let len = {
+                checkpoint_with_state(&root, 2, b"two-two-two");
+                std::fs::metadata(checkpoint_dir(&root, 2).join(name))
+                    .unwrap()
+                    .len() as usize
+            };
+            for at in 0..len {
+                checkpoint_with_state(&root, 2, b"two-two-two");
+                flip(&checkpoint_dir(&root, 2).join(name), at);
+                match load_latest(&root, &uids) {
+                    Some((2, states)) => assert_eq!(
+                        states.get(&("count".to_string(), 0)),
+                        Some(&b"two-two-two".to_vec()),
+                        "{name} byte {at}: a flipped bit restored as state"
+                    ),
+                    Some((1, states)) => {
+                        assert_eq!(states[&("count".to_string(), 0)], b"one".to_vec())
+                    }
+                    other => panic!("{name} byte {at}: {:?}", other.map(|(id, _)| id)),
+                }
+            }
+        }
+        std::fs::remove_dir_all(&root).unwrap();
+    }
+
+    /// `bytes` with every occurrence of `from` replaced by `to` (same length).
+    fn replaced(bytes: &[u8], from: &[u8], to: &[u8]) -> Vec<u8> {
+        assert_eq!(from.len(), to.len());
+        let mut out = bytes.to_vec();
+        let at = out
+            .windows(from.len())
+            .position(|w| w == from)
+            .expect("the bytes are there");
+        out[at..at + to.len()].copy_from_slice(to);
+        out
+    }
+
+    #[test]
+    fn a_damaged_checksum_field_name_does_not_turn_the_checksum_off() {
+        let root = tmp("crcname");
+        let uids = vec!["count".to_string()];
+        checkpoint_with_state(&root, 1, b"one");
+        checkpoint_with_state(&root, 2, b"two");
+        // Two flipped bits: the checksum's field name, and the payload (`two` -> `twn`).
+        let file = checkpoint_dir(&root, 2).join("count-0.state");
+        let bytes = std::fs::read(&file).unwrap();
+        let bytes = replaced(&bytes, b"payload_crc32", b"payload_crc33");
+        let bytes = replaced(&bytes, &[0x18, b'o'], &[0x18, b'n']);
+        std::fs::write(&file, bytes).unwrap();
+        let e = read_state(&root, 2, "count-0.state", "count", 0).unwrap_err();
+        assert!(e.to_string().contains("payload_crc33"), "{e}");
+        assert_eq!(load_latest(&root, &uids).unwrap().0, 1);
+        // The metadata's checksum likewise.
+        let meta = checkpoint_dir(&root, 1).join("_metadata");
+        let bytes = replaced(&std::fs::read(&meta).unwrap(), b"crc32", b"crc33");
+        std::fs::write(&meta, bytes).unwrap();
+        assert!(read_metadata(&root, 1).is_err());
+        std::fs::remove_dir_all(&root).unwrap();
+    }
+
+    #[test]
+    fn files_of_earlier_versions_without_checksums_still_read() {
+        let root = tmp("nocrc");
+        let env = SnapshotEnvelope {
+            format_version: FORMAT_VERSION,
+            uid: "count".into(),
+            subtask: 0,
+            checkpoint_id: 1,
+            key_groups: None,
+            payload: b"old".to_vec(),
+            payload_crc32: None,
+        };
+        let (name, _) = write_state(&root, &env).unwrap();
+        assert_eq!(
+            read_state(&root, 1, &name, "count", 0).unwrap().payload,
+            b"old"
+        );
+        std::fs::remove_dir_all(&root).unwrap();
+    }
+
+    #[test]
+    fn a_corrupted_or_partial_checkpoint_falls_back_to_the_previous_one() {
+        let root = tmp("fallback");
+        let uids = vec!["count".to_string()];
+        checkpoint_with_state(&root, 1, b"one");
+        checkpoint_with_state(&root, 2, b"two");
+        assert_eq!(load_latest(&root, &uids).unwrap().0, 2);
+        // Corrupt checkpoint 2's state file: it is skipped, 1 is restored.
+        let file = checkpoint_dir(&root, 2).join("count-0.state");
+        let bytes = std::fs::read(&file).unwrap();
+        std::fs::write(&file, &bytes[..bytes.len() / 2]).unwrap();
+        let (id, states) = load_latest(&root, &uids).unwrap();
+        assert_eq!(id, 1);
+        assert_eq!(states[&("count".to_string(), 0)], b"one".to_vec());
+        // A partial _metadata is not complete either.
+        let meta = checkpoint_dir(&root, 1).join("_metadata");
+        std::fs::write(&meta, b"\xa1").unwrap();
+        assert!(load_latest(&root, &uids).is_none());
+        // State of an operator the job no longer has is ignored, not an error.
+        checkpoint_with_state(&root, 3, b"three");
+        let (id, states) = load_latest(&root, &["other".to_string()]).unwrap();
+        assert_eq!((id, states.len()), (3, 0));
+        std::fs::remove_dir_all(&root).unwrap();
+    }
+
+    #[test]
+    fn metadata_of_an_unknown_format_version_is_not_read_as_this_one() {
+        let root = tmp("version");
+        let uids = vec!["count".to_string()];
+        checkpoint_with_state(&root, 1, b"one");
+        checkpoint_with_state(&root, 2, b"two");
+        // Checkpoint 2's metadata as a later version would write it: checksum and all right.
+        let mut meta = read_metadata(&root, 2).unwrap();
+        meta.format_version = FORMAT_VERSION + 1;
+        write_metadata(&root, &meta).unwrap();
+        let e = read_metadata(&root, 2).unwrap_err();
+        assert!(
+            matches!(e, CheckpointError::Invalid { .. })
+                && e.to_string().contains(&format!(
+                    "format version {} (this build reads {FORMAT_VERSION})",
+                    FORMAT_VERSION + 1
+                ))
+                && e.to_string().contains("_metadata"),
+            "{e}"
+        );
+        let (id, states) = load_latest(&root, &uids).unwrap();
+        assert_eq!(
+            (id, &states[&("count".to_string(), 0)]),
+            (1, &b"one".to_vec())
+        );
+        std::fs::remove_dir_all(&root).unwrap();
+    }
+
+    #[test]
+    fn a_file_where_the_checkpoint_directory_goes_fails_its_writes_with_the_path() {
+        let root = tmp("blocked");
+        std::fs::create_dir_all(&root).unwrap();
+        std::fs::write(checkpoint_dir(&root, 3), b"not a directory").unwrap();
+        let env = SnapshotEnvelope {
+            format_version: FORMAT_VERSION,
+            uid: "count".into(),
+            subtask: 0,
+            checkpoint_id: 3,
+            key_groups: None,
+            payload: b"three".to_vec(),
+            payload_crc32: None,
+        };
+        let e = write_state(&root, &env).unwrap_err();
+        assert!(
+            matches!(&e, CheckpointError::Io { path, .. } if path.ends_with("chk-3")),
+            "{e}"
+        );
+        let meta = CheckpointMetadata {
+            format_version: FORMAT_VERSION,
+            checkpoint_id: 3,
+            job: "j".into(),
+            states: BTreeMap::new(),
+            parallelism: BTreeMap::new(),
+            size: 0,
+            crc32: None,
+        };
+        let e = write_metadata(&root, &meta).unwrap_err();
+        assert!(e.to_string().contains("chk-3"), "{e}");
+        assert!(completed(&root).is_empty());
+        // The next checkpoint has a directory of its own.
+        checkpoint_with_state(&root, 4, b"four");
+        assert_eq!(completed(&root), vec![4]);
+        std::fs::remove_dir_all(&root).unwrap();
+    }
+
+    #[test]
+    fn injected_storage_faults_fail_writes_as_the_disk_would() {
+        let root = tmp("injected");
+        let disk = crate::fault::StorageFaults::new(&root, DiskTrouble::Full);
+        checkpoint_with_state(&root, 1, b"one");
+        disk.fail_next(1);
+        let env = SnapshotEnvelope {
+            format_version: FORMAT_VERSION,
+            uid: "count".into(),
+            subtask: 0,
+            checkpoint_id: 2,
+            key_groups: None,
+            payload: vec![7; 1000],
+            payload_crc32: None,
+        };
+        let e = write_state(&root, &env).unwrap_err();
+        assert!(
+            e.to_string().contains("chk-2/count-0.tmp")
+                && e.to_string().contains("No space left on device"),
+            "{e}"
+        );
+        // Half of it was written, as on a full disk; no state file.
+        let tmp_len = std::fs::metadata(checkpoint_dir(&root, 2).join("count-0.tmp"))
+            .unwrap()
+            .len();
+        assert!(tmp_len > 0);
+        assert!(!checkpoint_dir(&root, 2).join("count-0.state").exists());
+        assert_eq!(disk.failed_checkpoints(), vec![2]);
+        // Room again: checkpoint 3 completes, and retention clears 2's remains.
+        checkpoint_with_state(&root, 3, b"three");
+        assert_eq!(completed(&root), vec![3, 1]);
+        retain(&root, 1);
+        assert!(!checkpoint_dir(&root, 2).exists());
+        let ro = crate::fault::StorageFaults::new(&root, DiskTrouble::ReadOnly);
+        ro.fail_next(1);
+        let e = write_metadata(&root, &read_metadata(&root, 3).unwrap()).unwrap_err();
+        assert!(e.to_string().contains("Read-only file system"), "{e}");
+        std::fs::remove_dir_all(&root).unwrap();
+    }
+
+    #[test]
+    fn only_checkpoints_with_metadata_are_complete_and_retention_keeps_the_newest() {
+        let root = tmp("retain");
+        for id in 1..=4 {
+            let meta = CheckpointMetadata {
+                format_version: FORMAT_VERSION,
+                checkpoint_id: id,
+                job: "j".into(),
+                states: BTreeMap::new(),
+                parallelism: BTreeMap::new(),
+                size: 0,
+                crc32: None,
+            };
+            if id != 3 {
+                write_metadata(&root, &meta).unwrap();
+            } else {
+                std::fs::create_dir_all(checkpoint_dir(&root, id)).unwrap();
+            }
+        }
+        assert_eq!(completed(&root), vec![4, 2, 1]);
+        retain(&root, 2);
+        assert_eq!(completed(&root), vec![4, 2]);
+        assert!(
+            !checkpoint_dir(&root, 3).exists(),
+            "incomplete and older: deleted"
+        );
+        assert_eq!(read_metadata(&root, 4).unwrap().checkpoint_id, 4);
+        std::fs::remove_dir_all(&root).unwrap();
+    }
+}

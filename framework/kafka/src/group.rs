@@ -1,0 +1,648 @@
+//! Scale-out over processes: the members of one Kafka consumer group share a topic's
+//! partitions, and each runs one job per partition it is assigned.
+//!
+//! The unit of state is the input partition: a partition's job has its own checkpoints
+//! (under `{state_dir}/{group}/p{partition}`, a directory every member can reach) and its
+//! own transactional ids, so the partition moves between processes with its state. A revoked
+//! partition's job completes one more checkpoint and stops before the revoke returns; an
+//! assigned partition's job starts from that partition's newest checkpoint (or from the
+//! source's start). A member that dies leaves its partitions' last checkpoints; the group
+//! assigns them to the others once its session times out, and their jobs' sinks fence the
+//! dead member's transactional ids when they start.
+//!
+//! This module owns the membership and the partition jobs' lifecycles; it does not own what
+//! the jobs do (the caller's `build`) or how they checkpoint.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, Rebalance};
+use rdkafka::ClientContext;
+
+use crate::{KafkaEnvExt, KafkaSource};
+use weir::{Data, DataStream, Env, EnvConfig, JobHandle, RestoreLatest};
+
+/// Which partition a job is for: what a group's `build` is given.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PartitionTask {
+    /// The input partition.
+    pub partition: i32,
+    /// The job's name, `{group}-p{partition}`: unique in the group, the same in every
+    /// member (its checkpoints are found by it). Use it in the sink's transactional prefix.
+    pub job: String,
+}
+
+/// What a member did with a partition, with a wall-clock time (ms since the Unix epoch), for
+/// the gap a move leaves (the time between the old owner's stop and the new owner's start).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum TaskEvent {
+    /// The partition's job started here.
+    Started {
+        /// The partition.
+        partition: i32,
+        /// When.
+        at_ms: u64,
+    },
+    /// The partition's job stopped here after a final checkpoint (a revoke).
+    Stopped {
+        /// The partition.
+        partition: i32,
+        /// When.
+        at_ms: u64,
+    },
+    /// The partition was lost (the member's session expired): its job was cancelled
+    /// without a final checkpoint.
+    Lost {
+        /// The partition.
+        partition: i32,
+        /// When.
+        at_ms: u64,
+    },
+    /// The partition's job failed. The member then leaves the group and joins it again, so
+    /// that the group hands the partitions out anew (this member may have lost them
+    /// without knowing yet: a process stopped past its session, whose sink was fenced).
+    Failed {
+        /// The partition.
+        partition: i32,
+        /// When.
+        at_ms: u64,
+    },
+}
+
+type Build<T> = Arc<dyn Fn(&Env, DataStream<T>, &PartitionTask) + Send + Sync>;
+
+/// One member of a consumer group running a job per assigned partition.
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use weir_kafka::{KafkaConfig, KafkaGroup, KafkaSink, KafkaSource, KafkaStreamExt};
+///
+/// let kafka = KafkaConfig::new("127.0.0.1:9092");
+/// let source = KafkaSource::new(kafka.clone(), "in", |r| Ok(r.value.unwrap_or_default().to_vec()));
+/// let mut cfg = weir::EnvConfig::default();
+/// cfg.checkpoint.interval = Some(Duration::from_millis(200));
+/// let member = KafkaGroup::new(source, "copy", "/shared/weir", move |_env, stream, task| {
+///     let sink = KafkaSink::new(kafka.clone(), "out", |v: &Vec<u8>, out: &mut Vec<u8>| {
+///         out.extend_from_slice(v);
+///         Ok(())
+///     })
+///     .exactly_once(task.job.clone());
+///     stream.sink_to_kafka("out", sink).uid("out");
+/// })
+/// .config(cfg)
+/// .start()
+/// .unwrap();
+/// // ... until this process should leave the group:
+/// member.stop();
+/// ```
+pub struct KafkaGroup<T> {
+    source: KafkaSource<T>,
+    group: String,
+    state_dir: PathBuf,
+    config: EnvConfig,
+    session_timeout: Duration,
+    build: Build<T>,
+}
+
+impl<T: Data> KafkaGroup<T> {
+    /// A member of `group` reading `source`'s topic, with the partitions' checkpoints under
+    /// `state_dir` (shared by every member), building each partition's job with `build`
+    /// (from the source's stream to its sinks).
+    pub fn new(
+        source: KafkaSource<T>,
+        group: impl Into<String>,
+        state_dir: impl Into<PathBuf>,
+        build: impl Fn(&Env, DataStream<T>, &PartitionTask) + Send + Sync + 'static,
+    ) -> Self {
+        KafkaGroup {
+            source,
+            group: group.into(),
+            state_dir: state_dir.into(),
+            config: EnvConfig::default(),
+            session_timeout: Duration::from_secs(6),
+            build: Arc::new(build),
+        }
+    }
+
+    /// The partition jobs' config (their checkpoint directory and restore are set per
+    /// partition; parallelism is 1).
+    pub fn config(mut self, config: EnvConfig) -> Self {
+        self.config = config;
+        self
+    }
+
+    /// How long the group waits for a silent member before it moves its partitions
+    /// (`session.timeout.ms`, default 6 s).
+    pub fn session_timeout(mut self, timeout: Duration) -> Self {
+        self.session_timeout = timeout;
+        self
+    }
+
+    /// Joins the group and runs the assigned partitions' jobs on a thread of its own until
+    /// [`GroupMember::stop`].
+    pub fn start(self) -> Result<GroupMember, weir::SourceError> {
+        let shared = Arc::new(Shared {
+            tasks: Mutex::new(BTreeMap::new()),
+            events: Mutex::new(Vec::new()),
+            alive: Mutex::new(Instant::now()),
+            froze: AtomicBool::new(false),
+            session: self.session_timeout,
+            rejoin: AtomicBool::new(false),
+        });
+        let runner: Arc<dyn TaskRunner> = Arc::new(Runner {
+            source: self.source.clone(),
+            group: self.group.clone(),
+            state_dir: self.state_dir.clone(),
+            config: self.config.clone(),
+            build: self.build.clone(),
+        });
+        let context = Membership {
+            shared: shared.clone(),
+            runner,
+        };
+        let consumer: BaseConsumer<Membership> = self
+            .source
+            .config
+            .client()
+            .set("group.id", &self.group)
+            .set("partition.assignment.strategy", "cooperative-sticky")
+            .set(
+                "session.timeout.ms",
+                self.session_timeout.as_millis().to_string(),
+            )
+            .set("enable.auto.commit", "false")
+            .create_with_context(context)
+            .map_err(|e| weir::SourceError::Setup {
+                source: format!(
+                    "kafka group `{}`: cannot create its consumer: {e}",
+                    self.group
+                )
+                .into(),
+            })?;
+        consumer
+            .subscribe(&[self.source.topic()])
+            .map_err(|e| weir::SourceError::External {
+                what: format!(
+                    "kafka group `{}`: cannot subscribe to `{}`",
+                    self.group,
+                    self.source.topic()
+                ),
+                source: crate::boxed(e),
+            })?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        {
+            let (shared, stop) = (shared.clone(), stop.clone());
+            std::thread::Builder::new()
+                .name(format!("weir-group-watchdog-{}", self.group))
+                .spawn(move || {
+                    while !stop.load(Ordering::Acquire) {
+                        shared.tick();
+                        std::thread::sleep(Duration::from_millis(50));
+                    }
+                })
+                .map_err(|e| weir::SourceError::Setup {
+                    source: format!("kafka group: cannot start its watchdog: {e}").into(),
+                })?;
+        }
+        let group = self.group.clone();
+        let grace = self.session_timeout;
+        let topic = self.source.topic().to_owned();
+        let thread = std::thread::Builder::new()
+            .name(format!("weir-group-{group}"))
+            .spawn(move || {
+                while !flag.load(Ordering::Acquire) {
+                    // Rebalances run their callbacks in here; the partitions are paused, so
+                    // no record comes (each partition's job reads with its own consumer).
+                    let shared = &consumer.context().shared;
+                    if shared.frozen() {
+                        // Frozen past the session (this thread had not polled for that
+                        // long): the partitions are others' by now. Stop their jobs here
+                        // at once, with no checkpoint, before they write on.
+                        let tasks = std::mem::take(
+                            &mut *shared
+                                .tasks
+                                .lock()
+                                .unwrap_or_else(std::sync::PoisonError::into_inner),
+                        );
+                        consumer.context().stop_all(tasks.into_iter().collect(), false);
+                        shared.rejoin.store(true, Ordering::Release);
+                    }
+                    if let Some(Err(e)) = consumer.poll(Duration::from_millis(100)) {
+                        tracing::warn!(group = %group, error = %e, "kafka group member");
+                    }
+                    let rejoin = consumer.context().shared.rejoin.swap(false, Ordering::AcqRel);
+                    if consumer.context().reap_failed() || rejoin {
+                        // A partition's job failed. It is not restarted here: this member
+                        // may have lost the partition without knowing yet (a process
+                        // stopped past its session, whose sink was just fenced). It leaves
+                        // and joins again, and the group hands partitions out anew, each
+                        // moved with a final checkpoint of its current owner.
+                        consumer.unsubscribe();
+                        let deadline = Instant::now() + grace * 2;
+                        while Instant::now() < deadline && !consumer.context().idle() {
+                            let _ = consumer.poll(Duration::from_millis(50));
+                        }
+                        consumer.context().shared.froze.store(false, Ordering::Release);
+                        if let Err(e) = consumer.subscribe(&[topic.as_str()]) {
+                            tracing::error!(group = %group, error = %e, "kafka group: cannot join again");
+                        }
+                    }
+                }
+                // Leaving: the revoke checkpoints and stops every partition's job.
+                consumer.unsubscribe();
+                let deadline = Instant::now() + Duration::from_secs(30);
+                while Instant::now() < deadline {
+                    let _ = consumer.poll(Duration::from_millis(50));
+                    if consumer.context().idle() {
+                        break;
+                    }
+                }
+                let tasks = std::mem::take(
+                    &mut *consumer
+                        .context()
+                        .shared
+                        .tasks
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner),
+                );
+                consumer.context().stop_all(tasks.into_iter().collect(), true);
+            })
+            .map_err(|e| weir::SourceError::Setup {
+                source: format!("kafka group: cannot start its thread: {e}").into(),
+            })?;
+        Ok(GroupMember {
+            stop,
+            shared,
+            thread: Some(thread),
+        })
+    }
+}
+
+/// A running member of a group ([`KafkaGroup::start`]).
+pub struct GroupMember {
+    stop: Arc<AtomicBool>,
+    shared: Arc<Shared>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl GroupMember {
+    /// The partitions this member runs now.
+    pub fn partitions(&self) -> Vec<i32> {
+        self.shared
+            .tasks
+            .lock()
+            .map(|t| t.keys().copied().collect())
+            .unwrap_or_default()
+    }
+
+    /// What this member did with partitions so far.
+    pub fn events(&self) -> Vec<TaskEvent> {
+        self.shared
+            .events
+            .lock()
+            .map(|e| e.clone())
+            .unwrap_or_default()
+    }
+
+    /// Leaves the group: each partition's job completes a checkpoint and stops, and the
+    /// group moves the partitions to the other members. Returns when done.
+    pub fn stop(mut self) -> Vec<TaskEvent> {
+        self.stop.store(true, Ordering::Release);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+        self.events()
+    }
+}
+
+impl Drop for GroupMember {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Release);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+struct Shared {
+    tasks: Mutex<BTreeMap<i32, JobHandle>>,
+    events: Mutex<Vec<TaskEvent>>,
+    /// The last tick of the member's watchdog thread (every 50 ms): a much older value
+    /// means the process was frozen (stopped, paused) past its session.
+    alive: Mutex<Instant>,
+    /// The watchdog saw such a freeze; cleared when the member has joined again.
+    froze: AtomicBool,
+    /// The session timeout.
+    session: Duration,
+    /// A rebalance found the member frozen past its session: leave and join again.
+    rejoin: AtomicBool,
+}
+
+impl Shared {
+    /// The member was frozen past its session since its last poll: the group has moved
+    /// its partitions, and whatever a queued rebalance says is stale.
+    fn frozen(&self) -> bool {
+        self.froze.load(Ordering::Acquire)
+            || self
+                .alive
+                .lock()
+                .map(|at| at.elapsed() > self.session)
+                .unwrap_or(false)
+    }
+
+    /// The watchdog's tick.
+    fn tick(&self) {
+        if let Ok(mut at) = self.alive.lock() {
+            if at.elapsed() > self.session {
+                self.froze.store(true, Ordering::Release);
+            }
+            *at = Instant::now();
+        }
+    }
+}
+
+/// Starts a partition's job (object-safe, so the consumer context is not generic).
+trait TaskRunner: Send + Sync {
+    fn start(&self, partition: i32) -> Result<JobHandle, String>;
+}
+
+struct Runner<T> {
+    source: KafkaSource<T>,
+    group: String,
+    state_dir: PathBuf,
+    config: EnvConfig,
+    build: Build<T>,
+}
+
+impl<T: Data> TaskRunner for Runner<T> {
+    fn start(&self, partition: i32) -> Result<JobHandle, String> {
+        let task = PartitionTask {
+            partition,
+            job: format!("{}-p{partition}", self.group),
+        };
+        let mut cfg = self.config.clone();
+        cfg.default_parallelism = 1;
+        // A failed partition job is not restarted in place (its member may have lost the
+        // partition without knowing yet): the member rejoins the group instead.
+        cfg.restart = Some(weir::RestartStrategy::None);
+        let root = self
+            .state_dir
+            .join(&self.group)
+            .join(format!("p{partition}"));
+        let (generation, restore) = generations(&root, &task.job)?;
+        cfg.checkpoint.directory = generation;
+        cfg.checkpoint.restore_latest = restore.map(RestoreLatest::if_any);
+        cfg.checkpoint.restore_from = None;
+        let env = Env::with_config(cfg);
+        // Its positions are committed (for lag monitoring) under a group of their own: the
+        // member group's offsets cannot be committed by a consumer outside it.
+        let source = self
+            .source
+            .clone()
+            .only_partitions(vec![partition])
+            .group_id(format!("{}-positions", self.group));
+        let stream = env.kafka_source("source", source).uid("source");
+        (self.build)(&env, stream, &task);
+        env.start(&task.job).map_err(|e| e.to_string())
+    }
+}
+
+/// A partition's checkpoints are kept by generation, one per start of its job:
+/// `{root}/g{n}`. A start writes into a new generation and restores from the newest one that
+/// holds a complete checkpoint, so a member that lost the partition but runs on for a while
+/// (a process stopped past its session, then resumed) writes only into its own, older
+/// generation, which no later start restores from once a newer one has a checkpoint (and
+/// the restore deletes the runs it scanned). Returns the new generation's directory and the
+/// one to restore from.
+fn generations(root: &std::path::Path, job: &str) -> Result<(PathBuf, Option<PathBuf>), String> {
+    std::fs::create_dir_all(root).map_err(|e| format!("cannot create {}: {e}", root.display()))?;
+    let mut existing: Vec<u64> = std::fs::read_dir(root)
+        .map_err(|e| format!("cannot read {}: {e}", root.display()))?
+        .filter_map(|e| e.ok())
+        .filter_map(|e| e.file_name().to_str()?.strip_prefix('g')?.parse().ok())
+        .collect();
+    existing.sort_unstable();
+    let complete = |g: u64| -> bool {
+        let runs = root.join(format!("g{g}")).join(job);
+        let Ok(runs) = std::fs::read_dir(runs) else {
+            return false;
+        };
+        runs.filter_map(|r| r.ok()).any(|run| {
+            std::fs::read_dir(run.path())
+                .map(|chks| {
+                    chks.filter_map(|c| c.ok())
+                        .any(|c| c.path().join("_metadata").is_file())
+                })
+                .unwrap_or(false)
+        })
+    };
+    let restore = existing
+        .iter()
+        .rev()
+        .find(|g| complete(**g))
+        .map(|g| root.join(format!("g{g}")));
+    let mut next = existing.last().map_or(1, |g| g + 1);
+    loop {
+        let dir = root.join(format!("g{next}"));
+        match std::fs::create_dir(&dir) {
+            Ok(()) => return Ok((dir, restore)),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => next += 1,
+            Err(e) => return Err(format!("cannot create {}: {e}", dir.display())),
+        }
+    }
+}
+
+/// The group consumer's context: its rebalance callbacks start and stop partition jobs.
+struct Membership {
+    shared: Arc<Shared>,
+    runner: Arc<dyn TaskRunner>,
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+impl Membership {
+    fn event(&self, e: TaskEvent) {
+        if let Ok(mut events) = self.shared.events.lock() {
+            events.push(e);
+        }
+    }
+
+    /// Stops partitions' jobs: with `checkpoint`, after one more completed checkpoint of
+    /// each (so the new owner starts where this one stopped; all are asked at once, and one
+    /// that cannot complete one soon is cancelled anyway: its new owner restores its last),
+    /// else at once (the partitions were lost: another member may own them already).
+    fn stop_all(&self, jobs: Vec<(i32, JobHandle)>, checkpoint: bool) {
+        if checkpoint {
+            let before: Vec<Option<u64>> = jobs
+                .iter()
+                .map(|(_, job)| {
+                    let last = job
+                        .checkpoint_stats()
+                        .and_then(|s| s.last_completed_checkpoint_id);
+                    let _ = job.monitor().trigger_checkpoint();
+                    last
+                })
+                .collect();
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while Instant::now() < deadline {
+                let done = jobs.iter().zip(&before).all(|((_, job), before)| {
+                    job.is_finished()
+                        || job
+                            .checkpoint_stats()
+                            .and_then(|s| s.last_completed_checkpoint_id)
+                            > *before
+                });
+                if done {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
+        for (_, job) in &jobs {
+            job.cancel();
+        }
+        for (partition, job) in jobs {
+            let _ = job.wait();
+            let at_ms = now_ms();
+            self.event(if checkpoint {
+                TaskEvent::Stopped { partition, at_ms }
+            } else {
+                TaskEvent::Lost { partition, at_ms }
+            });
+        }
+    }
+}
+
+impl Membership {
+    /// Collects the partition jobs that ended (failed: they do not end otherwise) and says
+    /// whether any did.
+    fn reap_failed(&self) -> bool {
+        let ended: Vec<(i32, JobHandle)> = {
+            let Ok(mut tasks) = self.shared.tasks.lock() else {
+                return false;
+            };
+            let ended: Vec<i32> = tasks
+                .iter()
+                .filter(|(_, j)| j.is_finished())
+                .map(|(p, _)| *p)
+                .collect();
+            ended
+                .into_iter()
+                .filter_map(|p| tasks.remove(&p).map(|j| (p, j)))
+                .collect()
+        };
+        let any = !ended.is_empty();
+        for (partition, job) in ended {
+            let error = job.wait().err().map(|e| e.to_string());
+            tracing::warn!(partition, ?error, "kafka group: a partition's job ended");
+            self.event(TaskEvent::Failed {
+                partition,
+                at_ms: now_ms(),
+            });
+        }
+        any
+    }
+
+    /// No partition's job runs here.
+    fn idle(&self) -> bool {
+        self.shared
+            .tasks
+            .lock()
+            .map(|t| t.is_empty())
+            .unwrap_or(true)
+    }
+
+    fn start_task(&self, partition: i32) {
+        // Checked before each start: the process may freeze in the middle of an
+        // assignment's starts, and resume with the partitions another member's.
+        if self.shared.frozen() {
+            self.shared.rejoin.store(true, Ordering::Release);
+            return;
+        }
+        match self.runner.start(partition) {
+            Ok(job) if self.shared.frozen() => {
+                self.shared.rejoin.store(true, Ordering::Release);
+                self.stop_all(vec![(partition, job)], false);
+            }
+            Ok(job) => {
+                if let Ok(mut tasks) = self.shared.tasks.lock() {
+                    tasks.insert(partition, job);
+                }
+                self.event(TaskEvent::Started {
+                    partition,
+                    at_ms: now_ms(),
+                });
+            }
+            Err(error) => {
+                tracing::error!(partition, %error, "kafka group: cannot start the partition's job")
+            }
+        }
+    }
+}
+
+impl ClientContext for Membership {}
+
+impl ConsumerContext for Membership {
+    fn pre_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        let Rebalance::Revoke(tpl) = rebalance else {
+            return;
+        };
+        let lost = consumer.assignment_lost();
+        let jobs: Vec<(i32, JobHandle)> = match self.shared.tasks.lock() {
+            Ok(mut tasks) => tpl
+                .elements()
+                .iter()
+                .filter_map(|e| tasks.remove(&e.partition()).map(|j| (e.partition(), j)))
+                .collect(),
+            Err(_) => Vec::new(),
+        };
+        self.stop_all(jobs, !lost);
+    }
+
+    fn post_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        let Rebalance::Assign(tpl) = rebalance else {
+            return;
+        };
+        // The member's own consumer reads nothing: the partitions' jobs do.
+        if let Err(e) = consumer.pause(tpl) {
+            tracing::warn!(error = %e, "kafka group: cannot pause the assigned partitions");
+        }
+        // A member frozen past its session (a stopped process, resumed) serves the
+        // rebalances queued before it froze: that assignment is stale, the partitions are
+        // another member's by now, and jobs started here would fence theirs. Start nothing;
+        // the member leaves and joins again.
+        if self.shared.frozen() {
+            tracing::warn!("kafka group: a stale assignment (the member was frozen past its session); joining again");
+            self.shared.rejoin.store(true, Ordering::Release);
+            return;
+        }
+        // Side by side: each start restores the partition's checkpoint and fences the
+        // previous owner's transactional ids (aborting what a dead member left open), and a
+        // dead member's partitions should all be fenced as soon as they are assigned.
+        let partitions: Vec<i32> = tpl.elements().iter().map(|e| e.partition()).collect();
+        std::thread::scope(|s| {
+            for p in partitions {
+                s.spawn(move || self.start_task(p));
+            }
+        });
+    }
+}
+
+impl<T> KafkaSource<T> {
+    /// Reads only these partitions (shared among the subtasks by position: the `i`-th
+    /// listed goes to subtask `i % parallelism`).
+    pub fn only_partitions(mut self, partitions: Vec<i32>) -> Self {
+        self.only = Some(partitions);
+        self
+    }
+}

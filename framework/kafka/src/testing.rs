@@ -1,0 +1,1059 @@
+//! Tests of Kafka jobs against a real broker: where the broker is ([`brokers`]), topics for one
+//! test ([`unique_topic`], [`create_topic`]), input ([`produce_ids`]), and what a sink
+//! committed, read back independently of the client under test ([`read_committed`],
+//! [`partition_offsets`], [`assert_no_transaction_left_open`], [`ids`]).
+//!
+//! This module owns the test side of Kafka only: it sets up topics and input with librdkafka's
+//! plain (non-transactional) clients, and reads output back over the Kafka wire protocol itself
+//! (the `kafka-protocol` crate's codecs on a `std` TCP stream). It reads each partition's log
+//! as it is, uncommitted and aborted records included, and applies the transaction markers
+//! (COMMIT, ABORT control records) itself. So the check does not trust the broker's
+//! read_committed filtering, which the test broker gets wrong (tansu hands read_committed
+//! readers aborted records too), nor the client whose output it checks.
+//!
+//! The broker is named by the environment variable `WEIR_KAFKA_BROKERS` (`host:port`; the
+//! first of a comma-separated list is the one read from: the reader expects one broker, as
+//! the test broker is). `.ci/run` starts the test broker, tansu, and sets it; without it the
+//! Kafka tests skip, except on CI (`CI=true`), where [`brokers`] panics. `.ci/run` also sets
+//! `WEIR_KAFKA_BROKER_KIND=tansu` ([`broker_is_tansu`]), for the few checks where tansu 0.6
+//! deviates from Kafka: ListOffsets answers (see [`list_offsets`]), read_committed fetches
+//! (aborted records included), transactions never time out, and a fenced producer's commit
+//! times out instead of failing with a fencing error.
+//!
+//! ```no_run
+//! use weir_kafka::testing as kafka;
+//! # fn main() -> Result<(), kafka::KafkaTestError> {
+//! let Some(brokers) = kafka::brokers() else { return Ok(()) }; // skipped: no broker
+//! let input = kafka::unique_topic("orders-in");
+//! kafka::create_topic(&brokers, &input, 4)?;
+//! kafka::produce_ids(&brokers, &input, 4, 0..1_000)?;
+//! let output = kafka::unique_topic("orders-out");
+//! kafka::create_topic(&brokers, &output, 2)?;
+//! // ... run a job reading `input` and writing `output` with an exactly-once sink ...
+//! let committed = kafka::read_committed(&brokers, &output)?;
+//! let mut got = kafka::ids(&committed);
+//! got.sort_unstable();
+//! assert_eq!(got, (0..1_000).collect::<Vec<u64>>());
+//! // No transaction left open: everything written is decided.
+//! kafka::assert_no_transaction_left_open(&brokers, &output, std::time::Duration::from_secs(10));
+//! # Ok(())
+//! # }
+//! ```
+
+use std::collections::HashMap;
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::ops::Range;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use bytes::{Buf, Bytes, BytesMut};
+use kafka_protocol::messages::api_versions_request::ApiVersionsRequest;
+use kafka_protocol::messages::fetch_request::{FetchPartition, FetchRequest, FetchTopic};
+use kafka_protocol::messages::fetch_response::PartitionData;
+use kafka_protocol::messages::list_offsets_request::{
+    ListOffsetsPartition, ListOffsetsRequest, ListOffsetsTopic,
+};
+use kafka_protocol::messages::metadata_request::{MetadataRequest, MetadataRequestTopic};
+use kafka_protocol::messages::{ApiKey, RequestHeader, ResponseHeader, TopicName};
+use kafka_protocol::messages::{
+    ApiVersionsResponse, FetchResponse, ListOffsetsResponse, MetadataResponse,
+};
+use kafka_protocol::protocol::{Decodable, Encodable, Message, StrBytes};
+use kafka_protocol::records::RecordBatchDecoder;
+use kafka_protocol::ResponseError;
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::{ClientContext, DefaultClientContext};
+use rdkafka::config::ClientConfig;
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::message::DeliveryResult;
+use rdkafka::producer::{BaseProducer, BaseRecord, Producer, ProducerContext};
+
+/// The Kafka client the helpers use (librdkafka's Rust binding), for tests that drive a
+/// producer or consumer of their own with the same version (a transactional producer, a
+/// consumer group's committed offsets).
+pub use rdkafka;
+
+/// The environment variable naming the test broker (`host:port`).
+pub const BROKERS_ENV: &str = "WEIR_KAFKA_BROKERS";
+
+/// How long the helpers wait for the broker (a topic's creation, deliveries, a reply).
+pub const TIMEOUT: Duration = Duration::from_secs(30);
+
+/// What went wrong talking to the test broker, naming the broker, the topic (and partition)
+/// and the step that failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum KafkaTestError {
+    /// No TCP connection to the broker.
+    #[error("Kafka broker {broker}: cannot connect: {source}")]
+    Connect {
+        /// The broker's address.
+        broker: String,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// The connection failed during a request (reset, timed out, closed).
+    #[error("Kafka broker {broker}: {api} request failed: {source}")]
+    Io {
+        /// The broker's address.
+        broker: String,
+        /// The request (Metadata, Fetch, ...).
+        api: &'static str,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// A request could not be encoded, or a reply not decoded, or the broker supports no
+    /// version of a request that the reader speaks.
+    #[error("Kafka broker {broker}: {api}: {message}")]
+    Protocol {
+        /// The broker's address.
+        broker: String,
+        /// The request.
+        api: &'static str,
+        /// What is wrong.
+        message: String,
+    },
+    /// The broker answered with an error code.
+    #[error("Kafka broker {broker}: {api} of topic `{topic}`{}: {error}", partition_suffix(*.partition))]
+    Broker {
+        /// The broker's address.
+        broker: String,
+        /// The request.
+        api: &'static str,
+        /// The topic.
+        topic: String,
+        /// The partition, when the error is a partition's.
+        partition: Option<i32>,
+        /// The broker's error.
+        error: ResponseError,
+    },
+    /// A record batch in a partition's log could not be decoded.
+    #[error("Kafka broker {broker}: topic `{topic}` partition {partition}: record batch at offset {offset}: {message}")]
+    Batch {
+        /// The broker's address.
+        broker: String,
+        /// The topic.
+        topic: String,
+        /// The partition.
+        partition: i32,
+        /// The batch's base offset.
+        offset: i64,
+        /// What is wrong with it.
+        message: String,
+    },
+    /// Fetches made no progress below the partition's high watermark.
+    #[error("Kafka broker {broker}: topic `{topic}` partition {partition}: fetches at offset {offset} returned no record batch for {waited:?}, high watermark {high_watermark}")]
+    Stuck {
+        /// The broker's address.
+        broker: String,
+        /// The topic.
+        topic: String,
+        /// The partition.
+        partition: i32,
+        /// The offset fetched at.
+        offset: i64,
+        /// The partition's high watermark.
+        high_watermark: i64,
+        /// How long it fetched in vain.
+        waited: Duration,
+    },
+    /// A librdkafka client (admin, producer) failed.
+    #[error("Kafka brokers {brokers}: topic `{topic}`: {what}: {source}")]
+    Client {
+        /// The brokers the client was given.
+        brokers: String,
+        /// The topic.
+        topic: String,
+        /// The step that failed.
+        what: &'static str,
+        /// librdkafka's error (boxed: it is large).
+        source: Box<KafkaError>,
+    },
+    /// Records produced by [`produce_ids`] were not delivered.
+    #[error("Kafka brokers {brokers}: topic `{topic}`: {failed} of {total} records not delivered, the first: {first}")]
+    Delivery {
+        /// The brokers.
+        brokers: String,
+        /// The topic.
+        topic: String,
+        /// How many failed.
+        failed: usize,
+        /// How many were produced.
+        total: usize,
+        /// The first failure.
+        first: String,
+    },
+    /// The broker did not reach the expected state in time.
+    #[error(
+        "Kafka brokers {brokers}: topic `{topic}`: timed out after {waited:?} waiting for {what}"
+    )]
+    Timeout {
+        /// The brokers.
+        brokers: String,
+        /// The topic.
+        topic: String,
+        /// What did not happen.
+        what: String,
+        /// How long it waited.
+        waited: Duration,
+    },
+}
+
+fn partition_suffix(partition: Option<i32>) -> String {
+    partition.map_or_else(String::new, |p| format!(" partition {p}"))
+}
+
+/// The test broker, from `WEIR_KAFKA_BROKERS`. When it is not set, prints one line saying the
+/// Kafka test is skipped and returns `None`, so a test returns early; but on CI (`CI=true`)
+/// it panics instead: a CI run must not skip the Kafka tests silently (`.ci/run` starts the
+/// broker).
+pub fn brokers() -> Option<String> {
+    match std::env::var(BROKERS_ENV) {
+        Ok(brokers) if !brokers.trim().is_empty() => Some(brokers.trim().to_owned()),
+        _ => {
+            if std::env::var("CI").is_ok_and(|ci| ci == "true") {
+                panic!("{BROKERS_ENV} is not set on CI (CI=true): the Kafka tests need the test broker that .ci/run starts");
+            }
+            eprintln!("skipped: Kafka test without a broker; set {BROKERS_ENV}=host:port (.ci/run starts tansu, the test broker, on 127.0.0.1:19092; see its step `kafka broker`)");
+            None
+        }
+    }
+}
+
+/// Whether the test broker is tansu (`WEIR_KAFKA_BROKER_KIND=tansu`, which `.ci/run` sets),
+/// for tests that check its behaviour where it deviates from Kafka's.
+pub fn broker_is_tansu() -> bool {
+    std::env::var("WEIR_KAFKA_BROKER_KIND").is_ok_and(|kind| kind == "tansu")
+}
+
+/// A topic name no other test (of this or another process) uses: `prefix`, the process id, a
+/// counter and the time in nanoseconds, joined by `-`.
+pub fn unique_topic(prefix: &str) -> String {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    format!("{prefix}-{}-{n}-{nanos}", std::process::id())
+}
+
+/// Creates `topic` with `partitions` partitions (replication factor 1) and waits until the
+/// broker's metadata shows all of them.
+pub fn create_topic(brokers: &str, topic: &str, partitions: i32) -> Result<(), KafkaTestError> {
+    let client_error = |what, source| KafkaTestError::Client {
+        brokers: brokers.to_owned(),
+        topic: topic.to_owned(),
+        what,
+        source: Box::new(source),
+    };
+    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .create()
+        .map_err(|e| client_error("creating the admin client", e))?;
+    let new = NewTopic::new(topic, partitions, TopicReplication::Fixed(1));
+    let options = AdminOptions::new().operation_timeout(Some(TIMEOUT));
+    let results = futures::executor::block_on(admin.create_topics([&new], &options))
+        .map_err(|e| client_error("creating the topic", e))?;
+    for result in results {
+        if let Err((_, code)) = result {
+            return Err(client_error(
+                "creating the topic",
+                KafkaError::AdminOp(code),
+            ));
+        }
+    }
+    let start = Instant::now();
+    loop {
+        let shown = admin
+            .inner()
+            .fetch_metadata(Some(topic), Duration::from_secs(5))
+            .map(|m| {
+                m.topics()
+                    .iter()
+                    .find(|t| t.name() == topic && t.error().is_none())
+                    .map_or(0, |t| t.partitions().len())
+            })
+            .unwrap_or(0);
+        if shown == usize::try_from(partitions).unwrap_or(usize::MAX) {
+            return Ok(());
+        }
+        if start.elapsed() > TIMEOUT {
+            return Err(KafkaTestError::Timeout {
+                brokers: brokers.to_owned(),
+                topic: topic.to_owned(),
+                what: format!("the metadata to show {partitions} partitions (it shows {shown})"),
+                waited: start.elapsed(),
+            });
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Delivery reports of [`produce_ids`]: how many records failed, and the first failure.
+#[derive(Default)]
+struct Deliveries {
+    failed: Mutex<(usize, Option<String>)>,
+}
+
+impl ClientContext for Deliveries {}
+
+impl ProducerContext for Deliveries {
+    type DeliveryOpaque = ();
+
+    fn delivery(&self, result: &DeliveryResult<'_>, _: ()) {
+        if let Err((error, message)) = result {
+            use rdkafka::message::Message as _;
+            let mut failed = self.failed.lock().unwrap_or_else(|e| e.into_inner());
+            failed.0 += 1;
+            if failed.1.is_none() {
+                failed.1 = Some(format!(
+                    "partition {} key {:?}: {error}",
+                    message.partition(),
+                    message.key().map(String::from_utf8_lossy)
+                ));
+            }
+        }
+    }
+}
+
+/// Produces the ids `ids` to `topic`, not in a transaction: key and value are the id in
+/// decimal ASCII, the partition is `id % partitions`. Returns once every record is delivered
+/// (acknowledged by the broker), or with an error naming the first that was not.
+pub fn produce_ids(
+    brokers: &str,
+    topic: &str,
+    partitions: i32,
+    ids: Range<u64>,
+) -> Result<(), KafkaTestError> {
+    let partitions = u64::try_from(partitions.max(1)).unwrap_or(1);
+    produce(
+        brokers,
+        topic,
+        ids.map(|id| {
+            let text = id.to_string().into_bytes();
+            let partition = i32::try_from(id % partitions).unwrap_or(0);
+            (partition, Some(text.clone()), text)
+        }),
+    )
+}
+
+/// Produces `values` to partition `partition` of `topic`, without keys, not in a
+/// transaction (a malformed record among good ones, say); returns once every one is
+/// delivered.
+pub fn produce_values(
+    brokers: &str,
+    topic: &str,
+    partition: i32,
+    values: &[&[u8]],
+) -> Result<(), KafkaTestError> {
+    produce(
+        brokers,
+        topic,
+        values.iter().map(|v| (partition, None, v.to_vec())),
+    )
+}
+
+/// Produces `(partition, key, value)` records, idempotently, waiting for every delivery.
+fn produce(
+    brokers: &str,
+    topic: &str,
+    records: impl Iterator<Item = (i32, Option<Vec<u8>>, Vec<u8>)>,
+) -> Result<(), KafkaTestError> {
+    let client_error = |what, source| KafkaTestError::Client {
+        brokers: brokers.to_owned(),
+        topic: topic.to_owned(),
+        what,
+        source: Box::new(source),
+    };
+    let producer: BaseProducer<Deliveries> = ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .set("enable.idempotence", "true")
+        .set("linger.ms", "5")
+        .create_with_context(Deliveries::default())
+        .map_err(|e| client_error("creating the producer", e))?;
+    let mut total = 0;
+    for (partition, key, value) in records {
+        total += 1;
+        let mut record = BaseRecord::<[u8], [u8]>::to(topic)
+            .payload(value.as_slice())
+            .partition(partition);
+        if let Some(k) = &key {
+            record = record.key(k.as_slice());
+        }
+        loop {
+            match producer.send(record) {
+                Ok(()) => break,
+                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) => {
+                    record = back;
+                    producer.poll(Duration::from_millis(10));
+                }
+                Err((e, _)) => return Err(client_error("producing", e)),
+            }
+        }
+        producer.poll(Duration::ZERO);
+    }
+    producer
+        .flush(TIMEOUT)
+        .map_err(|e| client_error("flushing", e))?;
+    let failed = producer
+        .context()
+        .failed
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .clone();
+    match failed {
+        (0, _) => Ok(()),
+        (n, first) => Err(KafkaTestError::Delivery {
+            brokers: brokers.to_owned(),
+            topic: topic.to_owned(),
+            failed: n,
+            total,
+            first: first.unwrap_or_default(),
+        }),
+    }
+}
+
+/// A record a read_committed reader sees: not transactional, or in a committed transaction.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CommittedRecord {
+    /// Its partition.
+    pub partition: i32,
+    /// Its offset in the partition.
+    pub offset: i64,
+    /// Its key.
+    pub key: Option<Vec<u8>>,
+    /// Its value.
+    pub value: Option<Vec<u8>>,
+}
+
+/// A partition's end offsets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PartitionOffsets {
+    /// The partition.
+    pub partition: i32,
+    /// The offset after the last record (read_uncommitted's end).
+    pub high_watermark: i64,
+    /// The last stable offset: the first offset of the earliest open transaction, or the high
+    /// watermark when none is open (read_committed's end).
+    pub last_stable: i64,
+}
+
+/// The records of `topic` that a correct read_committed reader sees, ordered by (partition,
+/// offset): each partition's log is read from offset 0 to its high watermark as it is
+/// (read_uncommitted), and the transaction markers are applied here: records of
+/// non-transactional batches are visible; a transactional batch's records wait for their
+/// producer's next control record in the partition, COMMIT makes them visible and ABORT
+/// drops them; records whose transaction has no marker yet are not visible (an open
+/// transaction). Control records themselves are not returned.
+///
+/// This is what a read_committed reader sees once every transaction is decided: while one is
+/// open, a consumer stops at the last stable offset (its first record), and later records,
+/// committed or not transactional, reach it only when the open transaction ends; they are
+/// returned here already. Check [`partition_offsets`] for open transactions.
+pub fn read_committed(brokers: &str, topic: &str) -> Result<Vec<CommittedRecord>, KafkaTestError> {
+    let mut wire = Wire::connect(brokers)?;
+    let ends = wire.partition_offsets(topic)?;
+    let mut all = Vec::new();
+    for end in ends {
+        all.extend(wire.read_partition(topic, end.partition, end.high_watermark)?);
+    }
+    Ok(all)
+}
+
+/// Each partition's high watermark and last stable offset, ordered by partition, as the
+/// partition's Fetch replies state them (a read_uncommitted fetch at offset 0). A partition
+/// with an open transaction has `last_stable < high_watermark`.
+///
+/// Not from ListOffsets: the test broker (tansu 0.6) answers ListOffsets wrongly, see
+/// [`list_offsets`].
+pub fn partition_offsets(
+    brokers: &str,
+    topic: &str,
+) -> Result<Vec<PartitionOffsets>, KafkaTestError> {
+    Wire::connect(brokers)?.partition_offsets(topic)
+}
+
+/// Asserts that no transaction stays open in `topic`: polls [`partition_offsets`] until every
+/// partition's last stable offset reaches its high watermark, for at most `within`.
+///
+/// On the test broker ([`broker_is_tansu`]) an open transaction left at the deadline is
+/// reported on stderr, not asserted: tansu 0.6 at times leaves a killed producer's
+/// transaction open on one partition after its successor's `init_transactions` aborted the
+/// rest of it (its records stay invisible, so a read_committed check of the ids still
+/// holds).
+///
+/// # Panics
+///
+/// If a transaction is still open after `within` (on a real Kafka broker), naming the
+/// partitions and their offsets, or if the offsets cannot be read.
+pub fn assert_no_transaction_left_open(brokers: &str, topic: &str, within: Duration) {
+    let deadline = Instant::now() + within;
+    loop {
+        let open: Vec<PartitionOffsets> = partition_offsets(brokers, topic)
+            .unwrap_or_else(|e| panic!("reading the offsets of {topic}: {e}"))
+            .into_iter()
+            .filter(|p| p.last_stable < p.high_watermark)
+            .collect();
+        if open.is_empty() {
+            return;
+        }
+        if Instant::now() > deadline {
+            if broker_is_tansu() {
+                eprintln!("the test broker left a transaction open in {topic}: {open:?}");
+                return;
+            }
+            panic!("transactions still open in {topic} after {within:?}: {open:?}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Each partition's latest offsets as ListOffsets states them (timestamp -1, isolation levels
+/// read_uncommitted for the high watermark and read_committed for the last stable offset),
+/// ordered by partition. A correct broker gives the same as [`partition_offsets`]; the test
+/// broker (tansu 0.6) does not: its latest offset is the last batch's base offset + 1 (short
+/// by the batch's other records), and its read_committed answer with a transaction open is
+/// 0. Clients that use ListOffsets (librdkafka's watermark queries, a consumer's
+/// `auto.offset.reset=latest`) see those values; tests can compare.
+pub fn list_offsets(brokers: &str, topic: &str) -> Result<Vec<PartitionOffsets>, KafkaTestError> {
+    Wire::connect(brokers)?.list_offsets(topic)
+}
+
+/// The ids in `records`' values (decimal ASCII, as [`produce_ids`] writes them), in order.
+///
+/// # Panics
+///
+/// If a value is missing or not a decimal `u64`, naming its partition and offset.
+pub fn ids(records: &[CommittedRecord]) -> Vec<u64> {
+    records
+        .iter()
+        .map(|r| {
+            let value = r.value.as_deref().unwrap_or_else(|| {
+                panic!(
+                    "partition {} offset {}: record without a value",
+                    r.partition, r.offset
+                )
+            });
+            std::str::from_utf8(value)
+                .ok()
+                .and_then(|s| s.parse().ok())
+                .unwrap_or_else(|| {
+                    panic!(
+                        "partition {} offset {}: value {:?} is not a decimal id",
+                        r.partition,
+                        r.offset,
+                        String::from_utf8_lossy(value)
+                    )
+                })
+        })
+        .collect()
+}
+
+/// The highest request versions the reader speaks (the fields it sets mean the same up to
+/// them; Fetch 13 names topics by id).
+const METADATA_MAX: i16 = 12;
+const FETCH_MAX: i16 = 12;
+const LIST_OFFSETS_MAX: i16 = 9;
+/// Isolation levels of Fetch and ListOffsets.
+const READ_UNCOMMITTED: i8 = 0;
+const READ_COMMITTED: i8 = 1;
+/// The most a fetch asks for (the broker returns at least one whole batch regardless).
+const FETCH_BYTES: i32 = 8 << 20;
+/// How long a fetch may return nothing below the high watermark before the reader gives up.
+const STALL: Duration = Duration::from_secs(10);
+/// A record batch's header: base offset (8), length (4), then from the length on the
+/// partition leader epoch (4), magic (1), CRC (4), attributes (2), last offset delta (4).
+const BATCH_LOG_OVERHEAD: usize = 12;
+const MAGIC_AT: usize = 16;
+const LAST_OFFSET_DELTA_AT: usize = 23;
+/// Control record types (the key's second i16).
+const CONTROL_ABORT: i16 = 0;
+const CONTROL_COMMIT: i16 = 1;
+
+/// One connection to the (single) broker speaking the wire protocol, with the versions it
+/// supports.
+struct Wire {
+    broker: String,
+    stream: TcpStream,
+    correlation: i32,
+    versions: HashMap<i16, (i16, i16)>,
+}
+
+impl Wire {
+    fn connect(brokers: &str) -> Result<Self, KafkaTestError> {
+        let broker = brokers
+            .split(',')
+            .next()
+            .unwrap_or(brokers)
+            .trim()
+            .to_owned();
+        let connect_error = |source| KafkaTestError::Connect {
+            broker: broker.clone(),
+            source,
+        };
+        let stream = TcpStream::connect(&broker).map_err(connect_error)?;
+        stream
+            .set_read_timeout(Some(TIMEOUT))
+            .and_then(|()| stream.set_write_timeout(Some(TIMEOUT)))
+            .and_then(|()| stream.set_nodelay(true))
+            .map_err(connect_error)?;
+        let mut wire = Wire {
+            broker,
+            stream,
+            correlation: 0,
+            versions: HashMap::new(),
+        };
+        let reply = wire.call(&ApiVersionsRequest::default(), 0)?;
+        if reply.error_code != 0 {
+            return Err(wire.protocol("ApiVersions", format!("error code {}", reply.error_code)));
+        }
+        wire.versions = reply
+            .api_keys
+            .iter()
+            .map(|k| (k.api_key, (k.min_version, k.max_version)))
+            .collect();
+        Ok(wire)
+    }
+
+    fn protocol(&self, api: &'static str, message: String) -> KafkaTestError {
+        KafkaTestError::Protocol {
+            broker: self.broker.clone(),
+            api,
+            message,
+        }
+    }
+
+    /// The highest version of `R` both sides speak, at most `max`.
+    fn version<R: Api>(&self, max: i16) -> Result<i16, KafkaTestError> {
+        let api = R::NAME;
+        let (min, broker_max) = self
+            .versions
+            .get(&(R::KEY as i16))
+            .copied()
+            .ok_or_else(|| self.protocol(api, "not supported by the broker".into()))?;
+        let version = broker_max.min(max).min(R::VERSIONS.max);
+        if version < min.max(R::VERSIONS.min) {
+            return Err(self.protocol(
+                api,
+                format!(
+                    "the broker speaks versions {min}..={broker_max}, the reader {}..={max}",
+                    R::VERSIONS.min
+                ),
+            ));
+        }
+        Ok(version)
+    }
+
+    /// Sends `request` as `version` and reads its reply.
+    fn call<R: Api>(&mut self, request: &R, version: i16) -> Result<R::Response, KafkaTestError> {
+        let api = R::NAME;
+        let key = R::KEY;
+        self.correlation += 1;
+        let header = RequestHeader::default()
+            .with_request_api_key(key as i16)
+            .with_request_api_version(version)
+            .with_correlation_id(self.correlation)
+            .with_client_id(Some(StrBytes::from_static_str("weir-testing-kafka")));
+        let mut body = BytesMut::new();
+        header
+            .encode(&mut body, key.request_header_version(version))
+            .and_then(|()| request.encode(&mut body, version))
+            .map_err(|e| self.protocol(api, format!("encoding v{version}: {e}")))?;
+        let size = i32::try_from(body.len())
+            .map_err(|_| self.protocol(api, "request too large".into()))?;
+        let io_error = |source| KafkaTestError::Io {
+            broker: self.broker.clone(),
+            api,
+            source,
+        };
+        self.stream
+            .write_all(&size.to_be_bytes())
+            .and_then(|()| self.stream.write_all(&body))
+            .map_err(io_error)?;
+        let mut size = [0u8; 4];
+        self.stream.read_exact(&mut size).map_err(io_error)?;
+        let size = usize::try_from(i32::from_be_bytes(size))
+            .map_err(|_| self.protocol(api, "negative reply size".into()))?;
+        let mut reply = vec![0u8; size];
+        self.stream.read_exact(&mut reply).map_err(io_error)?;
+        let mut reply = Bytes::from(reply);
+        let header = ResponseHeader::decode(&mut reply, key.response_header_version(version))
+            .map_err(|e| self.protocol(api, format!("decoding the reply header: {e}")))?;
+        if header.correlation_id != self.correlation {
+            return Err(self.protocol(
+                api,
+                format!(
+                    "reply to request {} where {} was expected",
+                    header.correlation_id, self.correlation
+                ),
+            ));
+        }
+        R::Response::decode(&mut reply, version)
+            .map_err(|e| self.protocol(api, format!("decoding the v{version} reply: {e}")))
+    }
+
+    fn broker_error(
+        &self,
+        api: &'static str,
+        topic: &str,
+        partition: Option<i32>,
+        code: i16,
+    ) -> KafkaTestError {
+        KafkaTestError::Broker {
+            broker: self.broker.clone(),
+            api,
+            topic: topic.to_owned(),
+            partition,
+            error: ResponseError::try_from_code(code).unwrap_or(ResponseError::Unknown(code)),
+        }
+    }
+
+    /// The topic's partition ids, sorted (Metadata).
+    fn partitions(&mut self, topic: &str) -> Result<Vec<i32>, KafkaTestError> {
+        let version = self.version::<MetadataRequest>(METADATA_MAX)?;
+        let request = MetadataRequest::default()
+            .with_topics(Some(vec![
+                MetadataRequestTopic::default().with_name(Some(topic_name(topic)))
+            ]))
+            .with_allow_auto_topic_creation(version < 4);
+        let reply = self.call(&request, version)?;
+        let found = reply
+            .topics
+            .iter()
+            .find(|t| t.name.as_ref().is_some_and(|n| n.0.as_str() == topic))
+            .ok_or_else(|| self.broker_error("Metadata", topic, None, 3))?;
+        if found.error_code != 0 {
+            return Err(self.broker_error("Metadata", topic, None, found.error_code));
+        }
+        let mut partitions = Vec::with_capacity(found.partitions.len());
+        for p in &found.partitions {
+            if p.error_code != 0 {
+                return Err(self.broker_error(
+                    "Metadata",
+                    topic,
+                    Some(p.partition_index),
+                    p.error_code,
+                ));
+            }
+            partitions.push(p.partition_index);
+        }
+        partitions.sort_unstable();
+        Ok(partitions)
+    }
+
+    /// The latest offset of each partition at `isolation`.
+    fn latest(
+        &mut self,
+        topic: &str,
+        partitions: &[i32],
+        isolation: i8,
+    ) -> Result<HashMap<i32, i64>, KafkaTestError> {
+        let version = self.version::<ListOffsetsRequest>(LIST_OFFSETS_MAX)?;
+        let request = ListOffsetsRequest::default()
+            .with_replica_id((-1).into())
+            .with_isolation_level(isolation)
+            .with_topics(vec![ListOffsetsTopic::default()
+                .with_name(topic_name(topic))
+                .with_partitions(
+                    partitions
+                        .iter()
+                        .map(|&p| {
+                            ListOffsetsPartition::default()
+                                .with_partition_index(p)
+                                .with_timestamp(-1)
+                        })
+                        .collect(),
+                )]);
+        let reply = self.call(&request, version)?;
+        let mut latest = HashMap::new();
+        for t in reply.topics.iter().filter(|t| t.name.0.as_str() == topic) {
+            for p in &t.partitions {
+                if p.error_code != 0 {
+                    return Err(self.broker_error(
+                        "ListOffsets",
+                        topic,
+                        Some(p.partition_index),
+                        p.error_code,
+                    ));
+                }
+                latest.insert(p.partition_index, p.offset);
+            }
+        }
+        if let Some(&missing) = partitions.iter().find(|p| !latest.contains_key(p)) {
+            return Err(self.protocol(
+                "ListOffsets",
+                format!("no offset for topic `{topic}` partition {missing} in the reply"),
+            ));
+        }
+        Ok(latest)
+    }
+
+    /// One read_uncommitted fetch of `partition` at `offset`; `None` when the reply has no
+    /// data for the partition.
+    fn fetch(
+        &mut self,
+        topic: &str,
+        partition: i32,
+        offset: i64,
+        max_bytes: i32,
+    ) -> Result<Option<PartitionData>, KafkaTestError> {
+        let version = self.version::<FetchRequest>(FETCH_MAX)?;
+        let request = FetchRequest::default()
+            .with_replica_id((-1).into())
+            .with_max_wait_ms(100)
+            .with_min_bytes(1)
+            .with_max_bytes(max_bytes)
+            .with_isolation_level(READ_UNCOMMITTED)
+            .with_topics(vec![FetchTopic::default()
+                .with_topic(topic_name(topic))
+                .with_partitions(vec![FetchPartition::default()
+                    .with_partition(partition)
+                    .with_fetch_offset(offset)
+                    .with_partition_max_bytes(max_bytes)])]);
+        let reply = self.call(&request, version)?;
+        if reply.error_code != 0 {
+            return Err(self.broker_error("Fetch", topic, Some(partition), reply.error_code));
+        }
+        let data = reply
+            .responses
+            .into_iter()
+            .flat_map(|t| t.partitions)
+            .find(|p| p.partition_index == partition);
+        if let Some(data) = &data {
+            if data.error_code != 0 {
+                return Err(self.broker_error("Fetch", topic, Some(partition), data.error_code));
+            }
+        }
+        Ok(data)
+    }
+
+    /// High watermark and last stable offset from Fetch replies (which carry both).
+    fn partition_offsets(&mut self, topic: &str) -> Result<Vec<PartitionOffsets>, KafkaTestError> {
+        let mut offsets = Vec::new();
+        for partition in self.partitions(topic)? {
+            let started = Instant::now();
+            let data = loop {
+                if let Some(data) = self.fetch(topic, partition, 0, 1)? {
+                    break data;
+                }
+                if started.elapsed() > STALL {
+                    return Err(self.stuck(topic, partition, 0, -1));
+                }
+            };
+            offsets.push(PartitionOffsets {
+                partition,
+                high_watermark: data.high_watermark,
+                last_stable: data.last_stable_offset,
+            });
+        }
+        Ok(offsets)
+    }
+
+    /// High watermark and last stable offset from ListOffsets.
+    fn list_offsets(&mut self, topic: &str) -> Result<Vec<PartitionOffsets>, KafkaTestError> {
+        let partitions = self.partitions(topic)?;
+        let high = self.latest(topic, &partitions, READ_UNCOMMITTED)?;
+        let stable = self.latest(topic, &partitions, READ_COMMITTED)?;
+        Ok(partitions
+            .into_iter()
+            .map(|partition| PartitionOffsets {
+                partition,
+                high_watermark: high[&partition],
+                last_stable: stable[&partition],
+            })
+            .collect())
+    }
+
+    fn stuck(&self, topic: &str, partition: i32, offset: i64, end: i64) -> KafkaTestError {
+        KafkaTestError::Stuck {
+            broker: self.broker.clone(),
+            topic: topic.to_owned(),
+            partition,
+            offset,
+            high_watermark: end,
+            waited: STALL,
+        }
+    }
+
+    /// The committed records of one partition below `end`, applying the markers.
+    fn read_partition(
+        &mut self,
+        topic: &str,
+        partition: i32,
+        end: i64,
+    ) -> Result<Vec<CommittedRecord>, KafkaTestError> {
+        let mut visible = Vec::new();
+        let mut pending: HashMap<i64, Vec<CommittedRecord>> = HashMap::new();
+        let mut next = 0i64;
+        let mut stalled = Instant::now();
+        while next < end {
+            let Some(data) = self.fetch(topic, partition, next, FETCH_BYTES)? else {
+                // No data for it in this reply (tansu answers so at times): fetch again.
+                if stalled.elapsed() > STALL {
+                    return Err(self.stuck(topic, partition, next, end));
+                }
+                continue;
+            };
+            let mut records = data.records.unwrap_or_default();
+            let before = next;
+            while records.len() >= BATCH_LOG_OVERHEAD {
+                let base = i64::from_be_bytes(header_bytes(&records, 0));
+                let length = i32::from_be_bytes(header_bytes(&records, 8));
+                let batch_error = |message: String| KafkaTestError::Batch {
+                    broker: self.broker.clone(),
+                    topic: topic.to_owned(),
+                    partition,
+                    offset: base,
+                    message,
+                };
+                let size = usize::try_from(length)
+                    .ok()
+                    .and_then(|l| l.checked_add(BATCH_LOG_OVERHEAD))
+                    .ok_or_else(|| batch_error(format!("negative length {length}")))?;
+                if size > records.len() {
+                    break; // a partial batch at the end of the reply: fetched again next round
+                }
+                if size < LAST_OFFSET_DELTA_AT + 4 {
+                    return Err(batch_error(format!("length {length} is too short")));
+                }
+                let mut batch = records.split_to(size);
+                if batch[MAGIC_AT] != 2 {
+                    return Err(batch_error(format!(
+                        "magic {} (only record batch v2 is read)",
+                        batch[MAGIC_AT]
+                    )));
+                }
+                let last_delta = i32::from_be_bytes(header_bytes(&batch, LAST_OFFSET_DELTA_AT));
+                let decoded = RecordBatchDecoder::decode(&mut batch)
+                    .map_err(|e| batch_error(format!("cannot decode: {e}")))?;
+                for record in decoded.records {
+                    if record.offset < next || record.offset >= end {
+                        continue;
+                    }
+                    if record.control {
+                        let kind = record
+                            .key
+                            .as_ref()
+                            .filter(|k| k.len() >= 4)
+                            .map(|k| (&k[2..4]).get_i16())
+                            .ok_or_else(|| {
+                                batch_error(format!(
+                                    "control record at offset {} without a type",
+                                    record.offset
+                                ))
+                            })?;
+                        match kind {
+                            CONTROL_COMMIT => {
+                                visible.extend(
+                                    pending.remove(&record.producer_id).unwrap_or_default(),
+                                );
+                            }
+                            CONTROL_ABORT => {
+                                pending.remove(&record.producer_id);
+                            }
+                            _ => {} // other control records (leader change) end no transaction
+                        }
+                        continue;
+                    }
+                    let committed = CommittedRecord {
+                        partition,
+                        offset: record.offset,
+                        key: record.key.map(|k| k.to_vec()),
+                        value: record.value.map(|v| v.to_vec()),
+                    };
+                    if record.transactional {
+                        pending
+                            .entry(record.producer_id)
+                            .or_default()
+                            .push(committed);
+                    } else {
+                        visible.push(committed);
+                    }
+                }
+                next = next.max(base + i64::from(last_delta) + 1);
+            }
+            if next > before {
+                stalled = Instant::now();
+            } else if stalled.elapsed() > STALL {
+                return Err(self.stuck(topic, partition, next, end));
+            }
+        }
+        visible.sort_unstable_by_key(|r| r.offset);
+        Ok(visible)
+    }
+}
+
+/// `N` bytes of a batch header at `at` (the caller checked the length).
+fn header_bytes<const N: usize>(bytes: &[u8], at: usize) -> [u8; N] {
+    let mut out = [0u8; N];
+    out.copy_from_slice(&bytes[at..at + N]);
+    out
+}
+
+fn topic_name(topic: &str) -> TopicName {
+    TopicName(StrBytes::from_string(topic.to_owned()))
+}
+
+/// The requests the reader sends: their API key, name and reply (kafka-protocol's own
+/// `Request` trait needs the broker side's decoders too).
+trait Api: Encodable + Message {
+    const KEY: ApiKey;
+    const NAME: &'static str;
+    type Response: Decodable;
+}
+
+impl Api for ApiVersionsRequest {
+    const KEY: ApiKey = ApiKey::ApiVersions;
+    const NAME: &'static str = "ApiVersions";
+    type Response = ApiVersionsResponse;
+}
+
+impl Api for MetadataRequest {
+    const KEY: ApiKey = ApiKey::Metadata;
+    const NAME: &'static str = "Metadata";
+    type Response = MetadataResponse;
+}
+
+impl Api for ListOffsetsRequest {
+    const KEY: ApiKey = ApiKey::ListOffsets;
+    const NAME: &'static str = "ListOffsets";
+    type Response = ListOffsetsResponse;
+}
+
+impl Api for FetchRequest {
+    const KEY: ApiKey = ApiKey::Fetch;
+    const NAME: &'static str = "Fetch";
+    type Response = FetchResponse;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unique_topics_differ_and_are_legal_names() {
+        let a = unique_topic("t");
+        let b = unique_topic("t");
+        assert_ne!(a, b);
+        assert!(a
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '.' || c == '_'));
+        assert!(a.len() < 249);
+    }
+
+    #[test]
+    fn ids_parse_values() {
+        let r = |offset, v: &str| CommittedRecord {
+            partition: 1,
+            offset,
+            key: None,
+            value: Some(v.as_bytes().to_vec()),
+        };
+        assert_eq!(ids(&[r(0, "7"), r(1, "42")]), vec![7, 42]);
+        let bad = std::panic::catch_unwind(|| ids(&[r(5, "x")]));
+        let message = bad.err().and_then(|p| p.downcast::<String>().ok());
+        assert!(message.is_some_and(|m| m.contains("partition 1 offset 5")));
+    }
+}
