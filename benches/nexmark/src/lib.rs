@@ -29,7 +29,7 @@
 //! Flink's `BIGINT` columns as `u64`/`i64` and `DECIMAL(23, 3)` as [`Decimal3`].
 //!
 //! ```
-//! use weir_nexmark::{self, GeneratorConfig};
+//! use weir_nexmark::{self as nexmark, GeneratorConfig};
 //!
 //! let env = weir::Env::new();
 //! let config = GeneratorConfig::new(5_000);

@@ -71,6 +71,7 @@ mod failure;
 #[cfg(feature = "faults")]
 pub mod fault;
 #[cfg(not(feature = "faults"))]
+#[allow(dead_code, unused_imports)] // the API only tests call
 mod fault;
 mod gate;
 mod graph;

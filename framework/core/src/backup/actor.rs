@@ -110,6 +110,11 @@ impl<T: Data> ActorFuture<BackupActor<T>> for Drain {
         ctx: &mut Context<BackupActor<T>>,
         task: &mut TaskContext<'_>,
     ) -> Poll<()> {
+        // The primary's hand-offs are applied to the queue's image here, off its thread.
+        let image = act.group.queue.image();
+        if image.has_pending() {
+            image.apply();
+        }
         for _ in 0..64 {
             match act.look(task) {
                 DrainStep::Idle => return Poll::Pending,
