@@ -44,6 +44,9 @@ struct Args {
     /// The record at which the primary panics (promote; default half the records).
     #[arg(long)]
     fault_at: Option<u64>,
+    /// The backup's heartbeat timeout: a primary silent this long is taken for hung.
+    #[arg(long, default_value_t = 250)]
+    heartbeat_timeout_ms: u64,
     /// Checkpoint interval, for every run (a stateful backup needs checkpoints).
     #[arg(long, default_value_t = 1000)]
     checkpoint_interval_ms: u64,
@@ -112,14 +115,31 @@ fn one(args: &Args, run: &str) -> serde_json::Value {
         tallied
     } else {
         let policy = BackupPolicy::default()
+            .heartbeat(
+                Duration::from_millis(args.heartbeat_timeout_ms.div_ceil(5).max(1)),
+                Duration::from_millis(args.heartbeat_timeout_ms),
+            )
             .state_interval(Some(Duration::from_millis(args.state_interval_ms)));
         tallied.with_backup_policy(policy)
     };
     let out = tallied.collect();
     let started = Instant::now();
-    let result = match env.execute("bqbs-state") {
-        Ok(r) => r,
+    let handle = match env.start("bqbs-state") {
+        Ok(h) => h,
         Err(e) => return json!({"bench": "bqbs_state", "run": run, "error": e.to_string()}),
+    };
+    let monitor = handle.monitor();
+    let result = match handle.wait() {
+        Ok(r) => r,
+        Err(e) => {
+            let failures: Vec<String> = monitor
+                .failures()
+                .iter()
+                .take(5)
+                .map(|f| format!("{f:?}"))
+                .collect();
+            return json!({"bench": "bqbs_state", "run": run, "error": e.to_string(), "first_failures": failures});
+        }
     };
     let seconds = started.elapsed().as_secs_f64();
     let rows = out.take();

@@ -406,9 +406,13 @@ impl<T: Data> InputGate for TypedGate<T> {
             Some(full) if !w.hand_over => self.claims.as_ref().map(|c| (c.uid().to_owned(), full)),
             _ => None,
         };
+        if changes.is_some() {
+            w.progress = self.claims.as_ref().and_then(|c| c.progress());
+        }
         w.changes_of = changes;
         let passed = self.head.barrier(id, w);
         w.changes_of = None;
+        w.progress = None;
         passed?;
         if let Some(c) = self.claims.as_mut() {
             if !c.on_barrier(id, w, &self.marks) {

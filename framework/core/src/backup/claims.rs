@@ -121,6 +121,11 @@ impl<T: Data> Claims<T> {
             .map_err(|f| self.fenced(f))
     }
 
+    /// What to call while working long (see `BackupGroup::on_progress`).
+    pub(crate) fn progress(&self) -> Option<std::sync::Arc<dyn Fn() + Send + Sync>> {
+        lock(&self.group.progress).clone()
+    }
+
     /// The backed-up operator's uid.
     pub(crate) fn uid(&self) -> &str {
         &self.group.uid
@@ -151,6 +156,7 @@ impl<T: Data> Claims<T> {
         let started = std::time::Instant::now();
         self.settle();
         let mut w = StateWriter::changes(&self.group.uid, self.hand_all);
+        w.progress = self.progress();
         head.snapshot_state(&mut w)?;
         let state = w
             .entries

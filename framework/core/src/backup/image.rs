@@ -31,6 +31,8 @@ enum Item {
 #[derive(Debug, Default)]
 struct Applied {
     image: KeyedImage,
+    /// Changes taken off the log and applied in part: the entries before the cursor.
+    current: Option<(KeyedDelta, usize)>,
     /// Items applied: the image is the state after item `applied - 1`.
     applied: u64,
     /// A base could not be read: the image is not the primary's state.
@@ -79,24 +81,38 @@ impl StateImage {
         log.first + log.items.len() as u64
     }
 
-    /// Whether items wait to be applied.
+    /// Whether items wait to be applied (taken, or in part).
     pub(crate) fn has_pending(&self) -> bool {
-        !lock(&self.log).items.is_empty()
+        !lock(&self.log).items.is_empty() || lock(&self.applied).current.is_some()
     }
 
-    /// Applies what was appended, up to the first held point.
-    pub(crate) fn apply(&self) {
+    /// Applies what was appended, up to the first held point, about `budget` entries at
+    /// most (the backup actor answers its heartbeats between two calls).
+    pub(crate) fn apply(&self, budget: usize) {
         let upto = lock(&self.holds).keys().next().copied().unwrap_or(u64::MAX);
         let mut applied = lock(&self.applied);
-        self.apply_locked(&mut applied, upto);
+        self.apply_locked(&mut applied, upto, budget);
     }
 
-    fn apply_locked(&self, applied: &mut Applied, upto: u64) {
-        while applied.applied < upto {
+    fn apply_locked(&self, applied: &mut Applied, upto: u64, mut budget: usize) {
+        loop {
+            if let Some((delta, at)) = applied.current.take() {
+                let to = delta.index.len().min(at.saturating_add(budget));
+                applied.image.apply_part(&delta, at, to);
+                budget -= to - at;
+                if to < delta.index.len() {
+                    applied.current = Some((delta, to));
+                    return;
+                }
+                applied.applied += 1;
+            }
+            if applied.applied >= upto || budget == 0 {
+                return;
+            }
             let item = {
                 let mut log = lock(&self.log);
                 let Some(item) = log.items.pop_front() else {
-                    break;
+                    return;
                 };
                 log.first += 1;
                 item
@@ -106,16 +122,17 @@ impl StateImage {
                     if delta.full {
                         applied.broken = None;
                     }
-                    applied.image.apply(delta);
+                    applied.current = Some((delta, 0));
                 }
                 Item::Base { payload, own } => {
                     applied.broken = applied.image.load(&payload, own).err();
                     if let Some(e) = &applied.broken {
                         tracing::error!(error = %e, "a backup cannot read its primary's state");
                     }
+                    applied.applied += 1;
+                    budget = budget.saturating_sub(1);
                 }
             }
-            applied.applied += 1;
         }
     }
 
@@ -123,7 +140,7 @@ impl StateImage {
     /// (a promotion: a checkpoint held before it then finds the image moved on, and fails).
     pub(crate) fn payload(&self) -> Result<Vec<u8>, String> {
         let mut applied = lock(&self.applied);
-        self.apply_locked(&mut applied, u64::MAX);
+        self.apply_locked(&mut applied, u64::MAX, usize::MAX);
         match &applied.broken {
             Some(e) => Err(e.clone()),
             None => Ok(applied.image.payload()),
@@ -162,7 +179,7 @@ impl Held {
     /// The state at the held point, as the keyed operator's snapshot payload.
     pub(crate) fn resolve(self) -> Result<Vec<u8>, String> {
         let mut applied = lock(&self.image.applied);
-        self.image.apply_locked(&mut applied, self.at);
+        self.image.apply_locked(&mut applied, self.at, usize::MAX);
         if applied.applied != self.at {
             return Err(format!(
                 "the backup's copy of the state is at hand-off {} and the checkpoint's at {} (a promotion came between)",
@@ -209,13 +226,14 @@ mod tests {
         let at = image.push(delta(false, &[(2, "b")]));
         let held = image.hold(at);
         image.push(delta(false, &[(1, "later")]));
-        image.apply(); // stops at the held point
+        image.apply(1); // one entry: the first delta
+        image.apply(usize::MAX); // stops at the held point
         assert!(image.has_pending());
         assert_eq!(
             state(held.resolve().expect("resolves")),
             vec![(1, "a".into()), (2, "b".into())]
         );
-        image.apply(); // released: goes on
+        image.apply(usize::MAX); // released: goes on
         assert!(!image.has_pending());
         assert_eq!(
             state(image.payload().expect("whole")),
@@ -229,7 +247,7 @@ mod tests {
         let at = image.push(delta(true, &[(1, "a")]));
         drop(image.hold(at));
         image.push(delta(false, &[(1, "b")]));
-        image.apply();
+        image.apply(usize::MAX);
         assert!(!image.has_pending());
         let at = image.push(delta(false, &[(1, "c")]));
         let held = image.hold(at);

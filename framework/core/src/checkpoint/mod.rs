@@ -19,7 +19,7 @@ pub mod store;
 use std::path::PathBuf;
 
 /// The states an operator chain contributes to one checkpoint, in chain order.
-#[derive(Debug, Default)]
+#[derive(Default)]
 pub(crate) struct StateWriter {
     pub(crate) entries: Vec<StateEntry>,
     /// The states are handed over in memory too (a rescale's or a fast restart's checkpoint).
@@ -27,6 +27,19 @@ pub(crate) struct StateWriter {
     /// Not a checkpoint: operator `uid` hands its state to its backup, as what changed since
     /// its last hand-off if it can (`state::changes`), everything if `true`.
     pub(crate) changes_of: Option<(String, bool)>,
+    /// Called now and then by an operator that works long on this writer (a large hand-off),
+    /// so its supervisor does not take it for hung.
+    pub(crate) progress: Option<std::sync::Arc<dyn Fn() + Send + Sync>>,
+}
+
+impl std::fmt::Debug for StateWriter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StateWriter")
+            .field("entries", &self.entries)
+            .field("hand_over", &self.hand_over)
+            .field("changes_of", &self.changes_of)
+            .finish_non_exhaustive()
+    }
 }
 
 /// One operator subtask's state.
@@ -59,6 +72,7 @@ impl StateWriter {
             entries: Vec::new(),
             hand_over,
             changes_of: None,
+            progress: None,
         }
     }
 
@@ -69,6 +83,7 @@ impl StateWriter {
             entries: Vec::new(),
             hand_over: false,
             changes_of: Some((uid.to_owned(), full)),
+            progress: None,
         }
     }
 
@@ -77,6 +92,13 @@ impl StateWriter {
         match &self.changes_of {
             Some((u, full)) if u == uid => Some(*full),
             _ => None,
+        }
+    }
+
+    /// Says the operator is working (see `progress`).
+    pub(crate) fn progress(&self) {
+        if let Some(p) = &self.progress {
+            p();
         }
     }
 

@@ -248,7 +248,13 @@ where
         let keys = self.state.changes.take(full);
         let timers = self.timers.by_key();
         let mut delta = crate::state::changes::KeyedDelta::new(keys.is_none());
+        let progress = |delta: &crate::state::changes::KeyedDelta| {
+            if delta.index.len() % 8192 == 8191 {
+                w.progress();
+            }
+        };
         let push = |delta: &mut crate::state::changes::KeyedDelta, k: &K, s: &P::State| {
+            progress(delta);
             let entry = EntryRef {
                 key: k,
                 state: s,

@@ -180,12 +180,20 @@ type Entries = HashMap<Box<[u8]>, Box<[u8]>, FxBuildHasher>;
 
 impl KeyedImage {
     /// Applies `d`: its entries replace the keys' (a full delta replaces everything).
+    #[cfg(test)]
     pub(crate) fn apply(&mut self, d: KeyedDelta) {
-        if d.full {
-            self.groups.clear();
+        self.apply_part(&d, 0, d.index.len());
+    }
+
+    /// Applies entries `from..to` of `d` (all of them, in parts, make [`apply`](Self::apply)).
+    pub(crate) fn apply_part(&mut self, d: &KeyedDelta, from: usize, to: usize) {
+        if from == 0 {
+            if d.full {
+                self.groups.clear();
+            }
+            self.own = d.own.clone();
         }
-        self.own = d.own;
-        for e in &d.index {
+        for e in d.index.get(from..to).unwrap_or_default() {
             let key = &d.bytes[e.key.0 as usize..e.key.1 as usize];
             let group = self.groups.entry(e.group).or_default();
             match e.entry {
@@ -200,10 +208,18 @@ impl KeyedImage {
                 }
                 None => {
                     group.remove(key);
+                    if group.is_empty() {
+                        self.groups.remove(&e.group);
+                    }
                 }
             }
         }
-        self.groups.retain(|_, g| !g.is_empty());
+    }
+
+    /// Number of keys.
+    #[cfg(test)]
+    fn keys(&self) -> usize {
+        self.groups.values().map(HashMap::len).sum()
     }
 
     /// Replaces the image with the state of a keyed operator's snapshot `payload` (as
@@ -253,12 +269,6 @@ impl KeyedImage {
         }
         self.groups.retain(|_, g| !g.is_empty());
         Ok(())
-    }
-
-    /// Number of keys.
-    #[cfg(test)]
-    fn keys(&self) -> usize {
-        self.groups.values().map(HashMap::len).sum()
     }
 
     /// The snapshot payload of this state: the CBOR of `Vec<(usize, Vec<entry>)>` (keys in
