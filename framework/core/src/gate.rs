@@ -400,9 +400,40 @@ impl<T: Data> InputGate for TypedGate<T> {
         id: u64,
         w: &mut crate::checkpoint::StateWriter,
     ) -> Result<(), TaskError> {
-        self.head.barrier(id, w)?;
+        // A backed-up operator that hands its changes writes them at the barrier, not its
+        // whole snapshot (unless the states are also handed over in memory: a rescale's).
+        let changes = match self.claims.as_ref().and_then(|c| c.hands_changes()) {
+            Some(full) if !w.hand_over => self.claims.as_ref().map(|c| (c.uid().to_owned(), full)),
+            _ => None,
+        };
+        if changes.is_some() {
+            w.progress = self.claims.as_ref().and_then(|c| c.progress());
+        }
+        w.changes_of = changes;
+        let passed = self.head.barrier(id, w);
+        w.changes_of = None;
+        w.progress = None;
+        passed?;
         if let Some(c) = self.claims.as_mut() {
-            c.on_barrier(id, w, &self.marks);
+            if !c.on_barrier(id, w, &self.marks) {
+                // The backup could not take the changes: the whole snapshot in their place.
+                let uid = c.uid().to_owned();
+                let mut whole = crate::checkpoint::StateWriter::new(w.hand_over);
+                self.head.snapshot_state(&mut whole)?;
+                let at = w
+                    .entries
+                    .iter()
+                    .position(|e| e.uid == uid && e.changes.is_some());
+                let made = whole.entries.into_iter().find(|e| e.uid == uid);
+                match (at, made) {
+                    (Some(at), Some(made)) => w.entries[at] = made,
+                    (None, Some(made)) => w.entries.push(made),
+                    (Some(at), None) => {
+                        w.entries.remove(at);
+                    }
+                    (None, None) => {}
+                }
+            }
         }
         Ok(())
     }

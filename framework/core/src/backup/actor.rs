@@ -101,6 +101,9 @@ impl<T: Data> BackupActor<T> {
 
 struct Drain;
 
+/// Entries of the primary's hand-offs applied per poll of the backup actor.
+const APPLY_BUDGET: usize = 16_384;
+
 impl<T: Data> ActorFuture<BackupActor<T>> for Drain {
     type Output = ();
 
@@ -110,6 +113,15 @@ impl<T: Data> ActorFuture<BackupActor<T>> for Drain {
         ctx: &mut Context<BackupActor<T>>,
         task: &mut TaskContext<'_>,
     ) -> Poll<()> {
+        // The primary's hand-offs are applied to the queue's image here, off its thread, a
+        // part at a time so that heartbeats are answered between two parts.
+        let image = act.group.queue.image();
+        if image.has_pending() {
+            image.apply(APPLY_BUDGET);
+            if image.has_pending() {
+                task.waker().wake_by_ref();
+            }
+        }
         for _ in 0..64 {
             match act.look(task) {
                 DrainStep::Idle => return Poll::Pending,

@@ -22,6 +22,12 @@ pub(crate) struct Claims<T> {
     record_bytes: u64,
     /// When the state was last handed to the queue (stateful operators).
     state_handed: std::time::Instant,
+    /// The least time from one handoff to the next, from what the last one took.
+    handoff_gap: std::time::Duration,
+    /// The operator hands what changed (`state::changes`), not whole snapshots.
+    hands_changes: bool,
+    /// The next hand-off must be everything (the queue asked for it).
+    hand_all: bool,
     /// The input channels' watermarks to start from (a promoted primary's, from the state
     /// it restarts from); taken by the gate.
     pub(super) marks: Option<crate::time::WatermarkMerge>,
@@ -44,6 +50,9 @@ impl<T: Data> Claims<T> {
             pending: Vec::new(),
             record_bytes: std::mem::size_of::<T>().max(1) as u64,
             state_handed: std::time::Instant::now(),
+            handoff_gap: std::time::Duration::ZERO,
+            hands_changes: false,
+            hand_all: false,
             marks: None,
         }
     }
@@ -112,6 +121,16 @@ impl<T: Data> Claims<T> {
             .map_err(|f| self.fenced(f))
     }
 
+    /// What to call while working long (see `BackupGroup::on_progress`).
+    pub(crate) fn progress(&self) -> Option<std::sync::Arc<dyn Fn() + Send + Sync>> {
+        lock(&self.group.progress).clone()
+    }
+
+    /// The backed-up operator's uid.
+    pub(crate) fn uid(&self) -> &str {
+        &self.group.uid
+    }
+
     /// The primary is idle: its last step's output is all out.
     pub(crate) fn settle(&mut self) {
         self.group.positions(&mut self.positions);
@@ -129,19 +148,29 @@ impl<T: Data> Claims<T> {
         let Some(every) = self.group.policy.state_interval else {
             return Ok(());
         };
-        if !self.group.queue.is_stateful() || self.state_handed.elapsed() < every {
+        if !self.group.queue.is_stateful()
+            || self.state_handed.elapsed() < every.max(self.handoff_gap)
+        {
             return Ok(());
         }
-        self.state_handed = std::time::Instant::now();
+        let started = std::time::Instant::now();
         self.settle();
-        let mut w = StateWriter::default();
+        let mut w = StateWriter::changes(&self.group.uid, self.hand_all);
+        w.progress = self.progress();
         head.snapshot_state(&mut w)?;
         let state = w
             .entries
             .into_iter()
             .find(|e| e.uid == self.group.uid)
-            .map(|e| e.payload);
-        self.group
+            .map(|e| match e.changes {
+                Some(delta) => {
+                    self.hands_changes = true;
+                    StateCopy::Changes(delta)
+                }
+                None => StateCopy::Encoded(e.payload),
+            });
+        let taken = self
+            .group
             .queue
             .checkpoint_complete(
                 self.epoch,
@@ -153,22 +182,77 @@ impl<T: Data> Claims<T> {
                     marks: Some(marks.clone()),
                 },
             )
-            .map_err(|f| self.fenced(f))
+            .map_err(|f| self.fenced(f))?;
+        self.hand_all = matches!(taken, Handoff::NeedsFull);
+        // Paced by what it cost (`BackupPolicy::state_share`), measured from the end of this
+        // one.
+        let share = self.group.policy.state_share;
+        self.handoff_gap = started.elapsed().mul_f64((1.0 - share) / share);
+        self.state_handed = std::time::Instant::now();
+        Ok(())
     }
 
-    /// The chain wrote its part of checkpoint `id` into `w`.
+    /// Whether the operator hands its changes (and may at a checkpoint's barrier), and if
+    /// so whether the next hand-off must be everything.
+    pub(crate) fn hands_changes(&self) -> Option<bool> {
+        self.hands_changes.then_some(self.hand_all)
+    }
+
+    /// The chain wrote its part of checkpoint `id` into `w`. An operator that hands its
+    /// changes wrote them instead of its snapshot: they go to the backup (a hand-off at the
+    /// barrier), and the checkpoint's payload is made from the backup's copy, held there,
+    /// off the data path. Returns `false` if that cannot be (the queue refused the changes):
+    /// the caller puts the operator's whole snapshot in their place.
     pub(crate) fn on_barrier(
         &mut self,
         id: u64,
-        w: &StateWriter,
+        w: &mut StateWriter,
         marks: &crate::time::WatermarkMerge,
-    ) {
+    ) -> bool {
         self.settle();
+        if let Some(entry) = w
+            .entries
+            .iter_mut()
+            .find(|e| e.uid == self.group.uid && e.changes.is_some())
+        {
+            let Some(delta) = entry.changes.take() else {
+                return false;
+            };
+            let restart = Restart {
+                checkpoint: 0,
+                step: self.group.queue.next_step(),
+                positions: self.positions.clone().into(),
+                state: Some(StateCopy::Changes(delta)),
+                marks: Some(marks.clone()),
+            };
+            return match self.group.queue.checkpoint_complete(self.epoch, restart) {
+                Ok(Handoff::Taken(Some(at))) => {
+                    let held = self.group.queue.image().hold(at);
+                    entry.deferred =
+                        Some(crate::checkpoint::DeferredPayload(Box::new(move || {
+                            held.resolve()
+                        })));
+                    self.hand_all = false;
+                    self.state_handed = std::time::Instant::now();
+                    true
+                }
+                Ok(Handoff::NeedsFull) => {
+                    self.hand_all = true;
+                    false
+                }
+                Ok(Handoff::Taken(None)) | Err(_) => false,
+            };
+        }
+        if self.hands_changes {
+            // Its hand-offs (every `state_interval`) are the backup's restart points: a
+            // checkpoint's whole snapshot is not needed, nor could changes go on from it.
+            return true;
+        }
         let state = w
             .entries
             .iter()
             .find(|e| e.uid == self.group.uid)
-            .map(|e| e.payload.clone());
+            .map(|e| StateCopy::Encoded(e.payload.clone()));
         // Checkpoints that never complete (aborted, expired) must not pile up state copies.
         if self.pending.len() >= 2 {
             self.pending.remove(0);
@@ -180,6 +264,7 @@ impl<T: Data> Claims<T> {
             state,
             marks: Some(marks.clone()),
         });
+        true
     }
 
     /// Checkpoint `id` completed: the backup restarts from it from now on.

@@ -57,7 +57,13 @@ pub(crate) trait BackupGroup: Send + Sync {
     ) -> Box<dyn InputGate>;
     /// A promotion finished in `took` (metrics).
     fn promoted(&self, took: Duration);
+    /// What the primary calls while it works for long between two batches (handing a large
+    /// state over): the supervisor counts it as an answer, so busy is not taken for hung.
+    fn on_progress(&self, progress: Progress);
 }
+
+/// See [`BackupGroup::on_progress`].
+pub(crate) type Progress = StdArc<dyn Fn() + Send + Sync>;
 
 /// What the job needs to build a promoted primary.
 pub(crate) struct Promotion {
@@ -103,6 +109,8 @@ pub(crate) struct TypedGroup<T> {
     credit: crate::channel::Credit,
     pub(super) slot: Mutex<Option<BackupInputs<T>>>,
     promoting: Mutex<Option<Promoting<T>>>,
+    /// The supervisor's "the primary is working" (see [`BackupGroup::on_progress`]).
+    pub(super) progress: Mutex<Option<Progress>>,
     generation: AtomicU64,
     faults: crate::fault::FaultPlan,
     promotions: AtomicU64,
@@ -170,6 +178,7 @@ impl<T: Data> TypedGroup<T> {
                 generation: 1,
             })),
             promoting: Mutex::new(None),
+            progress: Mutex::new(None),
             generation: AtomicU64::new(1),
             faults: spec.faults,
             make_gate,
@@ -388,6 +397,10 @@ impl<T: Data> BackupGroup for TypedGroup<T> {
             crate::erased::unbox(head),
             Some(Box::new(claims)),
         )
+    }
+
+    fn on_progress(&self, progress: Progress) {
+        *lock(&self.progress) = Some(progress);
     }
 
     fn promoted(&self, took: Duration) {

@@ -29,6 +29,7 @@ pub(crate) mod queue;
 mod actor;
 mod claims;
 mod group;
+mod image;
 mod policy;
 
 pub(crate) use actor::{BackupActor, BackupPing};
@@ -56,6 +57,6 @@ use crate::sync::atomic::{AtomicU64, Ordering};
 use crate::sync::{lock, AtomicWaker, Mutex};
 use crate::Data;
 
-use queue::{BatchId, BufferQueue, QueueStats, Restart};
+use queue::{BatchId, BufferQueue, Handoff, QueueStats, Restart, StateCopy};
 
 type StdArc<T> = std::sync::Arc<T>;

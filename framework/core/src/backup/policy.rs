@@ -15,7 +15,7 @@ use super::*;
 ///     .max_memory(64 << 20);
 /// assert_eq!(policy.heartbeat_timeout, Duration::from_millis(100));
 /// ```
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct BackupPolicy {
     /// How often the supervisor pings each primary through its system lane (default 50 ms).
@@ -34,9 +34,17 @@ pub struct BackupPolicy {
     /// How often a stateful primary hands its operator state to the buffer queue, in
     /// memory, between two batches (default 20 ms): a promotion restores the latest and
     /// replays only the batches after it, instead of everything since the last checkpoint.
-    /// Each handoff serializes the subtask's state: for a large keyed state choose a longer
-    /// interval. `None`: only at completed checkpoints.
+    /// A keyed process function (and `reduce`) hands only the entries of the keys written
+    /// since its last handoff, which the backup applies to its copy off the primary's thread,
+    /// so a handoff costs what changed, not the state; other operators hand their whole
+    /// snapshot. `None`: only at completed checkpoints.
     pub state_interval: Option<Duration>,
+    /// The largest share of the primary's time its handoffs may take (default 0.1): after a
+    /// handoff that took `d`, the next waits at least `d * (1 - share) / share`, even if
+    /// `state_interval` is shorter. A state that changes faster than the primary can hand it
+    /// over then costs at most this share of throughput, and a promotion replays more
+    /// batches instead (those since the last handoff). 1.0: no bound.
+    pub state_share: f64,
 }
 
 impl Default for BackupPolicy {
@@ -47,6 +55,7 @@ impl Default for BackupPolicy {
             max_memory: 256 << 20,
             batch_size: Some(256),
             state_interval: Some(Duration::from_millis(20)),
+            state_share: 0.1,
         }
     }
 }
@@ -69,6 +78,13 @@ impl BackupPolicy {
     /// completed checkpoints).
     pub fn state_interval(mut self, every: Option<Duration>) -> Self {
         self.state_interval = every;
+        self
+    }
+
+    /// Sets the largest share of the primary's time its state handoffs may take (see
+    /// [`state_share`](Self::state_share)).
+    pub fn state_share(mut self, share: f64) -> Self {
+        self.state_share = share;
         self
     }
 
@@ -100,6 +116,9 @@ impl BackupPolicy {
         }
         if self.state_interval.is_some_and(|d| d.is_zero()) {
             return bad("backup.state_interval", "must be more than 0");
+        }
+        if !(self.state_share > 0.0 && self.state_share <= 1.0) {
+            return bad("backup.state_share", "must be more than 0 and at most 1");
         }
         if self.batch_size == Some(0) {
             return bad("backup.batch_size", "must be at least 1 record");

@@ -32,6 +32,8 @@
 
 use std::collections::VecDeque;
 
+use super::image::StateImage;
+use crate::state::changes::KeyedDelta;
 use crate::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use crate::sync::{lock, ConcurrentMap, Mutex};
 use crate::time::{Watermark, WatermarkMerge};
@@ -99,11 +101,35 @@ pub(crate) struct Restart {
     pub(crate) step: u64,
     /// Output positions at the checkpoint.
     pub(crate) positions: Box<[u64]>,
-    /// The operator's snapshot, if it had one.
-    pub(crate) state: Option<Vec<u8>>,
+    /// The operator's state, if it has one.
+    pub(crate) state: Option<StateCopy>,
     /// The input channels' watermarks at that point (a replay merges the channels'
     /// watermarks from there, as the primary did).
     pub(crate) marks: Option<WatermarkMerge>,
+}
+
+/// How the primary's state reaches the queue, and how the queue holds it.
+#[derive(Debug, Clone)]
+pub(crate) enum StateCopy {
+    /// A snapshot, whole (a checkpoint's, or a hand-off from an operator that does not track
+    /// its changes).
+    Encoded(Vec<u8>),
+    /// What changed since the primary's last hand-off (or everything, if `full`): handed in,
+    /// applied to the queue's image.
+    Changes(KeyedDelta),
+    /// Held: the queue's image, after its pending changes.
+    InImage,
+}
+
+/// Whether a hand-off was taken.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Handoff {
+    /// Taken (or older than what the queue holds, and not needed); changes taken into the
+    /// image end at the point given.
+    Taken(Option<u64>),
+    /// Changes with no image to apply them to (the queue's state is a whole snapshot, or the
+    /// changes came out of order): the restart point stays; the primary must hand everything.
+    NeedsFull,
 }
 
 /// What a promoted backup replays, in order, before it reads its input channels.
@@ -176,6 +202,9 @@ pub(crate) struct BufferQueue<P> {
     marks: Mutex<Vec<(u32, u64, Watermark)>>,
     log: Mutex<StepLog>,
     restart: Mutex<Restart>,
+    /// The primary's state, built from its changes (when it hands changes): the restart
+    /// point's state when it holds [`StateCopy::InImage`].
+    image: std::sync::Arc<StateImage>,
     stateful: bool,
     max_bytes: u64,
     bytes: AtomicU64,
@@ -197,6 +226,7 @@ impl<P: Clone> BufferQueue<P> {
         max_bytes: u64,
         initial: Option<Vec<u8>>,
     ) -> Self {
+        let initial = initial.map(StateCopy::Encoded);
         let zeros: Box<[u64]> = vec![0; outputs].into();
         BufferQueue {
             entries: ConcurrentMap::new(),
@@ -217,6 +247,7 @@ impl<P: Clone> BufferQueue<P> {
                 state: initial,
                 marks: None,
             }),
+            image: std::sync::Arc::new(StateImage::new()),
             stateful,
             max_bytes,
             bytes: AtomicU64::new(0),
@@ -400,20 +431,74 @@ impl<P: Clone> BufferQueue<P> {
     /// replacement, or one finishing its last batch) holds state that includes batches the
     /// new primary replays, and its output positions count output that never got through.
     /// Taken as the restart point, a later promotion would count those batches twice.
-    pub(crate) fn checkpoint_complete(&self, epoch: u64, restart: Restart) -> Result<(), Fenced> {
+    ///
+    /// Changes ([`StateCopy::Changes`]) are appended for the backup to apply; they need the
+    /// image the earlier ones built ([`Handoff::NeedsFull`] otherwise).
+    pub(crate) fn checkpoint_complete(
+        &self,
+        epoch: u64,
+        mut restart: Restart,
+    ) -> Result<Handoff, Fenced> {
         let mut log = lock(&self.log);
         if log.epoch != epoch {
             return Err(Fenced { epoch: log.epoch });
         }
+        let mut handoff = Handoff::Taken(None);
         {
             let mut r = lock(&self.restart);
-            if restart.step < r.step {
-                return Ok(());
+            match restart.state.take() {
+                Some(StateCopy::Changes(delta)) => {
+                    if restart.step < r.step {
+                        // Applying them would leave the image behind the restart point: the
+                        // queue keeps what it has until a whole hand-off.
+                        return Ok(Handoff::NeedsFull);
+                    }
+                    if !delta.full {
+                        // Changes since the primary's restore point; what the queue holds is
+                        // that state or a later one (its restart point only moves forward),
+                        // and changes since an older point apply to a newer state as well.
+                        match r.state.take() {
+                            Some(StateCopy::InImage) => {}
+                            Some(StateCopy::Encoded(payload)) => {
+                                self.image.push_base(payload, delta.own.is_some())
+                            }
+                            None => {
+                                self.image.push(KeyedDelta::new(true));
+                            }
+                            held @ Some(StateCopy::Changes(_)) => {
+                                r.state = held; // never held: changes are applied
+                                return Ok(Handoff::NeedsFull);
+                            }
+                        }
+                    }
+                    let at = self.image.push(delta);
+                    restart.state = Some(StateCopy::InImage);
+                    handoff = Handoff::Taken(Some(at));
+                }
+                _ if restart.step < r.step => return Ok(Handoff::Taken(None)),
+                whole => restart.state = whole,
             }
             *r = restart;
         }
         self.release_locked(&mut log);
-        Ok(())
+        Ok(handoff)
+    }
+
+    /// The primary's state as the backup holds it (the backup actor applies its changes
+    /// between batches; a checkpoint holds it at its barrier).
+    pub(crate) fn image(&self) -> &std::sync::Arc<StateImage> {
+        &self.image
+    }
+
+    /// The restart point's state as a snapshot payload (`r`: the restart point, locked).
+    fn restart_payload(&self, r: &Restart) -> Option<Result<Vec<u8>, ()>> {
+        match r.state.as_ref()? {
+            StateCopy::Encoded(bytes) => Some(Ok(bytes.clone())),
+            StateCopy::InImage => Some(self.image.payload().map_err(|e| {
+                tracing::error!(error = %e, "the backup's copy of the state cannot be restored");
+            })),
+            StateCopy::Changes(_) => Some(Err(())),
+        }
     }
 
     fn release_locked(&self, log: &mut StepLog) {
@@ -468,7 +553,12 @@ impl<P: Clone> BufferQueue<P> {
             if r.step < log.first {
                 return None; // cannot happen: steps after the checkpoint are never released
             }
-            let restore = r.state.clone().map(|s| (r.checkpoint, s));
+            let restore = match self.restart_payload(&r) {
+                None => None,
+                Some(Ok(state)) => Some((r.checkpoint, state)),
+                // The image could not be built (a snapshot it cannot read): restart-all.
+                Some(Err(())) => return None,
+            };
             (r.step, r.positions.clone(), restore, r.marks.clone())
         } else {
             // The first step whose output did not all get through.
@@ -772,7 +862,7 @@ mod tests {
             checkpoint,
             step,
             positions: vec![position].into(),
-            state: Some(vec![state]),
+            state: Some(StateCopy::Encoded(vec![state])),
             marks: None,
         }
     }

@@ -19,11 +19,27 @@ pub mod store;
 use std::path::PathBuf;
 
 /// The states an operator chain contributes to one checkpoint, in chain order.
-#[derive(Debug, Default)]
+#[derive(Default)]
 pub(crate) struct StateWriter {
     pub(crate) entries: Vec<StateEntry>,
     /// The states are handed over in memory too (a rescale's or a fast restart's checkpoint).
     pub(crate) hand_over: bool,
+    /// Not a checkpoint: operator `uid` hands its state to its backup, as what changed since
+    /// its last hand-off if it can (`state::changes`), everything if `true`.
+    pub(crate) changes_of: Option<(String, bool)>,
+    /// Called now and then by an operator that works long on this writer (a large hand-off),
+    /// so its supervisor does not take it for hung.
+    pub(crate) progress: Option<std::sync::Arc<dyn Fn() + Send + Sync>>,
+}
+
+impl std::fmt::Debug for StateWriter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StateWriter")
+            .field("entries", &self.entries)
+            .field("hand_over", &self.hand_over)
+            .field("changes_of", &self.changes_of)
+            .finish_non_exhaustive()
+    }
 }
 
 /// One operator subtask's state.
@@ -32,6 +48,21 @@ pub(crate) struct StateEntry {
     pub(crate) uid: String,
     pub(crate) key_groups: Option<(usize, usize)>,
     pub(crate) payload: Vec<u8>,
+    /// What changed (a hand-off's, from an operator that tracks its changes); `payload` is
+    /// then empty.
+    pub(crate) changes: Option<crate::state::changes::KeyedDelta>,
+    /// The payload, made later (off the data path) by this; `payload` is then empty.
+    pub(crate) deferred: Option<DeferredPayload>,
+}
+
+/// A snapshot payload made when called: a backed-up keyed operator's checkpoint state,
+/// built from its backup's copy by the checkpoint's writer thread. Dropping it gives up.
+pub(crate) struct DeferredPayload(pub(crate) Box<dyn FnOnce() -> Result<Vec<u8>, String> + Send>);
+
+impl std::fmt::Debug for DeferredPayload {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("DeferredPayload")
+    }
 }
 
 impl StateWriter {
@@ -40,7 +71,51 @@ impl StateWriter {
         StateWriter {
             entries: Vec::new(),
             hand_over,
+            changes_of: None,
+            progress: None,
         }
+    }
+
+    /// A writer for operator `uid`'s hand-off to its backup: what changed (or everything,
+    /// `full`) from an operator that tracks it, its snapshot from the others.
+    pub(crate) fn changes(uid: &str, full: bool) -> Self {
+        StateWriter {
+            entries: Vec::new(),
+            hand_over: false,
+            changes_of: Some((uid.to_owned(), full)),
+            progress: None,
+        }
+    }
+
+    /// Whether operator `uid` is asked for its changes, and if so whether for everything.
+    pub(crate) fn changes_of(&self, uid: &str) -> Option<bool> {
+        match &self.changes_of {
+            Some((u, full)) if u == uid => Some(*full),
+            _ => None,
+        }
+    }
+
+    /// Says the operator is working (see `progress`).
+    pub(crate) fn progress(&self) {
+        if let Some(p) = &self.progress {
+            p();
+        }
+    }
+
+    /// Adds operator `uid`'s changes (of the key groups it owns).
+    pub(crate) fn put_changes(
+        &mut self,
+        uid: &str,
+        key_groups: Option<(usize, usize)>,
+        delta: crate::state::changes::KeyedDelta,
+    ) {
+        self.entries.push(StateEntry {
+            uid: uid.to_owned(),
+            key_groups,
+            payload: Vec::new(),
+            changes: Some(delta),
+            deferred: None,
+        });
     }
 
     pub(crate) fn put(&mut self, uid: &str, key_groups: Option<(usize, usize)>, payload: Vec<u8>) {
@@ -48,6 +123,8 @@ impl StateWriter {
             uid: uid.to_owned(),
             key_groups,
             payload,
+            changes: None,
+            deferred: None,
         });
     }
 }

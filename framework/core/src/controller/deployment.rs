@@ -227,17 +227,22 @@ fn backup_slot(
         .clone()
         .start_backup(&arbiters[b].handle(), at.events.clone(), attempt, k);
     let policy = group.policy();
+    let heartbeats = Heartbeats::new(
+        policy.heartbeat_interval,
+        policy.heartbeat_timeout,
+        Instant::now(),
+    );
+    let primary = heartbeats.primary.clone();
+    group.on_progress(std::sync::Arc::new(move || {
+        primary.answered(Instant::now())
+    }));
     BackupSlot {
         actor: k,
         group: group.clone(),
         primary_arbiter: p,
         backup_arbiter: b,
         backup,
-        heartbeats: Heartbeats::new(
-            policy.heartbeat_interval,
-            policy.heartbeat_timeout,
-            Instant::now(),
-        ),
+        heartbeats,
         recent_promotions: 0,
         last_promotion: None,
     }

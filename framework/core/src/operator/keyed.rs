@@ -234,9 +234,58 @@ where
                 if !e.timers.is_empty() {
                     self.timers.restore(&e.key, &e.timers);
                 }
-                self.state.map.insert(e.key, e.state);
+                self.state.restore(e.key, e.state);
             }
         }
+        Ok(())
+    }
+
+    /// Hands what changed since the last hand-off to `w` (everything the first time, or when
+    /// `w` asks for it): each changed key's entry encoded on its own, so the cost is the
+    /// change, not the state (see `state::changes`).
+    fn hand_changes(&mut self, w: &mut StateWriter) -> Result<(), TaskError> {
+        let full = w.changes_of(&self.core.info.uid) == Some(true);
+        let keys = self.state.changes.take(full);
+        let timers = self.timers.by_key();
+        let mut delta = crate::state::changes::KeyedDelta::new(keys.is_none());
+        let progress = |delta: &crate::state::changes::KeyedDelta| {
+            if delta.index.len() % 8192 == 8191 {
+                w.progress();
+            }
+        };
+        let push = |delta: &mut crate::state::changes::KeyedDelta, k: &K, s: &P::State| {
+            progress(delta);
+            let entry = EntryRef {
+                key: k,
+                state: s,
+                timers: timers.get(k).map(Vec::as_slice),
+            };
+            delta.push(key_group_of(k, self.max_parallelism), k, Some(&entry))
+        };
+        let pushed = match &keys {
+            None => self
+                .state
+                .map
+                .iter()
+                .try_for_each(|(k, t)| push(&mut delta, k, &t.state)),
+            Some(keys) => keys.iter().try_for_each(|k| match self.state.map.get(k) {
+                Some(t) => push(&mut delta, k, &t.state),
+                None => delta.push::<K, EntryRef<'_, K, P::State>>(
+                    key_group_of(k, self.max_parallelism),
+                    k,
+                    None,
+                ),
+            }),
+        };
+        pushed.map_err(|e| self.core.state_error(e))?;
+        if let Some(h) = &self.hooks {
+            let own = (h.snapshot)(&self.f).map_err(|e| self.core.state_error(e.to_string()))?;
+            delta.own =
+                Some(crate::checkpoint::encode(&own).map_err(|e| self.core.state_error(e))?);
+        }
+        let info = &self.core.info;
+        let range = key_group_range(info.subtask, self.max_parallelism, info.parallelism);
+        w.put_changes(&info.uid, Some((range.start, range.end)), delta);
         Ok(())
     }
 
@@ -247,17 +296,15 @@ where
         budget: usize,
         now: Option<EventTime>,
     ) -> Result<(), TaskError> {
-        let (f, map, timers) = (&mut self.f, &mut self.state.map, &mut self.timers);
+        let (f, state, timers) = (&mut self.f, &mut self.state, &mut self.timers);
         self.core.run(0, |out| {
             let mut n = 0;
             while n < budget {
                 let Some((t, domain, k)) = timers.pop_due(now) else {
                     break;
                 };
-                if !map.contains_key(&k) {
-                    map.insert(k.clone(), P::State::default());
-                }
-                let Some(s) = map.get_mut(&k) else {
+                // A fired timer changes the key's entry (its timers) whatever `on_timer` does.
+                let Some(s) = state.write(&k, P::State::default) else {
                     continue;
                 };
                 f.on_timer(
@@ -308,18 +355,23 @@ where
 {
     #[inline]
     fn push(&mut self, batch: &mut Vec<I>) -> Result<(), TaskError> {
-        let (key_fn, f, map) = (&mut self.key_fn, &mut self.f, &mut self.state.map);
+        let (key_fn, f) = (&mut self.key_fn, &mut self.f);
+        let crate::state::KeyedState { map, changes } = &mut self.state;
         let (ts, timers) = (&self.ts, &mut self.timers);
         self.core.run(batch.len(), |out| {
             for r in batch.drain(..) {
                 let k = key_fn(&r);
                 let t = ts.as_ref().map(|ts| ts(&r));
-                if let Some(s) = map.get_mut(&k) {
-                    f.process_with_ctx(&k, s, r, &mut KeyedContext::new(&k, t, timers), out);
+                if let Some(e) = map.get_mut(&k) {
+                    changes.touch(&k, &mut e.logged);
+                    let ctx = &mut KeyedContext::new(&k, t, timers);
+                    f.process_with_ctx(&k, &mut e.state, r, ctx, out);
                 } else {
-                    let mut s = P::State::default();
-                    f.process_with_ctx(&k, &mut s, r, &mut KeyedContext::new(&k, t, timers), out);
-                    map.insert(k, s);
+                    let mut state = P::State::default();
+                    let ctx = &mut KeyedContext::new(&k, t, timers);
+                    f.process_with_ctx(&k, &mut state, r, ctx, out);
+                    let logged = changes.inserted(&k);
+                    map.insert(k, crate::state::Tracked { state, logged });
                 }
             }
         })
@@ -337,19 +389,24 @@ where
         self.core.next.barrier(id, w)
     }
     fn snapshot_state(&mut self, w: &mut StateWriter) -> Result<(), TaskError> {
+        if w.changes_of(&self.core.info.uid).is_some() {
+            return self.hand_changes(w);
+        }
         let timers = self.timers.by_key();
-        let groups: Grouped<EntryRef<'_, K, P::State>> =
-            by_key_group(&self.state.map, self.max_parallelism)
-                .into_iter()
-                .map(|(g, entries)| {
-                    let entries = entries.into_iter().map(|(key, state)| EntryRef {
-                        key,
-                        state,
-                        timers: timers.get(key).map(Vec::as_slice),
-                    });
-                    (g, entries.collect())
-                })
-                .collect();
+        let groups: Grouped<EntryRef<'_, K, P::State>> = by_key_group(
+            self.state.map.iter().map(|(k, t)| (k, &t.state)),
+            self.max_parallelism,
+        )
+        .into_iter()
+        .map(|(g, entries)| {
+            let entries = entries.into_iter().map(|(key, state)| EntryRef {
+                key,
+                state,
+                timers: timers.get(key).map(Vec::as_slice),
+            });
+            (g, entries.collect())
+        })
+        .collect();
         let payload = match &self.hooks {
             None => crate::checkpoint::encode(&groups),
             Some(h) => {

@@ -16,6 +16,7 @@
 //! This module owns the containers and the TTL bookkeeping, not their snapshots (the keyed
 //! operators in `operator` write those).
 
+pub(crate) mod changes;
 mod ttl;
 
 use std::collections::HashMap;
@@ -456,13 +457,23 @@ where
 /// The states of every key a keyed subtask has seen.
 #[derive(Debug)]
 pub struct KeyedState<K, S> {
-    pub(crate) map: HashMap<K, S, FxBuildHasher>,
+    pub(crate) map: HashMap<K, Tracked<S>, FxBuildHasher>,
+    /// The keys written since the state was last handed over ([`changes`]).
+    pub(crate) changes: changes::ChangeLog<K>,
+}
+
+/// A key's state and the generation of the change log it was last logged in.
+#[derive(Debug)]
+pub(crate) struct Tracked<S> {
+    pub(crate) state: S,
+    pub(crate) logged: changes::Generation,
 }
 
 impl<K, S> Default for KeyedState<K, S> {
     fn default() -> Self {
         KeyedState {
             map: HashMap::default(),
+            changes: changes::ChangeLog::default(),
         }
     }
 }
@@ -470,15 +481,16 @@ impl<K, S> Default for KeyedState<K, S> {
 impl<K: Hash + Eq, S> KeyedState<K, S> {
     /// The state of one key.
     pub fn get(&self, key: &K) -> Option<&S> {
-        self.map.get(key)
+        self.map.get(key).map(|t| &t.state)
     }
     /// Every key and its state, in no particular order.
     pub fn iter(&self) -> impl Iterator<Item = (&K, &S)> {
-        self.map.iter()
+        self.map.iter().map(|(k, t)| (k, &t.state))
     }
     /// Every key and its mutable state.
     pub fn iter_mut(&mut self) -> impl Iterator<Item = (&K, &mut S)> {
-        self.map.iter_mut()
+        self.changes.lose_track();
+        self.map.iter_mut().map(|(k, t)| (k, &mut t.state))
     }
     /// Number of keys.
     pub fn len(&self) -> usize {
@@ -487,6 +499,47 @@ impl<K: Hash + Eq, S> KeyedState<K, S> {
     /// Whether no key has state.
     pub fn is_empty(&self) -> bool {
         self.map.is_empty()
+    }
+}
+
+impl<K, S> KeyedState<K, S> {
+    /// An empty state whose changes are logged from the start if `tracked` (a backed-up
+    /// operator's: its backup holds the state it starts from).
+    pub(crate) fn tracking(tracked: bool) -> Self {
+        KeyedState {
+            map: HashMap::default(),
+            changes: if tracked {
+                changes::ChangeLog::tracking()
+            } else {
+                changes::ChangeLog::default()
+            },
+        }
+    }
+}
+
+impl<K: Hash + Eq + Clone, S> KeyedState<K, S> {
+    /// The state of `key` to write, created with `new` if it has none; logged as changed.
+    pub(crate) fn write(&mut self, key: &K, new: impl FnOnce() -> S) -> Option<&mut S> {
+        let KeyedState { map, changes } = self;
+        if !map.contains_key(key) {
+            let logged = changes.inserted(key);
+            map.insert(
+                key.clone(),
+                Tracked {
+                    state: new(),
+                    logged,
+                },
+            );
+            return map.get_mut(key).map(|t| &mut t.state);
+        }
+        let t = map.get_mut(key)?;
+        changes.touch(key, &mut t.logged);
+        Some(&mut t.state)
+    }
+
+    /// Sets `key`'s state (a restore): not a change to hand over.
+    pub(crate) fn restore(&mut self, key: K, state: S) {
+        self.map.insert(key, Tracked { state, logged: 0 });
     }
 }
 

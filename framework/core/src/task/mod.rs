@@ -268,7 +268,28 @@ impl SubtaskActor {
         let hand_over = self.hands_over(id);
         let mut payloads = Vec::new();
         let mut envelopes = Vec::with_capacity(w.entries.len());
-        for e in w.entries {
+        let mut deferred = Vec::new();
+        for mut e in w.entries {
+            if let Some(d) = e.deferred.take() {
+                if hand_over {
+                    // Needed now: made here (the gate does not defer such checkpoints).
+                    match (d.0)() {
+                        Ok(p) => e.payload = p,
+                        Err(reason) => {
+                            let reason = format!("cannot make the state of `{}`: {reason}", e.uid);
+                            tracing::warn!(uid = %self.id.head_uid, subtask = self.id.subtask, checkpoint = id, %reason, "checkpoint declined");
+                            let _ = self.events.unbounded_send(JobEvent::Declined {
+                                attempt: self.id.attempt,
+                                id,
+                                reason,
+                            });
+                            return;
+                        }
+                    }
+                } else {
+                    deferred.push((envelopes.len(), d));
+                }
+            }
             if hand_over {
                 payloads.push((e.uid.clone(), e.payload.clone()));
             }
@@ -291,6 +312,7 @@ impl SubtaskActor {
             subtask: self.id.subtask,
             events: self.events.clone(),
             envelopes,
+            deferred,
             payloads,
             part: AckPart {
                 files: Vec::new(),
@@ -394,6 +416,8 @@ struct StateWrite {
     subtask: usize,
     events: UnboundedSender<JobEvent>,
     envelopes: Vec<SnapshotEnvelope>,
+    /// Envelopes whose payload is made here, off the data path (by index).
+    deferred: Vec<(usize, crate::checkpoint::DeferredPayload)>,
     payloads: Vec<(String, Vec<u8>)>,
     part: AckPart,
 }
@@ -402,6 +426,27 @@ impl StateWrite {
     /// Writes every state file, then acknowledges the checkpoint, or declines it naming the
     /// write that failed.
     fn run(mut self) {
+        for (i, make) in std::mem::take(&mut self.deferred) {
+            let Some(env) = self.envelopes.get_mut(i) else {
+                continue;
+            };
+            match (make.0)() {
+                Ok(payload) => {
+                    env.payload_crc32 = Some(crc32fast::hash(&payload));
+                    env.payload = payload;
+                }
+                Err(reason) => {
+                    let reason = format!("cannot make the state of `{}`: {reason}", env.uid);
+                    tracing::warn!(uid = %self.head_uid, subtask = self.subtask, checkpoint = self.id, %reason, "cannot write checkpoint state");
+                    let _ = self.events.unbounded_send(JobEvent::Declined {
+                        attempt: self.attempt,
+                        id: self.id,
+                        reason,
+                    });
+                    return;
+                }
+            }
+        }
         for env in std::mem::take(&mut self.envelopes) {
             match crate::checkpoint::store::write_state(&self.root, &env) {
                 Ok((file, size)) => self.part.files.push(StateFile {

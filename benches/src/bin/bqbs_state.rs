@@ -1,0 +1,193 @@
+//! `bqbs_state`: what a buffer-queue backup costs a keyed operator with a large state, and
+//! what its promotion costs. Prints one JSON line per run.
+//!
+//! The job: generated records `0..records`, keyed by `i % keys`, a keyed process function
+//! holding a `(u64, u64, String)` per key (a count, a sum, a label: the state of #39's
+//! measurements), which emits nothing until its input ends and then one `(key, count, sum)`
+//! per key. Each run is one of:
+//!
+//! - `plain`: no backup; the baseline;
+//! - `backup`: `.with_backup()` (its state handed to the backup every 20 ms by default);
+//! - `promote`: with a backup, and the primary panics at record `--fault-at` (default half
+//!   way): the backup is promoted; the line reports the promotion's recovery time and checks
+//!   every key's count and sum against the sequential answer (nothing lost, nothing twice).
+//!
+//! ```text
+//! cargo run --release -p weir-benches --bin bqbs_state -- --keys 1000000 --records 20000000
+//! ```
+
+use std::time::{Duration, Instant};
+
+use clap::Parser;
+use serde_json::json;
+use weir::{BackupPolicy, Collector, Env, EnvConfig, KeyedProcessFunction, KeyedState};
+use weir_testing::{quiet_injected_panics, Fault, FaultKind, FaultPlan};
+
+#[derive(Parser)]
+#[command(
+    about = "A backed-up keyed operator with a large state: throughput with and without \
+                   its backup, and one promotion; prints one JSON line per run."
+)]
+struct Args {
+    /// Distinct keys.
+    #[arg(long, default_value_t = 1_000_000)]
+    keys: u64,
+    /// Records (generated; record `i` has key `i % keys`).
+    #[arg(long, default_value_t = 20_000_000)]
+    records: u64,
+    /// Runs to make: any of plain, backup, promote (comma-separated).
+    #[arg(long, default_value = "plain,backup,promote")]
+    runs: String,
+    /// How often the primary hands its state to its backup (ms).
+    #[arg(long, default_value_t = 20)]
+    state_interval_ms: u64,
+    /// The record at which the primary panics (promote; default half the records).
+    #[arg(long)]
+    fault_at: Option<u64>,
+    /// The backup's heartbeat timeout: a primary silent this long is taken for hung.
+    #[arg(long, default_value_t = 250)]
+    heartbeat_timeout_ms: u64,
+    /// Checkpoint interval, for every run (a stateful backup needs checkpoints).
+    #[arg(long, default_value_t = 1000)]
+    checkpoint_interval_ms: u64,
+    /// Repeat each run this many times.
+    #[arg(long, default_value_t = 1)]
+    repeat: usize,
+}
+
+/// A count, a sum and a label per key; everything at the end of the input.
+#[derive(Clone)]
+struct Tally;
+
+type Row = (u64, u64, u64);
+
+impl KeyedProcessFunction<u64, u64, Row> for Tally {
+    type State = (u64, u64, String);
+    fn process(&mut self, key: &u64, s: &mut Self::State, x: u64, _out: &mut Collector<Row>) {
+        if s.2.is_empty() {
+            s.2 = format!("key-{key}");
+        }
+        s.0 += 1;
+        s.1 = s.1.wrapping_add(x);
+    }
+    fn end_of_input(&mut self, state: &mut KeyedState<u64, Self::State>, out: &mut Collector<Row>) {
+        for (k, (n, sum, _)) in state.iter() {
+            out.collect((*k, *n, *sum));
+        }
+    }
+}
+
+fn main() {
+    let args = Args::parse();
+    quiet_injected_panics();
+    for _ in 0..args.repeat {
+        for run in args.runs.split(',') {
+            let line = match run {
+                "plain" | "backup" | "promote" => one(&args, run),
+                other => {
+                    json!({"bench": "bqbs_state", "error": format!("unknown run `{other}`: plain, backup or promote")})
+                }
+            };
+            println!("{line}");
+        }
+    }
+}
+
+fn one(args: &Args, run: &str) -> serde_json::Value {
+    let mut cfg = EnvConfig::default();
+    cfg.checkpoint.interval = Some(Duration::from_millis(args.checkpoint_interval_ms));
+    let faults = FaultPlan::new(vec![Fault::new(
+        "tally",
+        FaultKind::Panic,
+        args.fault_at.unwrap_or(args.records / 2),
+    )]);
+    if run == "promote" {
+        cfg.faults = faults.clone();
+    }
+    let env = Env::with_config(cfg);
+    let keys = args.keys;
+    let tallied = env
+        .generate(args.records, |i| i)
+        .key_by(move |x: &u64| x % keys)
+        .process_with(Tally)
+        .uid("tally");
+    let tallied = if run == "plain" {
+        tallied
+    } else {
+        let policy = BackupPolicy::default()
+            .heartbeat(
+                Duration::from_millis(args.heartbeat_timeout_ms.div_ceil(5).max(1)),
+                Duration::from_millis(args.heartbeat_timeout_ms),
+            )
+            .state_interval(Some(Duration::from_millis(args.state_interval_ms)));
+        tallied.with_backup_policy(policy)
+    };
+    let out = tallied.collect();
+    let started = Instant::now();
+    let handle = match env.start("bqbs-state") {
+        Ok(h) => h,
+        Err(e) => return json!({"bench": "bqbs_state", "run": run, "error": e.to_string()}),
+    };
+    let monitor = handle.monitor();
+    let result = match handle.wait() {
+        Ok(r) => r,
+        Err(e) => {
+            let failures: Vec<String> = monitor
+                .failures()
+                .iter()
+                .take(5)
+                .map(|f| format!("{f:?}"))
+                .collect();
+            return json!({"bench": "bqbs_state", "run": run, "error": e.to_string(), "first_failures": failures});
+        }
+    };
+    let seconds = started.elapsed().as_secs_f64();
+    let rows = out.take();
+    let (mut wrong, mut seen) = (0u64, 0u64);
+    for (k, n, sum) in &rows {
+        seen += 1;
+        let (want_n, want_sum) = expected(*k, keys, args.records);
+        if (*n, *sum) != (want_n, want_sum) {
+            wrong += 1;
+        }
+    }
+    let promotions: Vec<_> = result
+        .backups
+        .iter()
+        .filter_map(|b| {
+            b.last_failover
+                .map(|d| (b.promotions, d.as_secs_f64() * 1e3))
+        })
+        .collect();
+    json!({
+        "bench": "bqbs_state",
+        "run": run,
+        "keys": keys,
+        "records": args.records,
+        "state_interval_ms": args.state_interval_ms,
+        "checkpoint_interval_ms": args.checkpoint_interval_ms,
+        "checkpoints": result.checkpoints.as_ref().map(|c| c.number_of_completed_checkpoints),
+        "seconds": seconds,
+        "records_per_second": args.records as f64 / seconds,
+        "promotions": promotions.iter().map(|p| p.0).sum::<u64>(),
+        "failover_ms": promotions.first().map(|p| p.1),
+        "faults_fired": faults.fired(),
+        "keys_out": seen,
+        "keys_wrong": wrong,
+        "keys_missing": keys.min(args.records) - seen.min(keys.min(args.records)),
+        "exactly_once": wrong == 0 && seen == keys.min(args.records),
+    })
+}
+
+/// Key `k`'s count and sum of the records `i < records` with `i % keys == k`.
+fn expected(k: u64, keys: u64, records: u64) -> (u64, u64) {
+    if k >= records {
+        return (0, 0);
+    }
+    let n = (records - 1 - k) / keys + 1;
+    // k + (k + keys) + ... = n k + keys n (n - 1) / 2, wrapping as the operator's sum does.
+    let sum = n
+        .wrapping_mul(k)
+        .wrapping_add(keys.wrapping_mul(n.wrapping_mul(n.wrapping_sub(1)) / 2));
+    (n, sum)
+}

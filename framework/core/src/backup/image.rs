@@ -1,0 +1,273 @@
+//! The primary's keyed state as its backup holds it: a [`KeyedImage`] built from what the
+//! primary hands over (a base snapshot, then changes), applied off the primary's thread.
+//!
+//! The primary only appends ([`StateImage::push`]); the backup actor applies what was
+//! appended between its batches ([`StateImage::apply`]); a promotion takes the whole state
+//! ([`StateImage::payload`]). A checkpoint of a backed-up keyed operator is written from the
+//! image too: the primary hands its changes at the barrier and holds the image at that point
+//! ([`StateImage::hold`]); the checkpoint's writer thread builds the snapshot from the image
+//! ([`Held::resolve`]), so the primary's thread pays for what changed, never for the whole
+//! state. The backup actor does not apply past a held point until it is resolved or dropped.
+//!
+//! This module owns the image and its order; when hand-offs happen and which restart point
+//! they make are the buffer queue's and the claims'.
+
+use std::collections::{BTreeMap, VecDeque};
+
+use crate::state::changes::{KeyedDelta, KeyedImage};
+use std::sync::Arc;
+
+use crate::sync::{lock, Mutex};
+
+/// What is applied to the image, in order.
+#[derive(Debug)]
+enum Item {
+    /// The image becomes this snapshot, with the operator's own fields first if `own`.
+    Base { payload: Vec<u8>, own: bool },
+    /// Changes (everything, if `full`).
+    Changes(KeyedDelta),
+}
+
+#[derive(Debug, Default)]
+struct Applied {
+    image: KeyedImage,
+    /// Changes taken off the log and applied in part: the entries before the cursor.
+    current: Option<(KeyedDelta, usize)>,
+    /// Items applied: the image is the state after item `applied - 1`.
+    applied: u64,
+    /// A base could not be read: the image is not the primary's state.
+    broken: Option<String>,
+}
+
+#[derive(Debug, Default)]
+struct Log {
+    /// Items appended, not applied; the first is item number `first`.
+    items: VecDeque<Item>,
+    first: u64,
+}
+
+/// See the module doc.
+#[derive(Debug)]
+pub(crate) struct StateImage {
+    /// Locked before `log` and `holds`.
+    applied: Mutex<Applied>,
+    log: Mutex<Log>,
+    /// Points held for a checkpoint (item count -> holders): applying stops there.
+    holds: Mutex<BTreeMap<u64, usize>>,
+}
+
+impl StateImage {
+    pub(crate) fn new() -> Self {
+        StateImage {
+            applied: Mutex::new(Applied::default()),
+            log: Mutex::new(Log::default()),
+            holds: Mutex::new(BTreeMap::new()),
+        }
+    }
+
+    /// Appends a base snapshot: the state the changes after it start from.
+    pub(crate) fn push_base(&self, payload: Vec<u8>, own: bool) {
+        self.push_item(Item::Base { payload, own });
+    }
+
+    /// Appends changes; returns the point just after them (for [`hold`](Self::hold)).
+    pub(crate) fn push(&self, delta: KeyedDelta) -> u64 {
+        self.push_item(Item::Changes(delta))
+    }
+
+    fn push_item(&self, item: Item) -> u64 {
+        let mut log = lock(&self.log);
+        log.items.push_back(item);
+        log.first + log.items.len() as u64
+    }
+
+    /// Whether items wait to be applied (taken, or in part).
+    pub(crate) fn has_pending(&self) -> bool {
+        !lock(&self.log).items.is_empty() || lock(&self.applied).current.is_some()
+    }
+
+    /// Applies what was appended, up to the first held point, about `budget` entries at
+    /// most (the backup actor answers its heartbeats between two calls).
+    pub(crate) fn apply(&self, budget: usize) {
+        let upto = lock(&self.holds).keys().next().copied().unwrap_or(u64::MAX);
+        let mut applied = lock(&self.applied);
+        self.apply_locked(&mut applied, upto, budget);
+    }
+
+    fn apply_locked(&self, applied: &mut Applied, upto: u64, mut budget: usize) {
+        loop {
+            if let Some((delta, at)) = applied.current.take() {
+                let to = delta.index.len().min(at.saturating_add(budget));
+                applied.image.apply_part(&delta, at, to);
+                budget -= to - at;
+                if to < delta.index.len() {
+                    applied.current = Some((delta, to));
+                    return;
+                }
+                applied.applied += 1;
+            }
+            if applied.applied >= upto || budget == 0 {
+                return;
+            }
+            let item = {
+                let mut log = lock(&self.log);
+                let Some(item) = log.items.pop_front() else {
+                    return;
+                };
+                log.first += 1;
+                item
+            };
+            match item {
+                Item::Changes(delta) => {
+                    if delta.full {
+                        applied.broken = None;
+                    }
+                    applied.current = Some((delta, 0));
+                }
+                Item::Base { payload, own } => {
+                    applied.broken = applied.image.load(&payload, own).err();
+                    if let Some(e) = &applied.broken {
+                        tracing::error!(error = %e, "a backup cannot read its primary's state");
+                    }
+                    applied.applied += 1;
+                    budget = budget.saturating_sub(1);
+                }
+            }
+        }
+    }
+
+    /// The whole state as the keyed operator's snapshot payload, after everything appended
+    /// (a promotion: a checkpoint held before it then finds the image moved on, and fails).
+    pub(crate) fn payload(&self) -> Result<Vec<u8>, String> {
+        let mut applied = lock(&self.applied);
+        self.apply_locked(&mut applied, u64::MAX, usize::MAX);
+        match &applied.broken {
+            Some(e) => Err(e.clone()),
+            None => Ok(applied.image.payload()),
+        }
+    }
+
+    /// Holds the image at point `at` (from [`push`](Self::push)) until the returned
+    /// [`Held`] is resolved or dropped.
+    pub(crate) fn hold(self: &Arc<Self>, at: u64) -> Held {
+        *lock(&self.holds).entry(at).or_default() += 1;
+        Held {
+            image: self.clone(),
+            at,
+        }
+    }
+
+    fn release(&self, at: u64) {
+        let mut holds = lock(&self.holds);
+        if let Some(n) = holds.get_mut(&at) {
+            *n -= 1;
+            if *n == 0 {
+                holds.remove(&at);
+            }
+        }
+    }
+}
+
+/// The image held at one point (a checkpoint's barrier); dropping it lets the image go on.
+#[derive(Debug)]
+pub(crate) struct Held {
+    image: Arc<StateImage>,
+    at: u64,
+}
+
+impl Held {
+    /// The state at the held point, as the keyed operator's snapshot payload.
+    pub(crate) fn resolve(self) -> Result<Vec<u8>, String> {
+        let mut applied = lock(&self.image.applied);
+        self.image.apply_locked(&mut applied, self.at, usize::MAX);
+        if applied.applied != self.at {
+            return Err(format!(
+                "the backup's copy of the state is at hand-off {} and the checkpoint's at {} (a promotion came between)",
+                applied.applied, self.at
+            ));
+        }
+        match &applied.broken {
+            Some(e) => Err(e.clone()),
+            None => Ok(applied.image.payload()),
+        }
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        self.image.release(self.at);
+    }
+}
+
+#[cfg(all(test, not(weir_loom)))]
+mod tests {
+    use super::*;
+
+    fn delta(full: bool, entries: &[(u64, &str)]) -> KeyedDelta {
+        let mut d = KeyedDelta::new(full);
+        for (k, v) in entries {
+            d.push(0, k, Some(&(*k, v.to_string()))).expect("encodes");
+        }
+        d
+    }
+
+    fn state(payload: Vec<u8>) -> Vec<(u64, String)> {
+        let groups: Vec<(usize, Vec<(u64, String)>)> =
+            ciborium::from_reader(payload.as_slice()).expect("decodes");
+        let mut all: Vec<_> = groups.into_iter().flat_map(|(_, e)| e).collect();
+        all.sort();
+        all
+    }
+
+    #[test]
+    fn a_held_point_is_what_the_checkpoint_gets_whatever_comes_after() {
+        let image = Arc::new(StateImage::new());
+        image.push(delta(true, &[(1, "a")]));
+        let at = image.push(delta(false, &[(2, "b")]));
+        let held = image.hold(at);
+        image.push(delta(false, &[(1, "later")]));
+        image.apply(1); // one entry: the first delta
+        image.apply(usize::MAX); // stops at the held point
+        assert!(image.has_pending());
+        assert_eq!(
+            state(held.resolve().expect("resolves")),
+            vec![(1, "a".into()), (2, "b".into())]
+        );
+        image.apply(usize::MAX); // released: goes on
+        assert!(!image.has_pending());
+        assert_eq!(
+            state(image.payload().expect("whole")),
+            vec![(1, "later".into()), (2, "b".into())]
+        );
+    }
+
+    #[test]
+    fn a_dropped_hold_releases_and_a_promotion_past_a_hold_fails_it() {
+        let image = Arc::new(StateImage::new());
+        let at = image.push(delta(true, &[(1, "a")]));
+        drop(image.hold(at));
+        image.push(delta(false, &[(1, "b")]));
+        image.apply(usize::MAX);
+        assert!(!image.has_pending());
+        let at = image.push(delta(false, &[(1, "c")]));
+        let held = image.hold(at);
+        image.push(delta(false, &[(1, "d")]));
+        assert_eq!(
+            state(image.payload().expect("whole")),
+            vec![(1, "d".into())]
+        );
+        assert!(held.resolve().is_err());
+    }
+
+    #[test]
+    fn an_unreadable_base_breaks_the_image_until_a_full_delta() {
+        let image = StateImage::new();
+        image.push_base(vec![0xff], false);
+        assert!(image.payload().is_err());
+        image.push(delta(true, &[(3, "x")]));
+        assert_eq!(
+            state(image.payload().expect("whole")),
+            vec![(3, "x".into())]
+        );
+    }
+}

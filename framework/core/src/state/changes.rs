@@ -1,0 +1,594 @@
+//! What changed in a keyed operator's state, and an image of that state built from changes.
+//!
+//! A keyed subtask that hands its state to someone over and over (its buffer-queue backup,
+//! every `state_interval`) should not encode every key each time. This module owns:
+//!
+//! - [`ChangeLog`]: which keys were written since the last hand-off. Each key's entry carries
+//!   the generation it was last logged in; a key is logged (its one clone) the first time it
+//!   is written in a generation, so a record costs one comparison, not an allocation. Off
+//!   until the first hand-off asks for changes: a job with no such consumer pays nothing more.
+//! - [`KeyedDelta`]: the changed entries, each encoded on its own (CBOR is self-delimiting),
+//!   with their key groups; or every entry (`full`).
+//! - [`KeyedImage`]: the receiving side: entries by key group and encoded key, updated by
+//!   deltas (off the sender's thread: the backup's) (a delta's entry replaces the key's, so a delta taken since an older point than
+//!   the image applies as well), and turned back into the operator's snapshot payload, byte
+//!   for byte the CBOR `Vec<(usize, Vec<entry>)>` the keyed operator's restore reads, without
+//!   decoding an entry.
+//!
+//! It does not own when hand-offs happen or what the receiver does with the payload (the
+//! backup's claims and buffer queue), nor the entry's form (the keyed operator's).
+
+use std::collections::{BTreeMap, HashMap};
+
+use rustc_hash::FxBuildHasher;
+
+/// The generation a key entry was last logged in, kept beside its state.
+pub(crate) type Generation = u64;
+
+/// The keys written since the last [`take`](ChangeLog::take), each once.
+#[derive(Debug)]
+pub(crate) struct ChangeLog<K> {
+    /// The current generation; entries logged in it carry it.
+    generation: Generation,
+    /// Keys first written in this generation.
+    keys: Vec<K>,
+    /// Logging is on (someone takes changes).
+    on: bool,
+    /// The next take must be everything (the state was changed outside the log).
+    all: bool,
+}
+
+impl<K> Default for ChangeLog<K> {
+    fn default() -> Self {
+        ChangeLog {
+            generation: 1,
+            keys: Vec::new(),
+            on: false,
+            all: true,
+        }
+    }
+}
+
+impl<K> ChangeLog<K> {
+    /// A log that is on from the start: the first take is what changed since the state was
+    /// restored (a backed-up operator's, whose backup holds the restored state already).
+    pub(crate) fn tracking() -> Self {
+        ChangeLog {
+            on: true,
+            all: false,
+            ..ChangeLog::default()
+        }
+    }
+
+    /// The state was changed where the log cannot see (a function given every key's state):
+    /// the next take is everything.
+    pub(crate) fn lose_track(&mut self) {
+        self.all = true;
+    }
+}
+
+impl<K: Clone> ChangeLog<K> {
+    /// Logs `key`, written now, whose entry carries `at` (updated).
+    #[inline]
+    pub(crate) fn touch(&mut self, key: &K, at: &mut Generation) {
+        if self.on && *at != self.generation {
+            *at = self.generation;
+            self.keys.push(key.clone());
+        }
+    }
+
+    /// The generation a new entry starts with, logging its key.
+    #[inline]
+    pub(crate) fn inserted(&mut self, key: &K) -> Generation {
+        if self.on {
+            self.keys.push(key.clone());
+            self.generation
+        } else {
+            0
+        }
+    }
+
+    /// The keys written since the last take, or `None` if the taker must take everything
+    /// (the first take, `full`, or after [`lose_track`](Self::lose_track)). Logging is on from
+    /// here, in a new generation.
+    pub(crate) fn take(&mut self, full: bool) -> Option<Vec<K>> {
+        self.on = true;
+        self.generation += 1;
+        let keys = std::mem::take(&mut self.keys);
+        if std::mem::take(&mut self.all) || full {
+            None
+        } else {
+            Some(keys)
+        }
+    }
+}
+
+/// Changed keyed entries, each encoded on its own: `bytes[key]` is the key's CBOR (its
+/// identity in a [`KeyedImage`]), `bytes[entry]` the whole entry's (or `None`: the key is
+/// gone).
+#[derive(Debug, Default, Clone)]
+pub(crate) struct KeyedDelta {
+    /// Every entry of the state, not only changed ones: it replaces the image.
+    pub(crate) full: bool,
+    /// The operator's own (non-keyed) fields, encoded, if it has them: always whole.
+    pub(crate) own: Option<Vec<u8>>,
+    /// All encoded keys and entries, back to back.
+    pub(crate) bytes: Vec<u8>,
+    /// Per entry: its key group, its key's range in `bytes`, its entry's range (or none).
+    pub(crate) index: Vec<DeltaEntry>,
+}
+
+/// One entry of a [`KeyedDelta`].
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct DeltaEntry {
+    pub(crate) group: u32,
+    pub(crate) key: (u32, u32),
+    pub(crate) entry: Option<(u32, u32)>,
+}
+
+impl KeyedDelta {
+    /// An empty delta (`full`: of a state with no key).
+    pub(crate) fn new(full: bool) -> Self {
+        KeyedDelta {
+            full,
+            ..KeyedDelta::default()
+        }
+    }
+
+    /// Adds one entry: `key` encoded, then `entry` encoded (or the key is gone).
+    pub(crate) fn push<Key, E>(
+        &mut self,
+        group: usize,
+        key: &Key,
+        entry: Option<&E>,
+    ) -> Result<(), String>
+    where
+        Key: serde::Serialize + ?Sized,
+        E: serde::Serialize + ?Sized,
+    {
+        let k0 = self.bytes.len();
+        ciborium::into_writer(key, &mut self.bytes).map_err(|e| e.to_string())?;
+        let k1 = self.bytes.len();
+        let entry = match entry {
+            Some(e) => {
+                ciborium::into_writer(e, &mut self.bytes).map_err(|e| e.to_string())?;
+                Some((k1 as u32, self.bytes.len() as u32))
+            }
+            None => None,
+        };
+        if self.bytes.len() > u32::MAX as usize {
+            return Err("a state delta over 4 GiB".into());
+        }
+        self.index.push(DeltaEntry {
+            group: group as u32,
+            key: (k0 as u32, k1 as u32),
+            entry,
+        });
+        Ok(())
+    }
+}
+
+/// A keyed subtask's state, encoded, built from [`KeyedDelta`]s: what its backup holds.
+#[derive(Debug, Default)]
+pub(crate) struct KeyedImage {
+    own: Option<Vec<u8>>,
+    groups: BTreeMap<u32, Entries>,
+}
+
+/// One key group's entries: encoded key -> encoded entry.
+type Entries = HashMap<Box<[u8]>, Box<[u8]>, FxBuildHasher>;
+
+impl KeyedImage {
+    /// Applies `d`: its entries replace the keys' (a full delta replaces everything).
+    #[cfg(test)]
+    pub(crate) fn apply(&mut self, d: KeyedDelta) {
+        self.apply_part(&d, 0, d.index.len());
+    }
+
+    /// Applies entries `from..to` of `d` (all of them, in parts, make [`apply`](Self::apply)).
+    pub(crate) fn apply_part(&mut self, d: &KeyedDelta, from: usize, to: usize) {
+        if from == 0 {
+            if d.full {
+                self.groups.clear();
+            }
+            self.own = d.own.clone();
+        }
+        for e in d.index.get(from..to).unwrap_or_default() {
+            let key = &d.bytes[e.key.0 as usize..e.key.1 as usize];
+            let group = self.groups.entry(e.group).or_default();
+            match e.entry {
+                Some((a, b)) => {
+                    let entry: Box<[u8]> = d.bytes[a as usize..b as usize].into();
+                    match group.get_mut(key) {
+                        Some(v) => *v = entry,
+                        None => {
+                            group.insert(key.into(), entry);
+                        }
+                    }
+                }
+                None => {
+                    group.remove(key);
+                    if group.is_empty() {
+                        self.groups.remove(&e.group);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Number of keys.
+    #[cfg(test)]
+    fn keys(&self) -> usize {
+        self.groups.values().map(HashMap::len).sum()
+    }
+
+    /// Replaces the image with the state of a keyed operator's snapshot `payload` (as
+    /// [`payload`](Self::payload) writes it, with the operator's own fields first if `own`),
+    /// reading only the CBOR item heads, not the entries. An error names what does not fit;
+    /// the image is then empty.
+    pub(crate) fn load(&mut self, payload: &[u8], own: bool) -> Result<(), String> {
+        self.groups.clear();
+        self.own = None;
+        let loaded = self.load_inner(payload, own);
+        if loaded.is_err() {
+            self.groups.clear();
+            self.own = None;
+        }
+        loaded
+    }
+
+    fn load_inner(&mut self, payload: &[u8], own: bool) -> Result<(), String> {
+        let mut r = Reader { b: payload, at: 0 };
+        if own {
+            r.expect_array(2)?;
+            let start = r.at;
+            r.skip()?;
+            self.own = Some(payload[start..r.at].to_vec());
+        }
+        let groups = r.array()?;
+        for _ in 0..groups {
+            r.expect_array(2)?;
+            let group = r.unsigned()?;
+            let group =
+                u32::try_from(group).map_err(|_| format!("key group {group} out of range"))?;
+            let entries = r.array()?;
+            let map = self.groups.entry(group).or_default();
+            for _ in 0..entries {
+                let start = r.at;
+                r.array()?;
+                let key_start = r.at;
+                r.skip()?;
+                let key = payload[key_start..r.at].to_vec().into_boxed_slice();
+                r.at = start;
+                r.skip()?;
+                map.insert(key, payload[start..r.at].into());
+            }
+        }
+        if r.at != payload.len() {
+            return Err(format!("{} bytes after the state", payload.len() - r.at));
+        }
+        self.groups.retain(|_, g| !g.is_empty());
+        Ok(())
+    }
+
+    /// The snapshot payload of this state: the CBOR of `Vec<(usize, Vec<entry>)>` (keys in
+    /// ascending key group), preceded by the operator's own fields as a pair
+    /// `(own, groups)` if it has them: what the keyed operator's restore reads.
+    pub(crate) fn payload(&self) -> Vec<u8> {
+        let size: usize = self
+            .groups
+            .values()
+            .flat_map(|g| g.values())
+            .map(|e| e.len())
+            .sum();
+        let mut out = Vec::with_capacity(size + 16 * self.groups.len() + 16);
+        if let Some(own) = &self.own {
+            head(&mut out, ARRAY, 2);
+            out.extend_from_slice(own);
+        }
+        head(&mut out, ARRAY, self.groups.len() as u64);
+        for (g, entries) in &self.groups {
+            head(&mut out, ARRAY, 2);
+            head(&mut out, UNSIGNED, u64::from(*g));
+            head(&mut out, ARRAY, entries.len() as u64);
+            for e in entries.values() {
+                out.extend_from_slice(e);
+            }
+        }
+        out
+    }
+}
+
+const UNSIGNED: u8 = 0;
+const ARRAY: u8 = 4;
+
+/// A CBOR item head: major type `major` with argument `n`, in its shortest form (RFC 8949
+/// section 3).
+fn head(out: &mut Vec<u8>, major: u8, n: u64) {
+    let m = major << 5;
+    if n < 24 {
+        out.push(m | n as u8);
+    } else if n <= u64::from(u8::MAX) {
+        out.extend_from_slice(&[m | 24, n as u8]);
+    } else if n <= u64::from(u16::MAX) {
+        out.push(m | 25);
+        out.extend_from_slice(&(n as u16).to_be_bytes());
+    } else if n <= u64::from(u32::MAX) {
+        out.push(m | 26);
+        out.extend_from_slice(&(n as u32).to_be_bytes());
+    } else {
+        out.push(m | 27);
+        out.extend_from_slice(&n.to_be_bytes());
+    }
+}
+
+/// Reads CBOR item heads and skips items (RFC 8949): enough to find where each entry of a
+/// snapshot begins and ends.
+struct Reader<'a> {
+    b: &'a [u8],
+    at: usize,
+}
+
+/// An item head: major type, and its argument (`None`: indefinite length).
+type Head = (u8, Option<u64>);
+
+impl Reader<'_> {
+    fn byte(&mut self) -> Result<u8, String> {
+        let b = *self.b.get(self.at).ok_or("the state ends inside an item")?;
+        self.at += 1;
+        Ok(b)
+    }
+
+    fn head(&mut self) -> Result<Head, String> {
+        let first = self.byte()?;
+        let (major, info) = (first >> 5, first & 0x1f);
+        let n = match info {
+            0..=23 => Some(u64::from(info)),
+            24..=27 => {
+                let len = 1usize << (info - 24);
+                let end = self.at + len;
+                let bytes = self
+                    .b
+                    .get(self.at..end)
+                    .ok_or("the state ends inside a head")?;
+                self.at = end;
+                Some(bytes.iter().fold(0u64, |n, b| (n << 8) | u64::from(*b)))
+            }
+            31 if matches!(major, 2..=5 | 7) => None,
+            _ => return Err(format!("a malformed item head {first:#04x}")),
+        };
+        Ok((major, n))
+    }
+
+    fn array(&mut self) -> Result<u64, String> {
+        match self.head()? {
+            (4, Some(n)) => Ok(n),
+            other => Err(format!(
+                "an array of known length expected, found {other:?}"
+            )),
+        }
+    }
+
+    fn expect_array(&mut self, len: u64) -> Result<(), String> {
+        match self.array()? {
+            n if n == len => Ok(()),
+            n => Err(format!("an array of {len} expected, found one of {n}")),
+        }
+    }
+
+    fn unsigned(&mut self) -> Result<u64, String> {
+        match self.head()? {
+            (0, Some(n)) => Ok(n),
+            other => Err(format!("an unsigned integer expected, found {other:?}")),
+        }
+    }
+
+    /// Skips one whole item.
+    fn skip(&mut self) -> Result<(), String> {
+        let (major, n) = self.head()?;
+        match (major, n) {
+            (0 | 1, Some(_)) => Ok(()),
+            (2 | 3, Some(len)) => {
+                let end = usize::try_from(len)
+                    .ok()
+                    .and_then(|l| self.at.checked_add(l))
+                    .filter(|e| *e <= self.b.len())
+                    .ok_or("the state ends inside a string")?;
+                self.at = end;
+                Ok(())
+            }
+            (4, Some(len)) => (0..len).try_for_each(|_| self.skip()),
+            (5, Some(len)) => (0..len * 2).try_for_each(|_| self.skip()),
+            (6, Some(_)) => self.skip(),
+            (7, Some(_)) => Ok(()),
+            // Indefinite length: items up to the break (0xff).
+            (2..=5, None) => loop {
+                if self.b.get(self.at) == Some(&0xff) {
+                    self.at += 1;
+                    return Ok(());
+                }
+                self.skip()?;
+            },
+            (7, None) => Err("a break outside an indefinite-length item".into()),
+            _ => Err(format!("an unknown item of major type {major}")),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    type Payload = Vec<(usize, Vec<(u64, String)>)>;
+
+    fn decode(bytes: &[u8]) -> Payload {
+        let mut p: Payload = ciborium::from_reader(bytes).expect("the image's payload decodes");
+        for (_, entries) in &mut p {
+            entries.sort();
+        }
+        p
+    }
+
+    fn delta(full: bool, entries: &[(usize, u64, Option<&str>)]) -> KeyedDelta {
+        let mut d = KeyedDelta::new(full);
+        for (g, k, v) in entries {
+            d.push(*g, k, v.map(|v| (*k, v.to_owned())).as_ref())
+                .expect("encodes");
+        }
+        d
+    }
+
+    #[test]
+    fn heads_are_what_ciborium_writes() {
+        for n in [0u64, 1, 23, 24, 255, 256, 65_535, 65_536, 1 << 32, u64::MAX] {
+            let mut ours = Vec::new();
+            head(&mut ours, UNSIGNED, n);
+            let mut theirs = Vec::new();
+            ciborium::into_writer(&n, &mut theirs).expect("encodes");
+            assert_eq!(ours, theirs, "{n}");
+        }
+        let v: Vec<u8> = vec![1; 300];
+        let mut ours = Vec::new();
+        head(&mut ours, ARRAY, 300);
+        for x in &v {
+            ciborium::into_writer(x, &mut ours).expect("encodes");
+        }
+        let mut theirs = Vec::new();
+        ciborium::into_writer(&v, &mut theirs).expect("encodes");
+        assert_eq!(ours, theirs);
+    }
+
+    #[test]
+    fn an_image_applies_deltas_in_order_and_reads_as_the_payload() {
+        let mut image = KeyedImage::default();
+        image.apply(delta(
+            true,
+            &[(0, 1, Some("a")), (0, 2, Some("b")), (300, 3, Some("c"))],
+        ));
+        image.apply(delta(false, &[(0, 1, Some("a2")), (7, 4, Some("d"))]));
+        image.apply(delta(false, &[(0, 2, None), (7, 4, Some("d2"))]));
+        assert_eq!(
+            decode(&image.payload()),
+            vec![
+                (0, vec![(1, "a2".into())]),
+                (7, vec![(4, "d2".into())]),
+                (300, vec![(3, "c".into())]),
+            ]
+        );
+        assert_eq!(image.keys(), 3);
+        // A full delta replaces everything.
+        image.apply(delta(true, &[(1, 5, Some("e"))]));
+        assert_eq!(decode(&image.payload()), vec![(1, vec![(5, "e".into())])]);
+        // An empty state reads as an empty payload.
+        image.apply(delta(true, &[]));
+        assert_eq!(decode(&image.payload()), vec![]);
+    }
+
+    #[test]
+    fn a_snapshot_loads_as_the_image_it_was_written_from() {
+        // Written by serde, as the keyed operator writes its snapshot: entries with a
+        // nested value of every kind the reader must step over.
+        type Entry = (
+            String,
+            (
+                Vec<u8>,
+                std::collections::BTreeMap<String, i64>,
+                Option<f64>,
+            ),
+            Vec<(i64, bool)>,
+        );
+        let entry = |k: &str| -> Entry {
+            (
+                k.to_owned(),
+                (vec![1, 2, 3], [("x".to_owned(), -5i64)].into(), Some(1.5)),
+                vec![(-1, true)],
+            )
+        };
+        type Groups = Vec<(usize, Vec<Entry>)>;
+        let groups: Groups = vec![
+            (3, vec![entry("a"), entry("b")]),
+            (70_000, vec![entry(&"long".repeat(30))]),
+        ];
+        let mut bytes = Vec::new();
+        ciborium::into_writer(&groups, &mut bytes).expect("encodes");
+        let mut image = KeyedImage::default();
+        image.load(&bytes, false).expect("loads");
+        assert_eq!(image.keys(), 3);
+        let mut back: Groups = ciborium::from_reader(image.payload().as_slice()).expect("decodes");
+        for (_, e) in &mut back {
+            e.sort_by(|a, b| a.0.cmp(&b.0));
+        }
+        assert_eq!(back, groups);
+        // A delta on a loaded image replaces one key's entry.
+        let mut d = KeyedDelta::new(false);
+        let changed = entry("b");
+        d.push(
+            3,
+            &changed.0,
+            Some(&(
+                changed.0.clone(),
+                (
+                    vec![9u8],
+                    std::collections::BTreeMap::<String, i64>::new(),
+                    None::<f64>,
+                ),
+                Vec::<(i64, bool)>::new(),
+            )),
+        )
+        .expect("encodes");
+        image.apply(d);
+        assert_eq!(image.keys(), 3);
+        // With the operator's own fields first.
+        let mut with_own = Vec::new();
+        ciborium::into_writer(&(("own", 1u8), &groups), &mut with_own).expect("encodes");
+        image.load(&with_own, true).expect("loads");
+        let (own, mut back): ((String, u8), Groups) =
+            ciborium::from_reader(image.payload().as_slice()).expect("decodes");
+        for (_, e) in &mut back {
+            e.sort_by(|a, b| a.0.cmp(&b.0));
+        }
+        assert_eq!((own, back), (("own".to_owned(), 1), groups));
+        // Bad input is an error, and the image is then empty.
+        assert!(image.load(&with_own[..with_own.len() - 1], true).is_err());
+        assert_eq!(image.keys(), 0);
+        assert!(image.load(&[0xff], false).is_err());
+        assert!(
+            image.load(&with_own, false).is_err(),
+            "own fields read as a group"
+        );
+    }
+
+    #[test]
+    fn own_fields_come_first_as_a_pair() {
+        let mut d = delta(true, &[(2, 1, Some("x"))]);
+        let mut own = Vec::new();
+        ciborium::into_writer(&("fields", 7u32), &mut own).expect("encodes");
+        d.own = Some(own);
+        let mut image = KeyedImage::default();
+        image.apply(d);
+        let (own, groups): ((String, u32), Payload) =
+            ciborium::from_reader(image.payload().as_slice()).expect("decodes");
+        assert_eq!(own, ("fields".into(), 7));
+        assert_eq!(groups, vec![(2, vec![(1, "x".into())])]);
+    }
+
+    #[test]
+    fn a_log_takes_each_written_key_once_per_generation() {
+        let mut log = ChangeLog::<u64>::default();
+        let mut at = [0 as Generation; 3];
+        log.touch(&0, &mut at[0]);
+        assert_eq!(log.take(false), None, "the first take is everything");
+        log.touch(&0, &mut at[0]);
+        log.touch(&0, &mut at[0]);
+        log.touch(&2, &mut at[2]);
+        assert_eq!(log.take(false), Some(vec![0, 2]));
+        assert_eq!(log.take(false), Some(vec![]));
+        log.touch(&1, &mut at[1]);
+        log.lose_track();
+        assert_eq!(log.take(false), None);
+        log.touch(&1, &mut at[1]);
+        assert_eq!(log.take(true), None, "asked for everything");
+        assert_eq!(log.inserted(&5), log.generation);
+        assert_eq!(log.take(false), Some(vec![5]));
+    }
+}
