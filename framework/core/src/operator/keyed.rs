@@ -265,11 +265,10 @@ where
         let pushed = match &keys {
             None => self
                 .state
-                .map
                 .iter()
-                .try_for_each(|(k, t)| push(&mut delta, k, &t.state)),
-            Some(keys) => keys.iter().try_for_each(|k| match self.state.map.get(k) {
-                Some(t) => push(&mut delta, k, &t.state),
+                .try_for_each(|(k, s)| push(&mut delta, k, s)),
+            Some(keys) => keys.iter().try_for_each(|k| match self.state.get(k) {
+                Some(s) => push(&mut delta, k, s),
                 None => delta.push::<K, EntryRef<'_, K, P::State>>(
                     key_group_of(k, self.max_parallelism),
                     k,
@@ -358,20 +357,36 @@ where
         let (key_fn, f) = (&mut self.key_fn, &mut self.f);
         let crate::state::KeyedState { map, changes } = &mut self.state;
         let (ts, timers) = (&self.ts, &mut self.timers);
-        self.core.run(batch.len(), |out| {
-            for r in batch.drain(..) {
-                let k = key_fn(&r);
-                let t = ts.as_ref().map(|ts| ts(&r));
-                if let Some(e) = map.get_mut(&k) {
-                    changes.touch(&k, &mut e.logged);
-                    let ctx = &mut KeyedContext::new(&k, t, timers);
-                    f.process_with_ctx(&k, &mut e.state, r, ctx, out);
-                } else {
-                    let mut state = P::State::default();
-                    let ctx = &mut KeyedContext::new(&k, t, timers);
-                    f.process_with_ctx(&k, &mut state, r, ctx, out);
-                    let logged = changes.inserted(&k);
-                    map.insert(k, crate::state::Tracked { state, logged });
+        self.core.run(batch.len(), |out| match map {
+            crate::state::Entries::Plain(map) => {
+                for r in batch.drain(..) {
+                    let k = key_fn(&r);
+                    let t = ts.as_ref().map(|ts| ts(&r));
+                    if let Some(s) = map.get_mut(&k) {
+                        f.process_with_ctx(&k, s, r, &mut KeyedContext::new(&k, t, timers), out);
+                    } else {
+                        let mut s = P::State::default();
+                        let ctx = &mut KeyedContext::new(&k, t, timers);
+                        f.process_with_ctx(&k, &mut s, r, ctx, out);
+                        map.insert(k, s);
+                    }
+                }
+            }
+            crate::state::Entries::Logged(map) => {
+                for r in batch.drain(..) {
+                    let k = key_fn(&r);
+                    let t = ts.as_ref().map(|ts| ts(&r));
+                    if let Some(e) = map.get_mut(&k) {
+                        changes.touch(&k, &mut e.logged);
+                        let ctx = &mut KeyedContext::new(&k, t, timers);
+                        f.process_with_ctx(&k, &mut e.state, r, ctx, out);
+                    } else {
+                        let mut state = P::State::default();
+                        let ctx = &mut KeyedContext::new(&k, t, timers);
+                        f.process_with_ctx(&k, &mut state, r, ctx, out);
+                        let logged = changes.inserted(&k);
+                        map.insert(k, crate::state::Tracked { state, logged });
+                    }
                 }
             }
         })
@@ -393,20 +408,18 @@ where
             return self.hand_changes(w);
         }
         let timers = self.timers.by_key();
-        let groups: Grouped<EntryRef<'_, K, P::State>> = by_key_group(
-            self.state.map.iter().map(|(k, t)| (k, &t.state)),
-            self.max_parallelism,
-        )
-        .into_iter()
-        .map(|(g, entries)| {
-            let entries = entries.into_iter().map(|(key, state)| EntryRef {
-                key,
-                state,
-                timers: timers.get(key).map(Vec::as_slice),
-            });
-            (g, entries.collect())
-        })
-        .collect();
+        let groups: Grouped<EntryRef<'_, K, P::State>> =
+            by_key_group(self.state.iter(), self.max_parallelism)
+                .into_iter()
+                .map(|(g, entries)| {
+                    let entries = entries.into_iter().map(|(key, state)| EntryRef {
+                        key,
+                        state,
+                        timers: timers.get(key).map(Vec::as_slice),
+                    });
+                    (g, entries.collect())
+                })
+                .collect();
         let payload = match &self.hooks {
             None => crate::checkpoint::encode(&groups),
             Some(h) => {

@@ -457,9 +457,19 @@ where
 /// The states of every key a keyed subtask has seen.
 #[derive(Debug)]
 pub struct KeyedState<K, S> {
-    pub(crate) map: HashMap<K, Tracked<S>, FxBuildHasher>,
+    pub(crate) map: Entries<K, S>,
     /// The keys written since the state was last handed over ([`changes`]).
     pub(crate) changes: changes::ChangeLog<K>,
+}
+
+/// The entries, as they are kept: with the change log's generation beside each state only
+/// when changes are logged (a backed-up operator's), so the others keep the smaller entry.
+#[derive(Debug)]
+pub(crate) enum Entries<K, S> {
+    /// Changes are not logged.
+    Plain(HashMap<K, S, FxBuildHasher>),
+    /// Each state with the generation it was last logged in.
+    Logged(HashMap<K, Tracked<S>, FxBuildHasher>),
 }
 
 /// A key's state and the generation of the change log it was last logged in.
@@ -471,34 +481,51 @@ pub(crate) struct Tracked<S> {
 
 impl<K, S> Default for KeyedState<K, S> {
     fn default() -> Self {
-        KeyedState {
-            map: HashMap::default(),
-            changes: changes::ChangeLog::default(),
-        }
+        KeyedState::tracking(false)
     }
 }
 
 impl<K: Hash + Eq, S> KeyedState<K, S> {
     /// The state of one key.
     pub fn get(&self, key: &K) -> Option<&S> {
-        self.map.get(key).map(|t| &t.state)
+        match &self.map {
+            Entries::Plain(m) => m.get(key),
+            Entries::Logged(m) => m.get(key).map(|t| &t.state),
+        }
     }
     /// Every key and its state, in no particular order.
     pub fn iter(&self) -> impl Iterator<Item = (&K, &S)> {
-        self.map.iter().map(|(k, t)| (k, &t.state))
+        let (plain, logged) = match &self.map {
+            Entries::Plain(m) => (Some(m.iter()), None),
+            Entries::Logged(m) => (None, Some(m.iter().map(|(k, t)| (k, &t.state)))),
+        };
+        plain
+            .into_iter()
+            .flatten()
+            .chain(logged.into_iter().flatten())
     }
     /// Every key and its mutable state.
     pub fn iter_mut(&mut self) -> impl Iterator<Item = (&K, &mut S)> {
         self.changes.lose_track();
-        self.map.iter_mut().map(|(k, t)| (k, &mut t.state))
+        let (plain, logged) = match &mut self.map {
+            Entries::Plain(m) => (Some(m.iter_mut()), None),
+            Entries::Logged(m) => (None, Some(m.iter_mut().map(|(k, t)| (k, &mut t.state)))),
+        };
+        plain
+            .into_iter()
+            .flatten()
+            .chain(logged.into_iter().flatten())
     }
     /// Number of keys.
     pub fn len(&self) -> usize {
-        self.map.len()
+        match &self.map {
+            Entries::Plain(m) => m.len(),
+            Entries::Logged(m) => m.len(),
+        }
     }
     /// Whether no key has state.
     pub fn is_empty(&self) -> bool {
-        self.map.is_empty()
+        self.len() == 0
     }
 }
 
@@ -506,13 +533,16 @@ impl<K, S> KeyedState<K, S> {
     /// An empty state whose changes are logged from the start if `tracked` (a backed-up
     /// operator's: its backup holds the state it starts from).
     pub(crate) fn tracking(tracked: bool) -> Self {
-        KeyedState {
-            map: HashMap::default(),
-            changes: if tracked {
-                changes::ChangeLog::tracking()
-            } else {
-                changes::ChangeLog::default()
-            },
+        if tracked {
+            KeyedState {
+                map: Entries::Logged(HashMap::default()),
+                changes: changes::ChangeLog::tracking(),
+            }
+        } else {
+            KeyedState {
+                map: Entries::Plain(HashMap::default()),
+                changes: changes::ChangeLog::default(),
+            }
         }
     }
 }
@@ -521,25 +551,37 @@ impl<K: Hash + Eq + Clone, S> KeyedState<K, S> {
     /// The state of `key` to write, created with `new` if it has none; logged as changed.
     pub(crate) fn write(&mut self, key: &K, new: impl FnOnce() -> S) -> Option<&mut S> {
         let KeyedState { map, changes } = self;
-        if !map.contains_key(key) {
-            let logged = changes.inserted(key);
-            map.insert(
-                key.clone(),
-                Tracked {
-                    state: new(),
-                    logged,
-                },
-            );
-            return map.get_mut(key).map(|t| &mut t.state);
+        match map {
+            Entries::Plain(map) => {
+                if !map.contains_key(key) {
+                    map.insert(key.clone(), new());
+                }
+                map.get_mut(key)
+            }
+            Entries::Logged(map) => {
+                if !map.contains_key(key) {
+                    let logged = changes.inserted(key);
+                    let state = new();
+                    map.insert(key.clone(), Tracked { state, logged });
+                    return map.get_mut(key).map(|t| &mut t.state);
+                }
+                let t = map.get_mut(key)?;
+                changes.touch(key, &mut t.logged);
+                Some(&mut t.state)
+            }
         }
-        let t = map.get_mut(key)?;
-        changes.touch(key, &mut t.logged);
-        Some(&mut t.state)
     }
 
     /// Sets `key`'s state (a restore): not a change to hand over.
     pub(crate) fn restore(&mut self, key: K, state: S) {
-        self.map.insert(key, Tracked { state, logged: 0 });
+        match &mut self.map {
+            Entries::Plain(m) => {
+                m.insert(key, state);
+            }
+            Entries::Logged(m) => {
+                m.insert(key, Tracked { state, logged: 0 });
+            }
+        }
     }
 }
 
