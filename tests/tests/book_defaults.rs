@@ -198,6 +198,13 @@ fn quotes() -> Vec<(&'static str, String)> {
                 b.batch_size.expect("a default backup batch size"),
             ),
         ),
+        (
+            "backup.md",
+            format!(
+                "`BackupPolicy::state_share` of the primary's time (default {} %)",
+                (b.state_share * 100.0).round()
+            ),
+        ),
         // Derived operators.
         (
             "defining-operators.md",
