@@ -423,6 +423,16 @@ struct StateWrite {
 }
 
 impl StateWrite {
+    /// The checkpoint cannot be written here: declined, naming why.
+    fn decline(&self, reason: String) {
+        tracing::warn!(uid = %self.head_uid, subtask = self.subtask, checkpoint = self.id, %reason, "cannot write checkpoint state");
+        let _ = self.events.unbounded_send(JobEvent::Declined {
+            attempt: self.attempt,
+            id: self.id,
+            reason,
+        });
+    }
+
     /// Writes every state file, then acknowledges the checkpoint, or declines it naming the
     /// write that failed.
     fn run(mut self) {
@@ -437,13 +447,7 @@ impl StateWrite {
                 }
                 Err(reason) => {
                     let reason = format!("cannot make the state of `{}`: {reason}", env.uid);
-                    tracing::warn!(uid = %self.head_uid, subtask = self.subtask, checkpoint = self.id, %reason, "cannot write checkpoint state");
-                    let _ = self.events.unbounded_send(JobEvent::Declined {
-                        attempt: self.attempt,
-                        id: self.id,
-                        reason,
-                    });
-                    return;
+                    return self.decline(reason);
                 }
             }
         }
@@ -455,16 +459,7 @@ impl StateWrite {
                     file,
                     size,
                 }),
-                Err(err) => {
-                    let reason = err.to_string();
-                    tracing::warn!(uid = %self.head_uid, subtask = self.subtask, checkpoint = self.id, %reason, "cannot write checkpoint state");
-                    let _ = self.events.unbounded_send(JobEvent::Declined {
-                        attempt: self.attempt,
-                        id: self.id,
-                        reason,
-                    });
-                    return;
-                }
+                Err(err) => return self.decline(err.to_string()),
             }
         }
         let _ = self.events.unbounded_send(JobEvent::Ack {
