@@ -41,6 +41,9 @@ pub(crate) struct OpEnv {
     pub(crate) live_config: Vec<(String, String)>,
     /// The operator has a buffer-queue backup.
     pub(crate) backed_up: bool,
+    /// Its backup takes its state between checkpoints too (`BackupPolicy::state_interval`):
+    /// a keyed operator then logs its changes for those handoffs.
+    pub(crate) hands_state: bool,
 }
 
 impl OpEnv {

@@ -616,6 +616,10 @@ impl ChainBuilder<'_> {
                 .cloned()
                 .unwrap_or_default(),
             backed_up: node.backup.is_some(),
+            hands_state: node
+                .backup
+                .as_ref()
+                .is_some_and(|p| p.state_interval.is_some()),
         };
         // The builder runs user factories (sources, sinks): a panic there names the operator.
         let built = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {

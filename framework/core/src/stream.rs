@@ -1111,7 +1111,7 @@ where
             let mut op = KeyedOp {
                 key_fn: key_fn.clone(),
                 f: f.clone(),
-                state: crate::state::KeyedState::tracking(env.backed_up),
+                state: crate::state::KeyedState::tracking(env.hands_state),
                 core: core(env, next),
                 max_parallelism: env.config.max_parallelism,
                 hooks: hooks.map(|h| h()),

@@ -404,7 +404,9 @@ where
         self.core.next.barrier(id, w)
     }
     fn snapshot_state(&mut self, w: &mut StateWriter) -> Result<(), TaskError> {
-        if w.changes_of(&self.core.info.uid).is_some() {
+        // Only a state that logs its changes can hand them; another hands its snapshot.
+        let logged = matches!(self.state.map, crate::state::Entries::Logged(_));
+        if logged && w.changes_of(&self.core.info.uid).is_some() {
             return self.hand_changes(w);
         }
         let timers = self.timers.by_key();
