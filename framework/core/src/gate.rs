@@ -416,22 +416,16 @@ impl<T: Data> InputGate for TypedGate<T> {
         passed?;
         if let Some(c) = self.claims.as_mut() {
             if !c.on_barrier(id, w, &self.marks) {
-                // The backup could not take the changes: the whole snapshot in their place.
+                // The backup could not take the changes: the whole snapshot in their place
+                // (the operator's entry, left without changes or payload, is replaced).
                 let uid = c.uid().to_owned();
                 let mut whole = crate::checkpoint::StateWriter::new(w.hand_over);
                 self.head.snapshot_state(&mut whole)?;
-                let at = w
-                    .entries
-                    .iter()
-                    .position(|e| e.uid == uid && e.changes.is_some());
-                let made = whole.entries.into_iter().find(|e| e.uid == uid);
-                match (at, made) {
-                    (Some(at), Some(made)) => w.entries[at] = made,
-                    (None, Some(made)) => w.entries.push(made),
-                    (Some(at), None) => {
-                        w.entries.remove(at);
+                if let Some(made) = whole.entries.into_iter().find(|e| e.uid == uid) {
+                    match w.entries.iter().position(|e| e.uid == uid) {
+                        Some(at) => w.entries[at] = made,
+                        None => w.entries.push(made),
                     }
-                    (None, None) => {}
                 }
             }
         }

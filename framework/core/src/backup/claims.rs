@@ -172,16 +172,7 @@ impl<T: Data> Claims<T> {
         let taken = self
             .group
             .queue
-            .checkpoint_complete(
-                self.epoch,
-                Restart {
-                    checkpoint: 0,
-                    step: self.group.queue.next_step(),
-                    positions: self.positions.clone().into(),
-                    state,
-                    marks: Some(marks.clone()),
-                },
-            )
+            .checkpoint_complete(self.epoch, self.restart_here(0, state, marks))
             .map_err(|f| self.fenced(f))?;
         self.hand_all = matches!(taken, Handoff::NeedsFull);
         // Paced by what it cost (`BackupPolicy::state_share`), measured from the end of this
@@ -210,21 +201,14 @@ impl<T: Data> Claims<T> {
         marks: &crate::time::WatermarkMerge,
     ) -> bool {
         self.settle();
-        if let Some(entry) = w
+        let uid = &self.group.uid;
+        let changed = w
             .entries
             .iter_mut()
-            .find(|e| e.uid == self.group.uid && e.changes.is_some())
-        {
-            let Some(delta) = entry.changes.take() else {
-                return false;
-            };
-            let restart = Restart {
-                checkpoint: 0,
-                step: self.group.queue.next_step(),
-                positions: self.positions.clone().into(),
-                state: Some(StateCopy::Changes(delta)),
-                marks: Some(marks.clone()),
-            };
+            .find(|e| &e.uid == uid)
+            .and_then(|e| Some((e.changes.take()?, e)));
+        if let Some((delta, entry)) = changed {
+            let restart = self.restart_here(0, Some(StateCopy::Changes(delta)), marks);
             return match self.group.queue.checkpoint_complete(self.epoch, restart) {
                 Ok(Handoff::Taken(Some(at))) => {
                     let held = self.group.queue.image().hold(at);
@@ -257,14 +241,26 @@ impl<T: Data> Claims<T> {
         if self.pending.len() >= 2 {
             self.pending.remove(0);
         }
-        self.pending.push(Restart {
-            checkpoint: id,
+        let restart = self.restart_here(id, state, marks);
+        self.pending.push(restart);
+        true
+    }
+
+    /// The backup's restart point here, between two batches: checkpoint `checkpoint` (0: a
+    /// handoff), with the operator's `state` and the inputs' watermarks `marks`.
+    fn restart_here(
+        &self,
+        checkpoint: u64,
+        state: Option<StateCopy>,
+        marks: &crate::time::WatermarkMerge,
+    ) -> Restart {
+        Restart {
+            checkpoint,
             step: self.group.queue.next_step(),
             positions: self.positions.clone().into(),
             state,
             marks: Some(marks.clone()),
-        });
-        true
+        }
     }
 
     /// Checkpoint `id` completed: the backup restarts from it from now on.
