@@ -1108,10 +1108,12 @@ where
         let ts = self.stream.timestamps.clone();
         let builder = one_input_builder::<T, O, _>(move |env, next| {
             let timers = Timers::new(env.backed_up);
+            let incremental = incremental_for(env)?;
             let mut op = KeyedOp {
                 key_fn: key_fn.clone(),
                 f: f.clone(),
-                state: crate::state::KeyedState::tracking(env.hands_state),
+                state: crate::state::KeyedState::tracking(env.hands_state || incremental.is_some()),
+                incremental,
                 core: core(env, next),
                 max_parallelism: env.config.max_parallelism,
                 hooks: hooks.map(|h| h()),
@@ -1122,6 +1124,10 @@ where
             };
             if let Some(payload) = &env.restored {
                 op.restore(payload)?;
+                if op.incremental.is_some() {
+                    // A new chain: the first checkpoint copies every restored key.
+                    op.state.log_all();
+                }
             }
             op.apply_live_config(&env.live_config)
                 .map_err(|e| env.restore_error(format!("cannot apply live config: {e}")))?;
@@ -1352,6 +1358,25 @@ where
 
 /// The rescale rule of a keyed operator: its key groups, and its own per-subtask fields (if it
 /// derives `Operator`).
+/// A keyed subtask's incremental checkpoints, if on (`CheckpointConfig::incremental`, with
+/// checkpoints on) and the operator has no buffer-queue backup (whose checkpoints are made from
+/// the backup's copy).
+fn incremental_for<K: Key>(
+    env: &OpEnv,
+) -> Result<Option<crate::checkpoint::copy::Incremental<K>>, crate::error::TaskError> {
+    let c = &env.config.checkpoint;
+    if !c.incremental || c.interval.is_none() || env.backed_up {
+        return Ok(None);
+    }
+    crate::checkpoint::copy::Incremental::start(
+        &env.info.uid,
+        env.info.subtask,
+        env.config.max_parallelism,
+    )
+    .map(Some)
+    .map_err(|e| env.restore_error(e))
+}
+
 fn keyed_rule(own: Option<&[crate::hooks::StateField]>) -> crate::rescale::Rule {
     match own.map(crate::rescale::Rule::fields) {
         None => crate::rescale::Rule::Keyed { own: None },

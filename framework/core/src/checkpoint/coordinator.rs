@@ -13,7 +13,12 @@ pub(crate) struct StateFile {
     pub(crate) uid: String,
     pub(crate) subtask: usize,
     pub(crate) file: String,
+    /// Bytes written for this checkpoint (Flink's `checkpointed_size`).
     pub(crate) size: u64,
+    /// Bytes of the state it covers: `size`, or an incremental state's whole chain.
+    pub(crate) state_size: u64,
+    /// The runs an incremental state references (`shared/..`).
+    pub(crate) runs: Vec<String>,
 }
 
 struct Pending {
@@ -46,7 +51,10 @@ pub(crate) struct Completed {
     pub(crate) id: u64,
     pub(crate) files: Vec<StateFile>,
     pub(crate) duration: Duration,
+    /// Bytes of state it covers.
     pub(crate) size: u64,
+    /// Bytes written for it (less than `size` when incremental).
+    pub(crate) checkpointed_size: u64,
 }
 
 /// Checkpoint metrics with Flink's names.
@@ -61,8 +69,11 @@ pub struct CheckpointStats {
     pub number_of_in_progress_checkpoints: u64,
     /// `lastCheckpointDuration`, ms.
     pub last_checkpoint_duration_ms: u64,
-    /// `lastCheckpointSize`, bytes.
+    /// `lastCheckpointSize`, bytes: the state the last checkpoint covers.
     pub last_checkpoint_size: u64,
+    /// `lastCheckpointFullSize`'s counterpart: bytes written for the last checkpoint
+    /// (less than `last_checkpoint_size` when incremental).
+    pub last_checkpointed_size: u64,
     /// `checkpointAlignmentTime` of the last checkpoint (largest over subtasks), ms.
     pub checkpoint_alignment_time_ms: u64,
     /// `checkpointStartDelayNanos` of the last checkpoint (largest over subtasks).
@@ -110,8 +121,11 @@ pub struct CheckpointRecord {
     pub latest_ack_timestamp_ms: Option<u64>,
     /// Trigger to completion (or to now, or to failure), ms.
     pub end_to_end_duration_ms: u64,
-    /// Bytes of state written.
+    /// Bytes of state it covers (Flink's `state_size`): what restoring it reads.
     pub state_size: u64,
+    /// Bytes written for it (Flink's `checkpointed_size`): `state_size` unless incremental,
+    /// where only what changed (and now and then a merged base) is written.
+    pub checkpointed_size: u64,
     /// Subtasks that take part.
     pub num_subtasks: usize,
     /// Subtasks that acknowledged it.
@@ -128,6 +142,12 @@ pub struct CheckpointRecord {
     pub at_least_once: bool,
     /// Bytes of in-flight data stored by unaligned parts (Flink's `persisted_data`).
     pub persisted_data: u64,
+    /// The longest synchronous part of a subtask (its data path stopped to take its states
+    /// at the barrier; Flink's `sync_duration`), µs.
+    pub sync_duration_us: u64,
+    /// The longest asynchronous part of a subtask (its states copied, encoded and written off
+    /// the data path; Flink's `async_duration`), ms.
+    pub async_duration_ms: u64,
 }
 
 /// How a subtask took its part of a checkpoint, as it reports in its acknowledgement.
@@ -150,6 +170,11 @@ pub(crate) struct AckPart {
     pub(crate) alignment: Duration,
     pub(crate) start_delay: Duration,
     pub(crate) taken: Taken,
+    /// Time the subtask's data path stopped to take its states at the barrier (Flink's
+    /// synchronous part).
+    pub(crate) sync: Duration,
+    /// From the states taken to their files written (Flink's asynchronous part).
+    pub(crate) asynchronous: Duration,
 }
 
 impl AckPart {
@@ -161,6 +186,8 @@ impl AckPart {
             alignment: Duration::ZERO,
             start_delay: Duration::ZERO,
             taken: Taken::Source,
+            sync: Duration::ZERO,
+            asynchronous: Duration::ZERO,
         }
     }
 }
@@ -186,10 +213,12 @@ pub struct CheckpointSummary {
     pub end_to_end_duration_ms: MinMaxAvg,
     /// State size, bytes.
     pub state_size: MinMaxAvg,
+    /// Bytes written per checkpoint (less than the state size when incremental).
+    pub checkpointed_size: MinMaxAvg,
 }
 
 impl CheckpointSummary {
-    fn add(&mut self, duration_ms: u64, size: u64) {
+    fn add(&mut self, duration_ms: u64, size: u64, checkpointed: u64) {
         let n = self.count as f64;
         let fold = |m: &mut MinMaxAvg, x: u64| {
             if n == 0.0 {
@@ -206,6 +235,7 @@ impl CheckpointSummary {
         };
         fold(&mut self.end_to_end_duration_ms, duration_ms);
         fold(&mut self.state_size, size);
+        fold(&mut self.checkpointed_size, checkpointed);
         self.count += 1;
     }
 }
@@ -313,6 +343,9 @@ impl Coordinator {
             latest_ack_timestamp_ms: None,
             end_to_end_duration_ms: 0,
             state_size: 0,
+            checkpointed_size: 0,
+            sync_duration_us: 0,
+            async_duration_ms: 0,
             num_subtasks: self.subtasks,
             num_acknowledged_subtasks: 0,
             alignment_ms: 0,
@@ -386,6 +419,8 @@ impl Coordinator {
             alignment,
             start_delay,
             taken,
+            sync,
+            asynchronous,
         } = part;
         let p = self.pending.get_mut(&id)?;
         if !p.waiting.remove(&actor) {
@@ -425,6 +460,8 @@ impl Coordinator {
             r.is_unaligned |= matches!(taken, Taken::Unaligned { .. });
             r.persisted_data += persisted;
             r.at_least_once = at_least_once;
+            r.sync_duration_us = r.sync_duration_us.max(sync.as_micros() as u64);
+            r.async_duration_ms = r.async_duration_ms.max(asynchronous.as_millis() as u64);
         }
         if !done {
             self.publish_history();
@@ -434,7 +471,8 @@ impl Coordinator {
         let files = std::mem::take(&mut p.files);
         Some(Completed {
             id,
-            size: files.iter().map(|f| f.size).sum(),
+            size: files.iter().map(|f| f.state_size).sum(),
+            checkpointed_size: files.iter().map(|f| f.size).sum(),
             files,
             duration: now.saturating_duration_since(p.started),
         })
@@ -460,18 +498,20 @@ impl Coordinator {
             r.status = CheckpointStatus::Completed;
             r.end_to_end_duration_ms = duration_ms;
             r.state_size = size;
+            r.checkpointed_size = done.checkpointed_size;
         }
         self.publish_history();
         self.stats
             .completed_summary
             .get_or_insert_with(CheckpointSummary::default)
-            .add(duration_ms, size);
+            .add(duration_ms, size, done.checkpointed_size);
         self.last_completion = Some(now);
         self.failures_in_a_row = 0;
         self.stats.number_of_completed_checkpoints += 1;
         self.stats.number_of_in_progress_checkpoints = self.pending.len() as u64;
         self.stats.last_checkpoint_duration_ms = duration_ms;
         self.stats.last_checkpoint_size = size;
+        self.stats.last_checkpointed_size = done.checkpointed_size;
         self.stats.checkpoint_alignment_time_ms = p.max_alignment.as_millis() as u64;
         // Of this checkpoint, as Flink's: a running maximum over the job's life would stay
         // high for ever after one slow start, and an agent's rule on it would never recover.

@@ -12,8 +12,11 @@
 
 pub(crate) mod align;
 pub mod coordinator;
+pub(crate) mod copy;
+pub(crate) mod incremental;
 #[cfg(all(test, weir_loom))]
 mod loom_align;
+pub(crate) mod runs;
 pub mod store;
 
 use std::path::PathBuf;
@@ -30,6 +33,10 @@ pub(crate) struct StateWriter {
     /// Called now and then by an operator that works long on this writer (a large hand-off),
     /// so its supervisor does not take it for hung.
     pub(crate) progress: Option<std::sync::Arc<dyn Fn() + Send + Sync>>,
+    /// The checkpoint's id and the job run's directory, when operators may hand this
+    /// checkpoint their state incrementally (`incremental`): a checkpoint on disk, not
+    /// handed over in memory.
+    pub(crate) incremental: Option<(u64, PathBuf)>,
 }
 
 impl std::fmt::Debug for StateWriter {
@@ -38,6 +45,7 @@ impl std::fmt::Debug for StateWriter {
             .field("entries", &self.entries)
             .field("hand_over", &self.hand_over)
             .field("changes_of", &self.changes_of)
+            .field("incremental", &self.incremental)
             .finish_non_exhaustive()
     }
 }
@@ -53,6 +61,9 @@ pub(crate) struct StateEntry {
     pub(crate) changes: Option<crate::state::changes::KeyedDelta>,
     /// The payload, made later (off the data path) by this; `payload` is then empty.
     pub(crate) deferred: Option<DeferredPayload>,
+    /// The state is a chain of runs (an incremental checkpoint's), known once written;
+    /// `payload` is then empty.
+    pub(crate) chain: Option<incremental::ChainPart>,
 }
 
 /// A snapshot payload made when called: a backed-up keyed operator's checkpoint state,
@@ -73,6 +84,7 @@ impl StateWriter {
             hand_over,
             changes_of: None,
             progress: None,
+            incremental: None,
         }
     }
 
@@ -84,6 +96,7 @@ impl StateWriter {
             hand_over: false,
             changes_of: Some((uid.to_owned(), full)),
             progress: None,
+            incremental: None,
         }
     }
 
@@ -115,6 +128,7 @@ impl StateWriter {
             payload: Vec::new(),
             changes: Some(delta),
             deferred: None,
+            chain: None,
         });
     }
 
@@ -125,6 +139,24 @@ impl StateWriter {
             payload,
             changes: None,
             deferred: None,
+            chain: None,
+        });
+    }
+
+    /// Adds operator `uid`'s state as a chain of runs, known when `chain` is written.
+    pub(crate) fn put_chain(
+        &mut self,
+        uid: &str,
+        key_groups: Option<(usize, usize)>,
+        chain: incremental::ChainPart,
+    ) {
+        self.entries.push(StateEntry {
+            uid: uid.to_owned(),
+            key_groups,
+            payload: Vec::new(),
+            changes: None,
+            deferred: None,
+            chain: Some(chain),
         });
     }
 }
@@ -291,6 +323,13 @@ pub struct CheckpointConfig {
     pub restore_latest: Option<RestoreLatest>,
     /// With `restore_from`: drop state of operators the job no longer has instead of failing.
     pub allow_non_restored_state: bool,
+    /// Incremental checkpoints (Flink's `execution.checkpointing.incremental`, default off):
+    /// a keyed operator's checkpoint writes only the entries changed since its previous one,
+    /// copied a chunk at a time beside its records and written off its thread, and references
+    /// the earlier runs it builds on (under `shared/` of the run's directory); the runs are
+    /// merged into a new base once they add up to it. Savepoints stay self-contained. See
+    /// the book's "State backends and checkpoint storage".
+    pub incremental: bool,
 }
 
 impl Default for CheckpointConfig {
@@ -309,6 +348,7 @@ impl Default for CheckpointConfig {
             restore_from: None,
             restore_latest: None,
             allow_non_restored_state: false,
+            incremental: false,
         }
     }
 }

@@ -32,6 +32,8 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+pub use super::runs::RunRef;
+
 use crate::fault::DiskTrouble;
 
 /// Version of the envelope format.
@@ -61,6 +63,11 @@ pub struct SnapshotEnvelope {
     /// read unchecked).
     #[serde(default)]
     pub payload_crc32: Option<u32>,
+    /// An incremental checkpoint's state: the runs that hold it, under the job run's
+    /// directory, oldest first (`payload` is then empty). Reading the file merges them into
+    /// the payload; a savepoint never has them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub chain: Option<Vec<RunRef>>,
 }
 
 /// What `_metadata` records: which file holds which operator subtask's state. Unknown fields
@@ -77,6 +84,10 @@ pub(crate) struct CheckpointMetadata {
     pub(crate) parallelism: BTreeMap<String, usize>,
     /// Total bytes of the state files.
     pub(crate) size: u64,
+    /// The runs (`shared/..`) that incremental state files of this checkpoint reference:
+    /// what retention must keep while the checkpoint is retained.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(crate) runs: Vec<String>,
     /// CRC-32 of this metadata encoded without it, checked on read (absent in files of
     /// earlier versions).
     #[serde(default)]
@@ -296,6 +307,16 @@ pub(crate) fn read_state_at(
             env.uid, env.subtask, env.checkpoint_id
         )));
     }
+    let mut env = env;
+    if let Some(chain) = env.chain.take() {
+        // The runs live beside the checkpoint directories, in the job run's directory.
+        let root = dir
+            .parent()
+            .ok_or_else(|| invalid("an incremental state outside a job run's directory".into()))?;
+        env.payload = super::runs::payload(root, &chain)
+            .map_err(|m| invalid(format!("cannot read its incremental state: {m}")))?;
+        env.payload_crc32 = Some(crc32fast::hash(&env.payload));
+    }
     Ok(env)
 }
 
@@ -407,6 +428,44 @@ pub(crate) fn retain(root: &Path, keep: usize) {
             }
         }
     }
+    collect_runs(root, newest);
+}
+
+/// Deletes the runs of incremental checkpoints (`shared/<uid>-<subtask>/<id>-..`) that no
+/// complete checkpoint left under `root` references, of checkpoints up to `newest` (the newest
+/// complete one): a run of a checkpoint in progress is kept, and a crash in the middle leaves
+/// only unreferenced runs for the next collection.
+fn collect_runs(root: &Path, newest: u64) {
+    let shared = root.join("shared");
+    let Ok(dirs) = std::fs::read_dir(&shared) else {
+        return;
+    };
+    let mut referenced = std::collections::HashSet::new();
+    for id in completed(root) {
+        match read_metadata(root, id) {
+            Ok(meta) => referenced.extend(meta.runs),
+            // What an unreadable checkpoint references is not known: keep everything.
+            Err(_) => return,
+        }
+    }
+    for dir in dirs.flatten() {
+        let Ok(files) = std::fs::read_dir(dir.path()) else {
+            continue;
+        };
+        for file in files.flatten() {
+            let name = file.file_name();
+            let Some(name) = name.to_str() else { continue };
+            let Some(run_id) = name.split('-').next().and_then(|n| n.parse::<u64>().ok()) else {
+                continue;
+            };
+            let rel = format!("shared/{}/{name}", dir.file_name().to_string_lossy());
+            if run_id <= newest && !referenced.contains(&rel) {
+                if let Err(e) = std::fs::remove_file(file.path()) {
+                    tracing::warn!(path = %file.path().display(), error = %e, "cannot delete an unreferenced state run");
+                }
+            }
+        }
+    }
 }
 
 /// Copies complete checkpoint `id` to `dest` (a savepoint: never deleted by retention).
@@ -427,9 +486,33 @@ pub(crate) fn copy_to(root: &Path, id: u64, dest: &Path) -> Result<(), Checkpoin
         .collect();
     // `_metadata` last, as for a checkpoint: only a whole savepoint is complete.
     names.push("_metadata".into());
+    // A savepoint is self-contained: an incremental state is written whole.
+    let meta = read_metadata_at(&src)?;
+    let mut states = std::collections::HashMap::new();
+    for (uid, files) in &meta.states {
+        for (subtask, file) in files {
+            states.insert(std::ffi::OsString::from(file), (uid, *subtask));
+        }
+    }
     for name in names {
         let from = src.join(&name);
-        let bytes = std::fs::read(&from).map_err(io(&from))?;
+        let encode_err = |e: String| CheckpointError::Invalid {
+            path: from.clone(),
+            message: e,
+        };
+        let bytes = match states.get(&name) {
+            Some((uid, subtask)) if !meta.runs.is_empty() => {
+                let env = read_state_at(&src, id, &name.to_string_lossy(), uid, *subtask)?;
+                crate::checkpoint::encode(&env).map_err(encode_err)?
+            }
+            _ if name == "_metadata" && !meta.runs.is_empty() => {
+                let mut own = meta.clone();
+                own.runs.clear();
+                own.crc32 = Some(crc32fast::hash(&own.unsummed_bytes().map_err(encode_err)?));
+                crate::checkpoint::encode(&own).map_err(encode_err)?
+            }
+            _ => std::fs::read(&from).map_err(io(&from))?,
+        };
         write_atomic(&dest.join(&name), &bytes)?;
     }
     Ok(())
@@ -641,6 +724,7 @@ mod tests {
             key_groups: Some((64, 128)),
             payload: vec![1, 2, 3],
             payload_crc32: None,
+            chain: None,
         };
         let (name, size) = write_state(&root, &env).unwrap();
         assert!(size > 3);
@@ -664,6 +748,7 @@ mod tests {
             key_groups: None,
             payload: payload.to_vec(),
             payload_crc32: Some(crc32fast::hash(payload)),
+            chain: None,
         };
         let (name, size) = write_state(root, &env).unwrap();
         let mut states = BTreeMap::new();
@@ -677,6 +762,7 @@ mod tests {
                 states,
                 parallelism: BTreeMap::new(),
                 size,
+                runs: Vec::new(),
                 crc32: None,
             },
         )
@@ -770,6 +856,7 @@ mod tests {
             key_groups: None,
             payload: b"old".to_vec(),
             payload_crc32: None,
+            chain: None,
         };
         let (name, _) = write_state(&root, &env).unwrap();
         assert_eq!(
@@ -845,6 +932,7 @@ mod tests {
             key_groups: None,
             payload: b"three".to_vec(),
             payload_crc32: None,
+            chain: None,
         };
         let e = write_state(&root, &env).unwrap_err();
         assert!(
@@ -858,6 +946,7 @@ mod tests {
             states: BTreeMap::new(),
             parallelism: BTreeMap::new(),
             size: 0,
+            runs: Vec::new(),
             crc32: None,
         };
         let e = write_metadata(&root, &meta).unwrap_err();
@@ -883,6 +972,7 @@ mod tests {
             key_groups: None,
             payload: vec![7; 1000],
             payload_crc32: None,
+            chain: None,
         };
         let e = write_state(&root, &env).unwrap_err();
         assert!(
@@ -920,6 +1010,7 @@ mod tests {
                 states: BTreeMap::new(),
                 parallelism: BTreeMap::new(),
                 size: 0,
+                runs: Vec::new(),
                 crc32: None,
             };
             if id != 3 {

@@ -150,7 +150,31 @@ pub(crate) struct KeyedOp<KF, K, P: KeyedProcessFunction<K, I, O>, I, O> {
     pub(crate) timers: Timers<K>,
     /// How many timers fire in one run before the subtask takes other work.
     pub(crate) timer_budget: usize,
+    /// Incremental checkpoints (`CheckpointConfig::incremental`), if on for this operator.
+    pub(crate) incremental: Option<crate::checkpoint::copy::Incremental<K>>,
     pub(crate) _in: PhantomData<fn(I)>,
+}
+
+/// Encodes one keyed entry (without timers: an incremental delta is taken only while the
+/// operator has none) into an incremental checkpoint's delta.
+fn encode_entry<K: crate::Key, S: crate::Data>(
+    d: &mut crate::state::changes::KeyedDelta,
+    group: usize,
+    key: &K,
+    state: Option<&S>,
+) -> Result<(), String> {
+    match state {
+        Some(state) => d.push(
+            group,
+            key,
+            Some(&EntryRef {
+                key,
+                state,
+                timers: None,
+            }),
+        ),
+        None => d.push::<K, EntryRef<'_, K, S>>(group, key, None),
+    }
 }
 
 /// The hooks of a function that derives `Operator`, captured where that is known.
@@ -288,6 +312,72 @@ where
         Ok(())
     }
 
+    /// The whole state's snapshot payload: entries by key group, with their timers, after
+    /// the function's own fields if it has hooks.
+    fn whole_payload(&self) -> Result<Vec<u8>, TaskError> {
+        let timers = self.timers.by_key();
+        let groups: Grouped<EntryRef<'_, K, P::State>> =
+            by_key_group(self.state.iter(), self.max_parallelism)
+                .into_iter()
+                .map(|(g, entries)| {
+                    let entries = entries.into_iter().map(|(key, state)| EntryRef {
+                        key,
+                        state,
+                        timers: timers.get(key).map(Vec::as_slice),
+                    });
+                    (g, entries.collect())
+                })
+                .collect();
+        match &self.hooks {
+            None => crate::checkpoint::encode(&groups),
+            Some(h) => {
+                let own =
+                    (h.snapshot)(&self.f).map_err(|e| self.core.state_error(e.to_string()))?;
+                crate::checkpoint::encode(&(own, groups))
+            }
+        }
+        .map_err(|e| self.core.state_error(e))
+    }
+
+    /// Hands barrier `id`'s state incrementally (runs under `root`): what changed since the
+    /// previous checkpoint, copied a chunk at a time from here on (`checkpoint::copy`), or the
+    /// whole state when it must (the first checkpoint, after a failed write, with timers).
+    fn snapshot_incremental(
+        &mut self,
+        id: u64,
+        root: &std::path::Path,
+        w: &mut StateWriter,
+    ) -> Result<(), TaskError> {
+        let has_timers = !self.timers.is_empty();
+        let own = match &self.hooks {
+            Some(h) => {
+                let own =
+                    (h.snapshot)(&self.f).map_err(|e| self.core.state_error(e.to_string()))?;
+                Some(crate::checkpoint::encode(&own).map_err(|e| self.core.state_error(e))?)
+            }
+            None => None,
+        };
+        let Some(inc) = self.incremental.as_mut() else {
+            return Ok(());
+        };
+        let encode = encode_entry::<K, P::State>;
+        let part = match inc.begin(id, root, &mut self.state, has_timers, own, encode) {
+            Some(part) => part,
+            None => {
+                let payload = self.whole_payload()?;
+                let own = self.hooks.is_some();
+                match self.incremental.as_mut() {
+                    Some(inc) => inc.whole(id, root, &mut self.state, payload, own),
+                    None => return Ok(()),
+                }
+            }
+        };
+        let info = &self.core.info;
+        let range = key_group_range(info.subtask, self.max_parallelism, info.parallelism);
+        w.put_chain(&info.uid, Some((range.start, range.end)), part);
+        Ok(())
+    }
+
     /// Fires up to `budget` due timers: event-time ones up to the input watermark, then
     /// processing-time ones up to `now` (if given).
     pub(crate) fn fire_timers(
@@ -355,7 +445,11 @@ where
     #[inline]
     fn push(&mut self, batch: &mut Vec<I>) -> Result<(), TaskError> {
         let (key_fn, f) = (&mut self.key_fn, &mut self.f);
-        let crate::state::KeyedState { map, changes } = &mut self.state;
+        let crate::state::KeyedState {
+            map,
+            changes,
+            saved,
+        } = &mut self.state;
         let (ts, timers) = (&self.ts, &mut self.timers);
         self.core.run(batch.len(), |out| match map {
             crate::state::Entries::Plain(map) => {
@@ -377,7 +471,10 @@ where
                     let k = key_fn(&r);
                     let t = ts.as_ref().map(|ts| ts(&r));
                     if let Some(e) = map.get_mut(&k) {
-                        changes.touch(&k, &mut e.logged);
+                        if changes.touch(&k, &mut e.logged) {
+                            // A checkpoint's copy has yet to take it: copied first.
+                            saved.push((k.clone(), e.state.clone()));
+                        }
                         let ctx = &mut KeyedContext::new(&k, t, timers);
                         f.process_with_ctx(&k, &mut e.state, r, ctx, out);
                     } else {
@@ -392,6 +489,10 @@ where
         })
     }
     fn finish(&mut self) -> Result<(), TaskError> {
+        // A checkpoint's copy under way is done before the state changes at the end.
+        if let Some(inc) = self.incremental.as_mut() {
+            inc.finish(&mut self.state, encode_entry::<K, P::State>);
+        }
         // The input ended with the `MAX` watermark: every event-time timer fires now.
         self.fire_timers(usize::MAX, None)?;
         self.forward_watermark()?;
@@ -409,28 +510,10 @@ where
         if logged && w.changes_of(&self.core.info.uid).is_some() {
             return self.hand_changes(w);
         }
-        let timers = self.timers.by_key();
-        let groups: Grouped<EntryRef<'_, K, P::State>> =
-            by_key_group(self.state.iter(), self.max_parallelism)
-                .into_iter()
-                .map(|(g, entries)| {
-                    let entries = entries.into_iter().map(|(key, state)| EntryRef {
-                        key,
-                        state,
-                        timers: timers.get(key).map(Vec::as_slice),
-                    });
-                    (g, entries.collect())
-                })
-                .collect();
-        let payload = match &self.hooks {
-            None => crate::checkpoint::encode(&groups),
-            Some(h) => {
-                let own =
-                    (h.snapshot)(&self.f).map_err(|e| self.core.state_error(e.to_string()))?;
-                crate::checkpoint::encode(&(own, groups))
-            }
+        if let (Some(_), Some((id, root))) = (&self.incremental, w.incremental.clone()) {
+            return self.snapshot_incremental(id, &root, w);
         }
-        .map_err(|e| self.core.state_error(e))?;
+        let payload = self.whole_payload()?;
         put_keyed(w, &self.core.info, self.max_parallelism, payload);
         Ok(())
     }
@@ -463,6 +546,17 @@ where
             .timers
             .has_processing()
             .then(crate::operator::timers::now_ms);
+        if let Some(inc) = self.incremental.as_mut().filter(|i| i.copying()) {
+            // A checkpoint's copy goes on a chunk at a time, between units of input.
+            inc.step(
+                &mut self.state,
+                crate::checkpoint::copy::STEP,
+                encode_entry::<K, P::State>,
+            );
+            if inc.copying() {
+                cx.waker().wake_by_ref();
+            }
+        }
         let due = self.timers.event_due() || now.is_some_and(|n| self.timers.processing_due(n));
         if due {
             if let Err(e) = self.fire_timers(self.timer_budget, now) {

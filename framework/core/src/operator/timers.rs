@@ -175,6 +175,13 @@ impl<K: crate::Key> Queue<K> {
     }
 }
 
+impl<K> Timers<K> {
+    /// Whether no timer is registered.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.event.live.is_empty() && self.processing.live.is_empty()
+    }
+}
+
 /// The timers of a keyed subtask, and the watermarks it has seen and sent on.
 pub(crate) struct Timers<K> {
     pub(crate) event: Queue<K>,

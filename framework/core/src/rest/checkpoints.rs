@@ -22,7 +22,12 @@ pub(super) fn record_json(r: &crate::CheckpointRecord) -> Value {
         "trigger_timestamp": r.trigger_timestamp_ms,
         "latest_ack_timestamp": r.latest_ack_timestamp_ms.map_or(-1, |t| t as i64),
         "state_size": r.state_size,
-        "checkpointed_size": r.state_size,
+        "checkpointed_size": r.checkpointed_size,
+        // Weir's: the longest synchronous (data path stopped at the barrier) and asynchronous
+        // (copied, encoded, written beside it) parts of a subtask; Flink has these per subtask.
+        "sync_duration": r.sync_duration_us / 1000,
+        "sync_duration_us": r.sync_duration_us,
+        "async_duration": r.async_duration_ms,
         "end_to_end_duration": r.end_to_end_duration_ms,
         "alignment_buffered": 0,
         "processed_data": 0,
@@ -77,7 +82,7 @@ pub(super) async fn checkpoints(state: State, req: HttpRequest) -> Answer {
             "failed": s.number_of_failed_checkpoints,
         },
         "summary": {
-            "checkpointed_size": min_max_avg(&summary.state_size),
+            "checkpointed_size": min_max_avg(&summary.checkpointed_size),
             "state_size": min_max_avg(&summary.state_size),
             "end_to_end_duration": min_max_avg(&summary.end_to_end_duration_ms),
             "alignment_buffered": zero,

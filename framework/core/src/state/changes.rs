@@ -36,7 +36,13 @@ pub(crate) struct ChangeLog<K> {
     on: bool,
     /// The next take must be everything (the state was changed outside the log).
     all: bool,
+    /// The generation whose entries are being copied for a checkpoint ([`NOT_COPYING`]:
+    /// none): an entry still in it is copied before it is written (see `checkpoint::copy`).
+    copying: Generation,
 }
+
+/// [`ChangeLog::copying`] when no copy is under way.
+const NOT_COPYING: Generation = Generation::MAX;
 
 impl<K> Default for ChangeLog<K> {
     fn default() -> Self {
@@ -45,6 +51,7 @@ impl<K> Default for ChangeLog<K> {
             keys: Vec::new(),
             on: false,
             all: true,
+            copying: NOT_COPYING,
         }
     }
 }
@@ -68,13 +75,56 @@ impl<K> ChangeLog<K> {
 }
 
 impl<K: Clone> ChangeLog<K> {
-    /// Logs `key`, written now, whose entry carries `at` (updated).
+    /// Logs `key`, written now, whose entry carries `at` (updated). `true`: the entry is one a
+    /// checkpoint still has to copy, and must be copied before it is written.
     #[inline]
-    pub(crate) fn touch(&mut self, key: &K, at: &mut Generation) {
+    #[must_use]
+    pub(crate) fn touch(&mut self, key: &K, at: &mut Generation) -> bool {
         if self.on && *at != self.generation {
+            let copy = *at == self.copying;
             *at = self.generation;
             self.keys.push(key.clone());
+            return copy;
         }
+        false
+    }
+
+    /// Starts copying what changed since the last take for a checkpoint: the keys, whose
+    /// entries carry [`copying`](Self::copying) until copied; `None` if the state was changed
+    /// outside the log (the checkpoint must take everything). Logging goes on in a new
+    /// generation.
+    pub(crate) fn begin_copy(&mut self) -> Option<Vec<K>> {
+        if self.all || !self.on {
+            return None;
+        }
+        self.copying = self.generation;
+        self.take(false)
+    }
+
+    /// Logs every one of `entries` (a key and the generation its entry carries) as written
+    /// now: the next take holds every key, and is not "everything" for want of a log.
+    pub(crate) fn log_all<'a>(&mut self, entries: impl Iterator<Item = (&'a K, &'a mut Generation)>)
+    where
+        K: 'a,
+    {
+        self.on = true;
+        self.all = false;
+        for (key, at) in entries {
+            if *at != self.generation {
+                *at = self.generation;
+                self.keys.push(key.clone());
+            }
+        }
+    }
+
+    /// The generation being copied.
+    pub(crate) fn copying(&self) -> Generation {
+        self.copying
+    }
+
+    /// The copy is done.
+    pub(crate) fn end_copy(&mut self) {
+        self.copying = NOT_COPYING;
     }
 
     /// The generation a new entry starts with, logging its key.
@@ -165,6 +215,50 @@ impl KeyedDelta {
             entry,
         });
         Ok(())
+    }
+}
+
+impl KeyedDelta {
+    /// Every entry of a keyed operator's snapshot `payload` (as [`KeyedImage::payload`]
+    /// writes it, with the operator's own fields first if `own`), as a full delta, reading
+    /// only the CBOR item heads. An error names what does not fit.
+    pub(crate) fn from_payload(payload: Vec<u8>, own: bool) -> Result<KeyedDelta, String> {
+        let mut d = KeyedDelta::new(true);
+        let mut r = Reader { b: &payload, at: 0 };
+        if own {
+            r.expect_array(2)?;
+            let start = r.at;
+            r.skip()?;
+            d.own = Some(payload[start..r.at].to_vec());
+        }
+        let at = |n: usize| u32::try_from(n).map_err(|_| "a state over 4 GiB".to_owned());
+        let groups = r.array()?;
+        for _ in 0..groups {
+            r.expect_array(2)?;
+            let group = r.unsigned()?;
+            let group =
+                u32::try_from(group).map_err(|_| format!("key group {group} out of range"))?;
+            for _ in 0..r.array()? {
+                let start = r.at;
+                r.array()?;
+                let key_start = r.at;
+                r.skip()?;
+                let key_end = r.at;
+                r.at = start;
+                r.skip()?;
+                d.index.push(DeltaEntry {
+                    group,
+                    key: (at(key_start)?, at(key_end)?),
+                    entry: Some((at(start)?, at(r.at)?)),
+                });
+            }
+        }
+        if r.at != payload.len() {
+            return Err(format!("{} bytes after the state", payload.len() - r.at));
+        }
+        // The entries are read where they are: no copy of the state.
+        d.bytes = payload;
+        Ok(d)
     }
 }
 
@@ -299,12 +393,12 @@ impl KeyedImage {
     }
 }
 
-const UNSIGNED: u8 = 0;
-const ARRAY: u8 = 4;
+pub(crate) const UNSIGNED: u8 = 0;
+pub(crate) const ARRAY: u8 = 4;
 
 /// A CBOR item head: major type `major` with argument `n`, in its shortest form (RFC 8949
 /// section 3).
-fn head(out: &mut Vec<u8>, major: u8, n: u64) {
+pub(crate) fn head(out: &mut Vec<u8>, major: u8, n: u64) {
     let m = major << 5;
     if n < 24 {
         out.push(m | n as u8);
@@ -576,17 +670,17 @@ mod tests {
     fn a_log_takes_each_written_key_once_per_generation() {
         let mut log = ChangeLog::<u64>::default();
         let mut at = [0 as Generation; 3];
-        log.touch(&0, &mut at[0]);
+        let _ = log.touch(&0, &mut at[0]);
         assert_eq!(log.take(false), None, "the first take is everything");
-        log.touch(&0, &mut at[0]);
-        log.touch(&0, &mut at[0]);
-        log.touch(&2, &mut at[2]);
+        let _ = log.touch(&0, &mut at[0]);
+        let _ = log.touch(&0, &mut at[0]);
+        let _ = log.touch(&2, &mut at[2]);
         assert_eq!(log.take(false), Some(vec![0, 2]));
         assert_eq!(log.take(false), Some(vec![]));
-        log.touch(&1, &mut at[1]);
+        let _ = log.touch(&1, &mut at[1]);
         log.lose_track();
         assert_eq!(log.take(false), None);
-        log.touch(&1, &mut at[1]);
+        let _ = log.touch(&1, &mut at[1]);
         assert_eq!(log.take(true), None, "asked for everything");
         assert_eq!(log.inserted(&5), log.generation);
         assert_eq!(log.take(false), Some(vec![5]));

@@ -460,6 +460,9 @@ pub struct KeyedState<K, S> {
     pub(crate) map: Entries<K, S>,
     /// The keys written since the state was last handed over ([`changes`]).
     pub(crate) changes: changes::ChangeLog<K>,
+    /// Entries a checkpoint's copy had still to take when they were written, copied just
+    /// before (`copy`).
+    pub(crate) saved: Vec<(K, S)>,
 }
 
 /// The entries, as they are kept: with the change log's generation beside each state only
@@ -537,20 +540,26 @@ impl<K, S> KeyedState<K, S> {
             KeyedState {
                 map: Entries::Logged(HashMap::default()),
                 changes: changes::ChangeLog::tracking(),
+                saved: Vec::new(),
             }
         } else {
             KeyedState {
                 map: Entries::Plain(HashMap::default()),
                 changes: changes::ChangeLog::default(),
+                saved: Vec::new(),
             }
         }
     }
 }
 
-impl<K: Hash + Eq + Clone, S> KeyedState<K, S> {
+impl<K: Hash + Eq + Clone, S: Clone> KeyedState<K, S> {
     /// The state of `key` to write, created with `new` if it has none; logged as changed.
     pub(crate) fn write(&mut self, key: &K, new: impl FnOnce() -> S) -> Option<&mut S> {
-        let KeyedState { map, changes } = self;
+        let KeyedState {
+            map,
+            changes,
+            saved,
+        } = self;
         match map {
             Entries::Plain(map) => {
                 if !map.contains_key(key) {
@@ -566,9 +575,21 @@ impl<K: Hash + Eq + Clone, S> KeyedState<K, S> {
                     return map.get_mut(key).map(|t| &mut t.state);
                 }
                 let t = map.get_mut(key)?;
-                changes.touch(key, &mut t.logged);
+                if changes.touch(key, &mut t.logged) {
+                    saved.push((key.clone(), t.state.clone()));
+                }
                 Some(&mut t.state)
             }
+        }
+    }
+
+    /// Logs every key as changed, if changes are logged: the next copy of what changed takes
+    /// the whole state (a restored instance's first incremental checkpoint, or one after its
+    /// chain broke).
+    pub(crate) fn log_all(&mut self) {
+        if let Entries::Logged(map) = &mut self.map {
+            self.changes
+                .log_all(map.iter_mut().map(|(k, t)| (k, &mut t.logged)));
         }
     }
 

@@ -324,8 +324,11 @@ impl Driver {
         &mut self,
         id: u64,
         hand_over: bool,
+        root: Option<&std::path::Path>,
     ) -> Result<(StateWriter, Duration, Taken), TaskError> {
         let mut w = StateWriter::new(hand_over);
+        // A checkpoint handed over in memory takes whole states.
+        w.incremental = root.filter(|_| !hand_over).map(|r| (id, r.to_owned()));
         match self {
             Driver::Source(_) => Ok((w, Duration::ZERO, Taken::Source)),
             Driver::Inputs {

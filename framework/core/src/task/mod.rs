@@ -63,6 +63,10 @@ pub(crate) struct SubtaskActor {
     /// State writes under way (see `write_and_ack`): joined when the actor goes, so that a
     /// job's checkpoint files are all written when it returns.
     writes: Vec<std::thread::JoinHandle<()>>,
+    /// Set when the actor goes (see `StateWrite::chains`).
+    stopping: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    /// How long the last aligned snapshot stopped the data path (reported with its ack).
+    sync_took: Duration,
     spin: Spin,
     sample: Arc<Mutex<SubtaskSample>>,
     throttle: Option<Pin<Box<actix_rt::time::Sleep>>>,
@@ -100,6 +104,8 @@ impl SubtaskActor {
             time: TimeAccount::new(now),
             ran_on: false,
             writes: Vec::new(),
+            stopping: Default::default(),
+            sync_took: Duration::ZERO,
             spin: Spin::default(),
             sample,
             throttle: None,
@@ -235,8 +241,11 @@ impl SubtaskActor {
             }
             Ok(Work::Aligned(id)) => {
                 let hand_over = self.hands_over(id);
-                match self.driver.snapshot_aligned(id, hand_over) {
+                let root = self.checkpoint_dir.as_deref();
+                let started = Instant::now();
+                match self.driver.snapshot_aligned(id, hand_over, root) {
                     Ok((w, alignment, taken)) => {
+                        self.sync_took = started.elapsed();
                         self.write_and_ack(id, w, alignment, Duration::ZERO, taken)
                     }
                     Err(e) => self.decline(id, e),
@@ -269,7 +278,12 @@ impl SubtaskActor {
         let mut payloads = Vec::new();
         let mut envelopes = Vec::with_capacity(w.entries.len());
         let mut deferred = Vec::new();
+        let mut chains = Vec::new();
         for mut e in w.entries {
+            if let Some(c) = e.chain.take() {
+                // Only a checkpoint that is not handed over is written incrementally.
+                chains.push((envelopes.len(), c));
+            }
             if let Some(d) = e.deferred.take() {
                 if hand_over {
                     // Needed now: made here (the gate does not defer such checkpoints).
@@ -301,6 +315,7 @@ impl SubtaskActor {
                 key_groups: e.key_groups,
                 payload_crc32: Some(crc32fast::hash(&e.payload)),
                 payload: e.payload,
+                chain: None,
             });
         }
         let write = StateWrite {
@@ -313,13 +328,18 @@ impl SubtaskActor {
             events: self.events.clone(),
             envelopes,
             deferred,
+            chains,
+            stopping: self.stopping.clone(),
             payloads,
             part: AckPart {
                 files: Vec::new(),
                 alignment,
                 start_delay,
                 taken,
+                sync: std::mem::take(&mut self.sync_took),
+                asynchronous: Duration::ZERO,
             },
+            started: Instant::now(),
         };
         // Flink's asynchronous phase: the states are taken (above, on the data path); writing
         // and syncing them to disk happens beside it, and the acknowledgement follows the
@@ -418,8 +438,14 @@ struct StateWrite {
     envelopes: Vec<SnapshotEnvelope>,
     /// Envelopes whose payload is made here, off the data path (by index).
     deferred: Vec<(usize, crate::checkpoint::DeferredPayload)>,
+    /// Envelopes whose state is a chain of runs, known once their operator has handed it.
+    chains: Vec<(usize, crate::checkpoint::incremental::ChainPart)>,
+    /// The subtask's actor is going: a chain still being handed never will be.
+    stopping: std::sync::Arc<std::sync::atomic::AtomicBool>,
     payloads: Vec<(String, Vec<u8>)>,
     part: AckPart,
+    /// When the states were taken (the asynchronous part starts).
+    started: Instant,
 }
 
 impl StateWrite {
@@ -451,17 +477,43 @@ impl StateWrite {
                 }
             }
         }
-        for env in std::mem::take(&mut self.envelopes) {
+        let mut sizes: Vec<Option<(u64, u64)>> = vec![None; self.envelopes.len()];
+        for (i, part) in std::mem::take(&mut self.chains) {
+            let stopping = self.stopping.clone();
+            let waited = part.wait(&move || stopping.load(std::sync::atomic::Ordering::Acquire));
+            let Some(env) = self.envelopes.get_mut(i) else {
+                continue;
+            };
+            match waited {
+                Ok(chain) => {
+                    sizes[i] = Some((chain.written, chain.size()));
+                    env.chain = Some(chain.runs);
+                }
+                Err(reason) => {
+                    let reason = format!("cannot write the state of `{}`: {reason}", env.uid);
+                    return self.decline(reason);
+                }
+            }
+        }
+        for (env, sizes) in std::mem::take(&mut self.envelopes).into_iter().zip(sizes) {
+            let runs: Vec<String> = env.chain.iter().flatten().map(|r| r.file.clone()).collect();
             match crate::checkpoint::store::write_state(&self.root, &env) {
-                Ok((file, size)) => self.part.files.push(StateFile {
-                    uid: env.uid,
-                    subtask: env.subtask,
-                    file,
-                    size,
-                }),
+                Ok((file, size)) => {
+                    let (written, state_size) =
+                        sizes.map_or((size, size), |(w, s)| (w + size, s + size));
+                    self.part.files.push(StateFile {
+                        uid: env.uid,
+                        subtask: env.subtask,
+                        file,
+                        size: written,
+                        state_size,
+                        runs,
+                    })
+                }
                 Err(err) => return self.decline(err.to_string()),
             }
         }
+        self.part.asynchronous = self.started.elapsed();
         let _ = self.events.unbounded_send(JobEvent::Ack {
             attempt: self.attempt,
             id: self.id,
@@ -474,6 +526,9 @@ impl StateWrite {
 
 impl Drop for SubtaskActor {
     fn drop(&mut self) {
+        // A state write waiting for this subtask's operators to hand a chain gives up.
+        self.stopping
+            .store(true, std::sync::atomic::Ordering::Release);
         for w in self.writes.drain(..) {
             let _ = w.join();
         }

@@ -918,6 +918,11 @@ fn metadata(job: &str, plan: &crate::plan::Plan, done: &Completed) -> store::Che
         states,
         parallelism,
         size: done.size,
+        runs: done
+            .files
+            .iter()
+            .flat_map(|f| f.runs.iter().cloned())
+            .collect(),
         // Computed when written.
         crc32: None,
     }

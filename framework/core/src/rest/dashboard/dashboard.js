@@ -351,15 +351,19 @@
         { key: 'duration', name: 'duration', color: PALETTE[0], points: pick('end_to_end_duration'), marks: true, format: fmtMs },
         { key: 'alignment', name: 'alignment', color: PALETTE[1], points: pick('alignment_duration'), marks: true, format: fmtMs },
         { key: 'start_delay', name: 'start delay', color: PALETTE[2], points: pick('start_delay'), marks: true, format: fmtMs },
+        { key: 'async', name: 'async part', color: PALETTE[4], points: pick('async_duration'), marks: true, format: fmtMs },
       ],
       yFormat: fmtMs,
       xFormat: (x) => `#${Math.round(x)}`,
       empty: 'no completed checkpoint yet',
     });
     lineChart($('cp-sizes'), {
-      title: 'state size',
+      title: 'state size and bytes written',
       xName: 'checkpoint',
-      series: [{ key: 'size', name: 'size', color: PALETTE[3], points: pick('state_size'), marks: true, format: fmtBytes }],
+      series: [
+        { key: 'size', name: 'state size', color: PALETTE[3], points: pick('state_size'), marks: true, format: fmtBytes },
+        { key: 'written', name: 'written', color: PALETTE[5], points: pick('checkpointed_size'), marks: true, format: fmtBytes },
+      ],
       yFormat: fmtBytes,
       xFormat: (x) => `#${Math.round(x)}`,
       empty: 'no completed checkpoint yet',

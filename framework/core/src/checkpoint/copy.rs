@@ -1,0 +1,201 @@
+//! The copy of a keyed state that an incremental checkpoint takes, a little at a time.
+//!
+//! At a barrier nothing of the state is copied: the keys written since the previous checkpoint
+//! (the change log's generation, `state::changes`) become the ones to copy, and the log goes on
+//! in a new generation. The operator then copies a chunk of them between units of work
+//! ([`Incremental::step`]) and sends each chunk to its chain's thread to encode and write
+//! (`incremental`); an entry still to copy that a record is about to write is
+//! copied first (copy-on-write, `KeyedState::write` and the keyed operator's loop). The
+//! operator's pause at the barrier is one swap of the log; what it spends on the checkpoint
+//! after that is cloning the changed entries; encoding and writing them run on the other
+//! thread.
+//!
+//! A chain starts from nothing: every key of a new instance is a change (a restored
+//! instance logs its restored keys), so its first checkpoint copies everything the same way;
+//! so does the one after a run could not be written (the chain starts again). A checkpoint
+//! taken while the operator has timers (a key's timers are not copied with it yet), or after
+//! the state was changed where the log cannot see, hands the whole state encoded at the
+//! barrier.
+//!
+//! This module owns the copy's progress; not the entries' form (the keyed operator's) nor the
+//! runs (`checkpoint::runs`).
+
+use std::hash::Hash;
+use std::path::{Path, PathBuf};
+
+use super::incremental::{ChainPart, ChainWriter};
+use crate::state::changes::KeyedDelta;
+use crate::state::{Entries, KeyedState};
+
+/// Entries copied per step: about a fifth of a millisecond of clones for small states.
+pub(crate) const STEP: usize = 4096;
+
+/// A keyed subtask's incremental checkpoints: its chain's thread and the copy under way.
+pub(crate) struct Incremental<K> {
+    writer: ChainWriter,
+    copy: Option<Copy<K>>,
+    max_parallelism: usize,
+}
+
+/// The copy of checkpoint `id`'s changed entries.
+struct Copy<K> {
+    id: u64,
+    root: PathBuf,
+    keys: std::vec::IntoIter<K>,
+    /// It holds every key: a new chain.
+    full: bool,
+}
+
+/// How a keyed entry is encoded: `(group, key, state)` to the delta.
+pub(crate) type EncodeEntry<K, S> =
+    fn(&mut KeyedDelta, usize, &K, Option<&S>) -> Result<(), String>;
+
+impl<K> Incremental<K>
+where
+    K: crate::Key,
+{
+    /// Incremental checkpoints for subtask `subtask` of operator `uid`.
+    pub(crate) fn start(uid: &str, subtask: usize, max_parallelism: usize) -> Result<Self, String> {
+        Ok(Incremental {
+            writer: ChainWriter::start(uid, subtask)?,
+            copy: None,
+            max_parallelism,
+        })
+    }
+
+    /// Whether a copy is under way (the operator should [`step`](Self::step) it).
+    pub(crate) fn copying(&self) -> bool {
+        self.copy.is_some()
+    }
+
+    /// Barrier `id` (runs under `root`): starts copying what changed since the previous
+    /// checkpoint (every key, if the chain broke), with the operator's own fields `own`
+    /// (encoded) if it has them, and returns the chain the checkpoint's state file will
+    /// reference; or `None` if this checkpoint must take the whole state encoded now (`base`:
+    /// the operator has timers; or its state changed where the log cannot see): then
+    /// [`whole`](Self::whole).
+    pub(crate) fn begin<S: crate::Data>(
+        &mut self,
+        id: u64,
+        root: &Path,
+        state: &mut KeyedState<K, S>,
+        base: bool,
+        own: Option<Vec<u8>>,
+        encode: EncodeEntry<K, S>,
+    ) -> Option<ChainPart> {
+        // A copy still under way (a barrier came before it was done) ends here.
+        self.finish(state, encode);
+        if base {
+            return None;
+        }
+        let full = self.writer.needs_base();
+        if full {
+            // Everything again, copied as any change is.
+            state.log_all();
+        }
+        let keys = state.changes.begin_copy()?;
+        if let Some(own) = own {
+            self.writer.encode(Box::new(move |d| {
+                d.own = Some(own);
+                Ok(())
+            }));
+        }
+        self.copy = Some(Copy {
+            id,
+            root: root.to_owned(),
+            keys: keys.into_iter(),
+            full,
+        });
+        Some(self.writer.part(id))
+    }
+
+    /// Barrier `id`'s checkpoint takes the whole state: `payload`, the operator's snapshot
+    /// (its own fields first if `own`), encoded at the barrier. The change log starts again.
+    pub(crate) fn whole<S>(
+        &mut self,
+        id: u64,
+        root: &Path,
+        state: &mut KeyedState<K, S>,
+        payload: Vec<u8>,
+        own: bool,
+    ) -> ChainPart {
+        let _ = state.changes.take(true);
+        self.writer.encode(Box::new(move |d| {
+            *d = KeyedDelta::from_payload(payload, own)?;
+            Ok(())
+        }));
+        self.writer.seal(id, root, true);
+        self.writer.part(id)
+    }
+
+    /// Copies up to `budget` entries of the copy under way; seals it when done.
+    pub(crate) fn step<S: crate::Data>(
+        &mut self,
+        state: &mut KeyedState<K, S>,
+        budget: usize,
+        encode: EncodeEntry<K, S>,
+    ) {
+        let Some(copy) = self.copy.as_mut() else {
+            return;
+        };
+        let mut chunk: Vec<(K, Option<S>)> = std::mem::take(&mut state.saved)
+            .into_iter()
+            .map(|(k, s)| (k, Some(s)))
+            .collect();
+        let g = state.changes.copying();
+        if let Entries::Logged(map) = &mut state.map {
+            for k in copy.keys.by_ref().take(budget) {
+                match map.get_mut(&k) {
+                    Some(t) if t.logged == g => {
+                        // Copied: a later write is logged as any other.
+                        t.logged = 0;
+                        chunk.push((k, Some(t.state.clone())));
+                    }
+                    // Written since the barrier: copied then (`saved`).
+                    Some(_) => {}
+                    None => chunk.push((k, None)),
+                }
+            }
+        } else {
+            copy.keys = Vec::new().into_iter();
+        }
+        if !chunk.is_empty() {
+            let max_parallelism = self.max_parallelism;
+            self.writer.encode(Box::new(move |d| {
+                chunk.iter().try_for_each(|(k, s)| {
+                    encode(
+                        d,
+                        crate::key_group::key_group_of(k, max_parallelism),
+                        k,
+                        s.as_ref(),
+                    )
+                })
+            }));
+        }
+        if copy.keys.len() == 0 {
+            state.changes.end_copy();
+            if let Some(done) = self.copy.take() {
+                self.writer.seal(done.id, &done.root, done.full);
+            }
+        }
+    }
+
+    /// Copies everything left of the copy under way (a barrier or the end of the input).
+    pub(crate) fn finish<S: crate::Data>(
+        &mut self,
+        state: &mut KeyedState<K, S>,
+        encode: EncodeEntry<K, S>,
+    ) {
+        while self.copy.is_some() {
+            self.step(state, usize::MAX, encode);
+        }
+    }
+}
+
+impl<K: Hash + Eq> std::fmt::Debug for Incremental<K> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Incremental")
+            .field("copying", &self.copy.as_ref().map(|c| (c.id, c.keys.len())))
+            .finish_non_exhaustive()
+    }
+}

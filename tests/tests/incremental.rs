@@ -1,0 +1,231 @@
+//! Incremental checkpoints (`CheckpointConfig::incremental`): a keyed operator's checkpoint
+//! writes what changed since its previous one and references the runs before it. Checked by
+//! real faults (a panic of the keyed function, injected once enough checkpoints completed),
+//! every id at an exactly-once sink and every key's counts, with chains of 100 checkpoints,
+//! after a rescale, and through a savepoint restored without the runs.
+
+mod common;
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use weir::{CollectSink, Collector, Env, EnvConfig, JobHandle, RestartStrategy, ValueState};
+
+const KEYS: u64 = 3_000;
+
+fn tmp(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("weir-incr-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    d
+}
+
+fn config(dir: &Path, incremental: bool) -> EnvConfig {
+    let mut cfg = EnvConfig::default();
+    cfg.batch_size = 64;
+    cfg.arbiters = 2;
+    cfg.heartbeat_timeout = common::TIMEOUT;
+    cfg.checkpoint.interval = Some(Duration::from_millis(10));
+    cfg.checkpoint.directory = dir.to_owned();
+    cfg.checkpoint.retained = 2;
+    cfg.checkpoint.incremental = incremental;
+    cfg.restart = Some(RestartStrategy::FixedDelay {
+        attempts: 3,
+        delay: Duration::ZERO,
+    });
+    cfg
+}
+
+/// What a test controls of a running job: stop its source, make its keyed function panic
+/// once (at its next record).
+#[derive(Clone, Default)]
+struct Controls {
+    stop: Arc<AtomicBool>,
+    ended_at: Arc<AtomicU64>,
+    panic_once: Arc<AtomicBool>,
+}
+
+/// Endless ids (one source subtask, 64 per ms) -> key_by(id % KEYS) -> a running count per key
+/// at parallelism `p` -> an exactly-once collect.
+fn job(env: &Env, p: usize, c: &Controls, out: &CollectSink<(u64, u64, u64)>) {
+    let panic_once = c.panic_once.clone();
+    common::endless_ids(env, &c.stop, &c.ended_at)
+        .key_by(|x: &u64| x % KEYS)
+        .process(
+            move |k: &u64,
+                  s: &mut ValueState<u64>,
+                  x: u64,
+                  out: &mut Collector<(u64, u64, u64)>| {
+                if panic_once.swap(false, Ordering::SeqCst) {
+                    panic!("injected: the keyed function fails");
+                }
+                let n = s.get_or_insert_with(|| 0);
+                *n += 1;
+                out.collect((*k, *n, x));
+            },
+        )
+        .uid("count")
+        .set_parallelism(p)
+        .collect_into(out);
+}
+
+fn completed(job: &JobHandle) -> u64 {
+    job.checkpoint_stats()
+        .map_or(0, |s| s.number_of_completed_checkpoints)
+}
+
+fn wait_checkpoints(job: &JobHandle, n: u64) {
+    weir_testing::wait_for_checkpoint(job, n, Duration::from_secs(120))
+        .unwrap_or_else(|e| panic!("{n} checkpoints did not complete: {e:?}"));
+}
+
+/// Makes the keyed function panic once, and waits until the job restored a checkpoint and
+/// completed two more.
+fn inject_panic(job: &JobHandle, c: &Controls) {
+    let restarts = job.checkpoint_stats().map_or(0, |s| s.num_restarts);
+    c.panic_once.store(true, Ordering::SeqCst);
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    loop {
+        let s = job.checkpoint_stats().unwrap_or_default();
+        if s.num_restarts > restarts && s.last_restored_checkpoint_id.is_some() {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no restart from a checkpoint after the panic: {s:?}"
+        );
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    wait_checkpoints(job, completed(job) + 2);
+}
+
+/// Every id below where the source ended once, and each key's counts exactly `1..=n`.
+fn check_exactly_once(ended_at: u64, committed: &[(u64, u64, u64)]) {
+    let mut seen = vec![0u32; ended_at as usize];
+    for &(_, _, id) in committed {
+        assert!(id < ended_at, "id {id} past the end {ended_at}");
+        seen[id as usize] += 1;
+    }
+    let missing: Vec<u64> = (0..ended_at)
+        .filter(|&i| seen[i as usize] == 0)
+        .take(5)
+        .collect();
+    let dups: Vec<u64> = (0..ended_at)
+        .filter(|&i| seen[i as usize] > 1)
+        .take(5)
+        .collect();
+    assert!(missing.is_empty(), "missing ids (first 5): {missing:?}");
+    assert!(dups.is_empty(), "duplicated ids (first 5): {dups:?}");
+    let mut counts: HashMap<u64, Vec<u64>> = HashMap::new();
+    for &(k, n, _) in committed {
+        counts.entry(k).or_default().push(n);
+    }
+    for (k, mut ns) in counts {
+        ns.sort_unstable();
+        let expected = (0..ended_at).filter(|i| i % KEYS == k).count() as u64;
+        assert_eq!(ns, (1..=expected).collect::<Vec<_>>(), "counts of key {k}");
+    }
+}
+
+/// The state files of the job's run directories under `dir` that reference runs, and the run
+/// files there.
+fn runs_on_disk(dir: &Path) -> usize {
+    let mut n = 0;
+    let mut stack = vec![dir.to_owned()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if p
+                .parent()
+                .and_then(|q| q.parent())
+                .is_some_and(|q| q.ends_with("shared"))
+            {
+                n += 1;
+            }
+        }
+    }
+    n
+}
+
+#[test]
+fn a_panic_restores_exactly_from_a_chain_of_a_hundred_incremental_checkpoints() {
+    let dir = tmp("chain");
+    let env = Env::with_config(config(&dir, true));
+    let (c, out) = (Controls::default(), CollectSink::default());
+    job(&env, 2, &c, &out);
+    let handle = env.start("incremental-chain").expect("starts");
+    wait_checkpoints(&handle, 100);
+    // Most checkpoints wrote less than the state they cover: they are incremental.
+    let stats = handle.checkpoint_stats().expect("checkpoint stats");
+    let smaller = stats
+        .history
+        .iter()
+        .filter(|r| r.checkpointed_size > 0 && r.checkpointed_size < r.state_size)
+        .count();
+    assert!(
+        smaller >= stats.history.len() / 2,
+        "incremental checkpoints write less than they cover: {:?}",
+        stats
+            .history
+            .iter()
+            .map(|r| (r.id, r.checkpointed_size, r.state_size))
+            .collect::<Vec<_>>()
+    );
+    assert!(runs_on_disk(&dir) > 0, "runs under shared/");
+    inject_panic(&handle, &c);
+    c.stop.store(true, Ordering::SeqCst);
+    handle.wait().expect("the job recovers and ends");
+    check_exactly_once(c.ended_at.load(Ordering::SeqCst), &out.take());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_panic_after_a_rescale_restores_exactly_from_incremental_checkpoints() {
+    let dir = tmp("rescale");
+    let env = Env::with_config(config(&dir, true));
+    let (c, out) = (Controls::default(), CollectSink::default());
+    job(&env, 2, &c, &out);
+    let handle = env.start("incremental-rescale").expect("starts");
+    wait_checkpoints(&handle, 10);
+    handle.rescale("count", 3).expect("rescale 2 -> 3");
+    wait_checkpoints(&handle, completed(&handle) + 10);
+    inject_panic(&handle, &c);
+    handle.rescale("count", 1).expect("rescale 3 -> 1");
+    wait_checkpoints(&handle, completed(&handle) + 10);
+    inject_panic(&handle, &c);
+    c.stop.store(true, Ordering::SeqCst);
+    handle.wait().expect("the job recovers and ends");
+    check_exactly_once(c.ended_at.load(Ordering::SeqCst), &out.take());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_savepoint_of_an_incremental_job_restores_without_its_runs_and_without_incremental() {
+    let (dir, sp) = (tmp("sp-ckpt"), tmp("sp"));
+    let out = CollectSink::default();
+    let env = Env::with_config(config(&dir, true));
+    let c = Controls::default();
+    job(&env, 2, &c, &out);
+    let handle = env.start("incremental-sp").expect("starts");
+    wait_checkpoints(&handle, 20);
+    handle
+        .stop_with_savepoint(&sp)
+        .expect("stop with savepoint");
+    // The runs are gone with the checkpoint directory: the savepoint holds the state whole.
+    std::fs::remove_dir_all(&dir).expect("checkpoints removed");
+    let mut cfg = config(&tmp("sp-ckpt-b"), false);
+    cfg.checkpoint.restore_from = Some(sp.clone());
+    let env = Env::with_config(cfg);
+    let c = Controls::default();
+    job(&env, 3, &c, &out);
+    let handle = env.start("incremental-sp-b").expect("restores");
+    wait_checkpoints(&handle, 3);
+    c.stop.store(true, Ordering::SeqCst);
+    handle.wait().expect("the restored job ends");
+    check_exactly_once(c.ended_at.load(Ordering::SeqCst), &out.take());
+    let _ = std::fs::remove_dir_all(&sp);
+}
