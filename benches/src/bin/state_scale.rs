@@ -1,9 +1,10 @@
 //! `state_scale`: what checkpoints cost a keyed job as its state grows. Prints one JSON line
 //! per run, then one summary line per (keys, changed) pair.
 //!
-//! The job (p = 1): a source that first writes every key once (the state is loaded), then for
-//! `--seconds` writes records whose keys rotate so that a fraction `changed` of the keys is
-//! written in each checkpoint interval; a keyed process function holding a
+//! The job (p = 1): a source that first writes every key once (the state is loaded), then
+//! writes records whose keys rotate so that a fraction `changed` of the keys is written in each
+//! checkpoint interval, measured for `--seconds` from the steady state on (with checkpoints:
+//! once a checkpoint triggered after loading has completed; the first copies every key); a keyed process function holding a
 //! `(u64, u64, String)` per key (a count, a sum, a label: the state of #39's measurements).
 //! Each run is one of `--modes`:
 //!
@@ -196,14 +197,20 @@ struct Rotating {
     measure: Duration,
     next: u64,
     j: u64,
+    /// When every key had been written once.
+    loaded_at: Option<Instant>,
+    /// When the measured phase began.
     started: Option<Instant>,
     shared: Arc<Shared>,
 }
 
 #[derive(Default)]
 struct Shared {
-    /// The state is loaded (every key written once), the measured phase began.
+    /// The state is loaded (every key written once).
     loaded: AtomicBool,
+    /// Steady state: loaded, and (with checkpoints) a checkpoint triggered after that
+    /// completed (the first, which copies every key, is left out): the measured phase.
+    steady: AtomicBool,
     /// Records written in the measured phase.
     measured: AtomicU64,
     /// Its length, µs.
@@ -221,10 +228,20 @@ impl Source<u64> for Rotating {
             return Ok(SourceStatus::More);
         }
         let now = Instant::now();
-        let started = *self.started.get_or_insert_with(|| {
+        let loaded_at = *self.loaded_at.get_or_insert_with(|| {
             self.shared.loaded.store(true, Ordering::SeqCst);
             now
         });
+        let window = ((now - loaded_at).as_nanos() / self.interval.as_nanos().max(1)) as u64;
+        let base = window.wrapping_mul(self.span) % self.keys;
+        for _ in 0..max {
+            out.push((base + self.j % self.span) % self.keys);
+            self.j += 1;
+        }
+        if !self.shared.steady.load(Ordering::SeqCst) {
+            return Ok(SourceStatus::More);
+        }
+        let started = *self.started.get_or_insert(now);
         let elapsed = now - started;
         if elapsed >= self.measure {
             self.shared.end_rss.store(rss("VmRSS"), Ordering::SeqCst);
@@ -232,12 +249,6 @@ impl Source<u64> for Rotating {
                 .measured_us
                 .store(elapsed.as_micros() as u64, Ordering::SeqCst);
             return Ok(SourceStatus::End);
-        }
-        let window = (elapsed.as_nanos() / self.interval.as_nanos().max(1)) as u64;
-        let base = window.wrapping_mul(self.span) % self.keys;
-        for _ in 0..max {
-            out.push((base + self.j % self.span) % self.keys);
-            self.j += 1;
         }
         self.shared
             .measured
@@ -309,6 +320,7 @@ fn one(args: &Args, keys: u64, changed: f64, mode: &str) -> Value {
             measure,
             next: 0,
             j: 0,
+            loaded_at: None,
             started: None,
             shared: s.clone(),
         })
@@ -327,24 +339,29 @@ fn one(args: &Args, keys: u64, changed: f64, mode: &str) -> Value {
     // The history keeps the last few checkpoints: collect them as they complete, from the
     // measured phase on.
     let done = Arc::new(AtomicBool::new(false));
-    let (d, sh) = (done.clone(), shared.clone());
+    let (d, sh, checkpoints) = (done.clone(), shared.clone(), mode != "off");
     let watcher = std::thread::spawn(move || {
         let mut seen: BTreeMap<u64, weir::CheckpointRecord> = BTreeMap::new();
-        let mut first_measured: Option<u64> = None;
+        // The newest checkpoint when the state was loaded, and when the measured phase began.
+        let (mut at_load, mut first_measured): (Option<u64>, Option<u64>) = (None, None);
         while !d.load(Ordering::SeqCst) {
-            if let Some(s) = monitor.checkpoint_stats() {
-                for r in s.history {
-                    if sh.loaded.load(Ordering::SeqCst) {
-                        first_measured.get_or_insert(r.id);
-                    }
-                    if r.status == weir::CheckpointStatus::Completed {
-                        seen.insert(r.id, r);
-                    }
+            let s = monitor.checkpoint_stats().unwrap_or_default();
+            let newest = s.history.iter().map(|r| r.id).max().unwrap_or(0);
+            for r in s.history {
+                if r.status == weir::CheckpointStatus::Completed {
+                    seen.insert(r.id, r);
                 }
             }
-            std::thread::sleep(Duration::from_millis(50));
+            if sh.loaded.load(Ordering::SeqCst) && first_measured.is_none() {
+                let load = *at_load.get_or_insert(newest);
+                if !checkpoints || seen.keys().any(|id| *id > load) {
+                    first_measured = Some(newest);
+                    sh.steady.store(true, Ordering::SeqCst);
+                }
+            }
+            std::thread::sleep(Duration::from_millis(20));
         }
-        // Checkpoints triggered while the state was loading are left out.
+        // Checkpoints triggered before the measured phase are left out.
         seen.into_values()
             .filter(|r| first_measured.is_some_and(|f| r.id > f))
             .collect::<Vec<_>>()

@@ -94,6 +94,7 @@ where
             state.log_all();
         }
         let keys = state.changes.begin_copy()?;
+        self.writer.begin(id, root);
         if let Some(own) = own {
             self.writer.encode(Box::new(move |d| {
                 d.own = Some(own);
@@ -120,6 +121,7 @@ where
         own: bool,
     ) -> ChainPart {
         let _ = state.changes.take(true);
+        self.writer.begin(id, root);
         self.writer.encode(Box::new(move |d| {
             *d = KeyedDelta::from_payload(payload, own)?;
             Ok(())
@@ -128,8 +130,20 @@ where
         self.writer.part(id)
     }
 
-    /// Copies up to `budget` entries of the copy under way; seals it when done.
+    /// Copies up to `budget` entries of the copy under way, unless the chain's thread has
+    /// enough to encode already; seals it when done.
     pub(crate) fn step<S: crate::Data>(
+        &mut self,
+        state: &mut KeyedState<K, S>,
+        budget: usize,
+        encode: EncodeEntry<K, S>,
+    ) {
+        if !self.writer.busy() {
+            self.copy_some(state, budget, encode);
+        }
+    }
+
+    fn copy_some<S: crate::Data>(
         &mut self,
         state: &mut KeyedState<K, S>,
         budget: usize,
@@ -187,7 +201,7 @@ where
         encode: EncodeEntry<K, S>,
     ) {
         while self.copy.is_some() {
-            self.step(state, usize::MAX, encode);
+            self.copy_some(state, STEP, encode);
         }
     }
 }

@@ -24,7 +24,7 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Condvar, Mutex};
 use std::time::Duration;
 
@@ -37,7 +37,20 @@ pub(crate) type Encode = Box<dyn FnOnce(&mut KeyedDelta) -> Result<(), String> +
 /// A chain longer than this is merged into a new base whatever its size.
 const MAX_CHAIN: usize = 64;
 
+/// A checkpoint's entries are written as runs of at most about this many encoded bytes each
+/// (sorted in memory, then written): what the thread holds at once, whatever the copy's size.
+const SEGMENT_BYTES: usize = 16 << 20;
+
+/// Chunks handed and not yet encoded beyond which the operator waits before copying more:
+/// what the copy holds in clones at once.
+const MAX_IN_FLIGHT: usize = 4;
+
 enum Cmd {
+    /// Checkpoint `id`'s state follows; its runs go under `root`.
+    Begin {
+        id: u64,
+        root: PathBuf,
+    },
     Encode(Encode),
     /// The state of checkpoint `id` is all handed: write it (a base if `full`).
     Seal {
@@ -82,6 +95,7 @@ pub(crate) struct ChainWriter {
     tx: mpsc::Sender<Cmd>,
     answers: Shared,
     needs_base: Arc<AtomicBool>,
+    in_flight: Arc<AtomicUsize>,
 }
 
 /// The chain of one checkpoint, taken when its state write asks: waits for the operator to
@@ -128,6 +142,7 @@ impl ChainWriter {
         let (tx, rx) = mpsc::channel();
         let answers: Shared = Default::default();
         let needs_base = Arc::new(AtomicBool::new(false));
+        let in_flight = Arc::new(AtomicUsize::new(0));
         let thread = ChainThread {
             dir: format!("shared/{uid}-{subtask}"),
             // Files of an earlier instance of this subtask (a restart) keep their names.
@@ -137,6 +152,8 @@ impl ChainWriter {
                 NONCE.fetch_add(1, Ordering::Relaxed)
             ),
             delta: KeyedDelta::default(),
+            current: None,
+            segments: Vec::new(),
             failed: None,
             chain: Vec::new(),
             broken: false,
@@ -145,6 +162,7 @@ impl ChainWriter {
             merged: 0,
             answers: answers.clone(),
             needs_base: needs_base.clone(),
+            in_flight: in_flight.clone(),
         };
         std::thread::Builder::new()
             .name("weir-state-runs".into())
@@ -154,7 +172,21 @@ impl ChainWriter {
             tx,
             answers,
             needs_base,
+            in_flight,
         })
+    }
+
+    /// Checkpoint `id`'s state follows (its runs under `root`).
+    pub(crate) fn begin(&self, id: u64, root: &Path) {
+        let _ = self.tx.send(Cmd::Begin {
+            id,
+            root: root.to_owned(),
+        });
+    }
+
+    /// Whether enough chunks wait to be encoded that the operator should copy no more now.
+    pub(crate) fn busy(&self) -> bool {
+        self.in_flight.load(Ordering::Acquire) >= MAX_IN_FLIGHT
     }
 
     /// Whether the next checkpoint must hand the whole state: a run could not be written.
@@ -164,6 +196,7 @@ impl ChainWriter {
 
     /// Has `f` encode entries into the checkpoint's run under way.
     pub(crate) fn encode(&self, f: Encode) {
+        self.in_flight.fetch_add(1, Ordering::AcqRel);
         // The thread stops only when this handle goes.
         let _ = self.tx.send(Cmd::Encode(f));
     }
@@ -194,9 +227,13 @@ struct ChainThread {
     /// `shared/<uid>-<subtask>`.
     dir: String,
     nonce: String,
-    /// The run being handed.
+    /// The entries being handed, not yet written.
     delta: KeyedDelta,
-    /// Why the run being handed cannot be written.
+    /// The checkpoint being handed, and where its runs go.
+    current: Option<(u64, PathBuf)>,
+    /// Its runs written so far (each at most about `SEGMENT_BYTES`).
+    segments: Vec<RunRef>,
+    /// Why the state being handed cannot be written.
     failed: Option<String>,
     chain: Vec<RunRef>,
     /// A run could not be written: deltas fail until a full run.
@@ -207,17 +244,28 @@ struct ChainThread {
     merged: u64,
     answers: Shared,
     needs_base: Arc<AtomicBool>,
+    in_flight: Arc<AtomicUsize>,
 }
 
 impl ChainThread {
     fn run(mut self, rx: mpsc::Receiver<Cmd>) {
         while let Ok(cmd) = rx.recv() {
             match cmd {
+                Cmd::Begin { id, root } => {
+                    self.current = Some((id, root));
+                    self.segments.clear();
+                    self.failed = None;
+                    self.delta.clear();
+                }
                 Cmd::Encode(f) => {
                     if self.failed.is_none() {
                         if let Err(e) = f(&mut self.delta) {
                             self.failed = Some(format!("cannot encode the state: {e}"));
                         }
+                    }
+                    self.in_flight.fetch_sub(1, Ordering::AcqRel);
+                    if self.delta.bytes.len() >= SEGMENT_BYTES {
+                        self.write_segment();
                     }
                 }
                 Cmd::Seal { id, root, full } => {
@@ -242,8 +290,36 @@ impl ChainThread {
         self.answers.1.notify_all();
     }
 
+    /// Writes the entries handed so far as one run of the checkpoint being handed.
+    fn write_segment(&mut self) {
+        let written = match (&self.failed, &self.current) {
+            (Some(_), _) => None,
+            (None, None) => Some(Err("state handed outside a checkpoint".to_owned())),
+            (None, Some((id, root))) => {
+                let n = self.segments.len();
+                let file = format!("{}/{id}-{}-{n}.run", self.dir, self.nonce);
+                Some(runs::write(root, &file, &self.delta))
+            }
+        };
+        match written {
+            Some(Ok(run)) => self.segments.push(run),
+            Some(Err(e)) => self.failed = Some(e),
+            None => {}
+        }
+        // The buffers are kept for the next segment: the thread's memory stays one segment.
+        self.delta.clear();
+    }
+
     fn seal(&mut self, id: u64, root: &Path, full: bool) -> Result<Chain, String> {
-        let delta = std::mem::take(&mut self.delta);
+        if self.current.as_ref().is_none_or(|(c, _)| *c != id) {
+            // Handed without a beginning (cannot happen but through a bug): written whole.
+            self.current = Some((id, root.to_owned()));
+        }
+        if self.segments.is_empty() || !self.delta.index.is_empty() || self.delta.own.is_some() {
+            self.write_segment();
+        }
+        self.current = None;
+        let segments = std::mem::take(&mut self.segments);
         if let Some(e) = self.failed.take() {
             return Err(self.broken(e));
         }
@@ -252,25 +328,21 @@ impl ChainThread {
                 "an earlier state run of this operator was not written: its next checkpoint writes its whole state".into(),
             );
         }
-        let kind = if full { "full" } else { "delta" };
-        let file = format!("{}/{id}-{}.{kind}", self.dir, self.nonce);
-        let written = runs::write(root, &file, &delta);
-        drop(delta);
-        let run = written.map_err(|e| self.broken(e))?;
         if full {
             self.needs_base.store(false, Ordering::Release);
             self.broken = false;
             self.chain.clear();
         }
+        let len: u64 = segments.iter().map(|r| r.len).sum();
         if self.chain.is_empty() {
-            // The first run of a chain is its base.
-            self.base_len = run.len;
+            // The first runs of a chain are its base.
+            self.base_len = len;
             self.deltas_len = 0;
         } else {
-            self.deltas_len += run.len;
+            self.deltas_len += len;
         }
-        let written = run.len + std::mem::take(&mut self.merged);
-        self.chain.push(run);
+        let written = len + std::mem::take(&mut self.merged);
+        self.chain.extend(segments);
         Ok(Chain {
             runs: self.chain.clone(),
             written,

@@ -8,10 +8,11 @@
 //! ([`merge`]): that makes a new base off the data path ([`materialize`]), and the
 //! operator's snapshot payload when a checkpoint is restored ([`payload`]).
 //!
-//! Format: the 8 bytes `WEIRRUN1`, then records `kind: u8, group: u32 LE, key length: u32 LE,
-//! value length: u32 LE, key, value` (kind 1: an entry, its value the whole CBOR entry as the
-//! keyed snapshot holds it; 2: the key is gone; 3: the operator's own fields, with an empty
-//! key in group 0, so first), ending with a record of kind 0 and nothing after it.
+//! Format: the 8 bytes `WEIRRUN1`, then one LZ4 frame (entries repeat much: field layouts,
+//! padded strings) of records `kind: u8, group: u32 LE, key length: u32 LE, value length:
+//! u32 LE, key, value` (kind 1: an entry, its value the whole CBOR entry as the keyed snapshot
+//! holds it; 2: the key is gone; 3: the operator's own fields, with an empty key in group 0,
+//! so first), ending with a record of kind 0; nothing after the frame.
 //!
 //! This module owns the format and reading, writing and merging runs; not when runs are
 //! written (`checkpoint::incremental`) or deleted (`store`).
@@ -95,9 +96,9 @@ fn sorted(delta: &KeyedDelta) -> Vec<usize> {
     kept
 }
 
-/// Writes `delta` as a run to `out`: its own fields first, then its entries in order.
-fn write_delta(delta: &KeyedDelta, out: &mut impl Write) -> std::io::Result<()> {
-    out.write_all(MAGIC)?;
+/// Writes the records of `delta` to `out`: its own fields first, then its entries in order,
+/// then the end.
+fn write_records(delta: &KeyedDelta, out: &mut impl Write) -> std::io::Result<()> {
     if let Some(own) = &delta.own {
         record(out, OWN, 0, &[], own)?;
     }
@@ -115,9 +116,11 @@ fn write_delta(delta: &KeyedDelta, out: &mut impl Write) -> std::io::Result<()> 
 /// The run of `delta`, in memory.
 #[cfg(test)]
 pub(crate) fn encode(delta: &KeyedDelta) -> Vec<u8> {
-    let mut out = Vec::new();
+    let mut out = MAGIC.to_vec();
+    let mut frame = lz4_flex::frame::FrameEncoder::new(&mut out);
     // Writing to a Vec fails only for entries over 4 GiB, which `KeyedDelta` refuses.
-    let _ = write_delta(delta, &mut out);
+    let _ = write_records(delta, &mut frame);
+    let _ = frame.finish();
     out
 }
 
@@ -125,7 +128,7 @@ pub(crate) fn encode(delta: &KeyedDelta) -> Vec<u8> {
 /// fsynced, renamed, its directory fsynced); returns its reference.
 pub(crate) fn write(root: &Path, file: &str, delta: &KeyedDelta) -> Result<RunRef, String> {
     let mut run = RunFile::create(root, file)?;
-    write_delta(delta, &mut run.w).map_err(|e| run.error(e))?;
+    write_records(delta, &mut run.w).map_err(|e| run.error(e))?;
     run.finish()
 }
 
@@ -134,7 +137,7 @@ struct RunFile {
     path: std::path::PathBuf,
     tmp: std::path::PathBuf,
     file: String,
-    w: Summed<BufWriter<File>>,
+    w: lz4_flex::frame::FrameEncoder<Summed<BufWriter<File>>>,
 }
 
 struct Summed<W> {
@@ -167,12 +170,14 @@ impl RunFile {
             crate::checkpoint::store::create_dir_durable(dir).map_err(io)?;
         }
         let f = File::create(&tmp).map_err(io)?;
+        let mut raw = Summed {
+            w: BufWriter::with_capacity(1 << 16, f),
+            crc: crc32fast::Hasher::new(),
+            len: 0,
+        };
+        raw.write_all(MAGIC).map_err(io)?;
         Ok(RunFile {
-            w: Summed {
-                w: BufWriter::with_capacity(1 << 16, f),
-                crc: crc32fast::Hasher::new(),
-                len: 0,
-            },
+            w: lz4_flex::frame::FrameEncoder::new(raw),
             path,
             tmp,
             file: file.to_owned(),
@@ -187,7 +192,7 @@ impl RunFile {
     fn finish(self) -> Result<RunRef, String> {
         let RunFile { path, tmp, file, w } = self;
         let io = |e: std::io::Error| format!("cannot write {}: {e}", tmp.display());
-        let Summed { w, crc, len } = w;
+        let Summed { w, crc, len } = w.finish().map_err(|e| io(std::io::Error::other(e)))?;
         let f = w.into_inner().map_err(|e| io(e.into_error()))?;
         f.sync_all().map_err(io)?;
         drop(f);
@@ -203,11 +208,25 @@ impl RunFile {
     }
 }
 
-/// Reads the records of one run, checking its length and checksum at the end.
-pub(crate) struct RunReader<R> {
+/// Counts and sums what is read through it: a run's file as it is on disk.
+struct SummedRead<R> {
     r: R,
     crc: crc32fast::Hasher,
     len: u64,
+}
+
+impl<R: Read> Read for SummedRead<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.r.read(buf)?;
+        self.crc.update(&buf[..n]);
+        self.len += n as u64;
+        Ok(n)
+    }
+}
+
+/// Reads the records of one run, checking its length and checksum at the end.
+pub(crate) struct RunReader<R: Read> {
+    r: lz4_flex::frame::FrameDecoder<SummedRead<R>>,
     ended: bool,
     name: String,
 }
@@ -223,31 +242,31 @@ impl RunReader<BufReader<File>> {
 
 impl<R: Read> RunReader<R> {
     fn new(r: R, name: &str) -> Result<Self, String> {
-        let mut reader = RunReader {
+        let mut raw = SummedRead {
             r,
             crc: crc32fast::Hasher::new(),
             len: 0,
-            ended: false,
-            name: name.to_owned(),
         };
         let mut magic = [0u8; 8];
-        reader.fill(&mut magic)?;
+        raw.read_exact(&mut magic)
+            .map_err(|e| format!("{name} ends early ({e}): the file is truncated"))?;
         if &magic != MAGIC {
-            return Err(format!(
-                "{} is not a state run of this version",
-                reader.name
-            ));
+            return Err(format!("{name} is not a state run of this version"));
         }
-        Ok(reader)
+        Ok(RunReader {
+            r: lz4_flex::frame::FrameDecoder::new(raw),
+            ended: false,
+            name: name.to_owned(),
+        })
     }
 
     fn fill(&mut self, buf: &mut [u8]) -> Result<(), String> {
-        self.r
-            .read_exact(buf)
-            .map_err(|e| format!("{} ends early ({e}): the file is truncated", self.name))?;
-        self.crc.update(buf);
-        self.len += buf.len() as u64;
-        Ok(())
+        self.r.read_exact(buf).map_err(|e| {
+            format!(
+                "{} cannot be read to its end ({e}): the file is truncated or corrupted",
+                self.name
+            )
+        })
     }
 
     /// Reads the next record into `rec`; `false` at the end of the run.
@@ -283,15 +302,20 @@ impl<R: Read> RunReader<R> {
     /// Checks that the run ended where and as `expected` says.
     pub(crate) fn check(mut self, expected: &RunRef) -> Result<(), String> {
         let mut rest = Vec::new();
-        let _ = self.r.read_to_end(&mut rest);
-        let crc = self.crc.finalize();
-        if !self.ended || !rest.is_empty() || self.len != expected.len || crc != expected.crc32 {
+        let frame_rest = self.r.read_to_end(&mut rest);
+        let mut raw = self.r.into_inner();
+        let mut trailing = Vec::new();
+        let _ = raw.read_to_end(&mut trailing);
+        let crc = raw.crc.finalize();
+        if !self.ended
+            || frame_rest.is_err()
+            || !rest.is_empty()
+            || raw.len != expected.len
+            || crc != expected.crc32
+        {
             return Err(format!(
                 "{} does not match its checkpoint ({} bytes and checksum {crc:08x}, the checkpoint says {} and {:08x}): the file is corrupted",
-                self.name,
-                self.len + rest.len() as u64,
-                expected.len,
-                expected.crc32
+                self.name, raw.len, expected.len, expected.crc32
             ));
         }
         Ok(())
@@ -377,7 +401,6 @@ fn open_chain<'a>(root: &Path, chain: &'a [RunRef]) -> Result<Vec<(FileRun, &'a 
 /// memory), fsynced and renamed into place.
 pub(crate) fn materialize(root: &Path, chain: &[RunRef], file: &str) -> Result<RunRef, String> {
     let mut run = RunFile::create(root, file)?;
-    run.w.write_all(MAGIC).map_err(|e| run.error(e))?;
     let (w, tmp) = (&mut run.w, &run.tmp);
     merge(open_chain(root, chain)?, |rec| {
         record(w, rec.kind, rec.group, &rec.key, &rec.value)

@@ -769,6 +769,61 @@ mod tests {
         .unwrap();
     }
 
+    /// Checkpoint `id` (metadata only) referencing `runs`.
+    fn checkpoint_with_runs(root: &Path, id: u64, runs: &[&str]) {
+        write_metadata(
+            root,
+            &CheckpointMetadata {
+                format_version: FORMAT_VERSION,
+                checkpoint_id: id,
+                job: "j".into(),
+                states: BTreeMap::new(),
+                parallelism: BTreeMap::new(),
+                size: 0,
+                runs: runs.iter().map(|r| r.to_string()).collect(),
+                crc32: None,
+            },
+        )
+        .unwrap();
+    }
+
+    #[test]
+    fn retention_deletes_only_runs_no_kept_checkpoint_references() {
+        let root = tmp("runs-gc");
+        let run = |name: &str| {
+            let p = root.join(name);
+            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+            std::fs::write(&p, b"run").unwrap();
+            p
+        };
+        let (a, b, shared) = (
+            run("shared/op-0/1-x.delta"),
+            run("shared/op-0/2-x.delta"),
+            run("shared/op-0/1-x.base"),
+        );
+        // A run of checkpoint 3, in progress: no metadata names it yet.
+        let pending = run("shared/op-0/3-x.delta");
+        // Left by a crash: referenced by nothing.
+        let stray = run("shared/op-1/2-y.full");
+        checkpoint_with_runs(&root, 1, &["shared/op-0/1-x.delta", "shared/op-0/1-x.base"]);
+        checkpoint_with_runs(&root, 2, &["shared/op-0/1-x.base", "shared/op-0/2-x.delta"]);
+        retain(&root, 1);
+        assert!(!checkpoint_dir(&root, 1).exists());
+        assert!(!a.exists(), "referenced only by the deleted checkpoint");
+        assert!(!stray.exists(), "referenced by nothing");
+        assert!(
+            b.exists() && shared.exists(),
+            "referenced by the kept checkpoint"
+        );
+        assert!(pending.exists(), "a run of a checkpoint in progress");
+        // Nothing kept can be read: nothing is deleted.
+        run("shared/op-1/2-z.full");
+        std::fs::write(checkpoint_dir(&root, 2).join("_metadata"), b"garbage").unwrap();
+        retain(&root, 1);
+        assert!(root.join("shared/op-1/2-z.full").exists());
+        let _ = std::fs::remove_dir_all(&root);
+    }
+
     /// Flips one bit of the file at byte `at`.
     fn flip(file: &Path, at: usize) {
         let mut bytes = std::fs::read(file).unwrap();

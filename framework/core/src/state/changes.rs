@@ -77,16 +77,26 @@ impl<K> ChangeLog<K> {
 impl<K: Clone> ChangeLog<K> {
     /// Logs `key`, written now, whose entry carries `at` (updated). `true`: the entry is one a
     /// checkpoint still has to copy, and must be copied before it is written.
-    #[inline]
+    #[inline(always)]
     #[must_use]
     pub(crate) fn touch(&mut self, key: &K, at: &mut Generation) -> bool {
-        if self.on && *at != self.generation {
-            let copy = *at == self.copying;
-            *at = self.generation;
-            self.keys.push(key.clone());
-            return copy;
+        // One comparison on the common path: the key was logged in this generation already.
+        if *at == self.generation {
+            return false;
         }
-        false
+        self.first_touch(key, at)
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn first_touch(&mut self, key: &K, at: &mut Generation) -> bool {
+        if !self.on {
+            return false;
+        }
+        let copy = *at == self.copying;
+        *at = self.generation;
+        self.keys.push(key.clone());
+        copy
     }
 
     /// Starts copying what changed since the last take for a checkpoint: the keys, whose
@@ -183,6 +193,14 @@ impl KeyedDelta {
             full,
             ..KeyedDelta::default()
         }
+    }
+
+    /// Empties the delta, keeping its buffers.
+    pub(crate) fn clear(&mut self) {
+        self.full = false;
+        self.own = None;
+        self.bytes.clear();
+        self.index.clear();
     }
 
     /// Adds one entry: `key` encoded, then `entry` encoded (or the key is gone).
