@@ -10,9 +10,10 @@
 //! thread encodes them, writes them as one sorted run
 //! (`checkpoint::runs`) under `shared/<uid>-<subtask>/` of the job's run directory, and
 //! answers the checkpoint's state write with the chain to reference: the last base and every
-//! delta since. Once the deltas add up to the base's size (or the chain is long), it merges
-//! the chain into a new base, off the data path, so a restore reads a bounded chain and the
-//! bytes written stay within twice what changed.
+//! delta since. Once the deltas add up to the base's size (or the chain is long), a thread of
+//! its own merges the chain into a new base, which takes the place of the runs it merged at the
+//! next checkpoint after it is done: a restore reads a bounded chain, the bytes written stay
+//! within about twice what changed, and checkpoints go on while a large state is merged.
 //!
 //! A chain never depends on a checkpoint completing: a delta follows the operator's previous
 //! delta whatever became of that checkpoint, and the files it needs are referenced by its own
@@ -160,6 +161,8 @@ impl ChainWriter {
             base_len: 0,
             deltas_len: 0,
             merged: 0,
+            merging: None,
+            merges: 0,
             answers: answers.clone(),
             needs_base: needs_base.clone(),
             in_flight: in_flight.clone(),
@@ -242,6 +245,9 @@ struct ChainThread {
     deltas_len: u64,
     /// Bytes of a base merged since the last answer.
     merged: u64,
+    /// A merge under way, and how many were started.
+    merging: Option<Merging>,
+    merges: u64,
     answers: Shared,
     needs_base: Arc<AtomicBool>,
     in_flight: Arc<AtomicUsize>,
@@ -281,7 +287,7 @@ impl ChainThread {
                     }
                     self.answers.1.notify_all();
                     if ok {
-                        self.maybe_materialize(id, &root);
+                        self.maybe_materialize(&root);
                     }
                 }
             }
@@ -328,6 +334,7 @@ impl ChainThread {
                 "an earlier state run of this operator was not written: its next checkpoint writes its whole state".into(),
             );
         }
+        self.take_merge(id, root);
         if full {
             self.needs_base.store(false, Ordering::Release);
             self.broken = false;
@@ -357,29 +364,78 @@ impl ChainThread {
         reason
     }
 
-    /// Merges the chain into a new base once its deltas outweigh its base, or it is long.
-    fn maybe_materialize(&mut self, id: u64, root: &Path) {
+    /// Starts merging the chain into a new base, on a thread of its own, once its deltas
+    /// outweigh its base or it is long (and no merge is under way).
+    fn maybe_materialize(&mut self, root: &Path) {
         let due = self.chain.len() > 1
             && (self.deltas_len >= self.base_len || self.chain.len() > MAX_CHAIN);
-        if !due {
+        if !due || self.merging.is_some() {
             return;
         }
-        // Named for the first checkpoint that may reference it: files of checkpoints newer
-        // than the last complete one are never collected.
-        let file = format!("{}/{}-{}.base", self.dir, id + 1, self.nonce);
-        match runs::materialize(root, &self.chain, &file) {
-            Ok(base) => {
-                self.base_len = base.len;
-                self.deltas_len = 0;
-                self.merged += base.len;
-                self.chain = vec![base];
-            }
-            Err(e) => {
-                // The chain stays as it was, and is merged again later.
-                tracing::warn!(file, error = %e, "cannot merge a state chain into a new base");
-            }
+        self.merges += 1;
+        // Named so that retention never takes it for a run of a checkpoint (it is named for
+        // the checkpoint that first references it when it takes its place).
+        let file = format!("{}/merging-{}-{}.run", self.dir, self.nonce, self.merges);
+        let (root, prefix) = (root.to_owned(), self.chain.clone());
+        let inputs = prefix.clone();
+        let handle = std::thread::Builder::new()
+            .name("weir-state-merge".into())
+            .spawn(move || runs::materialize(&root, &inputs, &file));
+        match handle {
+            Ok(handle) => self.merging = Some(Merging { prefix, handle }),
+            Err(e) => tracing::warn!(error = %e, "cannot start merging a state chain"),
         }
     }
+
+    /// A merge that has finished takes the place of the runs it merged, named for checkpoint
+    /// `id` (the first to reference it; in progress, so retention keeps it).
+    fn take_merge(&mut self, id: u64, root: &Path) {
+        if !self
+            .merging
+            .as_ref()
+            .is_some_and(|m| m.handle.is_finished())
+        {
+            return;
+        }
+        let Some(Merging { prefix, handle }) = self.merging.take() else {
+            return;
+        };
+        let merged = match handle.join() {
+            Ok(Ok(base)) => base,
+            Ok(Err(e)) => {
+                // The chain stays as it was, and is merged again later.
+                tracing::warn!(error = %e, "cannot merge a state chain into a new base");
+                return;
+            }
+            Err(_) => {
+                tracing::warn!("merging a state chain panicked");
+                return;
+            }
+        };
+        // The chain may have started again meanwhile (a full copy, a broken chain).
+        if !self.chain.starts_with(&prefix) {
+            let _ = std::fs::remove_file(root.join(&merged.file));
+            return;
+        }
+        let file = format!("{}/{id}-{}-m{}.base", self.dir, self.nonce, self.merges);
+        let moved = std::fs::rename(root.join(&merged.file), root.join(&file))
+            .and_then(|()| crate::checkpoint::store::sync_dir(&root.join(&self.dir)));
+        if let Err(e) = moved {
+            tracing::warn!(error = %e, "cannot put a merged state base in place");
+            return;
+        }
+        let base = RunRef { file, ..merged };
+        self.chain.splice(..prefix.len(), [base.clone()]);
+        self.base_len = base.len;
+        self.deltas_len = self.chain[1..].iter().map(|r| r.len).sum();
+        self.merged += base.len;
+    }
+}
+
+/// A merge of a chain's first runs under way.
+struct Merging {
+    prefix: Vec<RunRef>,
+    handle: std::thread::JoinHandle<Result<RunRef, String>>,
 }
 
 #[cfg(test)]
@@ -429,8 +485,9 @@ mod tests {
             w.encode(Box::new(move |d| entries(d, 10, 20, &format!("c{id}-"))));
             w.seal(id, &root, false);
             let c = w.part(id).wait(&|| false).expect("a delta");
+            // Merged on a thread of its own: bounded, whenever the merge lands.
             assert!(
-                c.runs.len() <= 12,
+                c.runs.len() <= 20,
                 "the chain stays bounded: {}",
                 c.runs.len()
             );
