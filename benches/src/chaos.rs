@@ -170,6 +170,8 @@ pub struct Scenario {
     pub n: u64,
     /// The keyed count's parallelism after a rescale ([`Mode::Rescale`]).
     pub rescale_to: usize,
+    /// Incremental checkpoints (`CheckpointConfig::incremental`) or full ones.
+    pub incremental: bool,
 }
 
 impl Scenario {
@@ -181,6 +183,8 @@ impl Scenario {
         let moments = mode.moments();
         let moment = moments[r.below(moments.len() as u64) as usize];
         let rescale_to = [1, 3, 4][r.below(3) as usize];
+        // Drawn last: the seeds before it keep their scenarios.
+        let incremental = r.below(2) == 1;
         Scenario {
             seed,
             mode,
@@ -188,6 +192,7 @@ impl Scenario {
             moment,
             n,
             rescale_to,
+            incremental,
         }
     }
 
@@ -283,6 +288,9 @@ impl fmt::Display for Scenario {
         if self.mode == Mode::Rescale {
             write!(f, " count 2->{}", self.rescale_to)?;
         }
+        if self.incremental {
+            write!(f, " incremental")?;
+        }
         Ok(())
     }
 }
@@ -360,6 +368,7 @@ fn config(s: &Scenario, plan: FaultPlan, dir: &std::path::Path) -> EnvConfig {
         CheckpointMode::ExactlyOnce
     };
     cfg.checkpoint.unaligned = s.mode == Mode::Unaligned;
+    cfg.checkpoint.incremental = s.incremental;
     cfg.restart = Some(RestartStrategy::FixedDelay {
         attempts: 10,
         delay: Duration::from_millis(5),

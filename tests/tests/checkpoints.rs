@@ -73,11 +73,7 @@ enum Barriers {
     AtLeastOnce,
 }
 
-fn run_with(n: u64, barriers: Barriers, faults: FaultPlan, rate: f64) -> Result<Run, JobError> {
-    run_tuned(n, barriers, faults, rate, |_| {}, |_| {}, |_| {})
-}
-
-/// [`run_with`], with `tune` applied to the config and `on_map` (`on_count`) called with every
+/// The job with `faults`, `tune` applied to the config and `on_map` (`on_count`) called with every
 /// record the `map` (`count`) operator sees (in every attempt), before it is processed.
 fn run_tuned(
     n: u64,
@@ -259,6 +255,11 @@ fn seeds(runs: u64) -> std::ops::Range<u64> {
 }
 
 fn seeded_runs(barriers: Barriers, runs: u64) {
+    seeded_runs_tuned(barriers, runs, |_| {})
+}
+
+/// [`seeded_runs`] with `tune` applied to each run's config.
+fn seeded_runs_tuned(barriers: Barriers, runs: u64, tune: fn(&mut EnvConfig)) {
     let n = 12_000;
     let seeds = seeds(runs);
     let ran = seeds.end - seeds.start;
@@ -274,7 +275,7 @@ fn seeded_runs(barriers: Barriers, runs: u64) {
         let plan = FaultPlan::new(vec![Fault::new("map", kind, at)]);
         // Named in the captured output, so a run that hangs says which seed it was.
         eprintln!("seed {seed}: {kind:?} at record {at}");
-        let r = run_with(n, barriers, plan.clone(), 120_000.0)
+        let r = run_tuned(n, barriers, plan.clone(), 120_000.0, tune, |_| {}, |_| {})
             .unwrap_or_else(|e| panic!("seed {seed} ({kind:?} at {at}): job failed: {e}"));
         assert!(
             r.restarts >= 1,
@@ -313,6 +314,12 @@ fn check_nothing_missing(n: u64, committed: &[(u64, u64, u64)]) {
 fn fifty_seeded_faults_exactly_once() {
     let _serial = serial();
     seeded_runs(Barriers::Aligned, 50);
+}
+
+#[test]
+fn twenty_seeded_faults_with_incremental_checkpoints_exactly_once() {
+    let _serial = serial();
+    seeded_runs_tuned(Barriers::Aligned, 20, |cfg| cfg.checkpoint.incremental = true);
 }
 
 #[test]

@@ -203,7 +203,8 @@ impl KeyedDelta {
         self.index.clear();
     }
 
-    /// Adds one entry: `key` encoded, then `entry` encoded (or the key is gone).
+    /// Adds one entry: `entry` encoded, an array whose first item is `key` (its bytes are
+    /// the key's identity), or, without an entry, `key` encoded (the key is gone).
     pub(crate) fn push<Key, E>(
         &mut self,
         group: usize,
@@ -215,22 +216,44 @@ impl KeyedDelta {
         E: serde::Serialize + ?Sized,
     {
         let k0 = self.bytes.len();
-        ciborium::into_writer(key, &mut self.bytes).map_err(|e| e.to_string())?;
-        let k1 = self.bytes.len();
-        let entry = match entry {
+        let (key, entry) = match entry {
             Some(e) => {
+                // The entry is an array whose first item is the key, encoded as the key is
+                // alone: its bytes are the key's identity, with one encoding, not two.
                 ciborium::into_writer(e, &mut self.bytes).map_err(|e| e.to_string())?;
-                Some((k1 as u32, self.bytes.len() as u32))
+                let end = self.bytes.len();
+                let mut r = Reader {
+                    b: &self.bytes[k0..end],
+                    at: 0,
+                };
+                r.array()?;
+                let start = r.at;
+                r.skip()?;
+                let range = (k0 + start, k0 + r.at);
+                #[cfg(debug_assertions)]
+                {
+                    let mut alone = Vec::new();
+                    let _ = ciborium::into_writer(key, &mut alone);
+                    debug_assert_eq!(
+                        alone.as_slice(),
+                        &self.bytes[range.0..range.1],
+                        "an entry's first item is its key"
+                    );
+                }
+                (range, Some((k0, end)))
             }
-            None => None,
+            None => {
+                ciborium::into_writer(key, &mut self.bytes).map_err(|e| e.to_string())?;
+                ((k0, self.bytes.len()), None)
+            }
         };
         if self.bytes.len() > u32::MAX as usize {
             return Err("a state delta over 4 GiB".into());
         }
         self.index.push(DeltaEntry {
             group: group as u32,
-            key: (k0 as u32, k1 as u32),
-            entry,
+            key: (key.0 as u32, key.1 as u32),
+            entry: entry.map(|(a, b)| (a as u32, b as u32)),
         });
         Ok(())
     }
