@@ -319,7 +319,9 @@ fn fifty_seeded_faults_exactly_once() {
 #[test]
 fn twenty_seeded_faults_with_incremental_checkpoints_exactly_once() {
     let _serial = serial();
-    seeded_runs_tuned(Barriers::Aligned, 20, |cfg| cfg.checkpoint.incremental = true);
+    seeded_runs_tuned(Barriers::Aligned, 20, |cfg| {
+        cfg.checkpoint.incremental = true
+    });
 }
 
 #[test]

@@ -35,6 +35,9 @@ pub(crate) struct Incremental<K> {
     writer: ChainWriter,
     copy: Option<Copy<K>>,
     max_parallelism: usize,
+    /// A checkpoint took the whole state outside the chain (unaligned, or handed over): the
+    /// runs before it may be collected once it is complete, so the next one starts a chain.
+    restart: bool,
 }
 
 /// The copy of checkpoint `id`'s changed entries.
@@ -60,6 +63,7 @@ where
             writer: ChainWriter::start(uid, subtask)?,
             copy: None,
             max_parallelism,
+            restart: false,
         })
     }
 
@@ -88,7 +92,7 @@ where
         if base {
             return None;
         }
-        let full = self.writer.needs_base();
+        let full = self.writer.needs_base() || std::mem::take(&mut self.restart);
         if full {
             // Everything again, copied as any change is.
             state.log_all();
@@ -128,6 +132,14 @@ where
         }));
         self.writer.seal(id, root, true);
         self.writer.part(id)
+    }
+
+    /// The operator's state was taken whole, outside the chain, for a checkpoint (an
+    /// unaligned one, or one handed over in memory): once that checkpoint is complete,
+    /// retention may delete the runs the chain holds, so the next checkpoint starts a new
+    /// chain with every key.
+    pub(crate) fn taken_whole(&mut self) {
+        self.restart = true;
     }
 
     /// Copies up to `budget` entries of the copy under way, unless the chain's thread has
@@ -211,5 +223,83 @@ impl<K: Hash + Eq> std::fmt::Debug for Incremental<K> {
         f.debug_struct("Incremental")
             .field("copying", &self.copy.as_ref().map(|c| (c.id, c.keys.len())))
             .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::checkpoint::store::{self, CheckpointMetadata};
+    use std::collections::BTreeMap;
+
+    fn encode(
+        d: &mut KeyedDelta,
+        group: usize,
+        key: &u64,
+        state: Option<&u64>,
+    ) -> Result<(), String> {
+        match state {
+            Some(s) => d.push(group, key, Some(&(key, s))),
+            None => d.push::<u64, (u64, u64)>(group, key, None),
+        }
+    }
+
+    fn checkpoint(root: &Path, id: u64, runs: Vec<String>) {
+        let meta = CheckpointMetadata {
+            format_version: store::FORMAT_VERSION,
+            checkpoint_id: id,
+            job: "j".into(),
+            states: BTreeMap::new(),
+            parallelism: BTreeMap::new(),
+            size: 0,
+            runs,
+            crc32: None,
+        };
+        store::write_metadata(root, &meta).expect("writes");
+    }
+
+    fn restored(root: &Path, chain: &[crate::checkpoint::runs::RunRef]) -> BTreeMap<u64, u64> {
+        let payload = crate::checkpoint::runs::payload(root, chain).expect("reads");
+        let groups: Vec<(usize, Vec<(u64, u64)>)> =
+            crate::checkpoint::decode(&payload).expect("decodes");
+        groups.into_iter().flat_map(|(_, e)| e).collect()
+    }
+
+    #[test]
+    fn copies_see_the_state_at_the_barrier_and_a_whole_checkpoint_starts_a_new_chain() {
+        let root = std::env::temp_dir().join(format!("weir-copy-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        let mut state = KeyedState::<u64, u64>::tracking(true);
+        for k in 0..100 {
+            *state.write(&k, || 0).expect("an entry") = k;
+        }
+        let mut inc = Incremental::<u64>::start("op", 0, 128).expect("starts");
+        let p1 = inc
+            .begin(1, &root, &mut state, false, None, encode)
+            .expect("a copy");
+        // Written after the barrier, before its copy: the checkpoint has the old value.
+        *state.write(&7, || 0).expect("an entry") = 700;
+        inc.finish(&mut state, encode);
+        let c1 = p1.wait(&|| false).expect("checkpoint 1");
+        let at_1 = restored(&root, &c1.runs);
+        assert_eq!(at_1.len(), 100);
+        assert_eq!(at_1[&7], 7, "the value at the barrier");
+        // Checkpoint 2 took the state whole (unaligned): once complete, with one checkpoint
+        // retained, the runs of 1 are collected.
+        inc.taken_whole();
+        checkpoint(&root, 1, c1.runs.iter().map(|r| r.file.clone()).collect());
+        checkpoint(&root, 2, Vec::new());
+        store::retain(&root, 1);
+        assert!(c1.runs.iter().all(|r| !root.join(&r.file).exists()));
+        *state.write(&5, || 0).expect("an entry") = 500;
+        let p3 = inc
+            .begin(3, &root, &mut state, false, None, encode)
+            .expect("a copy");
+        inc.finish(&mut state, encode);
+        let c3 = p3.wait(&|| false).expect("checkpoint 3");
+        let at_3 = restored(&root, &c3.runs);
+        assert_eq!(at_3.len(), 100, "a new chain with every key");
+        assert_eq!((at_3[&5], at_3[&7]), (500, 700));
+        let _ = std::fs::remove_dir_all(&root);
     }
 }

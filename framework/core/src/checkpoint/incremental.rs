@@ -97,6 +97,8 @@ pub(crate) struct ChainWriter {
     answers: Shared,
     needs_base: Arc<AtomicBool>,
     in_flight: Arc<AtomicUsize>,
+    /// The newest checkpoint whose state was all handed (sealed).
+    sealed: Arc<AtomicU64>,
 }
 
 /// The chain of one checkpoint, taken when its state write asks: waits for the operator to
@@ -104,6 +106,7 @@ pub(crate) struct ChainWriter {
 pub(crate) struct ChainPart {
     id: u64,
     answers: Shared,
+    sealed: Arc<AtomicU64>,
 }
 
 impl std::fmt::Debug for ChainPart {
@@ -123,7 +126,9 @@ impl ChainPart {
             if a.closed {
                 return Err("the operator stopped before its state was written".into());
             }
-            if abandoned() {
+            // A state all handed is written whatever becomes of the subtask (the thread goes on
+            // until it is done); one not handed yet never will be.
+            if abandoned() && self.sealed.load(Ordering::Acquire) < self.id {
                 return Err("the subtask stopped before its state was copied".into());
             }
             a = self
@@ -176,6 +181,7 @@ impl ChainWriter {
             answers,
             needs_base,
             in_flight,
+            sealed: Arc::new(AtomicU64::new(0)),
         })
     }
 
@@ -210,6 +216,7 @@ impl ChainWriter {
         if full {
             self.needs_base.store(false, Ordering::Release);
         }
+        self.sealed.fetch_max(id, Ordering::AcqRel);
         let _ = self.tx.send(Cmd::Seal {
             id,
             root: root.to_owned(),
@@ -222,6 +229,7 @@ impl ChainWriter {
         ChainPart {
             id,
             answers: self.answers.clone(),
+            sealed: self.sealed.clone(),
         }
     }
 }
@@ -255,6 +263,15 @@ struct ChainThread {
 
 impl ChainThread {
     fn run(mut self, rx: mpsc::Receiver<Cmd>) {
+        // However the thread ends, a state write waiting on it is told.
+        struct Closing(Shared);
+        impl Drop for Closing {
+            fn drop(&mut self) {
+                lock(&self.0).closed = true;
+                self.0 .1.notify_all();
+            }
+        }
+        let _closing = Closing(self.answers.clone());
         while let Ok(cmd) = rx.recv() {
             match cmd {
                 Cmd::Begin { id, root } => {
@@ -265,8 +282,24 @@ impl ChainThread {
                 }
                 Cmd::Encode(f) => {
                     if self.failed.is_none() {
-                        if let Err(e) = f(&mut self.delta) {
-                            self.failed = Some(format!("cannot encode the state: {e}"));
+                        // A state's `Serialize` that panics fails this checkpoint, named, and
+                        // leaves the thread (and the operator's copies) going.
+                        let delta = &mut self.delta;
+                        let encoded =
+                            std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || {
+                                f(delta)
+                            }));
+                        match encoded {
+                            Ok(Ok(())) => {}
+                            Ok(Err(e)) => {
+                                self.failed = Some(format!("cannot encode the state: {e}"))
+                            }
+                            Err(p) => {
+                                self.failed = Some(format!(
+                                    "encoding the state panicked: {}",
+                                    crate::error::panic_message(&*p)
+                                ))
+                            }
                         }
                     }
                     self.in_flight.fetch_sub(1, Ordering::AcqRel);
@@ -292,8 +325,6 @@ impl ChainThread {
                 }
             }
         }
-        lock(&self.answers).closed = true;
-        self.answers.1.notify_all();
     }
 
     /// Writes the entries handed so far as one run of the checkpoint being handed.

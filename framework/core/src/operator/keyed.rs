@@ -513,6 +513,11 @@ where
         if let (Some(_), Some((id, root))) = (&self.incremental, w.incremental.clone()) {
             return self.snapshot_incremental(id, &root, w);
         }
+        if let Some(inc) = self.incremental.as_mut() {
+            // Taken whole (an unaligned checkpoint, one handed over, a query): the chain
+            // starts again at the next checkpoint.
+            inc.taken_whole();
+        }
         let payload = self.whole_payload()?;
         put_keyed(w, &self.core.info, self.max_parallelism, payload);
         Ok(())

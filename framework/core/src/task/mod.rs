@@ -361,7 +361,12 @@ impl SubtaskActor {
             }
             Err(_) => {
                 if let Some(w) = pending.lock().unwrap_or_else(|p| p.into_inner()).take() {
-                    w.run();
+                    if w.chains.is_empty() {
+                        w.run();
+                    } else {
+                        // Waiting here for state this same thread has yet to copy would hang.
+                        w.decline("no thread to write an incremental state on".into());
+                    }
                 }
             }
         }
