@@ -184,3 +184,9 @@ pub trait EventTime {
 #[cfg(doctest)]
 #[doc = include_str!("../../../book/src/event-time.md")]
 pub struct BookEventTime;
+
+/// The book's chapter "State backends and checkpoint storage": its example compiles as this
+/// crate's doctest.
+#[cfg(doctest)]
+#[doc = include_str!("../../../book/src/state.md")]
+pub struct BookState;
