@@ -7,6 +7,10 @@
 //!   checkpoint's `_metadata`, written last: only a checkpoint with `_metadata` is complete.
 //! - `coordinator`: triggers checkpoints at the sources, collects acknowledgements, completes
 //!   or aborts them.
+//! - Incremental checkpoints of keyed state (`CheckpointConfig::incremental`): `copy` (the
+//!   operator's copy of what changed, a chunk at a time, copy-on-write), `incremental` (the
+//!   thread per keyed subtask that writes its runs and keeps its chain), `runs` (the run
+//!   files: format, merge, the payload a chain holds).
 //!
 //! Recovery (restoring the last complete checkpoint) is the controller's (`controller`).
 
