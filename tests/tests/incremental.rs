@@ -12,7 +12,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use weir::{CollectSink, Collector, Env, EnvConfig, JobHandle, RestartStrategy, ValueState};
+use weir::{
+    CollectSink, Collector, Env, EnvConfig, JobHandle, KeyedContext, KeyedProcessFunction,
+    RestartStrategy, ValueState,
+};
 
 const KEYS: u64 = 3_000;
 
@@ -73,6 +76,39 @@ fn job(env: &Env, p: usize, c: &Controls, out: &CollectSink<(u64, u64, u64)>) {
         .uid("count")
         .set_parallelism(p)
         .collect_into(out);
+}
+
+/// A running count per key that also registers, for every hundredth key, a processing-time
+/// timer an hour away (never due in the test): an operator with timers takes its state whole
+/// at each checkpoint, through its chain.
+#[derive(Clone)]
+struct CountWithTimers {
+    panic_once: Arc<AtomicBool>,
+}
+
+impl KeyedProcessFunction<u64, u64, (u64, u64, u64)> for CountWithTimers {
+    type State = ValueState<u64>;
+    fn process_with_ctx(
+        &mut self,
+        key: &u64,
+        s: &mut ValueState<u64>,
+        x: u64,
+        ctx: &mut KeyedContext<'_, u64>,
+        out: &mut Collector<(u64, u64, u64)>,
+    ) {
+        if self.panic_once.swap(false, Ordering::SeqCst) {
+            panic!("injected: the keyed function fails");
+        }
+        let n = s.get_or_insert_with(|| 0);
+        *n += 1;
+        if *n == 1 && key % 100 == 0 {
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis() as i64);
+            ctx.register_processing_time_timer(now + 3_600_000);
+        }
+        out.collect((*key, *n, x));
+    }
 }
 
 fn completed(job: &JobHandle) -> u64 {
@@ -245,6 +281,30 @@ fn unaligned_checkpoints_among_incremental_ones_restore_exactly_with_one_retaine
         check_exactly_once(c.ended_at.load(Ordering::SeqCst), &out.take());
         let _ = std::fs::remove_dir_all(&dir);
     }
+}
+
+#[test]
+fn an_operator_with_timers_restores_exactly_from_incremental_checkpoints() {
+    let dir = tmp("timers");
+    let env = Env::with_config(config(&dir, true));
+    let (c, out) = (Controls::default(), CollectSink::default());
+    common::endless_ids(&env, &c.stop, &c.ended_at)
+        .key_by(|x: &u64| x % KEYS)
+        .process_with(CountWithTimers {
+            panic_once: c.panic_once.clone(),
+        })
+        .uid("count")
+        .set_parallelism(2)
+        .collect_into(&out);
+    let handle = env.start("incremental-timers").expect("starts");
+    wait_checkpoints(&handle, 20);
+    inject_panic(&handle, &c);
+    wait_checkpoints(&handle, completed(&handle) + 10);
+    inject_panic(&handle, &c);
+    c.stop.store(true, Ordering::SeqCst);
+    handle.wait().expect("the job recovers and ends");
+    check_exactly_once(c.ended_at.load(Ordering::SeqCst), &out.take());
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]

@@ -367,6 +367,13 @@ where
                 let payload = self.whole_payload()?;
                 let own = self.hooks.is_some();
                 match self.incremental.as_mut() {
+                    // A run addresses its entries with 32 bits: a larger state is written as
+                    // a full checkpoint's, and the chain starts again after it.
+                    Some(inc) if payload.len() > u32::MAX as usize => {
+                        inc.taken_whole();
+                        put_keyed(w, &self.core.info, self.max_parallelism, payload);
+                        return Ok(());
+                    }
                     Some(inc) => inc.whole(id, root, &mut self.state, payload, own),
                     None => return Ok(()),
                 }
