@@ -101,7 +101,7 @@ impl KeyedProcessFunction<u64, u64, (u64, u64, u64)> for CountWithTimers {
         }
         let n = s.get_or_insert_with(|| 0);
         *n += 1;
-        if *n == 1 && key % 100 == 0 {
+        if *n == 1 && key.is_multiple_of(100) {
             let now = std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0, |d| d.as_millis() as i64);
