@@ -1374,7 +1374,11 @@ fn incremental_for<K: Key>(
         env.config.max_parallelism,
     )
     .map(Some)
-    .map_err(|e| env.restore_error(e))
+    .map_err(|e| crate::error::TaskError::Checkpoint {
+        uid: env.info.uid.clone(),
+        subtask: env.info.subtask,
+        message: format!("cannot start incremental checkpoints: {e}"),
+    })
 }
 
 fn keyed_rule(own: Option<&[crate::hooks::StateField]>) -> crate::rescale::Rule {
