@@ -148,6 +148,24 @@ fn inject_panic(job: &JobHandle, c: &Controls) {
     wait_checkpoints(job, completed(job) + 2);
 }
 
+/// Once `first` checkpoints completed, a panic; `then` checkpoints after its restore, another;
+/// then the source ends, and the output is checked.
+fn two_panics_then_end(
+    handle: JobHandle,
+    c: &Controls,
+    out: &CollectSink<(u64, u64, u64)>,
+    first: u64,
+    then: u64,
+) {
+    wait_checkpoints(&handle, first);
+    inject_panic(&handle, c);
+    wait_checkpoints(&handle, completed(&handle) + then);
+    inject_panic(&handle, c);
+    c.stop.store(true, Ordering::SeqCst);
+    handle.wait().expect("the job recovers and ends");
+    check_exactly_once(c.ended_at.load(Ordering::SeqCst), &out.take());
+}
+
 /// Every id below where the source ended once, and each key's counts exactly `1..=n`.
 fn check_exactly_once(ended_at: u64, committed: &[(u64, u64, u64)]) {
     let mut seen = vec![0u32; ended_at as usize];
@@ -272,13 +290,7 @@ fn unaligned_checkpoints_among_incremental_ones_restore_exactly_with_one_retaine
         let (c, out) = (Controls::default(), CollectSink::default());
         job(&env, 2, &c, &out);
         let handle = env.start("incremental-unaligned").expect("starts");
-        wait_checkpoints(&handle, 40);
-        inject_panic(&handle, &c);
-        wait_checkpoints(&handle, completed(&handle) + 20);
-        inject_panic(&handle, &c);
-        c.stop.store(true, Ordering::SeqCst);
-        handle.wait().expect("the job recovers and ends");
-        check_exactly_once(c.ended_at.load(Ordering::SeqCst), &out.take());
+        two_panics_then_end(handle, &c, &out, 40, 20);
         let _ = std::fs::remove_dir_all(&dir);
     }
 }
@@ -297,13 +309,7 @@ fn an_operator_with_timers_restores_exactly_from_incremental_checkpoints() {
         .set_parallelism(2)
         .collect_into(&out);
     let handle = env.start("incremental-timers").expect("starts");
-    wait_checkpoints(&handle, 20);
-    inject_panic(&handle, &c);
-    wait_checkpoints(&handle, completed(&handle) + 10);
-    inject_panic(&handle, &c);
-    c.stop.store(true, Ordering::SeqCst);
-    handle.wait().expect("the job recovers and ends");
-    check_exactly_once(c.ended_at.load(Ordering::SeqCst), &out.take());
+    two_panics_then_end(handle, &c, &out, 20, 10);
     let _ = std::fs::remove_dir_all(&dir);
 }
 

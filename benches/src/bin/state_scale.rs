@@ -281,13 +281,8 @@ impl Source<u64> for Rotating {
 fn rss(field: &str) -> u64 {
     std::fs::read_to_string("/proc/self/status")
         .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with(field))
-                .and_then(|l| l.split_whitespace().nth(1))
-                .and_then(|kb| kb.parse::<u64>().ok())
-        })
-        .map_or(0, |kb| kb * 1024)
+        .and_then(|s| weir_benches::paper::proc::kb_field(&s, field))
+        .unwrap_or(0)
 }
 
 fn percentile(mut v: Vec<u64>, p: f64) -> Option<u64> {

@@ -245,16 +245,7 @@ mod tests {
     }
 
     fn checkpoint(root: &Path, id: u64, runs: Vec<String>) {
-        let meta = CheckpointMetadata {
-            format_version: store::FORMAT_VERSION,
-            checkpoint_id: id,
-            job: "j".into(),
-            states: BTreeMap::new(),
-            parallelism: BTreeMap::new(),
-            size: 0,
-            runs,
-            crc32: None,
-        };
+        let meta = CheckpointMetadata::of(id, BTreeMap::new(), 0, runs);
         store::write_metadata(root, &meta).expect("writes");
     }
 

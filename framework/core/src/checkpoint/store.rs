@@ -95,6 +95,26 @@ pub(crate) struct CheckpointMetadata {
 }
 
 impl CheckpointMetadata {
+    /// The metadata of checkpoint `id` of job `j`, for tests: `states`, `size` bytes, `runs`.
+    #[cfg(test)]
+    pub(crate) fn of(
+        id: u64,
+        states: BTreeMap<String, BTreeMap<usize, String>>,
+        size: u64,
+        runs: Vec<String>,
+    ) -> Self {
+        CheckpointMetadata {
+            format_version: FORMAT_VERSION,
+            checkpoint_id: id,
+            job: "j".into(),
+            states,
+            parallelism: BTreeMap::new(),
+            size,
+            runs,
+            crc32: None,
+        }
+    }
+
     /// The CBOR of this metadata without its checksum.
     fn unsummed_bytes(&self) -> Result<Vec<u8>, String> {
         let mut plain = self.clone();
@@ -753,36 +773,19 @@ mod tests {
         let (name, size) = write_state(root, &env).unwrap();
         let mut states = BTreeMap::new();
         states.insert("count".to_string(), BTreeMap::from([(0usize, name)]));
-        write_metadata(
-            root,
-            &CheckpointMetadata {
-                format_version: FORMAT_VERSION,
-                checkpoint_id: id,
-                job: "j".into(),
-                states,
-                parallelism: BTreeMap::new(),
-                size,
-                runs: Vec::new(),
-                crc32: None,
-            },
-        )
-        .unwrap();
+        write_metadata(root, &CheckpointMetadata::of(id, states, size, Vec::new())).unwrap();
     }
 
     /// Checkpoint `id` (metadata only) referencing `runs`.
     fn checkpoint_with_runs(root: &Path, id: u64, runs: &[&str]) {
         write_metadata(
             root,
-            &CheckpointMetadata {
-                format_version: FORMAT_VERSION,
-                checkpoint_id: id,
-                job: "j".into(),
-                states: BTreeMap::new(),
-                parallelism: BTreeMap::new(),
-                size: 0,
-                runs: runs.iter().map(|r| r.to_string()).collect(),
-                crc32: None,
-            },
+            &CheckpointMetadata::of(
+                id,
+                BTreeMap::new(),
+                0,
+                runs.iter().map(|r| r.to_string()).collect(),
+            ),
         )
         .unwrap();
     }
@@ -994,16 +997,7 @@ mod tests {
             matches!(&e, CheckpointError::Io { path, .. } if path.ends_with("chk-3")),
             "{e}"
         );
-        let meta = CheckpointMetadata {
-            format_version: FORMAT_VERSION,
-            checkpoint_id: 3,
-            job: "j".into(),
-            states: BTreeMap::new(),
-            parallelism: BTreeMap::new(),
-            size: 0,
-            runs: Vec::new(),
-            crc32: None,
-        };
+        let meta = CheckpointMetadata::of(3, BTreeMap::new(), 0, Vec::new());
         let e = write_metadata(&root, &meta).unwrap_err();
         assert!(e.to_string().contains("chk-3"), "{e}");
         assert!(completed(&root).is_empty());
@@ -1058,16 +1052,7 @@ mod tests {
     fn only_checkpoints_with_metadata_are_complete_and_retention_keeps_the_newest() {
         let root = tmp("retain");
         for id in 1..=4 {
-            let meta = CheckpointMetadata {
-                format_version: FORMAT_VERSION,
-                checkpoint_id: id,
-                job: "j".into(),
-                states: BTreeMap::new(),
-                parallelism: BTreeMap::new(),
-                size: 0,
-                runs: Vec::new(),
-                crc32: None,
-            };
+            let meta = CheckpointMetadata::of(id, BTreeMap::new(), 0, Vec::new());
             if id != 3 {
                 write_metadata(&root, &meta).unwrap();
             } else {

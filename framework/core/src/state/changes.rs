@@ -19,6 +19,7 @@
 //! backup's claims and buffer queue), nor the entry's form (the keyed operator's).
 
 use std::collections::{BTreeMap, HashMap};
+use std::ops::Range;
 
 use rustc_hash::FxBuildHasher;
 
@@ -222,14 +223,8 @@ impl KeyedDelta {
                 // alone: its bytes are the key's identity, with one encoding, not two.
                 ciborium::into_writer(e, &mut self.bytes).map_err(|e| e.to_string())?;
                 let end = self.bytes.len();
-                let mut r = Reader {
-                    b: &self.bytes[k0..end],
-                    at: 0,
-                };
-                r.array()?;
-                let start = r.at;
-                r.skip()?;
-                let range = (k0 + start, k0 + r.at);
+                let key_at = entry_key(&self.bytes[k0..end])?;
+                let range = (k0 + key_at.start, k0 + key_at.end);
                 #[cfg(debug_assertions)]
                 {
                     let mut alone = Vec::new();
@@ -265,38 +260,16 @@ impl KeyedDelta {
     /// only the CBOR item heads. An error names what does not fit.
     pub(crate) fn from_payload(payload: Vec<u8>, own: bool) -> Result<KeyedDelta, String> {
         let mut d = KeyedDelta::new(true);
-        let mut r = Reader { b: &payload, at: 0 };
-        if own {
-            r.expect_array(2)?;
-            let start = r.at;
-            r.skip()?;
-            d.own = Some(payload[start..r.at].to_vec());
-        }
         let at = |n: usize| u32::try_from(n).map_err(|_| "a state over 4 GiB".to_owned());
-        let groups = r.array()?;
-        for _ in 0..groups {
-            r.expect_array(2)?;
-            let group = r.unsigned()?;
-            let group =
-                u32::try_from(group).map_err(|_| format!("key group {group} out of range"))?;
-            for _ in 0..r.array()? {
-                let start = r.at;
-                r.array()?;
-                let key_start = r.at;
-                r.skip()?;
-                let key_end = r.at;
-                r.at = start;
-                r.skip()?;
-                d.index.push(DeltaEntry {
-                    group,
-                    key: (at(key_start)?, at(key_end)?),
-                    entry: Some((at(start)?, at(r.at)?)),
-                });
-            }
-        }
-        if r.at != payload.len() {
-            return Err(format!("{} bytes after the state", payload.len() - r.at));
-        }
+        let own_at = entries_of(&payload, own, |group, key, entry| {
+            d.index.push(DeltaEntry {
+                group,
+                key: (at(key.start)?, at(key.end)?),
+                entry: Some((at(entry.start)?, at(entry.end)?)),
+            });
+            Ok(())
+        })?;
+        d.own = own_at.map(|r| payload[r].to_vec());
         // The entries are read where they are: no copy of the state.
         d.bytes = payload;
         Ok(d)
@@ -373,36 +346,15 @@ impl KeyedImage {
     }
 
     fn load_inner(&mut self, payload: &[u8], own: bool) -> Result<(), String> {
-        let mut r = Reader { b: payload, at: 0 };
-        if own {
-            r.expect_array(2)?;
-            let start = r.at;
-            r.skip()?;
-            self.own = Some(payload[start..r.at].to_vec());
-        }
-        let groups = r.array()?;
-        for _ in 0..groups {
-            r.expect_array(2)?;
-            let group = r.unsigned()?;
-            let group =
-                u32::try_from(group).map_err(|_| format!("key group {group} out of range"))?;
-            let entries = r.array()?;
-            let map = self.groups.entry(group).or_default();
-            for _ in 0..entries {
-                let start = r.at;
-                r.array()?;
-                let key_start = r.at;
-                r.skip()?;
-                let key = payload[key_start..r.at].to_vec().into_boxed_slice();
-                r.at = start;
-                r.skip()?;
-                map.insert(key, payload[start..r.at].into());
-            }
-        }
-        if r.at != payload.len() {
-            return Err(format!("{} bytes after the state", payload.len() - r.at));
-        }
-        self.groups.retain(|_, g| !g.is_empty());
+        let groups = &mut self.groups;
+        let own_at = entries_of(payload, own, |group, key, entry| {
+            groups
+                .entry(group)
+                .or_default()
+                .insert(payload[key].into(), payload[entry].into());
+            Ok(())
+        })?;
+        self.own = own_at.map(|r| payload[r].to_vec());
         Ok(())
     }
 
@@ -432,6 +384,49 @@ impl KeyedImage {
         }
         out
     }
+}
+
+/// Walks a keyed operator's snapshot `payload` (the CBOR `Vec<(usize, Vec<entry>)>`, preceded
+/// by the operator's own fields as a pair if `own`), reading only item heads: `f` is given each
+/// entry's key group and the ranges of its key and of the whole entry. Returns the range of the
+/// own fields; an error names what does not fit.
+fn entries_of(
+    payload: &[u8],
+    own: bool,
+    mut f: impl FnMut(u32, Range<usize>, Range<usize>) -> Result<(), String>,
+) -> Result<Option<Range<usize>>, String> {
+    let mut r = Reader { b: payload, at: 0 };
+    let mut own_at = None;
+    if own {
+        r.expect_array(2)?;
+        let start = r.at;
+        r.skip()?;
+        own_at = Some(start..r.at);
+    }
+    for _ in 0..r.array()? {
+        r.expect_array(2)?;
+        let group = r.unsigned()?;
+        let group = u32::try_from(group).map_err(|_| format!("key group {group} out of range"))?;
+        for _ in 0..r.array()? {
+            let start = r.at;
+            r.skip()?;
+            let key = entry_key(&payload[start..r.at])?;
+            f(group, start + key.start..start + key.end, start..r.at)?;
+        }
+    }
+    if r.at != payload.len() {
+        return Err(format!("{} bytes after the state", payload.len() - r.at));
+    }
+    Ok(own_at)
+}
+
+/// Where the key is in an encoded keyed entry: the first item of its array.
+fn entry_key(entry: &[u8]) -> Result<Range<usize>, String> {
+    let mut r = Reader { b: entry, at: 0 };
+    r.array()?;
+    let start = r.at;
+    r.skip()?;
+    Ok(start..r.at)
 }
 
 pub(crate) const UNSIGNED: u8 = 0;
