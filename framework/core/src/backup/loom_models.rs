@@ -128,3 +128,24 @@ fn loom_fenced_zombie_primary_duplicates_nothing() {
         assert_eq!(got, (0..N).collect::<Vec<_>>(), "fenced at {have}");
     });
 }
+
+/// The queue's byte count never wraps: the primary claims and releases a batch the backup
+/// has just inserted but not yet counted, then claims a smaller one. Counting after the
+/// insert (as it once did) let the release come first, and the next count read the wrapped
+/// total as a queue over its bound: the queue degraded, and a failure restarted the job
+/// instead of promoting the backup.
+#[test]
+fn loom_buffer_queue_count_never_wraps() {
+    loom::model(|| {
+        let q = Arc::new(BufferQueue::<u64>::new(1, 1, false, 1 << 20, None));
+        let qb = q.clone();
+        let backup = loom::thread::spawn(move || qb.offer((0, 0), 7, 1, 10));
+        q.claim(0, (0, 0), &7, 1, 10, &[0]).unwrap();
+        q.settle(0, &[1]);
+        q.claim(0, (0, 1), &8, 1, 1, &[1]).unwrap();
+        let _ = backup.join().unwrap();
+        assert!(!q.is_degraded(), "a wrapped count degraded the queue");
+        let stats = q.stats();
+        assert_eq!((stats.entries, stats.bytes), (1, 1), "only batch 1 is kept");
+    });
+}

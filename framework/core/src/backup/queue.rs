@@ -266,6 +266,7 @@ impl<P: Clone> BufferQueue<P> {
             return Offer::Dropped;
         }
         let watermark = &self.claimed_upto[id.0 as usize];
+        let mut total = 0;
         let offer = self.entries.upsert(
             id,
             |_| Offer::Filtered,
@@ -278,6 +279,9 @@ impl<P: Clone> BufferQueue<P> {
                         bytes,
                         claimed: false,
                     };
+                    // Counted before the entry is visible: its removal (by the primary's
+                    // release, on another thread) cannot come first and wrap the count.
+                    total = self.account(bytes);
                     (Offer::Added, Some(entry))
                 }
             },
@@ -285,7 +289,7 @@ impl<P: Clone> BufferQueue<P> {
         match offer {
             Offer::Added => {
                 self.added.fetch_add(1, Ordering::Relaxed);
-                self.account(bytes);
+                self.degrade_over(total);
             }
             Offer::Filtered => {
                 self.filtered.fetch_add(1, Ordering::Relaxed);
@@ -374,30 +378,29 @@ impl<P: Clone> BufferQueue<P> {
         });
         let degraded = self.degraded.load(Ordering::Acquire);
         let watermark = &self.claimed_upto[id.0 as usize];
-        let inserted = self.entries.upsert(
+        let mut total = 0;
+        self.entries.upsert(
             id,
             |e| {
                 e.claimed = true;
                 watermark.fetch_max(id.1 + 1, Ordering::AcqRel);
-                false
             },
             || {
                 watermark.fetch_max(id.1 + 1, Ordering::AcqRel);
                 if degraded {
-                    return (false, None);
+                    return ((), None);
                 }
                 let entry = Entry {
                     payload: payload.clone(),
                     bytes,
                     claimed: true,
                 };
-                (true, Some(entry))
+                total = self.account(bytes);
+                ((), Some(entry))
             },
         );
         self.claimed.fetch_add(1, Ordering::Relaxed);
-        if inserted {
-            self.account(bytes);
-        }
+        self.degrade_over(total);
         self.release_locked(&mut log);
         Ok(step)
     }
@@ -663,9 +666,16 @@ impl<P: Clone> BufferQueue<P> {
         out
     }
 
-    fn account(&self, bytes: u64) {
+    /// Counts an entry about to be inserted (called while its map shard is held, so before
+    /// anyone can remove it); returns the queue's bytes with it, for [`Self::degrade_over`]
+    /// once the shard is let go.
+    fn account(&self, bytes: u64) -> u64 {
         self.len.fetch_add(1, Ordering::Relaxed);
-        let total = self.bytes.fetch_add(bytes, Ordering::Relaxed) + bytes;
+        self.bytes.fetch_add(bytes, Ordering::Relaxed) + bytes
+    }
+
+    /// Degrades the queue if `total` bytes are over its bound.
+    fn degrade_over(&self, total: u64) {
         if total > self.max_bytes && !self.degraded.swap(true, Ordering::AcqRel) {
             tracing::warn!(
                 bytes = total,
@@ -678,9 +688,16 @@ impl<P: Clone> BufferQueue<P> {
         }
     }
 
+    /// Uncounts a removed entry. Saturating: a removal racing the reset of a degrading queue
+    /// must not wrap the counts (a wrapped count would read as a full queue).
     fn unaccount(&self, bytes: u64) {
-        self.len.fetch_sub(1, Ordering::Relaxed);
-        self.bytes.fetch_sub(bytes, Ordering::Relaxed);
+        let sub = |by: u64| move |v: u64| Some(v.saturating_sub(by));
+        let _ = self
+            .len
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, sub(1));
+        let _ = self
+            .bytes
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, sub(bytes));
     }
 
     pub(crate) fn is_stateful(&self) -> bool {
