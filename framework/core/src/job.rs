@@ -884,7 +884,7 @@ pub(crate) fn start(
         job: job.clone(),
         source,
     })?;
-    check_directories(&graph, &cfg, &job)?;
+    let remote = check_directories(&graph, &cfg, &job)?;
     let (commands, inbox) = Commands::channel();
     let (deployed_tx, deployed_rx) = std_mpsc::channel::<()>();
     let views = Views::default();
@@ -914,6 +914,7 @@ pub(crate) fn start(
         commands: inbox,
         deployed: deployed_tx,
         views: views.clone(),
+        remote,
     };
     let thread = std::thread::Builder::new()
         .name(format!("weir-job-{job}"))
@@ -946,12 +947,42 @@ pub(crate) fn start(
 }
 
 /// Checks, before anything runs, that every directory the job will write can be created and
-/// written: the checkpoint directory (with checkpoints on) and every file sink's directory.
-fn check_directories(graph: &Graph, cfg: &EnvConfig, job: &str) -> Result<(), JobError> {
+/// written: the checkpoint directory (with checkpoints on; on an object store, its local copy
+/// and a probe object put and deleted there) and every file sink's directory. Returns the
+/// object store the checkpoints go to, if they do.
+fn check_directories(
+    graph: &Graph,
+    cfg: &EnvConfig,
+    job: &str,
+) -> Result<Option<std::sync::Arc<crate::checkpoint::remote::Remote>>, JobError> {
+    let directory = &cfg.checkpoint.directory;
+    let bad_store = |path: &std::path::Path, e: crate::checkpoint::store::CheckpointError| {
+        JobError::Directory {
+            job: job.to_owned(),
+            purpose: "checkpoint directory",
+            path: path.to_owned(),
+            source: std::io::Error::other(e.to_string()),
+        }
+    };
+    let mut remote = None;
+    let mut checkpoint_dir = directory.join(job);
+    if cfg.checkpoint.interval.is_some() && crate::checkpoint::remote::is_url(directory) {
+        let c = &cfg.checkpoint;
+        let r = crate::checkpoint::remote::Remote::open(
+            directory,
+            &c.local_directory,
+            &c.storage_options,
+        )
+        .map_err(|e| bad_store(directory, e))?;
+        checkpoint_dir = r.local().join(job);
+        r.probe(&checkpoint_dir)
+            .map_err(|e| bad_store(directory, e))?;
+        remote = Some(r);
+    }
     let checkpoints = cfg
         .checkpoint
         .interval
-        .map(|_| ("checkpoint directory", cfg.checkpoint.directory.join(job)));
+        .map(|_| ("checkpoint directory", checkpoint_dir));
     let sinks = graph
         .output_dirs
         .iter()
@@ -964,7 +995,7 @@ fn check_directories(graph: &Graph, cfg: &EnvConfig, job: &str) -> Result<(), Jo
             source,
         })?;
     }
-    Ok(())
+    Ok(remote)
 }
 
 /// A new job id.

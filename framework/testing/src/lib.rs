@@ -63,6 +63,7 @@ mod faults;
 mod held;
 mod paced_sink;
 mod part_files;
+pub mod s3;
 
 pub use checkpoints::{wait_for_checkpoint, CheckpointWaitError, POLL_INTERVAL};
 pub use exactly_once::{ExactlyOnce, ExactlyOnceReport, EXAMPLES};

@@ -20,6 +20,7 @@ pub(crate) mod copy;
 pub(crate) mod incremental;
 #[cfg(all(test, weir_loom))]
 mod loom_align;
+pub(crate) mod remote;
 pub(crate) mod runs;
 pub mod store;
 
@@ -317,8 +318,22 @@ pub struct CheckpointConfig {
     pub tolerable_failed_checkpoints: u32,
     /// Completed checkpoints kept on disk (default 1).
     pub retained: usize,
-    /// Where checkpoints are written (`<directory>/<job>/chk-<id>/`).
+    /// Where checkpoints are written (`<directory>/<job>/<run>/chk-<id>/`): a local path,
+    /// or an object store's URL (`s3://bucket/path`, `gs://`, `az://`, `file://`; feature
+    /// `object-store`, credentials from the store's usual environment variables), kept in
+    /// step with a local copy under `local_directory`. See the book's "State backends and
+    /// checkpoint storage".
     pub directory: PathBuf,
+    /// Where checkpoints, savepoints and restores on an object store keep their local copy
+    /// (`<local_directory>/<scheme>/<bucket>/<path>`; default `<temp>/weir-local`). A
+    /// restore finds files already there and fetches only the rest.
+    pub local_directory: PathBuf,
+    /// Settings of the object-store client, over those read from the environment: object
+    /// store's own keys, such as `aws_endpoint`, `aws_allow_http`, `aws_access_key_id`,
+    /// `aws_secret_access_key`, `aws_region` (S3), `google_service_account` (GCS),
+    /// `azure_storage_account_name` (Azure). Default none. A key the store does not know
+    /// fails the job's start, naming it.
+    pub storage_options: Vec<(String, String)>,
     /// Start the job from this savepoint (or complete checkpoint) directory.
     pub restore_from: Option<PathBuf>,
     /// Start the job from the newest complete checkpoint an earlier run of it (of the same job
@@ -349,6 +364,8 @@ impl Default for CheckpointConfig {
             tolerable_failed_checkpoints: 0,
             retained: 1,
             directory: std::env::temp_dir().join("weir-checkpoints"),
+            local_directory: std::env::temp_dir().join("weir-local"),
+            storage_options: Vec::new(),
             restore_from: None,
             restore_latest: None,
             allow_non_restored_state: false,
@@ -380,6 +397,27 @@ impl CheckpointConfig {
         }
         if self.directory.as_os_str().is_empty() {
             return bad("checkpoint.directory", "must be set");
+        }
+        let dirs = [
+            ("checkpoint.directory", Some(&self.directory)),
+            ("checkpoint.restore_from", self.restore_from.as_ref()),
+            (
+                "checkpoint.restore_latest",
+                self.restore_latest.as_ref().map(|r| match r {
+                    RestoreLatest::Required(d) | RestoreLatest::IfAny(d) => d,
+                }),
+            ),
+        ];
+        for (key, dir) in dirs {
+            if let Some(Err(message)) = dir
+                .filter(|d| remote::is_url(d))
+                .map(|d| remote::check_url(d))
+            {
+                return bad(key, &message);
+            }
+        }
+        if self.local_directory.as_os_str().is_empty() || remote::is_url(&self.local_directory) {
+            return bad("checkpoint.local_directory", "must be a local path");
         }
         if self.restore_from.is_some() && self.restore_latest.is_some() {
             return bad(

@@ -428,10 +428,14 @@ pub(crate) fn completed(root: &Path) -> Vec<u64> {
 }
 
 /// Deletes completed checkpoints beyond the newest `keep`, and incomplete ones older than the
-/// newest completed.
-pub(crate) fn retain(root: &Path, keep: usize) {
+/// newest completed; returns what it deleted (checkpoint directories, run files), for the
+/// object store's copy to follow.
+pub(crate) fn retain(root: &Path, keep: usize) -> Vec<PathBuf> {
+    let mut deleted = Vec::new();
     let done = completed(root);
-    let Some(&newest) = done.first() else { return };
+    let Some(&newest) = done.first() else {
+        return deleted;
+    };
     let keep: std::collections::HashSet<u64> = done.iter().take(keep).copied().collect();
     for entry in std::fs::read_dir(root).into_iter().flatten().flatten() {
         let Some(id) = entry
@@ -443,19 +447,23 @@ pub(crate) fn retain(root: &Path, keep: usize) {
             continue;
         };
         if !keep.contains(&id) && id < newest {
-            if let Err(e) = std::fs::remove_dir_all(entry.path()) {
-                tracing::warn!(path = %entry.path().display(), error = %e, "cannot delete an old checkpoint");
+            match std::fs::remove_dir_all(entry.path()) {
+                Ok(()) => deleted.push(entry.path()),
+                Err(e) => {
+                    tracing::warn!(path = %entry.path().display(), error = %e, "cannot delete an old checkpoint")
+                }
             }
         }
     }
-    collect_runs(root, newest);
+    collect_runs(root, newest, &mut deleted);
+    deleted
 }
 
 /// Deletes the runs of incremental checkpoints (`shared/<uid>-<subtask>/<id>-..`) that no
 /// complete checkpoint left under `root` references, of checkpoints up to `newest` (the newest
 /// complete one): a run of a checkpoint in progress is kept, and a crash in the middle leaves
 /// only unreferenced runs for the next collection.
-fn collect_runs(root: &Path, newest: u64) {
+fn collect_runs(root: &Path, newest: u64, deleted: &mut Vec<PathBuf>) {
     let shared = root.join("shared");
     let Ok(dirs) = std::fs::read_dir(&shared) else {
         return;
@@ -480,8 +488,11 @@ fn collect_runs(root: &Path, newest: u64) {
             };
             let rel = format!("shared/{}/{name}", dir.file_name().to_string_lossy());
             if run_id <= newest && !referenced.contains(&rel) {
-                if let Err(e) = std::fs::remove_file(file.path()) {
-                    tracing::warn!(path = %file.path().display(), error = %e, "cannot delete an unreferenced state run");
+                match std::fs::remove_file(file.path()) {
+                    Ok(()) => deleted.push(file.path()),
+                    Err(e) => {
+                        tracing::warn!(path = %file.path().display(), error = %e, "cannot delete an unreferenced state run")
+                    }
                 }
             }
         }

@@ -148,6 +148,8 @@ pub(crate) struct Launch {
     /// Told once the first deployment is up (dropped unsent if it never is).
     pub(crate) deployed: std_mpsc::Sender<()>,
     pub(crate) views: Views,
+    /// The object store checkpoints go to, when the checkpoint directory is a URL.
+    pub(crate) remote: Option<Arc<crate::checkpoint::remote::Remote>>,
 }
 
 /// The job-wide context every state works in.
@@ -164,8 +166,11 @@ pub(crate) struct JobContext {
     pub(crate) views: Views,
     deployed: Option<std_mpsc::Sender<()>>,
     /// This run's checkpoint directory: a new run restores another run's checkpoints only
-    /// when asked to (`restore_from`, `restore_latest`).
+    /// when asked to (`restore_from`, `restore_latest`). With checkpoints on an object store,
+    /// the local copy (see [`crate::checkpoint::remote`]).
     pub(crate) checkpoint_root: PathBuf,
+    /// The object store checkpoints also go to (the checkpoint directory is a URL).
+    pub(crate) remote: Option<Arc<crate::checkpoint::remote::Remote>>,
     /// What the job started from (a savepoint, or an earlier run's checkpoint): restored
     /// again by a restart before this run's own first checkpoint.
     pub(crate) initial_restore: Option<crate::plan::Restore>,
@@ -203,6 +208,7 @@ impl JobContext {
             commands,
             deployed,
             views,
+            remote,
         } = launch;
         let (events_tx, events) = futures::channel::mpsc::unbounded();
         let strategy = cfg.restart.clone().unwrap_or_else(|| {
@@ -216,7 +222,12 @@ impl JobContext {
         registry.live_config = views.live_config.clone();
         let ctx = JobContext {
             registry,
-            checkpoint_root: cfg.checkpoint.directory.join(&job).join(run_id()),
+            checkpoint_root: remote
+                .as_ref()
+                .map_or(cfg.checkpoint.directory.as_path(), |r| r.local())
+                .join(&job)
+                .join(run_id()),
+            remote,
             initial_restore: None,
             claimed_runs: Vec::new(),
             coordinator: Coordinator::new(&cfg.checkpoint, 0, 1),
@@ -260,6 +271,9 @@ impl JobContext {
             if run == self.checkpoint_root {
                 continue;
             }
+            if let Some(remote) = &self.remote {
+                remote.delete(std::slice::from_ref(&run));
+            }
             match std::fs::remove_dir_all(&run) {
                 Ok(()) => {
                     tracing::info!(run = %run.display(), "deleted the checkpoints of an earlier run this run resumed from")
@@ -288,6 +302,7 @@ impl JobContext {
             registry: &self.registry,
             events: &self.events_tx,
             checkpoint_root: Some(self.checkpoint_root.clone()),
+            remote: self.remote.clone(),
             handover: self.handover.clone(),
         }
     }

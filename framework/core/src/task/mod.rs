@@ -75,6 +75,8 @@ pub(crate) struct SubtaskActor {
     source_idle: Option<Option<Pin<Box<actix_rt::time::Sleep>>>>,
     /// Where checkpoint state files go (checkpoints on).
     checkpoint_dir: Option<std::path::PathBuf>,
+    /// The object store the state files also go to (the checkpoint directory is a URL).
+    remote: Option<Arc<crate::checkpoint::remote::Remote>>,
     /// The checkpoint (if not 0) whose states are also handed to the controller in memory,
     /// with the acknowledgement (a rescale deals them to the new subtasks).
     handover: Arc<crate::sync::atomic::AtomicU64>,
@@ -94,6 +96,7 @@ impl SubtaskActor {
         linger: Duration,
         sample: Arc<Mutex<SubtaskSample>>,
         checkpoint_dir: Option<std::path::PathBuf>,
+        remote: Option<Arc<crate::checkpoint::remote::Remote>>,
         handover: Arc<crate::sync::atomic::AtomicU64>,
     ) -> Self {
         let now = Instant::now();
@@ -111,6 +114,7 @@ impl SubtaskActor {
             throttle: None,
             source_idle: None,
             checkpoint_dir,
+            remote,
             id,
             driver,
             draining: false,
@@ -320,6 +324,7 @@ impl SubtaskActor {
         }
         let write = StateWrite {
             root,
+            remote: self.remote.clone(),
             id,
             attempt: self.id.attempt,
             actor: self.id.actor,
@@ -434,6 +439,8 @@ impl Actor for SubtaskActor {
 /// off the data path (see `SubtaskActor::write_and_ack`).
 struct StateWrite {
     root: std::path::PathBuf,
+    /// The object store the files also go to, before the acknowledgement.
+    remote: Option<Arc<crate::checkpoint::remote::Remote>>,
     id: u64,
     attempt: u64,
     actor: usize,
@@ -454,6 +461,23 @@ struct StateWrite {
 }
 
 impl StateWrite {
+    /// Puts state file `file` of this checkpoint and the runs it references (each run once)
+    /// on the object store, if the checkpoints go to one.
+    fn upload(
+        &self,
+        file: &str,
+        runs: &[String],
+    ) -> Result<(), crate::checkpoint::store::CheckpointError> {
+        let Some(remote) = &self.remote else {
+            return Ok(());
+        };
+        for run in runs {
+            remote.upload_once(&self.root.join(run))?;
+        }
+        let dir = crate::checkpoint::store::checkpoint_dir(&self.root, self.id);
+        remote.upload(&dir.join(file))
+    }
+
     /// The checkpoint cannot be written here: declined, naming why.
     fn decline(&self, reason: String) {
         tracing::warn!(uid = %self.head_uid, subtask = self.subtask, checkpoint = self.id, %reason, "cannot write checkpoint state");
@@ -504,6 +528,9 @@ impl StateWrite {
             let runs: Vec<String> = env.chain.iter().flatten().map(|r| r.file.clone()).collect();
             match crate::checkpoint::store::write_state(&self.root, &env) {
                 Ok((file, size)) => {
+                    if let Err(e) = self.upload(&file, &runs) {
+                        return self.decline(e.to_string());
+                    }
                     let (written, state_size) =
                         sizes.map_or((size, size), |(w, s)| (w + size, s + size));
                     self.part.files.push(StateFile {

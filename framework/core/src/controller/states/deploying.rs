@@ -3,7 +3,7 @@
 
 use std::time::Instant;
 
-use crate::checkpoint::store;
+use crate::checkpoint::{remote, store};
 use crate::controller::deployment::{deploy, Deployment};
 use crate::controller::JobContext;
 use crate::error::JobError;
@@ -30,9 +30,20 @@ impl Deploying {
         if let Some(latest) = ctx.cfg.checkpoint.restore_latest.clone() {
             return Self::from_latest(ctx, &latest);
         }
-        let Some(dir) = &ctx.cfg.checkpoint.restore_from else {
+        let Some(from) = &ctx.cfg.checkpoint.restore_from else {
             return Deploying::new(None).into();
         };
+        let dir = match remote::fetched(from, &ctx.cfg.checkpoint) {
+            Ok(dir) => dir,
+            Err(e) => {
+                return Finished::failed(JobError::Runtime {
+                    job: ctx.job.clone(),
+                    message: format!("cannot start from savepoint {}: {e}", from.display()),
+                })
+                .into()
+            }
+        };
+        let dir = &dir;
         match store::load_dir(
             dir,
             &ctx.plan.uids,
@@ -56,9 +67,46 @@ impl Deploying {
         }
     }
 
+    /// Fetches the job's earlier runs from the object store at `url` into their local copy
+    /// (what is already there is kept); returns the local directory of the job's runs.
+    fn fetch_latest(
+        ctx: &JobContext,
+        url: &std::path::Path,
+    ) -> Result<std::path::PathBuf, store::CheckpointError> {
+        let same = ctx
+            .remote
+            .clone()
+            .filter(|r| r.url() == url.to_string_lossy());
+        let remote = match same {
+            Some(r) => r,
+            None => remote::Remote::open(
+                url,
+                &ctx.cfg.checkpoint.local_directory,
+                &ctx.cfg.checkpoint.storage_options,
+            )?,
+        };
+        let local = remote.local().join(&ctx.job);
+        let n = remote.fetch_tree(&local)?;
+        tracing::info!(url = %remote.url(), local = %local.display(), fetched = n, "fetched the job's earlier runs from the object store");
+        Ok(local)
+    }
+
     /// Deploying from the newest usable checkpoint of the job's earlier runs.
     fn from_latest(ctx: &mut JobContext, latest: &crate::RestoreLatest) -> JobState {
-        let job_dir = latest.directory().join(&ctx.job);
+        let mut job_dir = latest.directory().join(&ctx.job);
+        if remote::is_url(latest.directory()) {
+            match Self::fetch_latest(ctx, latest.directory()) {
+                Ok(local) => job_dir = local,
+                Err(source) => {
+                    return Finished::failed(JobError::Restore {
+                        job: ctx.job.clone(),
+                        path: job_dir,
+                        source: Box::new(source),
+                    })
+                    .into()
+                }
+            }
+        }
         let scan = match store::find_latest(
             &job_dir,
             &ctx.plan.uids,

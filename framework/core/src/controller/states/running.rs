@@ -12,7 +12,7 @@ use futures::{FutureExt, StreamExt};
 
 use crate::backup::BackupPing;
 use crate::checkpoint::coordinator::Completed;
-use crate::checkpoint::store;
+use crate::checkpoint::{remote, store};
 use crate::controller::command::Command;
 use crate::controller::deployment::Deployment;
 use crate::controller::JobContext;
@@ -345,7 +345,9 @@ impl Running {
     fn on_checkpoint_acked(&mut self, ctx: &mut JobContext, done: Completed) -> Result<(), Exit> {
         let root = ctx.checkpoint_root.clone();
         let meta = metadata(&ctx.job, &ctx.plan, &done);
-        if let Err(e) = store::write_metadata(&root, &meta) {
+        if let Err(e) =
+            store::write_metadata(&root, &meta).and_then(|()| upload_metadata(ctx, done.id))
+        {
             let why = format!("cannot write its metadata: {e}");
             self.savepoints
                 .fail(done.id, || format!("savepoint failed: {why}"));
@@ -367,7 +369,10 @@ impl Running {
         }
         self.settings_at = self.settings_at.split_off(&done.id);
         tracing::info!(checkpoint = done.id, duration = ?done.duration, size = done.size, "checkpoint complete");
-        store::retain(&root, ctx.cfg.checkpoint.retained);
+        let deleted = store::retain(&root, ctx.cfg.checkpoint.retained);
+        if let Some(remote) = &ctx.remote {
+            remote.delete(&deleted);
+        }
         ctx.release_claimed_runs();
         if ctx
             .fallback
@@ -392,8 +397,9 @@ impl Running {
         for a in &self.dep.actors {
             a.mail(NotifyComplete(done.id));
         }
+        let cfg = &ctx.cfg.checkpoint;
         let copied = self.savepoints.complete(done.id, |dir| {
-            store::copy_to(&root, done.id, dir).map_err(|e| e.to_string())
+            remote::save_to(&root, done.id, dir, cfg).map_err(|e| e.to_string())
         });
         ctx.publish_stats();
         match copied {
@@ -720,7 +726,7 @@ impl Running {
 
     /// Forces a checkpoint for a savepoint request, once its directory is known writable.
     fn trigger_savepoint(&mut self, ctx: &mut JobContext, request: SavepointRequest) {
-        if let Err(e) = store::probe_writable(&request.dir) {
+        if let Err(e) = remote::probe_savepoint_dir(&request.dir, &ctx.cfg.checkpoint) {
             let why = format!(
                 "the savepoint directory {} cannot be created or written: {e}",
                 request.dir.display()
@@ -926,4 +932,17 @@ fn metadata(job: &str, plan: &crate::plan::Plan, done: &Completed) -> store::Che
         // Computed when written.
         crc32: None,
     }
+}
+
+/// Puts checkpoint `id`'s `_metadata`, written locally, on the object store the checkpoints
+/// go to (if any): the checkpoint is complete only once it is there. If it cannot be put, the
+/// local one goes too, so that the local copy never holds a checkpoint the store lacks.
+fn upload_metadata(ctx: &JobContext, id: u64) -> Result<(), store::CheckpointError> {
+    let Some(remote) = &ctx.remote else {
+        return Ok(());
+    };
+    let path = store::checkpoint_dir(&ctx.checkpoint_root, id).join("_metadata");
+    remote.upload(&path).inspect_err(|_| {
+        let _ = std::fs::remove_file(&path);
+    })
 }

@@ -95,6 +95,9 @@ impl Stopping {
 
 /// The run is over: its checkpoints are of no further use, and the result is built.
 fn finish(ctx: &mut JobContext) -> crate::controller::JobResult {
+    if let Some(remote) = &ctx.remote {
+        remote.delete(std::slice::from_ref(&ctx.checkpoint_root));
+    }
     let _ = std::fs::remove_dir_all(&ctx.checkpoint_root);
     ctx.release_claimed_runs();
     result(

@@ -1,0 +1,412 @@
+//! Checkpoint directories on object stores (`CheckpointConfig::directory` as a URL): a job
+//! killed with SIGKILL whose local disk is then wiped is restored by a new process from the
+//! store alone (from its latest checkpoint, and from a savepoint), with every id once at an
+//! exactly-once sink and every key's counts those of a sequential run; an S3 server that
+//! answers 503, is down or slow fails checkpoints (counted and tolerated) while the job goes
+//! on, and a checkpoint that failed never appears complete on the store.
+//!
+//! The S3 server is moto's (`weir_testing::s3::S3Server`, behind a fault proxy); the same
+//! kill-and-wipe run also goes through a `file://` URL, which needs no server. The child
+//! processes are this test binary run again with `CHILD` set (see `crash_resume.rs`).
+
+mod common;
+
+use std::collections::{BTreeMap, HashMap};
+use std::io::{BufRead, BufReader, Read};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64};
+use std::sync::{mpsc, Arc};
+use std::time::Duration;
+
+use weir::rate::RateControlConfig;
+use weir::{Collector, Env, EnvConfig, JobHandle, RestoreLatest, ValueState};
+use weir_testing::s3::{S3Fault, S3Server};
+use weir_testing::{encode_display, read_committed, wait_for_checkpoint, TwoPhaseFileSink};
+
+/// Set in a child process: `<url>;<local dir>;<out dir>;<rate>;<mode>`.
+const CHILD: &str = "WEIR_OBJECT_STORE_CHILD";
+const N: u64 = 40_000;
+const KEYS: u64 = 500;
+const JOB: &str = "object-store";
+const PATIENCE: Duration = Duration::from_secs(120);
+
+fn keyed_job(source: weir::DataStream<u64>, out: &Path) {
+    let d = out.to_owned();
+    source
+        .key_by(|x: &u64| x % KEYS)
+        .process(
+            |k: &u64, s: &mut ValueState<u64>, x: u64, out: &mut Collector<String>| {
+                let n = s.get_or_insert_with(|| 0);
+                *n += 1;
+                out.collect(format!("{k} {n} {x}"));
+            },
+        )
+        .uid("count")
+        .set_parallelism(2)
+        .add_sink("out", move |cx| {
+            TwoPhaseFileSink::create(&d, cx, encode_display::<String>)
+        })
+        .uid("out");
+}
+
+fn config(url: &str, local: &Path) -> EnvConfig {
+    let mut cfg = EnvConfig::default();
+    cfg.checkpoint.interval = Some(Duration::from_millis(20));
+    cfg.checkpoint.directory = url.into();
+    cfg.checkpoint.local_directory = local.to_owned();
+    cfg.checkpoint.incremental = true;
+    cfg
+}
+
+/// The child's job: `0..N` counted per key, into an exactly-once part-file sink. Modes:
+/// `latest` resumes from the newest checkpoint on the store if there is one and prints
+/// `CHILD checkpoint <n>` per completed checkpoint; `stop-savepoint:<url>` stops with a
+/// savepoint there after two checkpoints; `from:<url>` starts from that savepoint. Prints
+/// `CHILD restored <id|none>` and `CHILD done` when its job ends.
+#[test]
+fn child_job() {
+    let Ok(spec) = std::env::var(CHILD) else {
+        return;
+    };
+    let f: Vec<&str> = spec.splitn(5, ';').collect();
+    let (url, local, out) = (f[0], PathBuf::from(f[1]), PathBuf::from(f[2]));
+    let rate: f64 = f[3].parse().expect("rate");
+    let mode = f[4];
+    let mut cfg = config(url, &local);
+    if rate > 0.0 {
+        cfg.rate_control = RateControlConfig::fixed(rate);
+    }
+    if mode == "latest" {
+        cfg.checkpoint.restore_latest = Some(RestoreLatest::if_any(url));
+    } else if let Some(from) = mode.strip_prefix("from:") {
+        cfg.checkpoint.restore_from = Some(from.into());
+    }
+    let env = Env::with_config(cfg);
+    let ids = env.generate(N, |i| i).uid("ids");
+    keyed_job(ids, &out);
+    let job = env.start(JOB).expect("the child's job starts");
+    let result = if let Some(sp) = mode.strip_prefix("stop-savepoint:") {
+        wait_for_checkpoint(&job, 2, PATIENCE).expect("two checkpoints");
+        let (path, result) = job.stop_with_savepoint(sp).expect("a savepoint");
+        println!("CHILD savepoint {}", path.display());
+        result
+    } else {
+        let mut seen = 0;
+        while let Ok(stats) = wait_for_checkpoint(&job, seen + 1, PATIENCE) {
+            seen = stats.number_of_completed_checkpoints;
+            println!("CHILD checkpoint {seen}");
+        }
+        job.wait().expect("the child's job succeeds")
+    };
+    match result
+        .checkpoints
+        .and_then(|c| c.last_restored_checkpoint_id)
+    {
+        Some(id) => println!("CHILD restored {id}"),
+        None => println!("CHILD restored none"),
+    }
+    println!("CHILD done");
+}
+
+/// What a child printed, once it ended (or was killed).
+#[derive(Debug, Default)]
+struct Report {
+    restored: Option<Option<u64>>,
+    savepoint: bool,
+    done: bool,
+    stderr: String,
+}
+
+/// Runs a child with `spec` and `env`; SIGKILLs it once it reported `kill_at` checkpoints.
+fn child(spec: &str, env: &[(String, String)], kill_at: Option<u64>) -> Report {
+    let exe = std::env::current_exe().expect("the test binary");
+    let mut child: Child = Command::new(exe)
+        .args(["--exact", "child_job", "--nocapture", "--test-threads", "1"])
+        .env(CHILD, spec)
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .env_remove("RUST_LOG")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run the child");
+    let stdout = child.stdout.take().expect("piped stdout");
+    let mut stderr = child.stderr.take().expect("piped stderr");
+    let (tx, lines) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let err = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = stderr.read_to_string(&mut s);
+        s
+    });
+    let mut r = Report::default();
+    loop {
+        let line = match lines.recv_timeout(PATIENCE) {
+            Ok(line) => line,
+            Err(mpsc::RecvTimeoutError::Disconnected) => break,
+            Err(mpsc::RecvTimeoutError::Timeout) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!(
+                    "the child said nothing for {PATIENCE:?}; stderr:\n{}",
+                    err.join().unwrap_or_default()
+                );
+            }
+        };
+        let Some(line) = line.find("CHILD ").map(|at| line[at..].to_owned()) else {
+            continue;
+        };
+        if let Some(n) = line.strip_prefix("CHILD checkpoint ") {
+            let n: u64 = n.parse().expect("a count");
+            if kill_at.is_some_and(|k| n >= k) {
+                // SIGKILL: no destructor, no flush, no cleanup.
+                child.kill().expect("kill the child");
+                break;
+            }
+        } else if let Some(id) = line.strip_prefix("CHILD restored ") {
+            r.restored = Some(id.parse().ok());
+        } else if line.starts_with("CHILD savepoint ") {
+            r.savepoint = true;
+        } else if line == "CHILD done" {
+            r.done = true;
+        }
+    }
+    let status = child.wait().expect("the child ends");
+    r.stderr = err.join().unwrap_or_default();
+    assert!(
+        kill_at.is_some() || (r.done && status.success()),
+        "the child failed ({status}); stderr:\n{}",
+        r.stderr
+    );
+    r
+}
+
+/// Every id once in the committed output, and each key's counts 1, 2, ... n (a sequential
+/// run's), each once.
+fn assert_output(out: &Path) {
+    let committed = read_committed(out).expect("read the output");
+    let mut ids = Vec::new();
+    let mut counts: HashMap<u64, Vec<u64>> = HashMap::new();
+    for line in &committed.lines {
+        let v: Vec<u64> = line
+            .split(' ')
+            .map(|f| f.parse().expect("a number"))
+            .collect();
+        counts.entry(v[0]).or_default().push(v[1]);
+        ids.push(v[2]);
+    }
+    weir_testing::ExactlyOnce::new(0..N)
+        .check(ids)
+        .assert_exactly_once();
+    for k in 0..KEYS {
+        let mut c = counts.remove(&k).unwrap_or_default();
+        c.sort_unstable();
+        let n = (0..N).filter(|x| x % KEYS == k).count() as u64;
+        assert_eq!(c, (1..=n).collect::<Vec<_>>(), "key {k}'s counts");
+    }
+}
+
+/// A job killed after 4 checkpoints, its local copy deleted; a new process with another,
+/// empty local directory resumes from the store and finishes.
+fn killed_then_resumed_elsewhere(url: &str, base: &Path, env: &[(String, String)]) {
+    let out = base.join("out");
+    let (local1, local2) = (base.join("machine-1"), base.join("machine-2"));
+    let spec = |local: &Path, rate: f64| {
+        format!("{url};{};{};{rate};latest", local.display(), out.display())
+    };
+    let first = child(&spec(&local1, 4_000.0), env, Some(4));
+    assert!(!first.done, "the first child finished before it was killed");
+    std::fs::remove_dir_all(&local1).expect("wipe the first machine's local copy");
+    // Slow enough to complete checkpoints of its own, which its end deletes.
+    let second = child(&spec(&local2, 20_000.0), env, None);
+    assert!(
+        matches!(second.restored, Some(Some(_))),
+        "the second process restored nothing from {url}: {second:?}"
+    );
+    assert_output(&out);
+}
+
+#[test]
+fn file_url_a_killed_job_resumes_in_a_new_process_with_its_local_copy_gone() {
+    if std::env::var_os(CHILD).is_some() {
+        return;
+    }
+    let base = common::TempDir::new("objstore-file");
+    let store = base.path().join("store");
+    let url = format!("file://{}", store.display());
+    killed_then_resumed_elsewhere(&url, base.path(), &[]);
+    assert!(
+        store.join(JOB).exists(),
+        "nothing was put under the file:// URL"
+    );
+}
+
+#[test]
+fn s3_a_killed_job_resumes_on_another_machine_from_the_server_alone() {
+    if std::env::var_os(CHILD).is_some() {
+        return;
+    }
+    let Some(s3) = S3Server::for_test() else {
+        return;
+    };
+    s3.create_bucket("weir").expect("a bucket");
+    let base = common::TempDir::new("objstore-s3");
+    killed_then_resumed_elsewhere("s3://weir/checkpoints", base.path(), &s3.env());
+    // The finished job left nothing to resume from, on the store too.
+    let left = s3.keys("weir", "checkpoints/").expect("list");
+    assert!(left.is_empty(), "the finished job left objects: {left:?}");
+}
+
+#[test]
+fn s3_a_savepoint_restores_on_another_machine_from_the_server_alone() {
+    if std::env::var_os(CHILD).is_some() {
+        return;
+    }
+    let Some(s3) = S3Server::for_test() else {
+        return;
+    };
+    s3.create_bucket("weir").expect("a bucket");
+    let base = common::TempDir::new("objstore-sp");
+    let out = base.path().join("out");
+    let sp = "s3://weir/savepoints/sp-1";
+    let first = child(
+        &format!(
+            "s3://weir/checkpoints;{};{};4000;stop-savepoint:{sp}",
+            base.path().join("machine-1").display(),
+            out.display()
+        ),
+        &s3.env(),
+        None,
+    );
+    assert!(first.savepoint, "no savepoint: {first:?}");
+    std::fs::remove_dir_all(base.path().join("machine-1")).expect("wipe");
+    let keys = s3.keys("weir", "savepoints/sp-1/").expect("list");
+    assert!(
+        keys.iter().any(|k| k.ends_with("/_metadata")),
+        "the savepoint is not on the server: {keys:?}"
+    );
+    let second = child(
+        &format!(
+            "s3://weir/checkpoints;{};{};0;from:{sp}",
+            base.path().join("machine-2").display(),
+            out.display()
+        ),
+        &s3.env(),
+        None,
+    );
+    assert!(
+        matches!(second.restored, Some(Some(_))),
+        "the savepoint was not restored: {second:?}"
+    );
+    assert_output(&out);
+}
+
+/// Waits until the job's failed checkpoints reach `n`.
+fn wait_failed(job: &JobHandle, n: u64) {
+    common::wait_until(&format!("{n} failed checkpoints"), || {
+        job.checkpoint_stats()
+            .is_some_and(|s| s.number_of_failed_checkpoints >= n)
+    });
+}
+
+/// Checkpoint ids (`chk-<id>/_metadata`) complete on the server.
+fn complete_on_server(s3: &S3Server) -> Vec<u64> {
+    s3.keys("weir", "faults/")
+        .expect("list")
+        .iter()
+        .filter(|k| k.ends_with("/_metadata"))
+        .filter_map(|k| k.rsplit('/').nth(1)?.strip_prefix("chk-")?.parse().ok())
+        .collect()
+}
+
+#[test]
+fn s3_unavailable_down_and_slow_fail_checkpoints_and_the_job_goes_on() {
+    if std::env::var_os(CHILD).is_some() {
+        return;
+    }
+    let Some(s3) = S3Server::for_test() else {
+        return;
+    };
+    s3.create_bucket("weir").expect("a bucket");
+    let base = common::TempDir::new("objstore-faults");
+    let out = base.path().join("out");
+    let mut cfg = config("s3://weir/faults", &base.path().join("local"));
+    cfg.checkpoint.storage_options = s3.options();
+    cfg.checkpoint.tolerable_failed_checkpoints = 1_000;
+    cfg.checkpoint.retained = 2;
+    cfg.rate_control = RateControlConfig::fixed(20_000.0);
+    let env = Env::with_config(cfg);
+    let (stop, ended_at) = (
+        Arc::new(AtomicBool::new(false)),
+        Arc::new(AtomicU64::new(0)),
+    );
+    let ids = common::endless_ids(&env, &stop, &ended_at);
+    keyed_job(ids, &out);
+    let job = env.start("faults").expect("starts");
+    wait_for_checkpoint(&job, 2, PATIENCE).expect("two checkpoints");
+    let mut failed_ids = Vec::new();
+    for fault in [S3Fault::Unavailable, S3Fault::Down] {
+        let failed = job
+            .checkpoint_stats()
+            .map_or(0, |s| s.number_of_failed_checkpoints);
+        s3.set_fault(fault);
+        wait_failed(&job, failed + 2);
+        let stats = job.checkpoint_stats().expect("stats");
+        failed_ids.extend(
+            stats
+                .history
+                .iter()
+                .filter(|r| r.status == weir::CheckpointStatus::Failed)
+                .map(|r| r.id),
+        );
+        s3.set_fault(S3Fault::Healthy);
+        let done = stats.number_of_completed_checkpoints;
+        wait_for_checkpoint(&job, done + 2, PATIENCE).expect("checkpoints again once healthy");
+        let complete = complete_on_server(&s3);
+        for id in &failed_ids {
+            assert!(
+                !complete.contains(id),
+                "failed checkpoint {id} is complete on the server ({fault:?})"
+            );
+        }
+    }
+    s3.set_fault(S3Fault::Slow(Duration::from_millis(5)));
+    let done = job
+        .checkpoint_stats()
+        .map_or(0, |s| s.number_of_completed_checkpoints);
+    wait_for_checkpoint(&job, done + 2, PATIENCE).expect("checkpoints through a slow server");
+    s3.set_fault(S3Fault::Healthy);
+    let stats = job.checkpoint_stats().expect("stats");
+    assert_eq!(stats.num_restarts, 0, "a storage fault restarted the job");
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    job.wait().expect("the job ends well");
+    let end = ended_at.load(std::sync::atomic::Ordering::SeqCst);
+    let committed = read_committed(&out).expect("output");
+    let mut ids: Vec<u64> = committed
+        .lines
+        .iter()
+        .map(|l| {
+            l.rsplit(' ')
+                .next()
+                .and_then(|x| x.parse().ok())
+                .expect("id")
+        })
+        .collect();
+    ids.sort_unstable();
+    assert_eq!(ids, (0..end).collect::<Vec<_>>(), "every id once");
+    let mut per_key: BTreeMap<u64, Vec<u64>> = BTreeMap::new();
+    for l in &committed.lines {
+        let v: Vec<u64> = l.split(' ').map(|f| f.parse().expect("n")).collect();
+        per_key.entry(v[0]).or_default().push(v[1]);
+    }
+    for (k, mut c) in per_key {
+        c.sort_unstable();
+        assert_eq!(c, (1..=c.len() as u64).collect::<Vec<_>>(), "key {k}");
+    }
+}
