@@ -382,10 +382,10 @@ fn runs_per_kind() -> u64 {
 /// One run chosen by `WEIR_BACKUP_ONE=<stateless|stateful>,<kind>,<subtask>,<record>`
 /// (to replay a failing seeded run alone).
 #[test]
+#[ignore = "replays one chosen run: WEIR_BACKUP_ONE=<stateless|stateful>,<kind>,<subtask>,<record>"]
 fn one_chosen_run() {
-    let Ok(spec) = std::env::var("WEIR_BACKUP_ONE") else {
-        return;
-    };
+    let spec = std::env::var("WEIR_BACKUP_ONE")
+        .unwrap_or_else(|_| panic!("set WEIR_BACKUP_ONE to the run to replay"));
     let f: Vec<&str> = spec.split(',').collect();
     let shape = if f[0] == "stateful" {
         Shape::Stateful

@@ -17,8 +17,8 @@ use weir::time::WatermarkStrategy;
 use weir::window::{AggregateFunction, TumblingEventTimeWindows};
 use weir::{Env, EnvConfig, JobError};
 use weir_kafka::testing::{
-    assert_no_transaction_left_open, brokers, create_topic, ids, partition_offsets, produce_ids,
-    read_committed, unique_topic,
+    assert_no_transaction_left_open, create_topic, ids, partition_offsets, produce_ids,
+    read_committed, required_brokers, unique_topic,
 };
 use weir_kafka::{KafkaConfig, KafkaSink, KafkaSource, Malformed, StartFrom};
 use weir_testing::{quiet_injected_panics, ExactlyOnce, Fault, FaultKind, FaultPlan};
@@ -70,8 +70,12 @@ fn assert_exactly_once(brokers: &str, output: &str, n: u64) {
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "kafka-broker"),
+    ignore = "needs the Kafka test broker: tests/run starts it (feature kafka-broker)"
+)]
 fn exactly_once_through_panics_and_restarts_in_the_process() {
-    let Some(brokers) = brokers() else { return };
+    let brokers = required_brokers();
     quiet_injected_panics();
     let (input, output) = topics(&brokers, "eo-panics", IDS);
     let dir = common::TempDir::new("kafka-eo-panics");
@@ -128,8 +132,12 @@ fn exactly_once_through_panics_and_restarts_in_the_process() {
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "kafka-broker"),
+    ignore = "needs the Kafka test broker: tests/run starts it (feature kafka-broker)"
+)]
 fn at_least_once_sink_and_source_start_positions() {
-    let Some(brokers) = brokers() else { return };
+    let brokers = required_brokers();
     let (input, output) = topics(&brokers, "alo", 20_000);
     let env = Env::new();
     let kafka = KafkaConfig::new(brokers.as_str());
@@ -188,8 +196,12 @@ fn at_least_once_sink_and_source_start_positions() {
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "kafka-broker"),
+    ignore = "needs the Kafka test broker: tests/run starts it (feature kafka-broker)"
+)]
 fn a_malformed_record_fails_the_job_naming_where_it_is_or_is_skipped() {
-    let Some(brokers) = brokers() else { return };
+    let brokers = required_brokers();
     let (input, _) = topics(&brokers, "malformed", 0);
     produce_ids(&brokers, &input, PARTITIONS, 0..100).expect("produce");
     weir_kafka::testing::produce_values(&brokers, &input, 3, &[b"not-a-number".as_slice()])
@@ -306,8 +318,12 @@ fn decode_ts(r: &weir_kafka::RecordView<'_>) -> Result<i64, String> {
 /// every record on time (one watermark for the subtask, the highest timestamp seen, would
 /// drop it as late).
 #[test]
+#[cfg_attr(
+    not(feature = "kafka-broker"),
+    ignore = "needs the Kafka test broker: tests/run starts it (feature kafka-broker)"
+)]
 fn a_partition_behind_the_others_keeps_its_records_on_time() {
-    let Some(brokers) = brokers() else { return };
+    let brokers = required_brokers();
     let input = unique_topic("wm-lag");
     create_topic(&brokers, &input, 2).expect("create the topic");
     produce_timestamps(&brokers, &input, 0, 1_000_000..1_002_000);
@@ -331,8 +347,12 @@ fn a_partition_behind_the_others_keeps_its_records_on_time() {
 /// partitions can go idle early or late: the one with records going idle moves nothing, so
 /// this does not depend on timing.)
 #[test]
+#[cfg_attr(
+    not(feature = "kafka-broker"),
+    ignore = "needs the Kafka test broker: tests/run starts it (feature kafka-broker)"
+)]
 fn empty_partitions_hold_the_watermark_only_until_idle() {
-    let Some(brokers) = brokers() else { return };
+    let brokers = required_brokers();
     let input = unique_topic("wm-idle");
     create_topic(&brokers, &input, 3).expect("create the topic");
     produce_timestamps(&brokers, &input, 0, (0..3_000).chain([100_000]));
@@ -382,8 +402,12 @@ fn wait(child: &mut Child, what: &str) -> ExitStatus {
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "kafka-broker"),
+    ignore = "needs the Kafka test broker: tests/run starts it (feature kafka-broker)"
+)]
 fn a_sigkilled_job_resumes_with_every_record_once() {
-    let Some(brokers) = brokers() else { return };
+    let brokers = required_brokers();
     let (input, output) = topics(&brokers, "sigkill", IDS);
     let dir = common::TempDir::new("kafka-sigkill");
     let prefix = unique_topic("sigkill");
@@ -421,8 +445,12 @@ fn a_sigkilled_job_resumes_with_every_record_once() {
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "kafka-broker"),
+    ignore = "needs the Kafka test broker: tests/run starts it (feature kafka-broker)"
+)]
 fn death_after_a_checkpoint_completed_before_its_commit_loses_nothing() {
-    let Some(brokers) = brokers() else { return };
+    let brokers = required_brokers();
     let (input, output) = topics(&brokers, "before-commit", IDS);
     let dir = common::TempDir::new("kafka-before-commit");
     let prefix = unique_topic("before-commit");

@@ -81,10 +81,12 @@ fn sorted_ids(brokers: &str, topic: &str) -> Vec<u64> {
 /// the non-transactional records, each once; the open transaction holds the last stable
 /// offset back until it ends.
 #[test]
+#[cfg_attr(
+    not(feature = "kafka-broker"),
+    ignore = "needs the Kafka test broker: tests/run starts it (feature kafka-broker)"
+)]
 fn read_committed_applies_the_transaction_markers() {
-    let Some(brokers) = kafka::brokers() else {
-        return;
-    };
+    let brokers = kafka::required_brokers();
     let topic = kafka::unique_topic("reader");
     kafka::create_topic(&brokers, &topic, 3).unwrap();
 
@@ -166,14 +168,16 @@ fn spawn_child(test: &str, env: (&str, &str)) -> Child {
 /// same transactional.id, at init_transactions, has it aborted: the ABORT marker is written
 /// and the last stable offset reaches the high watermark.
 #[test]
+#[cfg_attr(
+    not(feature = "kafka-broker"),
+    ignore = "needs the Kafka test broker: tests/run starts it (feature kafka-broker)"
+)]
 fn a_crashed_producers_transaction_is_aborted_by_its_successor() {
     if let Ok(spec) = std::env::var(CRASH_CHILD) {
         crash_child(&spec);
         return;
     }
-    let Some(brokers) = kafka::brokers() else {
-        return;
-    };
+    let brokers = kafka::required_brokers();
     let topic = kafka::unique_topic("crash");
     kafka::create_topic(&brokers, &topic, 1).unwrap();
     let transactional_id = kafka::unique_topic("crash-txn");
@@ -239,10 +243,12 @@ fn committed(brokers: &str, group: &str, topic: &str) -> Offset {
 /// Offsets sent to a transaction (for a group that never joined: the sink's source does not
 /// use group membership) are committed with the transaction, and not when it is aborted.
 #[test]
+#[cfg_attr(
+    not(feature = "kafka-broker"),
+    ignore = "needs the Kafka test broker: tests/run starts it (feature kafka-broker)"
+)]
 fn offsets_sent_to_a_transaction_commit_with_it() {
-    let Some(brokers) = kafka::brokers() else {
-        return;
-    };
+    let brokers = kafka::required_brokers();
     let input = kafka::unique_topic("offsets-in");
     let output = kafka::unique_topic("offsets-out");
     kafka::create_topic(&brokers, &input, 1).unwrap();
@@ -357,10 +363,12 @@ fn check_successor(brokers: &str, topic: &str, new: &BaseProducer) {
 /// librdkafka retries, and the commit ends by its timeout with the retriable
 /// `OperationTimedOut` (5 s here).
 #[test]
+#[cfg_attr(
+    not(feature = "kafka-broker"),
+    ignore = "needs the Kafka test broker: tests/run starts it (feature kafka-broker)"
+)]
 fn a_successor_fences_the_old_producers_commit() {
-    let Some(brokers) = kafka::brokers() else {
-        return;
-    };
+    let brokers = kafka::required_brokers();
     let topic = kafka::unique_topic("fence-commit");
     let (old, new) = fenced_pair(&brokers, &topic);
     let started = Instant::now();
@@ -373,10 +381,12 @@ fn a_successor_fences_the_old_producers_commit() {
 /// The fenced producer writes on: its records do not land in the log, and its commit fails at
 /// once, on tansu with `ProducerFenced` as an abortable error (not fatal).
 #[test]
+#[cfg_attr(
+    not(feature = "kafka-broker"),
+    ignore = "needs the Kafka test broker: tests/run starts it (feature kafka-broker)"
+)]
 fn a_successor_fences_the_old_producers_writes() {
-    let Some(brokers) = kafka::brokers() else {
-        return;
-    };
+    let brokers = kafka::required_brokers();
     let topic = kafka::unique_topic("fence-write");
     let (old, new) = fenced_pair(&brokers, &topic);
     for id in 20..30u64 {
@@ -412,10 +422,12 @@ fn a_successor_fences_the_old_producers_writes() {
 /// a crash. The transaction stays open (tansu never times transactions out) until a producer
 /// with the same transactional.id initialises.
 #[test]
+#[cfg_attr(
+    not(feature = "kafka-broker"),
+    ignore = "needs the Kafka test broker: tests/run starts it (feature kafka-broker)"
+)]
 fn dropping_a_producer_leaves_its_transaction_open() {
-    let Some(brokers) = kafka::brokers() else {
-        return;
-    };
+    let brokers = kafka::required_brokers();
     let topic = kafka::unique_topic("drop");
     kafka::create_topic(&brokers, &topic, 1).unwrap();
     let transactional_id = kafka::unique_topic("drop-txn");
@@ -448,10 +460,12 @@ fn dropping_a_producer_leaves_its_transaction_open() {
 /// 1, and with 0 for read_committed while a transaction is open; librdkafka's watermark query
 /// uses ListOffsets: printed for comparison.)
 #[test]
+#[cfg_attr(
+    not(feature = "kafka-broker"),
+    ignore = "needs the Kafka test broker: tests/run starts it (feature kafka-broker)"
+)]
 fn partition_offsets_are_the_logs() {
-    let Some(brokers) = kafka::brokers() else {
-        return;
-    };
+    let brokers = kafka::required_brokers();
     let topic = kafka::unique_topic("offsets");
     kafka::create_topic(&brokers, &topic, 1).unwrap();
     let watermarks = || {

@@ -13,8 +13,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use weir_kafka::testing::{
-    assert_no_transaction_left_open, brokers, create_topic, ids, partition_offsets, produce_ids,
-    read_committed, unique_topic,
+    assert_no_transaction_left_open, create_topic, ids, partition_offsets, produce_ids,
+    read_committed, required_brokers, unique_topic,
 };
 use weir_testing::ExactlyOnce;
 
@@ -291,8 +291,8 @@ impl Drop for OneAtATime {
     }
 }
 
-fn setup(tag: &str) -> Option<(Topics, common::TempDir, OneAtATime)> {
-    let brokers = brokers()?;
+fn setup(tag: &str) -> (Topics, common::TempDir, OneAtATime) {
+    let brokers = required_brokers();
     static TURN: Mutex<()> = Mutex::new(());
     let turn = TURN.lock().unwrap_or_else(|p| p.into_inner());
     let one = OneAtATime {
@@ -313,7 +313,7 @@ fn setup(tag: &str) -> Option<(Topics, common::TempDir, OneAtATime)> {
         output,
         group,
     };
-    Some((topics, dir, one))
+    (topics, dir, one)
 }
 
 /// A member's arguments: brokers, input, output, state directory, group.
@@ -328,10 +328,12 @@ fn member_args(topics: &Topics, dir: &common::TempDir) -> [String; 5] {
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "kafka-broker"),
+    ignore = "needs the Kafka test broker: tests/run starts it (feature kafka-broker)"
+)]
 fn two_members_one_sigkilled() {
-    let Some((topics, dir, _one)) = setup("group-kill") else {
-        return;
-    };
+    let (topics, dir, _one) = setup("group-kill");
     let (brokers, output) = (&topics.brokers, &topics.output);
     let args = member_args(&topics, &dir);
     let args = args.each_ref().map(String::as_str);
@@ -391,10 +393,12 @@ fn two_members_one_sigkilled() {
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "kafka-broker"),
+    ignore = "needs the Kafka test broker: tests/run starts it (feature kafka-broker)"
+)]
 fn a_member_joins_and_leaves_two_three_two() {
-    let Some((topics, dir, _one)) = setup("group-rebalance") else {
-        return;
-    };
+    let (topics, dir, _one) = setup("group-rebalance");
     let args = member_args(&topics, &dir);
     let args = args.each_ref().map(String::as_str);
     // 2k records/s per partition: the input lasts about 12 s.
@@ -429,10 +433,12 @@ fn a_member_joins_and_leaves_two_three_two() {
 /// transaction is deferred, and a member frozen right after it had its mark lost and its
 /// records resent (3 runs in 6 duplicated 825–999 ids before that).
 #[test]
+#[cfg_attr(
+    not(feature = "kafka-broker"),
+    ignore = "needs the Kafka test broker: tests/run starts it (feature kafka-broker)"
+)]
 fn a_stopped_member_resumed_after_its_session_timed_out_is_fenced() {
-    let Some((topics, dir, _one)) = setup("group-zombie") else {
-        return;
-    };
+    let (topics, dir, _one) = setup("group-zombie");
     let (brokers, output) = (&topics.brokers, &topics.output);
     let args = member_args(&topics, &dir);
     let args = args.each_ref().map(String::as_str);

@@ -65,10 +65,10 @@ fn config(url: &str, local: &Path) -> EnvConfig {
 /// savepoint there after two checkpoints; `from:<url>` starts from that savepoint. Prints
 /// `CHILD restored <id|none>` and `CHILD done` when its job ends.
 #[test]
+#[ignore = "the child process its parent tests start (with --ignored); not a test of its own"]
 fn child_job() {
-    let Ok(spec) = std::env::var(CHILD) else {
-        return;
-    };
+    let spec = std::env::var(CHILD)
+        .unwrap_or_else(|_| panic!("{CHILD} is not set: only the parent tests run this"));
     let f: Vec<&str> = spec.splitn(5, ';').collect();
     let (url, local, out) = (f[0], PathBuf::from(f[1]), PathBuf::from(f[2]));
     let rate: f64 = f[3].parse().expect("rate");
@@ -122,7 +122,14 @@ struct Report {
 fn child(spec: &str, env: &[(String, String)], kill_at: Option<u64>) -> Report {
     let exe = std::env::current_exe().expect("the test binary");
     let mut child: Child = Command::new(exe)
-        .args(["--exact", "child_job", "--nocapture", "--test-threads", "1"])
+        .args([
+            "--exact",
+            "child_job",
+            "--ignored",
+            "--nocapture",
+            "--test-threads",
+            "1",
+        ])
         .env(CHILD, spec)
         .envs(env.iter().map(|(k, v)| (k, v)))
         .env_remove("RUST_LOG")
@@ -234,9 +241,6 @@ fn killed_then_resumed_elsewhere(url: &str, base: &Path, env: &[(String, String)
 
 #[test]
 fn file_url_a_killed_job_resumes_in_a_new_process_with_its_local_copy_gone() {
-    if std::env::var_os(CHILD).is_some() {
-        return;
-    }
     let base = common::TempDir::new("objstore-file");
     let store = base.path().join("store");
     let url = format!("file://{}", store.display());
@@ -248,13 +252,12 @@ fn file_url_a_killed_job_resumes_in_a_new_process_with_its_local_copy_gone() {
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "s3-server"),
+    ignore = "needs moto's S3 server: tests/run installs it (feature s3-server)"
+)]
 fn s3_a_killed_job_resumes_on_another_machine_from_the_server_alone() {
-    if std::env::var_os(CHILD).is_some() {
-        return;
-    }
-    let Some(s3) = S3Server::for_test() else {
-        return;
-    };
+    let s3 = S3Server::start().unwrap_or_else(|e| panic!("{e}"));
     s3.create_bucket("weir").expect("a bucket");
     let base = common::TempDir::new("objstore-s3");
     killed_then_resumed_elsewhere("s3://weir/checkpoints", base.path(), &s3.env());
@@ -264,13 +267,12 @@ fn s3_a_killed_job_resumes_on_another_machine_from_the_server_alone() {
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "s3-server"),
+    ignore = "needs moto's S3 server: tests/run installs it (feature s3-server)"
+)]
 fn s3_a_savepoint_restores_on_another_machine_from_the_server_alone() {
-    if std::env::var_os(CHILD).is_some() {
-        return;
-    }
-    let Some(s3) = S3Server::for_test() else {
-        return;
-    };
+    let s3 = S3Server::start().unwrap_or_else(|e| panic!("{e}"));
     s3.create_bucket("weir").expect("a bucket");
     let base = common::TempDir::new("objstore-sp");
     let out = base.path().join("out");
@@ -326,13 +328,12 @@ fn complete_on_server(s3: &S3Server) -> Vec<u64> {
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "s3-server"),
+    ignore = "needs moto's S3 server: tests/run installs it (feature s3-server)"
+)]
 fn s3_unavailable_down_and_slow_fail_checkpoints_and_the_job_goes_on() {
-    if std::env::var_os(CHILD).is_some() {
-        return;
-    }
-    let Some(s3) = S3Server::for_test() else {
-        return;
-    };
+    let s3 = S3Server::start().unwrap_or_else(|e| panic!("{e}"));
     s3.create_bucket("weir").expect("a bucket");
     let base = common::TempDir::new("objstore-faults");
     let out = base.path().join("out");

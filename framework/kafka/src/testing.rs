@@ -13,8 +13,9 @@
 //!
 //! The broker is named by the environment variable `WEIR_KAFKA_BROKERS` (`host:port`; the
 //! first of a comma-separated list is the one read from: the reader expects one broker, as
-//! the test broker is). `.ci/run` starts the test broker, tansu, and sets it; without it the
-//! Kafka tests skip, except on CI (`CI=true`), where [`brokers`] panics. `.ci/run` also sets
+//! the test broker is). `tests/run` starts the test broker, tansu, and sets it; a test that
+//! needs it takes it with [`required_brokers`] (which panics without it) and is marked ignored
+//! when it is not there, so that it never passes without running. `tests/run` also sets
 //! `WEIR_KAFKA_BROKER_KIND=tansu` ([`broker_is_tansu`]), for the few checks where tansu 0.6
 //! deviates from Kafka: ListOffsets answers (see [`list_offsets`]), read_committed fetches
 //! (aborted records included), transactions never time out, and a fenced producer's commit
@@ -23,7 +24,7 @@
 //! ```no_run
 //! use weir_kafka::testing as kafka;
 //! # fn main() -> Result<(), kafka::KafkaTestError> {
-//! let Some(brokers) = kafka::brokers() else { return Ok(()) }; // skipped: no broker
+//! let brokers = kafka::required_brokers(); // panics naming WEIR_KAFKA_BROKERS if unset
 //! let input = kafka::unique_topic("orders-in");
 //! kafka::create_topic(&brokers, &input, 4)?;
 //! kafka::produce_ids(&brokers, &input, 4, 0..1_000)?;
@@ -205,21 +206,28 @@ fn partition_suffix(partition: Option<i32>) -> String {
     partition.map_or_else(String::new, |p| format!(" partition {p}"))
 }
 
-/// The test broker, from `WEIR_KAFKA_BROKERS`. When it is not set, prints one line saying the
-/// Kafka test is skipped and returns `None`, so a test returns early; but on CI (`CI=true`)
-/// it panics instead: a CI run must not skip the Kafka tests silently (`.ci/run` starts the
-/// broker).
+/// The test broker, from `WEIR_KAFKA_BROKERS`, or `None` when it is not set.
+///
+/// A test that returns early on `None` would pass without running: mark a test that needs the
+/// broker `#[ignore = "..."]` unless it is there (Weir's own tests do so with the feature
+/// `kafka-broker` of their crate, which `tests/run` turns on once it started the broker), and
+/// take the broker with [`required_brokers`].
 pub fn brokers() -> Option<String> {
-    match std::env::var(BROKERS_ENV) {
-        Ok(brokers) if !brokers.trim().is_empty() => Some(brokers.trim().to_owned()),
-        _ => {
-            if std::env::var("CI").is_ok_and(|ci| ci == "true") {
-                panic!("{BROKERS_ENV} is not set on CI (CI=true): the Kafka tests need the test broker that .ci/run starts");
-            }
-            eprintln!("skipped: Kafka test without a broker; set {BROKERS_ENV}=host:port (.ci/run starts tansu, the test broker, on 127.0.0.1:19092; see its step `kafka broker`)");
-            None
-        }
-    }
+    std::env::var(BROKERS_ENV)
+        .ok()
+        .map(|b| b.trim().to_owned())
+        .filter(|b| !b.is_empty())
+}
+
+/// The test broker, from `WEIR_KAFKA_BROKERS`; panics naming the variable when it is not set:
+/// a test that needs the broker fails without it, it never passes without running.
+pub fn required_brokers() -> String {
+    brokers().unwrap_or_else(|| {
+        panic!(
+            "{BROKERS_ENV} is not set: this test needs the Kafka test broker (host:port); \
+             tests/run starts tansu, the test broker, and sets it"
+        )
+    })
 }
 
 /// Whether the test broker is tansu (`WEIR_KAFKA_BROKER_KIND=tansu`, which `.ci/run` sets),

@@ -3,8 +3,10 @@
 //! fault proxy the test steers ([`S3Fault`]): answers of 503, a server that is down
 //! (connections cut and refused), slow answers.
 //!
-//! Where `moto_server` is: `WEIR_S3_SERVER` (a path), else `moto_server` on `PATH`. `.ci/run`
-//! installs it (the version pinned in `.ci/s3-server.txt`) and sets `WEIR_S3_SERVER`.
+//! Where `moto_server` is: `WEIR_S3_SERVER` (a path), else `moto_server` on `PATH`. `tests/run`
+//! installs it (the version pinned in `.ci/s3-server.txt`) and sets `WEIR_S3_SERVER`; a test
+//! that needs it is marked ignored when it is not there, and fails (never passes) if it
+//! cannot start it.
 //!
 //! ```no_run
 //! use weir_testing::s3::{S3Fault, S3Server};
@@ -106,30 +108,6 @@ impl S3Server {
                 ));
             }
             std::thread::sleep(Duration::from_millis(100));
-        }
-    }
-
-    /// The server for a test: [`Self::start`]ed, or, when no `moto_server` is installed
-    /// (`WEIR_S3_SERVER` unset and none on `PATH`), one line on stderr saying the test is
-    /// skipped and `None`, so the test returns early. On CI (`CI=true`) a missing or broken
-    /// server panics instead: a CI run never skips the S3 tests (`.ci/run` installs it).
-    pub fn for_test() -> Option<S3Server> {
-        let ci = std::env::var("CI").is_ok_and(|ci| ci == "true");
-        let installed = std::env::var_os("WEIR_S3_SERVER").is_some()
-            || std::env::var_os("PATH").is_some_and(|paths| {
-                std::env::split_paths(&paths).any(|d| d.join("moto_server").is_file())
-            });
-        if !installed && !ci {
-            eprintln!(
-                "skipped: S3 test without a server; install one with \
-                 `pip install 'moto[server]==5.2.5'` and set WEIR_S3_SERVER to its moto_server \
-                 (.ci/run does, see its step `S3 test server`)"
-            );
-            return None;
-        }
-        match S3Server::start() {
-            Ok(s) => Some(s),
-            Err(e) => panic!("the S3 test server: {e}"),
         }
     }
 
