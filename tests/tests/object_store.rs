@@ -31,9 +31,9 @@ const KEYS: u64 = 500;
 const JOB: &str = "object-store";
 const PATIENCE: Duration = Duration::from_secs(120);
 
-fn keyed_job(source: weir::DataStream<u64>, out: &Path) {
+fn keyed_job(source: weir::DataStream<u64>, out: &Path, backup: bool) {
     let d = out.to_owned();
-    source
+    let counts = source
         .key_by(|x: &u64| x % KEYS)
         .process(
             |k: &u64, s: &mut ValueState<u64>, x: u64, out: &mut Collector<String>| {
@@ -43,7 +43,9 @@ fn keyed_job(source: weir::DataStream<u64>, out: &Path) {
             },
         )
         .uid("count")
-        .set_parallelism(2)
+        .set_parallelism(2);
+    let counts = if backup { counts.with_backup() } else { counts };
+    counts
         .add_sink("out", move |cx| {
             TwoPhaseFileSink::create(&d, cx, encode_display::<String>)
         })
@@ -72,10 +74,16 @@ fn child_job() {
     let f: Vec<&str> = spec.splitn(5, ';').collect();
     let (url, local, out) = (f[0], PathBuf::from(f[1]), PathBuf::from(f[2]));
     let rate: f64 = f[3].parse().expect("rate");
-    let mode = f[4];
+    let mut mode = f[4];
     let mut cfg = config(url, &local);
     if rate > 0.0 {
         cfg.rate_control = RateControlConfig::fixed(rate);
+    }
+    if let Some(m) = mode.strip_suffix("+unaligned") {
+        // Channel-state files (`<uid>#in<n>-<k>.state`): names the store escapes.
+        cfg.checkpoint.unaligned = true;
+        cfg.checkpoint.incremental = false;
+        mode = m;
     }
     if mode == "latest" {
         cfg.checkpoint.restore_latest = Some(RestoreLatest::if_any(url));
@@ -84,7 +92,7 @@ fn child_job() {
     }
     let env = Env::with_config(cfg);
     let ids = env.generate(N, |i| i).uid("ids");
-    keyed_job(ids, &out);
+    keyed_job(ids, &out, false);
     let job = env.start(JOB).expect("the child's job starts");
     let result = if let Some(sp) = mode.strip_prefix("stop-savepoint:") {
         wait_for_checkpoint(&job, 2, PATIENCE).expect("two checkpoints");
@@ -221,11 +229,11 @@ fn assert_output(out: &Path) {
 
 /// A job killed after 4 checkpoints, its local copy deleted; a new process with another,
 /// empty local directory resumes from the store and finishes.
-fn killed_then_resumed_elsewhere(url: &str, base: &Path, env: &[(String, String)]) {
+fn killed_then_resumed_elsewhere(url: &str, base: &Path, env: &[(String, String)], mode: &str) {
     let out = base.join("out");
     let (local1, local2) = (base.join("machine-1"), base.join("machine-2"));
     let spec = |local: &Path, rate: f64| {
-        format!("{url};{};{};{rate};latest", local.display(), out.display())
+        format!("{url};{};{};{rate};{mode}", local.display(), out.display())
     };
     let first = child(&spec(&local1, 4_000.0), env, Some(4));
     assert!(!first.done, "the first child finished before it was killed");
@@ -244,10 +252,22 @@ fn file_url_a_killed_job_resumes_in_a_new_process_with_its_local_copy_gone() {
     let base = common::TempDir::new("objstore-file");
     let store = base.path().join("store");
     let url = format!("file://{}", store.display());
-    killed_then_resumed_elsewhere(&url, base.path(), &[]);
+    // The second process restored from the store (its own local copy started empty).
+    killed_then_resumed_elsewhere(&url, base.path(), &[], "latest");
+    let mut left = Vec::new();
+    let mut dirs = vec![store.clone()];
+    while let Some(d) = dirs.pop() {
+        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            if e.path().is_dir() {
+                dirs.push(e.path());
+            } else {
+                left.push(e.path());
+            }
+        }
+    }
     assert!(
-        store.join(JOB).exists(),
-        "nothing was put under the file:// URL"
+        left.is_empty(),
+        "the finished job left files on the store: {left:?}"
     );
 }
 
@@ -260,9 +280,30 @@ fn s3_a_killed_job_resumes_on_another_machine_from_the_server_alone() {
     let s3 = S3Server::start().unwrap_or_else(|e| panic!("{e}"));
     s3.create_bucket("weir").expect("a bucket");
     let base = common::TempDir::new("objstore-s3");
-    killed_then_resumed_elsewhere("s3://weir/checkpoints", base.path(), &s3.env());
+    killed_then_resumed_elsewhere("s3://weir/checkpoints", base.path(), &s3.env(), "latest");
     // The finished job left nothing to resume from, on the store too.
     let left = s3.keys("weir", "checkpoints/").expect("list");
+    assert!(left.is_empty(), "the finished job left objects: {left:?}");
+}
+
+/// Unaligned checkpoints write channel-state files named `<uid>#in<n>-<k>.state`, a
+/// character object stores escape in keys: they are restored from the store all the same.
+#[test]
+#[cfg_attr(
+    not(feature = "s3-server"),
+    ignore = "needs moto's S3 server: tests/run installs it (feature s3-server)"
+)]
+fn s3_unaligned_checkpoints_resume_on_another_machine_from_the_server_alone() {
+    let s3 = S3Server::start().unwrap_or_else(|e| panic!("{e}"));
+    s3.create_bucket("weir").expect("a bucket");
+    let base = common::TempDir::new("objstore-unaligned");
+    killed_then_resumed_elsewhere(
+        "s3://weir/unaligned",
+        base.path(),
+        &s3.env(),
+        "latest+unaligned",
+    );
+    let left = s3.keys("weir", "unaligned/").expect("list");
     assert!(left.is_empty(), "the finished job left objects: {left:?}");
 }
 
@@ -317,9 +358,9 @@ fn wait_failed(job: &JobHandle, n: u64) {
     });
 }
 
-/// Checkpoint ids (`chk-<id>/_metadata`) complete on the server.
-fn complete_on_server(s3: &S3Server) -> Vec<u64> {
-    s3.keys("weir", "faults/")
+/// Checkpoint ids (`chk-<id>/_metadata`) complete on the server under `prefix`.
+fn complete_on_server(s3: &S3Server, prefix: &str) -> Vec<u64> {
+    s3.keys("weir", prefix)
         .expect("list")
         .iter()
         .filter(|k| k.ends_with("/_metadata"))
@@ -327,6 +368,15 @@ fn complete_on_server(s3: &S3Server) -> Vec<u64> {
         .collect()
 }
 
+fn stats(job: &JobHandle) -> weir::CheckpointStats {
+    job.checkpoint_stats().unwrap_or_default()
+}
+
+/// A store that answers 503 to `_metadata` puts, then to everything, then is down: each
+/// phase fails checkpoints (counted, tolerated) and the job goes on; while `_metadata` puts
+/// fail, no checkpoint is complete on the server but those completed before. A store slower
+/// than the backups' heartbeat timeout delays checkpoints, never the controller: no backup
+/// takes over a healthy primary. Every id once, every key's counts right.
 #[test]
 #[cfg_attr(
     not(feature = "s3-server"),
@@ -348,45 +398,56 @@ fn s3_unavailable_down_and_slow_fail_checkpoints_and_the_job_goes_on() {
         Arc::new(AtomicU64::new(0)),
     );
     let ids = common::endless_ids(&env, &stop, &ended_at);
-    keyed_job(ids, &out);
+    keyed_job(ids, &out, true);
     let job = env.start("faults").expect("starts");
     wait_for_checkpoint(&job, 2, PATIENCE).expect("two checkpoints");
-    let mut failed_ids = Vec::new();
+
+    // `_metadata` puts fail: no checkpoint completes, so none is deleted on the server
+    // either, and what is complete there is what completed before.
+    s3.set_fault(S3Fault::UnavailableFor("_metadata"));
+    let before = stats(&job);
+    wait_failed(&job, before.number_of_failed_checkpoints + 2);
+    let during = stats(&job);
+    let complete = complete_on_server(&s3, "faults/");
+    let newest = during.last_completed_checkpoint_id.unwrap_or(0);
+    assert!(
+        complete.iter().all(|&id| id <= newest),
+        "checkpoints after {newest} are complete on the server though their _metadata failed: {complete:?}"
+    );
+    assert!(
+        complete.contains(&newest),
+        "the newest complete checkpoint {newest} is not on the server: {complete:?}"
+    );
+    s3.set_fault(S3Fault::Healthy);
+    wait_for_checkpoint(&job, during.number_of_completed_checkpoints + 2, PATIENCE)
+        .expect("checkpoints again once healthy");
+
     for fault in [S3Fault::Unavailable, S3Fault::Down] {
-        let failed = job
-            .checkpoint_stats()
-            .map_or(0, |s| s.number_of_failed_checkpoints);
+        let s = stats(&job);
         s3.set_fault(fault);
-        wait_failed(&job, failed + 2);
-        let stats = job.checkpoint_stats().expect("stats");
-        failed_ids.extend(
-            stats
-                .history
-                .iter()
-                .filter(|r| r.status == weir::CheckpointStatus::Failed)
-                .map(|r| r.id),
-        );
+        wait_failed(&job, s.number_of_failed_checkpoints + 2);
         s3.set_fault(S3Fault::Healthy);
-        let done = stats.number_of_completed_checkpoints;
+        let done = stats(&job).number_of_completed_checkpoints;
         wait_for_checkpoint(&job, done + 2, PATIENCE).expect("checkpoints again once healthy");
-        let complete = complete_on_server(&s3);
-        for id in &failed_ids {
-            assert!(
-                !complete.contains(id),
-                "failed checkpoint {id} is complete on the server ({fault:?})"
-            );
-        }
     }
-    s3.set_fault(S3Fault::Slow(Duration::from_millis(5)));
-    let done = job
-        .checkpoint_stats()
-        .map_or(0, |s| s.number_of_completed_checkpoints);
+
+    // Slower than the backups' heartbeat timeout (250 ms).
+    s3.set_fault(S3Fault::Slow(Duration::from_millis(400)));
+    let done = stats(&job).number_of_completed_checkpoints;
     wait_for_checkpoint(&job, done + 2, PATIENCE).expect("checkpoints through a slow server");
     s3.set_fault(S3Fault::Healthy);
-    let stats = job.checkpoint_stats().expect("stats");
-    assert_eq!(stats.num_restarts, 0, "a storage fault restarted the job");
+    assert_eq!(
+        stats(&job).num_restarts,
+        0,
+        "a storage fault restarted the job"
+    );
     stop.store(true, std::sync::atomic::Ordering::SeqCst);
-    job.wait().expect("the job ends well");
+    let result = job.wait().expect("the job ends well");
+    assert_eq!(
+        common::promotions(&result),
+        0,
+        "a backup took over a healthy primary"
+    );
     let end = ended_at.load(std::sync::atomic::Ordering::SeqCst);
     let committed = read_committed(&out).expect("output");
     let mut ids: Vec<u64> = committed
@@ -410,4 +471,6 @@ fn s3_unavailable_down_and_slow_fail_checkpoints_and_the_job_goes_on() {
         c.sort_unstable();
         assert_eq!(c, (1..=c.len() as u64).collect::<Vec<_>>(), "key {k}");
     }
+    let left = s3.keys("weir", "faults/").expect("list");
+    assert!(left.is_empty(), "the finished job left objects: {left:?}");
 }

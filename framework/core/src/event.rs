@@ -52,6 +52,13 @@ pub(crate) enum JobEvent {
         id: u64,
         reason: String,
     },
+    /// Checkpoint `id`'s `_metadata` was put on the object store the checkpoints go to, or
+    /// could not be (see `checkpoint::remote`).
+    MetadataStored {
+        attempt: u64,
+        id: u64,
+        result: Result<(), String>,
+    },
 }
 
 /// Identity of a subtask actor.

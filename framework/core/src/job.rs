@@ -966,7 +966,8 @@ fn check_directories(
     };
     let mut remote = None;
     let mut checkpoint_dir = directory.join(job);
-    if cfg.checkpoint.interval.is_some() && crate::checkpoint::remote::is_url(directory) {
+    // Opened with checkpoints off too: savepoints go through the checkpoint directory.
+    if crate::checkpoint::remote::is_url(directory) {
         let c = &cfg.checkpoint;
         let r = crate::checkpoint::remote::Remote::open(
             directory,

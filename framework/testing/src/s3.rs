@@ -32,6 +32,9 @@ pub enum S3Fault {
     Healthy,
     /// Every request is answered `503 Service Unavailable` (the server is overloaded).
     Unavailable,
+    /// Requests whose request line contains this (say `_metadata`) are answered 503; the
+    /// others go through.
+    UnavailableFor(&'static str),
     /// The server is down: open connections are cut, new ones closed at once.
     Down,
     /// Every chunk of every answer is held this long.
@@ -63,19 +66,58 @@ impl S3Server {
     /// cannot be found or does not answer within 30 s.
     pub fn start() -> Result<S3Server, String> {
         let program = std::env::var("WEIR_S3_SERVER").unwrap_or_else(|_| "moto_server".into());
+        let mut last = String::new();
+        // A port found free may be taken before moto binds it (tests start servers in
+        // parallel): moto then says nothing of running on it, and another one is tried.
+        for _ in 0..5 {
+            match Self::start_on(&program) {
+                Ok(server) => return Ok(server),
+                Err(e) => last = e,
+            }
+        }
+        Err(last)
+    }
+
+    fn start_on(program: &str) -> Result<S3Server, String> {
         let upstream = free_port().map_err(|e| format!("no free port: {e}"))?;
-        let child = Command::new(&program)
+        let mut child = Command::new(program)
             .args(["-H", "127.0.0.1", "-p", &upstream.to_string()])
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stderr(Stdio::piped())
             .spawn()
             .map_err(|e| {
                 format!(
                     "cannot run the S3 test server `{program}` ({e}): install it with \
                      `pip install 'moto[server]==5.2.5'` and set WEIR_S3_SERVER to its \
-                     moto_server (as .ci/run does)"
+                     moto_server (tests/run does)"
                 )
             })?;
+        // moto (werkzeug) says `Running on http://127.0.0.1:<port>` once it listens: this
+        // process's server, not another test's on a reused port.
+        let (tx, rx) = std::sync::mpsc::channel();
+        if let Some(stderr) = child.stderr.take() {
+            std::thread::spawn(move || {
+                use std::io::BufRead;
+                let mut told = false;
+                for line in std::io::BufReader::new(stderr)
+                    .lines()
+                    .map_while(Result::ok)
+                {
+                    if !told && line.contains(&format!("127.0.0.1:{upstream}")) {
+                        told = true;
+                        let _ = tx.send(());
+                    }
+                }
+            });
+        }
+        let listening = rx.recv_timeout(Duration::from_secs(30)).is_ok();
+        if !listening {
+            let _ = child.kill();
+            let status = child.wait().map(|s| s.to_string()).unwrap_or_default();
+            return Err(format!(
+                "the S3 test server `{program}` did not listen on 127.0.0.1:{upstream} within 30 s ({status})"
+            ));
+        }
         let listener =
             TcpListener::bind("127.0.0.1:0").map_err(|e| format!("cannot bind the proxy: {e}"))?;
         let port = listener
@@ -93,15 +135,9 @@ impl S3Server {
             .name("s3-fault-proxy".into())
             .spawn(move || accept(listener, p))
             .map_err(|e| format!("cannot start the proxy: {e}"))?;
-        let mut server = S3Server { child, proxy, port };
+        let server = S3Server { child, proxy, port };
         let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            if let Ok(Some(status)) = server.child.try_wait() {
-                return Err(format!("the S3 test server `{program}` exited: {status}"));
-            }
-            if server.request("GET", "/", b"").is_ok() {
-                return Ok(server);
-            }
+        while server.request("GET", "/", b"").is_err() {
             if Instant::now() > deadline {
                 return Err(format!(
                     "the S3 test server `{program}` did not answer within 30 s"
@@ -109,6 +145,7 @@ impl S3Server {
             }
             std::thread::sleep(Duration::from_millis(100));
         }
+        Ok(server)
     }
 
     /// `http://127.0.0.1:<port>` of the proxy: the endpoint clients use.
@@ -229,6 +266,47 @@ fn fault_of(proxy: &Proxy) -> S3Fault {
     *proxy.fault.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+/// Reads one request's head and body (by its Content-Length) from `client`.
+fn read_request(client: &mut TcpStream) -> Option<Vec<u8>> {
+    let _ = client.set_read_timeout(Some(Duration::from_secs(10)));
+    let mut req = Vec::new();
+    let mut buf = [0u8; 64 * 1024];
+    let head_end = loop {
+        if let Some(p) = req.windows(4).position(|w| w == b"\r\n\r\n") {
+            break p + 4;
+        }
+        match client.read(&mut buf) {
+            Ok(0) | Err(_) => return None,
+            Ok(n) => req.extend_from_slice(&buf[..n]),
+        }
+    };
+    let head = String::from_utf8_lossy(&req[..head_end]).to_ascii_lowercase();
+    let length: usize = head
+        .lines()
+        .find_map(|l| l.strip_prefix("content-length:"))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0);
+    while req.len() < head_end + length {
+        match client.read(&mut buf) {
+            Ok(0) | Err(_) => return None,
+            Ok(n) => req.extend_from_slice(&buf[..n]),
+        }
+    }
+    Some(req)
+}
+
+fn answer_503(client: &mut TcpStream) {
+    let body = "<?xml version=\"1.0\" encoding=\"UTF-8\"?><Error><Code>SlowDown</Code>\
+                <Message>injected by the test's fault proxy</Message></Error>";
+    let answer = format!(
+        "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/xml\r\n\
+         Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let _ = client.write_all(answer.as_bytes());
+    let _ = client.shutdown(Shutdown::Both);
+}
+
 /// One client connection: refused, answered 503, or joined to the server.
 fn serve(mut client: TcpStream, proxy: Arc<Proxy>) {
     let generation = proxy.generation.load(Ordering::SeqCst);
@@ -237,18 +315,33 @@ fn serve(mut client: TcpStream, proxy: Arc<Proxy>) {
             let _ = client.shutdown(Shutdown::Both);
         }
         S3Fault::Unavailable => {
-            // Read the request's head (and what came with it), answer 503, close.
-            let _ = client.set_read_timeout(Some(Duration::from_millis(200)));
-            let mut buf = [0u8; 8192];
-            let _ = client.read(&mut buf);
-            let body = "<?xml version=\"1.0\" encoding=\"UTF-8\"?><Error><Code>SlowDown</Code>\
-                        <Message>injected by the test's fault proxy</Message></Error>";
-            let answer = format!(
-                "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/xml\r\n\
-                 Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                body.len()
-            );
-            let _ = client.write_all(answer.as_bytes());
+            // The whole request is read first: the client sees the 503, not a reset.
+            let _ = read_request(&mut client);
+            answer_503(&mut client);
+        }
+        S3Fault::UnavailableFor(pattern) => {
+            // One request per connection (`Connection: close` to the server), so that each
+            // one is looked at.
+            let Some(req) = read_request(&mut client) else {
+                return;
+            };
+            let line_end = req.windows(2).position(|w| w == b"\r\n").unwrap_or(0);
+            if String::from_utf8_lossy(&req[..line_end]).contains(pattern) {
+                return answer_503(&mut client);
+            }
+            let Ok(mut server) = TcpStream::connect(("127.0.0.1", proxy.upstream)) else {
+                let _ = client.shutdown(Shutdown::Both);
+                return;
+            };
+            let mut forwarded = req[..line_end + 2].to_vec();
+            forwarded.extend_from_slice(b"Connection: close\r\n");
+            forwarded.extend_from_slice(&req[line_end + 2..]);
+            if server.write_all(&forwarded).is_err() {
+                return;
+            }
+            let mut answer = Vec::new();
+            let _ = server.read_to_end(&mut answer);
+            let _ = client.write_all(&answer);
             let _ = client.shutdown(Shutdown::Both);
         }
         S3Fault::Healthy | S3Fault::Slow(_) => {
@@ -279,7 +372,7 @@ fn pump(mut from: TcpStream, mut to: TcpStream, proxy: &Proxy, generation: u64, 
         }
         let fault = fault_of(proxy);
         if proxy.generation.load(Ordering::SeqCst) != generation
-            && matches!(fault, S3Fault::Down | S3Fault::Unavailable)
+            && !matches!(fault, S3Fault::Healthy | S3Fault::Slow(_))
         {
             break;
         }

@@ -86,8 +86,10 @@ pub(crate) fn local_copy_of(url: &Path, local_directory: &Path) -> PathBuf {
 }
 
 /// The local directory to read a savepoint or checkpoint directory `dir` from: `dir` itself
-/// when it is a path; when it is a URL, its local copy under `local_directory`, with every
-/// object fetched that the copy lacks.
+/// when it is a path; when it is a URL, its local copy under the config's `local_directory`,
+/// made afresh from the store (a savepoint's name may have been used before). A checkpoint
+/// directory of incremental checkpoints (`.../chk-<id>`) also gets the runs it references,
+/// from `shared/` beside it.
 pub(crate) fn fetched(
     dir: &Path,
     cfg: &super::CheckpointConfig,
@@ -96,9 +98,45 @@ pub(crate) fn fetched(
         return Ok(dir.to_owned());
     }
     let remote = Remote::open(dir, &cfg.local_directory, &cfg.storage_options)?;
-    let n = remote.fetch_tree(remote.local())?;
-    tracing::info!(url = %remote.url(), local = %remote.local().display(), fetched = n, "fetched from the object store");
-    Ok(remote.local().to_owned())
+    let local = remote.local().to_owned();
+    match std::fs::remove_dir_all(&local) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(source) => {
+            return Err(CheckpointError::Io {
+                path: local,
+                source,
+            })
+        }
+    }
+    let n = remote.fetch_tree(&local)?;
+    let runs = super::store::read_metadata_at(&local)
+        .map(|m| m.runs)
+        .unwrap_or_default();
+    if !runs.is_empty() {
+        // The runs are named relative to the job run's directory: the URL's parent.
+        let s = dir.to_string_lossy();
+        let parent = s
+            .trim_end_matches('/')
+            .rsplit_once('/')
+            .map_or(&*s, |(p, _)| p);
+        let up = Remote::open(
+            Path::new(parent),
+            &cfg.local_directory,
+            &cfg.storage_options,
+        )?;
+        for run in &runs {
+            let path = up.local().join(run);
+            if !path.is_file() && !up.fetch_file(&path)? {
+                return Err(CheckpointError::Invalid {
+                    path: dir.to_owned(),
+                    message: format!("the run {run} it references is not on the store"),
+                });
+            }
+        }
+    }
+    tracing::info!(url = %remote.url(), local = %local.display(), fetched = n, runs = runs.len(), "fetched from the object store");
+    Ok(local)
 }
 
 /// Checks that a savepoint can go to `dir` (a path, or a URL: it is probed with a small
@@ -109,13 +147,12 @@ pub(crate) fn probe_savepoint_dir(dir: &Path, cfg: &super::CheckpointConfig) -> 
     }
     let remote =
         Remote::open(dir, &cfg.local_directory, &cfg.storage_options).map_err(|e| e.to_string())?;
-    super::store::probe_writable(remote.local()).map_err(|e| e.to_string())?;
     remote.probe(remote.local()).map_err(|e| e.to_string())
 }
 
 /// Copies complete checkpoint `id` under `root` to the savepoint directory `dest`: a path,
-/// or a URL (copied to its local copy, then put on the store file by file, `_metadata`
-/// last, so that only a whole savepoint is one).
+/// or a URL (copied to a staging directory of its own under `local_directory`, then put on
+/// the store file by file, `_metadata` last, so that only a whole savepoint is one).
 pub(crate) fn save_to(
     root: &Path,
     id: u64,
@@ -126,39 +163,39 @@ pub(crate) fn save_to(
         return super::store::copy_to(root, id, dest);
     }
     let remote = Remote::open(dest, &cfg.local_directory, &cfg.storage_options)?;
-    let local = remote.local().to_owned();
-    if remote.exists(&local.join("_metadata"))? {
+    if remote.exists(&remote.local().join("_metadata"))? {
         return Err(CheckpointError::Invalid {
             path: dest.to_owned(),
             message: "a savepoint is already there; choose another directory".into(),
         });
     }
-    // The local copy is only a cache: a stale one (an earlier savepoint there, deleted on
-    // the store) goes.
-    match std::fs::remove_dir_all(&local) {
-        Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => {
-            return Err(CheckpointError::Invalid {
-                path: local,
-                message: format!("cannot clear the savepoint's local copy: {e}"),
-            })
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let staging = cfg.local_directory.join(".staging").join(format!(
+        "{}-{}-{id}",
+        std::process::id(),
+        NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    ));
+    let result = (|| {
+        super::store::copy_to(root, id, &staging)?;
+        let mut files: Vec<PathBuf> = std::fs::read_dir(&staging)
+            .map_err(|source| CheckpointError::Io {
+                path: staging.clone(),
+                source,
+            })?
+            .flatten()
+            .map(|e| e.path())
+            .collect();
+        files.sort_by_key(|p| p.file_name().is_some_and(|n| n == "_metadata"));
+        for file in files {
+            let Some(name) = file.file_name() else {
+                continue;
+            };
+            remote.upload_as(&file, &remote.local().join(name))?;
         }
-    }
-    super::store::copy_to(root, id, &local)?;
-    let mut files: Vec<PathBuf> = std::fs::read_dir(&local)
-        .map_err(|e| CheckpointError::Invalid {
-            path: local.clone(),
-            message: format!("cannot read the savepoint's local copy: {e}"),
-        })?
-        .flatten()
-        .map(|e| e.path())
-        .collect();
-    files.sort_by_key(|p| p.file_name().is_some_and(|n| n == "_metadata"));
-    for file in files {
-        remote.upload(&file)?;
-    }
-    Ok(())
+        Ok(())
+    })();
+    let _ = std::fs::remove_dir_all(&staging);
+    result
 }
 
 #[cfg(feature = "object-store")]
@@ -197,15 +234,55 @@ mod imp {
         .map_err(Clone::clone)
     }
 
-    /// Runs `fut` on the storage runtime and waits for it (from any thread, async or not).
-    fn wait<T: Send + 'static>(fut: impl Future<Output = T> + Send + 'static) -> Result<T, String> {
+    /// Never gives up waiting.
+    pub(crate) fn patient() -> bool {
+        false
+    }
+
+    /// Runs `fut` on the storage runtime and waits for it (from any thread, async or not:
+    /// it blocks on a channel, never enters the runtime), or until `give_up()` (checked every
+    /// 50 ms): then the call is left to finish on its own and `Err` says so.
+    fn wait<T: Send + 'static>(
+        fut: impl Future<Output = T> + Send + 'static,
+        give_up: &dyn Fn() -> bool,
+    ) -> Result<T, String> {
         let rt = runtime()?;
         let (tx, rx) = std::sync::mpsc::sync_channel(1);
         rt.spawn(async move {
             let _ = tx.send(fut.await);
         });
-        rx.recv()
-            .map_err(|_| "the object-store runtime dropped a call".to_owned())
+        loop {
+            match rx.recv_timeout(Duration::from_millis(50)) {
+                Ok(v) => return Ok(v),
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout) if give_up() => {
+                    return Err("given up: the subtask is stopping".into())
+                }
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
+                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                    return Err("the object-store runtime dropped a call".into())
+                }
+            }
+        }
+    }
+
+    /// `part` of a key as the local file name it stands for (object_store escapes some
+    /// characters, such as `#` of channel-state files, as `%XX`).
+    fn decode(part: &str) -> Option<String> {
+        let bytes = part.as_bytes();
+        let mut out = Vec::with_capacity(bytes.len());
+        let mut i = 0;
+        while i < bytes.len() {
+            if bytes[i] == b'%' && i + 2 < bytes.len() {
+                let hex = std::str::from_utf8(&bytes[i + 1..i + 3]).ok()?;
+                out.push(u8::from_str_radix(hex, 16).ok()?);
+                i += 3;
+            } else {
+                out.push(bytes[i]);
+                i += 1;
+            }
+        }
+        let s = String::from_utf8(out).ok()?;
+        (!s.is_empty() && s != "." && s != ".." && !s.contains('/')).then_some(s)
     }
 
     /// A checkpoint directory on an object store, mirrored by a local directory.
@@ -216,8 +293,20 @@ mod imp {
         prefix: Key,
         /// The local copy: a file `local/a/b` is the object `prefix/a/b`.
         local: PathBuf,
-        /// Local paths already put (runs are put once; a state file or `_metadata` once).
+        /// Runs already put by this process (a run is put once: its name is unique and its
+        /// content never changes); an entry goes when its object is deleted.
         uploaded: Mutex<HashSet<PathBuf>>,
+        /// Deletions that failed, tried again with the next ones.
+        pending: Mutex<Vec<PathBuf>>,
+        /// The thread that deletes off the controller's thread ([`Remote::delete_later`]).
+        cleaner: Mutex<Option<std::sync::mpsc::Sender<Cleanup>>>,
+    }
+
+    /// Work for the cleaning thread.
+    enum Cleanup {
+        Delete(Vec<PathBuf>),
+        /// Answered once everything sent before is done.
+        Flush(std::sync::mpsc::SyncSender<()>),
     }
 
     impl std::fmt::Debug for Remote {
@@ -229,26 +318,28 @@ mod imp {
         }
     }
 
-    fn remote_err(path: &Path, what: &str, e: impl std::fmt::Display) -> CheckpointError {
+    fn bad_url(url: &Path, message: impl std::fmt::Display) -> CheckpointError {
         CheckpointError::Invalid {
-            path: path.to_owned(),
-            message: format!("{what}: {e}"),
+            path: url.to_owned(),
+            message: message.to_string(),
         }
     }
 
     impl Remote {
         /// The object store of `url`, mirrored under `local_directory` (see
-        /// [`super::local_copy_of`]). Credentials come from the environment.
+        /// [`super::local_copy_of`]). Credentials come from the environment and `options`.
         pub(crate) fn open(
             url: &Path,
             local_directory: &Path,
             options: &[(String, String)],
         ) -> Result<Arc<Remote>, CheckpointError> {
-            super::check_url(url).map_err(|m| remote_err(url, "bad checkpoint URL", m))?;
+            super::check_url(url).map_err(|m| bad_url(url, m))?;
             let s = url.to_string_lossy().into_owned();
-            let parsed: url::Url = s.parse().map_err(|e| remote_err(url, "not a URL", e))?;
+            let parsed: url::Url = s
+                .parse()
+                .map_err(|e| bad_url(url, format!("not a URL: {e}")))?;
             let (scheme, prefix) = ObjectStoreScheme::parse(&parsed)
-                .map_err(|e| remote_err(url, "not a store URL", e))?;
+                .map_err(|e| bad_url(url, format!("not a store URL: {e}")))?;
             // Bounded retries: a store that keeps failing fails the checkpoint (counted and
             // tolerated as configured) instead of holding it for minutes.
             let retry = RetryConfig {
@@ -271,19 +362,21 @@ mod imp {
                             .parse::<K>()
                             .map(|k| (k, v.clone()))
                             .map_err(|e| {
-                                remote_err(url, &format!("checkpoint.storage_options `{k}`"), e)
+                                bad_url(url, format!("checkpoint.storage_options `{k}`: {e}"))
                             })
                     })
                     .collect()
             }
+            let setup = |what: &str, e: object_store::Error| {
+                bad_url(url, format!("cannot set up {what}: {e}"))
+            };
             let store: Arc<dyn ObjectStore> = match scheme {
                 ObjectStoreScheme::AmazonS3 => {
                     let mut b = object_store::aws::AmazonS3Builder::from_env().with_url(&s);
                     for (k, v) in keys(url, options)? {
                         b = b.with_config(k, v);
                     }
-                    let b = b.with_retry(retry).build();
-                    Arc::new(b.map_err(|e| remote_err(url, "cannot set up S3", e))?)
+                    Arc::new(b.with_retry(retry).build().map_err(|e| setup("S3", e))?)
                 }
                 ObjectStoreScheme::GoogleCloudStorage => {
                     let mut b =
@@ -291,22 +384,28 @@ mod imp {
                     for (k, v) in keys(url, options)? {
                         b = b.with_config(k, v);
                     }
-                    let b = b.with_retry(retry).build();
-                    Arc::new(b.map_err(|e| remote_err(url, "cannot set up GCS", e))?)
+                    Arc::new(b.with_retry(retry).build().map_err(|e| setup("GCS", e))?)
                 }
                 ObjectStoreScheme::MicrosoftAzure => {
                     let mut b = object_store::azure::MicrosoftAzureBuilder::from_env().with_url(&s);
                     for (k, v) in keys(url, options)? {
                         b = b.with_config(k, v);
                     }
-                    let b = b.with_retry(retry).build();
-                    Arc::new(b.map_err(|e| remote_err(url, "cannot set up Azure storage", e))?)
+                    Arc::new(
+                        b.with_retry(retry)
+                            .build()
+                            .map_err(|e| setup("Azure storage", e))?,
+                    )
                 }
-                ObjectStoreScheme::Local => Arc::new(object_store::local::LocalFileSystem::new()),
+                // Durable (files and directories fsynced) and tidy (empty directories go).
+                ObjectStoreScheme::Local => Arc::new(
+                    object_store::local::LocalFileSystem::new()
+                        .with_fsync(true)
+                        .with_automatic_cleanup(true),
+                ),
                 other => {
-                    return Err(remote_err(
+                    return Err(bad_url(
                         url,
-                        "bad checkpoint URL",
                         format!("{other:?} is not a store checkpoints can go to"),
                     ))
                 }
@@ -317,6 +416,8 @@ mod imp {
                 store,
                 prefix,
                 uploaded: Mutex::new(HashSet::new()),
+                pending: Mutex::new(Vec::new()),
+                cleaner: Mutex::new(None),
             }))
         }
 
@@ -332,9 +433,14 @@ mod imp {
 
         /// The object of local path `local` (under [`Self::local`]).
         fn key(&self, local: &Path) -> Result<Key, CheckpointError> {
-            let rel = local
-                .strip_prefix(&self.local)
-                .map_err(|_| remote_err(local, "not under the local copy", self.local.display()))?;
+            let rel = local.strip_prefix(&self.local).map_err(|_| {
+                CheckpointError::store(
+                    &self.url,
+                    "map",
+                    local.display(),
+                    "not under the local copy",
+                )
+            })?;
             let mut key = self.prefix.clone();
             for part in rel.components() {
                 key = key.join(part.as_os_str().to_string_lossy().as_ref());
@@ -342,56 +448,161 @@ mod imp {
             Ok(key)
         }
 
-        /// The local path of object `key`.
+        /// The local path of object `key` (`None`: not under the prefix, or a name no local
+        /// file can have).
         fn local_of(&self, key: &Key) -> Option<PathBuf> {
             let mut out = self.local.clone();
             for part in key.prefix_match(&self.prefix)? {
-                let part = part.as_ref();
-                if part == "." || part == ".." {
-                    return None;
-                }
-                out.push(part);
+                out.push(decode(part.as_ref())?);
             }
             Some(out)
         }
 
-        /// Puts the local file `local` (whole) on the store.
-        pub(crate) fn upload(&self, local: &Path) -> Result<(), CheckpointError> {
-            let key = self.key(local)?;
-            let bytes = std::fs::read(local).map_err(|e| remote_err(local, "cannot read", e))?;
-            let store = self.store.clone();
-            wait(async move { store.put(&key, bytes.into()).await })
-                .and_then(|r| r.map_err(|e| e.to_string()))
-                .map_err(|e| remote_err(local, &format!("cannot put it on {}", self.url), e))?;
+        fn failed<T>(
+            &self,
+            op: &'static str,
+            key: &Key,
+        ) -> impl FnOnce(String) -> Result<T, CheckpointError> + '_ {
+            let key = key.to_string();
+            move |e| Err(CheckpointError::store(&self.url, op, key, e))
+        }
+
+        /// Puts the local file `file` (whole) on the store as the object of local path `as_`
+        /// (the same path, or where a staged copy goes).
+        fn put(
+            &self,
+            file: &Path,
+            as_: &Path,
+            give_up: &dyn Fn() -> bool,
+        ) -> Result<(), CheckpointError> {
+            let key = self.key(as_)?;
+            let bytes = std::fs::read(file).map_err(|source| CheckpointError::Io {
+                path: file.to_owned(),
+                source,
+            })?;
+            let (store, k) = (self.store.clone(), key.clone());
+            match wait(async move { store.put(&k, bytes.into()).await }, give_up) {
+                Ok(Ok(_)) => Ok(()),
+                Ok(Err(e)) => self.failed("put", &key)(e.to_string()),
+                Err(e) => self.failed("put", &key)(e),
+            }
+        }
+
+        /// Puts the local file `local` on the store.
+        pub(crate) fn upload(
+            &self,
+            local: &Path,
+            give_up: &dyn Fn() -> bool,
+        ) -> Result<(), CheckpointError> {
+            self.put(local, local, give_up)
+        }
+
+        /// Puts the local file `file` as the object of local path `as_`.
+        pub(crate) fn upload_as(&self, file: &Path, as_: &Path) -> Result<(), CheckpointError> {
+            self.put(file, as_, &patient)
+        }
+
+        /// [`Self::upload`] a run, unless this process already put it.
+        pub(crate) fn upload_once(
+            &self,
+            local: &Path,
+            give_up: &dyn Fn() -> bool,
+        ) -> Result<(), CheckpointError> {
+            if crate::sync::lock(&self.uploaded).contains(local) {
+                return Ok(());
+            }
+            self.put(local, local, give_up)?;
             crate::sync::lock(&self.uploaded).insert(local.to_owned());
             Ok(())
         }
 
-        /// [`Self::upload`], unless this process already put `local`.
-        pub(crate) fn upload_once(&self, local: &Path) -> Result<(), CheckpointError> {
-            if crate::sync::lock(&self.uploaded).contains(local) {
-                return Ok(());
+        /// Puts `bytes` as the object of local path `local` without waiting: `done` gets the
+        /// outcome, on a storage thread.
+        pub(crate) fn put_then(
+            &self,
+            local: &Path,
+            bytes: Vec<u8>,
+            done: impl FnOnce(Result<(), CheckpointError>) + Send + 'static,
+        ) {
+            let key = match self.key(local) {
+                Ok(k) => k,
+                Err(e) => return done(Err(e)),
+            };
+            let rt = match runtime() {
+                Ok(rt) => rt,
+                Err(e) => return done(Err(CheckpointError::store(&self.url, "put", key, e))),
+            };
+            let (store, url) = (self.store.clone(), self.url.clone());
+            rt.spawn(async move {
+                let r = store.put(&key, bytes.into()).await;
+                done(
+                    r.map(|_| ())
+                        .map_err(|e| CheckpointError::store(&url, "put", key, e)),
+                );
+            });
+        }
+
+        /// [`Self::delete`] on a thread of its own, in order, so that the caller (the
+        /// controller, between heartbeats) does not wait for the store.
+        pub(crate) fn delete_later(self: &Arc<Self>, gone: Vec<PathBuf>) {
+            let mut cleaner = crate::sync::lock(&self.cleaner);
+            if cleaner.is_none() {
+                let (tx, rx) = std::sync::mpsc::channel::<Cleanup>();
+                let me = Arc::downgrade(self);
+                let started = std::thread::Builder::new()
+                    .name("weir-storage-cleanup".into())
+                    .spawn(move || {
+                        for work in rx {
+                            match work {
+                                Cleanup::Delete(gone) => {
+                                    if let Some(remote) = me.upgrade() {
+                                        remote.delete(&gone);
+                                    }
+                                }
+                                Cleanup::Flush(done) => {
+                                    let _ = done.send(());
+                                }
+                            }
+                        }
+                    });
+                match started {
+                    Ok(_) => *cleaner = Some(tx),
+                    Err(e) => {
+                        tracing::warn!(error = %e, "no thread to delete on the object store: deleting here");
+                        drop(cleaner);
+                        return self.delete(&gone);
+                    }
+                }
             }
-            self.upload(local)
+            if let Some(tx) = cleaner.as_ref() {
+                if let Err(e) = tx.send(Cleanup::Delete(gone)) {
+                    let Cleanup::Delete(gone) = e.0 else { return };
+                    drop(cleaner);
+                    self.delete(&gone);
+                }
+            }
+        }
+
+        /// Waits until what [`Self::delete_later`] was given is done.
+        pub(crate) fn settle(&self) {
+            let (tx, rx) = std::sync::mpsc::sync_channel(1);
+            let sent = crate::sync::lock(&self.cleaner)
+                .as_ref()
+                .is_some_and(|c| c.send(Cleanup::Flush(tx)).is_ok());
+            if sent {
+                let _ = rx.recv();
+            }
         }
 
         /// Whether the object of local path `local` exists on the store.
         pub(crate) fn exists(&self, local: &Path) -> Result<bool, CheckpointError> {
             let key = self.key(local)?;
-            let store = self.store.clone();
-            match wait(async move { store.head(&key).await }) {
+            let (store, k) = (self.store.clone(), key.clone());
+            match wait(async move { store.head(&k).await }, &patient) {
                 Ok(Ok(_)) => Ok(true),
                 Ok(Err(object_store::Error::NotFound { .. })) => Ok(false),
-                Ok(Err(e)) => Err(remote_err(
-                    local,
-                    &format!("cannot look on {}", self.url),
-                    e,
-                )),
-                Err(e) => Err(remote_err(
-                    local,
-                    &format!("cannot look on {}", self.url),
-                    e,
-                )),
+                Ok(Err(e)) => self.failed("look up", &key)(e.to_string()),
+                Err(e) => self.failed("look up", &key)(e),
             }
         }
 
@@ -399,90 +610,204 @@ mod imp {
         /// credentials fail the job's start, naming the store's answer.
         pub(crate) fn probe(&self, local: &Path) -> Result<(), CheckpointError> {
             let key = self.key(&local.join(".weir-probe"))?;
-            let store = self.store.clone();
-            wait(async move {
-                store.put(&key, b"weir".to_vec().into()).await?;
-                store.delete(&key).await
-            })
-            .and_then(|r| r.map_err(|e| e.to_string()))
-            .map_err(|e| remote_err(local, &format!("cannot write to {}", self.url), e))
+            let (store, k) = (self.store.clone(), key.clone());
+            let probe = async move {
+                store.put(&k, b"weir".to_vec().into()).await?;
+                store.delete(&k).await
+            };
+            match wait(probe, &patient) {
+                Ok(Ok(())) => Ok(()),
+                Ok(Err(e)) => self.failed("put and delete", &key)(e.to_string()),
+                Err(e) => self.failed("put and delete", &key)(e),
+            }
         }
 
         /// The objects under local directory `dir`, as local paths with their sizes.
         fn list(&self, dir: &Path) -> Result<Vec<(PathBuf, u64)>, CheckpointError> {
             let key = self.key(dir)?;
-            let store = self.store.clone();
-            let metas = wait(async move { store.list(Some(&key)).try_collect::<Vec<_>>().await })
-                .and_then(|r| r.map_err(|e| e.to_string()))
-                .map_err(|e| remote_err(dir, &format!("cannot list {}", self.url), e))?;
+            let (store, k) = (self.store.clone(), key.clone());
+            let listed = wait(
+                async move { store.list(Some(&k)).try_collect::<Vec<_>>().await },
+                &patient,
+            );
+            let metas = match listed {
+                Ok(Ok(m)) => m,
+                Ok(Err(e)) => return self.failed("list", &key)(e.to_string()),
+                Err(e) => return self.failed("list", &key)(e),
+            };
             Ok(metas
                 .into_iter()
-                .filter_map(|m| Some((self.local_of(&m.location)?, m.size)))
+                .filter_map(|m| {
+                    let local = self.local_of(&m.location);
+                    if local.is_none() {
+                        tracing::warn!(url = %self.url, key = %m.location, "an object no local file can stand for: left alone");
+                    }
+                    Some((local?, m.size))
+                })
                 .collect())
         }
 
-        /// Fetches every object under local directory `dir` that the local copy lacks (or
-        /// holds with another size); returns how many were fetched. A fetched file is
-        /// written whole or not at all.
+        /// Gets the object of local path `local` into that file (whole or not at all);
+        /// `Ok(false)` if the store does not have it.
+        pub(crate) fn fetch_file(&self, local: &Path) -> Result<bool, CheckpointError> {
+            let key = self.key(local)?;
+            let (store, k) = (self.store.clone(), key.clone());
+            let bytes = match wait(async move { store.get(&k).await?.bytes().await }, &patient) {
+                Ok(Ok(b)) => b,
+                Ok(Err(object_store::Error::NotFound { .. })) => return Ok(false),
+                Ok(Err(e)) => return self.failed("get", &key)(e.to_string()),
+                Err(e) => return self.failed("get", &key)(e),
+            };
+            if let Some(parent) = local.parent() {
+                store::create_dir_durable(parent).map_err(|source| CheckpointError::Io {
+                    path: parent.to_owned(),
+                    source,
+                })?;
+            }
+            store::write_atomic(local, &bytes)?;
+            Ok(true)
+        }
+
+        /// Makes the local copy of directory `dir` what the store holds: fetches every object
+        /// the copy lacks (or holds with another size: a checkpoint's files never change under
+        /// their name), `_metadata` last, and deletes local files the store does not have (a
+        /// checkpoint deleted there is not restored from here). Returns how many objects it
+        /// fetched. An object deleted between the listing and its fetch is skipped (the
+        /// restore then finds its checkpoint incomplete and takes an older one).
         pub(crate) fn fetch_tree(&self, dir: &Path) -> Result<usize, CheckpointError> {
-            let mut fetched = 0;
             let mut objects = self.list(dir)?;
+            let listed: HashSet<&Path> = objects.iter().map(|(p, _)| p.as_path()).collect();
+            let mut stale = Vec::new();
+            let mut stack = vec![dir.to_owned()];
+            while let Some(d) = stack.pop() {
+                for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+                    let path = e.path();
+                    if path.is_dir() {
+                        stack.push(path);
+                    } else if !listed.contains(path.as_path()) {
+                        stale.push(path);
+                    }
+                }
+            }
+            // `_metadata` first: a checkpoint gone from the store never looks complete here.
+            stale.sort_by_key(|p| p.file_name().is_none_or(|n| n != "_metadata"));
+            for path in stale {
+                if let Err(source) = std::fs::remove_file(&path) {
+                    return Err(CheckpointError::Io { path, source });
+                }
+            }
             // `_metadata` last: a checkpoint whose files are not all here yet never looks
-            // complete locally.
+            // complete.
             objects.sort_by_key(|(p, _)| p.file_name().is_some_and(|n| n == "_metadata"));
+            let mut fetched = 0;
             for (path, size) in objects {
                 if std::fs::metadata(&path).is_ok_and(|m| m.len() == size) {
-                    crate::sync::lock(&self.uploaded).insert(path);
                     continue;
                 }
-                let key = self.key(&path)?;
-                let store = self.store.clone();
-                let bytes = wait(async move { store.get(&key).await?.bytes().await })
-                    .and_then(|r| r.map_err(|e| e.to_string()))
-                    .map_err(|e| {
-                        remote_err(&path, &format!("cannot get it from {}", self.url), e)
-                    })?;
-                if let Some(parent) = path.parent() {
-                    store::create_dir_durable(parent)
-                        .map_err(|e| remote_err(parent, "cannot create", e))?;
+                if self.fetch_file(&path)? {
+                    fetched += 1;
+                } else {
+                    tracing::warn!(url = %self.url, path = %path.display(), "an object went while it was fetched: skipped");
                 }
-                store::write_atomic(&path, &bytes)?;
-                crate::sync::lock(&self.uploaded).insert(path);
-                fetched += 1;
             }
             Ok(fetched)
         }
 
-        /// Deletes the objects of local paths `gone` (deleted locally): `_metadata` objects
-        /// first, so that a crash in the middle never leaves a complete checkpoint missing a
-        /// file. A directory deletes everything under it. Failures are logged: what is left
-        /// is unreferenced, and goes with its run.
+        /// Deletes on the store what was deleted locally (`gone`: checkpoint directories and
+        /// run files), and what earlier calls could not: each checkpoint's `_metadata` before
+        /// its other files, and the runs only once every `_metadata` went, so that a failure
+        /// or a crash in the middle never leaves a complete checkpoint missing a file. What
+        /// fails is logged and tried again at the next call.
         pub(crate) fn delete(&self, gone: &[PathBuf]) {
-            let mut keys = Vec::new();
-            for path in gone {
-                let listed = self.list(path).unwrap_or_default();
-                if listed.is_empty() {
-                    keys.push(path.clone());
-                }
-                keys.extend(listed.into_iter().map(|(p, _)| p));
-            }
-            keys.sort_by_key(|p| p.file_name().is_none_or(|n| n != "_metadata"));
-            for path in keys {
-                let Ok(key) = self.key(&path) else { continue };
-                let store = self.store.clone();
-                let res = wait(async move { store.delete(&key).await }).and_then(|r| match r {
-                    Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
-                    Err(e) => Err(e.to_string()),
-                });
-                match res {
-                    Ok(()) => {
-                        crate::sync::lock(&self.uploaded).remove(&path);
-                    }
+            let mut todo = std::mem::take(&mut *crate::sync::lock(&self.pending));
+            todo.extend(gone.iter().cloned());
+            todo.sort();
+            todo.dedup();
+            let mut retry = Vec::new();
+            let mut dirs = Vec::new();
+            let mut files = Vec::new();
+            for path in todo {
+                match self.list(&path) {
+                    Ok(objects) if objects.is_empty() => files.push(path),
+                    Ok(objects) => dirs.push((path, objects)),
                     Err(e) => {
-                        tracing::warn!(path = %path.display(), url = %self.url, error = %e, "cannot delete a checkpoint object")
+                        tracing::warn!(error = %e, "cannot list what to delete on the object store; tried again later");
+                        retry.push(path);
                     }
                 }
             }
+            let mut every_metadata_gone = true;
+            for (dir, objects) in dirs {
+                let (metadata, rest): (Vec<_>, Vec<_>) = objects
+                    .into_iter()
+                    .map(|(p, _)| p)
+                    .partition(|p| p.file_name().is_some_and(|n| n == "_metadata"));
+                if !metadata.iter().all(|p| self.delete_one(p)) {
+                    every_metadata_gone = false;
+                    retry.push(dir);
+                    continue;
+                }
+                if !rest.iter().all(|p| self.delete_one(p)) {
+                    retry.push(dir);
+                }
+            }
+            for file in files {
+                if !every_metadata_gone || !self.delete_one(&file) {
+                    retry.push(file);
+                }
+            }
+            crate::sync::lock(&self.pending).extend(retry);
+        }
+
+        /// Deletes the object of local path `path` (gone already counts); whether it is gone.
+        fn delete_one(&self, path: &Path) -> bool {
+            let Ok(key) = self.key(path) else {
+                return false;
+            };
+            let (store, k) = (self.store.clone(), key.clone());
+            let res = wait(async move { store.delete(&k).await }, &patient);
+            match res {
+                Ok(Ok(()) | Err(object_store::Error::NotFound { .. })) => {
+                    crate::sync::lock(&self.uploaded).remove(path);
+                    true
+                }
+                Ok(Err(e)) => {
+                    tracing::warn!(url = %self.url, key = %key, error = %e, "cannot delete a checkpoint object; tried again later");
+                    false
+                }
+                Err(e) => {
+                    tracing::warn!(url = %self.url, key = %key, error = %e, "cannot delete a checkpoint object; tried again later");
+                    false
+                }
+            }
+        }
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+
+        #[test]
+        fn a_local_name_and_its_key_go_both_ways() {
+            let dir = std::env::temp_dir().join(format!("weir-remote-keys-{}", std::process::id()));
+            let url = PathBuf::from(format!("file://{}", dir.join("store").display()));
+            let r = Remote::open(&url, &dir.join("local"), &[]).unwrap();
+            for name in [
+                "count#in0-1.state",
+                "a%b~c*d?.run",
+                "plain-0.state",
+                "x y[1]{2}|",
+            ] {
+                let local = r.local().join("job").join("run-1").join("chk-3").join(name);
+                let key = r.key(&local).unwrap();
+                assert_eq!(
+                    r.local_of(&key).as_deref(),
+                    Some(local.as_path()),
+                    "{name} as {key}"
+                );
+            }
+            assert_eq!(decode("%2E%2E"), None, "`..` is not a local name");
+            let _ = std::fs::remove_dir_all(&dir);
         }
     }
 }
@@ -500,6 +825,7 @@ mod stub {
         never: std::convert::Infallible,
     }
 
+    #[allow(clippy::unused_self, missing_docs)]
     impl Remote {
         pub(crate) fn open(
             url: &Path,
@@ -519,10 +845,17 @@ mod stub {
         pub(crate) fn url(&self) -> &str {
             match self.never {}
         }
-        pub(crate) fn upload(&self, _: &Path) -> Result<(), CheckpointError> {
+        pub(crate) fn upload(&self, _: &Path, _: &dyn Fn() -> bool) -> Result<(), CheckpointError> {
             match self.never {}
         }
-        pub(crate) fn upload_once(&self, _: &Path) -> Result<(), CheckpointError> {
+        pub(crate) fn upload_as(&self, _: &Path, _: &Path) -> Result<(), CheckpointError> {
+            match self.never {}
+        }
+        pub(crate) fn upload_once(
+            &self,
+            _: &Path,
+            _: &dyn Fn() -> bool,
+        ) -> Result<(), CheckpointError> {
             match self.never {}
         }
         pub(crate) fn probe(&self, _: &Path) -> Result<(), CheckpointError> {
@@ -531,10 +864,24 @@ mod stub {
         pub(crate) fn exists(&self, _: &Path) -> Result<bool, CheckpointError> {
             match self.never {}
         }
+        pub(crate) fn fetch_file(&self, _: &Path) -> Result<bool, CheckpointError> {
+            match self.never {}
+        }
         pub(crate) fn fetch_tree(&self, _: &Path) -> Result<usize, CheckpointError> {
             match self.never {}
         }
-        pub(crate) fn delete(&self, _: &[PathBuf]) {
+        pub(crate) fn put_then(
+            &self,
+            _: &Path,
+            _: Vec<u8>,
+            _: impl FnOnce(Result<(), CheckpointError>) + Send + 'static,
+        ) {
+            match self.never {}
+        }
+        pub(crate) fn delete_later(self: &Arc<Self>, _: Vec<PathBuf>) {
+            match self.never {}
+        }
+        pub(crate) fn settle(&self) {
             match self.never {}
         }
     }

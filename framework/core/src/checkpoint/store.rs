@@ -155,9 +155,37 @@ pub enum CheckpointError {
         /// What does not fit.
         message: String,
     },
+    /// The object store a checkpoint directory is on refused or failed a call.
+    #[error("object store {url}: cannot {op} `{key}`: {message}")]
+    Store {
+        /// The checkpoint directory's URL.
+        url: String,
+        /// What was being done: put, get, list, delete.
+        op: &'static str,
+        /// The object (or prefix).
+        key: String,
+        /// What the store (or its client) said.
+        message: String,
+    },
 }
 
 impl CheckpointError {
+    /// A call to the object store a checkpoint directory is on failed.
+    #[cfg_attr(not(feature = "object-store"), allow(dead_code))]
+    pub(crate) fn store(
+        url: &str,
+        op: &'static str,
+        key: impl std::fmt::Display,
+        source: impl std::fmt::Display,
+    ) -> Self {
+        CheckpointError::Store {
+            url: url.to_owned(),
+            op,
+            key: key.to_string(),
+            message: source.to_string(),
+        }
+    }
+
     /// Whether the checkpoint is unreadable (I/O, corrupted or partial files), so an older one
     /// may be tried; `false` when it was read and does not fit the job.
     pub fn is_unreadable(&self) -> bool {
@@ -349,8 +377,16 @@ pub(crate) fn write_metadata(
     root: &Path,
     meta: &CheckpointMetadata,
 ) -> Result<(), CheckpointError> {
-    let dir = checkpoint_dir(root, meta.checkpoint_id);
-    let path = dir.join("_metadata");
+    let bytes = metadata_bytes(root, meta)?;
+    write_metadata_bytes(root, meta.checkpoint_id, &bytes)
+}
+
+/// `_metadata` of `meta` as it is written (with its checksum).
+pub(crate) fn metadata_bytes(
+    root: &Path,
+    meta: &CheckpointMetadata,
+) -> Result<Vec<u8>, CheckpointError> {
+    let path = checkpoint_dir(root, meta.checkpoint_id).join("_metadata");
     let encode_err = |message: String| CheckpointError::Invalid {
         path: path.clone(),
         message,
@@ -359,12 +395,24 @@ pub(crate) fn write_metadata(
     summed.crc32 = Some(crc32fast::hash(&meta.unsummed_bytes().map_err(encode_err)?));
     let mut bytes = Vec::new();
     ciborium::into_writer(&summed, &mut bytes).map_err(|e| encode_err(e.to_string()))?;
+    Ok(bytes)
+}
+
+/// Writes `_metadata` (`bytes`, see [`metadata_bytes`]) of checkpoint `id` under `root`,
+/// durably (see the module doc).
+pub(crate) fn write_metadata_bytes(
+    root: &Path,
+    id: u64,
+    bytes: &[u8],
+) -> Result<(), CheckpointError> {
+    let dir = checkpoint_dir(root, id);
+    let path = dir.join("_metadata");
     create_dir_durable(root).map_err(io(root))?;
     // A checkpoint without state files has no directory yet.
     std::fs::create_dir_all(&dir).map_err(io(&dir))?;
     sync_dir(&dir).map_err(io(&dir))?;
     sync_dir(root).map_err(io(root))?;
-    write_synced(&path, &bytes)?;
+    write_synced(&path, bytes)?;
     sync_dir(&dir).map_err(io(&dir))
 }
 

@@ -272,7 +272,7 @@ impl JobContext {
                 continue;
             }
             if let Some(remote) = &self.remote {
-                remote.delete(std::slice::from_ref(&run));
+                remote.delete_later(vec![run.clone()]);
             }
             match std::fs::remove_dir_all(&run) {
                 Ok(()) => {

@@ -471,11 +471,14 @@ impl StateWrite {
         let Some(remote) = &self.remote else {
             return Ok(());
         };
+        // A subtask that is going gives up waiting for the store (its actor joins this).
+        let stopping = self.stopping.clone();
+        let give_up = move || stopping.load(std::sync::atomic::Ordering::Acquire);
         for run in runs {
-            remote.upload_once(&self.root.join(run))?;
+            remote.upload_once(&self.root.join(run), &give_up)?;
         }
         let dir = crate::checkpoint::store::checkpoint_dir(&self.root, self.id);
-        remote.upload(&dir.join(file))
+        remote.upload(&dir.join(file), &give_up)
     }
 
     /// The checkpoint cannot be written here: declined, naming why.

@@ -47,6 +47,9 @@ pub(crate) struct Running {
     stop_pause: Option<u64>,
     /// The settings each checkpoint in progress was triggered under.
     settings_at: std::collections::BTreeMap<u64, std::collections::BTreeMap<String, String>>,
+    /// Checkpoints every subtask acknowledged whose `_metadata` is being put on the object
+    /// store (complete once it is there), with that `_metadata`.
+    storing: std::collections::BTreeMap<u64, (Completed, Vec<u8>)>,
 }
 
 /// Why the job leaves `Running`.
@@ -92,6 +95,7 @@ impl Running {
             replace: None,
             stop_pause: None,
             settings_at: Default::default(),
+            storing: Default::default(),
             dep,
         }
     }
@@ -272,6 +276,25 @@ impl Running {
                     None => Ok(()),
                 }
             }
+            JobEvent::MetadataStored {
+                attempt,
+                id,
+                result,
+            } if attempt == ctx.attempt => {
+                let Some((done, bytes)) = self.storing.remove(&id) else {
+                    return Ok(());
+                };
+                let stored = result
+                    .map_err(|e| format!("cannot put its metadata on the object store: {e}"))
+                    .and_then(|()| {
+                        store::write_metadata_bytes(&ctx.checkpoint_root, id, &bytes)
+                            .map_err(|e| format!("cannot write its metadata: {e}"))
+                    });
+                match stored {
+                    Ok(()) => self.on_checkpoint_complete(ctx, done),
+                    Err(why) => self.on_metadata_failed(ctx, done.id, why),
+                }
+            }
             JobEvent::Declined {
                 attempt,
                 id,
@@ -340,23 +363,62 @@ impl Running {
         }
     }
 
-    /// Every subtask acked checkpoint `done`: its metadata makes it complete, subtasks are
-    /// told (sinks commit), and a savepoint waiting for it is copied.
+    /// Every subtask acked checkpoint `done`: its metadata makes it complete. With an object
+    /// store, `_metadata` is put there first, off this thread (`JobEvent::MetadataStored`
+    /// goes on), and written locally once it is there: the local copy never holds a complete
+    /// checkpoint the store lacks.
     fn on_checkpoint_acked(&mut self, ctx: &mut JobContext, done: Completed) -> Result<(), Exit> {
         let root = ctx.checkpoint_root.clone();
         let meta = metadata(&ctx.job, &ctx.plan, &done);
-        if let Err(e) =
-            store::write_metadata(&root, &meta).and_then(|()| upload_metadata(ctx, done.id))
-        {
-            let why = format!("cannot write its metadata: {e}");
-            self.savepoints
-                .fail(done.id, || format!("savepoint failed: {why}"));
-            self.resume_after_failed_stop(done.id);
-            self.abandon_rescale(ctx, done.id, || format!("its checkpoint failed: {why}"));
-            ctx.fail_checkpoint(done.id, why).map_err(Exit::Failed)?;
-            ctx.publish_stats();
-            return Ok(());
-        }
+        let failed = |e: store::CheckpointError| format!("cannot write its metadata: {e}");
+        let Some(remote) = ctx.remote.clone() else {
+            return match store::write_metadata(&root, &meta) {
+                Ok(()) => self.on_checkpoint_complete(ctx, done),
+                Err(e) => self.on_metadata_failed(ctx, done.id, failed(e)),
+            };
+        };
+        let bytes = match store::metadata_bytes(&root, &meta) {
+            Ok(b) => b,
+            Err(e) => return self.on_metadata_failed(ctx, done.id, failed(e)),
+        };
+        let (events, attempt, id) = (ctx.events_tx.clone(), ctx.attempt, done.id);
+        let path = store::checkpoint_dir(&root, id).join("_metadata");
+        remote.put_then(&path, bytes.clone(), move |result| {
+            let result = result.map_err(|e| e.to_string());
+            let _ = events.unbounded_send(JobEvent::MetadataStored {
+                attempt,
+                id,
+                result,
+            });
+        });
+        self.storing.insert(id, (done, bytes));
+        Ok(())
+    }
+
+    /// Checkpoint `id`'s metadata could not be made durable: the checkpoint failed.
+    fn on_metadata_failed(
+        &mut self,
+        ctx: &mut JobContext,
+        id: u64,
+        why: String,
+    ) -> Result<(), Exit> {
+        self.savepoints
+            .fail(id, || format!("savepoint failed: {why}"));
+        self.resume_after_failed_stop(id);
+        self.abandon_rescale(ctx, id, || format!("its checkpoint failed: {why}"));
+        ctx.fail_checkpoint(id, why).map_err(Exit::Failed)?;
+        ctx.publish_stats();
+        Ok(())
+    }
+
+    /// Checkpoint `done` is complete (its metadata is durable): subtasks are told (sinks
+    /// commit), old checkpoints go, and a savepoint waiting for it is copied.
+    fn on_checkpoint_complete(
+        &mut self,
+        ctx: &mut JobContext,
+        done: Completed,
+    ) -> Result<(), Exit> {
+        let root = ctx.checkpoint_root.clone();
         ctx.coordinator.complete(&done, Instant::now());
         ctx.cfg.faults.checkpoint_completed();
         // Promoted primaries made progress: their failures count from zero again.
@@ -371,7 +433,7 @@ impl Running {
         tracing::info!(checkpoint = done.id, duration = ?done.duration, size = done.size, "checkpoint complete");
         let deleted = store::retain(&root, ctx.cfg.checkpoint.retained);
         if let Some(remote) = &ctx.remote {
-            remote.delete(&deleted);
+            remote.delete_later(deleted);
         }
         ctx.release_claimed_runs();
         if ctx
@@ -932,17 +994,4 @@ fn metadata(job: &str, plan: &crate::plan::Plan, done: &Completed) -> store::Che
         // Computed when written.
         crc32: None,
     }
-}
-
-/// Puts checkpoint `id`'s `_metadata`, written locally, on the object store the checkpoints
-/// go to (if any): the checkpoint is complete only once it is there. If it cannot be put, the
-/// local one goes too, so that the local copy never holds a checkpoint the store lacks.
-fn upload_metadata(ctx: &JobContext, id: u64) -> Result<(), store::CheckpointError> {
-    let Some(remote) = &ctx.remote else {
-        return Ok(());
-    };
-    let path = store::checkpoint_dir(&ctx.checkpoint_root, id).join("_metadata");
-    remote.upload(&path).inspect_err(|_| {
-        let _ = std::fs::remove_file(&path);
-    })
 }

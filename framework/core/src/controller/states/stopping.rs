@@ -95,11 +95,13 @@ impl Stopping {
 
 /// The run is over: its checkpoints are of no further use, and the result is built.
 fn finish(ctx: &mut JobContext) -> crate::controller::JobResult {
-    if let Some(remote) = &ctx.remote {
-        remote.delete(std::slice::from_ref(&ctx.checkpoint_root));
-    }
     let _ = std::fs::remove_dir_all(&ctx.checkpoint_root);
     ctx.release_claimed_runs();
+    if let Some(remote) = &ctx.remote {
+        // The job is over: its run goes from the store before its result is told.
+        remote.delete_later(vec![ctx.checkpoint_root.clone()]);
+        remote.settle();
+    }
     result(
         &ctx.graph,
         &ctx.plan,
