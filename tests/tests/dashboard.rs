@@ -413,6 +413,28 @@ async fn check_page(
     }
     screenshot(client, out, "checkpoints.png").await;
 
+    // No chart's legend overlaps its title, nor another legend entry (the records/s chart has
+    // a series per vertex).
+    let overlaps = client
+        .execute(
+            r#"const hit = [];
+            const meet = (a, b) => a.left < b.right && b.left < a.right && a.top < b.bottom && b.top < a.bottom;
+            for (const svg of document.querySelectorAll('svg')) {
+              const title = svg.querySelector('.chart-title');
+              const items = [...svg.querySelectorAll('.legend-text')].map((t) => t.getBoundingClientRect());
+              const boxes = title ? [title.getBoundingClientRect(), ...items] : items;
+              for (let i = 0; i < boxes.length; i += 1)
+                for (let j = i + 1; j < boxes.length; j += 1)
+                  if (boxes[i].width > 0 && boxes[j].width > 0 && meet(boxes[i], boxes[j]))
+                    hit.push((svg.id || 'a chart') + ': ' + i + '/' + j);
+            }
+            return hit;"#,
+            vec![],
+        )
+        .await
+        .expect("the legend check runs");
+    assert_eq!(overlaps, json!([]), "legend text overlaps");
+
     // The injected panic: promoted, on the timeline within a refresh of the API showing it.
     let deadline = Instant::now() + DEADLINE;
     let refreshes_then = loop {

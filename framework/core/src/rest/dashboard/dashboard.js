@@ -128,15 +128,36 @@
     svg.setAttribute('viewBox', `0 0 ${W} ${H}`);
     const m = { l: 50, r: 10, t: 18, b: 18 };
     const all = opts.series.flatMap((s) => s.points);
-    if (opts.title) el('text', { x: 2, y: 11, class: 'chart-title' }, svg, opts.title);
+    // Text widths as drawn (an estimate where the browser cannot measure).
+    const widthOf = (t, chars) => {
+      const w = t.getComputedTextLength ? t.getComputedTextLength() : 0;
+      return w > 0 ? w : chars * 6;
+    };
+    let titleEnd = 0;
+    if (opts.title) {
+      const t = el('text', { x: 2, y: 11, class: 'chart-title' }, svg, opts.title);
+      titleEnd = 2 + widthOf(t, opts.title.length) + 12;
+    }
+    // The legend runs from the right, on the title's row while it fits beside the title,
+    // then on rows of its own below it; the plot starts below the last row.
     let lx = W - m.r;
+    let row = 0;
+    let limit = titleEnd;
     for (const s of [...opts.series].reverse()) {
-      const label = el('text', { y: 11, class: 'legend-text', 'text-anchor': 'end' }, svg, s.name);
+      const label = el('text', { class: 'legend-text', 'text-anchor': 'end' }, svg, s.name);
+      const width = widthOf(label, s.name.length) + 4;
+      if (lx - width - 12 < limit && lx < W - m.r) {
+        row += 1;
+        lx = W - m.r;
+        limit = m.l;
+      }
+      const y = 11 + row * 14;
       label.setAttribute('x', lx);
-      const width = s.name.length * 6 + 4;
-      el('rect', { x: lx - width - 12, y: 4, width: 9, height: 9, fill: s.color }, svg);
+      label.setAttribute('y', y);
+      el('rect', { x: lx - width - 12, y: y - 7, width: 9, height: 9, fill: s.color }, svg);
       lx -= width + 22;
     }
+    m.t += row * 14;
     if (all.length === 0) {
       el('text', { x: W / 2, y: H / 2, class: 'tick', 'text-anchor': 'middle' }, svg, opts.empty || 'no data yet');
       return;
