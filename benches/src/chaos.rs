@@ -172,6 +172,9 @@ pub struct Scenario {
     pub rescale_to: usize,
     /// Incremental checkpoints (`CheckpointConfig::incremental`) or full ones.
     pub incremental: bool,
+    /// Checkpoints on an object store (a `file://` URL, mirrored by a local copy) or in a
+    /// local directory.
+    pub object_store: bool,
 }
 
 impl Scenario {
@@ -185,6 +188,7 @@ impl Scenario {
         let rescale_to = [1, 3, 4][r.below(3) as usize];
         // Drawn last: the seeds before it keep their scenarios.
         let incremental = r.below(2) == 1;
+        let object_store = r.below(2) == 1;
         Scenario {
             seed,
             mode,
@@ -193,6 +197,7 @@ impl Scenario {
             n,
             rescale_to,
             incremental,
+            object_store,
         }
     }
 
@@ -291,6 +296,9 @@ impl fmt::Display for Scenario {
         if self.incremental {
             write!(f, " incremental")?;
         }
+        if self.object_store {
+            write!(f, " file://")?;
+        }
         Ok(())
     }
 }
@@ -361,7 +369,12 @@ fn config(s: &Scenario, plan: FaultPlan, dir: &std::path::Path) -> EnvConfig {
     cfg.arbiters = 2;
     cfg.heartbeat_timeout = Duration::from_millis(300);
     cfg.checkpoint.interval = Some(Duration::from_millis(20));
-    cfg.checkpoint.directory = dir.to_owned();
+    if s.object_store {
+        cfg.checkpoint.directory = format!("file://{}", dir.join("store").display()).into();
+        cfg.checkpoint.local_directory = dir.join("local");
+    } else {
+        cfg.checkpoint.directory = dir.to_owned();
+    }
     cfg.checkpoint.mode = if s.mode == Mode::AtLeastOnce {
         CheckpointMode::AtLeastOnce
     } else {
