@@ -310,6 +310,17 @@ impl Deployment {
             .collect()
     }
 
+    /// A subtask that went away after it finished (its arbiter stopped), if any: before the
+    /// final commit, when no sink has committed the end of its input yet, the job can still
+    /// recover from its latest checkpoint without repeating output.
+    pub(crate) fn gone_before_final_commit(&self) -> Option<&SubtaskId> {
+        self.actors
+            .iter()
+            .zip(&self.ids)
+            .find(|(a, _)| !a.addr.connected())
+            .map(|(_, id)| id)
+    }
+
     /// Every subtask finished: sinks commit what they staged last (end of input). The first
     /// failure is the job's.
     pub(crate) async fn commit_final(&self, job: &str) -> Result<(), JobError> {

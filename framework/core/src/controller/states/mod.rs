@@ -70,6 +70,7 @@ impl TransitionTo<Recovering> for FailingOver {}
 impl TransitionTo<Deploying> for Recovering {}
 impl TransitionTo<Finished> for Recovering {}
 impl TransitionTo<Finished> for Stopping {}
+impl TransitionTo<Recovering> for Stopping {}
 impl TransitionTo<Rescaling> for Running {}
 impl TransitionTo<Running> for Rescaling {}
 impl TransitionTo<Recovering> for Rescaling {}

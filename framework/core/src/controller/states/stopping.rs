@@ -9,7 +9,7 @@ use crate::controller::JobContext;
 use crate::error::JobError;
 use crate::sync::lock;
 
-use super::{Finished, Transition, TransitionTo};
+use super::{Finished, Recovering, Transition, TransitionTo};
 
 /// Why the job stops.
 pub(crate) enum StopReason {
@@ -51,6 +51,18 @@ impl Stopping {
         let Stopping { dep, reason } = self;
         match reason {
             StopReason::Finished => {
+                if let Some(id) = dep.gone_before_final_commit() {
+                    // Nothing is committed yet: recovered like any other lost subtask.
+                    let e = ctx.lost(
+                        id.head_uid.clone(),
+                        id.subtask,
+                        "its actor went away after it finished, before the final commit".into(),
+                    );
+                    return Self::to(
+                        Recovering::new(dep, e),
+                        "a subtask went away before the final commit",
+                    );
+                }
                 if let Err(e) = dep.commit_final(&ctx.job).await {
                     dep.stop(&ctx.job, &ctx.cfg);
                     tracing::warn!(error = %e, "final commit failed");
