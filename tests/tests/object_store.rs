@@ -474,3 +474,64 @@ fn s3_unavailable_down_and_slow_fail_checkpoints_and_the_job_goes_on() {
     let left = s3.keys("weir", "faults/").expect("list");
     assert!(left.is_empty(), "the finished job left objects: {left:?}");
 }
+
+/// A state file larger than a part (16 MB) is put on S3 in parts and fetched back in chunks:
+/// a savepoint of 300,000 keys with a 64-byte label each (a full checkpoint's one file per
+/// subtask), restored by a new job whose restore checks every file's checksum.
+#[test]
+#[cfg_attr(
+    not(feature = "s3-server"),
+    ignore = "needs moto's S3 server: tests/run installs it (feature s3-server)"
+)]
+fn s3_a_state_file_larger_than_a_part_goes_in_parts_and_restores() {
+    const BIG_KEYS: u64 = 300_000;
+    let s3 = S3Server::start().unwrap_or_else(|e| panic!("{e}"));
+    s3.create_bucket("weir").expect("a bucket");
+    let base = common::TempDir::new("objstore-parts");
+    let job_of = |local: &str, restore: Option<&str>| {
+        let mut cfg = config("s3://weir/parts", &base.path().join(local));
+        cfg.checkpoint.storage_options = s3.options();
+        cfg.checkpoint.incremental = false;
+        cfg.checkpoint.interval = Some(Duration::from_millis(500));
+        cfg.checkpoint.restore_from = restore.map(Into::into);
+        let env = Env::with_config(cfg);
+        let (stop, ended_at) = (
+            Arc::new(AtomicBool::new(false)),
+            Arc::new(AtomicU64::new(0)),
+        );
+        common::endless_ids(&env, &stop, &ended_at)
+            .key_by(|x: &u64| x % BIG_KEYS)
+            .process(
+                |k: &u64, s: &mut ValueState<String>, _x: u64, _out: &mut Collector<u64>| {
+                    s.get_or_insert_with(|| format!("{k:064}"));
+                },
+            )
+            .uid("labels")
+            .set_parallelism(1)
+            .discard();
+        (env.start("parts").expect("starts"), stop)
+    };
+    let (job, stop) = job_of("machine-1", None);
+    common::wait_until("a checkpoint of every key", || {
+        stats(&job).last_checkpoint_size > 24 << 20
+    });
+    let sp = job.savepoint("s3://weir/parts-sp").expect("a savepoint");
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    job.wait().expect("the first job ends");
+    std::fs::remove_dir_all(base.path().join("machine-1")).expect("wipe");
+    let keys = s3.keys("weir", "parts-sp/").expect("list");
+    assert!(
+        keys.iter().any(|k| k.ends_with("labels-0.state")),
+        "no state file in the savepoint: {keys:?}"
+    );
+    let (job, stop) = job_of("machine-2", Some(&sp.to_string_lossy()));
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    let result = job.wait().expect("the restored job ends");
+    assert!(
+        result
+            .checkpoints
+            .and_then(|c| c.last_restored_checkpoint_id)
+            .is_some(),
+        "the savepoint was not restored"
+    );
+}

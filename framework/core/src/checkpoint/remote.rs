@@ -285,6 +285,74 @@ mod imp {
         (!s.is_empty() && s != "." && s != ".." && !s.contains('/')).then_some(s)
     }
 
+    /// Files larger than this are put in parts of this size, and objects are fetched in
+    /// chunks (never whole in memory).
+    const PART: usize = 16 << 20;
+
+    /// Parts being put at once.
+    const PARTS_IN_FLIGHT: usize = 4;
+
+    /// Puts the file `f` as `key` in parts ([`PART`] bytes, [`PARTS_IN_FLIGHT`] at once); an
+    /// upload that fails is aborted (the store keeps no part of it).
+    async fn put_in_parts(
+        store: Arc<dyn ObjectStore>,
+        key: Key,
+        mut f: std::fs::File,
+    ) -> Result<(), String> {
+        use std::io::Read;
+        let upload = store.put_multipart(&key).await.map_err(|e| e.to_string())?;
+        let mut w = object_store::WriteMultipart::new_with_chunk_size(upload, PART);
+        let mut buf = vec![0u8; PART];
+        let written: Result<(), String> = async {
+            loop {
+                let n = f
+                    .read(&mut buf)
+                    .map_err(|e| format!("reading the file: {e}"))?;
+                if n == 0 {
+                    return Ok(());
+                }
+                w.wait_for_capacity(PARTS_IN_FLIGHT)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                w.write(&buf[..n]);
+            }
+        }
+        .await;
+        match written {
+            Ok(()) => w.finish().await.map(|_| ()).map_err(|e| e.to_string()),
+            Err(e) => {
+                let _ = w.abort().await;
+                Err(e)
+            }
+        }
+    }
+
+    /// Gets `key` into the file `tmp` chunk by chunk (fsynced); `Ok(false)` if the store does
+    /// not have it.
+    async fn get_to_file(
+        store: Arc<dyn ObjectStore>,
+        key: Key,
+        tmp: PathBuf,
+    ) -> Result<bool, String> {
+        use futures::StreamExt;
+        use std::io::Write;
+        let got = match store.get(&key).await {
+            Ok(g) => g,
+            Err(object_store::Error::NotFound { .. }) => return Ok(false),
+            Err(e) => return Err(e.to_string()),
+        };
+        let mut out = std::fs::File::create(&tmp).map_err(|e| format!("{}: {e}", tmp.display()))?;
+        let mut chunks = got.into_stream();
+        while let Some(chunk) = chunks.next().await {
+            let chunk = chunk.map_err(|e| e.to_string())?;
+            out.write_all(&chunk)
+                .map_err(|e| format!("{}: {e}", tmp.display()))?;
+        }
+        out.sync_all()
+            .map_err(|e| format!("{}: {e}", tmp.display()))?;
+        Ok(true)
+    }
+
     /// A checkpoint directory on an object store, mirrored by a local directory.
     pub(crate) struct Remote {
         url: String,
@@ -476,15 +544,28 @@ mod imp {
             give_up: &dyn Fn() -> bool,
         ) -> Result<(), CheckpointError> {
             let key = self.key(as_)?;
-            let bytes = std::fs::read(file).map_err(|source| CheckpointError::Io {
+            let io = |source| CheckpointError::Io {
                 path: file.to_owned(),
                 source,
-            })?;
+            };
+            let len = std::fs::metadata(file).map_err(io)?.len();
             let (store, k) = (self.store.clone(), key.clone());
-            match wait(async move { store.put(&k, bytes.into()).await }, give_up) {
-                Ok(Ok(_)) => Ok(()),
-                Ok(Err(e)) => self.failed("put", &key)(e.to_string()),
-                Err(e) => self.failed("put", &key)(e),
+            let put = if len <= PART as u64 {
+                let bytes = std::fs::read(file).map_err(io)?;
+                let put = async move {
+                    let put = store.put(&k, bytes.into()).await;
+                    put.map(|_| ()).map_err(|e| e.to_string())
+                };
+                wait(put, give_up)
+            } else {
+                // A large file goes in parts, read a part at a time: memory stays at a few
+                // parts whatever the state's size (and S3 takes more than 5 GiB this way).
+                let f = std::fs::File::open(file).map_err(io)?;
+                wait(put_in_parts(store, k, f), give_up)
+            };
+            match put {
+                Ok(Ok(())) => Ok(()),
+                Ok(Err(e)) | Err(e) => self.failed("put", &key)(e),
             }
         }
 
@@ -647,25 +728,38 @@ mod imp {
                 .collect())
         }
 
-        /// Gets the object of local path `local` into that file (whole or not at all);
-        /// `Ok(false)` if the store does not have it.
+        /// Gets the object of local path `local` into that file (whole or not at all:
+        /// through a temporary file, fsynced and renamed); `Ok(false)` if the store does not
+        /// have it.
         pub(crate) fn fetch_file(&self, local: &Path) -> Result<bool, CheckpointError> {
             let key = self.key(local)?;
-            let (store, k) = (self.store.clone(), key.clone());
-            let bytes = match wait(async move { store.get(&k).await?.bytes().await }, &patient) {
-                Ok(Ok(b)) => b,
-                Ok(Err(object_store::Error::NotFound { .. })) => return Ok(false),
-                Ok(Err(e)) => return self.failed("get", &key)(e.to_string()),
-                Err(e) => return self.failed("get", &key)(e),
-            };
             if let Some(parent) = local.parent() {
                 store::create_dir_durable(parent).map_err(|source| CheckpointError::Io {
                     path: parent.to_owned(),
                     source,
                 })?;
             }
-            store::write_atomic(local, &bytes)?;
-            Ok(true)
+            let mut tmp = local.as_os_str().to_owned();
+            tmp.push(".fetching");
+            let tmp = PathBuf::from(tmp);
+            let (store, k, t) = (self.store.clone(), key.clone(), tmp.clone());
+            let got = match wait(get_to_file(store, k, t), &patient) {
+                Ok(Ok(got)) => got,
+                Ok(Err(e)) | Err(e) => {
+                    let _ = std::fs::remove_file(&tmp);
+                    return self.failed("get", &key)(e);
+                }
+            };
+            if got {
+                std::fs::rename(&tmp, local).map_err(|source| CheckpointError::Io {
+                    path: local.to_owned(),
+                    source,
+                })?;
+                if let Some(parent) = local.parent() {
+                    let _ = store::sync_dir(parent);
+                }
+            }
+            Ok(got)
         }
 
         /// Makes the local copy of directory `dir` what the store holds: fetches every object
@@ -807,6 +901,33 @@ mod imp {
                 );
             }
             assert_eq!(decode("%2E%2E"), None, "`..` is not a local name");
+            let _ = std::fs::remove_dir_all(&dir);
+        }
+
+        #[test]
+        fn a_file_larger_than_a_part_goes_in_parts_and_comes_back_whole() {
+            let dir =
+                std::env::temp_dir().join(format!("weir-remote-parts-{}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&dir);
+            let url = PathBuf::from(format!("file://{}", dir.join("store").display()));
+            let r = Remote::open(&url, &dir.join("local"), &[]).unwrap();
+            let file = r.local().join("run-1").join("shared").join("big.run");
+            std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+            let bytes: Vec<u8> = (0..PART * 2 + 12_345)
+                .map(|i| (i * 7 % 251) as u8)
+                .collect();
+            std::fs::write(&file, &bytes).unwrap();
+            r.upload(&file, &patient).unwrap();
+            std::fs::remove_file(&file).unwrap();
+            assert_eq!(r.fetch_tree(r.local()).unwrap(), 1);
+            assert!(
+                std::fs::read(&file).unwrap() == bytes,
+                "the file came back changed"
+            );
+            // Gone from the store: gone from the local copy at the next fetch.
+            r.delete(std::slice::from_ref(&file));
+            assert_eq!(r.fetch_tree(r.local()).unwrap(), 0);
+            assert!(!file.exists());
             let _ = std::fs::remove_dir_all(&dir);
         }
     }
