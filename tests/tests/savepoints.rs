@@ -1,6 +1,8 @@
 //! Savepoints: take one from a running job, stop with one, start a job from one; state is
 //! matched by operator uid.
 
+mod common;
+
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -238,4 +240,32 @@ fn a_line_source_resumes_its_byte_ranges_and_refuses_another_parallelism() {
     let want: Vec<String> = (0..LINES).map(|i| format!("line {i}")).collect();
     assert_eq!(got, want, "every line exactly once across both jobs");
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A stop-with-savepoint whose copy fails (its directory already holds a savepoint) answers
+/// why, and the job does not stop: its sources read on, and it ends with every id once.
+#[test]
+fn a_stop_with_savepoint_that_cannot_be_copied_answers_why_and_the_job_goes_on() {
+    let sp = tmp("taken");
+    std::fs::create_dir_all(&sp).unwrap();
+    std::fs::write(sp.join("_metadata"), b"an earlier savepoint").unwrap();
+    let out = CollectSink::default();
+    let env = Env::with_config(config(&tmp("ckpt-taken"), None, false));
+    let seen = Arc::new(AtomicU64::new(0));
+    let hold = Hold::new();
+    job(&env, "count", &out, &hold, &seen);
+    let handle = env.start("savepoint-taken").unwrap();
+    wait_for_first_half(&seen);
+    let answer = handle.monitor().trigger_savepoint(sp.clone(), true);
+    let err = answer
+        .recv_timeout(Duration::from_secs(60))
+        .expect("an answer")
+        .expect_err("the directory holds a savepoint");
+    assert!(err.contains("already there"), "{err}");
+    hold.release();
+    // Its sources paused at the savepoint's barrier read on (without that it never ends).
+    common::within_timeout(move || handle.wait()).expect("the job runs on to its end");
+    let mut ids: Vec<u64> = out.take().iter().map(|&(_, _, id)| id).collect();
+    ids.sort_unstable();
+    assert_eq!(ids, (0..N).collect::<Vec<_>>(), "every id once");
 }

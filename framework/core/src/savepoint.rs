@@ -9,7 +9,7 @@
 //! the controller (the waiting handle then learns that the job ended first).
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 /// Where a savepoint's answer goes: its path, or why there is none.
 pub(crate) type SavepointReply = std::sync::mpsc::Sender<Result<PathBuf, String>>;
@@ -30,11 +30,9 @@ pub(crate) struct SavepointRequests {
     pending: HashMap<u64, SavepointRequest>,
 }
 
-/// What completing a checkpoint did for the savepoint that waited for it.
+/// What copying a savepoint came to.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum Completion {
-    /// No savepoint waited for this checkpoint.
-    None,
     /// The savepoint is in place and its caller answered.
     Done {
         /// The caller asked to stop the job after it.
@@ -42,6 +40,22 @@ pub(crate) enum Completion {
     },
     /// Copying failed; the caller was told why.
     Failed,
+}
+
+/// Answers the caller of `sp`: its savepoint was copied (`Ok`) or not (why).
+pub(crate) fn answer(sp: SavepointRequest, copied: Result<(), String>) -> Completion {
+    match copied {
+        Ok(()) => {
+            tracing::info!(savepoint = %sp.dir.display(), "savepoint complete");
+            let _ = sp.reply.send(Ok(sp.dir.clone()));
+            Completion::Done { stop: sp.stop }
+        }
+        Err(e) => {
+            tracing::warn!(savepoint = %sp.dir.display(), error = %e, "savepoint failed");
+            let _ = sp.reply.send(Err(e));
+            Completion::Failed
+        }
+    }
 }
 
 impl SavepointRequests {
@@ -69,27 +83,10 @@ impl SavepointRequests {
         }
     }
 
-    /// Checkpoint `id` is complete: its savepoint (if any) is made by `copy` (from the
-    /// checkpoint into the savepoint's directory) and its caller answered.
-    pub(crate) fn complete(
-        &mut self,
-        id: u64,
-        copy: impl FnOnce(&Path) -> Result<(), String>,
-    ) -> Completion {
-        let Some(sp) = self.pending.remove(&id) else {
-            return Completion::None;
-        };
-        match copy(&sp.dir) {
-            Ok(()) => {
-                tracing::info!(savepoint = %sp.dir.display(), "savepoint complete");
-                let _ = sp.reply.send(Ok(sp.dir.clone()));
-                Completion::Done { stop: sp.stop }
-            }
-            Err(e) => {
-                let _ = sp.reply.send(Err(e));
-                Completion::Failed
-            }
-        }
+    /// The savepoint waiting for checkpoint `id`, taken out to be copied (then
+    /// [`answer`]ed).
+    pub(crate) fn take(&mut self, id: u64) -> Option<SavepointRequest> {
+        self.pending.remove(&id)
     }
 
     /// Number of pending savepoints.
@@ -126,14 +123,10 @@ mod tests {
         let (r, rx) = request("/sp/a", true);
         reqs.add(7, r);
         assert_eq!(reqs.len(), 1);
-        assert_eq!(reqs.complete(6, |_| Ok(())), Completion::None);
-        let mut copied_to = None;
-        let done = reqs.complete(7, |dir| {
-            copied_to = Some(dir.to_owned());
-            Ok(())
-        });
-        assert_eq!(done, Completion::Done { stop: true });
-        assert_eq!(copied_to, Some(PathBuf::from("/sp/a")));
+        assert!(reqs.take(6).is_none(), "no savepoint waits for 6");
+        let sp = reqs.take(7).expect("the savepoint of 7");
+        assert_eq!(sp.dir, PathBuf::from("/sp/a"));
+        assert_eq!(super::answer(sp, Ok(())), Completion::Done { stop: true });
         assert_eq!(answer(rx), Some(Ok(PathBuf::from("/sp/a"))));
         assert_eq!(reqs.len(), 0);
     }
@@ -147,8 +140,9 @@ mod tests {
         reqs.add(1, a);
         reqs.add(2, b);
         reqs.add(3, c);
+        let sp = reqs.take(1).expect("the savepoint of 1");
         assert_eq!(
-            reqs.complete(1, |_| Err("disk full".into())),
+            super::answer(sp, Err("disk full".into())),
             Completion::Failed
         );
         reqs.fail(2, || "savepoint 2 timed out".into());
