@@ -59,16 +59,6 @@ pub(crate) enum JobEvent {
         id: u64,
         result: Result<(), String>,
     },
-    /// The savepoint of checkpoint `id` was copied (or not), off the controller's thread;
-    /// its caller has its answer.
-    SavepointCopied {
-        attempt: u64,
-        id: u64,
-        /// It was copied, and its caller asked to stop the job after it.
-        stop: bool,
-        /// It could not be copied.
-        failed: bool,
-    },
 }
 
 /// Identity of a subtask actor.

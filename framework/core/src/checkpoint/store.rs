@@ -478,18 +478,7 @@ pub(crate) fn completed(root: &Path) -> Vec<u64> {
 /// Deletes completed checkpoints beyond the newest `keep`, and incomplete ones older than the
 /// newest completed; returns what it deleted (checkpoint directories, run files), for the
 /// object store's copy to follow.
-#[cfg(test)]
 pub(crate) fn retain(root: &Path, keep: usize) -> Vec<PathBuf> {
-    retain_except(root, keep, &std::collections::BTreeSet::new())
-}
-
-/// [`retain`], keeping the checkpoints in `pinned` too (a savepoint is being copied from
-/// them).
-pub(crate) fn retain_except(
-    root: &Path,
-    keep: usize,
-    pinned: &std::collections::BTreeSet<u64>,
-) -> Vec<PathBuf> {
     let mut deleted = Vec::new();
     let done = completed(root);
     let Some(&newest) = done.first() else {
@@ -505,7 +494,7 @@ pub(crate) fn retain_except(
         else {
             continue;
         };
-        if !keep.contains(&id) && !pinned.contains(&id) && id < newest {
+        if !keep.contains(&id) && id < newest {
             match std::fs::remove_dir_all(entry.path()) {
                 Ok(()) => deleted.push(entry.path()),
                 Err(e) => {
