@@ -11,9 +11,7 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
@@ -96,52 +94,15 @@ fn child_job() {
     println!("CHILD done");
 }
 
-/// A running child, its stdout lines arriving on a channel and its stderr collected.
-struct Running {
-    child: Child,
-    lines: mpsc::Receiver<String>,
-    stderr: std::thread::JoinHandle<String>,
+fn spawn(base: &Path, rate: f64, retained: usize) -> Running {
+    let mut cmd = common::child_job_command();
+    cmd.env(CHILD, format!("{};{rate};{retained}", base.display()))
+        .env("WEIR_STDERR_WARNINGS", "1");
+    Running(common::start_child(cmd))
 }
 
-fn spawn(base: &Path, rate: f64, retained: usize) -> Running {
-    let exe = std::env::current_exe().expect("the test binary");
-    let mut child = Command::new(exe)
-        .args([
-            "--exact",
-            "child_job",
-            "--ignored",
-            "--nocapture",
-            "--test-threads",
-            "1",
-        ])
-        .env(CHILD, format!("{};{rate};{retained}", base.display()))
-        .env("WEIR_STDERR_WARNINGS", "1")
-        .env_remove("RUST_LOG")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run the child");
-    let stdout = child.stdout.take().expect("piped stdout");
-    let mut stderr = child.stderr.take().expect("piped stderr");
-    let (tx, lines) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
-    let stderr = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = stderr.read_to_string(&mut s);
-        s
-    });
-    Running {
-        child,
-        lines,
-        stderr,
-    }
-}
+/// A running child, its stdout lines arriving on a channel and its stderr collected.
+struct Running(common::ChildRun);
 
 /// What a child reported.
 #[derive(Debug, Default)]
@@ -155,16 +116,21 @@ struct Report {
 impl Running {
     /// Reads the child's lines until it reported `kill_at` checkpoints (then SIGKILLs it) or
     /// ended by itself.
-    fn run(mut self, kill_at: Option<u64>) -> Report {
+    fn run(self, kill_at: Option<u64>) -> Report {
+        let common::ChildRun {
+            mut child,
+            lines,
+            stderr,
+        } = self.0;
         let mut r = Report::default();
         loop {
-            let line = match self.lines.recv_timeout(PATIENCE) {
+            let line = match lines.recv_timeout(PATIENCE) {
                 Ok(line) => line,
                 Err(mpsc::RecvTimeoutError::Disconnected) => break,
                 Err(mpsc::RecvTimeoutError::Timeout) => {
-                    let _ = self.child.kill();
-                    let _ = self.child.wait();
-                    let stderr = self.stderr.join().unwrap_or_default();
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    let stderr = stderr.join().unwrap_or_default();
                     panic!("the child said nothing for {PATIENCE:?}; stderr:\n{stderr}");
                 }
             };
@@ -176,7 +142,7 @@ impl Running {
                 r.checkpoints = n.parse().expect("a checkpoint count");
                 if kill_at.is_some_and(|k| r.checkpoints >= k) {
                     // SIGKILL on Unix: no destructor, no flush, no cleanup runs.
-                    self.child.kill().expect("kill the child");
+                    child.kill().expect("kill the child");
                     break;
                 }
             } else if let Some(id) = line.strip_prefix("CHILD restored ") {
@@ -185,8 +151,8 @@ impl Running {
                 r.done = true;
             }
         }
-        let status = self.child.wait().expect("the child ends");
-        r.stderr = self.stderr.join().unwrap_or_default();
+        let status = child.wait().expect("the child ends");
+        r.stderr = stderr.join().unwrap_or_default();
         if !r.done {
             assert!(
                 kill_at.is_some(),

@@ -12,9 +12,7 @@
 mod common;
 
 use std::collections::{BTreeMap, HashMap};
-use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::{mpsc, Arc};
 use std::time::Duration;
@@ -128,38 +126,13 @@ struct Report {
 
 /// Runs a child with `spec` and `env`; SIGKILLs it once it reported `kill_at` checkpoints.
 fn child(spec: &str, env: &[(String, String)], kill_at: Option<u64>) -> Report {
-    let exe = std::env::current_exe().expect("the test binary");
-    let mut child: Child = Command::new(exe)
-        .args([
-            "--exact",
-            "child_job",
-            "--ignored",
-            "--nocapture",
-            "--test-threads",
-            "1",
-        ])
-        .env(CHILD, spec)
-        .envs(env.iter().map(|(k, v)| (k, v)))
-        .env_remove("RUST_LOG")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run the child");
-    let stdout = child.stdout.take().expect("piped stdout");
-    let mut stderr = child.stderr.take().expect("piped stderr");
-    let (tx, lines) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
-    let err = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = stderr.read_to_string(&mut s);
-        s
-    });
+    let mut cmd = common::child_job_command();
+    cmd.env(CHILD, spec).envs(env.iter().map(|(k, v)| (k, v)));
+    let common::ChildRun {
+        mut child,
+        lines,
+        stderr: err,
+    } = common::start_child(cmd);
     let mut r = Report::default();
     loop {
         let line = match lines.recv_timeout(PATIENCE) {
@@ -277,13 +250,19 @@ fn file_url_a_killed_job_resumes_in_a_new_process_with_its_local_copy_gone() {
     ignore = "needs moto's S3 server: tests/run installs it (feature s3-server)"
 )]
 fn s3_a_killed_job_resumes_on_another_machine_from_the_server_alone() {
-    let s3 = S3Server::start().unwrap_or_else(|e| panic!("{e}"));
-    s3.create_bucket("weir").expect("a bucket");
+    let s3 = s3_with_bucket();
     let base = common::TempDir::new("objstore-s3");
     killed_then_resumed_elsewhere("s3://weir/checkpoints", base.path(), &s3.env(), "latest");
     // The finished job left nothing to resume from, on the store too.
     let left = s3.keys("weir", "checkpoints/").expect("list");
     assert!(left.is_empty(), "the finished job left objects: {left:?}");
+}
+
+/// moto's S3 server (behind its fault proxy) with the bucket `weir`.
+fn s3_with_bucket() -> S3Server {
+    let s3 = S3Server::start().unwrap_or_else(|e| panic!("{e}"));
+    s3.create_bucket("weir").expect("a bucket");
+    s3
 }
 
 /// Unaligned checkpoints write channel-state files named `<uid>#in<n>-<k>.state`, a
@@ -294,8 +273,7 @@ fn s3_a_killed_job_resumes_on_another_machine_from_the_server_alone() {
     ignore = "needs moto's S3 server: tests/run installs it (feature s3-server)"
 )]
 fn s3_unaligned_checkpoints_resume_on_another_machine_from_the_server_alone() {
-    let s3 = S3Server::start().unwrap_or_else(|e| panic!("{e}"));
-    s3.create_bucket("weir").expect("a bucket");
+    let s3 = s3_with_bucket();
     let base = common::TempDir::new("objstore-unaligned");
     killed_then_resumed_elsewhere(
         "s3://weir/unaligned",
@@ -313,8 +291,7 @@ fn s3_unaligned_checkpoints_resume_on_another_machine_from_the_server_alone() {
     ignore = "needs moto's S3 server: tests/run installs it (feature s3-server)"
 )]
 fn s3_a_savepoint_restores_on_another_machine_from_the_server_alone() {
-    let s3 = S3Server::start().unwrap_or_else(|e| panic!("{e}"));
-    s3.create_bucket("weir").expect("a bucket");
+    let s3 = s3_with_bucket();
     let base = common::TempDir::new("objstore-sp");
     let out = base.path().join("out");
     let sp = "s3://weir/savepoints/sp-1";
@@ -383,8 +360,7 @@ fn stats(job: &JobHandle) -> weir::CheckpointStats {
     ignore = "needs moto's S3 server: tests/run installs it (feature s3-server)"
 )]
 fn s3_unavailable_down_and_slow_fail_checkpoints_and_the_job_goes_on() {
-    let s3 = S3Server::start().unwrap_or_else(|e| panic!("{e}"));
-    s3.create_bucket("weir").expect("a bucket");
+    let s3 = s3_with_bucket();
     let base = common::TempDir::new("objstore-faults");
     let out = base.path().join("out");
     let mut cfg = config("s3://weir/faults", &base.path().join("local"));
@@ -485,8 +461,7 @@ fn s3_unavailable_down_and_slow_fail_checkpoints_and_the_job_goes_on() {
 )]
 fn s3_a_state_file_larger_than_a_part_goes_in_parts_and_restores() {
     const BIG_KEYS: u64 = 300_000;
-    let s3 = S3Server::start().unwrap_or_else(|e| panic!("{e}"));
-    s3.create_bucket("weir").expect("a bucket");
+    let s3 = s3_with_bucket();
     let base = common::TempDir::new("objstore-parts");
     let job_of = |local: &str, restore: Option<&str>| {
         let mut cfg = config("s3://weir/parts", &base.path().join(local));

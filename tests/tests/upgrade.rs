@@ -6,9 +6,11 @@
 //! The two "binaries" are this test binary run as a child with a version in its environment:
 //! separate processes, so nothing is shared but the savepoint and the sink's directory.
 
+mod common;
+
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::Duration;
 
 use weir::rate::RateControlConfig;
@@ -84,15 +86,7 @@ fn child_job() {
 }
 
 fn spawn(base: &Path, spec: String) -> std::process::Child {
-    Command::new(std::env::current_exe().expect("the test binary"))
-        .args([
-            "--exact",
-            "child_job",
-            "--ignored",
-            "--nocapture",
-            "--test-threads",
-            "1",
-        ])
+    common::child_job_command()
         .env(CHILD, format!("{};{spec}", base.display()))
         .env("WEIR_STDERR_WARNINGS", "0")
         .stdin(Stdio::piped())

@@ -356,3 +356,61 @@ pub fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
         std::thread::sleep(Duration::from_millis(1));
     }
 }
+
+/// The command that runs this test binary's `child_job` test alone: ignored (not a test of its
+/// own), so its parents run it with `--ignored`; its stdout carries `CHILD ...` lines.
+pub fn child_job_command() -> std::process::Command {
+    let mut cmd = std::process::Command::new(std::env::current_exe().expect("the test binary"));
+    cmd.args([
+        "--exact",
+        "child_job",
+        "--ignored",
+        "--nocapture",
+        "--test-threads",
+        "1",
+    ])
+    .env_remove("RUST_LOG");
+    cmd
+}
+
+/// A child process started by [`start_child`]: its stdout lines arrive on `lines`, its
+/// stderr is collected by `stderr`.
+pub struct ChildRun {
+    pub child: std::process::Child,
+    pub lines: mpsc::Receiver<String>,
+    pub stderr: std::thread::JoinHandle<String>,
+}
+
+/// Starts `cmd` with its stdout read line by line and its stderr collected.
+pub fn start_child(mut cmd: std::process::Command) -> ChildRun {
+    use std::io::{BufRead, Read};
+    use std::process::Stdio;
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run the child");
+    let stdout = child.stdout.take().expect("piped stdout");
+    let mut stderr = child.stderr.take().expect("piped stderr");
+    let (tx, lines) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+        {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let stderr = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = stderr.read_to_string(&mut s);
+        s
+    });
+    ChildRun {
+        child,
+        lines,
+        stderr,
+    }
+}

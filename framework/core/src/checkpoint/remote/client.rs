@@ -609,6 +609,12 @@ impl Remote {
         let mut dirs = Vec::new();
         let mut files = Vec::new();
         for path in todo {
+            // A run file (`.run`, `.base`) is deleted as it is; a directory (`chk-<id>`, a
+            // job run's) is listed first.
+            if path.extension().is_some() {
+                files.push(path);
+                continue;
+            }
             match self.list(&path) {
                 Ok(objects) if objects.is_empty() => files.push(path),
                 Ok(objects) => dirs.push((path, objects)),

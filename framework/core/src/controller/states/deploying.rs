@@ -97,31 +97,15 @@ impl Deploying {
         if remote::is_url(latest.directory()) {
             match Self::fetch_latest(ctx, latest.directory()) {
                 Ok(local) => job_dir = local,
-                Err(source) => {
-                    return Finished::failed(JobError::Restore {
-                        job: ctx.job.clone(),
-                        path: job_dir,
-                        source: Box::new(source),
-                    })
-                    .into()
-                }
+                Err(source) => return restore_failed(ctx, job_dir, source),
             }
         }
-        let scan = match store::find_latest(
-            &job_dir,
-            &ctx.plan.uids,
-            ctx.cfg.checkpoint.allow_non_restored_state,
-        ) {
-            Ok(scan) => scan,
-            Err(source) => {
-                return Finished::failed(JobError::Restore {
-                    job: ctx.job.clone(),
-                    path: job_dir,
-                    source: Box::new(source),
-                })
-                .into()
-            }
-        };
+        let uids = &ctx.plan.uids;
+        let scan =
+            match store::find_latest(&job_dir, uids, ctx.cfg.checkpoint.allow_non_restored_state) {
+                Ok(scan) => scan,
+                Err(source) => return restore_failed(ctx, job_dir, source),
+            };
         for (dir, e) in &scan.skipped {
             ctx.warnings.checkpoint_skipped(dir, &e.to_string());
         }
@@ -270,4 +254,18 @@ pub(super) fn fit_restore(ctx: &JobContext, restore: &mut Restore) -> Result<(),
     }
     restore.parallelism.extend(ctx.plan.parallelism_by_uid());
     Ok(())
+}
+
+/// The job cannot start: what it was to restore from (`path`) could not be read.
+fn restore_failed(
+    ctx: &JobContext,
+    path: std::path::PathBuf,
+    source: store::CheckpointError,
+) -> JobState {
+    Finished::failed(JobError::Restore {
+        job: ctx.job.clone(),
+        path,
+        source: Box::new(source),
+    })
+    .into()
 }
