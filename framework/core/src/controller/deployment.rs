@@ -87,7 +87,7 @@ pub(crate) struct Placement<'a> {
     pub(crate) events: &'a UnboundedSender<JobEvent>,
     pub(crate) checkpoint_root: Option<PathBuf>,
     /// The object store checkpoints also go to.
-    pub(crate) remote: Option<Arc<crate::checkpoint::remote::Remote>>,
+    pub(crate) remote: Option<std::sync::Arc<crate::checkpoint::remote::Remote>>,
     /// The checkpoint whose states subtasks hand over in memory (0: none).
     pub(crate) handover: Arc<crate::sync::atomic::AtomicU64>,
 }

@@ -149,7 +149,7 @@ pub(crate) struct Launch {
     pub(crate) deployed: std_mpsc::Sender<()>,
     pub(crate) views: Views,
     /// The object store checkpoints go to, when the checkpoint directory is a URL.
-    pub(crate) remote: Option<Arc<crate::checkpoint::remote::Remote>>,
+    pub(crate) remote: Option<std::sync::Arc<crate::checkpoint::remote::Remote>>,
 }
 
 /// The job-wide context every state works in.
@@ -170,7 +170,7 @@ pub(crate) struct JobContext {
     /// the local copy (see [`crate::checkpoint::remote`]).
     pub(crate) checkpoint_root: PathBuf,
     /// The object store checkpoints also go to (the checkpoint directory is a URL).
-    pub(crate) remote: Option<Arc<crate::checkpoint::remote::Remote>>,
+    pub(crate) remote: Option<std::sync::Arc<crate::checkpoint::remote::Remote>>,
     /// What the job started from (a savepoint, or an earlier run's checkpoint): restored
     /// again by a restart before this run's own first checkpoint.
     pub(crate) initial_restore: Option<crate::plan::Restore>,

@@ -76,7 +76,7 @@ pub(crate) struct SubtaskActor {
     /// Where checkpoint state files go (checkpoints on).
     checkpoint_dir: Option<std::path::PathBuf>,
     /// The object store the state files also go to (the checkpoint directory is a URL).
-    remote: Option<Arc<crate::checkpoint::remote::Remote>>,
+    remote: Option<std::sync::Arc<crate::checkpoint::remote::Remote>>,
     /// The checkpoint (if not 0) whose states are also handed to the controller in memory,
     /// with the acknowledgement (a rescale deals them to the new subtasks).
     handover: Arc<crate::sync::atomic::AtomicU64>,
@@ -96,7 +96,7 @@ impl SubtaskActor {
         linger: Duration,
         sample: Arc<Mutex<SubtaskSample>>,
         checkpoint_dir: Option<std::path::PathBuf>,
-        remote: Option<Arc<crate::checkpoint::remote::Remote>>,
+        remote: Option<std::sync::Arc<crate::checkpoint::remote::Remote>>,
         handover: Arc<crate::sync::atomic::AtomicU64>,
     ) -> Self {
         let now = Instant::now();
@@ -440,7 +440,7 @@ impl Actor for SubtaskActor {
 struct StateWrite {
     root: std::path::PathBuf,
     /// The object store the files also go to, before the acknowledgement.
-    remote: Option<Arc<crate::checkpoint::remote::Remote>>,
+    remote: Option<std::sync::Arc<crate::checkpoint::remote::Remote>>,
     id: u64,
     attempt: u64,
     actor: usize,

@@ -377,11 +377,11 @@ impl Remote {
         local: &Path,
         give_up: &dyn Fn() -> bool,
     ) -> Result<(), CheckpointError> {
-        if crate::sync::lock(&self.uploaded).contains(local) {
+        if lock(&self.uploaded).contains(local) {
             return Ok(());
         }
         self.put(local, local, give_up)?;
-        crate::sync::lock(&self.uploaded).insert(local.to_owned());
+        lock(&self.uploaded).insert(local.to_owned());
         Ok(())
     }
 
@@ -414,7 +414,7 @@ impl Remote {
     /// [`Self::delete`] on a thread of its own, in order, so that the caller (the
     /// controller, between heartbeats) does not wait for the store.
     pub(crate) fn delete_later(self: &Arc<Self>, gone: Vec<PathBuf>) {
-        let mut cleaner = crate::sync::lock(&self.cleaner);
+        let mut cleaner = lock(&self.cleaner);
         if cleaner.is_none() {
             let (tx, rx) = std::sync::mpsc::channel::<Cleanup>();
             let me = Arc::downgrade(self);
@@ -455,7 +455,7 @@ impl Remote {
     /// Waits until what [`Self::delete_later`] was given is done.
     pub(crate) fn settle(&self) {
         let (tx, rx) = std::sync::mpsc::sync_channel(1);
-        let sent = crate::sync::lock(&self.cleaner)
+        let sent = lock(&self.cleaner)
             .as_ref()
             .is_some_and(|c| c.send(Cleanup::Flush(tx)).is_ok());
         if sent {
@@ -601,7 +601,7 @@ impl Remote {
     /// or a crash in the middle never leaves a complete checkpoint missing a file. What
     /// fails is logged and tried again at the next call.
     pub(crate) fn delete(&self, gone: &[PathBuf]) {
-        let mut todo = std::mem::take(&mut *crate::sync::lock(&self.pending));
+        let mut todo = std::mem::take(&mut *lock(&self.pending));
         todo.extend(gone.iter().cloned());
         todo.sort();
         todo.dedup();
@@ -644,7 +644,7 @@ impl Remote {
                 retry.push(file);
             }
         }
-        crate::sync::lock(&self.pending).extend(retry);
+        lock(&self.pending).extend(retry);
     }
 
     /// Deletes the object of local path `path` (gone already counts); whether it is gone.
@@ -656,7 +656,7 @@ impl Remote {
         let res = wait(async move { store.delete(&k).await }, &patient);
         match res {
             Ok(Ok(()) | Err(object_store::Error::NotFound { .. })) => {
-                crate::sync::lock(&self.uploaded).remove(path);
+                lock(&self.uploaded).remove(path);
                 true
             }
             Ok(Err(e)) => {
@@ -723,4 +723,12 @@ mod tests {
         assert!(!file.exists());
         let _ = std::fs::remove_dir_all(&dir);
     }
+}
+
+/// Locks one of the client's own mutexes, recovering the data if a thread panicked holding it.
+///
+/// The client is not one of the concurrency cores the loom models explore, so it uses std's
+/// mutex directly rather than the `sync` shim (whose types are loom's under `--cfg weir_loom`).
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
