@@ -671,6 +671,14 @@ impl Remote {
     }
 }
 
+/// Locks one of the client's own mutexes, recovering the data if a thread panicked holding it.
+///
+/// The client is not one of the concurrency cores the loom models explore, so it uses std's
+/// mutex directly rather than the `sync` shim (whose types are loom's under `--cfg weir_loom`).
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -723,12 +731,4 @@ mod tests {
         assert!(!file.exists());
         let _ = std::fs::remove_dir_all(&dir);
     }
-}
-
-/// Locks one of the client's own mutexes, recovering the data if a thread panicked holding it.
-///
-/// The client is not one of the concurrency cores the loom models explore, so it uses std's
-/// mutex directly rather than the `sync` shim (whose types are loom's under `--cfg weir_loom`).
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
