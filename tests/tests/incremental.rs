@@ -5,16 +5,22 @@
 //! after a rescale, and through a savepoint restored without the runs.
 
 mod common;
+#[path = "common/counting.rs"]
+mod counting;
 
-use std::collections::HashMap;
+use counting::{
+    check_exactly_once, completed, inject_panic, job, two_panics_then_end, wait_checkpoints,
+    Controls,
+};
+
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use weir::{
-    CollectSink, Collector, Env, EnvConfig, JobHandle, KeyedContext, KeyedProcessFunction,
-    RestartStrategy, ValueState,
+    CollectSink, Collector, Env, EnvConfig, KeyedContext, KeyedProcessFunction, RestartStrategy,
+    ValueState,
 };
 
 const KEYS: u64 = 3_000;
@@ -39,43 +45,6 @@ fn config(dir: &Path, incremental: bool) -> EnvConfig {
         delay: Duration::ZERO,
     });
     cfg
-}
-
-/// What a test controls of a running job: stop its source, make its keyed function panic
-/// once (at its next record).
-#[derive(Clone, Default)]
-struct Controls {
-    stop: Arc<AtomicBool>,
-    ended_at: Arc<AtomicU64>,
-    panic_once: Arc<AtomicBool>,
-}
-
-/// Endless ids (one source subtask, 64 per ms) -> a map at parallelism 2 (so the keyed
-/// subtasks align barriers of two channels) -> key_by(id % KEYS) -> a running count per key at
-/// parallelism `p` -> an exactly-once collect.
-fn job(env: &Env, p: usize, c: &Controls, out: &CollectSink<(u64, u64, u64)>) {
-    let panic_once = c.panic_once.clone();
-    common::endless_ids(env, &c.stop, &c.ended_at)
-        .map(|x: u64| x)
-        .uid("pass")
-        .set_parallelism(2)
-        .key_by(|x: &u64| x % KEYS)
-        .process(
-            move |k: &u64,
-                  s: &mut ValueState<u64>,
-                  x: u64,
-                  out: &mut Collector<(u64, u64, u64)>| {
-                if panic_once.swap(false, Ordering::SeqCst) {
-                    panic!("injected: the keyed function fails");
-                }
-                let n = s.get_or_insert_with(|| 0);
-                *n += 1;
-                out.collect((*k, *n, x));
-            },
-        )
-        .uid("count")
-        .set_parallelism(p)
-        .collect_into(out);
 }
 
 /// A running count per key that also registers, for every hundredth key, a processing-time
@@ -111,89 +80,6 @@ impl KeyedProcessFunction<u64, u64, (u64, u64, u64)> for CountWithTimers {
     }
 }
 
-fn completed(job: &JobHandle) -> u64 {
-    job.checkpoint_stats()
-        .map_or(0, |s| s.number_of_completed_checkpoints)
-}
-
-fn wait_checkpoints(job: &JobHandle, n: u64) {
-    weir_testing::wait_for_checkpoint(job, n, Duration::from_secs(120))
-        .unwrap_or_else(|e| panic!("{n} checkpoints did not complete: {e:?}"));
-}
-
-/// Makes the keyed function panic once, and waits until the job restored a checkpoint and
-/// completed two more.
-fn inject_panic(job: &JobHandle, c: &Controls) {
-    let before = job.checkpoint_stats().unwrap_or_default();
-    let (restarts, newest) = (
-        before.num_restarts,
-        before.last_completed_checkpoint_id.unwrap_or(0),
-    );
-    c.panic_once.store(true, Ordering::SeqCst);
-    let deadline = std::time::Instant::now() + Duration::from_secs(120);
-    loop {
-        let s = job.checkpoint_stats().unwrap_or_default();
-        // The newest complete checkpoint (or a later one) was readable and restored, not an
-        // older one, nor nothing. (The restart is counted before the restore is recorded.)
-        let restored = s.last_restored_checkpoint_id.unwrap_or(0);
-        if s.num_restarts > restarts && restored >= newest {
-            break;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "no restart from checkpoint {newest} or later after the panic: {s:?}"
-        );
-        std::thread::sleep(Duration::from_millis(2));
-    }
-    wait_checkpoints(job, completed(job) + 2);
-}
-
-/// Once `first` checkpoints completed, a panic; `then` checkpoints after its restore, another;
-/// then the source ends, and the output is checked.
-fn two_panics_then_end(
-    handle: JobHandle,
-    c: &Controls,
-    out: &CollectSink<(u64, u64, u64)>,
-    first: u64,
-    then: u64,
-) {
-    wait_checkpoints(&handle, first);
-    inject_panic(&handle, c);
-    wait_checkpoints(&handle, completed(&handle) + then);
-    inject_panic(&handle, c);
-    c.stop.store(true, Ordering::SeqCst);
-    handle.wait().expect("the job recovers and ends");
-    check_exactly_once(c.ended_at.load(Ordering::SeqCst), &out.take());
-}
-
-/// Every id below where the source ended once, and each key's counts exactly `1..=n`.
-fn check_exactly_once(ended_at: u64, committed: &[(u64, u64, u64)]) {
-    let mut seen = vec![0u32; ended_at as usize];
-    for &(_, _, id) in committed {
-        assert!(id < ended_at, "id {id} past the end {ended_at}");
-        seen[id as usize] += 1;
-    }
-    let missing: Vec<u64> = (0..ended_at)
-        .filter(|&i| seen[i as usize] == 0)
-        .take(5)
-        .collect();
-    let dups: Vec<u64> = (0..ended_at)
-        .filter(|&i| seen[i as usize] > 1)
-        .take(5)
-        .collect();
-    assert!(missing.is_empty(), "missing ids (first 5): {missing:?}");
-    assert!(dups.is_empty(), "duplicated ids (first 5): {dups:?}");
-    let mut counts: HashMap<u64, Vec<u64>> = HashMap::new();
-    for &(k, n, _) in committed {
-        counts.entry(k).or_default().push(n);
-    }
-    for (k, mut ns) in counts {
-        ns.sort_unstable();
-        let expected = (0..ended_at).filter(|i| i % KEYS == k).count() as u64;
-        assert_eq!(ns, (1..=expected).collect::<Vec<_>>(), "counts of key {k}");
-    }
-}
-
 /// The state files of the job's run directories under `dir` that reference runs, and the run
 /// files there.
 fn runs_on_disk(dir: &Path) -> usize {
@@ -221,7 +107,7 @@ fn a_panic_restores_exactly_from_a_chain_of_a_hundred_incremental_checkpoints() 
     let dir = tmp("chain");
     let env = Env::with_config(config(&dir, true));
     let (c, out) = (Controls::default(), CollectSink::default());
-    job(&env, 2, &c, &out);
+    job(&env, KEYS, 2, &c, &out);
     let handle = env.start("incremental-chain").expect("starts");
     wait_checkpoints(&handle, 100);
     // Most checkpoints wrote less than the state they cover: they are incremental.
@@ -244,7 +130,7 @@ fn a_panic_restores_exactly_from_a_chain_of_a_hundred_incremental_checkpoints() 
     inject_panic(&handle, &c);
     c.stop.store(true, Ordering::SeqCst);
     handle.wait().expect("the job recovers and ends");
-    check_exactly_once(c.ended_at.load(Ordering::SeqCst), &out.take());
+    check_exactly_once(KEYS, c.ended_at.load(Ordering::SeqCst), &out.take());
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -253,7 +139,7 @@ fn a_panic_after_a_rescale_restores_exactly_from_incremental_checkpoints() {
     let dir = tmp("rescale");
     let env = Env::with_config(config(&dir, true));
     let (c, out) = (Controls::default(), CollectSink::default());
-    job(&env, 2, &c, &out);
+    job(&env, KEYS, 2, &c, &out);
     let handle = env.start("incremental-rescale").expect("starts");
     wait_checkpoints(&handle, 10);
     handle.rescale("count", 3).expect("rescale 2 -> 3");
@@ -264,7 +150,7 @@ fn a_panic_after_a_rescale_restores_exactly_from_incremental_checkpoints() {
     inject_panic(&handle, &c);
     c.stop.store(true, Ordering::SeqCst);
     handle.wait().expect("the job recovers and ends");
-    check_exactly_once(c.ended_at.load(Ordering::SeqCst), &out.take());
+    check_exactly_once(KEYS, c.ended_at.load(Ordering::SeqCst), &out.take());
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -288,9 +174,9 @@ fn unaligned_checkpoints_among_incremental_ones_restore_exactly_with_one_retaine
         }
         let env = Env::with_config(cfg);
         let (c, out) = (Controls::default(), CollectSink::default());
-        job(&env, 2, &c, &out);
+        job(&env, KEYS, 2, &c, &out);
         let handle = env.start("incremental-unaligned").expect("starts");
-        two_panics_then_end(handle, &c, &out, 40, 20);
+        two_panics_then_end(handle, &c, &out, KEYS, 40, 20);
         let _ = std::fs::remove_dir_all(&dir);
     }
 }
@@ -309,7 +195,7 @@ fn an_operator_with_timers_restores_exactly_from_incremental_checkpoints() {
         .set_parallelism(2)
         .collect_into(&out);
     let handle = env.start("incremental-timers").expect("starts");
-    two_panics_then_end(handle, &c, &out, 20, 10);
+    two_panics_then_end(handle, &c, &out, KEYS, 20, 10);
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -319,7 +205,7 @@ fn a_savepoint_of_an_incremental_job_restores_without_its_runs_and_without_incre
     let out = CollectSink::default();
     let env = Env::with_config(config(&dir, true));
     let c = Controls::default();
-    job(&env, 2, &c, &out);
+    job(&env, KEYS, 2, &c, &out);
     let handle = env.start("incremental-sp").expect("starts");
     wait_checkpoints(&handle, 20);
     handle
@@ -335,11 +221,11 @@ fn a_savepoint_of_an_incremental_job_restores_without_its_runs_and_without_incre
     cfg.checkpoint.restore_from = Some(sp.clone());
     let env = Env::with_config(cfg);
     let c = Controls::default();
-    job(&env, 3, &c, &out);
+    job(&env, KEYS, 3, &c, &out);
     let handle = env.start("incremental-sp-b").expect("restores");
     wait_checkpoints(&handle, 3);
     c.stop.store(true, Ordering::SeqCst);
     handle.wait().expect("the restored job ends");
-    check_exactly_once(c.ended_at.load(Ordering::SeqCst), &out.take());
+    check_exactly_once(KEYS, c.ended_at.load(Ordering::SeqCst), &out.take());
     let _ = std::fs::remove_dir_all(&sp);
 }

@@ -193,7 +193,7 @@ impl GeneratorConfig {
         // (each id three times in the suite's proportions) and the joins see one auction as
         // several.
         if let Some(cycle) = cycle {
-            if self.first_event_id % cycle as u64 != 0 {
+            if !self.first_event_id.is_multiple_of(cycle as u64) {
                 return Err(bad(
                     "first_event_id",
                     &self.first_event_id,

@@ -12,6 +12,7 @@ use crate::fault::FaultPlan;
 use crate::key_group::DEFAULT_MAX_PARALLELISM;
 use crate::rate::RateControlConfig;
 use crate::restart::RestartStrategy;
+use crate::state::StateBackend;
 
 /// The longest line the line sources read by default (`EnvConfig::max_line_bytes`): 16 MiB.
 pub const DEFAULT_MAX_LINE_BYTES: usize = 16 * 1024 * 1024;
@@ -121,6 +122,9 @@ pub struct EnvConfig {
     /// malformed: it is never buffered whole, and goes to the side output or fails the job
     /// by the source's policy.
     pub max_line_bytes: usize,
+    /// Where keyed operators keep their per-key states (default [`StateBackend::Memory`]):
+    /// in memory, or on disk for state larger than memory ([`StateBackend::disk`]).
+    pub state_backend: StateBackend,
 }
 
 impl Default for EnvConfig {
@@ -147,6 +151,7 @@ impl Default for EnvConfig {
             backups: Default::default(),
             faults: FaultPlan::default(),
             max_line_bytes: DEFAULT_MAX_LINE_BYTES,
+            state_backend: StateBackend::Memory,
         }
     }
 }
@@ -185,6 +190,9 @@ impl EnvConfig {
             return bad("metrics_interval", "must be at least 10 ms");
         }
         self.checkpoint.validate()?;
+        if let Err(e) = self.state_backend.validate() {
+            return bad("state_backend", &e);
+        }
         if let Err(e) = self.rate_control.validate() {
             return bad("rate_control", &e.to_string());
         }

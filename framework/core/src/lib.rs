@@ -131,7 +131,8 @@ pub use sink::CollectSink;
 pub use source::jsonl::{BadLine, BadLineKind, Line, MalformedPolicy};
 pub use source::text::Text;
 pub use state::{
-    KeyedState, ListState, MapState, Reduce, ReducingState, StateTtl, TtlUpdate, ValueState,
+    DiskBackend, KeyedState, ListState, MapState, Reduce, ReducingState, StateBackend, StateTtl,
+    TtlUpdate, ValueState,
 };
 pub use stream::{
     DataStream, KeyedClosure, KeyedOperator, KeyedStream, PerKeyState, PerRecord, SinkStream,

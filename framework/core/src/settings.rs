@@ -542,9 +542,9 @@ pub fn parse_duration(v: &str) -> Result<Duration, String> {
 /// A duration the way [`parse_duration`] reads it back.
 pub(crate) fn format_duration(d: Duration) -> String {
     let ms = d.as_millis();
-    if d.as_micros() % 1000 != 0 {
+    if !d.as_micros().is_multiple_of(1000) {
         format!("{}us", d.as_micros())
-    } else if ms % 1000 != 0 || ms == 0 {
+    } else if !ms.is_multiple_of(1000) || ms == 0 {
         format!("{ms}ms")
     } else {
         format!("{}s", ms / 1000)

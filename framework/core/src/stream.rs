@@ -1112,7 +1112,14 @@ where
             let mut op = KeyedOp {
                 key_fn: key_fn.clone(),
                 f: f.clone(),
-                state: crate::state::KeyedState::tracking(env.hands_state || incremental.is_some()),
+                state: crate::state::KeyedState::open(
+                    &env.config.state_backend,
+                    env.hands_state || incremental.is_some(),
+                    &env.info.uid,
+                    env.info.subtask,
+                    env.config.max_parallelism,
+                )
+                .map_err(|e| env.restore_error(e))?,
                 incremental,
                 core: core(env, next),
                 max_parallelism: env.config.max_parallelism,

@@ -182,6 +182,30 @@ where
                     None => chunk.push((k, None)),
                 }
             }
+        } else if let Entries::Disk(d) = &mut state.map {
+            for k in copy.keys.by_ref().take(budget) {
+                match d.cache.get_mut(&k) {
+                    Some(t) if t.logged == g => {
+                        t.logged = 0;
+                        chunk.push((k, Some(t.state.clone())));
+                    }
+                    Some(_) => {}
+                    // Written back since the barrier: the store has it as it was then, unless
+                    // it was written since (and copied then).
+                    None => match d.stored(&k) {
+                        Ok(Some(t)) if t.logged == g => chunk.push((k, Some(t.state))),
+                        Ok(Some(_)) => {}
+                        Ok(None) => chunk.push((k, None)),
+                        Err(e) => {
+                            // The operator fails with it at its next step; this copy's
+                            // checkpoint never completes.
+                            d.fail(e);
+                            copy.keys = Vec::new().into_iter();
+                            break;
+                        }
+                    },
+                }
+            }
         } else {
             copy.keys = Vec::new().into_iter();
         }

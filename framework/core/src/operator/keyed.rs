@@ -286,18 +286,18 @@ where
             };
             delta.push(key_group_of(k, self.max_parallelism), k, Some(&entry))
         };
+        let max_parallelism = self.max_parallelism;
         let pushed = match &keys {
-            None => self
-                .state
-                .iter()
-                .try_for_each(|(k, s)| push(&mut delta, k, s)),
-            Some(keys) => keys.iter().try_for_each(|k| match self.state.get(k) {
-                Some(s) => push(&mut delta, k, s),
-                None => delta.push::<K, EntryRef<'_, K, P::State>>(
-                    key_group_of(k, self.max_parallelism),
-                    k,
-                    None,
-                ),
+            None => self.state.try_for_each(|k, s| push(&mut delta, k, s)),
+            Some(keys) => keys.iter().try_for_each(|k| {
+                self.state.read(k, |s| match s {
+                    Some(s) => push(&mut delta, k, s),
+                    None => delta.push::<K, EntryRef<'_, K, P::State>>(
+                        key_group_of(k, max_parallelism),
+                        k,
+                        None,
+                    ),
+                })?
             }),
         };
         pushed.map_err(|e| self.core.state_error(e))?;
@@ -314,7 +314,10 @@ where
 
     /// The whole state's snapshot payload: entries by key group, with their timers, after
     /// the function's own fields if it has hooks.
-    fn whole_payload(&self) -> Result<Vec<u8>, TaskError> {
+    fn whole_payload(&mut self) -> Result<Vec<u8>, TaskError> {
+        if self.state.on_disk() {
+            return self.whole_payload_from_disk();
+        }
         let timers = self.timers.by_key();
         let groups: Grouped<EntryRef<'_, K, P::State>> =
             by_key_group(self.state.iter(), self.max_parallelism)
@@ -337,6 +340,65 @@ where
             }
         }
         .map_err(|e| self.core.state_error(e))
+    }
+
+    /// [`whole_payload`](Self::whole_payload) of a state on disk: the same CBOR, written as
+    /// the store gives the entries (by key group ascending), one entry decoded at a time.
+    fn whole_payload_from_disk(&mut self) -> Result<Vec<u8>, TaskError> {
+        let timers = self.timers.by_key();
+        let max_parallelism = self.max_parallelism;
+        // `[group, [entry...]]` per key group, back to back; the groups' array head last.
+        let mut body = Vec::new();
+        let mut groups = 0u64;
+        let mut group: Option<(usize, u64, Vec<u8>)> = None;
+        let close = |body: &mut Vec<u8>, (g, n, entries): (usize, u64, Vec<u8>)| {
+            crate::state::changes::head(body, 4, 2);
+            crate::state::changes::head(body, 0, g as u64);
+            crate::state::changes::head(body, 4, n);
+            body.extend_from_slice(&entries);
+        };
+        self.state
+            .try_for_each(|key, state| {
+                let g = key_group_of(key, max_parallelism);
+                if group.as_ref().is_none_or(|(at, _, _)| *at != g) {
+                    if let Some(done) = group.take() {
+                        close(&mut body, done);
+                    }
+                    groups += 1;
+                    group = Some((g, 0, Vec::new()));
+                }
+                let (_, n, entries) = group.as_mut().ok_or("no group")?;
+                let entry = EntryRef {
+                    key,
+                    state,
+                    timers: timers.get(key).map(Vec::as_slice),
+                };
+                ciborium::into_writer(&entry, &mut *entries).map_err(|e| e.to_string())?;
+                *n += 1;
+                Ok(())
+            })
+            .map_err(|e| self.core.state_error(e))?;
+        if let Some(done) = group.take() {
+            close(&mut body, done);
+        }
+        let mut payload = Vec::with_capacity(body.len() + 16);
+        if let Some(h) = &self.hooks {
+            let own = (h.snapshot)(&self.f).map_err(|e| self.core.state_error(e.to_string()))?;
+            crate::state::changes::head(&mut payload, 4, 2);
+            ciborium::into_writer(&own, &mut payload)
+                .map_err(|e| self.core.state_error(e.to_string()))?;
+        }
+        crate::state::changes::head(&mut payload, 4, groups);
+        payload.extend_from_slice(&body);
+        Ok(payload)
+    }
+
+    /// The state store's first error, as the subtask's failure.
+    fn state_failed(&mut self) -> Result<(), TaskError> {
+        match self.state.take_error() {
+            Some(e) => Err(self.core.state_error(e)),
+            None => Ok(()),
+        }
     }
 
     /// Hands barrier `id`'s state incrementally (runs under `root`): what changed since the
@@ -493,7 +555,39 @@ where
                     }
                 }
             }
-        })
+            crate::state::Entries::Disk(d) => {
+                for r in batch.drain(..) {
+                    let k = key_fn(&r);
+                    let t = ts.as_ref().map(|ts| ts(&r));
+                    if let Some(e) = d.cache.get_mut(&k) {
+                        if changes.touch(&k, &mut e.logged) {
+                            saved.push((k.clone(), e.state.clone()));
+                        }
+                        let ctx = &mut KeyedContext::new(&k, t, timers);
+                        f.process_with_ctx(&k, &mut e.state, r, ctx, out);
+                    } else {
+                        // Not cached: read from the store, or new.
+                        let mut e = match d.load(&k, changes, P::State::default) {
+                            Ok(e) => e,
+                            Err(err) => {
+                                // The subtask fails with it (below); the batch's other
+                                // records go with the drain, and are replayed from the
+                                // checkpoint the restart restores.
+                                d.fail(err);
+                                break;
+                            }
+                        };
+                        if changes.touch(&k, &mut e.logged) {
+                            saved.push((k.clone(), e.state.clone()));
+                        }
+                        let ctx = &mut KeyedContext::new(&k, t, timers);
+                        f.process_with_ctx(&k, &mut e.state, r, ctx, out);
+                        d.insert(k, e);
+                    }
+                }
+            }
+        })?;
+        self.state_failed()
     }
     fn finish(&mut self) -> Result<(), TaskError> {
         // A checkpoint's copy under way is done before the state changes at the end.
@@ -503,6 +597,10 @@ where
         // The input ended with the `MAX` watermark: every event-time timer fires now.
         self.fire_timers(usize::MAX, None)?;
         self.forward_watermark()?;
+        // `end_of_input` is given every key's state: on disk, they are read in first.
+        self.state
+            .load_all()
+            .map_err(|e| self.core.state_error(e))?;
         let (f, state) = (&mut self.f, &mut self.state);
         self.core.finish_with(|out| f.end_of_input(state, out))
     }
@@ -513,8 +611,7 @@ where
     }
     fn snapshot_state(&mut self, w: &mut StateWriter) -> Result<(), TaskError> {
         // Only a state that logs its changes can hand them; another hands its snapshot.
-        let logged = matches!(self.state.map, crate::state::Entries::Logged(_));
-        if logged && w.changes_of(&self.core.info.uid).is_some() {
+        if self.state.logs_changes() && w.changes_of(&self.core.info.uid).is_some() {
             return self.hand_changes(w);
         }
         if let (Some(_), Some((id, root))) = (&self.incremental, w.incremental.clone()) {

@@ -16,7 +16,13 @@
 //! This module owns the containers and the TTL bookkeeping, not their snapshots (the keyed
 //! operators in `operator` write those).
 
+mod backend;
 pub(crate) mod changes;
+#[cfg(feature = "disk-state")]
+pub(crate) mod disk;
+#[cfg(not(feature = "disk-state"))]
+#[path = "disk_stub.rs"]
+pub(crate) mod disk;
 mod ttl;
 
 use std::collections::HashMap;
@@ -27,6 +33,7 @@ use rustc_hash::FxBuildHasher;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
+pub use backend::{DiskBackend, StateBackend};
 pub use ttl::{Slot, StateTtl, TtlUpdate};
 
 /// A type that can be a keyed `#[weir(state)]` field of a derived operator: a container whose
@@ -473,6 +480,9 @@ pub(crate) enum Entries<K, S> {
     Plain(HashMap<K, S, FxBuildHasher>),
     /// Each state with the generation it was last logged in.
     Logged(HashMap<K, Tracked<S>, FxBuildHasher>),
+    /// On disk, the keys in use cached ([`StateBackend::Disk`]); generations kept as in
+    /// `Logged`.
+    Disk(Box<disk::DiskEntries<K, S>>),
 }
 
 /// A key's state and the generation of the change log it was last logged in.
@@ -480,6 +490,19 @@ pub(crate) enum Entries<K, S> {
 pub(crate) struct Tracked<S> {
     pub(crate) state: S,
     pub(crate) logged: changes::Generation,
+}
+
+/// A tracked entry's key and state (one function for every map that holds tracked entries,
+/// so their iterators are one type).
+type StateOf<'a, K, S> = fn((&'a K, &'a Tracked<S>)) -> (&'a K, &'a S);
+type StateMut<'a, K, S> = fn((&'a K, &'a mut Tracked<S>)) -> (&'a K, &'a mut S);
+
+fn state_of<'a, K, S>((k, t): (&'a K, &'a Tracked<S>)) -> (&'a K, &'a S) {
+    (k, &t.state)
+}
+
+fn state_mut<'a, K, S>((k, t): (&'a K, &'a mut Tracked<S>)) -> (&'a K, &'a mut S) {
+    (k, &mut t.state)
 }
 
 impl<K, S> Default for KeyedState<K, S> {
@@ -494,13 +517,19 @@ impl<K: Hash + Eq, S> KeyedState<K, S> {
         match &self.map {
             Entries::Plain(m) => m.get(key),
             Entries::Logged(m) => m.get(key).map(|t| &t.state),
+            // The cached keys: every key once `end_of_input` is called (`load_all`).
+            Entries::Disk(d) => d.cache.get(key).map(|t| &t.state),
         }
     }
     /// Every key and its state, in no particular order.
     pub fn iter(&self) -> impl Iterator<Item = (&K, &S)> {
         let (plain, logged) = match &self.map {
             Entries::Plain(m) => (Some(m.iter()), None),
-            Entries::Logged(m) => (None, Some(m.iter().map(|(k, t)| (k, &t.state)))),
+            Entries::Logged(m) => (None, Some(m.iter().map(state_of as StateOf<'_, K, S>))),
+            Entries::Disk(d) => (
+                None,
+                Some(d.cache.iter().map(state_of as StateOf<'_, K, S>)),
+            ),
         };
         plain
             .into_iter()
@@ -512,7 +541,14 @@ impl<K: Hash + Eq, S> KeyedState<K, S> {
         self.changes.lose_track();
         let (plain, logged) = match &mut self.map {
             Entries::Plain(m) => (Some(m.iter_mut()), None),
-            Entries::Logged(m) => (None, Some(m.iter_mut().map(|(k, t)| (k, &mut t.state)))),
+            Entries::Logged(m) => (
+                None,
+                Some(m.iter_mut().map(state_mut as StateMut<'_, K, S>)),
+            ),
+            Entries::Disk(d) => (
+                None,
+                Some(d.cache.iter_mut().map(state_mut as StateMut<'_, K, S>)),
+            ),
         };
         plain
             .into_iter()
@@ -524,6 +560,7 @@ impl<K: Hash + Eq, S> KeyedState<K, S> {
         match &self.map {
             Entries::Plain(m) => m.len(),
             Entries::Logged(m) => m.len(),
+            Entries::Disk(d) => d.len(),
         }
     }
     /// Whether no key has state.
@@ -552,7 +589,11 @@ impl<K, S> KeyedState<K, S> {
     }
 }
 
-impl<K: Hash + Eq + Clone, S: Clone> KeyedState<K, S> {
+impl<K, S> KeyedState<K, S>
+where
+    K: Hash + Eq + Clone + Serialize + DeserializeOwned,
+    S: Clone + Serialize + DeserializeOwned,
+{
     /// The state of `key` to write, created with `new` if it has none; logged as changed.
     pub(crate) fn write(&mut self, key: &K, new: impl FnOnce() -> S) -> Option<&mut S> {
         let KeyedState {
@@ -580,6 +621,22 @@ impl<K: Hash + Eq + Clone, S: Clone> KeyedState<K, S> {
                 }
                 Some(&mut t.state)
             }
+            Entries::Disk(d) => {
+                if !d.cache.contains_key(key) {
+                    match d.load(key, changes, new) {
+                        Ok(t) => d.insert(key.clone(), t),
+                        Err(e) => {
+                            d.fail(e);
+                            return None;
+                        }
+                    }
+                }
+                let t = d.cache.get_mut(key)?;
+                if changes.touch(key, &mut t.logged) {
+                    saved.push((key.clone(), t.state.clone()));
+                }
+                Some(&mut t.state)
+            }
         }
     }
 
@@ -587,9 +644,14 @@ impl<K: Hash + Eq + Clone, S: Clone> KeyedState<K, S> {
     /// the whole state (a restored instance's first incremental checkpoint, or one after its
     /// chain broke).
     pub(crate) fn log_all(&mut self) {
-        if let Entries::Logged(map) = &mut self.map {
-            self.changes
-                .log_all(map.iter_mut().map(|(k, t)| (k, &mut t.logged)));
+        match &mut self.map {
+            Entries::Logged(map) => self
+                .changes
+                .log_all(map.iter_mut().map(|(k, t)| (k, &mut t.logged))),
+            // Every key would be read from disk to be logged: the next copy takes the whole
+            // state instead, as one taken where the log cannot see.
+            Entries::Disk(_) => self.changes.lose_track(),
+            Entries::Plain(_) => {}
         }
     }
 
@@ -602,6 +664,95 @@ impl<K: Hash + Eq + Clone, S: Clone> KeyedState<K, S> {
             Entries::Logged(m) => {
                 m.insert(key, Tracked { state, logged: 0 });
             }
+            Entries::Disk(d) => d.restore(key, state),
+        }
+    }
+}
+
+impl<K, S> KeyedState<K, S>
+where
+    K: Hash + Eq + Clone + Serialize + DeserializeOwned,
+    S: Clone + Serialize + DeserializeOwned,
+{
+    /// An empty state kept by `backend` (for subtask `subtask` of `uid`), whose changes are
+    /// logged from the start if `tracked` (see [`tracking`](Self::tracking)).
+    pub(crate) fn open(
+        backend: &StateBackend,
+        tracked: bool,
+        uid: &str,
+        subtask: usize,
+        max_parallelism: usize,
+    ) -> Result<Self, String> {
+        match backend {
+            StateBackend::Memory => Ok(KeyedState::tracking(tracked)),
+            StateBackend::Disk(cfg) => Ok(KeyedState {
+                map: Entries::Disk(Box::new(disk::DiskEntries::open(
+                    cfg,
+                    uid,
+                    subtask,
+                    max_parallelism,
+                )?)),
+                changes: if tracked {
+                    changes::ChangeLog::tracking()
+                } else {
+                    changes::ChangeLog::default()
+                },
+                saved: Vec::new(),
+            }),
+        }
+    }
+
+    /// Whether the states are on disk.
+    pub(crate) fn on_disk(&self) -> bool {
+        matches!(self.map, Entries::Disk(_))
+    }
+
+    /// Whether the entries carry the change log's generations (logged, or on disk).
+    pub(crate) fn logs_changes(&self) -> bool {
+        !matches!(self.map, Entries::Plain(_))
+    }
+
+    /// Calls `f` with every key and state (on disk: by key group ascending, each group's keys
+    /// together); stops at `f`'s first error.
+    pub(crate) fn try_for_each(
+        &mut self,
+        mut f: impl FnMut(&K, &S) -> Result<(), String>,
+    ) -> Result<(), String> {
+        match &mut self.map {
+            Entries::Disk(d) => d.for_each(f),
+            _ => self.iter().try_for_each(|(k, s)| f(k, s)),
+        }
+    }
+
+    /// Calls `f` with `key`'s state (read from disk if it is not cached there).
+    pub(crate) fn read<R>(
+        &mut self,
+        key: &K,
+        f: impl FnOnce(Option<&S>) -> R,
+    ) -> Result<R, String> {
+        match &mut self.map {
+            Entries::Disk(d) => match d.cache.get(key) {
+                Some(t) => Ok(f(Some(&t.state))),
+                None => Ok(f(d.stored(key)?.as_ref().map(|t| &t.state))),
+            },
+            _ => Ok(f(self.get(key))),
+        }
+    }
+
+    /// Brings every key's state into memory (on disk: before `end_of_input`, which is given
+    /// them all); nothing to do in memory.
+    pub(crate) fn load_all(&mut self) -> Result<(), String> {
+        match &mut self.map {
+            Entries::Disk(d) => d.load_all(),
+            _ => Ok(()),
+        }
+    }
+
+    /// The disk store's first error since the last call.
+    pub(crate) fn take_error(&mut self) -> Option<String> {
+        match &mut self.map {
+            Entries::Disk(d) => d.take_error(),
+            _ => None,
         }
     }
 }

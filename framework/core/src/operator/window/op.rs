@@ -806,11 +806,11 @@ mod tests {
             // New panes arrive ahead of the window, some are skipped, some get late records.
             for s in [end, end + 5, end + 10] {
                 x = x.wrapping_mul(6364136223846793005).wrapping_add(1);
-                if x % 3 != 0 {
+                if !x.is_multiple_of(3) {
                     slices.entry(s).or_insert((s + 5, 0)).1 += x % 10;
                 }
             }
-            if x % 7 == 0 {
+            if x.is_multiple_of(7) {
                 let s = end - 10;
                 slices.entry(s).or_insert((s + 5, 0)).1 += 1;
                 q.touched(s);
