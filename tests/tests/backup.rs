@@ -65,6 +65,8 @@ struct Setup {
     /// not used): a run whose faults are tied to checkpoints never runs out of input before
     /// they fire, however slow the machine.
     until_faults: Option<usize>,
+    /// Where the keyed operator keeps its states.
+    state_backend: weir::StateBackend,
 }
 
 impl Setup {
@@ -81,6 +83,7 @@ impl Setup {
             sink_parallelism: 1,
             batch_size: 64,
             until_faults: None,
+            state_backend: weir::StateBackend::Memory,
         }
     }
 }
@@ -141,6 +144,14 @@ fn run(s: Setup) -> Result<Run, JobError> {
     });
     cfg.rate_control = RateControlConfig::fixed(s.rate);
     cfg.faults = s.faults.clone();
+    cfg.state_backend = match &s.state_backend {
+        weir::StateBackend::Disk(d) => {
+            let mut d = d.clone();
+            d.directory = dir.path().join("state");
+            weir::StateBackend::Disk(d)
+        }
+        other => other.clone(),
+    };
     let env = Env::with_config(cfg);
     let stop = Arc::new(AtomicBool::new(false));
     let emitted = Arc::new(Mutex::new(BTreeMap::new()));
@@ -327,7 +338,7 @@ fn records_of(shape: Shape, subtask: usize, parallelism: usize) -> u64 {
 /// backed-up operator: every id once at the sink (and keyed state right), the fault fired,
 /// a promotion recovered it, no restart.
 fn seeded(shape: Shape, kind: FaultKind, runs: u64) {
-    seeded_at(shape, kind, runs, 2, 1)
+    seeded_at(shape, kind, runs, 2, 1, weir::StateBackend::Memory)
 }
 
 /// [`seeded`] with `parallelism` subtasks of the source and the backed-up operator and
@@ -338,6 +349,7 @@ fn seeded_at(
     runs: u64,
     parallelism: usize,
     sink_parallelism: usize,
+    state_backend: weir::StateBackend,
 ) {
     let kind_no = match kind {
         FaultKind::Panic => 1,
@@ -358,6 +370,7 @@ fn seeded_at(
             let mut setup = Setup::new(N, shape, faults.clone());
             setup.parallelism = parallelism;
             setup.sink_parallelism = sink_parallelism;
+            setup.state_backend = state_backend.clone();
             setup
         })
         .unwrap_or_else(|e| panic!("run {run_no} ({kind:?} in subtask {subtask} at {at}): {e}"));
@@ -413,8 +426,26 @@ fn one_chosen_run() {
 fn seeded_failures_at_parallelism_three() {
     for shape in [Shape::Stateless, Shape::Stateful] {
         for kind in [FaultKind::Panic, FaultKind::Hang, FaultKind::StopArbiter] {
-            seeded_at(shape, kind, runs_per_kind() / 10, 3, 2);
+            seeded_at(
+                shape,
+                kind,
+                runs_per_kind() / 10,
+                3,
+                2,
+                weir::StateBackend::Memory,
+            );
         }
+    }
+}
+
+/// The keyed operator's states on disk (`StateBackend::Disk`): its state hand-offs read the
+/// changed keys from the store's cache, and a promoted backup restores into a store of its
+/// own. Every fault kind.
+#[test]
+fn seeded_failures_with_the_disk_backend() {
+    for kind in [FaultKind::Panic, FaultKind::Hang, FaultKind::StopArbiter] {
+        let backend = weir::StateBackend::disk(weir::DiskBackend::MIN_BUDGET);
+        seeded_at(Shape::Stateful, kind, runs_per_kind() / 10, 2, 1, backend);
     }
 }
 

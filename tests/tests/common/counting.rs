@@ -43,8 +43,20 @@ pub fn wait_seen(c: &Controls, n: u64) {
 /// subtasks align barriers of two channels) -> key_by(id % keys) -> a running count per key at
 /// parallelism `p` -> an exactly-once collect.
 pub fn job(env: &Env, keys: u64, p: usize, c: &Controls, out: &CollectSink<(u64, u64, u64)>) {
+    job_with_backup(env, keys, p, c, out, None)
+}
+
+/// [`job`] whose counting operator has a buffer-queue backup if `backup` is given.
+pub fn job_with_backup(
+    env: &Env,
+    keys: u64,
+    p: usize,
+    c: &Controls,
+    out: &CollectSink<(u64, u64, u64)>,
+    backup: Option<weir::BackupPolicy>,
+) {
     let (panic_once, seen) = (c.panic_once.clone(), c.seen.clone());
-    common::endless_ids(env, &c.stop, &c.ended_at)
+    let counted = common::endless_ids(env, &c.stop, &c.ended_at)
         .map(|x: u64| x)
         .uid("pass")
         .set_parallelism(2)
@@ -64,8 +76,12 @@ pub fn job(env: &Env, keys: u64, p: usize, c: &Controls, out: &CollectSink<(u64,
             },
         )
         .uid("count")
-        .set_parallelism(p)
-        .collect_into(out);
+        .set_parallelism(p);
+    let counted = match backup {
+        Some(policy) => counted.with_backup_policy(policy),
+        None => counted,
+    };
+    counted.collect_into(out);
 }
 
 pub fn completed(job: &JobHandle) -> u64 {
