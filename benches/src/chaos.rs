@@ -175,6 +175,9 @@ pub struct Scenario {
     /// Checkpoints on an object store (a `file://` URL, mirrored by a local copy) or in a
     /// local directory.
     pub object_store: bool,
+    /// The keyed count's states on disk (`StateBackend::Disk`, with the smallest budget) or
+    /// in memory.
+    pub disk_state: bool,
 }
 
 impl Scenario {
@@ -189,6 +192,7 @@ impl Scenario {
         // Drawn last: the seeds before it keep their scenarios.
         let incremental = r.below(2) == 1;
         let object_store = r.below(2) == 1;
+        let disk_state = r.below(2) == 1;
         Scenario {
             seed,
             mode,
@@ -198,6 +202,7 @@ impl Scenario {
             rescale_to,
             incremental,
             object_store,
+            disk_state,
         }
     }
 
@@ -299,6 +304,9 @@ impl fmt::Display for Scenario {
         if self.object_store {
             write!(f, " file://")?;
         }
+        if self.disk_state {
+            write!(f, " disk-state")?;
+        }
         Ok(())
     }
 }
@@ -382,6 +390,12 @@ fn config(s: &Scenario, plan: FaultPlan, dir: &std::path::Path) -> EnvConfig {
     };
     cfg.checkpoint.unaligned = s.mode == Mode::Unaligned;
     cfg.checkpoint.incremental = s.incremental;
+    if s.disk_state {
+        let mut disk = weir::DiskBackend::default();
+        disk.directory = dir.join("state");
+        disk.memory_budget = weir::DiskBackend::MIN_BUDGET;
+        cfg.state_backend = weir::StateBackend::Disk(disk);
+    }
     cfg.restart = Some(RestartStrategy::FixedDelay {
         attempts: 10,
         delay: Duration::from_millis(5),

@@ -44,9 +44,12 @@ struct Args {
     /// Runs per (keys, changed): any of off, full, incremental (comma-separated).
     #[arg(long, default_value = "off,incremental,full")]
     modes: String,
-    /// State backend (only `memory` exists yet).
+    /// State backend: `memory`, or `disk` (`StateBackend::Disk`, with `--memory-budget-mb`).
     #[arg(long, default_value = "memory")]
     backend: String,
+    /// The disk backend's memory budget per keyed subtask, MiB.
+    #[arg(long, default_value_t = 64)]
+    memory_budget_mb: usize,
     /// Length of the measured phase, after the state is loaded.
     #[arg(long, default_value_t = 20)]
     seconds: u64,
@@ -99,6 +102,8 @@ fn child(args: &Args, only: &str) -> Value {
             only,
             "--backend",
             &args.backend,
+            "--memory-budget-mb",
+            &args.memory_budget_mb.to_string(),
             "--seconds",
             &args.seconds.to_string(),
             "--checkpoint-interval-ms",
@@ -164,8 +169,8 @@ fn one_from(args: &Args, only: &str) -> Value {
     let Some((keys, changed, mode)) = parsed else {
         return json!({"bench": "state_scale", "error": format!("--only {only}: expected <keys>,<fraction in (0, 1]>,<mode>")});
     };
-    if args.backend != "memory" {
-        return json!({"bench": "state_scale", "keys": keys, "changed": changed, "mode": mode, "backend": args.backend, "error": "only the memory backend exists yet"});
+    if !matches!(args.backend.as_str(), "memory" | "disk") {
+        return json!({"bench": "state_scale", "keys": keys, "changed": changed, "mode": mode, "backend": args.backend, "error": "unknown backend: memory or disk"});
     }
     if !matches!(mode.as_str(), "off" | "full" | "incremental") {
         return json!({"bench": "state_scale", "error": format!("unknown mode `{mode}`: off, full or incremental")});
@@ -303,6 +308,12 @@ fn one(args: &Args, keys: u64, changed: f64, mode: &str) -> Value {
         cfg.checkpoint.directory = dir.clone();
         cfg.checkpoint.incremental = mode == "incremental";
     }
+    if args.backend == "disk" {
+        let mut disk = weir::DiskBackend::default();
+        disk.directory = dir.join("state");
+        disk.memory_budget = args.memory_budget_mb << 20;
+        cfg.state_backend = weir::StateBackend::Disk(disk);
+    }
     let env = Env::with_config(cfg);
     let shared = Arc::new(Shared::default());
     let span = ((keys as f64 * changed).round() as u64).clamp(1, keys);
@@ -382,6 +393,7 @@ fn one(args: &Args, keys: u64, changed: f64, mode: &str) -> Value {
         "changed": changed,
         "mode": mode,
         "backend": args.backend,
+        "memory_budget_mb": (args.backend == "disk").then_some(args.memory_budget_mb),
         "checkpoint_interval_ms": args.checkpoint_interval_ms,
         "seconds": secs,
         "records_per_second": shared.measured.load(Ordering::SeqCst) as f64 / secs.max(1e-9),
