@@ -125,7 +125,9 @@ impl JobMonitor {
     }
 
     /// The readings operators publish beside their counters (a lookup's cache hits, misses,
-    /// size and strategy, ...): (uid, subtask, name, value), by uid and subtask.
+    /// size and strategy, ...): (uid, subtask, name, value), by uid and subtask. Read by the
+    /// REST server only (feature `rest`).
+    #[cfg(feature = "rest")]
     pub(crate) fn operator_gauges(&self) -> Vec<(String, usize, &'static str, String)> {
         let gauges = lock(&self.views.gauges).clone();
         let mut out = Vec::new();

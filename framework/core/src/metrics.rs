@@ -20,6 +20,7 @@ pub(crate) fn now_ms() -> u64 {
 /// Readings an operator publishes beside the subtask counters (e.g. a lookup's cache hits
 /// and its cache strategy), per running subtask; the REST API shows them as vertex metrics
 /// `<subtask>.<uid>.<name>` and Prometheus as `weir_operator_gauge`.
+#[cfg_attr(not(feature = "rest"), allow(dead_code))]
 pub(crate) trait OperatorGauges: Send + Sync {
     /// The names of the readings, in the order [`read`](Self::read) gives them.
     fn names(&self) -> &'static [&'static str];
