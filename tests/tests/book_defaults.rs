@@ -177,6 +177,14 @@ fn quotes() -> Vec<(&'static str, String)> {
             "backpressure.md",
             format!("| `update_interval` (`B`) | {} |", dur(rc.update_interval)),
         ),
+        // The disk state backend.
+        (
+            "state.md",
+            format!(
+                "`DiskBackend::memory_budget` per keyed subtask (default {} MiB: three quarters",
+                mib(weir::DiskBackend::default().memory_budget)
+            ),
+        ),
         // Key groups.
         (
             "runtime-model.md",
