@@ -14,8 +14,8 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use counting::{
-    check_exactly_once, completed, inject_panic, job, job_with_backup, two_panics_then_end,
-    wait_checkpoints, wait_seen, Controls,
+    check_exactly_once, completed, job, job_with_backup, rescale_two_three_one_with_panics,
+    two_panics_then_end, wait_checkpoints, wait_seen, Controls,
 };
 use weir::{
     CollectSink, Collector, Env, EnvConfig, KeyedProcessFunction, KeyedState, RestartStrategy,
@@ -167,16 +167,7 @@ fn a_rescale_two_three_one_on_disk_restores_exactly() {
     job(&env, KEYS, 2, &c, &out);
     let handle = env.start("disk-rescale").expect("starts");
     wait_seen(&c, 2 * KEYS);
-    wait_checkpoints(&handle, 5);
-    handle.rescale("count", 3).expect("rescale 2 -> 3");
-    wait_checkpoints(&handle, completed(&handle) + 5);
-    inject_panic(&handle, &c);
-    handle.rescale("count", 1).expect("rescale 3 -> 1");
-    wait_checkpoints(&handle, completed(&handle) + 5);
-    inject_panic(&handle, &c);
-    c.stop.store(true, Ordering::SeqCst);
-    handle.wait().expect("the job recovers and ends");
-    check_exactly_once(KEYS, c.ended_at.load(Ordering::SeqCst), &out.take());
+    rescale_two_three_one_with_panics(handle, &c, &out, KEYS, 5);
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -9,8 +9,8 @@ mod common;
 mod counting;
 
 use counting::{
-    check_exactly_once, completed, inject_panic, job, two_panics_then_end, wait_checkpoints,
-    Controls,
+    check_exactly_once, inject_panic, job, rescale_two_three_one_with_panics, two_panics_then_end,
+    wait_checkpoints, Controls,
 };
 
 use std::path::{Path, PathBuf};
@@ -141,16 +141,7 @@ fn a_panic_after_a_rescale_restores_exactly_from_incremental_checkpoints() {
     let (c, out) = (Controls::default(), CollectSink::default());
     job(&env, KEYS, 2, &c, &out);
     let handle = env.start("incremental-rescale").expect("starts");
-    wait_checkpoints(&handle, 10);
-    handle.rescale("count", 3).expect("rescale 2 -> 3");
-    wait_checkpoints(&handle, completed(&handle) + 10);
-    inject_panic(&handle, &c);
-    handle.rescale("count", 1).expect("rescale 3 -> 1");
-    wait_checkpoints(&handle, completed(&handle) + 10);
-    inject_panic(&handle, &c);
-    c.stop.store(true, Ordering::SeqCst);
-    handle.wait().expect("the job recovers and ends");
-    check_exactly_once(KEYS, c.ended_at.load(Ordering::SeqCst), &out.take());
+    rescale_two_three_one_with_panics(handle, &c, &out, KEYS, 10);
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -168,3 +168,24 @@ pub fn check_exactly_once(keys: u64, ended_at: u64, committed: &[(u64, u64, u64)
         assert_eq!(ns, (1..=expected).collect::<Vec<_>>(), "counts of key {k}");
     }
 }
+
+/// Rescales the counting operator 2 -> 3 -> 1, `per_step` checkpoints apart, with a panic
+/// restored after each rescale; then ends the input and checks the output.
+pub fn rescale_two_three_one_with_panics(
+    handle: JobHandle,
+    c: &Controls,
+    out: &CollectSink<(u64, u64, u64)>,
+    keys: u64,
+    per_step: u64,
+) {
+    wait_checkpoints(&handle, per_step);
+    handle.rescale("count", 3).expect("rescale 2 -> 3");
+    wait_checkpoints(&handle, completed(&handle) + per_step);
+    inject_panic(&handle, c);
+    handle.rescale("count", 1).expect("rescale 3 -> 1");
+    wait_checkpoints(&handle, completed(&handle) + per_step);
+    inject_panic(&handle, c);
+    c.stop.store(true, Ordering::SeqCst);
+    handle.wait().expect("the job recovers and ends");
+    check_exactly_once(keys, c.ended_at.load(Ordering::SeqCst), &out.take());
+}
