@@ -98,6 +98,36 @@ fn decode_key<K: DeserializeOwned>(bytes: &[u8]) -> Result<K, String> {
     ciborium::from_reader(key).map_err(|e| format!("cannot decode a key: {e}"))
 }
 
+/// Removes the stores that processes no longer running left under `directory` (killed
+/// before they could delete theirs): a store's directory name ends in `-<pid>-<n>`. Only
+/// where `/proc` tells which processes run; a failure to remove is left for the next sweep.
+fn sweep_dead(directory: &std::path::Path) {
+    let proc = std::path::Path::new("/proc");
+    if !proc.join("self").exists() {
+        return;
+    }
+    let Ok(entries) = std::fs::read_dir(directory) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let Some(name) = name.to_str() else { continue };
+        let mut parts = name.rsplit('-');
+        let (Some(n), Some(pid)) = (parts.next(), parts.next()) else {
+            continue;
+        };
+        if n.parse::<u64>().is_err() {
+            continue;
+        }
+        let Ok(pid) = pid.parse::<u32>() else {
+            continue;
+        };
+        if pid != std::process::id() && !proc.join(pid.to_string()).exists() {
+            let _ = std::fs::remove_dir_all(e.path());
+        }
+    }
+}
+
 fn store_error(e: fjall::Error) -> String {
     format!("disk state store: {e}")
 }
@@ -135,6 +165,7 @@ where
         ));
         std::fs::create_dir_all(&cfg.directory)
             .map_err(|e| format!("cannot create {}: {e}", cfg.directory.display()))?;
+        sweep_dead(&cfg.directory);
         let _ = std::fs::remove_dir_all(&dir);
         let db = fjall::Database::builder(&dir)
             .temporary(true)
@@ -397,6 +428,23 @@ mod tests {
         .expect("iterates");
         seen.sort_unstable();
         assert_eq!(seen, (0..50_000).collect::<Vec<_>>());
+        drop(d);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn stores_of_processes_that_are_gone_are_swept_and_live_ones_kept() {
+        let dir = temp("sweep");
+        // No process has pid u32::MAX - 1 (Linux pids stay below 2^22).
+        let dead = dir.join(format!("op-0-{}-3", u32::MAX - 1));
+        let live = dir.join(format!("op-0-{}-0", std::process::id()));
+        let other = dir.join("not-a-store");
+        for d in [&dead, &live, &other] {
+            std::fs::create_dir_all(d).expect("creates");
+        }
+        let d = open(1 << 20, &dir);
+        assert!(!dead.exists(), "a dead process's store is swept");
+        assert!(live.exists() && other.exists(), "the rest is kept");
         drop(d);
         let _ = std::fs::remove_dir_all(&dir);
     }
