@@ -14,8 +14,8 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use counting::{
-    check_exactly_once, completed, job, job_with_backup, rescale_two_three_one_with_panics,
-    two_panics_then_end, wait_checkpoints, wait_seen, Controls,
+    check_exactly_once, completed, end_and_check, job, job_with_backup,
+    rescale_two_three_one_with_panics, two_panics_then_end, wait_checkpoints, wait_seen, Controls,
 };
 use weir::{
     CollectSink, Collector, Env, EnvConfig, KeyedProcessFunction, KeyedState, RestartStrategy,
@@ -251,9 +251,7 @@ fn savepoints_move_between_the_backends() {
         let handle = env.start("disk-sp-b").expect("restores");
         wait_seen(&c2, c.seen.load(Ordering::SeqCst) + KEYS);
         wait_checkpoints(&handle, 3);
-        c2.stop.store(true, Ordering::SeqCst);
-        handle.wait().expect("the restored job ends");
-        check_exactly_once(KEYS, c2.ended_at.load(Ordering::SeqCst), &out.take());
+        end_and_check(handle, &c2, &out, KEYS);
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -9,7 +9,7 @@ mod common;
 mod counting;
 
 use counting::{
-    check_exactly_once, inject_panic, job, rescale_two_three_one_with_panics, two_panics_then_end,
+    end_and_check, inject_panic, job, rescale_two_three_one_with_panics, two_panics_then_end,
     wait_checkpoints, Controls,
 };
 
@@ -128,9 +128,7 @@ fn a_panic_restores_exactly_from_a_chain_of_a_hundred_incremental_checkpoints() 
     );
     assert!(runs_on_disk(&dir) > 0, "runs under shared/");
     inject_panic(&handle, &c);
-    c.stop.store(true, Ordering::SeqCst);
-    handle.wait().expect("the job recovers and ends");
-    check_exactly_once(KEYS, c.ended_at.load(Ordering::SeqCst), &out.take());
+    end_and_check(handle, &c, &out, KEYS);
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -215,8 +213,6 @@ fn a_savepoint_of_an_incremental_job_restores_without_its_runs_and_without_incre
     job(&env, KEYS, 3, &c, &out);
     let handle = env.start("incremental-sp-b").expect("restores");
     wait_checkpoints(&handle, 3);
-    c.stop.store(true, Ordering::SeqCst);
-    handle.wait().expect("the restored job ends");
-    check_exactly_once(KEYS, c.ended_at.load(Ordering::SeqCst), &out.take());
+    end_and_check(handle, &c, &out, KEYS);
     let _ = std::fs::remove_dir_all(&sp);
 }

@@ -135,9 +135,7 @@ pub fn two_panics_then_end(
     inject_panic(&handle, c);
     wait_checkpoints(&handle, completed(&handle) + then);
     inject_panic(&handle, c);
-    c.stop.store(true, Ordering::SeqCst);
-    handle.wait().expect("the job recovers and ends");
-    check_exactly_once(keys, c.ended_at.load(Ordering::SeqCst), &out.take());
+    end_and_check(handle, c, out, keys);
 }
 
 /// Every id below where the source ended once, and each key's counts exactly `1..=n`.
@@ -185,7 +183,18 @@ pub fn rescale_two_three_one_with_panics(
     handle.rescale("count", 1).expect("rescale 3 -> 1");
     wait_checkpoints(&handle, completed(&handle) + per_step);
     inject_panic(&handle, c);
+    end_and_check(handle, c, out, keys);
+}
+
+/// Ends the source, waits for the job and checks its output: every id once, each key's counts
+/// exactly `1..=n`.
+pub fn end_and_check(
+    handle: JobHandle,
+    c: &Controls,
+    out: &CollectSink<(u64, u64, u64)>,
+    keys: u64,
+) {
     c.stop.store(true, Ordering::SeqCst);
-    handle.wait().expect("the job recovers and ends");
+    handle.wait().expect("the job ends");
     check_exactly_once(keys, c.ended_at.load(Ordering::SeqCst), &out.take());
 }

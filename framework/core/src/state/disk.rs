@@ -277,12 +277,7 @@ where
         for chunk in out.chunks(WRITE_BATCH) {
             let mut batch = self.db.batch();
             for (k, t) in chunk {
-                let group = crate::key_group::key_group_of(k, self.max_parallelism);
-                let mut key = Vec::new();
-                stored_key(group, k, &mut key)?;
-                let value = stored_value(t)?;
-                encoded += value.len();
-                batch.insert(&self.keys, key, value);
+                encoded += self.put(&mut batch, k, t)?;
             }
             batch.commit().map_err(store_error)?;
         }
@@ -295,16 +290,29 @@ where
         Ok(())
     }
 
+    /// Adds `key`'s entry to `batch` in its stored form; the encoded value's length.
+    fn put(
+        &self,
+        batch: &mut fjall::OwnedWriteBatch,
+        key: &K,
+        t: &Tracked<S>,
+    ) -> Result<usize, String> {
+        let mut stored = Vec::new();
+        let group = crate::key_group::key_group_of(key, self.max_parallelism);
+        stored_key(group, key, &mut stored)?;
+        let value = stored_value(t)?;
+        let len = value.len();
+        batch.insert(&self.keys, stored, value);
+        Ok(len)
+    }
+
     /// Writes every cached entry to the store (they stay cached), and the restored ones.
     pub(crate) fn flush(&mut self) -> Result<(), String> {
         self.write_restored()?;
         let mut batch = self.db.batch();
         let mut n = 0;
-        let mut key = Vec::new();
         for (k, t) in &self.cache {
-            let group = crate::key_group::key_group_of(k, self.max_parallelism);
-            stored_key(group, k, &mut key)?;
-            batch.insert(&self.keys, key.clone(), stored_value(t)?);
+            self.put(&mut batch, k, t)?;
             n += 1;
             if n % WRITE_BATCH == 0 {
                 std::mem::replace(&mut batch, self.db.batch())

@@ -667,13 +667,7 @@ where
             Entries::Disk(d) => d.restore(key, state),
         }
     }
-}
 
-impl<K, S> KeyedState<K, S>
-where
-    K: Hash + Eq + Clone + Serialize + DeserializeOwned,
-    S: Clone + Serialize + DeserializeOwned,
-{
     /// An empty state kept by `backend` (for subtask `subtask` of `uid`), whose changes are
     /// logged from the start if `tracked` (see [`tracking`](Self::tracking)).
     pub(crate) fn open(
@@ -692,12 +686,7 @@ where
                     subtask,
                     max_parallelism,
                 )?)),
-                changes: if tracked {
-                    changes::ChangeLog::tracking()
-                } else {
-                    changes::ChangeLog::default()
-                },
-                saved: Vec::new(),
+                ..KeyedState::tracking(tracked)
             }),
         }
     }
