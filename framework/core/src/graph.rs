@@ -30,6 +30,9 @@ pub(crate) struct OpEnv {
     pub(crate) initial_state: Option<crate::hooks::StateSnapshot>,
     /// The state of this operator subtask in the checkpoint the job restores, if any.
     pub(crate) restored: Option<Vec<u8>>,
+    /// A promoted backup's keyed state as its backup kept it (instead of `restored`): taken
+    /// by the keyed operator that reads it in key by key (`state::promoted`).
+    pub(crate) promoted_image: std::sync::Mutex<Option<crate::state::changes::KeyedImage>>,
     /// Where this instance starts from.
     pub(crate) start: crate::checkpoint::StartPoint,
     /// Input records this subtask processed before this instance (a promoted backup):
@@ -47,6 +50,14 @@ pub(crate) struct OpEnv {
 }
 
 impl OpEnv {
+    /// Takes the image a promoted backup's keyed operator starts from, if it has one.
+    pub(crate) fn take_promoted_image(&self) -> Option<crate::state::changes::KeyedImage> {
+        self.promoted_image
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take()
+    }
+
     /// An error restoring this operator's checkpointed state.
     pub(crate) fn restore_error(&self, message: impl std::fmt::Display) -> TaskError {
         TaskError::Checkpoint {

@@ -407,6 +407,7 @@ pub(crate) fn instantiate(
         fault_offset: 0,
         routed_before: Default::default(),
         promoted: false,
+        image: None,
     };
     let mut specs = Vec::new();
     for &h in &plan.heads {
@@ -513,7 +514,7 @@ pub(crate) fn build_promoted(
     j: usize,
     senders: Vec<(usize, Vec<AnyBox>)>,
     routed_before: Vec<(usize, u64)>,
-    restored: Option<Vec<u8>>,
+    restored: Option<crate::state::changes::Restored>,
     fault_offset: u64,
 ) -> Result<AnyBox, TaskError> {
     let mut table: Vec<Vec<Option<Vec<AnyBox>>>> = graph.edges.iter().map(|_| Vec::new()).collect();
@@ -521,6 +522,11 @@ pub(crate) fn build_promoted(
         table[ei] = (0..plan.parallelism[n]).map(|_| None).collect();
         table[ei][j] = Some(txs);
     }
+    let (restored, image) = match restored {
+        Some(crate::state::changes::Restored::Payload(bytes)) => (Some(bytes), None),
+        Some(crate::state::changes::Restored::Image(image)) => (None, Some(image)),
+        None => (None, None),
+    };
     let restore = restored.map(|bytes| Restore {
         checkpoint: 0,
         states: [((plan.uids[n].clone(), j), bytes)].into_iter().collect(),
@@ -536,6 +542,7 @@ pub(crate) fn build_promoted(
         fault_offset,
         routed_before: routed_before.into_iter().collect(),
         promoted: true,
+        image: image.map(|i| (n, i)),
     };
     match builder.build(n, j)? {
         Built::Inputs { mut heads, .. } if heads.len() == 1 => Ok(heads.remove(0)),
@@ -555,6 +562,8 @@ struct ChainBuilder<'a> {
     routed_before: std::collections::HashMap<usize, u64>,
     /// Building a promoted backup (its `restore` is its primary's state, not a checkpoint).
     promoted: bool,
+    /// The keyed state image a promoted backup's node starts from (instead of `restore`).
+    image: Option<(NodeId, crate::state::changes::KeyedImage)>,
 }
 
 impl ChainBuilder<'_> {
@@ -610,6 +619,11 @@ impl ChainBuilder<'_> {
                 Some(r) => crate::checkpoint::StartPoint::Checkpoint(r.checkpoint),
                 None => crate::checkpoint::StartPoint::Fresh,
             },
+            promoted_image: std::sync::Mutex::new(
+                self.image
+                    .take_if(|(node, _)| *node == n)
+                    .map(|(_, image)| image),
+            ),
             fault_offset: self.fault_offset,
             live_config: crate::sync::lock(&self.registry.live_config)
                 .get(&self.plan.uids[n])
@@ -625,6 +639,12 @@ impl ChainBuilder<'_> {
         let built = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             node.builder.build(&env, outputs)
         }));
+        if env.take_promoted_image().is_some() {
+            // Only a keyed operator hands its backup changes, and takes the image back.
+            return Err(env.restore_error(
+                "internal error: the promoted operator did not take its backup's state image",
+            ));
+        }
         built.unwrap_or_else(|payload| {
             Err(TaskError::Panic {
                 uid: self.plan.uids[n].clone(),

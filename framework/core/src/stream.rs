@@ -1129,8 +1129,15 @@ where
                 timer_budget: env.config.batch_size.max(1),
                 _in: PhantomData,
             };
-            if let Some(payload) = &env.restored {
-                op.restore(payload)?;
+            let restored = match env.take_promoted_image() {
+                Some(image) => Some(crate::state::changes::Restored::Image(image)),
+                None => env
+                    .restored
+                    .clone()
+                    .map(crate::state::changes::Restored::Payload),
+            };
+            if let Some(restored) = restored {
+                op.restore_promoted(restored)?;
                 if op.incremental.is_some() {
                     // A new chain: the first checkpoint copies every restored key.
                     op.state.log_all();

@@ -69,7 +69,7 @@ pub(crate) type Progress = StdArc<dyn Fn() + Send + Sync>;
 pub(crate) struct Promotion {
     pub(crate) epoch: u64,
     /// The operator state to restore (stateful operators).
-    pub(crate) restore: Option<Vec<u8>>,
+    pub(crate) restore: Option<crate::state::changes::Restored>,
     /// Per outgoing edge: its senders, reopened for the new primary.
     pub(crate) senders: Vec<(usize, Vec<AnyBox>)>,
     /// Per outgoing edge: records sent on it before the replay's first batch.
@@ -336,7 +336,7 @@ impl<T: Data> BackupGroup for TypedGroup<T> {
         let inputs = lock(&self.slot)
             .take()
             .ok_or_else(|| "it has no live backup".to_owned())?;
-        let plan = self
+        let mut plan = self
             .queue
             .replay_plan(&delivered)
             .ok_or_else(|| "its buffer queue is degraded (over max_memory)".to_owned())?;
@@ -359,7 +359,7 @@ impl<T: Data> BackupGroup for TypedGroup<T> {
             .store(plan.reprocessed as u64, Ordering::Relaxed);
         let promotion = Promotion {
             epoch,
-            restore: plan.restore.clone().map(|(_, state)| state),
+            restore: plan.restore.take().map(|(_, state)| state),
             senders,
             routed_before,
             waker: inputs.waker.clone(),

@@ -3,7 +3,7 @@
 //!
 //! The primary only appends ([`StateImage::push`]); the backup actor applies what was
 //! appended between its batches ([`StateImage::apply`]); a promotion takes the whole state
-//! ([`StateImage::payload`]). A checkpoint of a backed-up keyed operator is written from the
+//! ([`StateImage::snapshot`]: a clone sharing the image's key groups). A checkpoint of a backed-up keyed operator is written from the
 //! image too: the primary hands its changes at the barrier and holds the image at that point
 //! ([`StateImage::hold`]); the checkpoint's writer thread builds the snapshot from the image
 //! ([`Held::resolve`]), so the primary's thread pays for what changed, never for the whole
@@ -136,14 +136,15 @@ impl StateImage {
         }
     }
 
-    /// The whole state as the keyed operator's snapshot payload, after everything appended
-    /// (a promotion: a checkpoint held before it then finds the image moved on, and fails).
-    pub(crate) fn payload(&self) -> Result<Vec<u8>, String> {
+    /// The whole state after everything appended, as a clone of the image (its key groups
+    /// shared: no copy of the state): what a promoted backup starts from. A checkpoint held
+    /// before it then finds the image moved on, and fails.
+    pub(crate) fn snapshot(&self) -> Result<KeyedImage, String> {
         let mut applied = lock(&self.applied);
         self.apply_locked(&mut applied, u64::MAX, usize::MAX);
         match &applied.broken {
             Some(e) => Err(e.clone()),
-            None => Ok(applied.image.payload()),
+            None => Ok(applied.image.clone()),
         }
     }
 
@@ -236,7 +237,7 @@ mod tests {
         image.apply(usize::MAX); // released: goes on
         assert!(!image.has_pending());
         assert_eq!(
-            state(image.payload().expect("whole")),
+            state(image.snapshot().expect("whole").payload()),
             vec![(1, "later".into()), (2, "b".into())]
         );
     }
@@ -253,7 +254,7 @@ mod tests {
         let held = image.hold(at);
         image.push(delta(false, &[(1, "d")]));
         assert_eq!(
-            state(image.payload().expect("whole")),
+            state(image.snapshot().expect("whole").payload()),
             vec![(1, "d".into())]
         );
         assert!(held.resolve().is_err());
@@ -263,10 +264,10 @@ mod tests {
     fn an_unreadable_base_breaks_the_image_until_a_full_delta() {
         let image = StateImage::new();
         image.push_base(vec![0xff], false);
-        assert!(image.payload().is_err());
+        assert!(image.snapshot().is_err());
         image.push(delta(true, &[(3, "x")]));
         assert_eq!(
-            state(image.payload().expect("whole")),
+            state(image.snapshot().expect("whole").payload()),
             vec![(3, "x".into())]
         );
     }

@@ -33,7 +33,7 @@
 use std::collections::VecDeque;
 
 use super::image::StateImage;
-use crate::state::changes::KeyedDelta;
+use crate::state::changes::{KeyedDelta, Restored};
 use crate::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use crate::sync::{lock, ConcurrentMap, Mutex};
 use crate::time::{Watermark, WatermarkMerge};
@@ -136,7 +136,7 @@ pub(crate) enum Handoff {
 #[derive(Debug)]
 pub(crate) struct ReplayPlan<P> {
     /// The state to restore (stateful operators), and its checkpoint.
-    pub(crate) restore: Option<(u64, Vec<u8>)>,
+    pub(crate) restore: Option<(u64, Restored)>,
     /// The input channels' watermarks at the restart point (stateful operators).
     pub(crate) marks: Option<WatermarkMerge>,
     /// Output positions before the first replayed batch: the replay's output starts there.
@@ -493,11 +493,12 @@ impl<P: Clone> BufferQueue<P> {
         &self.image
     }
 
-    /// The restart point's state as a snapshot payload (`r`: the restart point, locked).
-    fn restart_payload(&self, r: &Restart) -> Option<Result<Vec<u8>, ()>> {
+    /// The restart point's state (`r`: the restart point, locked): a snapshot payload, or
+    /// the image the backup keeps (a clone sharing its key groups: no copy of the state).
+    fn restart_payload(&self, r: &Restart) -> Option<Result<Restored, ()>> {
         match r.state.as_ref()? {
-            StateCopy::Encoded(bytes) => Some(Ok(bytes.clone())),
-            StateCopy::InImage => Some(self.image.payload().map_err(|e| {
+            StateCopy::Encoded(bytes) => Some(Ok(Restored::Payload(bytes.clone()))),
+            StateCopy::InImage => Some(self.image.snapshot().map(Restored::Image).map_err(|e| {
                 tracing::error!(error = %e, "the backup's copy of the state cannot be restored");
             })),
             StateCopy::Changes(_) => Some(Err(())),
@@ -779,7 +780,7 @@ mod tests {
         assert_eq!(q.stats().entries, 2, "steps after the checkpoint are kept");
         q.fence();
         let plan = q.replay_plan(&[4]).unwrap();
-        assert_eq!(plan.restore, Some((1, vec![7])));
+        assert_eq!(plan.restore, Some((1, Restored::Payload(vec![7]))));
         assert_eq!(&*plan.positions, &[2]);
         let ids: Vec<BatchId> = plan.batches().map(|(id, _)| *id).collect();
         assert_eq!(ids, vec![(0, 2), (0, 3)]);
@@ -896,7 +897,7 @@ mod tests {
         q.claim(0, (0, 1), &11, 1, 8, &[1]).unwrap();
         q.fence();
         let plan = q.replay_plan(&[1]).unwrap();
-        assert_eq!(plan.restore, Some((1, vec![7])));
+        assert_eq!(plan.restore, Some((1, Restored::Payload(vec![7]))));
         // The old primary, woken, hands over its state (which has (0, 1) in it) at the
         // new log's next step: refused.
         let zombie = restart(0, q.next_step(), 2, 9);
@@ -906,7 +907,7 @@ mod tests {
         // A second promotion still restarts from checkpoint 1 and replays (0, 1) once.
         q.fence();
         let plan = q.replay_plan(&[2]).unwrap();
-        assert_eq!(plan.restore, Some((1, vec![7])));
+        assert_eq!(plan.restore, Some((1, Restored::Payload(vec![7]))));
         let ids: Vec<BatchId> = plan.batches().map(|(id, _)| *id).collect();
         assert_eq!(ids, vec![(0, 1)]);
         // The current primary's handoff is taken.
@@ -916,7 +917,7 @@ mod tests {
             .unwrap();
         q.fence();
         let plan = q.replay_plan(&[2]).unwrap();
-        assert_eq!(plan.restore, Some((0, vec![8])));
+        assert_eq!(plan.restore, Some((0, Restored::Payload(vec![8]))));
         assert_eq!(plan.batches().count(), 0);
     }
 

@@ -13,6 +13,9 @@ use crate::error::TaskError;
 use crate::hooks::{StateError, StateSnapshot};
 use crate::key_group::{key_group_of, key_group_range};
 use crate::metrics::QueueUsage;
+use crate::state::changes::{is_timed, Restored};
+use crate::state::promoted::Promoted;
+use crate::state::Entries;
 use crate::state::{KeyedState, ValueState};
 use crate::time::{EventTime, Timestamps, Watermark};
 use crate::Data;
@@ -177,6 +180,9 @@ fn encode_entry<K: crate::Key, S: crate::Data>(
     }
 }
 
+/// Entries of a promoted backup's state read in after one batch, at most (see `push`).
+const READ_IN_PER_BATCH: usize = 4096;
+
 /// The hooks of a function that derives `Operator`, captured where that is known.
 pub(crate) struct Hooks<P> {
     control: fn(&mut P, &mut Control<'_>),
@@ -264,6 +270,46 @@ where
         Ok(())
     }
 
+    /// Starts from what a promoted backup restores: a snapshot payload, or the image its
+    /// backup kept, read in key by key from here on (`state::promoted`); the entries' timers
+    /// and the function's own fields are restored now.
+    pub(crate) fn restore_promoted(&mut self, restored: Restored) -> Result<(), TaskError> {
+        let image = match restored {
+            Restored::Payload(payload) => return self.restore(&payload),
+            // Read in key by key only into a map that logs changes (a backed-up operator's
+            // in memory); on disk, restored as a snapshot.
+            Restored::Image(image) if !matches!(self.state.map, Entries::Logged(_)) => {
+                return self.restore(&image.payload());
+            }
+            Restored::Image(image) => image,
+        };
+        match (&self.hooks, image.own()) {
+            (Some(h), Some(own)) => {
+                let own: StateSnapshot =
+                    crate::checkpoint::decode(own).map_err(|e| self.core.state_error(e))?;
+                (h.restore)(&mut self.f, &own).map_err(|e| self.core.state_error(e.to_string()))?;
+            }
+            (Some(_), None) => {
+                return Err(self
+                    .core
+                    .state_error("the backup's state has no fields of the function's own".into()))
+            }
+            (None, _) => {}
+        }
+        if image.has_timers() {
+            for group in image.group_numbers() {
+                for bytes in image.entries_in(group).filter(|e| is_timed(e)) {
+                    let e: Entry<K, P::State> =
+                        crate::checkpoint::decode(bytes).map_err(|e| self.core.state_error(e))?;
+                    self.timers.restore(&e.key, &e.timers);
+                }
+            }
+        }
+        self.state
+            .start_promoted(Promoted::new(image, self.max_parallelism));
+        Ok(())
+    }
+
     /// Hands what changed since the last hand-off to `w` (everything the first time, or when
     /// `w` asks for it): each changed key's entry encoded on its own, so the cost is the
     /// change, not the state (see `state::changes`).
@@ -286,6 +332,16 @@ where
             };
             delta.push(key_group_of(k, self.max_parallelism), k, Some(&entry))
         };
+        if keys.is_none() {
+            // Everything: a promoted backup's entries not read in yet are read in first, a
+            // part at a time, saying it works between two parts (a heartbeat's answer).
+            while self.state.promoted.is_some() {
+                self.state
+                    .read_in(READ_IN_PER_BATCH)
+                    .map_err(|e| self.core.state_error(e))?;
+                w.progress();
+            }
+        }
         let max_parallelism = self.max_parallelism;
         let pushed = match &keys {
             None => self.state.try_for_each(|k, s| push(&mut delta, k, s)),
@@ -318,6 +374,9 @@ where
         if self.state.on_disk() {
             return self.whole_payload_from_disk();
         }
+        self.state
+            .load_all()
+            .map_err(|e| self.core.state_error(e))?;
         let timers = self.timers.by_key();
         let groups: Grouped<EntryRef<'_, K, P::State>> =
             by_key_group(self.state.iter(), self.max_parallelism)
@@ -514,10 +573,12 @@ where
     #[inline]
     fn push(&mut self, batch: &mut Vec<I>) -> Result<(), TaskError> {
         let (key_fn, f) = (&mut self.key_fn, &mut self.f);
+        let n = batch.len();
         let crate::state::KeyedState {
             map,
             changes,
             saved,
+            promoted,
         } = &mut self.state;
         let (ts, timers) = (&self.ts, &mut self.timers);
         self.core.run(batch.len(), |out| match map {
@@ -547,11 +608,36 @@ where
                         let ctx = &mut KeyedContext::new(&k, t, timers);
                         f.process_with_ctx(&k, &mut e.state, r, ctx, out);
                     } else {
-                        let mut state = P::State::default();
+                        // A promoted backup's key not read in yet: its state at the promotion.
+                        let restored = match promoted.as_deref_mut() {
+                            Some(p) => match p.get::<K, P::State>(&k) {
+                                Ok(s) => s,
+                                Err(e) => {
+                                    // The subtask fails with it (below), as on disk.
+                                    p.fail(e);
+                                    break;
+                                }
+                            },
+                            None => None,
+                        };
                         let ctx = &mut KeyedContext::new(&k, t, timers);
-                        f.process_with_ctx(&k, &mut state, r, ctx, out);
-                        let logged = changes.inserted(&k);
-                        map.insert(k, crate::state::Tracked { state, logged });
+                        let e = match restored {
+                            Some(mut state) => {
+                                let mut logged = 0;
+                                if changes.touch(&k, &mut logged) {
+                                    saved.push((k.clone(), state.clone()));
+                                }
+                                f.process_with_ctx(&k, &mut state, r, ctx, out);
+                                crate::state::Tracked { state, logged }
+                            }
+                            None => {
+                                let mut state = P::State::default();
+                                f.process_with_ctx(&k, &mut state, r, ctx, out);
+                                let logged = changes.inserted(&k);
+                                crate::state::Tracked { state, logged }
+                            }
+                        };
+                        map.insert(k, e);
                     }
                 }
             }
@@ -587,6 +673,14 @@ where
                 }
             }
         })?;
+        if self.state.promoted.is_some() {
+            // The rest of a promoted backup's state, read in a part at a time: twice the
+            // batch's records, so it is all in after the records of about half the keys, and
+            // at most `READ_IN_PER_BATCH`, so a large batch does not keep heartbeats waiting.
+            if let Err(e) = self.state.read_in((2 * n).min(READ_IN_PER_BATCH)) {
+                return Err(self.core.state_error(e));
+            }
+        }
         self.state_failed()
     }
     fn finish(&mut self) -> Result<(), TaskError> {

@@ -20,6 +20,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::ops::Range;
+use std::sync::Arc;
 
 use rustc_hash::FxBuildHasher;
 
@@ -276,15 +277,35 @@ impl KeyedDelta {
     }
 }
 
+/// What a keyed subtask restores: its snapshot payload, or (a promoted backup) a clone of the
+/// image its backup kept, read key by key as the operator meets its keys (`state::promoted`):
+/// a promotion then costs no decoding of the whole state.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Restored {
+    Payload(Vec<u8>),
+    Image(KeyedImage),
+}
+
 /// A keyed subtask's state, encoded, built from [`KeyedDelta`]s: what its backup holds.
-#[derive(Debug, Default)]
+///
+/// Its key groups are shared (`Arc`): a clone costs one reference per key group, not a copy
+/// of the state, and a group is copied only when a delta writes to it while a clone still
+/// holds it. A promoted backup starts from such a clone (see [`Restored::Image`]).
+#[derive(Debug, Default, Clone, PartialEq)]
 pub(crate) struct KeyedImage {
     own: Option<Vec<u8>>,
-    groups: BTreeMap<u32, Entries>,
+    groups: BTreeMap<u32, Arc<Entries>>,
+    /// Entries that carry timers (an entry without timers is a 2-item array).
+    timed: usize,
 }
 
 /// One key group's entries: encoded key -> encoded entry.
 type Entries = HashMap<Box<[u8]>, Box<[u8]>, FxBuildHasher>;
+
+/// Whether an encoded keyed entry carries timers: `[key, state, timers]`, not `[key, state]`.
+pub(crate) fn is_timed(entry: &[u8]) -> bool {
+    entry.first() == Some(&(0x80 | 3))
+}
 
 impl KeyedImage {
     /// Applies `d`: its entries replace the keys' (a full delta replaces everything).
@@ -298,24 +319,36 @@ impl KeyedImage {
         if from == 0 {
             if d.full {
                 self.groups.clear();
+                self.timed = 0;
             }
             self.own = d.own.clone();
         }
         for e in d.index.get(from..to).unwrap_or_default() {
             let key = &d.bytes[e.key.0 as usize..e.key.1 as usize];
-            let group = self.groups.entry(e.group).or_default();
+            let group = Arc::make_mut(self.groups.entry(e.group).or_default());
             match e.entry {
                 Some((a, b)) => {
-                    let entry: Box<[u8]> = d.bytes[a as usize..b as usize].into();
+                    let entry = &d.bytes[a as usize..b as usize];
+                    self.timed += usize::from(is_timed(entry));
                     match group.get_mut(key) {
-                        Some(v) => *v = entry,
+                        Some(v) => {
+                            self.timed -= usize::from(is_timed(v));
+                            if v.len() == entry.len() {
+                                // Most updates keep the entry's size: no allocation.
+                                v.copy_from_slice(entry);
+                            } else {
+                                *v = entry.into();
+                            }
+                        }
                         None => {
-                            group.insert(key.into(), entry);
+                            group.insert(key.into(), entry.into());
                         }
                     }
                 }
                 None => {
-                    group.remove(key);
+                    if let Some(v) = group.remove(key) {
+                        self.timed -= usize::from(is_timed(&v));
+                    }
                     if group.is_empty() {
                         self.groups.remove(&e.group);
                     }
@@ -324,10 +357,39 @@ impl KeyedImage {
         }
     }
 
+    /// The encoded entry of the key whose encoding is `key`, in key group `group`.
+    pub(crate) fn get(&self, group: u32, key: &[u8]) -> Option<&[u8]> {
+        self.groups.get(&group)?.get(key).map(|e| &e[..])
+    }
+
+    /// The operator's own fields, encoded, if it has them.
+    pub(crate) fn own(&self) -> Option<&[u8]> {
+        self.own.as_deref()
+    }
+
+    /// Whether some entry carries timers.
+    pub(crate) fn has_timers(&self) -> bool {
+        self.timed > 0
+    }
+
+    /// The key groups held, ascending.
+    pub(crate) fn group_numbers(&self) -> Vec<u32> {
+        self.groups.keys().copied().collect()
+    }
+
+    /// The encoded entries of key group `group`, in an order that stays the same while the
+    /// image is not written.
+    pub(crate) fn entries_in(&self, group: u32) -> impl Iterator<Item = &[u8]> + '_ {
+        self.groups
+            .get(&group)
+            .into_iter()
+            .flat_map(|g| g.values().map(|e| &e[..]))
+    }
+
     /// Number of keys.
     #[cfg(test)]
     fn keys(&self) -> usize {
-        self.groups.values().map(HashMap::len).sum()
+        self.groups.values().map(|g| g.len()).sum()
     }
 
     /// Replaces the image with the state of a keyed operator's snapshot `payload` (as
@@ -335,22 +397,19 @@ impl KeyedImage {
     /// reading only the CBOR item heads, not the entries. An error names what does not fit;
     /// the image is then empty.
     pub(crate) fn load(&mut self, payload: &[u8], own: bool) -> Result<(), String> {
-        self.groups.clear();
-        self.own = None;
+        *self = KeyedImage::default();
         let loaded = self.load_inner(payload, own);
         if loaded.is_err() {
-            self.groups.clear();
-            self.own = None;
+            *self = KeyedImage::default();
         }
         loaded
     }
 
     fn load_inner(&mut self, payload: &[u8], own: bool) -> Result<(), String> {
-        let groups = &mut self.groups;
+        let (groups, timed) = (&mut self.groups, &mut self.timed);
         let own_at = entries_of(payload, own, |group, key, entry| {
-            groups
-                .entry(group)
-                .or_default()
+            *timed += usize::from(is_timed(&payload[entry.clone()]));
+            Arc::make_mut(groups.entry(group).or_default())
                 .insert(payload[key].into(), payload[entry].into());
             Ok(())
         })?;

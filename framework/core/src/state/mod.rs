@@ -23,6 +23,7 @@ pub(crate) mod disk;
 #[cfg(not(feature = "disk-state"))]
 #[path = "disk_stub.rs"]
 pub(crate) mod disk;
+pub(crate) mod promoted;
 mod ttl;
 
 use std::collections::HashMap;
@@ -470,6 +471,9 @@ pub struct KeyedState<K, S> {
     /// Entries a checkpoint's copy had still to take when they were written, copied just
     /// before (`copy`).
     pub(crate) saved: Vec<(K, S)>,
+    /// A promoted backup's state not read in yet ([`promoted`]): a key the map does not hold
+    /// is looked for there.
+    pub(crate) promoted: Option<Box<promoted::Promoted>>,
 }
 
 /// The entries, as they are kept: with the change log's generation beside each state only
@@ -578,12 +582,14 @@ impl<K, S> KeyedState<K, S> {
                 map: Entries::Logged(HashMap::default()),
                 changes: changes::ChangeLog::tracking(),
                 saved: Vec::new(),
+                promoted: None,
             }
         } else {
             KeyedState {
                 map: Entries::Plain(HashMap::default()),
                 changes: changes::ChangeLog::default(),
                 saved: Vec::new(),
+                promoted: None,
             }
         }
     }
@@ -600,6 +606,7 @@ where
             map,
             changes,
             saved,
+            promoted,
         } = self;
         match map {
             Entries::Plain(map) => {
@@ -610,10 +617,24 @@ where
             }
             Entries::Logged(map) => {
                 if !map.contains_key(key) {
-                    let logged = changes.inserted(key);
-                    let state = new();
-                    map.insert(key.clone(), Tracked { state, logged });
-                    return map.get_mut(key).map(|t| &mut t.state);
+                    let restored = match promoted.as_deref_mut().map(|p| p.get(key)) {
+                        Some(Err(e)) => {
+                            if let Some(p) = promoted.as_deref_mut() {
+                                p.fail(e);
+                            }
+                            return None;
+                        }
+                        Some(Ok(s)) => s,
+                        None => None,
+                    };
+                    let Some(state) = restored else {
+                        let logged = changes.inserted(key);
+                        let state = new();
+                        map.insert(key.clone(), Tracked { state, logged });
+                        return map.get_mut(key).map(|t| &mut t.state);
+                    };
+                    // Restored, read in now: written below as any held entry.
+                    map.insert(key.clone(), Tracked { state, logged: 0 });
                 }
                 let t = map.get_mut(key)?;
                 if changes.touch(key, &mut t.logged) {
@@ -645,6 +666,8 @@ where
     /// chain broke).
     pub(crate) fn log_all(&mut self) {
         match &mut self.map {
+            // Keys not read in yet would be missed: the next copy takes the whole state.
+            Entries::Logged(_) if self.promoted.is_some() => self.changes.lose_track(),
             Entries::Logged(map) => self
                 .changes
                 .log_all(map.iter_mut().map(|(k, t)| (k, &mut t.logged))),
@@ -707,10 +730,36 @@ where
         &mut self,
         mut f: impl FnMut(&K, &S) -> Result<(), String>,
     ) -> Result<(), String> {
+        self.read_in_all()?;
         match &mut self.map {
             Entries::Disk(d) => d.for_each(f),
             _ => self.iter().try_for_each(|(k, s)| f(k, s)),
         }
+    }
+
+    /// A promoted backup's state starts from its backup's image, read in as the operator
+    /// meets the keys ([`promoted`]).
+    pub(crate) fn start_promoted(&mut self, p: promoted::Promoted) {
+        self.promoted = Some(Box::new(p));
+    }
+
+    /// Reads in up to `n` more entries of a promoted backup's state (a part of the rest at a
+    /// time, as the operator works); then it is all in the map.
+    pub(crate) fn read_in(&mut self, n: usize) -> Result<(), String> {
+        let (Some(p), Entries::Logged(map)) = (self.promoted.as_deref_mut(), &mut self.map) else {
+            return Ok(());
+        };
+        let done = p.read_in(n, |k: K, state: S| {
+            map.entry(k).or_insert(Tracked { state, logged: 0 });
+        })?;
+        if done {
+            self.promoted = None;
+        }
+        Ok(())
+    }
+
+    fn read_in_all(&mut self) -> Result<(), String> {
+        self.read_in(usize::MAX)
     }
 
     /// Calls `f` with `key`'s state (read from disk if it is not cached there).
@@ -724,16 +773,20 @@ where
                 Some(t) => Ok(f(Some(&t.state))),
                 None => Ok(f(d.stored(key)?.as_ref().map(|t| &t.state))),
             },
+            Entries::Logged(map) if !map.contains_key(key) => match self.promoted.as_deref_mut() {
+                Some(p) => Ok(f(p.get::<K, S>(key)?.as_ref())),
+                None => Ok(f(None)),
+            },
             _ => Ok(f(self.get(key))),
         }
     }
 
-    /// Brings every key's state into memory (on disk: before `end_of_input`, which is given
-    /// them all); nothing to do in memory.
+    /// Brings every key's state into memory (before `end_of_input`, which is given them all):
+    /// on disk, every key not cached; in memory, a promoted backup's keys not read in yet.
     pub(crate) fn load_all(&mut self) -> Result<(), String> {
         match &mut self.map {
             Entries::Disk(d) => d.load_all(),
-            _ => Ok(()),
+            _ => self.read_in_all(),
         }
     }
 
@@ -741,7 +794,7 @@ where
     pub(crate) fn take_error(&mut self) -> Option<String> {
         match &mut self.map {
             Entries::Disk(d) => d.take_error(),
-            _ => None,
+            _ => self.promoted.as_deref_mut().and_then(|p| p.take_error()),
         }
     }
 }
