@@ -377,6 +377,13 @@ impl KeyedImage {
         self.groups.keys().copied().collect()
     }
 
+    /// Drops key group `group` (its entries freed here if no clone holds them).
+    pub(crate) fn remove_group(&mut self, group: u32) {
+        if let Some(entries) = self.groups.remove(&group) {
+            self.timed -= entries.values().filter(|e| is_timed(e)).count();
+        }
+    }
+
     /// The encoded entries of key group `group`, in an order that stays the same while the
     /// image is not written.
     pub(crate) fn entries_in(&self, group: u32) -> impl Iterator<Item = &[u8]> + '_ {

@@ -5,8 +5,10 @@
 //! second per million keys); instead the promoted operator starts from a clone of the image
 //! (its key groups shared, not copied) and [`Promoted`] reads an entry in when the operator
 //! first meets its key, and the others a few at a time as the operator works, until none is
-//! left. A key read in is the map's from then on: the image never changes under the reader,
-//! and keys are never removed from a keyed state, so the map's entry is always the newer.
+//! left, dropping each key group of the image once all of it is read in (so its memory goes a
+//! part at a time). A key read in is the map's from then on: the image changes under the
+//! reader only by those drops, and keys are never removed from a keyed state, so the map's
+//! entry is always the newer.
 //!
 //! It owns reading the image; not the image (`changes`), nor the map the entries go to
 //! (`KeyedState`), nor the entries' timers (the keyed operator restores those when it is
@@ -116,7 +118,11 @@ impl Promoted {
                 f(k, s);
                 n -= 1;
             }
+            // Every key of the group is in the map now: its entries go, a group at a time
+            // (freeing the whole image at once could keep a large state's operator from its
+            // heartbeats).
             self.groups.pop_front();
+            self.image.remove_group(group);
             self.at = 0;
         }
         Ok(true)
