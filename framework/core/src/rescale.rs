@@ -199,6 +199,22 @@ pub(crate) fn redistribute(
     }
 }
 
+/// Keyed payloads without own fields (`old`: (old subtask, payload)) dealt to
+/// `new_parallelism` subtasks, as a rescale deals them: what `weir-benches`' `state` bench
+/// times (through `weir::__bench`).
+pub fn deal_keyed(
+    old: &[(usize, Vec<u8>)],
+    new_parallelism: usize,
+    max_parallelism: usize,
+) -> Result<Vec<(usize, Vec<u8>)>, String> {
+    redistribute(
+        &Rule::Keyed { own: None },
+        old,
+        new_parallelism,
+        max_parallelism,
+    )
+}
+
 /// Key groups: every new subtask gets the groups of its range, from every old payload.
 fn keyed(
     own: Option<&[(String, Redistribution)]>,
