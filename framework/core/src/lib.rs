@@ -147,6 +147,12 @@ pub mod __private {
     pub use crate::hooks::__private::*;
 }
 
+/// Internals the workspace's criterion benches time (`weir-benches`); not a public API.
+#[doc(hidden)]
+pub mod __bench {
+    pub use crate::rescale::deal_keyed;
+}
+
 /// What a stream element must be: cloneable (for broadcast and fan-out), shareable across
 /// threads, serializable (for snapshots and channel state), and owned.
 pub trait Data:

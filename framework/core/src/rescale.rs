@@ -11,17 +11,21 @@
 //!
 //! [`redistribute`] works on the payloads as the checkpoint holds them (CBOR), so the same code
 //! serves a live rescale (payloads handed over in memory), a restart from a checkpoint taken
-//! before a rescale, and a savepoint restored at another parallelism. This module owns the
-//! arithmetic on payloads; it does not take snapshots (`operator`, `task`) or decide when to
-//! rescale (`controller`).
+//! before a rescale, and a savepoint restored at another parallelism. Keyed payloads are dealt
+//! at the byte level: each key group's bytes are found by the CBOR item heads and copied whole
+//! into the new subtask's payload, no entry decoded (a keyed subtask's state is most of a
+//! job's). This module owns the arithmetic on payloads; it does not take snapshots
+//! (`operator`, `task`), read them from checkpoint files (`checkpoint::store`) or decide when
+//! to rescale (`controller`).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::time::Duration;
 
 use ciborium::Value;
 
 use crate::hooks::{Redistribution, StateField, StateScope};
 use crate::key_group::key_group_range;
+use crate::state::changes;
 
 /// What a rescale did ([`JobHandle::rescale`](crate::JobHandle::rescale)).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -199,47 +203,51 @@ pub(crate) fn redistribute(
     }
 }
 
+/// Keyed payloads without own fields (`old`: (old subtask, payload)) dealt to
+/// `new_parallelism` subtasks, as a rescale deals them: what `weir-benches`' `state` bench
+/// times (through `weir::__bench`).
+pub fn deal_keyed(
+    old: &[(usize, Vec<u8>)],
+    new_parallelism: usize,
+    max_parallelism: usize,
+) -> Result<Vec<(usize, Vec<u8>)>, String> {
+    redistribute(
+        &Rule::Keyed { own: None },
+        old,
+        new_parallelism,
+        max_parallelism,
+    )
+}
+
 /// Key groups: every new subtask gets the groups of its range, from every old payload.
+///
+/// Works on the payloads' bytes: each key group's `[group, entries]` pair is found by its
+/// CBOR item heads ([`held_groups`]), no entry decoded, and a new subtask's payload is the
+/// pairs of its groups copied behind a new list head (after its own fields, dealt as
+/// [`deal_snapshots`] deals them).
 fn keyed(
     own: Option<&[(String, Redistribution)]>,
     old: &[(usize, Vec<u8>)],
     new_parallelism: usize,
     max_parallelism: usize,
 ) -> Result<Vec<(usize, Vec<u8>)>, String> {
-    let mut groups: BTreeMap<u64, Value> = BTreeMap::new();
+    // Per key group: the old subtask that held it and the bytes of its pair.
+    let mut groups: Vec<Option<(usize, &[u8])>> = vec![None; max_parallelism];
     let mut owns = Vec::new();
     for (subtask, payload) in old {
-        let value: Value = crate::checkpoint::decode(payload)?;
         let bad = |what: &str| format!("old subtask {subtask}'s keyed state: {what}");
-        let list = match (own.is_some(), value) {
-            (false, Value::Array(list)) => list,
-            (true, Value::Array(mut pair)) if pair.len() == 2 => {
-                let list = pair.pop().and_then(|v| v.into_array().ok());
-                let snap: crate::hooks::StateSnapshot = pair
-                    .pop()
-                    .map(|v| v.deserialized())
-                    .transpose()
-                    .map_err(|e| bad(&format!("its own fields: {e}")))?
-                    .ok_or_else(|| bad("no own fields"))?;
-                owns.push(snap);
-                list.ok_or_else(|| bad("no key-group list"))?
+        let held = held_groups(payload, own.is_some(), max_parallelism).map_err(|e| bad(&e))?;
+        owns.extend(held.own);
+        for (kg, pair) in held.groups {
+            let slot = groups
+                .get_mut(kg)
+                .ok_or_else(|| bad(&format!("key group {kg} out of range")))?;
+            if let Some((first, _)) = slot {
+                return Err(bad(&format!(
+                    "key group {kg} is held twice (old subtask {first} holds it too)"
+                )));
             }
-            _ => return Err(bad("not a key-group list")),
-        };
-        for entry in list {
-            let Value::Array(mut pair) = entry else {
-                return Err(bad("a key group is not a (group, entries) pair"));
-            };
-            let (entries, kg) = (pair.pop(), pair.pop());
-            let kg = kg
-                .and_then(|v| v.as_integer())
-                .and_then(|i| u64::try_from(i).ok())
-                .filter(|&kg| kg < max_parallelism as u64)
-                .ok_or_else(|| bad("a key group number out of range"))?;
-            let entries = entries.ok_or_else(|| bad("a key group without entries"))?;
-            if groups.insert(kg, entries).is_some() {
-                return Err(bad(&format!("key group {kg} is held twice")));
-            }
+            *slot = Some((*subtask, pair));
         }
     }
     let dealt_own = match own {
@@ -249,20 +257,146 @@ fn keyed(
     let mut out = Vec::with_capacity(new_parallelism);
     for j in 0..new_parallelism {
         let range = key_group_range(j, max_parallelism, new_parallelism);
-        let mine: Vec<Value> = groups
-            .range(range.start as u64..range.end as u64)
-            .map(|(kg, entries)| Value::Array(vec![Value::Integer((*kg).into()), entries.clone()]))
+        let mine: Vec<&[u8]> = groups
+            .get(range)
+            .unwrap_or_default()
+            .iter()
+            .flatten()
+            .map(|(_, pair)| *pair)
             .collect();
-        let payload = match &dealt_own {
-            None => crate::checkpoint::encode(&Value::Array(mine))?,
-            Some(owns) => {
-                let own = Value::serialized(&owns[j]).map_err(|e| e.to_string())?;
-                crate::checkpoint::encode(&Value::Array(vec![own, Value::Array(mine)]))?
-            }
-        };
+        let size: usize = mine.iter().map(|pair| pair.len()).sum();
+        let mut payload = Vec::with_capacity(size + 32);
+        if let Some(owns) = &dealt_own {
+            let own = owns
+                .get(j)
+                .ok_or_else(|| format!("no own fields dealt to new subtask {j}"))?;
+            changes::head(&mut payload, changes::ARRAY, 2);
+            ciborium::into_writer(own, &mut payload)
+                .map_err(|e| format!("new subtask {j}'s own fields: {e}"))?;
+        }
+        changes::head(&mut payload, changes::ARRAY, mine.len() as u64);
+        for pair in mine {
+            payload.extend_from_slice(pair);
+        }
         out.push((j, payload));
     }
     Ok(out)
+}
+
+/// What one keyed payload holds, found by [`held_groups`].
+struct Held<'a> {
+    /// The operator's own fields, if the payload has them.
+    own: Option<crate::hooks::StateSnapshot>,
+    /// Each key group's number and the bytes of its whole `[group, entries]` pair, in the
+    /// payload's order.
+    groups: Vec<(usize, &'a [u8])>,
+}
+
+/// Finds the key groups of a keyed operator's snapshot `payload` (the CBOR
+/// `Vec<(usize, Vec<entry>)>`, preceded by the operator's own fields as a pair if `own`) by
+/// reading item heads only: no entry is decoded. The list and its pairs must have a known
+/// length, as every writer of keyed payloads gives them. An error names what does not fit,
+/// and where (a byte offset into the payload).
+fn held_groups(payload: &[u8], own: bool, max_parallelism: usize) -> Result<Held<'_>, String> {
+    let mut r = changes::Reader { b: payload, at: 0 };
+    let mut open = Vec::new();
+    let mut snapshot = None;
+    if own {
+        r.expect_array(2)
+            .map_err(|e| format!("not an (own fields, key groups) pair: {e}"))?;
+        let start = r.at;
+        skip_item(&mut r, &mut open).map_err(|e| format!("its own fields: {e}"))?;
+        let snap = crate::checkpoint::decode(&payload[start..r.at])
+            .map_err(|e| format!("its own fields: {e}"))?;
+        snapshot = Some(snap);
+    }
+    let n = r
+        .array()
+        .map_err(|e| format!("not a key-group list: {e}"))?;
+    let mut groups = Vec::with_capacity(usize::try_from(n).unwrap_or(0).min(max_parallelism));
+    for _ in 0..n {
+        let start = r.at;
+        r.expect_array(2).map_err(|e| {
+            format!("the item at byte {start} is not a (key group, entries) pair: {e}")
+        })?;
+        let kg = match r.head() {
+            Ok((0, Some(kg))) => usize::try_from(kg)
+                .ok()
+                .filter(|&kg| kg < max_parallelism)
+                .ok_or_else(|| {
+                    format!("key group {kg} out of range (max_parallelism is {max_parallelism})")
+                })?,
+            Ok((1, Some(_))) => return Err(format!("a negative key group number at byte {start}")),
+            Ok(other) => {
+                return Err(format!(
+                    "the pair at byte {start} has no key group number (found {other:?})"
+                ))
+            }
+            Err(e) => return Err(format!("the pair at byte {start}: {e}")),
+        };
+        match payload.get(r.at) {
+            Some(b) if b >> 5 == changes::ARRAY => {}
+            found => {
+                return Err(format!(
+                    "key group {kg}'s entries are not a list (found {found:02x?} at byte {})",
+                    r.at
+                ))
+            }
+        }
+        skip_item(&mut r, &mut open).map_err(|e| format!("key group {kg}'s entries: {e}"))?;
+        groups.push((kg, &payload[start..r.at]));
+    }
+    if r.at != payload.len() {
+        return Err(format!(
+            "{} bytes after the key-group list",
+            payload.len() - r.at
+        ));
+    }
+    Ok(Held {
+        own: snapshot,
+        groups,
+    })
+}
+
+/// Skips one whole CBOR item at `r`, however deeply it nests, without recursion: a damaged
+/// payload cannot overflow the stack (ciborium, which decodes it at restore, refuses nesting
+/// beyond its limit there). `open` is scratch space: the items left to read in each open
+/// array, map or tag, innermost last (`None`: of indefinite length, up to its break).
+fn skip_item(r: &mut changes::Reader<'_>, open: &mut Vec<Option<u64>>) -> Result<(), String> {
+    open.clear();
+    open.push(Some(1));
+    while let Some(left) = open.last_mut() {
+        match left {
+            Some(0) => {
+                open.pop();
+                continue;
+            }
+            Some(n) => *n -= 1,
+            None if r.b.get(r.at) == Some(&0xff) => {
+                r.at += 1;
+                open.pop();
+                continue;
+            }
+            None => {}
+        }
+        match r.head()? {
+            (0 | 1 | 7, Some(_)) => {}
+            (2 | 3, Some(len)) => {
+                r.at = usize::try_from(len)
+                    .ok()
+                    .and_then(|len| r.at.checked_add(len))
+                    .filter(|end| *end <= r.b.len())
+                    .ok_or("the state ends inside a string")?;
+            }
+            (4, Some(len)) => open.push(Some(len)),
+            (5, Some(len)) => open.push(Some(len.checked_mul(2).ok_or("a map too large")?)),
+            (6, Some(_)) => open.push(Some(1)),
+            (2..=5, None) => open.push(None),
+            (7, None) => return Err("a break outside an indefinite-length item".into()),
+            (major, _) => return Err(format!("an unknown item of major type {major}")),
+        }
+    }
+    Ok(())
 }
 
 /// Per-subtask fields of derived operators: `snaps` (one per old subtask, in subtask order)
@@ -409,6 +543,7 @@ pub(crate) fn fit(
 mod tests {
     use super::*;
     use crate::key_group::{key_group_of, subtask_for_key_group};
+    use std::collections::BTreeMap;
 
     type Groups = Vec<(usize, Vec<(u64, u64)>)>;
 
@@ -461,6 +596,182 @@ mod tests {
         old.push((2, old[0].1.clone()));
         let e = redistribute(&Rule::Keyed { own: None }, &old, 3, 8).unwrap_err();
         assert!(e.contains("held twice"), "{e}");
+    }
+
+    /// Every key group of `payloads` (keyed, with own fields first if `own`) with its entries,
+    /// decoded whole as CBOR values: what the state means, whatever its bytes.
+    fn meaning(payloads: &[(usize, Vec<u8>)], own: bool) -> BTreeMap<u64, (usize, Value)> {
+        let mut groups = BTreeMap::new();
+        for (j, p) in payloads {
+            let v: Value = crate::checkpoint::decode(p).unwrap();
+            let list = if own {
+                v.into_array().unwrap().pop().unwrap()
+            } else {
+                v
+            };
+            for pair in list.into_array().unwrap() {
+                let mut pair = pair.into_array().unwrap();
+                let entries = pair.pop().unwrap();
+                let kg = u64::try_from(pair.pop().unwrap().as_integer().unwrap()).unwrap();
+                assert!(
+                    groups.insert(kg, (*j, entries)).is_none(),
+                    "group {kg} twice"
+                );
+            }
+        }
+        groups
+    }
+
+    #[test]
+    fn entries_of_every_kind_are_dealt_as_they_were_written() {
+        // Entries of nested values of every kind the head reader steps over.
+        type Entry = (
+            String,
+            (Vec<u8>, BTreeMap<String, i64>, Option<f64>),
+            Vec<(i64, bool)>,
+        );
+        let (max, from, to) = (32, 3, 5);
+        let mut per: Vec<BTreeMap<usize, Vec<Entry>>> = vec![BTreeMap::new(); from];
+        for k in 0..300u64 {
+            let key = format!("key-{k}-{}", "x".repeat((k % 40) as usize));
+            let kg = key_group_of(&key, max);
+            let entry = (
+                key,
+                (
+                    vec![k as u8; (k % 30) as usize],
+                    [("n".to_owned(), -(k as i64))].into(),
+                    (k % 2 == 0).then_some(k as f64 / 3.0),
+                ),
+                vec![(k as i64 * 1000, k % 3 == 0)],
+            );
+            per[subtask_for_key_group(kg, max, from)]
+                .entry(kg)
+                .or_default()
+                .push(entry);
+        }
+        let old: Vec<(usize, Vec<u8>)> = per
+            .into_iter()
+            .enumerate()
+            .map(|(j, m)| {
+                let groups: Vec<(usize, Vec<Entry>)> = m.into_iter().collect();
+                (j, crate::checkpoint::encode(&groups).unwrap())
+            })
+            .collect();
+        let new = redistribute(&Rule::Keyed { own: None }, &old, to, max).unwrap();
+        let (before, after) = (meaning(&old, false), meaning(&new, false));
+        assert_eq!(
+            before.keys().collect::<Vec<_>>(),
+            after.keys().collect::<Vec<_>>()
+        );
+        for (kg, (j, entries)) in &after {
+            assert_eq!(*j, subtask_for_key_group(*kg as usize, max, to));
+            assert_eq!(entries, &before[kg].1, "group {kg}");
+        }
+        // A new subtask's payload reads back as the keyed operator's restore reads it: groups
+        // ascending.
+        for (_, p) in &new {
+            let groups: Vec<(usize, Vec<Entry>)> = crate::checkpoint::decode(p).unwrap();
+            assert!(groups.windows(2).all(|w| w[0].0 < w[1].0));
+        }
+    }
+
+    #[test]
+    fn own_fields_are_dealt_and_groups_follow_them() {
+        let (max, from, to) = (8, 2, 3);
+        let fields = vec![("offsets".to_owned(), Redistribution::Split)];
+        let old: Vec<(usize, Vec<u8>)> =
+            keyed_payloads(0..60, from, max)
+                .into_iter()
+                .map(|(j, groups)| {
+                    let own: crate::hooks::StateSnapshot = crate::checkpoint::decode(&snapshot(
+                        vec![("offsets", ints(&[j as i64 * 10, j as i64 * 10 + 1]))],
+                    ))
+                    .unwrap();
+                    let groups: Groups = crate::checkpoint::decode(&groups).unwrap();
+                    (j, crate::checkpoint::encode(&(own, groups)).unwrap())
+                })
+                .collect();
+        let rule = Rule::Keyed { own: Some(fields) };
+        let new = redistribute(&rule, &old, to, max).unwrap();
+        let (before, after) = (meaning(&old, true), meaning(&new, true));
+        assert_eq!(before.len(), after.len());
+        let mut offsets = Vec::new();
+        for (j, p) in &new {
+            let (own, groups): (crate::hooks::StateSnapshot, Groups) =
+                crate::checkpoint::decode(p).unwrap();
+            let map: Value = crate::checkpoint::decode(&own.bytes).unwrap();
+            offsets.extend(map.into_map().unwrap().remove(0).1.into_array().unwrap());
+            for (kg, _) in groups {
+                assert_eq!(subtask_for_key_group(kg, max, to), *j);
+            }
+        }
+        assert_eq!(Value::Array(offsets), ints(&[0, 1, 10, 11]));
+        // Own fields expected, and not there.
+        let plain = keyed_payloads(0..60, from, max);
+        let e = redistribute(&rule, &plain, to, max).unwrap_err();
+        assert!(
+            e.contains("old subtask 0") && e.contains("own fields"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn an_entry_nested_deeper_than_the_stack_goes_is_dealt_and_a_cut_one_refused() {
+        // Key group 1 of 2 holds one entry: 200 000 arrays, one inside the other.
+        let depth = 200_000;
+        let mut payload = vec![0x81, 0x82, 0x01, 0x81];
+        payload.extend(std::iter::repeat_n(0x81u8, depth));
+        payload.push(0x00);
+        let new = redistribute(&Rule::Keyed { own: None }, &[(0, payload.clone())], 2, 2).unwrap();
+        assert_eq!(new[1].1, payload, "dealt as it was");
+        assert_eq!(new[0].1, vec![0x80], "nothing for the other subtask");
+        let cut = payload[..payload.len() - 1].to_vec();
+        let e = redistribute(&Rule::Keyed { own: None }, &[(0, cut)], 2, 2).unwrap_err();
+        assert!(
+            e.contains("key group 1's entries") && e.contains("ends inside"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_malformed_payload_is_refused_with_what_and_where() {
+        let max = 8;
+        let keyed = Rule::Keyed { own: None };
+        let good = keyed_payloads(0..100, 2, max);
+        let refused = |bad: Vec<u8>| {
+            let old = vec![good[0].clone(), (1, bad)];
+            let e = redistribute(&keyed, &old, 3, max).unwrap_err();
+            assert!(e.starts_with("old subtask 1's keyed state: "), "{e}");
+            e
+        };
+        // Not a list.
+        let e = refused(crate::checkpoint::encode(&7u32).unwrap());
+        assert!(e.contains("not a key-group list"), "{e}");
+        let e = refused(crate::checkpoint::encode(&vec![1u32]).unwrap());
+        assert!(e.contains("not a (key group, entries) pair"), "{e}");
+        // A key group beyond max_parallelism, and a negative one.
+        let e = refused(crate::checkpoint::encode(&vec![(9u64, vec![(1u64, 2u64)])]).unwrap());
+        assert!(e.contains("key group 9 out of range"), "{e}");
+        let e = refused(crate::checkpoint::encode(&vec![(-1i64, vec![(1u64, 2u64)])]).unwrap());
+        assert!(e.contains("negative key group"), "{e}");
+        // Entries that are not a list.
+        let e = refused(crate::checkpoint::encode(&vec![(5u64, "entries")]).unwrap());
+        assert!(e.contains("key group 5's entries are not a list"), "{e}");
+        // Cut short, and with bytes after the list.
+        let whole = &good[1].1;
+        let e = refused(whole[..whole.len() - 3].to_vec());
+        assert!(e.contains("ends inside"), "{e}");
+        let mut longer = whole.clone();
+        longer.push(0);
+        let e = refused(longer);
+        assert!(e.contains("1 bytes after the key-group list"), "{e}");
+        // A group held by two old subtasks names both.
+        let e =
+            redistribute(&keyed, &[good[1].clone(), (4, good[1].1.clone())], 3, max).unwrap_err();
+        assert!(
+            e.contains("old subtask 4") && e.contains("old subtask 1 holds it too"),
+            "{e}"
+        );
     }
 
     fn snapshot(fields: Vec<(&str, Value)>) -> Vec<u8> {

@@ -520,13 +520,13 @@ pub(crate) fn head(out: &mut Vec<u8>, major: u8, n: u64) {
 
 /// Reads CBOR item heads and skips items (RFC 8949): enough to find where each entry of a
 /// snapshot begins and ends.
-struct Reader<'a> {
-    b: &'a [u8],
-    at: usize,
+pub(crate) struct Reader<'a> {
+    pub(crate) b: &'a [u8],
+    pub(crate) at: usize,
 }
 
 /// An item head: major type, and its argument (`None`: indefinite length).
-type Head = (u8, Option<u64>);
+pub(crate) type Head = (u8, Option<u64>);
 
 impl Reader<'_> {
     fn byte(&mut self) -> Result<u8, String> {
@@ -535,7 +535,7 @@ impl Reader<'_> {
         Ok(b)
     }
 
-    fn head(&mut self) -> Result<Head, String> {
+    pub(crate) fn head(&mut self) -> Result<Head, String> {
         let first = self.byte()?;
         let (major, info) = (first >> 5, first & 0x1f);
         let n = match info {
@@ -556,7 +556,7 @@ impl Reader<'_> {
         Ok((major, n))
     }
 
-    fn array(&mut self) -> Result<u64, String> {
+    pub(crate) fn array(&mut self) -> Result<u64, String> {
         match self.head()? {
             (4, Some(n)) => Ok(n),
             other => Err(format!(
@@ -565,14 +565,14 @@ impl Reader<'_> {
         }
     }
 
-    fn expect_array(&mut self, len: u64) -> Result<(), String> {
+    pub(crate) fn expect_array(&mut self, len: u64) -> Result<(), String> {
         match self.array()? {
             n if n == len => Ok(()),
             n => Err(format!("an array of {len} expected, found one of {n}")),
         }
     }
 
-    fn unsigned(&mut self) -> Result<u64, String> {
+    pub(crate) fn unsigned(&mut self) -> Result<u64, String> {
         match self.head()? {
             (0, Some(n)) => Ok(n),
             other => Err(format!("an unsigned integer expected, found {other:?}")),
@@ -580,7 +580,7 @@ impl Reader<'_> {
     }
 
     /// Skips one whole item.
-    fn skip(&mut self) -> Result<(), String> {
+    pub(crate) fn skip(&mut self) -> Result<(), String> {
         let (major, n) = self.head()?;
         match (major, n) {
             (0 | 1, Some(_)) => Ok(()),
