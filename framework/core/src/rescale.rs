@@ -299,13 +299,12 @@ struct Held<'a> {
 /// and where (a byte offset into the payload).
 fn held_groups(payload: &[u8], own: bool, max_parallelism: usize) -> Result<Held<'_>, String> {
     let mut r = changes::Reader { b: payload, at: 0 };
-    let mut open = Vec::new();
     let mut snapshot = None;
     if own {
         r.expect_array(2)
             .map_err(|e| format!("not an (own fields, key groups) pair: {e}"))?;
         let start = r.at;
-        skip_item(&mut r, &mut open).map_err(|e| format!("its own fields: {e}"))?;
+        r.skip().map_err(|e| format!("its own fields: {e}"))?;
         let snap = crate::checkpoint::decode(&payload[start..r.at])
             .map_err(|e| format!("its own fields: {e}"))?;
         snapshot = Some(snap);
@@ -343,7 +342,8 @@ fn held_groups(payload: &[u8], own: bool, max_parallelism: usize) -> Result<Held
                 ))
             }
         }
-        skip_item(&mut r, &mut open).map_err(|e| format!("key group {kg}'s entries: {e}"))?;
+        r.skip()
+            .map_err(|e| format!("key group {kg}'s entries: {e}"))?;
         groups.push((kg, &payload[start..r.at]));
     }
     if r.at != payload.len() {
@@ -356,47 +356,6 @@ fn held_groups(payload: &[u8], own: bool, max_parallelism: usize) -> Result<Held
         own: snapshot,
         groups,
     })
-}
-
-/// Skips one whole CBOR item at `r`, however deeply it nests, without recursion: a damaged
-/// payload cannot overflow the stack (ciborium, which decodes it at restore, refuses nesting
-/// beyond its limit there). `open` is scratch space: the items left to read in each open
-/// array, map or tag, innermost last (`None`: of indefinite length, up to its break).
-fn skip_item(r: &mut changes::Reader<'_>, open: &mut Vec<Option<u64>>) -> Result<(), String> {
-    open.clear();
-    open.push(Some(1));
-    while let Some(left) = open.last_mut() {
-        match left {
-            Some(0) => {
-                open.pop();
-                continue;
-            }
-            Some(n) => *n -= 1,
-            None if r.b.get(r.at) == Some(&0xff) => {
-                r.at += 1;
-                open.pop();
-                continue;
-            }
-            None => {}
-        }
-        match r.head()? {
-            (0 | 1 | 7, Some(_)) => {}
-            (2 | 3, Some(len)) => {
-                r.at = usize::try_from(len)
-                    .ok()
-                    .and_then(|len| r.at.checked_add(len))
-                    .filter(|end| *end <= r.b.len())
-                    .ok_or("the state ends inside a string")?;
-            }
-            (4, Some(len)) => open.push(Some(len)),
-            (5, Some(len)) => open.push(Some(len.checked_mul(2).ok_or("a map too large")?)),
-            (6, Some(_)) => open.push(Some(1)),
-            (2..=5, None) => open.push(None),
-            (7, None) => return Err("a break outside an indefinite-length item".into()),
-            (major, _) => return Err(format!("an unknown item of major type {major}")),
-        }
-    }
-    Ok(())
 }
 
 /// Per-subtask fields of derived operators: `snaps` (one per old subtask, in subtask order)

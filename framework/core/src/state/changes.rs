@@ -581,32 +581,61 @@ impl Reader<'_> {
 
     /// Skips one whole item.
     pub(crate) fn skip(&mut self) -> Result<(), String> {
-        let (major, n) = self.head()?;
-        match (major, n) {
-            (0 | 1, Some(_)) => Ok(()),
-            (2 | 3, Some(len)) => {
-                let end = usize::try_from(len)
-                    .ok()
-                    .and_then(|l| self.at.checked_add(l))
-                    .filter(|e| *e <= self.b.len())
-                    .ok_or("the state ends inside a string")?;
-                self.at = end;
-                Ok(())
-            }
-            (4, Some(len)) => (0..len).try_for_each(|_| self.skip()),
-            (5, Some(len)) => (0..len * 2).try_for_each(|_| self.skip()),
-            (6, Some(_)) => self.skip(),
-            (7, Some(_)) => Ok(()),
-            // Indefinite length: items up to the break (0xff).
-            (2..=5, None) => loop {
-                if self.b.get(self.at) == Some(&0xff) {
+        // Without recursion, so that no payload can overflow the stack however deeply it
+        // nests: `left` counts the items still to skip at the current level (`None`: up to
+        // a break); `outer` keeps the levels around it, and is needed (allocated) only
+        // where a level of indefinite length is entered or left.
+        let mut left: Option<u64> = Some(1);
+        let mut outer: Vec<Option<u64>> = Vec::new();
+        loop {
+            match left {
+                Some(0) => match outer.pop() {
+                    Some(l) => {
+                        left = l;
+                        continue;
+                    }
+                    None => return Ok(()),
+                },
+                Some(n) => left = Some(n - 1),
+                None if self.b.get(self.at) == Some(&0xff) => {
                     self.at += 1;
-                    return Ok(());
+                    left = outer
+                        .pop()
+                        .ok_or("internal error: a break with no open item")?;
+                    continue;
                 }
-                self.skip()?;
-            },
-            (7, None) => Err("a break outside an indefinite-length item".into()),
-            _ => Err(format!("an unknown item of major type {major}")),
+                None => {}
+            }
+            let more = match self.head()? {
+                (0 | 1 | 7, Some(_)) => 0,
+                (2 | 3, Some(len)) => {
+                    self.at = usize::try_from(len)
+                        .ok()
+                        .and_then(|l| self.at.checked_add(l))
+                        .filter(|e| *e <= self.b.len())
+                        .ok_or("the state ends inside a string")?;
+                    0
+                }
+                (4, Some(len)) => len,
+                (5, Some(len)) => len.checked_mul(2).ok_or("a map too large")?,
+                (6, Some(_)) => 1,
+                (2..=5, None) => {
+                    outer.push(left);
+                    left = None;
+                    continue;
+                }
+                (7, None) => return Err("a break outside an indefinite-length item".into()),
+                (major, _) => return Err(format!("an unknown item of major type {major}")),
+            };
+            if more > 0 {
+                left = match left {
+                    Some(n) => Some(n.checked_add(more).ok_or("an item too large")?),
+                    None => {
+                        outer.push(None);
+                        Some(more)
+                    }
+                };
+            }
         }
     }
 }
@@ -632,6 +661,36 @@ mod tests {
                 .expect("encodes");
         }
         d
+    }
+
+    #[test]
+    fn skip_steps_over_nested_and_indefinite_items_whole() {
+        // [_ 1, [2, "ab"], {_ "a": [_ ], "b": tag(1) 5}], then a trailing 0.
+        let item: &[u8] = &[
+            0x9f, 0x01, 0x82, 0x02, 0x62, b'a', b'b', 0xbf, 0x61, b'a', 0x9f, 0xff, 0x61, b'b',
+            0xc1, 0x05, 0xff, 0xff,
+        ];
+        let mut bytes = item.to_vec();
+        bytes.push(0x00);
+        let mut r = Reader { b: &bytes, at: 0 };
+        r.skip().expect("skips");
+        assert_eq!(r.at, item.len());
+        r.skip().expect("skips the trailing 0");
+        assert_eq!(r.at, bytes.len());
+        // Cut short anywhere inside, it is an error, never a success.
+        for cut in 1..item.len() {
+            let mut r = Reader {
+                b: &item[..cut],
+                at: 0,
+            };
+            assert!(r.skip().is_err(), "cut at {cut}");
+        }
+        // 100,000 arrays deep: no stack overflow.
+        let mut deep = vec![0x81; 100_000];
+        deep.push(0x00);
+        let mut r = Reader { b: &deep, at: 0 };
+        r.skip().expect("skips");
+        assert_eq!(r.at, deep.len());
     }
 
     #[test]
