@@ -10,6 +10,11 @@
 //! The new subtasks' restore (decoding entries into typed state) is not part of it: that cost
 //! is the same whatever deals the payloads.
 //!
+//! - `state_file/<form>`: one subtask's state file written around a 32 MiB payload (1M
+//!   keyed entries of a few dozen bytes, as `bqbs_state`'s), as a checkpoint's writer does:
+//!   `byte_string` is Weir's form, `integer_array` the form of files before it (serde's
+//!   default for `Vec<u8>`, with the same fields), kept here to show what it cost.
+//!
 //! `cargo bench -p weir-benches --bench state`
 
 use std::collections::BTreeMap;
@@ -72,5 +77,42 @@ fn rescale_keyed(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, rescale_keyed);
+/// The state file's envelope as builds before the payload's byte string wrote it.
+#[derive(Serialize)]
+struct EarlierEnvelope<'a> {
+    format_version: u32,
+    uid: &'a str,
+    subtask: usize,
+    checkpoint_id: u64,
+    key_groups: Option<(usize, usize)>,
+    payload: &'a Vec<u8>,
+    payload_crc32: Option<u32>,
+}
+
+fn state_file(c: &mut Criterion) {
+    let mut g = c.benchmark_group("state_file");
+    g.sample_size(10);
+    let payload: Vec<u8> = (0..32u32 << 20).map(|i| (i % 251) as u8).collect();
+    g.throughput(Throughput::Bytes(payload.len() as u64));
+    g.bench_function("byte_string", |b| {
+        b.iter(|| weir::__bench::state_file_bytes(payload.clone()).expect("encodes"))
+    });
+    g.bench_function("integer_array", |b| {
+        b.iter(|| {
+            weir::checkpoint::encode(&EarlierEnvelope {
+                format_version: 1,
+                uid: "op",
+                subtask: 0,
+                checkpoint_id: 1,
+                key_groups: Some((0, 128)),
+                payload: &payload,
+                payload_crc32: Some(0),
+            })
+            .expect("encodes")
+        })
+    });
+    g.finish();
+}
+
+criterion_group!(benches, rescale_keyed, state_file);
 criterion_main!(benches);

@@ -150,6 +150,7 @@ pub mod __private {
 /// Internals the workspace's criterion benches time (`weir-benches`); not a public API.
 #[doc(hidden)]
 pub mod __bench {
+    pub use crate::checkpoint::store::state_file_bytes;
     pub use crate::rescale::deal_keyed;
 }
 
