@@ -487,8 +487,10 @@ fn s3_a_state_file_larger_than_a_part_goes_in_parts_and_restores() {
         (env.start("parts").expect("starts"), stop)
     };
     let (job, stop) = job_of("machine-1", None);
+    // Every key's entry is ~72 bytes in the state file: all 300,000 make ~21.5 MB, past 20 MiB
+    // only once nearly all are in, and past a part (16 MiB) in any case.
     common::wait_until("a checkpoint of every key", || {
-        stats(&job).last_checkpoint_size > 24 << 20
+        stats(&job).last_checkpoint_size > 20 << 20
     });
     let sp = job.savepoint("s3://weir/parts-sp").expect("a savepoint");
     stop.store(true, std::sync::atomic::Ordering::SeqCst);

@@ -167,6 +167,10 @@ impl<T> Data for T where
 }
 
 /// What a key must be: [`Data`] that hashes and compares.
+///
+/// Keys that are equal must serialize to the same bytes (as derived `Eq`, `Hash` and
+/// `Serialize` do): state kept encoded (on disk, in a backup's copy) is found by the key's
+/// encoding, as Flink's RocksDB backend finds it by the key's serialized bytes.
 pub trait Key: Data + std::hash::Hash + Eq {}
 
 impl<T> Key for T where T: Data + std::hash::Hash + Eq {}

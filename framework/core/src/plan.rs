@@ -639,7 +639,7 @@ impl ChainBuilder<'_> {
         let built = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             node.builder.build(&env, outputs)
         }));
-        if env.take_promoted_image().is_some() {
+        if matches!(built, Ok(Ok(_))) && env.take_promoted_image().is_some() {
             // Only a keyed operator hands its backup changes, and takes the image back.
             return Err(env.restore_error(
                 "internal error: the promoted operator did not take its backup's state image",

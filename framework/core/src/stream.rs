@@ -1129,19 +1129,20 @@ where
                 timer_budget: env.config.batch_size.max(1),
                 _in: PhantomData,
             };
-            let restored = match env.take_promoted_image() {
-                Some(image) => Some(crate::state::changes::Restored::Image(image)),
-                None => env
-                    .restored
-                    .clone()
-                    .map(crate::state::changes::Restored::Payload),
-            };
-            if let Some(restored) = restored {
-                op.restore_promoted(restored)?;
-                if op.incremental.is_some() {
-                    // A new chain: the first checkpoint copies every restored key.
-                    op.state.log_all();
+            let restored = match (env.take_promoted_image(), &env.restored) {
+                (Some(image), _) => {
+                    op.restore_promoted(image)?;
+                    true
                 }
+                (None, Some(payload)) => {
+                    op.restore(payload)?;
+                    true
+                }
+                (None, None) => false,
+            };
+            if restored && op.incremental.is_some() {
+                // A new chain: the first checkpoint copies every restored key.
+                op.state.log_all();
             }
             op.apply_live_config(&env.live_config)
                 .map_err(|e| env.restore_error(format!("cannot apply live config: {e}")))?;

@@ -25,7 +25,7 @@ pub(crate) struct Claims<T> {
     /// The least time from one handoff to the next, from what the last one took.
     handoff_gap: std::time::Duration,
     /// The operator hands what changed (`state::changes`), not whole snapshots.
-    hands_changes: bool,
+    pub(super) hands_changes: bool,
     /// The next hand-off must be everything (the queue asked for it).
     hand_all: bool,
     /// The input channels' watermarks to start from (a promoted primary's, from the state

@@ -94,8 +94,14 @@ pub(super) struct BackupInputs<T> {
     pub(super) generation: u64,
 }
 
-/// A promotion between its two halves: the backup's inputs, the replay, the new epoch.
-type Promoting<T> = (BackupInputs<T>, queue::ReplayPlan<StdArc<Vec<T>>>, u64);
+/// A promotion between its two halves: the backup's inputs, the replay, the new epoch, and
+/// whether its operator restores the backup's image (and so hands changes).
+type Promoting<T> = (
+    BackupInputs<T>,
+    queue::ReplayPlan<StdArc<Vec<T>>>,
+    u64,
+    bool,
+);
 
 /// Everything of one backed-up subtask, typed by its input record type.
 pub(crate) struct TypedGroup<T> {
@@ -357,9 +363,11 @@ impl<T: Data> BackupGroup for TypedGroup<T> {
         }
         self.last_reprocessed
             .store(plan.reprocessed as u64, Ordering::Relaxed);
+        let restore = plan.restore.take().map(|(_, state)| state);
+        let from_image = matches!(restore, Some(crate::state::changes::Restored::Image(_)));
         let promotion = Promotion {
             epoch,
-            restore: plan.restore.take().map(|(_, state)| state),
+            restore,
             senders,
             routed_before,
             waker: inputs.waker.clone(),
@@ -368,7 +376,7 @@ impl<T: Data> BackupGroup for TypedGroup<T> {
             replayed_records: plan.batches().map(|(_, p)| p.len() as u64).sum(),
             records_before: plan.records_before,
         };
-        *lock(&self.promoting) = Some((inputs, plan, epoch));
+        *lock(&self.promoting) = Some((inputs, plan, epoch, from_image));
         Ok(promotion)
     }
 
@@ -377,7 +385,7 @@ impl<T: Data> BackupGroup for TypedGroup<T> {
         head: AnyBox,
         stale_barriers: u64,
     ) -> Box<dyn InputGate> {
-        let (inputs, plan, epoch) = lock(&self.promoting)
+        let (inputs, plan, epoch, from_image) = lock(&self.promoting)
             .take()
             .expect("internal error: finish_promotion without begin_promotion");
         for d in &self.duals {
@@ -390,6 +398,12 @@ impl<T: Data> BackupGroup for TypedGroup<T> {
             }
         }
         let mut claims = Claims::new(self.clone(), epoch, replay, stale_barriers);
+        if from_image {
+            // Its operator hands changes (it restores its backup's image): from its first
+            // barrier on, not only from its first hand-off, so that barrier does not take
+            // the whole state (which the promoted operator has not read in yet).
+            claims.hands_changes = true;
+        }
         claims.skip_below = plan.claimed_upto;
         claims.marks = plan.marks;
         (self.make_gate)(

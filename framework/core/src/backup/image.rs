@@ -3,8 +3,9 @@
 //!
 //! The primary only appends ([`StateImage::push`]); the backup actor applies what was
 //! appended between its batches ([`StateImage::apply`]); a promotion takes the whole state
-//! ([`StateImage::snapshot`]: a clone sharing the image's key groups). A checkpoint of a backed-up keyed operator is written from the
-//! image too: the primary hands its changes at the barrier and holds the image at that point
+//! ([`StateImage::snapshot`]: a clone sharing the image's key groups). A checkpoint of a
+//! backed-up keyed operator is written from the image too: the primary hands its changes at
+//! the barrier and holds the image at that point
 //! ([`StateImage::hold`]); the checkpoint's writer thread builds the snapshot from the image
 //! ([`Held::resolve`]), so the primary's thread pays for what changed, never for the whole
 //! state. The backup actor does not apply past a held point until it is resolved or dropped.
@@ -46,10 +47,19 @@ struct Log {
     first: u64,
 }
 
+/// How far [`StateImage::apply_locked`] goes.
+#[derive(Debug, Clone, Copy)]
+enum Upto {
+    /// Up to the first held point (the backup actor's applying).
+    Held,
+    /// Up to this point, whatever is held (a checkpoint's own held point, a promotion).
+    Point(u64),
+}
+
 /// See the module doc.
 #[derive(Debug)]
 pub(crate) struct StateImage {
-    /// Locked before `log` and `holds`.
+    /// Locked before `log`, which is locked before `holds`.
     applied: Mutex<Applied>,
     log: Mutex<Log>,
     /// Points held for a checkpoint (item count -> holders): applying stops there.
@@ -89,12 +99,11 @@ impl StateImage {
     /// Applies what was appended, up to the first held point, about `budget` entries at
     /// most (the backup actor answers its heartbeats between two calls).
     pub(crate) fn apply(&self, budget: usize) {
-        let upto = lock(&self.holds).keys().next().copied().unwrap_or(u64::MAX);
         let mut applied = lock(&self.applied);
-        self.apply_locked(&mut applied, upto, budget);
+        self.apply_locked(&mut applied, Upto::Held, budget);
     }
 
-    fn apply_locked(&self, applied: &mut Applied, upto: u64, mut budget: usize) {
+    fn apply_locked(&self, applied: &mut Applied, upto: Upto, mut budget: usize) {
         loop {
             if let Some((delta, at)) = applied.current.take() {
                 let to = delta.index.len().min(at.saturating_add(budget));
@@ -106,11 +115,22 @@ impl StateImage {
                 }
                 applied.applied += 1;
             }
-            if applied.applied >= upto || budget == 0 {
+            if budget == 0 {
                 return;
             }
             let item = {
                 let mut log = lock(&self.log);
+                // The first held point is read under the log's lock: a primary holds a point
+                // before it appends anything after it, so an item seen here past a held
+                // point is never applied (read before the lock, a hold made meanwhile could
+                // be passed, and its checkpoint would fail).
+                let upto = match upto {
+                    Upto::Held => lock(&self.holds).keys().next().copied().unwrap_or(u64::MAX),
+                    Upto::Point(at) => at,
+                };
+                if applied.applied >= upto {
+                    return;
+                }
                 let Some(item) = log.items.pop_front() else {
                     return;
                 };
@@ -141,7 +161,7 @@ impl StateImage {
     /// before it then finds the image moved on, and fails.
     pub(crate) fn snapshot(&self) -> Result<KeyedImage, String> {
         let mut applied = lock(&self.applied);
-        self.apply_locked(&mut applied, u64::MAX, usize::MAX);
+        self.apply_locked(&mut applied, Upto::Point(u64::MAX), usize::MAX);
         match &applied.broken {
             Some(e) => Err(e.clone()),
             None => Ok(applied.image.clone()),
@@ -180,7 +200,8 @@ impl Held {
     /// The state at the held point, as the keyed operator's snapshot payload.
     pub(crate) fn resolve(self) -> Result<Vec<u8>, String> {
         let mut applied = lock(&self.image.applied);
-        self.image.apply_locked(&mut applied, self.at, usize::MAX);
+        self.image
+            .apply_locked(&mut applied, Upto::Point(self.at), usize::MAX);
         if applied.applied != self.at {
             return Err(format!(
                 "the backup's copy of the state is at hand-off {} and the checkpoint's at {} (a promotion came between)",

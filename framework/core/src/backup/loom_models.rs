@@ -7,6 +7,9 @@
 //!    through) or by the replay, and no payload the replay needs was released.
 //! 2. A promotion races a zombie primary that still emits: after the output channel is
 //!    fenced and reopened, the downstream receives every record exactly once, in order.
+//! 3. The backup applies a keyed primary's hand-offs while the primary hands changes at a
+//!    checkpoint's barrier, holds that point, and hands more: the backup never applies past
+//!    the held point, so the checkpoint's state resolves to what the barrier saw.
 
 use crate::channel::loom_tests::send_spinning;
 use crate::channel::{channel, Batch, Event, OutputChannel};
@@ -147,5 +150,40 @@ fn loom_buffer_queue_count_never_wraps() {
         assert!(!q.is_degraded(), "a wrapped count degraded the queue");
         let stats = q.stats();
         assert_eq!((stats.entries, stats.bytes), (1, 1), "only batch 1 is kept");
+    });
+}
+
+/// Model 3: a hand-off, a barrier's hand-off and its hold, a later hand-off (the primary), the
+/// backup applying one entry at a time beside it.
+#[test]
+fn loom_backup_image_never_applies_past_a_held_point() {
+    use crate::state::changes::KeyedDelta;
+    use std::sync::Arc as StdArc;
+
+    fn delta(full: bool, key: u64, value: &str) -> KeyedDelta {
+        let mut d = KeyedDelta::new(full);
+        d.push(0, &key, Some(&(key, value.to_owned())))
+            .expect("encodes");
+        d
+    }
+    loom::model(|| {
+        let image = StdArc::new(super::image::StateImage::new());
+        let backup = {
+            let image = image.clone();
+            loom::thread::spawn(move || {
+                for _ in 0..4 {
+                    image.apply(1);
+                }
+            })
+        };
+        image.push(delta(true, 1, "a"));
+        let at = image.push(delta(false, 1, "barrier"));
+        let held = image.hold(at);
+        image.push(delta(false, 1, "after"));
+        backup.join().unwrap();
+        let payload = held.resolve().expect("the held point was not passed");
+        let groups: Vec<(usize, Vec<(u64, String)>)> =
+            ciborium::from_reader(payload.as_slice()).expect("decodes");
+        assert_eq!(groups, vec![(0, vec![(1, "barrier".to_owned())])]);
     });
 }

@@ -13,7 +13,7 @@ use crate::error::TaskError;
 use crate::hooks::{StateError, StateSnapshot};
 use crate::key_group::{key_group_of, key_group_range};
 use crate::metrics::QueueUsage;
-use crate::state::changes::{is_timed, Restored};
+use crate::state::changes::{is_timed, KeyedImage};
 use crate::state::promoted::Promoted;
 use crate::state::Entries;
 use crate::state::{KeyedState, ValueState};
@@ -270,19 +270,15 @@ where
         Ok(())
     }
 
-    /// Starts from what a promoted backup restores: a snapshot payload, or the image its
-    /// backup kept, read in key by key from here on (`state::promoted`); the entries' timers
-    /// and the function's own fields are restored now.
-    pub(crate) fn restore_promoted(&mut self, restored: Restored) -> Result<(), TaskError> {
-        let image = match restored {
-            Restored::Payload(payload) => return self.restore(&payload),
+    /// Starts from the image a promoted backup's backup kept, read in key by key from here
+    /// on (`state::promoted`); the entries' timers and the function's own fields are restored
+    /// now.
+    pub(crate) fn restore_promoted(&mut self, image: KeyedImage) -> Result<(), TaskError> {
+        if !matches!(self.state.map, Entries::Logged(_)) {
             // Read in key by key only into a map that logs changes (a backed-up operator's
             // in memory); on disk, restored as a snapshot.
-            Restored::Image(image) if !matches!(self.state.map, Entries::Logged(_)) => {
-                return self.restore(&image.payload());
-            }
-            Restored::Image(image) => image,
-        };
+            return self.restore(&image.payload());
+        }
         match (&self.hooks, image.own()) {
             (Some(h), Some(own)) => {
                 let own: StateSnapshot =
@@ -534,7 +530,10 @@ where
                 );
                 n += 1;
             }
-        })
+        })?;
+        // A key whose state could not be read (on disk, or from a promoted backup's image)
+        // fails the subtask here, not at its next batch.
+        self.state_failed()
     }
 
     /// Sends on the watermark the fired timers allow (all of the input's once none at or

@@ -10,13 +10,15 @@
 //! - [`KeyedDelta`]: the changed entries, each encoded on its own (CBOR is self-delimiting),
 //!   with their key groups; or every entry (`full`).
 //! - [`KeyedImage`]: the receiving side: entries by key group and encoded key, updated by
-//!   deltas (off the sender's thread: the backup's) (a delta's entry replaces the key's, so a delta taken since an older point than
-//!   the image applies as well), and turned back into the operator's snapshot payload, byte
-//!   for byte the CBOR `Vec<(usize, Vec<entry>)>` the keyed operator's restore reads, without
-//!   decoding an entry.
+//!   deltas off the sender's thread (the backup's; a delta's entry replaces the key's, so a
+//!   delta taken since an older point than the image applies as well), and turned back into
+//!   the operator's snapshot payload, byte for byte the CBOR `Vec<(usize, Vec<entry>)>` the
+//!   keyed operator's restore reads, without decoding an entry; or cloned, its key groups
+//!   shared, for a promoted backup to read in ([`Restored::Image`]).
 //!
 //! It does not own when hand-offs happen or what the receiver does with the payload (the
-//! backup's claims and buffer queue), nor the entry's form (the keyed operator's).
+//! backup's claims and buffer queue), nor the entry's form (the keyed operator's: only
+//! whether an entry carries timers, its array's length, is read here).
 
 use std::collections::{BTreeMap, HashMap};
 use std::ops::Range;
@@ -685,6 +687,16 @@ mod tests {
             };
             assert!(r.skip().is_err(), "cut at {cut}");
         }
+        // [[_ 1], 3]: a level of indefinite length inside a definite one, items after it.
+        let mut r = Reader {
+            b: &[0x82, 0x9f, 0x01, 0xff, 0x03, 0x00],
+            at: 0,
+        };
+        r.skip().expect("skips");
+        assert_eq!(r.at, 5);
+        // An array that says it holds 2^64 - 1 items, with none: an error, not a long loop.
+        let huge = [0x9b, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff];
+        assert!(Reader { b: &huge, at: 0 }.skip().is_err());
         // 100,000 arrays deep: no stack overflow.
         let mut deep = vec![0x81; 100_000];
         deep.push(0x00);

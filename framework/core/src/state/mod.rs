@@ -753,7 +753,12 @@ where
             map.entry(k).or_insert(Tracked { state, logged: 0 });
         })?;
         if done {
+            // An error met looking a key up goes with the operator, not with the reader.
+            let failed = p.take_error();
             self.promoted = None;
+            if let Some(e) = failed {
+                return Err(e);
+            }
         }
         Ok(())
     }
@@ -762,7 +767,8 @@ where
         self.read_in(usize::MAX)
     }
 
-    /// Calls `f` with `key`'s state (read from disk if it is not cached there).
+    /// Calls `f` with `key`'s state (read from disk if it is not cached there, or from a
+    /// promoted backup's image if it is not read in yet).
     pub(crate) fn read<R>(
         &mut self,
         key: &K,
@@ -790,7 +796,8 @@ where
         }
     }
 
-    /// The disk store's first error since the last call.
+    /// The first error since the last call of the disk store, or of reading in a promoted
+    /// backup's state.
     pub(crate) fn take_error(&mut self) -> Option<String> {
         match &mut self.map {
             Entries::Disk(d) => d.take_error(),
