@@ -1024,13 +1024,13 @@ fn a_checkpoint_made_from_the_backups_copy_restores_exactly() {
     }
 }
 
-/// A promoted backup's keyed state is read in as the operator meets its keys (and the rest a
-/// part per batch), not decoded whole at the promotion. A second failure of the promoted
-/// primary while most of its state is still not read in (a panic; a stall past the heartbeat
-/// timeout, after which the fenced primary wakes and goes on) is promoted again from the
-/// backup's copy: every key's count and sum are the sequential ones at the end.
+/// A second failure of a promoted keyed primary soon after its promotion (a panic; a stall
+/// past the heartbeat timeout, after which the fenced primary wakes and goes on) is promoted
+/// again from the backup's copy: every key's count and sum are the sequential ones at the end.
+/// (With `operator::keyed::READ_IN_LAZILY` on, the second failure comes while most of the
+/// state is still not read in.)
 #[test]
-fn a_promoted_primary_failing_before_its_state_is_read_in_is_promoted_exactly() {
+fn a_promoted_primary_failing_again_soon_is_promoted_exactly() {
     const N: u64 = 60_000;
     const MANY: u64 = 20_000;
     for second in [

@@ -180,6 +180,15 @@ fn encode_entry<K: crate::Key, S: crate::Data>(
     }
 }
 
+/// Whether a promoted backup's keyed state is read in key by key (`state::promoted`) rather
+/// than decoded whole when it is built. Off: `bqbs_state --runs promote --keys 1000000
+/// --heartbeat-timeout-ms 100` on a loaded 2-core machine counted one batch twice (every key
+/// of it once too many) in 8 runs of 14 with it on, in none of 12 with it off or before it;
+/// the promotions were then 3-40 ms instead of 180-960 ms, and repeated (2 to 9 per run).
+/// Whether it causes that or only makes a promotion fast enough to meet an older race is not
+/// known yet; until it is, a promotion decodes the whole state.
+const READ_IN_LAZILY: bool = false;
+
 /// Entries of a promoted backup's state read in after one batch, at most (see `push`).
 const READ_IN_PER_BATCH: usize = 4096;
 
@@ -274,7 +283,7 @@ where
     /// on (`state::promoted`); the entries' timers and the function's own fields are restored
     /// now.
     pub(crate) fn restore_promoted(&mut self, image: KeyedImage) -> Result<(), TaskError> {
-        if !matches!(self.state.map, Entries::Logged(_)) {
+        if !READ_IN_LAZILY || !matches!(self.state.map, Entries::Logged(_)) {
             // Read in key by key only into a map that logs changes (a backed-up operator's
             // in memory); on disk, restored as a snapshot.
             return self.restore(&image.payload());
