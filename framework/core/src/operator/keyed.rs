@@ -185,8 +185,10 @@ fn encode_entry<K: crate::Key, S: crate::Data>(
 /// --heartbeat-timeout-ms 100` on a loaded 2-core machine counted one batch twice (every key
 /// of it once too many) in 8 runs of 14 with it on, in none of 12 with it off or before it;
 /// the promotions were then 3-40 ms instead of 180-960 ms, and repeated (2 to 9 per run).
-/// Whether it causes that or only makes a promotion fast enough to meet an older race is not
-/// known yet; until it is, a promotion decodes the whole state.
+/// The race is older: with a 30 ms heartbeat timeout (promotions frequent either way) the
+/// eager path, and the build before the lazy path existed, also counted a batch twice (1 run
+/// in 5-6). Until that is found, a promotion decodes the whole state: it makes repeated fast
+/// promotions, and so the race, rarer.
 const READ_IN_LAZILY: bool = false;
 
 /// Entries of a promoted backup's state read in after one batch, at most (see `push`).
