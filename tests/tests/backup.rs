@@ -957,6 +957,26 @@ impl weir::KeyedProcessFunction<u64, u64, (u64, u64, u64)> for Tally {
     }
 }
 
+/// `Tally`'s rows for ids `0..n` keyed by `id % keys` are the sequential ones: one row per
+/// key, each with its count and sum (`ctx` prefixes the failure messages).
+fn assert_tallies(mut got: Vec<(u64, u64, u64)>, n: u64, keys: u64, ctx: &str) {
+    got.sort_unstable();
+    let want: Vec<(u64, u64, u64)> = (0..keys)
+        .map(|k| {
+            let ids = (k..n).step_by(keys as usize);
+            (k, ids.clone().count() as u64, ids.sum())
+        })
+        .collect();
+    assert_eq!(got.len(), want.len(), "{ctx}one row per key");
+    let wrong: Vec<_> = got
+        .iter()
+        .zip(&want)
+        .filter(|(g, w)| g != w)
+        .take(5)
+        .collect();
+    assert!(wrong.is_empty(), "{ctx}(got, want): {wrong:?}");
+}
+
 /// A backed-up keyed operator hands its backup what changed, and its checkpoints are made
 /// from the backup's copy (off its thread). Restored by a restart-all (a fault downstream,
 /// armed once checkpoints completed), from such a checkpoint, every key's count and sum are
@@ -1005,22 +1025,7 @@ fn a_checkpoint_made_from_the_backups_copy_restores_exactly() {
             checkpoints.num_restarts >= 1,
             "the downstream fault restarts the job"
         );
-        let mut got: Vec<(u64, u64, u64)> = out.take();
-        got.sort_unstable();
-        let want: Vec<(u64, u64, u64)> = (0..MANY)
-            .map(|k| {
-                let ids = (k..N).step_by(MANY as usize);
-                (k, ids.clone().count() as u64, ids.sum())
-            })
-            .collect();
-        assert_eq!(got.len(), want.len(), "one row per key");
-        let wrong: Vec<_> = got
-            .iter()
-            .zip(&want)
-            .filter(|(g, w)| g != w)
-            .take(5)
-            .collect();
-        assert!(wrong.is_empty(), "(got, want): {wrong:?}");
+        assert_tallies(out.take(), N, MANY, "");
     }
 }
 
@@ -1066,21 +1071,6 @@ fn a_promoted_primary_failing_again_soon_is_promoted_exactly() {
         assert_eq!(plan.fired(), 2, "{second:?}");
         let promotions: u64 = result.backups.iter().map(|b| b.promotions).sum();
         assert!(promotions >= 2, "{second:?}: {promotions} promotions");
-        let mut got: Vec<(u64, u64, u64)> = out.take();
-        got.sort_unstable();
-        let want: Vec<(u64, u64, u64)> = (0..MANY)
-            .map(|k| {
-                let ids = (k..N).step_by(MANY as usize);
-                (k, ids.clone().count() as u64, ids.sum())
-            })
-            .collect();
-        assert_eq!(got.len(), want.len(), "{second:?}: one row per key");
-        let wrong: Vec<_> = got
-            .iter()
-            .zip(&want)
-            .filter(|(g, w)| g != w)
-            .take(5)
-            .collect();
-        assert!(wrong.is_empty(), "{second:?}: (got, want): {wrong:?}");
+        assert_tallies(out.take(), N, MANY, &format!("{second:?}: "));
     }
 }
