@@ -98,6 +98,7 @@ impl Mode {
                 Moment::TwoClose,
                 Moment::DuringCheckpoint,
                 Moment::DuringReplay,
+                Moment::AfterBackupReplaced,
             ],
             Mode::Rescale | Mode::FastRestart => &[
                 Moment::DuringHandOver,
@@ -130,11 +131,17 @@ pub enum Moment {
     DuringHandOver,
     /// At a record of the input held until the rescale or replacement is done.
     AfterHandOver,
+    /// The backup of subtask 0 fails (a panic) at a random one of its first batches; the
+    /// backup that replaces it pauses before its first batch (150 ms, under its heartbeat
+    /// timeout), and the primary fails at its first batch once that one is attached: the
+    /// replacement is promoted with batches its predecessor had already queued still waiting
+    /// in its channel.
+    AfterBackupReplaced,
 }
 
 impl Moment {
     /// Every moment.
-    pub const ALL: [Moment; 7] = [
+    pub const ALL: [Moment; 8] = [
         Moment::AfterCheckpoint,
         Moment::AtRecord,
         Moment::TwoClose,
@@ -142,6 +149,7 @@ impl Moment {
         Moment::DuringReplay,
         Moment::DuringHandOver,
         Moment::AfterHandOver,
+        Moment::AfterBackupReplaced,
     ];
 }
 
@@ -284,6 +292,21 @@ impl Scenario {
                 vec![],
             ),
             (Moment::AfterHandOver, _) => (vec![], vec![self.held_record(&mut r)]),
+            (Moment::AfterBackupReplaced, _) => {
+                let backup = format!("{target}.backup");
+                (
+                    vec![
+                        Fault::new(&backup, FaultKind::Panic, r.range(3, 40)).in_subtask(0),
+                        Fault::new(&backup, FaultKind::Pause(Duration::from_millis(150)), 0)
+                            .in_subtask(0)
+                            .after_backups_started(2),
+                        Fault::new(target, self.kind, 0)
+                            .in_subtask(0)
+                            .after_backups_started(2),
+                    ],
+                    vec![],
+                )
+            }
         }
     }
 }

@@ -957,6 +957,31 @@ impl weir::KeyedProcessFunction<u64, u64, (u64, u64, u64)> for Tally {
     }
 }
 
+/// [`Tally`] taking this long per record: a primary behind its backup (which only queues).
+#[derive(Clone)]
+struct SlowTally(Duration);
+
+impl weir::KeyedProcessFunction<u64, u64, (u64, u64, u64)> for SlowTally {
+    type State = (u64, u64);
+    fn process(
+        &mut self,
+        k: &u64,
+        s: &mut (u64, u64),
+        x: u64,
+        out: &mut Collector<(u64, u64, u64)>,
+    ) {
+        std::thread::sleep(self.0);
+        Tally.process(k, s, x, out);
+    }
+    fn end_of_input(
+        &mut self,
+        state: &mut weir::KeyedState<u64, (u64, u64)>,
+        out: &mut Collector<(u64, u64, u64)>,
+    ) {
+        Tally.end_of_input(state, out);
+    }
+}
+
 /// `Tally`'s rows for ids `0..n` keyed by `id % keys` are the sequential ones: one row per
 /// key, each with its count and sum (`ctx` prefixes the failure messages).
 fn assert_tallies(mut got: Vec<(u64, u64, u64)>, n: u64, keys: u64, ctx: &str) {
@@ -1029,11 +1054,73 @@ fn a_checkpoint_made_from_the_backups_copy_restores_exactly() {
     }
 }
 
+/// A backup that replaced a failed one starts with the batches waiting in its primary's
+/// channel, some of which the failed backup had already taken into the buffer queue (the
+/// primary was behind it). Promoted before it took them again, the new primary replays them
+/// from the queue and must skip their copies in its channel: every key's count and sum are
+/// the sequential ones (the copies were counted twice before). The primary is slow (20 us a
+/// record), so its backup is ahead of it by what its channel holds (16 batches); the first
+/// backup fails at its 40th event; the second one, once attached, pauses before its first batch; the
+/// primary fails at its first batch after that attach, and the second backup is promoted.
+#[test]
+fn a_replacement_backup_promoted_before_it_drained_counts_nothing_twice() {
+    if std::env::var_os("WEIR_BACKUP_VERBOSE").is_some() {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(std::env::var("WEIR_LOG").unwrap_or_else(|_| "weir=debug".into()))
+            .with_test_writer()
+            .try_init();
+    }
+    const N: u64 = 20_000;
+    const MANY: u64 = 1_000;
+    let plan = FaultPlan::new(vec![
+        Fault::new("tally.backup", FaultKind::Panic, 40),
+        Fault::new(
+            "tally.backup",
+            FaultKind::Pause(Duration::from_millis(300)),
+            0,
+        )
+        .after_backups_started(2),
+        Fault::new("tally", FaultKind::Panic, 0).after_backups_started(2),
+    ]);
+    let dir = TempDir::new("backup-replacement-promoted");
+    let mut cfg = EnvConfig::default();
+    cfg.batch_size = 64;
+    cfg.checkpoint.interval = Some(Duration::from_millis(50));
+    cfg.checkpoint.directory = dir.path().to_owned();
+    cfg.rate_control = RateControlConfig::fixed(200_000.0);
+    // A deep fixed window: the backup can be up to 16 batches ahead of its slow primary.
+    cfg.channel_capacity = 16;
+    cfg.latency_target = None;
+    cfg.faults = plan.clone();
+    let env = Env::with_config(cfg);
+    let out = env
+        .generate(N, |i| i)
+        .uid("src")
+        .key_by(|x: &u64| x % MANY)
+        .process_with(SlowTally(Duration::from_micros(20)))
+        .uid("tally")
+        .with_backup_policy(
+            BackupPolicy::default()
+                .heartbeat(Duration::from_millis(100), Duration::from_secs(5))
+                .state_interval(Some(Duration::from_millis(2))),
+        )
+        .collect();
+    let handle = env.start("backup-replacement-promoted").unwrap();
+    let (result, _) = wait(handle).unwrap();
+    assert_eq!(plan.fired(), 3);
+    let promotions: u64 = result.backups.iter().map(|b| b.promotions).sum();
+    let replaced: u64 = result.backups.iter().map(|b| b.backup_replacements).sum();
+    assert!(
+        promotions >= 1 && replaced >= 1,
+        "{promotions} promotions, {replaced} backups replaced"
+    );
+    assert_tallies(out.take(), N, MANY, "");
+}
+
 /// A second failure of a promoted keyed primary soon after its promotion (a panic; a stall
 /// past the heartbeat timeout, after which the fenced primary wakes and goes on) is promoted
 /// again from the backup's copy: every key's count and sum are the sequential ones at the end.
-/// (With `operator::keyed::READ_IN_LAZILY` on, the second failure comes while most of the
-/// state is still not read in.)
+/// (The second failure comes while most of the promoted state is still not read in.)
 #[test]
 fn a_promoted_primary_failing_again_soon_is_promoted_exactly() {
     const N: u64 = 60_000;

@@ -213,6 +213,13 @@ fn quotes() -> Vec<(&'static str, String)> {
                 (b.state_share * 100.0).round()
             ),
         ),
+        (
+            "backup.md",
+            format!(
+                "Keep it above the restore time of the state (the default, {}, is above it",
+                dur(b.heartbeat_timeout)
+            ),
+        ),
         // Derived operators.
         (
             "defining-operators.md",

@@ -79,6 +79,13 @@ impl KeyedProcessFunction<u64, u64, Row> for Tally {
 
 fn main() {
     let args = Args::parse();
+    if std::env::var_os("RUST_LOG").is_some() {
+        // The job's promotions, replays and checkpoints, on stderr.
+        tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .with_writer(std::io::stderr)
+            .init();
+    }
     quiet_injected_panics();
     for _ in 0..args.repeat {
         for run in args.runs.split(',') {
@@ -144,12 +151,28 @@ fn one(args: &Args, run: &str) -> serde_json::Value {
     let seconds = started.elapsed().as_secs_f64();
     let rows = out.take();
     let (mut wrong, mut seen) = (0u64, 0u64);
+    // Per wrong key: (count off by, sum off by); one record too many says which record.
+    let mut off: Vec<(i64, u64)> = Vec::new();
     for (k, n, sum) in &rows {
         seen += 1;
         let (want_n, want_sum) = expected(*k, keys, args.records);
         if (*n, *sum) != (want_n, want_sum) {
             wrong += 1;
+            off.push((*n as i64 - want_n as i64, sum.wrapping_sub(want_sum)));
         }
+    }
+    off.sort_unstable();
+    // Contiguous runs of records counted once too many (or other differences, as they are).
+    let mut runs: Vec<String> = Vec::new();
+    let mut i = 0;
+    while i < off.len() && runs.len() < 8 {
+        let (d, first) = off[i];
+        let mut j = i + 1;
+        while j < off.len() && d == 1 && off[j] == (1, off[j - 1].1 + 1) {
+            j += 1;
+        }
+        runs.push(format!("count{d:+} records {first}..={}", off[j - 1].1));
+        i = j;
     }
     let promotions: Vec<_> = result
         .backups
@@ -174,6 +197,7 @@ fn one(args: &Args, run: &str) -> serde_json::Value {
         "faults_fired": faults.fired(),
         "keys_out": seen,
         "keys_wrong": wrong,
+        "wrong_runs": runs,
         "keys_missing": keys.min(args.records) - seen.min(keys.min(args.records)),
         "exactly_once": wrong == 0 && seen == keys.min(args.records),
     })

@@ -694,12 +694,19 @@ impl<T> Receiver<T> {
     /// Like [`try_recv`](Self::try_recv), but a batch at the head stays there (for an
     /// operator that takes no records now: barriers, watermarks and the end still come).
     pub(crate) fn try_recv_unless_batch(&self) -> Option<Event<T>> {
+        self.try_recv_unless_batch_at().map(|(_, e)| e)
+    }
+
+    /// Like [`try_recv_unless_batch`](Self::try_recv_unless_batch), with the position of the
+    /// batch after the event.
+    pub(crate) fn try_recv_unless_batch_at(&self) -> Option<(u64, Event<T>)> {
         let (taken, wake) = {
             let mut q = lock(&self.shared.queue);
             match q.events.front() {
                 None | Some(Event::Batch(_)) => return None,
                 Some(_) => {
-                    let e = q.events.pop_front();
+                    let at = q.taken_batches;
+                    let e = q.events.pop_front().map(|e| (at, e));
                     (e, q.wakes_sender())
                 }
             }
@@ -708,6 +715,40 @@ impl<T> Receiver<T> {
             self.shared.tx_waker.wake();
         }
         taken
+    }
+
+    /// For a backed-up primary, which claims each batch in its buffer queue before it takes
+    /// it: a batch at the head is *not* taken but returned shared (made shared in place if
+    /// owned), with its position, and stays in the channel until
+    /// [`take_peeked`](Self::take_peeked); any other event is taken as by
+    /// [`try_recv_at`](Self::try_recv_at). A batch is so always in the channel or claimed:
+    /// a backup attached meanwhile (which starts from the channel's waiting events) misses
+    /// none that the primary took and could not claim (it was fenced).
+    pub(crate) fn try_recv_or_peek(&self) -> Option<(u64, Event<T>, bool)> {
+        {
+            let mut q = lock(&self.shared.queue);
+            let at = q.taken_batches;
+            if let Event::Batch(b) = q.events.front_mut()? {
+                if let Batch::Owned(v) = b {
+                    *b = Batch::Shared(std::sync::Arc::new(std::mem::take(v)));
+                }
+                let Batch::Shared(a) = b else {
+                    unreachable!("made shared above")
+                };
+                return Some((at, Event::Batch(Batch::Shared(a.clone())), true));
+            }
+        }
+        self.try_recv_at().map(|(at, e)| (at, e, false))
+    }
+
+    /// Takes the batch at position `seq` that [`try_recv_or_peek`](Self::try_recv_or_peek)
+    /// returned (only this receiver takes from the channel: it is still at the head).
+    pub(crate) fn take_peeked(&self, seq: u64) {
+        let taken = self.try_recv_at();
+        debug_assert!(
+            matches!(taken, Some((at, Event::Batch(_))) if at == seq),
+            "internal error: the peeked batch was not at the head"
+        );
     }
 
     /// Events waiting in the channel.
@@ -769,6 +810,45 @@ mod tests {
         };
         assert_eq!(v, vec![1]);
         tx.try_send(batch(vec![3])).unwrap();
+    }
+
+    /// A backed-up primary claims a batch before it leaves its channel: a backup attached
+    /// between the look and the take (the primary may then be fenced and never claim it)
+    /// still gets the batch, at its position.
+    #[test]
+    fn a_batch_looked_at_and_not_yet_taken_reaches_a_backup_attached_meanwhile() {
+        let waker = || Arc::new(AtomicWaker::new());
+        let (tx, dual, primary, backup) = dual_channel::<u32>(4, waker(), waker());
+        tx.try_send(batch(vec![1, 2])).unwrap();
+        tx.try_send(Event::Barrier(7)).unwrap();
+        tx.try_send(batch(vec![3])).unwrap();
+        assert!(matches!(primary.try_recv_at(), Some((0, Event::Batch(_)))));
+        assert!(matches!(
+            primary.try_recv_at(),
+            Some((1, Event::Barrier(7)))
+        ));
+        // The backup fails and is dropped while the primary looks at batch 1.
+        drop(backup);
+        dual.detach_backup();
+        let Some((1, Event::Batch(Batch::Shared(seen)), true)) = primary.try_recv_or_peek() else {
+            panic!("expected batch 1, looked at")
+        };
+        assert_eq!(*seen, vec![3]);
+        let replacement = dual.attach_backup(Credit::fixed(4), waker());
+        primary.take_peeked(1);
+        let Some((1, Event::Batch(b))) = replacement.try_recv_at() else {
+            panic!("the replacement backup must get batch 1")
+        };
+        let mut got = Vec::new();
+        b.move_into(&mut got);
+        assert_eq!(got, vec![3]);
+        assert!(primary.try_recv_at().is_none());
+        // Anything else than a batch is taken at once.
+        tx.try_send(Event::EndOfInput).unwrap();
+        assert!(matches!(
+            primary.try_recv_or_peek(),
+            Some((2, Event::EndOfInput, false))
+        ));
     }
 
     #[test]

@@ -187,7 +187,8 @@ impl Fault {
     /// backup it starts after each promotion (over the plan's whole life, restarts included:
     /// a restart-all deploys a first backup again). From then on the fault fires at the first
     /// batch at or after `at_record`. Use it on the backed-up operator's uid (the one given a
-    /// backup policy); on any other operator's the count stays 0. With `n = 2` and a fault
+    /// backup policy), or on its backups' (`<uid>.backup`: a fault of the `n`-th backup, at
+    /// its batch `at_record`); on any other operator's the count stays 0. With `n = 2` and a fault
     /// that fails the backup, the primary fails only once the failed backup was replaced,
     /// however fast or slow the machine.
     ///
@@ -362,7 +363,8 @@ impl FaultPlan {
             seen: 0,
             released: self.released.clone(),
             checkpoints: self.checkpoints.clone(),
-            backups: self.backups_of(uid, subtask),
+            // A backup's faults (`<uid>.backup`) count its subtask's backups too.
+            backups: self.backups_of(uid.strip_suffix(".backup").unwrap_or(uid), subtask),
         })
     }
 }

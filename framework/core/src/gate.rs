@@ -176,14 +176,15 @@ impl<T: Data> TypedGate<T> {
         if !records && claims.replay_starts_with_batch() {
             return Ok(GateStep::Empty);
         }
-        let (idx, seq, event) = match claims.next_replay() {
+        let (idx, seq, event, peeked) = match claims.next_replay() {
             Some(Replay::Batch(id, payload)) => (
                 id.0 as usize,
                 id.1,
                 Event::Batch(crate::channel::Batch::Shared(payload)),
+                false,
             ),
-            Some(Replay::Mark(c, w)) => (c as usize, 0, Event::Watermark(w)),
-            Some(Replay::End(c)) => (c as usize, 0, Event::EndOfInput),
+            Some(Replay::Mark(c, w)) => (c as usize, 0, Event::Watermark(w), false),
+            Some(Replay::End(c)) => (c as usize, 0, Event::EndOfInput, false),
             None => {
                 let n = self.receivers.len();
                 let mut found = None;
@@ -192,12 +193,16 @@ impl<T: Data> TypedGate<T> {
                     if self.ended[idx] || blocked(idx) {
                         continue;
                     }
+                    // A batch is claimed before it leaves the channel (see
+                    // `Receiver::try_recv_or_peek`).
                     let taken = if records {
-                        self.receivers[idx].try_recv_at()
+                        self.receivers[idx].try_recv_or_peek()
                     } else {
-                        self.receivers[idx].try_recv_unless_batch().map(|e| (0, e))
+                        self.receivers[idx]
+                            .try_recv_unless_batch_at()
+                            .map(|(at, e)| (at, e, false))
                     };
-                    let Some((seq, event)) = taken else {
+                    let Some((seq, event, peeked)) = taken else {
                         continue;
                     };
                     match event {
@@ -208,12 +213,18 @@ impl<T: Data> TypedGate<T> {
                                 seq,
                                 "skipping a batch claimed before the promotion"
                             );
+                            self.receivers[idx].take_peeked(seq);
                             continue;
                         }
+                        // A watermark before a batch the promotion replays or skipped: taken
+                        // already (by the old primary, logged, or kept from the backup and in
+                        // the replay). Taken again after the replay, an idle mark would make
+                        // the channel idle behind records the replay just gave it.
+                        Event::Watermark(_) if claims.is_claimed(idx, seq) => continue,
                         _ => {}
                     }
                     self.next = (idx + 1) % n;
-                    found = Some((idx, seq, event));
+                    found = Some((idx, seq, event, peeked));
                     break;
                 }
                 match found {
@@ -232,6 +243,9 @@ impl<T: Data> TypedGate<T> {
                     crate::channel::Batch::Owned(v) => std::sync::Arc::new(v),
                 };
                 claims.claim((idx as u32, seq), &payload)?;
+                if peeked {
+                    self.receivers[idx].take_peeked(seq);
+                }
                 self.marks.activate(idx);
                 let len = payload.len();
                 if self.recording[idx] {

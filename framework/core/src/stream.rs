@@ -1127,6 +1127,7 @@ where
                 ts: ts.clone(),
                 timers,
                 timer_budget: env.config.batch_size.max(1),
+                handed: (0, 0),
                 _in: PhantomData,
             };
             let restored = match (env.take_promoted_image(), &env.restored) {

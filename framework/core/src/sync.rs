@@ -35,6 +35,15 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     }
 }
 
+/// Locks a mutex if no one holds it now (recovering a poisoned one, as [`lock`]).
+pub(crate) fn try_lock<T>(m: &Mutex<T>) -> Option<MutexGuard<'_, T>> {
+    match m.try_lock() {
+        Ok(g) => Some(g),
+        Err(std::sync::TryLockError::Poisoned(p)) => Some(p.into_inner()),
+        Err(std::sync::TryLockError::WouldBlock) => None,
+    }
+}
+
 /// A cell holding the waker of the task to wake: futures' `AtomicWaker`, or loom's so that
 /// loom sees the register/wake race (it cannot see inside futures).
 #[derive(Debug, Default)]

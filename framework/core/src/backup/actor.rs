@@ -115,12 +115,11 @@ impl<T: Data> ActorFuture<BackupActor<T>> for Drain {
     ) -> Poll<()> {
         // The primary's hand-offs are applied to the queue's image here, off its thread, a
         // part at a time so that heartbeats are answered between two parts.
-        let image = act.group.queue.image();
-        if image.has_pending() {
-            image.apply(APPLY_BUDGET);
-            if image.has_pending() {
-                task.waker().wake_by_ref();
-            }
+        // Not woken for a part it could not apply now (a checkpoint holds the image, or its
+        // writer applies): the next batch wakes it, and a promotion or a checkpoint applies
+        // what they need themselves.
+        if act.group.queue.image().apply(APPLY_BUDGET) {
+            task.waker().wake_by_ref();
         }
         for _ in 0..64 {
             match act.look(task) {

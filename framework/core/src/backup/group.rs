@@ -281,6 +281,9 @@ impl<T: Data> BackupGroup for TypedGroup<T> {
                 }
             }
         };
+        // Attached (its inputs are in the slot): faults waiting for it may fire (its own
+        // too: counted before it runs).
+        self.faults.backup_started(&self.uid, self.subtask);
         let fault = self
             .faults
             .for_instance(&format!("{}.backup", self.uid), self.subtask);
@@ -294,8 +297,6 @@ impl<T: Data> BackupGroup for TypedGroup<T> {
             fault,
             stopped: false,
         });
-        // Attached (its inputs are in the slot): faults waiting for it may fire.
-        self.faults.backup_started(&self.uid, self.subtask);
         addr.recipient()
     }
 

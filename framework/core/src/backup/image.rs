@@ -18,7 +18,7 @@ use std::collections::{BTreeMap, VecDeque};
 use crate::state::changes::{KeyedDelta, KeyedImage};
 use std::sync::Arc;
 
-use crate::sync::{lock, Mutex};
+use crate::sync::{lock, try_lock, Mutex};
 
 /// What is applied to the image, in order.
 #[derive(Debug)]
@@ -92,18 +92,26 @@ impl StateImage {
     }
 
     /// Whether items wait to be applied (taken, or in part).
+    #[cfg(test)]
     pub(crate) fn has_pending(&self) -> bool {
         !lock(&self.log).items.is_empty() || lock(&self.applied).current.is_some()
     }
 
     /// Applies what was appended, up to the first held point, about `budget` entries at
-    /// most (the backup actor answers its heartbeats between two calls).
-    pub(crate) fn apply(&self, budget: usize) {
-        let mut applied = lock(&self.applied);
-        self.apply_locked(&mut applied, Upto::Held, budget);
+    /// most (the backup actor answers its heartbeats between two calls). Returns whether it
+    /// stopped for its budget (more can be applied now). It never waits: while a checkpoint's
+    /// writer thread builds its snapshot from the image, the backup actor goes on taking its
+    /// batches (waiting, its channels would fill and stop the upstream and so the primary).
+    pub(crate) fn apply(&self, budget: usize) -> bool {
+        let Some(mut applied) = try_lock(&self.applied) else {
+            return false;
+        };
+        self.apply_locked(&mut applied, Upto::Held, budget)
     }
 
-    fn apply_locked(&self, applied: &mut Applied, upto: Upto, mut budget: usize) {
+    /// Applies up to `upto`, about `budget` entries at most; returns whether it stopped for
+    /// its budget.
+    fn apply_locked(&self, applied: &mut Applied, upto: Upto, mut budget: usize) -> bool {
         loop {
             if let Some((delta, at)) = applied.current.take() {
                 let to = delta.index.len().min(at.saturating_add(budget));
@@ -111,12 +119,12 @@ impl StateImage {
                 budget -= to - at;
                 if to < delta.index.len() {
                     applied.current = Some((delta, to));
-                    return;
+                    return true;
                 }
                 applied.applied += 1;
             }
             if budget == 0 {
-                return;
+                return true;
             }
             let item = {
                 let mut log = lock(&self.log);
@@ -129,10 +137,10 @@ impl StateImage {
                     Upto::Point(at) => at,
                 };
                 if applied.applied >= upto {
-                    return;
+                    return false;
                 }
                 let Some(item) = log.items.pop_front() else {
-                    return;
+                    return false;
                 };
                 log.first += 1;
                 item
@@ -197,21 +205,29 @@ pub(crate) struct Held {
 }
 
 impl Held {
-    /// The state at the held point, as the keyed operator's snapshot payload.
+    /// The state at the held point, as the keyed operator's snapshot payload. The image is
+    /// locked while what the backup had not applied yet is applied (in one go: a later
+    /// checkpoint's resolve must not apply past this point between two parts; the backup
+    /// actor does not wait for the lock) and cloned (its key groups shared); the payload is
+    /// built from the clone with the lock free (the hold keeps the backup from writing to
+    /// the shared groups meanwhile).
     pub(crate) fn resolve(self) -> Result<Vec<u8>, String> {
-        let mut applied = lock(&self.image.applied);
-        self.image
-            .apply_locked(&mut applied, Upto::Point(self.at), usize::MAX);
-        if applied.applied != self.at {
-            return Err(format!(
-                "the backup's copy of the state is at hand-off {} and the checkpoint's at {} (a promotion came between)",
-                applied.applied, self.at
-            ));
-        }
-        match &applied.broken {
-            Some(e) => Err(e.clone()),
-            None => Ok(applied.image.payload()),
-        }
+        let image = {
+            let mut applied = lock(&self.image.applied);
+            self.image
+                .apply_locked(&mut applied, Upto::Point(self.at), usize::MAX);
+            if applied.applied != self.at {
+                return Err(format!(
+                    "the backup's copy of the state is at hand-off {} and the checkpoint's at {} (a promotion came between)",
+                    applied.applied, self.at
+                ));
+            }
+            if let Some(e) = &applied.broken {
+                return Err(e.clone());
+            }
+            applied.image.clone()
+        };
+        Ok(image.payload())
     }
 }
 

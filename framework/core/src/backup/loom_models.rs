@@ -154,7 +154,8 @@ fn loom_buffer_queue_count_never_wraps() {
 }
 
 /// Model 3: a hand-off, a barrier's hand-off and its hold, a later hand-off (the primary), the
-/// backup applying one entry at a time beside it.
+/// backup applying one entry at a time beside it (when the image's lock is free), and the
+/// checkpoint's writer resolving the held point on a third thread.
 #[test]
 fn loom_backup_image_never_applies_past_a_held_point() {
     use crate::state::changes::KeyedDelta;
@@ -179,11 +180,21 @@ fn loom_backup_image_never_applies_past_a_held_point() {
         image.push(delta(true, 1, "a"));
         let at = image.push(delta(false, 1, "barrier"));
         let held = image.hold(at);
+        // The checkpoint's writer resolves beside the backup (which never waits for the
+        // image's lock) and the primary's next hand-off.
+        let writer = loom::thread::spawn(move || held.resolve());
         image.push(delta(false, 1, "after"));
         backup.join().unwrap();
-        let payload = held.resolve().expect("the held point was not passed");
+        let payload = writer
+            .join()
+            .unwrap()
+            .expect("the held point was not passed");
         let groups: Vec<(usize, Vec<(u64, String)>)> =
             ciborium::from_reader(payload.as_slice()).expect("decodes");
         assert_eq!(groups, vec![(0, vec![(1, "barrier".to_owned())])]);
+        let whole = image.snapshot().expect("the whole state").payload();
+        let groups: Vec<(usize, Vec<(u64, String)>)> =
+            ciborium::from_reader(whole.as_slice()).expect("decodes");
+        assert_eq!(groups, vec![(0, vec![(1, "after".to_owned())])]);
     });
 }

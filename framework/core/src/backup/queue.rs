@@ -148,8 +148,8 @@ pub(crate) struct ReplayPlan<P> {
     pub(crate) reprocessed: usize,
     /// Input records the primaries processed before the first replayed batch.
     pub(crate) records_before: u64,
-    /// Per input channel: batches below this position were claimed (processed, or in
-    /// `batches`); a copy still waiting in the backup's channel must be skipped.
+    /// Per input channel: batches below this position were claimed or are in `items`; a
+    /// copy still waiting in the backup's channel must be skipped.
     pub(crate) claimed_upto: Vec<u64>,
 }
 
@@ -636,6 +636,24 @@ impl<P: Clone> BufferQueue<P> {
             })
             .collect();
         drop(log);
+        // What the promoted primary skips in its channels: what was claimed, and what the
+        // replay holds. A backup attached after another one failed starts at its primary's
+        // next batch, so its channel may hold again batches the failed one had offered
+        // (kept here unclaimed, so replayed): read again, they would count twice. (A
+        // channel's claimed and offered positions are one run from 0: the primary claims
+        // in order, and each backup offers in order from at most the claim position.)
+        let mut claimed_upto: Vec<u64> = self
+            .claimed_upto
+            .iter()
+            .map(|w| w.load(Ordering::Acquire))
+            .collect();
+        for item in &items {
+            if let Item::Batch(id, _) = item {
+                if let Some(w) = claimed_upto.get_mut(id.0 as usize) {
+                    *w = (*w).max(id.1 + 1);
+                }
+            }
+        }
         Some(ReplayPlan {
             restore,
             marks,
@@ -643,11 +661,7 @@ impl<P: Clone> BufferQueue<P> {
             items,
             reprocessed,
             records_before,
-            claimed_upto: self
-                .claimed_upto
-                .iter()
-                .map(|w| w.load(Ordering::Acquire))
-                .collect(),
+            claimed_upto,
         })
     }
 

@@ -155,6 +155,9 @@ pub(crate) struct KeyedOp<KF, K, P: KeyedProcessFunction<K, I, O>, I, O> {
     pub(crate) timer_budget: usize,
     /// Incremental checkpoints (`CheckpointConfig::incremental`), if on for this operator.
     pub(crate) incremental: Option<crate::checkpoint::copy::Incremental<K>>,
+    /// The last hand-off's size (entries, encoded bytes): the next one's buffers start
+    /// there, not grown (and copied) from nothing.
+    pub(crate) handed: (usize, usize),
     pub(crate) _in: PhantomData<fn(I)>,
 }
 
@@ -180,16 +183,9 @@ fn encode_entry<K: crate::Key, S: crate::Data>(
     }
 }
 
-/// Whether a promoted backup's keyed state is read in key by key (`state::promoted`) rather
-/// than decoded whole when it is built. Off: `bqbs_state --runs promote --keys 1000000
-/// --heartbeat-timeout-ms 100` on a loaded 2-core machine counted one batch twice (every key
-/// of it once too many) in 8 runs of 14 with it on, in none of 12 with it off or before it;
-/// the promotions were then 3-40 ms instead of 180-960 ms, and repeated (2 to 9 per run).
-/// The race is older: with a 30 ms heartbeat timeout (promotions frequent either way) the
-/// eager path, and the build before the lazy path existed, also counted a batch twice (1 run
-/// in 5-6). Until that is found, a promotion decodes the whole state: it makes repeated fast
-/// promotions, and so the race, rarer.
-const READ_IN_LAZILY: bool = false;
+/// A hand-off finds the changed entries by one pass over the map, not a lookup per changed
+/// key, once they are at least `1 / SCAN_SHARE` of the entries in memory.
+const SCAN_SHARE: usize = 8;
 
 /// Entries of a promoted backup's state read in after one batch, at most (see `push`).
 const READ_IN_PER_BATCH: usize = 4096;
@@ -285,7 +281,7 @@ where
     /// on (`state::promoted`); the entries' timers and the function's own fields are restored
     /// now.
     pub(crate) fn restore_promoted(&mut self, image: KeyedImage) -> Result<(), TaskError> {
-        if !READ_IN_LAZILY || !matches!(self.state.map, Entries::Logged(_)) {
+        if !matches!(self.state.map, Entries::Logged(_)) {
             // Read in key by key only into a map that logs changes (a backed-up operator's
             // in memory); on disk, restored as a snapshot.
             return self.restore(&image.payload());
@@ -325,6 +321,8 @@ where
         let keys = self.state.changes.take(full);
         let timers = self.timers.by_key();
         let mut delta = crate::state::changes::KeyedDelta::new(keys.is_none());
+        let (entries, bytes) = self.handed;
+        delta.reserve(entries + entries / 4, bytes + bytes / 4);
         let progress = |delta: &crate::state::changes::KeyedDelta| {
             if delta.index.len() % 8192 == 8191 {
                 w.progress();
@@ -350,16 +348,34 @@ where
             }
         }
         let max_parallelism = self.max_parallelism;
-        let pushed = match &keys {
-            None => self.state.try_for_each(|k, s| push(&mut delta, k, s)),
-            Some(keys) => keys.iter().try_for_each(|k| {
+        let gone = |delta: &mut crate::state::changes::KeyedDelta, k: &K| {
+            delta.push::<K, EntryRef<'_, K, P::State>>(key_group_of(k, max_parallelism), k, None)
+        };
+        let scan = keys
+            .as_ref()
+            .is_some_and(|keys| keys.len().saturating_mul(SCAN_SHARE) >= self.state.len());
+        let scanned = if scan {
+            self.state
+                .try_for_each_changed(|k, s| push(&mut delta, k, s))
+        } else {
+            None
+        };
+        let pushed = match (&keys, scanned) {
+            (None, _) => self.state.try_for_each(|k, s| push(&mut delta, k, s)),
+            (Some(keys), Some(Ok(n))) if n == keys.len() => Ok(()),
+            // Fewer entries than keys logged: the others are gone (or were logged twice).
+            (Some(keys), Some(Ok(_))) => keys.iter().try_for_each(|k| {
+                if self.state.holds(k)? {
+                    Ok(())
+                } else {
+                    gone(&mut delta, k)
+                }
+            }),
+            (Some(_), Some(Err(e))) => Err(e),
+            (Some(keys), None) => keys.iter().try_for_each(|k| {
                 self.state.read(k, |s| match s {
                     Some(s) => push(&mut delta, k, s),
-                    None => delta.push::<K, EntryRef<'_, K, P::State>>(
-                        key_group_of(k, max_parallelism),
-                        k,
-                        None,
-                    ),
+                    None => gone(&mut delta, k),
                 })?
             }),
         };
@@ -369,6 +385,7 @@ where
             delta.own =
                 Some(crate::checkpoint::encode(&own).map_err(|e| self.core.state_error(e))?);
         }
+        self.handed = (delta.index.len(), delta.bytes.len());
         let info = &self.core.info;
         let range = key_group_range(info.subtask, self.max_parallelism, info.parallelism);
         w.put_changes(&info.uid, Some((range.start, range.end)), delta);

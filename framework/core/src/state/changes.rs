@@ -152,6 +152,12 @@ impl<K: Clone> ChangeLog<K> {
         }
     }
 
+    /// The generation the last [`take`](Self::take) closed: the entries written before it,
+    /// since the take before, carry it.
+    pub(crate) fn taken_generation(&self) -> Generation {
+        self.generation - 1
+    }
+
     /// The keys written since the last take, or `None` if the taker must take everything
     /// (the first take, `full`, or after [`lose_track`](Self::lose_track)). Logging is on from
     /// here, in a new generation.
@@ -197,6 +203,12 @@ impl KeyedDelta {
             full,
             ..KeyedDelta::default()
         }
+    }
+
+    /// Room for `entries` more entries of `bytes` encoded bytes in all.
+    pub(crate) fn reserve(&mut self, entries: usize, bytes: usize) {
+        self.index.reserve(entries);
+        self.bytes.reserve(bytes);
     }
 
     /// Empties the delta, keeping its buffers.
