@@ -34,6 +34,8 @@ struct Run {
     source_out: u64,
     /// The checkpoint the last restart restored.
     restored: Option<u64>,
+    /// The last checkpoints' records.
+    history: Vec<weir::CheckpointRecord>,
 }
 
 fn tmp_dir(name: &str) -> std::path::PathBuf {
@@ -157,6 +159,7 @@ fn run_tuned(
         completed_checkpoints: stats.number_of_completed_checkpoints,
         source_out: result.operator("src").map_or(0, |o| o.records_out),
         restored: stats.last_restored_checkpoint_id,
+        history: stats.history,
     })
 }
 
@@ -328,6 +331,57 @@ fn twenty_seeded_faults_with_incremental_checkpoints_exactly_once() {
 fn fifty_seeded_faults_unaligned_exactly_once() {
     let _serial = serial();
     seeded_runs(Barriers::Unaligned, 50);
+}
+
+/// Unaligned checkpoints under backpressure: `count` takes about 30 µs a record, so `map`'s
+/// channels into it stay full and every barrier overtakes queued batches, which the
+/// checkpoint stores as channel state. Seeded faults (panics, stopped arbiters, hangs) in
+/// `map`, each once three checkpoints completed; the restored checkpoint carried in-flight
+/// data, and every id is committed once with each key's counts in sequence.
+#[test]
+fn twelve_seeded_faults_unaligned_under_backpressure_exactly_once() {
+    let _serial = serial();
+    let n = 12_000;
+    let slow = |x: u64| {
+        if x.is_multiple_of(16) {
+            std::thread::sleep(Duration::from_micros(500));
+        }
+    };
+    for seed in seeds(12) {
+        let mut rng = Lcg(seed * 7919 + 29);
+        let kind = match rng.next() % 3 {
+            0 => FaultKind::Panic,
+            1 => FaultKind::StopArbiter,
+            _ => FaultKind::Hang,
+        };
+        let at = 300 + rng.next() % 4_000;
+        let plan = FaultPlan::new(vec![Fault::new("map", kind, at).after_checkpoints(3)]);
+        eprintln!("seed {seed}: {kind:?} at record {at} after 3 checkpoints");
+        let r = run_tuned(
+            n,
+            Barriers::Unaligned,
+            plan.clone(),
+            200_000.0,
+            |cfg| cfg.heartbeat_timeout = Duration::from_secs(2),
+            |_| {},
+            slow,
+        )
+        .unwrap_or_else(|e| panic!("seed {seed} ({kind:?} at {at}): job failed: {e}"));
+        assert_eq!(plan.fired(), 1, "seed {seed}: the fault fired");
+        assert!(r.restarts >= 1, "seed {seed}: no restart");
+        assert!(r.restored.is_some(), "seed {seed}: restored a checkpoint");
+        // The last checkpoints (the coordinator keeps ten): under backpressure each carried
+        // in-flight data, the restored one too if it is among them.
+        assert!(
+            r.history.iter().any(|c| c.persisted_data > 0),
+            "seed {seed}: no checkpoint carried in-flight data: {:?}",
+            r.history
+        );
+        if let Some(c) = r.history.iter().find(|c| Some(c.id) == r.restored) {
+            assert!(c.persisted_data > 0, "seed {seed}: restored {c:?}");
+        }
+        check_exactly_once(n, &r.committed);
+    }
 }
 
 #[test]

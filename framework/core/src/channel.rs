@@ -202,7 +202,7 @@ impl Window {
 
 /// A moving average over about eight samples (`avg` 0: none yet).
 #[inline]
-fn ewma(avg: u64, sample: u64) -> u64 {
+pub(crate) fn ewma(avg: u64, sample: u64) -> u64 {
     if avg == 0 {
         sample
     } else {
@@ -237,6 +237,19 @@ struct Queue<T> {
     /// Records at positions below this are dropped on send: a promoted backup replays them
     /// and the receiver has them already.
     suppress_below: u64,
+    /// An unaligned checkpoint's barrier that overtook the events queued in front of it (see
+    /// [`Sender::send_overtaking`]).
+    overtaking: Option<Overtaking>,
+    /// In-band barriers queued.
+    barriers: u64,
+}
+
+/// A barrier at the head of the channel, ahead of the first `before` queued events (which
+/// belong to the checkpoint before it: its channel state).
+#[derive(Debug, Clone, Copy)]
+struct Overtaking {
+    id: u64,
+    before: usize,
 }
 
 struct Shared<T> {
@@ -246,6 +259,18 @@ struct Shared<T> {
     rx_waker: Arc<AtomicWaker>,
     tx_waker: AtomicWaker,
     closed: AtomicBool,
+    /// A hint, read without the lock: an overtaking barrier waits (set and cleared under it).
+    overtaken: AtomicBool,
+    /// A hint, read without the lock: in-band barriers queued (kept under it).
+    barriers: AtomicU64,
+}
+
+impl<T> Shared<T> {
+    /// Publishes the count of in-band barriers queued (the lock is held: `q`).
+    #[inline]
+    fn note_barriers(&self, q: &Queue<T>) {
+        self.barriers.store(q.barriers, Ordering::Release);
+    }
 }
 
 /// Sending half: owned by the upstream subtask.
@@ -274,11 +299,15 @@ fn new_shared<T>(credit: Credit, rx_waker: Arc<AtomicWaker>, sent_batches: u64) 
             sent_records: 0,
             taken_batches: sent_batches,
             suppress_below: 0,
+            overtaking: None,
+            barriers: 0,
         }),
         batch_limit: AtomicU64::new(NO_BATCH_LIMIT),
         rx_waker,
         tx_waker: AtomicWaker::new(),
         closed: AtomicBool::new(false),
+        overtaken: AtomicBool::new(false),
+        barriers: AtomicU64::new(0),
     })
 }
 
@@ -365,7 +394,26 @@ impl<T: Clone> Queue<T> {
             self.sent_records += b.len() as u64;
         }
         self.records += event.records();
+        if matches!(event, Event::Barrier(_)) {
+            self.barriers += 1;
+        }
         self.events.push_back(event);
+    }
+}
+
+impl<T> Queue<T> {
+    /// Takes the event at the head: the overtaking barrier (if any) is ahead of one event
+    /// fewer.
+    #[inline]
+    fn pop_front(&mut self) -> Option<Event<T>> {
+        let e = self.events.pop_front()?;
+        if let Some(o) = self.overtaking.as_mut() {
+            o.before = o.before.saturating_sub(1);
+        }
+        if matches!(e, Event::Barrier(_)) {
+            self.barriers -= 1;
+        }
+        Some(e)
     }
 }
 
@@ -406,7 +454,11 @@ impl<T: Clone> Sender<T> {
                     if q.is_full() {
                         return Err(Full(event));
                     }
+                    let barrier = matches!(event, Event::Barrier(_));
                     q.push(event);
+                    if barrier {
+                        shared.note_barriers(&q);
+                    }
                 }
                 shared.rx_waker.wake();
                 Ok(())
@@ -450,6 +502,45 @@ impl<T: Clone> Sender<T> {
                 self.try_send(event)
             }
         }
+    }
+}
+
+impl<T: Clone> Sender<T> {
+    /// Sends checkpoint `id`'s barrier ahead of everything queued (an unaligned checkpoint):
+    /// `before` (the sender's output that waited for credit, in order) is queued first,
+    /// without credit, and the barrier overtakes it and every event already queued: the
+    /// receiver sees it at once ([`Receiver::overtaking`]) and takes those events as the
+    /// checkpoint's channel state ([`Receiver::take_overtaken`]). An older overtaking barrier
+    /// not yet seen is superseded (its checkpoint cannot complete here).
+    ///
+    /// A channel into a backed-up subtask (a dual channel) keeps barriers in band: `before`
+    /// is handed back, for the caller to send in order with the barrier behind it.
+    pub(crate) fn send_overtaking(
+        &self,
+        id: u64,
+        before: Vec<Event<T>>,
+    ) -> Result<(), Vec<Event<T>>> {
+        let Target::One { shared, epoch } = &self.target else {
+            return Err(before);
+        };
+        {
+            let mut q = lock(&shared.queue);
+            if q.epoch != *epoch {
+                return Ok(());
+            }
+            let barriers = before.iter().any(|e| matches!(e, Event::Barrier(_)));
+            for e in before {
+                q.push(e);
+            }
+            if barriers {
+                shared.note_barriers(&q);
+            }
+            let before = q.events.len();
+            q.overtaking = Some(Overtaking { id, before });
+            shared.overtaken.store(true, Ordering::Release);
+        }
+        shared.rx_waker.wake();
+        Ok(())
     }
 }
 
@@ -508,8 +599,12 @@ impl<T: Clone> Dual<T> {
                 Event::Watermark(w) => (Event::Watermark(w), Event::Watermark(w)),
                 Event::EndOfInput => (Event::EndOfInput, Event::EndOfInput),
             };
+            let barrier = matches!(for_p, Event::Barrier(_));
             if p_open {
                 qp.push(for_p);
+                if barrier {
+                    t.primary.note_barriers(&qp);
+                }
             } else {
                 // Keep the positions aligned with the backup's even with nobody reading.
                 if let Event::Batch(b) = &for_p {
@@ -519,6 +614,9 @@ impl<T: Clone> Dual<T> {
             }
             if let Some(q) = qb.as_mut() {
                 q.push(for_b);
+                if let (true, Some(b)) = (barrier, &t.backup) {
+                    b.note_barriers(q);
+                }
             }
         }
         t.ended |= end;
@@ -557,6 +655,7 @@ impl<T: Clone> Dual<T> {
                 if t.ended && !p.events.iter().any(|e| matches!(e, Event::EndOfInput)) {
                     q.events.push_back(Event::EndOfInput);
                 }
+                shared.note_barriers(&q);
             }
             shared
         };
@@ -663,7 +762,7 @@ impl<T> Receiver<T> {
     pub(crate) fn try_recv_at(&self) -> Option<(u64, Event<T>)> {
         let (taken, wake) = {
             let mut q = lock(&self.shared.queue);
-            let e = q.events.pop_front()?;
+            let e = q.pop_front()?;
             let records = e.records();
             q.records -= records;
             let at = q.taken_batches;
@@ -673,6 +772,9 @@ impl<T> Receiver<T> {
                 if let Some(limit) = q.window.took_batch(records, left) {
                     self.shared.batch_limit.store(limit, Ordering::Relaxed);
                 }
+            }
+            if matches!(e, Event::Barrier(_)) {
+                self.shared.note_barriers(&q);
             }
             ((at, e), q.wakes_sender())
         };
@@ -706,7 +808,10 @@ impl<T> Receiver<T> {
                 None | Some(Event::Batch(_)) => return None,
                 Some(_) => {
                     let at = q.taken_batches;
-                    let e = q.events.pop_front().map(|e| (at, e));
+                    let e = q.pop_front().map(|e| (at, e));
+                    if matches!(e, Some((_, Event::Barrier(_)))) {
+                        self.shared.note_barriers(&q);
+                    }
                     (e, q.wakes_sender())
                 }
             }
@@ -756,16 +861,67 @@ impl<T> Receiver<T> {
         lock(&self.shared.queue).events.len()
     }
 
-    /// The id of the first checkpoint barrier waiting in the channel, if any (an unaligned
-    /// checkpoint starts as soon as its barrier is visible, ahead of the data before it).
-    pub(crate) fn peek_barrier(&self) -> Option<u64> {
-        lock(&self.shared.queue)
+    /// The checkpoint whose barrier waits at the head of the channel, ahead of queued events
+    /// ([`Sender::send_overtaking`], or one moved there by
+    /// [`overtake_in_band`](Self::overtake_in_band)). One relaxed look while there is none.
+    #[inline]
+    pub(crate) fn overtaking(&self) -> Option<u64> {
+        if !self.shared.overtaken.load(Ordering::Acquire) {
+            return None;
+        }
+        lock(&self.shared.queue).overtaking.map(|o| o.id)
+    }
+
+    /// Moves the first in-band barrier queued to the head, ahead of the events in front of
+    /// it (an unaligned checkpoint does not wait for them): it is then the channel's
+    /// [`overtaking`](Self::overtaking) barrier. Returns its id. One relaxed look while no
+    /// barrier is queued.
+    pub(crate) fn overtake_in_band(&self) -> Option<u64> {
+        if self.shared.barriers.load(Ordering::Acquire) == 0 {
+            return None;
+        }
+        let mut q = lock(&self.shared.queue);
+        let at = q
             .events
             .iter()
-            .find_map(|e| match e {
-                Event::Barrier(id) => Some(*id),
-                _ => None,
+            .position(|e| matches!(e, Event::Barrier(_)))?;
+        let Some(Event::Barrier(id)) = q.events.remove(at) else {
+            unreachable!("found above")
+        };
+        q.barriers -= 1;
+        self.shared.note_barriers(&q);
+        if q.overtaking.is_none_or(|o| o.id < id) {
+            q.overtaking = Some(Overtaking { id, before: at });
+            self.shared.overtaken.store(true, Ordering::Release);
+        }
+        Some(id)
+    }
+
+    /// Takes the overtaking barrier: its id and copies of the events it overtook, in order
+    /// (shared, not copied: a batch owned in the queue is made shared in place). The events
+    /// stay queued, to be taken as usual.
+    pub(crate) fn take_overtaken(&self) -> Option<(u64, Vec<Event<T>>)>
+    where
+        T: Clone,
+    {
+        let mut q = lock(&self.shared.queue);
+        self.shared.overtaken.store(false, Ordering::Release);
+        let o = q.overtaking.take()?;
+        let copies = q
+            .events
+            .iter_mut()
+            .take(o.before)
+            .map(|e| {
+                if let Event::Batch(b @ Batch::Owned(_)) = e {
+                    let Batch::Owned(v) = std::mem::replace(b, Batch::Owned(Vec::new())) else {
+                        unreachable!("matched above")
+                    };
+                    *b = Batch::Shared(std::sync::Arc::new(v));
+                }
+                e.share()
             })
+            .collect();
+        Some((o.id, copies))
     }
 
     /// Records in the batches waiting in the channel.
@@ -849,6 +1005,98 @@ mod tests {
             primary.try_recv_or_peek(),
             Some((2, Event::EndOfInput, false))
         ));
+    }
+
+    fn ids(events: &[Event<u32>]) -> Vec<String> {
+        events
+            .iter()
+            .map(|e| match e {
+                Event::Batch(Batch::Shared(a)) => format!("b{}", a[0]),
+                Event::Batch(Batch::Owned(v)) => format!("o{}", v[0]),
+                Event::Barrier(id) => format!("|{id}"),
+                Event::Watermark(_) => "w".into(),
+                Event::EndOfInput => "end".into(),
+            })
+            .collect()
+    }
+
+    /// An overtaking barrier is seen at once, ahead of a full queue and of the sender's
+    /// waiting output (queued without credit); it overtook exactly the events before it,
+    /// including those the receiver took after it was sent and before it looked.
+    #[test]
+    fn an_overtaking_barrier_passes_the_queue_and_the_senders_waiting_output() {
+        let (tx, rx) = channel::<u32>(2, Arc::new(AtomicWaker::new()));
+        tx.try_send(batch(vec![1])).unwrap();
+        tx.try_send(batch(vec![2])).unwrap();
+        assert!(tx.try_send(batch(vec![3])).is_err(), "no credit");
+        assert_eq!(rx.overtaking(), None);
+        tx.send_overtaking(
+            7,
+            vec![
+                batch(vec![3]),
+                Event::Watermark(crate::time::Watermark::At(5)),
+            ],
+        )
+        .unwrap();
+        assert_eq!(rx.overtaking(), Some(7));
+        assert_eq!(rx.queued(), 4, "the waiting output went in without credit");
+        // One event is taken before the receiver looks: the barrier is ahead of one fewer.
+        assert!(matches!(rx.try_recv(), Some(Event::Batch(_))));
+        // After the barrier: not overtaken.
+        tx.try_send(batch(vec![4])).ok();
+        let (id, copies) = rx.take_overtaken().expect("the barrier");
+        assert_eq!(id, 7);
+        assert_eq!(ids(&copies), ["b2", "b3", "w"]);
+        assert_eq!(rx.overtaking(), None);
+        // The events stay, in order, and are taken as usual.
+        let mut left = Vec::new();
+        while let Some(e) = rx.try_recv() {
+            left.push(e);
+        }
+        assert_eq!(ids(&left), ["b2", "b3", "w"]);
+    }
+
+    /// An in-band barrier moved to the head overtakes what was queued before it, not what
+    /// was queued after it; a newer barrier supersedes an older one not yet taken.
+    #[test]
+    fn an_in_band_barrier_moved_ahead_overtakes_only_what_was_before_it() {
+        let (tx, rx) = channel::<u32>(8, Arc::new(AtomicWaker::new()));
+        assert_eq!(rx.overtake_in_band(), None);
+        tx.try_send(batch(vec![1])).unwrap();
+        tx.try_send(Event::Barrier(3)).unwrap();
+        tx.try_send(batch(vec![2])).unwrap();
+        assert_eq!(rx.overtake_in_band(), Some(3));
+        assert_eq!(rx.overtake_in_band(), None, "it left the queue");
+        assert_eq!(rx.overtaking(), Some(3));
+        tx.send_overtaking(4, Vec::new()).unwrap();
+        let (id, copies) = rx.take_overtaken().expect("the newer barrier");
+        assert_eq!(id, 4);
+        assert_eq!(ids(&copies), ["b1", "b2"]);
+        let (tx, rx) = channel::<u32>(8, Arc::new(AtomicWaker::new()));
+        tx.try_send(batch(vec![1])).unwrap();
+        tx.try_send(Event::Barrier(3)).unwrap();
+        tx.try_send(batch(vec![2])).unwrap();
+        rx.overtake_in_band();
+        let (_, copies) = rx.take_overtaken().expect("the barrier");
+        assert_eq!(ids(&copies), ["b1"]);
+        let mut left = Vec::new();
+        while let Some(e) = rx.try_recv() {
+            left.push(e);
+        }
+        assert_eq!(ids(&left), ["b1", "o2"], "the barrier left the queue");
+    }
+
+    /// A channel into a backed-up subtask keeps barriers in band: the waiting output comes
+    /// back to the sender.
+    #[test]
+    fn a_dual_channel_hands_an_overtaking_barriers_output_back() {
+        let waker = || Arc::new(AtomicWaker::new());
+        let (tx, _dual, primary, _backup) = dual_channel::<u32>(4, waker(), waker());
+        let back = tx
+            .send_overtaking(1, vec![batch(vec![1])])
+            .expect_err("in band");
+        assert_eq!(back.len(), 1);
+        assert_eq!(primary.overtaking(), None);
     }
 
     #[test]

@@ -11,7 +11,7 @@ use std::task::{Context, Poll};
 
 use crate::backup::queue::Input;
 use crate::backup::{Claims, Replay};
-use crate::channel::{Event, Receiver};
+use crate::channel::{ewma, Event, Receiver};
 use crate::error::TaskError;
 use crate::operator::step::{GateStep, InputGate};
 use crate::operator::BoxOutput;
@@ -33,6 +33,27 @@ pub(crate) fn typed_gate<T: Data>(
 pub(crate) enum InFlight<T> {
     Batch(u32, Vec<T>),
     Mark(u32, crate::time::Watermark),
+}
+
+/// [`InFlight`] as recorded, before it is encoded: a batch is shared with the channel or the
+/// operator, not copied.
+enum Recorded<T> {
+    Batch(u32, std::sync::Arc<Vec<T>>),
+    Mark(u32, crate::time::Watermark),
+}
+
+/// How [`InFlight`] is encoded from what was recorded (the same CBOR).
+#[derive(serde::Serialize)]
+enum InFlightRef<'a, T> {
+    Batch(u32, &'a [T]),
+    Mark(u32, crate::time::Watermark),
+}
+
+/// How [`ChannelState`] is encoded from what was recorded (the same CBOR).
+#[derive(serde::Serialize)]
+struct ChannelStateRef<'a, T> {
+    marks: Option<crate::time::WatermarkMerge>,
+    in_flight: Vec<InFlightRef<'a, T>>,
 }
 
 /// A gate's part of an unaligned checkpoint: its channels' watermarks when the operator's
@@ -88,7 +109,7 @@ struct TypedGate<T> {
     /// Channels whose batches and watermarks are being recorded as channel state (unaligned
     /// checkpoint).
     recording: Vec<bool>,
-    recorded: Vec<InFlight<T>>,
+    recorded: Vec<Recorded<T>>,
     /// The channels' watermarks when the recording began (the operator's snapshot).
     recorded_marks: Option<crate::time::WatermarkMerge>,
     /// Restored channel state, processed before any new input.
@@ -97,10 +118,22 @@ struct TypedGate<T> {
     claims: Option<Box<Claims<T>>>,
     /// The channels' event-time watermarks.
     marks: crate::time::WatermarkMerge,
+    /// What is left of a batch the operators get a slice at a time (see [`SLICE_NS`]), and
+    /// its channel: taken before anything else.
+    rest: Vec<T>,
+    rest_from: usize,
+    /// Moving average of the operators' time per record, ns (0: none yet).
+    record_ns: u64,
 }
 
 /// Records a backed-up primary copies out of a claimed batch at a time.
 const CLAIMED_CHUNK: usize = 128;
+
+/// The longest a gate's step should keep its subtask busy, ns: operators slower than this
+/// over a whole batch (a slow sink chained behind them) get each batch a slice at a time,
+/// one slice per step, so the subtask's mailbox, the barriers that overtake its queues and
+/// the other subtasks on its arbiter wait about this long at most, not a whole batch.
+const SLICE_NS: u64 = 500_000;
 
 impl<T: Data> TypedGate<T> {
     fn new(
@@ -129,6 +162,64 @@ impl<T: Data> TypedGate<T> {
             replay: Default::default(),
             claims,
             marks,
+            rest: Vec::new(),
+            rest_from: 0,
+            record_ns: 0,
+        }
+    }
+
+    /// The records the operators get through in about [`SLICE_NS`] at their pace.
+    #[inline]
+    fn slice_len(&self) -> usize {
+        match self.record_ns {
+            0 => usize::MAX,
+            ns => (SLICE_NS / ns).max(1) as usize,
+        }
+    }
+
+    /// Gives the operators `scratch`, timing them.
+    #[inline]
+    fn timed_push(&mut self) -> Result<(), TaskError> {
+        let n = self.scratch.len().max(1) as u64;
+        let started = std::time::Instant::now();
+        self.head.push(&mut self.scratch)?;
+        let took = started.elapsed().as_nanos() as u64;
+        self.record_ns = ewma(self.record_ns, (took / n).max(1));
+        Ok(())
+    }
+
+    /// The next slice of `rest`.
+    fn push_slice(&mut self) -> Result<GateStep, TaskError> {
+        let k = self.slice_len().min(self.rest.len());
+        if k == self.rest.len() {
+            std::mem::swap(&mut self.scratch, &mut self.rest);
+        } else {
+            self.scratch.extend(self.rest.drain(..k));
+        }
+        self.timed_push()?;
+        Ok(GateStep::Batch(k))
+    }
+
+    /// An unaligned checkpoint's snapshot: the channels' watermarks now, and the restored
+    /// channel state not yet replayed, which comes after the snapshot too (copied into this
+    /// checkpoint's channel state first: it is still to be replayed).
+    fn begin_recording(&mut self) {
+        if self.recorded_marks.is_some() {
+            return;
+        }
+        self.recorded_marks = Some(self.marks.clone());
+        for f in &self.replay {
+            self.recorded.push(match f {
+                InFlight::Batch(c, b) => Recorded::Batch(*c, std::sync::Arc::new(b.clone())),
+                InFlight::Mark(c, w) => Recorded::Mark(*c, *w),
+            });
+        }
+        // So is the rest of a batch given a slice at a time.
+        if !self.rest.is_empty() {
+            self.recorded.push(Recorded::Batch(
+                self.rest_from as u32,
+                std::sync::Arc::new(self.rest.clone()),
+            ));
         }
     }
 
@@ -250,7 +341,7 @@ impl<T: Data> TypedGate<T> {
                 let len = payload.len();
                 if self.recording[idx] {
                     self.recorded
-                        .push(InFlight::Batch(idx as u32, payload.to_vec()));
+                        .push(Recorded::Batch(idx as u32, payload.clone()));
                 }
                 // The buffer queue keeps the batch: the operator gets copies, a slice at a
                 // time, so a whole second copy of the batch never exists at once.
@@ -312,6 +403,12 @@ impl<T: Data> InputGate for TypedGate<T> {
             }
             None => {}
         }
+        if !self.rest.is_empty() {
+            if !records {
+                return Ok(GateStep::Empty);
+            }
+            return self.push_slice();
+        }
         let n = self.receivers.len();
         for k in 0..n {
             let idx = (self.next + k) % n;
@@ -333,16 +430,24 @@ impl<T: Data> InputGate for TypedGate<T> {
                     self.marks.activate(idx);
                     batch.move_into(&mut self.scratch);
                     if self.recording[idx] {
-                        self.recorded
-                            .push(InFlight::Batch(idx as u32, self.scratch.clone()));
+                        self.recorded.push(Recorded::Batch(
+                            idx as u32,
+                            std::sync::Arc::new(self.scratch.clone()),
+                        ));
                     }
-                    self.head.push(&mut self.scratch)?;
+                    let fits = self.slice_len();
+                    if len > fits {
+                        // Slow operators: the rest at the next steps, before anything else.
+                        self.rest = self.scratch.split_off(fits);
+                        self.rest_from = idx;
+                    }
+                    self.timed_push()?;
                     Ok(GateStep::Batch(len))
                 }
                 Event::Barrier(id) => Ok(GateStep::Barrier { channel: idx, id }),
                 Event::Watermark(w) => {
                     if self.recording[idx] {
-                        self.recorded.push(InFlight::Mark(idx as u32, w));
+                        self.recorded.push(Recorded::Mark(idx as u32, w));
                     }
                     self.on_watermark(idx, w)
                 }
@@ -370,7 +475,11 @@ impl<T: Data> InputGate for TypedGate<T> {
         self.receivers.iter().map(Receiver::capacity).sum()
     }
     fn queued_records(&self) -> usize {
-        self.receivers.iter().map(Receiver::queued_records).sum()
+        self.receivers
+            .iter()
+            .map(Receiver::queued_records)
+            .sum::<usize>()
+            + self.rest.len()
     }
     fn output_usage(&self, usage: &mut crate::metrics::QueueUsage) {
         self.head.usage(usage)
@@ -384,24 +493,56 @@ impl<T: Data> InputGate for TypedGate<T> {
     fn watermark(&self) -> crate::time::InputWatermark {
         self.marks.reading()
     }
-    fn peek_barrier(&self) -> Option<u64> {
-        self.receivers
-            .iter()
-            .zip(&self.ended)
-            .filter(|(_, e)| !**e)
-            .filter_map(|(r, _)| r.peek_barrier())
-            .max()
+    fn overtaking(&mut self, in_band: bool) -> Option<(usize, u64)> {
+        let n = self.receivers.len();
+        // While a checkpoint records, only the channels that still owe its barrier.
+        let recording = self.recorded_marks.is_some();
+        (0..n).filter(|c| !self.ended[*c]).find_map(|c| {
+            let r = &self.receivers[c];
+            if in_band && (!recording || self.recording[c]) {
+                r.overtake_in_band();
+            }
+            r.overtaking().map(|id| (c, id))
+        })
+    }
+    fn take_overtaken(&mut self, channel: usize, record: bool) {
+        let Some((_, events)) = self.receivers[channel].take_overtaken() else {
+            return;
+        };
+        if !record {
+            return;
+        }
+        for e in events {
+            match e {
+                Event::Batch(crate::channel::Batch::Shared(a)) => {
+                    self.recorded.push(Recorded::Batch(channel as u32, a))
+                }
+                Event::Batch(crate::channel::Batch::Owned(v)) => self
+                    .recorded
+                    .push(Recorded::Batch(channel as u32, std::sync::Arc::new(v))),
+                Event::Watermark(w) => self.recorded.push(Recorded::Mark(channel as u32, w)),
+                // An older barrier (its checkpoint was superseded) or the end: no data.
+                Event::Barrier(_) | Event::EndOfInput => {}
+            }
+        }
     }
     fn set_recording(&mut self, channel: usize, on: bool) {
-        if on && self.recorded_marks.is_none() {
-            self.recorded_marks = Some(self.marks.clone());
+        if on {
+            self.begin_recording();
         }
         self.recording[channel] = on;
     }
     fn take_channel_state(&mut self) -> Result<Vec<u8>, String> {
-        let state = crate::checkpoint::encode(&ChannelState {
+        let recorded = std::mem::take(&mut self.recorded);
+        let state = crate::checkpoint::encode(&ChannelStateRef {
             marks: self.recorded_marks.take(),
-            in_flight: std::mem::take(&mut self.recorded),
+            in_flight: recorded
+                .iter()
+                .map(|r| match r {
+                    Recorded::Batch(c, b) => InFlightRef::Batch(*c, b.as_slice()),
+                    Recorded::Mark(c, w) => InFlightRef::Mark(*c, *w),
+                })
+                .collect(),
         });
         self.recording.iter_mut().for_each(|r| *r = false);
         state
@@ -424,6 +565,9 @@ impl<T: Data> InputGate for TypedGate<T> {
             w.progress = self.claims.as_ref().and_then(|c| c.progress());
         }
         w.changes_of = changes;
+        if w.unaligned {
+            self.begin_recording();
+        }
         let passed = self.head.barrier(id, w);
         w.changes_of = None;
         w.progress = None;
@@ -554,6 +698,54 @@ mod tests {
         run(&mut restored);
         // Channel 0's 100 came from the snapshot's merge: 80 passes at once.
         assert_eq!(seen.take(), ["r1", "w80", "r2"]);
+    }
+
+    /// An overtaking barrier on channel 1 while channel 0 owes its barrier: the checkpoint's
+    /// channel state is what channel 0 delivered after the snapshot, then the events the
+    /// barrier overtook on channel 1 (taken at once, processed later as usual); restored
+    /// channel state not yet replayed goes first. A restore replays it in that order.
+    #[test]
+    fn an_overtaking_barrier_records_what_it_overtook_and_what_is_left_to_replay() {
+        let waker = || std::sync::Arc::new(AtomicWaker::new());
+        let (tx0, rx0) = channel::<u64>(2, waker());
+        let (tx1, rx1) = channel::<u64>(2, waker());
+        let seen = Seen::default();
+        let restored = ChannelState {
+            marks: None,
+            in_flight: vec![InFlight::Batch(0, vec![100]), InFlight::Batch(1, vec![101])],
+        };
+        let mut gate = replaying_gate(vec![rx0, rx1], Box::new(seen.clone()), restored);
+        let run = |gate: &mut Box<dyn InputGate>| {
+            while !matches!(gate.try_step(&|_| false), Ok(GateStep::Empty)) {}
+        };
+        // One replayed batch is processed before the checkpoint, one after.
+        assert!(matches!(gate.try_step(&|_| false), Ok(GateStep::Batch(1))));
+        tx1.try_send(batch(vec![1])).unwrap();
+        tx1.try_send(batch(vec![2])).unwrap();
+        tx1.send_overtaking(9, vec![batch(vec![3])]).unwrap();
+        assert_eq!(gate.overtaking(false), Some((1, 9)));
+        let mut w = crate::checkpoint::StateWriter {
+            unaligned: true,
+            ..Default::default()
+        };
+        gate.barrier(9, &mut w).expect("snapshot");
+        gate.set_recording(0, true);
+        gate.set_recording(1, true);
+        gate.take_overtaken(1, true);
+        gate.set_recording(1, false);
+        assert_eq!(gate.overtaking(false), None);
+        tx0.try_send(batch(vec![4])).unwrap();
+        run(&mut gate);
+        assert_eq!(seen.take(), ["r100", "r101", "r4", "r1", "r2", "r3"]);
+        gate.set_recording(0, false);
+        let state = ChannelState::<u64>::decode(&gate.take_channel_state().expect("encodes"))
+            .expect("decodes");
+        let (_t0, rx0) = channel::<u64>(2, waker());
+        let (_t1, rx1) = channel::<u64>(2, waker());
+        let seen = Seen::default();
+        let mut again = replaying_gate(vec![rx0, rx1], Box::new(seen.clone()), state);
+        run(&mut again);
+        assert_eq!(seen.take(), ["r101", "r1", "r2", "r3", "r4"]);
     }
 
     /// Channel state written before watermarks were kept (the batches alone) still reads.

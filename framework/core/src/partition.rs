@@ -223,6 +223,23 @@ impl<T: Clone> PendingQueue<T> {
         usage.watermark = usage.watermark.max(self.watermark);
     }
 
+    /// Sends barrier `id` ahead of everything waiting for credit here and in the channels
+    /// (an unaligned checkpoint): what waits here goes into its channel first, without
+    /// credit, for the barrier to overtake (`Sender::send_overtaking`). A channel that keeps
+    /// barriers in band (into a backed-up subtask) gets them back here, the barrier behind.
+    fn send_overtaking(&mut self, senders: &[Sender<T>], id: u64) {
+        let mut per_target: Vec<Vec<Event<T>>> = (0..senders.len()).map(|_| Vec::new()).collect();
+        for (t, e) in self.queue.drain(..) {
+            per_target[t].push(e);
+        }
+        for (t, before) in per_target.into_iter().enumerate() {
+            if let Err(before) = senders[t].send_overtaking(id, before) {
+                self.queue.extend(before.into_iter().map(|e| (t, e)));
+                self.queue.push_back((t, Event::Barrier(id)));
+            }
+        }
+    }
+
     fn poll(&mut self, senders: &[Sender<T>], cx: &mut Context<'_>) -> Poll<()> {
         while let Some((target, event)) = self.queue.pop_front() {
             if let Err(Full(event)) = senders[target].send_or_register(cx, event) {
@@ -266,10 +283,15 @@ macro_rules! network_output_plumbing {
         fn barrier(
             &mut self,
             id: u64,
-            _w: &mut crate::checkpoint::StateWriter,
+            w: &mut crate::checkpoint::StateWriter,
         ) -> Result<(), TaskError> {
             // Records before the barrier go before it, on every channel.
             self.flush_all();
+            if w.unaligned {
+                // It overtakes them (they are the checkpoint's channel state downstream).
+                self.pending.send_overtaking(&self.senders, id);
+                return Ok(());
+            }
             for t in 0..self.senders.len() {
                 self.pending.send(&self.senders, t, Event::Barrier(id));
             }

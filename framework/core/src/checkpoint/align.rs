@@ -93,6 +93,11 @@ impl BarrierAligner {
         self.last_aligned = Some(self.last_aligned.map_or(id, |l| l.max(id)));
     }
 
+    /// The newest checkpoint aligned, given up or aborted here (its barriers are stale).
+    pub(crate) fn last_aligned(&self) -> Option<u64> {
+        self.last_aligned
+    }
+
     /// The checkpoint being aligned, if any.
     pub(crate) fn in_progress(&self) -> Option<u64> {
         self.current

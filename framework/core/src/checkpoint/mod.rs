@@ -42,6 +42,9 @@ pub(crate) struct StateWriter {
     /// checkpoint their state incrementally (`incremental`): a checkpoint on disk, not
     /// handed over in memory.
     pub(crate) incremental: Option<(u64, PathBuf)>,
+    /// An unaligned checkpoint: network outputs send its barrier ahead of what waits in
+    /// their buffers and channels (`channel::Sender::send_overtaking`).
+    pub(crate) unaligned: bool,
 }
 
 impl std::fmt::Debug for StateWriter {
@@ -51,6 +54,7 @@ impl std::fmt::Debug for StateWriter {
             .field("hand_over", &self.hand_over)
             .field("changes_of", &self.changes_of)
             .field("incremental", &self.incremental)
+            .field("unaligned", &self.unaligned)
             .finish_non_exhaustive()
     }
 }
@@ -90,6 +94,7 @@ impl StateWriter {
             changes_of: None,
             progress: None,
             incremental: None,
+            unaligned: false,
         }
     }
 
@@ -102,6 +107,7 @@ impl StateWriter {
             changes_of: Some((uid.to_owned(), full)),
             progress: None,
             incremental: None,
+            unaligned: false,
         }
     }
 

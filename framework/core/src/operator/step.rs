@@ -34,8 +34,13 @@ pub(crate) trait InputGate: Send {
     fn try_step(&mut self, blocked: &dyn Fn(usize) -> bool) -> Result<GateStep, TaskError>;
     /// Number of channels of this input.
     fn channels(&self) -> usize;
-    /// The newest checkpoint barrier waiting in any of this input's channels.
-    fn peek_barrier(&self) -> Option<u64>;
+    /// A channel of this input whose checkpoint barrier overtook the events queued in front
+    /// of it, and the barrier's checkpoint. With `in_band`, a barrier queued in band is moved
+    /// to the head first (an unaligned checkpoint does not wait for what is before it).
+    fn overtaking(&mut self, in_band: bool) -> Option<(usize, u64)>;
+    /// Takes `channel`'s overtaking barrier; with `record`, the events it overtook become
+    /// channel state (they stay queued, and are processed as usual).
+    fn take_overtaken(&mut self, channel: usize, record: bool);
     /// Starts or stops recording `channel`'s batches as channel state.
     fn set_recording(&mut self, channel: usize, on: bool);
     /// The recorded channel state (encoded), and stops recording.

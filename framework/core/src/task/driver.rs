@@ -158,7 +158,10 @@ impl Unaligned {
         offsets: &[usize],
         owes: impl Fn(usize) -> bool,
     ) -> Result<(), TaskError> {
-        let mut writer = StateWriter::default();
+        let mut writer = StateWriter {
+            unaligned: true,
+            ..StateWriter::default()
+        };
         for g in gates.iter_mut() {
             g.barrier(id, &mut writer)?;
         }
@@ -181,6 +184,16 @@ impl Unaligned {
             started: Instant::now(),
         });
         Ok(())
+    }
+
+    /// Gives up the checkpoint being recorded (a newer one supersedes it): its coordinator
+    /// times it out.
+    fn drop_pending(&mut self, gates: &mut [Box<dyn InputGate>]) {
+        if self.pending.take().is_some() {
+            for g in gates.iter_mut() {
+                let _ = g.take_channel_state();
+            }
+        }
     }
 
     /// Channel `global` (gate `gi`, channel `c`) delivered its barrier or ended.
@@ -407,6 +420,62 @@ impl Driver {
         u
     }
 
+    /// Takes the barriers that overtook queued data (unaligned checkpoints; with unaligned
+    /// checkpoints always on, in-band barriers are moved ahead first): a newer checkpoint
+    /// starts at once, whatever waits in the queues or for credit downstream, and the data
+    /// each barrier overtook becomes its channel state. Called at every poll, before the
+    /// subtask looks at its output: a backpressured subtask takes its checkpoint too.
+    pub(super) fn overtake(&mut self) -> Result<Option<Work>, TaskError> {
+        let Driver::Inputs {
+            gates,
+            aligner,
+            offsets,
+            align_started,
+            unaligned,
+            next_alignment,
+            ..
+        } = self
+        else {
+            return Ok(None);
+        };
+        take_alignment(next_alignment, aligner, unaligned);
+        let mut progressed = false;
+        for gi in 0..gates.len() {
+            loop {
+                let in_band = unaligned.always || unaligned.pending.is_some();
+                let Some((c, id)) = gates[gi].overtaking(in_band) else {
+                    break;
+                };
+                progressed = true;
+                let global = offsets[gi] + c;
+                if unaligned.pending.as_ref().is_some_and(|p| p.id == id) {
+                    gates[gi].take_overtaken(c, true);
+                    unaligned.channel_done(gates, gi, c, global);
+                } else if unaligned.last_started.is_none_or(|l| id > l)
+                    && aligner.last_aligned().is_none_or(|l| id > l)
+                {
+                    // Channels that delivered this barrier aligned owe nothing more.
+                    let blocked: Vec<bool> = (0..aligner.channels())
+                        .map(|g| aligner.in_progress() == Some(id) && aligner.is_blocked(g))
+                        .collect();
+                    aligner.abort_upto(id);
+                    *align_started = None;
+                    unaligned.drop_pending(gates);
+                    unaligned.start(id, gates, offsets, |g| !blocked[g])?;
+                    gates[gi].take_overtaken(c, true);
+                    unaligned.channel_done(gates, gi, c, global);
+                } else {
+                    // Stale: its checkpoint was taken, given up or superseded here.
+                    gates[gi].take_overtaken(c, false);
+                }
+                if let Some(w) = unaligned.try_complete(gates)? {
+                    return Ok(Some(w));
+                }
+            }
+        }
+        Ok(progressed.then_some(Work::Progress))
+    }
+
     /// Tries each readable input once, in round-robin order.
     #[allow(clippy::too_many_arguments)]
     fn try_inputs(
@@ -420,15 +489,6 @@ impl Driver {
         counters: &SubtaskCounters,
     ) -> Result<Option<Work>, TaskError> {
         let n = gates.len();
-        // Unaligned: start as soon as a barrier is visible in any queue, ahead of the data
-        // before it (which is then recorded as channel state).
-        if unaligned.always && unaligned.pending.is_none() {
-            let newest = gates.iter().filter_map(|g| g.peek_barrier()).max();
-            if let Some(id) = newest.filter(|id| unaligned.last_started.is_none_or(|l| *id > l)) {
-                unaligned.start(id, gates, offsets, |_| true)?;
-                return Ok(Some(Work::Progress));
-            }
-        }
         // Aligned for too long: switch this checkpoint to unaligned. Channels that delivered
         // the barrier (blocked) owe nothing; the others are recorded until theirs arrives.
         if let (Some(timeout), Some(id), Some(t)) =
@@ -493,9 +553,10 @@ impl Driver {
                 }
                 GateStep::Barrier { channel, id } if unaligned.always => {
                     if unaligned.last_started.is_none_or(|l| id > l) {
-                        // Not seen by the peek (it reached the head at once): start now;
-                        // this channel owes nothing more.
+                        // Reached the head before it could overtake: start now; this
+                        // channel owes nothing more.
                         let global = offset + channel;
+                        unaligned.drop_pending(gates);
                         unaligned.start(id, gates, offsets, |c| c != global)?;
                         if let Some(w) = unaligned.try_complete(gates)? {
                             return Ok(Some(w));

@@ -157,6 +157,8 @@ pub(crate) struct TriggerCheckpoint {
     /// The source reads nothing more after this barrier until [`Resume`] (a rescale: the job
     /// is redeployed from this checkpoint, so what it read after would be read again).
     pub(crate) pause: bool,
+    /// An unaligned checkpoint: the source's barrier overtakes its waiting output.
+    pub(crate) unaligned: bool,
 }
 
 impl Message for TriggerCheckpoint {
@@ -170,6 +172,7 @@ impl Handler<TriggerCheckpoint> for SubtaskActor {
         self.counters.mails_handled.fetch_add(1, Ordering::Relaxed);
         let start_delay = msg.sent_at.elapsed();
         let mut w = StateWriter::new(self.hands_over(msg.id));
+        w.unaligned = msg.unaligned;
         let r = match &mut self.driver {
             Driver::Source(s) => s.checkpoint(msg.id, &mut w),
             Driver::Inputs { .. } => return,

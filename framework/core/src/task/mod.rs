@@ -19,6 +19,7 @@
 //! (`channel`) are elsewhere.
 
 mod driver;
+mod fair;
 mod mail;
 
 use driver::Work;
@@ -152,6 +153,27 @@ impl SubtaskActor {
             }
             self.throttle = None;
         }
+        // A barrier that overtook the queues is taken first, whatever waits for credit.
+        match self.driver.overtake() {
+            Err(e) => return (Poll::Ready(Err(e)), WaitState::Busy),
+            Ok(Some(Work::Checkpointed {
+                id,
+                writer,
+                took,
+                persisted,
+            })) => {
+                self.write_and_ack(
+                    id,
+                    writer,
+                    took,
+                    Duration::ZERO,
+                    Taken::Unaligned { persisted },
+                );
+                self.run_on(cx);
+                return (Poll::Pending, WaitState::Busy);
+            }
+            Ok(_) => {}
+        }
         match self.driver.poll_pending(cx) {
             Poll::Pending => {
                 self.driver.release_inputs();
@@ -202,7 +224,13 @@ impl SubtaskActor {
                     self.driver.flush();
                     self.last_flush = now;
                 }
-                self.run_on(cx);
+                if now.elapsed() >= fair::LONG_UNIT {
+                    // A long unit: the next turn queues behind other threads' wakes.
+                    self.ran_on = true;
+                    fair::wake_behind_remote(cx.waker());
+                } else {
+                    self.run_on(cx);
+                }
                 (Poll::Pending, WaitState::Busy)
             }
             Ok(Work::Throttled(d)) => {

@@ -731,10 +731,13 @@ impl Running {
     fn trigger(&mut self, ctx: &JobContext, id: u64, now: Instant, pause: bool) {
         self.settings_at
             .insert(id, lock(&ctx.views.settings).clone());
+        let cp = &ctx.cfg.checkpoint;
+        let unaligned = cp.unaligned && cp.mode == crate::checkpoint::CheckpointMode::ExactlyOnce;
         self.dep.mail_sources(|| TriggerCheckpoint {
             id,
             sent_at: now,
             pause,
+            unaligned,
         });
     }
 
