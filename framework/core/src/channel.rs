@@ -403,9 +403,13 @@ impl<T: Clone> Queue<T> {
 
 impl<T> Queue<T> {
     /// Takes the event at the head: the overtaking barrier (if any) is ahead of one event
-    /// fewer.
+    /// fewer. None once it is ahead of none: what follows it waits until the receiver took
+    /// the barrier (as an in-band barrier would be taken before what follows it).
     #[inline]
     fn pop_front(&mut self) -> Option<Event<T>> {
+        if self.overtaking.is_some_and(|o| o.before == 0) {
+            return None;
+        }
         let e = self.events.pop_front()?;
         if let Some(o) = self.overtaking.as_mut() {
             o.before = o.before.saturating_sub(1);
@@ -804,6 +808,9 @@ impl<T> Receiver<T> {
     pub(crate) fn try_recv_unless_batch_at(&self) -> Option<(u64, Event<T>)> {
         let (taken, wake) = {
             let mut q = lock(&self.shared.queue);
+            if q.overtaking.is_some_and(|o| o.before == 0) {
+                return None;
+            }
             match q.events.front() {
                 None | Some(Event::Batch(_)) => return None,
                 Some(_) => {
@@ -833,6 +840,9 @@ impl<T> Receiver<T> {
         {
             let mut q = lock(&self.shared.queue);
             let at = q.taken_batches;
+            if q.overtaking.is_some_and(|o| o.before == 0) {
+                return None;
+            }
             if let Event::Batch(b) = q.events.front_mut()? {
                 if let Batch::Owned(v) = b {
                     *b = Batch::Shared(std::sync::Arc::new(std::mem::take(v)));
@@ -1054,6 +1064,28 @@ mod tests {
             left.push(e);
         }
         assert_eq!(ids(&left), ["b2", "b3", "w"]);
+    }
+
+    /// What follows an overtaking barrier is not taken before the barrier is (it would be
+    /// taken for data before it).
+    #[test]
+    fn what_follows_an_overtaking_barrier_waits_for_it() {
+        let (tx, rx) = channel::<u32>(4, Arc::new(AtomicWaker::new()));
+        tx.try_send(batch(vec![1])).unwrap();
+        tx.send_overtaking(2, Vec::new()).unwrap();
+        tx.try_send(batch(vec![3])).unwrap();
+        tx.try_send(Event::EndOfInput).unwrap();
+        assert!(
+            matches!(rx.try_recv(), Some(Event::Batch(_))),
+            "before the barrier"
+        );
+        assert!(rx.try_recv().is_none(), "the barrier comes first");
+        assert!(rx.try_recv_unless_batch().is_none());
+        assert!(rx.try_recv_or_peek().is_none());
+        let (id, copies) = rx.take_overtaken().expect("the barrier");
+        assert_eq!((id, copies.len()), (2, 0));
+        assert!(matches!(rx.try_recv(), Some(Event::Batch(_))), "after it");
+        assert!(matches!(rx.try_recv(), Some(Event::EndOfInput)));
     }
 
     /// An in-band barrier moved to the head overtakes what was queued before it, not what

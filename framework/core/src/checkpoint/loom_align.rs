@@ -35,7 +35,7 @@ fn post_barrier(p: u32) -> Vec<Vec<u32>> {
     vec![vec![p * 100 + 50]]
 }
 
-fn sorted(mut v: Vec<u32>) -> Vec<u32> {
+pub(super) fn sorted(mut v: Vec<u32>) -> Vec<u32> {
     v.sort_unstable();
     v
 }
@@ -50,7 +50,7 @@ fn sorted(mut v: Vec<u32>) -> Vec<u32> {
 /// `AtomicWaker` mock yields when `register` races a `wake`), where std would keep it. With
 /// the note, such an unpark is seen at the next [`park`], so only a wake-up the code under
 /// test really lost (one never sent) is a deadlock.
-struct Unpark {
+pub(super) struct Unpark {
     thread: loom::thread::Thread,
     woken: std::sync::atomic::AtomicBool,
 }
@@ -63,7 +63,7 @@ impl Wake for Unpark {
 }
 
 /// A waker for the calling thread, and its note of wake-ups.
-fn waker() -> (Waker, std::sync::Arc<Unpark>) {
+pub(super) fn waker() -> (Waker, std::sync::Arc<Unpark>) {
     let me = std::sync::Arc::new(Unpark {
         thread: loom::thread::current(),
         woken: std::sync::atomic::AtomicBool::new(false),
@@ -73,14 +73,14 @@ fn waker() -> (Waker, std::sync::Arc<Unpark>) {
 
 /// Blocks until the calling thread's waker was woken (at once if it was since the last
 /// park); a lost wake-up is a loom deadlock.
-fn park(me: &Unpark) {
+pub(super) fn park(me: &Unpark) {
     while !me.woken.swap(false, std::sync::atomic::Ordering::SeqCst) {
         loom::thread::park();
     }
 }
 
 /// Sends `event`, waiting for credit on the channel's sender waker.
-fn send(tx: &Sender<u32>, cx: &mut Context<'_>, me: &Unpark, mut event: Event<u32>) {
+pub(super) fn send(tx: &Sender<u32>, cx: &mut Context<'_>, me: &Unpark, mut event: Event<u32>) {
     loop {
         match tx.send_or_register(cx, event) {
             Ok(()) => return,

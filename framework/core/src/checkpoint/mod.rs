@@ -20,6 +20,8 @@ pub(crate) mod copy;
 pub(crate) mod incremental;
 #[cfg(all(test, weir_loom))]
 mod loom_align;
+#[cfg(all(test, weir_loom))]
+mod loom_overtake;
 pub(crate) mod remote;
 pub(crate) mod runs;
 pub mod store;
