@@ -22,10 +22,12 @@ use weir_testing::{
     encode_display, read_committed, wait_for_checkpoint, ExactlyOnce, TwoPhaseFileSink,
 };
 
-/// Set in a child process: `<base dir>;<rate or 0>;<retained>`.
+/// Set in a child process: `<base dir>;<rate or 0>;<retained>;<backpressured: 0 or 1>`.
 const CHILD: &str = "WEIR_CRASH_RESUME_CHILD";
 /// Ids the job writes: `0..N`.
 const N: u64 = 60_000;
+/// Ids the backpressured job writes (its channels hold more than a megabyte of them).
+const N_BACKPRESSURED: u64 = 600_000;
 /// The first child's records per second: it would need 20 s to finish.
 const SLOW_RATE: f64 = 3_000.0;
 /// The job's name (its checkpoints are under `<base>/checkpoints/<JOB>/`).
@@ -56,6 +58,7 @@ fn child_job() {
     let base = PathBuf::from(parts.next().expect("base dir"));
     let rate: f64 = parts.next().and_then(|r| r.parse().ok()).expect("rate");
     let retained: usize = parts.next().and_then(|r| r.parse().ok()).expect("retained");
+    let backpressured = parts.next() == Some("1");
     let mut cfg = EnvConfig::default();
     cfg.checkpoint.interval = Some(Duration::from_millis(20));
     cfg.checkpoint.directory = checkpoints(&base);
@@ -64,8 +67,34 @@ fn child_job() {
     if rate > 0.0 {
         cfg.rate_control = RateControlConfig::fixed(rate);
     }
+    let n = if backpressured {
+        // Unaligned checkpoints of a job whose `slow` stage keeps every channel into it full:
+        // windows fixed at 128 batches of 1,024 ids with 24 bytes of padding each (megabytes
+        // in flight once full, less than half of the ids: the source is still running).
+        cfg.checkpoint.unaligned = true;
+        cfg.checkpoint.interval = Some(Duration::from_millis(100));
+        cfg.latency_target = None;
+        cfg.channel_capacity = 128;
+        N_BACKPRESSURED
+    } else {
+        N
+    };
     let env = Env::with_config(cfg);
-    let ids = env.generate(N, |i| i).uid("ids");
+    let ids = if backpressured {
+        // Each id travels with 24 bytes of padding to the slow stage, which drops it.
+        env.generate(n, |i| (i, format!("{i:024}")))
+            .uid("ids")
+            .map(|(x, _pad): (u64, String)| {
+                if x.is_multiple_of(32) {
+                    std::thread::sleep(Duration::from_micros(200));
+                }
+                x
+            })
+            .uid("slow")
+            .set_parallelism(2)
+    } else {
+        env.generate(n, |i| i).uid("ids")
+    };
     let d = two_phase_out(&base);
     ids.clone()
         .add_sink("two_phase", move |cx| {
@@ -81,6 +110,14 @@ fn child_job() {
     // Until the job ends (then waiting fails).
     while let Ok(stats) = wait_for_checkpoint(&job, seen + 1, PATIENCE) {
         seen = stats.number_of_completed_checkpoints;
+        // The in-flight data the newest completed checkpoint stored, first.
+        let persisted = stats
+            .history
+            .iter()
+            .rev()
+            .find(|c| c.status == weir::CheckpointStatus::Completed)
+            .map_or(0, |c| c.persisted_data);
+        println!("CHILD persisted {persisted}");
         println!("CHILD checkpoint {seen}");
     }
     let result = job.wait().expect("the child's job succeeds");
@@ -95,8 +132,13 @@ fn child_job() {
 }
 
 fn spawn(base: &Path, rate: f64, retained: usize) -> Running {
+    spawn_job(base, rate, retained, false)
+}
+
+fn spawn_job(base: &Path, rate: f64, retained: usize, backpressured: bool) -> Running {
     let mut cmd = common::child_job_command();
-    cmd.env(CHILD, format!("{};{rate};{retained}", base.display()))
+    let bp = u8::from(backpressured);
+    cmd.env(CHILD, format!("{};{rate};{retained};{bp}", base.display()))
         .env("WEIR_STDERR_WARNINGS", "1");
     Running(common::start_child(cmd))
 }
@@ -108,6 +150,8 @@ struct Running(common::ChildRun);
 #[derive(Debug, Default)]
 struct Report {
     checkpoints: u64,
+    /// The most in-flight data a completed checkpoint stored, bytes.
+    persisted: u64,
     restored: Option<Option<u64>>,
     done: bool,
     stderr: String,
@@ -117,12 +161,19 @@ impl Running {
     /// Reads the child's lines until it reported `kill_at` checkpoints (then SIGKILLs it) or
     /// ended by itself.
     fn run(self, kill_at: Option<u64>) -> Report {
+        self.run_until(kill_at, 0)
+    }
+
+    /// [`run`](Self::run), killing only at a checkpoint that stored at least `persisted` bytes
+    /// of in-flight data.
+    fn run_until(self, kill_at: Option<u64>, persisted: u64) -> Report {
         let common::ChildRun {
             mut child,
             lines,
             stderr,
         } = self.0;
         let mut r = Report::default();
+        let mut last_persisted = 0;
         loop {
             let line = match lines.recv_timeout(PATIENCE) {
                 Ok(line) => line,
@@ -138,9 +189,12 @@ impl Running {
             let Some(line) = line.find("CHILD ").map(|at| &line[at..]) else {
                 continue;
             };
-            if let Some(n) = line.strip_prefix("CHILD checkpoint ") {
+            if let Some(b) = line.strip_prefix("CHILD persisted ") {
+                last_persisted = b.parse().expect("a byte count");
+                r.persisted = r.persisted.max(last_persisted);
+            } else if let Some(n) = line.strip_prefix("CHILD checkpoint ") {
                 r.checkpoints = n.parse().expect("a checkpoint count");
-                if kill_at.is_some_and(|k| r.checkpoints >= k) {
+                if kill_at.is_some_and(|k| r.checkpoints >= k) && last_persisted >= persisted {
                     // SIGKILL on Unix: no destructor, no flush, no cleanup runs.
                     child.kill().expect("kill the child");
                     break;
@@ -169,13 +223,17 @@ impl Running {
 /// Every id once in each sink's committed output, no staging file left, and no checkpoint
 /// left behind by the finished job and the run it resumed.
 fn assert_output_exactly_once(base: &Path) {
+    assert_ids_exactly_once(base, N)
+}
+
+fn assert_ids_exactly_once(base: &Path, n: u64) {
     let committed = read_committed(&two_phase_out(base)).expect("read the two-phase output");
     assert_eq!(committed.uncommitted_files, 0, "orphaned staging files");
     let ids = committed
         .lines
         .iter()
         .map(|l| l.parse::<u64>().expect("an id"));
-    ExactlyOnce::new(0..N).check(ids).assert_exactly_once();
+    ExactlyOnce::new(0..n).check(ids).assert_exactly_once();
 
     let mut staged_ids = Vec::new();
     for entry in std::fs::read_dir(staged_out(base)).expect("the staged output") {
@@ -188,7 +246,7 @@ fn assert_output_exactly_once(base: &Path) {
         let text = std::fs::read_to_string(entry.path()).expect("a part file");
         staged_ids.extend(text.lines().map(|l| l.parse::<u64>().expect("an id")));
     }
-    ExactlyOnce::new(0..N)
+    ExactlyOnce::new(0..n)
         .check(staged_ids)
         .assert_exactly_once();
 
@@ -254,6 +312,40 @@ fn a_job_killed_mid_run_resumes_from_its_latest_checkpoint_with_every_id_once() 
         "restored checkpoint {restored}, but 3 had completed before the kill"
     );
     assert_output_exactly_once(base.path());
+}
+
+/// Unaligned checkpoints under backpressure, storing over a megabyte of in-flight data: the
+/// process is SIGKILLed once three completed and the newest stored a megabyte, and a new
+/// process resumes from the newest, replaying its channel state: every id once in both
+/// exactly-once sinks.
+#[test]
+fn a_job_killed_with_a_megabyte_in_flight_resumes_from_its_unaligned_checkpoint() {
+    if std::env::var_os(CHILD).is_some() {
+        return;
+    }
+    let base = TempDir::new("crash-resume-unaligned");
+    let first = spawn_job(base.path(), 0.0, 1, true).run_until(Some(3), 1_000_000);
+    assert!(
+        !first.done,
+        "the first child finished before a checkpoint stored a megabyte in flight (at most {})",
+        first.persisted
+    );
+    assert!(
+        first.persisted >= 1_000_000,
+        "the checkpoints stored {} bytes in flight at most",
+        first.persisted
+    );
+    let second = spawn_job(base.path(), 0.0, 1, true).run(None);
+    let restored = second
+        .restored
+        .flatten()
+        .unwrap_or_else(|| panic!("the second run restored nothing:\n{}", second.stderr));
+    eprintln!(
+        "killed after {} checkpoints ({} bytes in flight); resumed from checkpoint {restored}",
+        first.checkpoints, first.persisted
+    );
+    assert!(restored >= 3, "restored {restored}, 3 had completed");
+    assert_ids_exactly_once(base.path(), N_BACKPRESSURED);
 }
 
 #[test]

@@ -285,7 +285,12 @@ fn every_read_endpoint_answers_with_flinks_fields_and_cancel_works() {
                 history[0]
             );
         }
-        for f in ["state_size", "end_to_end_duration", "checkpointed_size"] {
+        for f in [
+            "state_size",
+            "end_to_end_duration",
+            "checkpointed_size",
+            "persisted_data",
+        ] {
             for g in ["min", "max", "avg"] {
                 assert!(b["summary"][f].get(g).is_some(), "summary.{f}.{g}: {b}");
             }

@@ -215,10 +215,12 @@ pub struct CheckpointSummary {
     pub state_size: MinMaxAvg,
     /// Bytes written per checkpoint (less than the state size when incremental).
     pub checkpointed_size: MinMaxAvg,
+    /// In-flight data stored per checkpoint, bytes (Flink's `persisted_data`; 0 when aligned).
+    pub persisted_data: MinMaxAvg,
 }
 
 impl CheckpointSummary {
-    fn add(&mut self, duration_ms: u64, size: u64, checkpointed: u64) {
+    fn add(&mut self, duration_ms: u64, size: u64, checkpointed: u64, persisted: u64) {
         let n = self.count as f64;
         let fold = |m: &mut MinMaxAvg, x: u64| {
             if n == 0.0 {
@@ -236,6 +238,7 @@ impl CheckpointSummary {
         fold(&mut self.end_to_end_duration_ms, duration_ms);
         fold(&mut self.state_size, size);
         fold(&mut self.checkpointed_size, checkpointed);
+        fold(&mut self.persisted_data, persisted);
         self.count += 1;
     }
 }
@@ -494,17 +497,19 @@ impl Coordinator {
             self.record_failure(k, now, format!("subsumed by checkpoint {id}"));
         }
         let duration_ms = duration.as_millis() as u64;
+        let mut persisted = 0;
         if let Some(r) = self.record_mut(id) {
             r.status = CheckpointStatus::Completed;
             r.end_to_end_duration_ms = duration_ms;
             r.state_size = size;
             r.checkpointed_size = done.checkpointed_size;
+            persisted = r.persisted_data;
         }
         self.publish_history();
         self.stats
             .completed_summary
             .get_or_insert_with(CheckpointSummary::default)
-            .add(duration_ms, size, done.checkpointed_size);
+            .add(duration_ms, size, done.checkpointed_size, persisted);
         self.last_completion = Some(now);
         self.failures_in_a_row = 0;
         self.stats.number_of_completed_checkpoints += 1;
@@ -752,7 +757,11 @@ mod tests {
             Failed::Tolerated { in_a_row: 1 }
         );
         let d = c.maybe_trigger(t0 + ms(800)).unwrap();
-        let done = c.ack(d, 0, AckPart::files(vec![]), t0 + ms(840)).unwrap();
+        let unaligned = AckPart {
+            taken: Taken::Unaligned { persisted: 4_000 },
+            ..AckPart::files(vec![])
+        };
+        let done = c.ack(d, 0, unaligned, t0 + ms(840)).unwrap();
         c.complete(&done, t0 + ms(840));
         let sp = c.force(t0 + ms(900));
         let h = &c.stats.history;
@@ -779,6 +788,15 @@ mod tests {
                 min: 20,
                 max: 40,
                 avg: 30.0
+            }
+        );
+        assert!(h[2].is_unaligned && h[2].persisted_data == 4_000);
+        assert_eq!(
+            summary.persisted_data,
+            MinMaxAvg {
+                min: 0,
+                max: 4_000,
+                avg: 2_000.0
             }
         );
         for i in 0..(2 * HISTORY as u64) {

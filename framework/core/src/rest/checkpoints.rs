@@ -87,7 +87,7 @@ pub(super) async fn checkpoints(state: State, req: HttpRequest) -> Answer {
             "end_to_end_duration": min_max_avg(&summary.end_to_end_duration_ms),
             "alignment_buffered": zero,
             "processed_data": zero,
-            "persisted_data": zero,
+            "persisted_data": min_max_avg(&summary.persisted_data),
         },
         "latest": {
             "completed": latest(&|r| r.status == completed && !r.is_savepoint),
