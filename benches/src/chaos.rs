@@ -7,8 +7,9 @@
 //! counts are exactly `1..=n_key` (the keyed state continued where its checkpoint, its backup
 //! or its hand-over left it); at-least-once when every id is committed at least once.
 //!
-//! Modes: restart-all from checkpoints (aligned, unaligned, at-least-once barriers); a
-//! buffer-queue backup of the stateless `map` or of the stateful count; and two that change
+//! Modes: restart-all from checkpoints (aligned, unaligned under backpressure: a slow keyed
+//! count, at-least-once barriers); a buffer-queue backup of the stateless `map` or of the
+//! stateful count; and two that change
 //! the job while it runs, restart-all with aligned barriers: a live rescale of the count to
 //! another parallelism ([`JobHandle::rescale`](weir::JobHandle::rescale)), and a fast restart
 //! to an equal graph ([`JobHandle::replace`](weir::JobHandle::replace)). A rescale or
@@ -481,6 +482,9 @@ fn build(env: &Env, p: &Parts) {
     } else {
         None
     };
+    // Unaligned runs under backpressure: `count` is slow enough to keep `map`'s channels
+    // into it full, so barriers overtake queued batches and checkpoints store them.
+    let slow_count = s.mode == Mode::Unaligned;
     let counted = mapped
         .key_by(|x: &u64| x % KEYS)
         .process(
@@ -490,6 +494,9 @@ fn build(env: &Env, p: &Parts) {
                   out: &mut Collector<(u64, u64, u64)>| {
                 if let Some(f) = &in_count {
                     f.check(&x);
+                }
+                if slow_count && x.is_multiple_of(16) {
+                    std::thread::sleep(Duration::from_micros(100));
                 }
                 let n = c.get_or_insert_with(|| 0);
                 *n += 1;
