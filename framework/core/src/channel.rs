@@ -900,21 +900,34 @@ impl<T> Receiver<T> {
         };
         q.barriers -= 1;
         self.shared.note_barriers(&q);
-        if q.overtaking.is_none_or(|o| o.id < id) {
-            q.overtaking = Some(Overtaking { id, before: at });
-            self.shared.overtaken.store(true, Ordering::Release);
+        match q.overtaking.as_mut() {
+            // A newer barrier overtakes already: this one is stale, and one event fewer is
+            // in front of that one if it was.
+            Some(o) if o.id >= id => {
+                if at < o.before {
+                    o.before -= 1;
+                }
+            }
+            _ => {
+                q.overtaking = Some(Overtaking { id, before: at });
+                self.shared.overtaken.store(true, Ordering::Release);
+            }
         }
         Some(id)
     }
 
-    /// Takes the overtaking barrier: its id and copies of the events it overtook, in order
-    /// (shared, not copied: a batch owned in the queue is made shared in place). The events
-    /// stay queued, to be taken as usual.
-    pub(crate) fn take_overtaken(&self) -> Option<(u64, Vec<Event<T>>)>
+    /// Takes the overtaking barrier of checkpoint `id`: copies of the events it overtook, in
+    /// order (shared, not copied: a batch owned in the queue is made shared in place). The
+    /// events stay queued, to be taken as usual. None if the barrier waiting is not `id`'s (a
+    /// newer one replaced it since it was looked at): nothing is taken.
+    pub(crate) fn take_overtaken(&self, id: u64) -> Option<Vec<Event<T>>>
     where
         T: Clone,
     {
         let mut q = lock(&self.shared.queue);
+        if q.overtaking.is_none_or(|o| o.id != id) {
+            return None;
+        }
         self.shared.overtaken.store(false, Ordering::Release);
         let o = q.overtaking.take()?;
         let copies = q
@@ -931,7 +944,7 @@ impl<T> Receiver<T> {
                 e.share()
             })
             .collect();
-        Some((o.id, copies))
+        Some(copies)
     }
 
     /// Records in the batches waiting in the channel.
@@ -1054,8 +1067,8 @@ mod tests {
         assert!(matches!(rx.try_recv(), Some(Event::Batch(_))));
         // After the barrier: not overtaken.
         tx.try_send(batch(vec![4])).ok();
-        let (id, copies) = rx.take_overtaken().expect("the barrier");
-        assert_eq!(id, 7);
+        assert!(rx.take_overtaken(6).is_none(), "not that checkpoint's");
+        let copies = rx.take_overtaken(7).expect("the barrier");
         assert_eq!(ids(&copies), ["b2", "b3", "w"]);
         assert_eq!(rx.overtaking(), None);
         // The events stay, in order, and are taken as usual.
@@ -1082,8 +1095,8 @@ mod tests {
         assert!(rx.try_recv().is_none(), "the barrier comes first");
         assert!(rx.try_recv_unless_batch().is_none());
         assert!(rx.try_recv_or_peek().is_none());
-        let (id, copies) = rx.take_overtaken().expect("the barrier");
-        assert_eq!((id, copies.len()), (2, 0));
+        let copies = rx.take_overtaken(2).expect("the barrier");
+        assert_eq!(copies.len(), 0);
         assert!(matches!(rx.try_recv(), Some(Event::Batch(_))), "after it");
         assert!(matches!(rx.try_recv(), Some(Event::EndOfInput)));
     }
@@ -1101,21 +1114,38 @@ mod tests {
         assert_eq!(rx.overtake_in_band(), None, "it left the queue");
         assert_eq!(rx.overtaking(), Some(3));
         tx.send_overtaking(4, Vec::new()).unwrap();
-        let (id, copies) = rx.take_overtaken().expect("the newer barrier");
-        assert_eq!(id, 4);
+        assert_eq!(rx.overtaking(), Some(4));
+        let copies = rx.take_overtaken(4).expect("the newer barrier");
         assert_eq!(ids(&copies), ["b1", "b2"]);
         let (tx, rx) = channel::<u32>(8, Arc::new(AtomicWaker::new()));
         tx.try_send(batch(vec![1])).unwrap();
         tx.try_send(Event::Barrier(3)).unwrap();
         tx.try_send(batch(vec![2])).unwrap();
         rx.overtake_in_band();
-        let (_, copies) = rx.take_overtaken().expect("the barrier");
+        let copies = rx.take_overtaken(3).expect("the barrier");
         assert_eq!(ids(&copies), ["b1"]);
         let mut left = Vec::new();
         while let Some(e) = rx.try_recv() {
             left.push(e);
         }
         assert_eq!(ids(&left), ["b1", "o2"], "the barrier left the queue");
+    }
+
+    /// An older in-band barrier inside what a newer overtaking barrier overtook leaves the
+    /// queue without moving the newer one's count off by one (the event after the newer
+    /// barrier stays after it).
+    #[test]
+    fn a_stale_in_band_barrier_removed_from_under_an_overtaking_one_keeps_its_count() {
+        let (tx, rx) = channel::<u32>(8, Arc::new(AtomicWaker::new()));
+        tx.try_send(batch(vec![1])).unwrap();
+        tx.try_send(Event::Barrier(3)).unwrap();
+        tx.try_send(batch(vec![2])).unwrap();
+        tx.send_overtaking(4, Vec::new()).unwrap();
+        tx.try_send(batch(vec![5])).unwrap();
+        assert_eq!(rx.overtake_in_band(), Some(3));
+        assert_eq!(rx.overtaking(), Some(4));
+        let copies = rx.take_overtaken(4).expect("the newer barrier");
+        assert_eq!(ids(&copies), ["b1", "b2"], "5 is after the barrier");
     }
 
     /// A channel into a backed-up subtask keeps barriers in band: the waiting output comes

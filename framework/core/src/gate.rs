@@ -505,12 +505,12 @@ impl<T: Data> InputGate for TypedGate<T> {
             r.overtaking().map(|id| (c, id))
         })
     }
-    fn take_overtaken(&mut self, channel: usize, record: bool) {
-        let Some((_, events)) = self.receivers[channel].take_overtaken() else {
-            return;
+    fn take_overtaken(&mut self, channel: usize, id: u64, record: bool) -> bool {
+        let Some(events) = self.receivers[channel].take_overtaken(id) else {
+            return false;
         };
         if !record {
-            return;
+            return true;
         }
         for e in events {
             match e {
@@ -525,6 +525,7 @@ impl<T: Data> InputGate for TypedGate<T> {
                 Event::Barrier(_) | Event::EndOfInput => {}
             }
         }
+        true
     }
     fn set_recording(&mut self, channel: usize, on: bool) {
         if on {
@@ -731,7 +732,7 @@ mod tests {
         gate.barrier(9, &mut w).expect("snapshot");
         gate.set_recording(0, true);
         gate.set_recording(1, true);
-        gate.take_overtaken(1, true);
+        assert!(gate.take_overtaken(1, 9, true));
         gate.set_recording(1, false);
         assert_eq!(gate.overtaking(false), None);
         tx0.try_send(batch(vec![4])).unwrap();

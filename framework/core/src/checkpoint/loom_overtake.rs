@@ -101,7 +101,7 @@ impl Consumer {
                 self.snapshot = Some(self.processed.clone());
                 self.recording = [!self.done[0], !self.done[1]];
             }
-            let (_, copies) = self.rxs[ch].take_overtaken().expect("seen above");
+            let copies = self.rxs[ch].take_overtaken(id).expect("seen above");
             self.channel_state.extend(records(copies));
             self.done[ch] = true;
             self.recording[ch] = false;

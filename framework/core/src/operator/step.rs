@@ -38,9 +38,10 @@ pub(crate) trait InputGate: Send {
     /// of it, and the barrier's checkpoint. With `in_band`, a barrier queued in band is moved
     /// to the head first (an unaligned checkpoint does not wait for what is before it).
     fn overtaking(&mut self, in_band: bool) -> Option<(usize, u64)>;
-    /// Takes `channel`'s overtaking barrier; with `record`, the events it overtook become
-    /// channel state (they stay queued, and are processed as usual).
-    fn take_overtaken(&mut self, channel: usize, record: bool);
+    /// Takes `channel`'s overtaking barrier of checkpoint `id`; with `record`, the events it
+    /// overtook become channel state (they stay queued, and are processed as usual). False if
+    /// the barrier waiting there is no longer `id`'s (a newer one replaced it): nothing taken.
+    fn take_overtaken(&mut self, channel: usize, id: u64, record: bool) -> bool;
     /// Starts or stops recording `channel`'s batches as channel state.
     fn set_recording(&mut self, channel: usize, on: bool);
     /// The recorded channel state (encoded), and stops recording.

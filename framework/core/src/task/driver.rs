@@ -449,7 +449,9 @@ impl Driver {
                 progressed = true;
                 let global = offsets[gi] + c;
                 if unaligned.pending.as_ref().is_some_and(|p| p.id == id) {
-                    gates[gi].take_overtaken(c, true);
+                    if !gates[gi].take_overtaken(c, id, true) {
+                        continue; // replaced by a newer barrier meanwhile: look again
+                    }
                     unaligned.channel_done(gates, gi, c, global);
                 } else if unaligned.last_started.is_none_or(|l| id > l)
                     && aligner.last_aligned().is_none_or(|l| id > l)
@@ -462,11 +464,17 @@ impl Driver {
                     *align_started = None;
                     unaligned.drop_pending(gates);
                     unaligned.start(id, gates, offsets, |g| !blocked[g])?;
-                    gates[gi].take_overtaken(c, true);
+                    if !gates[gi].take_overtaken(c, id, true) {
+                        // A newer barrier replaced it while the snapshot was taken: the next
+                        // look starts that one (this checkpoint cannot complete here).
+                        continue;
+                    }
                     unaligned.channel_done(gates, gi, c, global);
                 } else {
-                    // Stale: its checkpoint was taken, given up or superseded here.
-                    gates[gi].take_overtaken(c, false);
+                    // Stale: its checkpoint was taken, given up or superseded here. (If a
+                    // newer one replaced it meanwhile, nothing is taken and the next look
+                    // finds that one.)
+                    gates[gi].take_overtaken(c, id, false);
                 }
                 if let Some(w) = unaligned.try_complete(gates)? {
                     return Ok(Some(w));
@@ -474,6 +482,21 @@ impl Driver {
             }
         }
         Ok(progressed.then_some(Work::Progress))
+    }
+
+    /// Whether a barrier waits to overtake in any input (moving in-band ones ahead first when
+    /// unaligned checkpoints take them so). The subtask looks again after registering its
+    /// receive waker, before it parks: a barrier that overtakes nothing blocks its channel
+    /// until taken, so the read loop sees nothing there and would park past it.
+    pub(super) fn overtaking_waits(&mut self) -> bool {
+        let Driver::Inputs {
+            gates, unaligned, ..
+        } = self
+        else {
+            return false;
+        };
+        let in_band = unaligned.always || unaligned.pending.is_some();
+        gates.iter_mut().any(|g| g.overtaking(in_band).is_some())
     }
 
     /// Tries each readable input once, in round-robin order.
@@ -646,6 +669,12 @@ impl Driver {
                 rx_waker.register(cx.waker());
                 if let Some(w) = attempt(gates)? {
                     return Ok(w);
+                }
+                // A barrier that came meanwhile (the read loop does not see one that overtook
+                // nothing): the next poll takes it.
+                let in_band = unaligned.always || unaligned.pending.is_some();
+                if gates.iter_mut().any(|g| g.overtaking(in_band).is_some()) {
+                    return Ok(Work::Progress);
                 }
                 // The caller decides whether to park (and then releases the inputs, see
                 // `release_inputs`) or look again soon.

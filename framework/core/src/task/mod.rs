@@ -176,6 +176,13 @@ impl SubtaskActor {
         }
         match self.driver.poll_pending(cx) {
             Poll::Pending => {
+                // Woken by an input too, and looked at once more: a barrier that overtakes
+                // the queues is taken while the output waits for credit.
+                self.rx_waker.register(cx.waker());
+                if self.driver.overtaking_waits() {
+                    self.run_on(cx);
+                    return (Poll::Pending, WaitState::Busy);
+                }
                 self.driver.release_inputs();
                 return (Poll::Pending, WaitState::BackPressured);
             }
