@@ -197,7 +197,7 @@ impl<T: Data> TypedGate<T> {
             self.scratch.extend(self.rest.drain(..k));
         }
         self.timed_push()?;
-        Ok(GateStep::Batch(k))
+        Ok(GateStep::Slice(k))
     }
 
     /// An unaligned checkpoint's snapshot: the channels' watermarks now, and the restored

@@ -14,8 +14,11 @@ use crate::operator::Control;
 /// One step of an input gate.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum GateStep {
-    /// A batch of this many records was processed.
+    /// A batch of this many records was taken from a channel and processed (its first slice,
+    /// for slow operators).
     Batch(usize),
+    /// The next slice of this many records of a batch taken earlier was processed.
+    Slice(usize),
     /// A channel delivered a watermark (passed on to the operator if it moved this input's).
     Watermark,
     /// Channel `channel` (of this input) delivered checkpoint barrier `id`.

@@ -565,6 +565,11 @@ impl Driver {
                     *next = (i + 1) % n;
                     return Ok(Some(Work::Progress));
                 }
+                // The rest of a batch counted when it was taken.
+                GateStep::Slice(_) => {
+                    *next = (i + 1) % n;
+                    return Ok(Some(Work::Progress));
+                }
                 GateStep::Barrier { channel, id }
                     if unaligned.pending.as_ref().is_some_and(|p| p.id == id) =>
                 {
