@@ -242,6 +242,15 @@ impl Lcg {
             .wrapping_add(1442695040888963407);
         self.0 >> 33
     }
+
+    /// A panic, a stopped arbiter or a hang, drawn from the next number.
+    fn fault_kind(&mut self) -> FaultKind {
+        match self.next() % 3 {
+            0 => FaultKind::Panic,
+            1 => FaultKind::StopArbiter,
+            _ => FaultKind::Hang,
+        }
+    }
 }
 
 /// The seeds a seeded test runs: `0..runs`, or `WEIR_CHECKPOINT_SEEDS=<first>,<count>` (a soak
@@ -269,11 +278,7 @@ fn seeded_runs_tuned(barriers: Barriers, runs: u64, tune: fn(&mut EnvConfig)) {
     let mut fired = 0;
     for seed in seeds {
         let mut rng = Lcg(seed * 7919 + 17);
-        let kind = match rng.next() % 3 {
-            0 => FaultKind::Panic,
-            1 => FaultKind::StopArbiter,
-            _ => FaultKind::Hang,
-        };
+        let kind = rng.fault_kind();
         let at = 300 + rng.next() % 5_000;
         let plan = FaultPlan::new(vec![Fault::new("map", kind, at)]);
         // Named in the captured output, so a run that hangs says which seed it was.
@@ -349,11 +354,7 @@ fn twelve_seeded_faults_unaligned_under_backpressure_exactly_once() {
     };
     for seed in seeds(12) {
         let mut rng = Lcg(seed * 7919 + 29);
-        let kind = match rng.next() % 3 {
-            0 => FaultKind::Panic,
-            1 => FaultKind::StopArbiter,
-            _ => FaultKind::Hang,
-        };
+        let kind = rng.fault_kind();
         let at = 300 + rng.next() % 4_000;
         let plan = FaultPlan::new(vec![Fault::new("map", kind, at).after_checkpoints(3)]);
         eprintln!("seed {seed}: {kind:?} at record {at} after 3 checkpoints");

@@ -161,17 +161,7 @@ impl SubtaskActor {
                 writer,
                 took,
                 persisted,
-            })) => {
-                self.write_and_ack(
-                    id,
-                    writer,
-                    took,
-                    Duration::ZERO,
-                    Taken::Unaligned { persisted },
-                );
-                self.run_on(cx);
-                return (Poll::Pending, WaitState::Busy);
-            }
+            })) => return self.unaligned_done(cx, id, writer, took, persisted),
             Ok(_) => {}
         }
         match self.driver.poll_pending(cx) {
@@ -267,17 +257,7 @@ impl SubtaskActor {
                 writer,
                 took,
                 persisted,
-            }) => {
-                self.write_and_ack(
-                    id,
-                    writer,
-                    took,
-                    Duration::ZERO,
-                    Taken::Unaligned { persisted },
-                );
-                self.run_on(cx);
-                (Poll::Pending, WaitState::Busy)
-            }
+            }) => self.unaligned_done(cx, id, writer, took, persisted),
             Ok(Work::Aligned(id)) => {
                 let hand_over = self.hands_over(id);
                 let root = self.checkpoint_dir.as_deref();
@@ -293,6 +273,27 @@ impl SubtaskActor {
                 (Poll::Pending, WaitState::Busy)
             }
         }
+    }
+
+    /// An unaligned checkpoint is complete here with its channel state: written and
+    /// acknowledged; the lane goes on.
+    fn unaligned_done(
+        &mut self,
+        cx: &mut TaskContext<'_>,
+        id: u64,
+        writer: StateWriter,
+        took: Duration,
+        persisted: u64,
+    ) -> (Poll<Result<(), TaskError>>, WaitState) {
+        self.write_and_ack(
+            id,
+            writer,
+            took,
+            Duration::ZERO,
+            Taken::Unaligned { persisted },
+        );
+        self.run_on(cx);
+        (Poll::Pending, WaitState::Busy)
     }
 
     /// Whether checkpoint `id`'s states are handed over in memory too (a rescale's or a fast
