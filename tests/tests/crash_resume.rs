@@ -22,7 +22,8 @@ use weir_testing::{
     encode_display, read_committed, wait_for_checkpoint, ExactlyOnce, TwoPhaseFileSink,
 };
 
-/// Set in a child process: `<base dir>;<rate or 0>;<retained>;<backpressured: 0 or 1>`.
+/// Set in a child process: `<base dir>;<rate or 0>;<retained>;<backpressured: 0 or 1>;<the
+/// slow stage's parallelism>`.
 const CHILD: &str = "WEIR_CRASH_RESUME_CHILD";
 /// Ids the job writes: `0..N`.
 const N: u64 = 60_000;
@@ -59,6 +60,7 @@ fn child_job() {
     let rate: f64 = parts.next().and_then(|r| r.parse().ok()).expect("rate");
     let retained: usize = parts.next().and_then(|r| r.parse().ok()).expect("retained");
     let backpressured = parts.next() == Some("1");
+    let slow_parallelism: usize = parts.next().and_then(|p| p.parse().ok()).unwrap_or(2);
     let mut cfg = EnvConfig::default();
     cfg.checkpoint.interval = Some(Duration::from_millis(20));
     cfg.checkpoint.directory = checkpoints(&base);
@@ -91,7 +93,7 @@ fn child_job() {
                 x
             })
             .uid("slow")
-            .set_parallelism(2)
+            .set_parallelism(slow_parallelism)
     } else {
         env.generate(n, |i| i).uid("ids")
     };
@@ -132,14 +134,26 @@ fn child_job() {
 }
 
 fn spawn(base: &Path, rate: f64, retained: usize) -> Running {
-    spawn_job(base, rate, retained, false)
+    spawn_job(base, rate, retained, false, 2)
 }
 
-fn spawn_job(base: &Path, rate: f64, retained: usize, backpressured: bool) -> Running {
+fn spawn_job(
+    base: &Path,
+    rate: f64,
+    retained: usize,
+    backpressured: bool,
+    slow_parallelism: usize,
+) -> Running {
     let mut cmd = common::child_job_command();
     let bp = u8::from(backpressured);
-    cmd.env(CHILD, format!("{};{rate};{retained};{bp}", base.display()))
-        .env("WEIR_STDERR_WARNINGS", "1");
+    cmd.env(
+        CHILD,
+        format!(
+            "{};{rate};{retained};{bp};{slow_parallelism}",
+            base.display()
+        ),
+    )
+    .env("WEIR_STDERR_WARNINGS", "1");
     Running(common::start_child(cmd))
 }
 
@@ -320,11 +334,23 @@ fn a_job_killed_mid_run_resumes_from_its_latest_checkpoint_with_every_id_once() 
 /// exactly-once sinks.
 #[test]
 fn a_job_killed_with_a_megabyte_in_flight_resumes_from_its_unaligned_checkpoint() {
+    killed_with_a_megabyte_in_flight(2);
+}
+
+/// As above, the new process running the slow stage at parallelism 1 (2 before): both old
+/// subtasks' in-flight data goes to the one new subtask, which heads its own chain to replay
+/// it (at equal parallelism it would be chained to the source, with no input channel).
+#[test]
+fn a_job_killed_with_a_megabyte_in_flight_resumes_at_another_parallelism() {
+    killed_with_a_megabyte_in_flight(1);
+}
+
+fn killed_with_a_megabyte_in_flight(resume_at: usize) {
     if std::env::var_os(CHILD).is_some() {
         return;
     }
-    let base = TempDir::new("crash-resume-unaligned");
-    let first = spawn_job(base.path(), 0.0, 1, true).run_until(Some(3), 1_000_000);
+    let base = TempDir::new(&format!("crash-resume-unaligned-{resume_at}"));
+    let first = spawn_job(base.path(), 0.0, 1, true, 2).run_until(Some(3), 1_000_000);
     assert!(
         !first.done,
         "the first child finished before a checkpoint stored a megabyte in flight (at most {})",
@@ -335,7 +361,7 @@ fn a_job_killed_with_a_megabyte_in_flight_resumes_from_its_unaligned_checkpoint(
         "the checkpoints stored {} bytes in flight at most",
         first.persisted
     );
-    let second = spawn_job(base.path(), 0.0, 1, true).run(None);
+    let second = spawn_job(base.path(), 0.0, 1, true, resume_at).run(None);
     let restored = second
         .restored
         .flatten()

@@ -56,6 +56,7 @@ fn start(name: &str, cfg: EnvConfig) -> Job {
             next: 0,
             stop: s.clone(),
             ended_at: e.clone(),
+            flood: false,
         })
     })
     .uid("ids")

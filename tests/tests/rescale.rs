@@ -19,7 +19,7 @@ use weir_testing::{
 
 mod common;
 
-use common::{endless_ids, two_more_checkpoints, Endless};
+use common::{endless_ids, endless_ids_at, two_more_checkpoints, Endless};
 
 const KEYS: u64 = 50;
 
@@ -454,6 +454,7 @@ fn operator_state_is_split_and_unioned_and_a_scalar_rolls_back() {
                 next: 0,
                 stop: s.clone(),
                 ended_at: e.clone(),
+                flood: false,
             })
         })
         .set_parallelism(1)
@@ -502,4 +503,111 @@ fn operator_state_is_split_and_unioned_and_a_scalar_rolls_back() {
         got.iter().all(|&(_, m)| m == 3),
         "every subtask has every mark: {got:?}"
     );
+}
+
+/// Rescale from unaligned checkpoints under backpressure: `count` is slow, so the channels
+/// into it stay full and each barrier overtakes over a megabyte of queued records (padded
+/// ids), which the rescale's checkpoint stores as channel state. The count goes 2 → 3 → 1;
+/// the in-flight records are dealt to the new subtasks by key group, and every id reaches
+/// the exactly-once sink once with the count a sequential run gives.
+#[test]
+fn a_keyed_count_rescaled_from_unaligned_checkpoints_with_megabytes_in_flight_is_exact() {
+    let mut cfg = config();
+    cfg.checkpoint.unaligned = true;
+    cfg.checkpoint.interval = Some(Duration::from_millis(100));
+    // Windows fixed at 128 batches of 1,024 records (megabytes per channel once full).
+    cfg.latency_target = None;
+    cfg.channel_capacity = 128;
+    let out = std::env::temp_dir().join(format!("weir-rescale-unaligned-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&out);
+    let (stop, ended_at) = (
+        Arc::new(AtomicBool::new(false)),
+        Arc::new(AtomicU64::new(0)),
+    );
+    let env = Env::with_config(cfg);
+    let d = out.clone();
+    endless_ids_at(&env, &stop, &ended_at, true)
+        .map(|x: u64| (x, format!("{x:024}")))
+        .uid("pad")
+        .set_parallelism(1)
+        .key_by(|r: &(u64, String)| r.0 % KEYS)
+        .process(
+            move |_k: &u64,
+                  n: &mut ValueState<u64>,
+                  (x, _pad): (u64, String),
+                  out: &mut Collector<String>| {
+                if x.is_multiple_of(32) {
+                    std::thread::sleep(Duration::from_micros(200));
+                }
+                let c = n.get_or_insert_with(|| 0);
+                *c += 1;
+                out.collect(format!("{x} {c}"));
+            },
+        )
+        .uid("count")
+        .set_parallelism(2)
+        .add_sink("exactly_once", move |cx| {
+            TwoPhaseFileSink::create(&d, cx, encode_display::<String>)
+        })
+        .uid("exactly_once")
+        .set_parallelism(1);
+    let handle = env.start("rescale-unaligned").expect("the job starts");
+    let job = Job {
+        handle,
+        stop,
+        ended_at,
+        out,
+    };
+    let persisted = |id: u64| {
+        job.handle
+            .checkpoint_stats()
+            .and_then(|s| s.history.into_iter().find(|c| c.id == id))
+            .map_or(0, |c| c.persisted_data)
+    };
+    // Until a checkpoint stored a megabyte in flight (the channels are full).
+    let full = || loop {
+        let done = job
+            .handle
+            .checkpoint_stats()
+            .map_or(0, |s| s.number_of_completed_checkpoints);
+        let stats = weir_testing::wait_for_checkpoint(&job.handle, done + 1, common::TIMEOUT)
+            .expect("checkpoints complete");
+        let newest = stats
+            .history
+            .iter()
+            .rev()
+            .find(|c| c.status == weir::CheckpointStatus::Completed)
+            .map_or(0, |c| c.persisted_data);
+        if newest >= 1_000_000 {
+            break;
+        }
+    };
+    let mut from = 2;
+    for to in [3, 1] {
+        full();
+        let report = job
+            .handle
+            .rescale("count", to)
+            .expect("the rescale succeeds");
+        assert_eq!(
+            (report.changes[0].from, report.changes[0].to),
+            (from, to),
+            "{report:?}"
+        );
+        let in_flight = persisted(report.checkpoint);
+        eprintln!(
+            "rescaled {from} -> {to} at checkpoint {} with {in_flight} bytes in flight",
+            report.checkpoint
+        );
+        assert!(
+            in_flight >= 1_000_000,
+            "the rescale's checkpoint {} stored {in_flight} bytes in flight",
+            report.checkpoint
+        );
+        assert_eq!(parallelism_of(&job.handle, "count"), to);
+        two_more_checkpoints(&job.handle);
+        from = to;
+    }
+    assert_eq!(job.handle.monitor().failures().len(), 0, "no failure");
+    finish_and_check(job);
 }

@@ -65,6 +65,18 @@ pub(crate) struct ChannelState<T> {
 }
 
 impl<T: Data> ChannelState<T> {
+    /// Keeps the records `owned` takes (restored channel state dealt by key group: a new
+    /// subtask replays what its key groups were sent, in the order it was recorded).
+    pub(crate) fn keep(&mut self, mut owned: crate::partition::Owned<T>) {
+        self.in_flight.retain_mut(|f| match f {
+            InFlight::Batch(_, batch) => {
+                batch.retain(|r| owned(r));
+                !batch.is_empty()
+            }
+            InFlight::Mark(..) => true,
+        });
+    }
+
     /// Reads a gate's channel state; also the format before watermarks were kept (the
     /// batches alone).
     pub(crate) fn decode(bytes: &[u8]) -> Result<Self, String> {
@@ -80,6 +92,9 @@ impl<T: Data> ChannelState<T> {
         }
     }
 }
+
+#[cfg(test)]
+mod dealt;
 
 /// The gate over `receivers` feeding `head` that first processes `replay` (restored channel
 /// state of an unaligned checkpoint), then its channels.

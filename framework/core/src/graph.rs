@@ -100,12 +100,14 @@ pub(crate) trait PortType: Send {
     /// A channel of this type: (`Sender<T>`, `Receiver<T>`).
     fn channel(&self, credit: crate::channel::Credit, waker: Arc<AtomicWaker>) -> (AnyBox, AnyBox);
     /// The input gate over `receivers` that feeds `head`, replaying restored channel state
-    /// (unaligned checkpoints) before any new input.
+    /// (unaligned checkpoints) before any new input; with `owned` (a keyed input, see
+    /// [`EdgeOutput::owned_by`]), only the replayed records of this subtask's key groups.
     fn gate(
         &self,
         receivers: Vec<AnyBox>,
         head: AnyBox,
         replay: Option<&[u8]>,
+        owned: Option<AnyBox>,
     ) -> Result<Box<dyn InputGate>, String>;
     /// A dual channel into a backed-up subtask: (`Sender<T>`, `Arc<Dual<T>>`, the primary's
     /// `Receiver<T>`, the backup's `Receiver<T>`).
@@ -158,15 +160,19 @@ impl<T: Data> PortType for Port<T> {
         receivers: Vec<AnyBox>,
         head: AnyBox,
         replay: Option<&[u8]>,
+        owned: Option<AnyBox>,
     ) -> Result<Box<dyn InputGate>, String> {
         let receivers: Vec<Receiver<T>> = receivers.into_iter().map(unbox).collect();
-        let replay = match replay {
+        let mut replay = match replay {
             None => crate::gate::ChannelState {
                 marks: None,
                 in_flight: Vec::new(),
             },
             Some(bytes) => crate::gate::ChannelState::decode(bytes)?,
         };
+        if let Some(owned) = owned {
+            replay.keep(unbox::<crate::partition::Owned<T>>(owned));
+        }
         Ok(crate::gate::replaying_gate(
             receivers,
             unbox::<BoxOutput<T>>(head),
@@ -232,6 +238,14 @@ impl<T: Data> PortType for Port<T> {
 pub(crate) trait EdgeOutput: Send {
     fn kind(&self) -> PartitionKind;
     fn output(&self, resolved: PartitionKind, senders: Vec<AnyBox>, cfg: OutputConfig) -> AnyBox;
+    /// On a keyed edge, a boxed [`Owned<T>`](crate::partition::Owned): whether a record
+    /// belongs to `subtask` of `parallelism` (restored channel state dealt by key group).
+    fn owned_by(
+        &self,
+        max_parallelism: usize,
+        parallelism: usize,
+        subtask: usize,
+    ) -> Option<AnyBox>;
 }
 
 impl<T: Data> EdgeOutput for Partitioning<T> {
@@ -241,6 +255,15 @@ impl<T: Data> EdgeOutput for Partitioning<T> {
     fn output(&self, resolved: PartitionKind, senders: Vec<AnyBox>, cfg: OutputConfig) -> AnyBox {
         let senders: Vec<Sender<T>> = senders.into_iter().map(unbox).collect();
         Box::new(Partitioning::output(self, resolved, senders, cfg))
+    }
+    fn owned_by(
+        &self,
+        max_parallelism: usize,
+        parallelism: usize,
+        subtask: usize,
+    ) -> Option<AnyBox> {
+        Partitioning::owned_by(self, max_parallelism, parallelism, subtask)
+            .map(|owned| Box::new(owned) as AnyBox)
     }
 }
 

@@ -54,13 +54,24 @@ pub(crate) struct OutputConfig {
 pub(crate) type HashOutputFactory<T> =
     Box<dyn Fn(Vec<Sender<T>>, OutputConfig) -> BoxOutput<T> + Send>;
 
+/// Whether a record belongs to one subtask of a keyed input (its key group is in the
+/// subtask's range): restored channel state dealt by key group keeps only its own records.
+pub(crate) type Owned<T> = Box<dyn FnMut(&T) -> bool + Send>;
+
+/// A keyed edge: its output, and the test of which subtask a record belongs to
+/// (`owned(max_parallelism, parallelism, subtask)`).
+pub(crate) struct HashRouting<T> {
+    output: HashOutputFactory<T>,
+    owned: Box<dyn Fn(usize, usize, usize) -> Owned<T> + Send>,
+}
+
 /// The typed partitioning of one edge.
 pub(crate) enum Partitioning<T> {
     Auto,
     Forward,
     Rebalance,
     Broadcast,
-    Hash(HashOutputFactory<T>),
+    Hash(HashRouting<T>),
 }
 
 impl<T: Data> Partitioning<T> {
@@ -83,7 +94,7 @@ impl<T: Data> Partitioning<T> {
         cfg: OutputConfig,
     ) -> BoxOutput<T> {
         match (self, resolved) {
-            (Partitioning::Hash(make), _) => make(senders, cfg),
+            (Partitioning::Hash(hash), _) => (hash.output)(senders, cfg),
             (_, PartitionKind::Broadcast) => Box::new(BroadcastOutput::new(senders, cfg)),
             (_, PartitionKind::Forward) => Box::new(NetOutput::new(senders, OneTarget, cfg)),
             _ => {
@@ -93,19 +104,40 @@ impl<T: Data> Partitioning<T> {
             }
         }
     }
+
+    /// On a keyed edge, the test of whether a record belongs to `subtask` of `parallelism`
+    /// (None on other edges: any subtask may take any record).
+    pub(crate) fn owned_by(
+        &self,
+        max_parallelism: usize,
+        parallelism: usize,
+        subtask: usize,
+    ) -> Option<Owned<T>> {
+        match self {
+            Partitioning::Hash(hash) => Some((hash.owned)(max_parallelism, parallelism, subtask)),
+            _ => None,
+        }
+    }
 }
 
-/// Builds the hash output for a key selector.
-pub(crate) fn hash_output_factory<T, K, KF>(key_fn: KF) -> HashOutputFactory<T>
+/// The routing of a keyed edge with key selector `key_fn`.
+pub(crate) fn hash_routing<T, K, KF>(key_fn: KF) -> HashRouting<T>
 where
     T: Data,
     K: std::hash::Hash,
     KF: FnMut(&T) -> K + Clone + Send + 'static,
 {
-    Box::new(move |senders, cfg| {
-        let router = ByKey::new(key_fn.clone(), cfg.max_parallelism, senders.len());
-        Box::new(NetOutput::new(senders, router, cfg)) as BoxOutput<T>
-    })
+    let owned_fn = key_fn.clone();
+    HashRouting {
+        output: Box::new(move |senders, cfg| {
+            let router = ByKey::new(key_fn.clone(), cfg.max_parallelism, senders.len());
+            Box::new(NetOutput::new(senders, router, cfg)) as BoxOutput<T>
+        }),
+        owned: Box::new(move |max_parallelism, parallelism, subtask| {
+            let mut router = ByKey::new(owned_fn.clone(), max_parallelism, parallelism);
+            Box::new(move |record: &T| router.route(record) == subtask) as Owned<T>
+        }),
+    }
 }
 
 /// Chooses the receiver of one record.

@@ -20,7 +20,7 @@ use crate::config::EnvConfig;
 use crate::erased::AnyBox;
 use crate::error::{PlanError, TaskError};
 use crate::event::SubtaskId;
-use crate::graph::{Built, Graph, NodeId, OpEnv};
+use crate::graph::{Built, EdgeOutput, Graph, NodeId, OpEnv};
 use crate::metrics::{OperatorCounters, SubtaskCounters};
 use crate::operator::step::InputGate;
 use crate::operator::OperatorInfo;
@@ -72,6 +72,17 @@ pub(crate) fn apply_config_backups(graph: &mut Graph, cfg: &EnvConfig) -> Result
 
 /// Resolves uids, parallelism, partitioning and chaining; finds every planning error.
 pub(crate) fn plan(graph: &Graph, cfg: &EnvConfig) -> Result<Plan, PlanError> {
+    plan_with_heads(graph, cfg, &HashSet::new())
+}
+
+/// [`plan`], where the operators whose uids are in `heads` head their chains whatever the
+/// chaining rule says (a restore has in-flight data of their inputs to replay: only a chain
+/// head has input channels).
+pub(crate) fn plan_with_heads(
+    graph: &Graph,
+    cfg: &EnvConfig,
+    heads: &HashSet<String>,
+) -> Result<Plan, PlanError> {
     cfg.validate()?;
     if let Some(e) = graph.errors.first() {
         return Err(e.clone());
@@ -170,7 +181,8 @@ pub(crate) fn plan(graph: &Graph, cfg: &EnvConfig) -> Result<Plan, PlanError> {
             part || (cfg.chaining
                 && !networked
                 && kind == PartitionKind::Forward
-                && in_degree[e.to] == 1),
+                && in_degree[e.to] == 1
+                && !heads.contains(&uids[e.to])),
         );
         kinds.push(kind);
     }
@@ -428,7 +440,12 @@ pub(crate) fn instantiate(
                         let replay = restore
                             .and_then(|r| r.states.get(&key))
                             .map(|v| v.as_slice());
-                        let gate = port.gate(rxs, head, replay).map_err(|message| {
+                        let owned = replay.and_then(|_| {
+                            keyed_input(graph, h, input).and_then(|e| {
+                                e.owned_by(cfg.max_parallelism, plan.parallelism[h], j)
+                            })
+                        });
+                        let gate = port.gate(rxs, head, replay, owned).map_err(|message| {
                             TaskError::Checkpoint {
                                 uid: plan.uids[h].clone(),
                                 subtask: j,
@@ -499,6 +516,17 @@ fn input_port(graph: &Graph, n: NodeId, input: usize) -> &dyn crate::graph::Port
         .find(|e| e.to == n && e.input == input)
         .map(|e| &*graph.nodes[e.from].ports[e.port])
         .expect("every input of a planned node has an edge")
+}
+
+/// The edge into `n`'s `input` when it is the input's only edge and keyed: restored channel
+/// state of that input is dealt by key group (`rescale::channels`), and each subtask keeps
+/// the records of its own key groups.
+pub(crate) fn keyed_input(graph: &Graph, n: NodeId, input: usize) -> Option<&dyn EdgeOutput> {
+    let mut edges = graph.edges.iter().filter(|e| e.to == n && e.input == input);
+    match (edges.next(), edges.next()) {
+        (Some(e), None) if e.partition.kind() == PartitionKind::Hash => Some(&*e.partition),
+        _ => None,
+    }
 }
 
 /// The operator of a promoted backup: node `n`, subtask `j`, over the reopened `senders` of

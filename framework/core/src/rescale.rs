@@ -23,6 +23,10 @@ use std::time::Duration;
 
 use ciborium::Value;
 
+pub(crate) mod channels;
+
+pub(crate) use channels::{ChannelInput, Dealing};
+
 use crate::hooks::{Redistribution, StateField, StateScope};
 use crate::key_group::key_group_range;
 use crate::state::changes;
@@ -448,11 +452,13 @@ fn deal_snapshots(
 
 /// Redistributes, in `states` ((uid, subtask) -> payload), the state of every operator whose
 /// parallelism differs from `old_parallelism` (uid -> parallelism when the states were taken;
-/// where it is not recorded, one more than the highest subtask with state).
+/// where it is not recorded, one more than the highest subtask with state), and the channel
+/// state (unaligned checkpoints) of each of `inputs` whose operator or senders changed.
 pub(crate) fn fit(
     states: &mut HashMap<(String, usize), Vec<u8>>,
     old_parallelism: &HashMap<String, usize>,
     operators: &[(String, usize, &Rule)],
+    inputs: &[ChannelInput],
     max_parallelism: usize,
 ) -> Result<Vec<String>, String> {
     let mut moved = Vec::new();
@@ -469,17 +475,8 @@ pub(crate) fn fit(
             .get(uid)
             .copied()
             .or_else(|| old.last().map(|(s, _)| s + 1));
-        let channel_state = states.keys().any(|(u, _)| {
-            u.strip_prefix(uid.as_str())
-                .is_some_and(|rest| rest.starts_with("#in"))
-        });
         match had {
             Some(had) if had != *new_p && !old.is_empty() => {
-                if channel_state {
-                    return Err(format!(
-                        "operator `{uid}` has in-flight channel state (an unaligned checkpoint), which cannot be dealt to another number of subtasks"
-                    ));
-                }
                 let dealt = redistribute(rule, &old, *new_p, max_parallelism).map_err(|why| {
                     format!("operator `{uid}` cannot go from parallelism {had} to {new_p}: {why}")
                 })?;
@@ -495,6 +492,17 @@ pub(crate) fn fit(
             }
         }
     }
+    let now: HashMap<&str, usize> = operators
+        .iter()
+        .map(|(uid, p, _)| (uid.as_str(), *p))
+        .collect();
+    moved.extend(channels::fit(
+        states,
+        old_parallelism,
+        &now,
+        inputs,
+        max_parallelism,
+    )?);
     Ok(moved)
 }
 
@@ -811,11 +819,11 @@ mod tests {
             ("count".to_string(), 4, &keyed),
             ("src".to_string(), 1, &refused),
         ];
-        let moved = fit(&mut states, &HashMap::new(), &ops, 8).unwrap();
+        let moved = fit(&mut states, &HashMap::new(), &ops, &[], 8).unwrap();
         assert_eq!(moved, vec!["count".to_string()]);
         assert_eq!(states.keys().filter(|(u, _)| u == "count").count(), 4);
         let ops = [("src".to_string(), 2, &refused)];
-        let e = fit(&mut states, &HashMap::new(), &ops, 8).unwrap_err();
+        let e = fit(&mut states, &HashMap::new(), &ops, &[], 8).unwrap_err();
         assert!(e.contains("`src`") && e.contains("position"), "{e}");
     }
 }

@@ -47,7 +47,7 @@ use crate::operator::split::SplitOp;
 use crate::operator::timers::Timers;
 use crate::operator::window::AggregateFunction;
 use crate::operator::{BoxOutput, Collector, OpCore};
-use crate::partition::{hash_output_factory, PartitionKind, Partitioning};
+use crate::partition::{hash_routing, PartitionKind, Partitioning};
 use crate::sink::file::{DisplayLines, FormatLines, JsonLines, LineFileSink, StagedLineSink};
 use crate::sink::{CollectSink, DiscardSink, Sink, SinkContext, SinkOp, StdoutSink};
 use crate::sync::Arc;
@@ -1161,7 +1161,7 @@ where
     ) -> DataStream<O> {
         let hash_key = self.key_fn;
         self.stream.add_operator(name, builder, move || {
-            Partitioning::Hash(hash_output_factory::<T, K, KF>(hash_key.clone()))
+            Partitioning::Hash(hash_routing::<T, K, KF>(hash_key.clone()))
         })
     }
 

@@ -55,7 +55,7 @@ use crate::operator::window::{
     WindowAssigner, WindowFn, Windowing,
 };
 use crate::operator::BoxOutput;
-use crate::partition::{hash_output_factory, Partitioning};
+use crate::partition::{hash_routing, Partitioning};
 use crate::stream::{core, DataStream, KeyedStream};
 use crate::{Data, Key};
 
@@ -236,7 +236,7 @@ where
         });
         let hash_key = self.keyed.key_fn;
         let (out, late, _) = stream.add_operator_with_side::<R, T>(name, builder, move || {
-            Partitioning::Hash(hash_output_factory::<T, K, KF>(hash_key.clone()))
+            Partitioning::Hash(hash_routing::<T, K, KF>(hash_key.clone()))
         });
         // The windows are keyed state; the operator's watermark is its own, taken the lowest
         // after a rescale (union).

@@ -190,12 +190,13 @@ pub fn execute_within(env: &weir::Env, name: &str) -> Result<weir::JobResult, we
     within_timeout(move || handle.wait())
 }
 
-/// Ids 0, 1, 2, ... at most 64 per poll and a poll per millisecond, until told to stop; then
-/// it ends and says at which id.
+/// Ids 0, 1, 2, ... at most 64 per poll and a poll per millisecond (with `flood`, as many as
+/// a poll takes, polled again at once), until told to stop; then it ends and says at which id.
 pub struct Endless {
     pub next: u64,
     pub stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
     pub ended_at: std::sync::Arc<AtomicU64>,
+    pub flood: bool,
 }
 
 impl weir::source::Source<u64> for Endless {
@@ -208,9 +209,17 @@ impl weir::source::Source<u64> for Endless {
             self.ended_at.store(self.next, Ordering::SeqCst);
             return Ok(weir::source::SourceStatus::End);
         }
-        let stop = self.next + (max as u64).min(64);
+        let stop = self.next
+            + if self.flood {
+                max as u64
+            } else {
+                (max as u64).min(64)
+            };
         out.extend(self.next..stop);
         self.next = stop;
+        if self.flood {
+            return Ok(weir::source::SourceStatus::More);
+        }
         Ok(weir::source::SourceStatus::Idle {
             until: Some(Duration::from_millis(1)),
         })
@@ -246,12 +255,23 @@ pub fn endless_ids(
     stop: &std::sync::Arc<std::sync::atomic::AtomicBool>,
     ended_at: &std::sync::Arc<AtomicU64>,
 ) -> weir::DataStream<u64> {
+    endless_ids_at(env, stop, ended_at, false)
+}
+
+/// [`endless_ids`], with `flood` as fast as the job takes them (see [`Endless`]).
+pub fn endless_ids_at(
+    env: &weir::Env,
+    stop: &std::sync::Arc<std::sync::atomic::AtomicBool>,
+    ended_at: &std::sync::Arc<AtomicU64>,
+    flood: bool,
+) -> weir::DataStream<u64> {
     let (stop, ended_at) = (stop.clone(), ended_at.clone());
     env.add_source("ids", move |_cx| {
         Ok(Endless {
             next: 0,
             stop: stop.clone(),
             ended_at: ended_at.clone(),
+            flood,
         })
     })
     .uid("ids")

@@ -8,6 +8,7 @@ use crate::controller::deployment::{deploy, Deployment};
 use crate::controller::JobContext;
 use crate::error::JobError;
 use crate::plan::{instantiate, Restore};
+use crate::sync::lock;
 
 use super::{Finished, JobState, Running, Transition, TransitionTo};
 
@@ -175,6 +176,12 @@ pub(super) fn deploy_from(
 ) -> Result<(Deployment, String), JobError> {
     ctx.cfg.faults.rearm();
     let mut restore = restore;
+    if let Some(r) = restore.as_ref() {
+        keep_replaying_heads(ctx, r).map_err(|source| JobError::Plan {
+            job: ctx.job.clone(),
+            source,
+        })?;
+    }
     if let Some(r) = restore.as_mut() {
         // State taken at another parallelism (before a rescale, or a savepoint) is dealt to
         // the subtasks there are now.
@@ -247,6 +254,7 @@ pub(super) fn fit_restore(ctx: &JobContext, restore: &mut Restore) -> Result<(),
         &mut restore.states,
         &restore.parallelism,
         &operators,
+        &channel_inputs(ctx),
         ctx.cfg.max_parallelism,
     )?;
     if !moved.is_empty() {
@@ -254,6 +262,76 @@ pub(super) fn fit_restore(ctx: &JobContext, restore: &mut Restore) -> Result<(),
     }
     restore.parallelism.extend(ctx.plan.parallelism_by_uid());
     Ok(())
+}
+
+/// Re-plans the job if an operator with in-flight data to replay (an unaligned checkpoint's
+/// channel state) would now be chained to its input (its parallelism and its input's became
+/// equal, or the job's code changed): it heads its chain again, so that its input channels
+/// replay the data. Nothing else of the plan changes.
+fn keep_replaying_heads(
+    ctx: &mut JobContext,
+    restore: &Restore,
+) -> Result<(), crate::error::PlanError> {
+    let plan = &ctx.plan;
+    let chained: std::collections::HashSet<String> = restore
+        .states
+        .keys()
+        .filter_map(|(uid, _)| uid.split_once("#in").map(|(owner, _)| owner))
+        .filter(|owner| {
+            plan.uids
+                .iter()
+                .position(|u| u == owner)
+                .is_some_and(|n| plan.head_of[n] != n)
+        })
+        .map(str::to_owned)
+        .collect();
+    if chained.is_empty() {
+        return Ok(());
+    }
+    let mut heads: std::collections::HashSet<String> =
+        plan.heads.iter().map(|&h| plan.uids[h].clone()).collect();
+    tracing::info!(checkpoint = restore.checkpoint, operators = ?chained, "operators with in-flight data to replay head their chains");
+    heads.extend(chained);
+    ctx.plan = crate::plan::plan_with_heads(&ctx.graph, &ctx.cfg, &heads)?;
+    ctx.registry.resize(&ctx.plan);
+    *lock(&ctx.views.vertices) =
+        crate::plan::vertices(&ctx.graph, &ctx.plan, ctx.cfg.max_parallelism);
+    Ok(())
+}
+
+/// Every logical input of the plan's chain heads, as a restore deals its channel state
+/// (unaligned checkpoints) to a new parallelism.
+fn channel_inputs(ctx: &JobContext) -> Vec<crate::rescale::ChannelInput> {
+    use crate::partition::PartitionKind;
+    use crate::rescale::{ChannelInput, Dealing};
+    let (graph, plan) = (&ctx.graph, &ctx.plan);
+    let mut inputs = Vec::new();
+    for &h in &plan.heads {
+        for input in 0..graph.nodes[h].n_inputs {
+            let edges: Vec<_> = graph
+                .edges
+                .iter()
+                .filter(|e| e.to == h && e.input == input)
+                .collect();
+            let kinds: Vec<PartitionKind> = edges.iter().map(|e| e.partition.kind()).collect();
+            let dealing = if crate::plan::keyed_input(graph, h, input).is_some() {
+                Dealing::ByKeyGroup
+            } else if kinds.contains(&PartitionKind::Broadcast) {
+                Dealing::Not("each subtask holds its own copy of broadcast data in flight")
+            } else if kinds.contains(&PartitionKind::Hash) {
+                Dealing::Not("the input is fed by several edges, one of them keyed")
+            } else {
+                Dealing::Any
+            };
+            inputs.push(ChannelInput {
+                owner: plan.uids[h].clone(),
+                input,
+                dealing,
+                upstream: edges.iter().map(|e| plan.uids[e.from].clone()).collect(),
+            });
+        }
+    }
+    inputs
 }
 
 /// The job cannot start: what it was to restore from (`path`) could not be read.

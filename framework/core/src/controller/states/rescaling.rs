@@ -147,12 +147,6 @@ impl PendingRescale {
                 default_parallelism = Some(*p);
             }
         }
-        let cp = &ctx.cfg.checkpoint;
-        if cp.unaligned || cp.aligned_checkpoint_timeout.is_some() {
-            return Err(RescaleError::Unsupported(
-                "unaligned checkpoints carry in-flight records per channel, which cannot be dealt to other subtasks: rescale needs aligned checkpoints".into(),
-            ));
-        }
         let mut changes = Vec::new();
         let mut nodes = Vec::new();
         for &(n, p) in &wanted {

@@ -1,0 +1,229 @@
+//! Channel state dealt to a new parallelism: the in-flight data an unaligned checkpoint stored
+//! per subtask and logical input (`gate::ChannelState`, under `<uid>#in<input>`) goes to the
+//! new subtasks the way its records would have been routed, as Flink does since 1.13.
+//!
+//! - A keyed input (one hash-partitioned edge): each new subtask takes the in-flight data of
+//!   every old subtask whose key groups overlap its own, and on restore keeps only the records
+//!   of its own key groups ([`ChannelState::keep`](crate::gate::ChannelState::keep)). A key's
+//!   records were all in one old subtask's channels, in order, so they stay in order.
+//! - Any other input (forward, rebalance): old subtask `i`'s in-flight data goes whole to new
+//!   subtask `i mod n`.
+//! - A broadcast input, or one fed by several edges of which one is keyed, is refused with the
+//!   reason (each old subtask holds its own copy of the broadcast data: there is no owner to
+//!   deal it to).
+//!
+//! Watermarks in flight are dropped when the input's shape changed (its operator or one of
+//! its senders has another parallelism): they were per channel of the old shape, and a
+//! watermark applied to another channel could make its records late. Dropping one only
+//! delays event time until the senders' next watermark; it never makes a record late.
+//!
+//! Like the rest of `rescale`, this works on the CBOR the checkpoint holds (no record type):
+//! the records are carried as `ciborium::Value`s, and only the restoring gate, which knows
+//! the type and the key selector, filters them. It does not read files or build gates.
+
+use std::collections::{BTreeSet, HashMap};
+
+use ciborium::Value;
+
+use crate::key_group::subtask_for_key_group;
+
+/// How the channel state of one logical input follows a change of parallelism.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Dealing {
+    /// A single keyed edge: by key group (filtered by the restoring gate).
+    ByKeyGroup,
+    /// Any subtask may take any record: old subtask `i` to new subtask `i mod n`.
+    Any,
+    /// Cannot be dealt to another parallelism, and why.
+    Not(&'static str),
+}
+
+/// One logical input of an operator, as a restore deals its channel state.
+#[derive(Debug, Clone)]
+pub(crate) struct ChannelInput {
+    /// The uid of the operator (chain head) the input belongs to.
+    pub(crate) owner: String,
+    /// The input's index.
+    pub(crate) input: usize,
+    pub(crate) dealing: Dealing,
+    /// The uids of the operators sending into it.
+    pub(crate) upstream: Vec<String>,
+}
+
+impl ChannelInput {
+    /// The uid the input's channel state is stored under.
+    pub(crate) fn state_uid(&self) -> String {
+        format!("{}#in{}", self.owner, self.input)
+    }
+}
+
+/// Deals, in `states`, the channel state of each of `inputs` whose operator or senders changed
+/// parallelism (`old`: uid -> parallelism when the states were taken; `new`: uid -> now).
+/// Returns the inputs dealt (by state uid).
+pub(crate) fn fit(
+    states: &mut HashMap<(String, usize), Vec<u8>>,
+    old: &HashMap<String, usize>,
+    new: &HashMap<&str, usize>,
+    inputs: &[ChannelInput],
+    max_parallelism: usize,
+) -> Result<Vec<String>, String> {
+    // In-flight data of an operator that runs but has no such input (it was chained since,
+    // `controller::states::deploying` re-plans so that it is not): it would be lost.
+    for (uid, _) in states.keys() {
+        let Some((owner, _)) = uid.split_once("#in") else {
+            continue;
+        };
+        if new.contains_key(owner) && !inputs.iter().any(|i| i.state_uid() == *uid) {
+            return Err(format!(
+                "in-flight data `{uid}` of an unaligned checkpoint has no input channel of `{owner}` to be replayed on"
+            ));
+        }
+    }
+    let mut dealt = Vec::new();
+    for input in inputs {
+        let uid = input.state_uid();
+        let keys: Vec<(String, usize)> =
+            states.keys().filter(|(u, _)| *u == uid).cloned().collect();
+        if keys.is_empty() {
+            continue;
+        }
+        let Some(&now) = new.get(input.owner.as_str()) else {
+            continue;
+        };
+        let had = old
+            .get(&input.owner)
+            .copied()
+            .or_else(|| keys.iter().map(|(_, j)| j + 1).max())
+            .unwrap_or(now);
+        // A sender whose parallelism is not recorded counts as changed: its watermarks are
+        // dropped, which only delays event time.
+        let senders_changed = input.upstream.iter().any(|u| {
+            old.get(u)
+                .zip(new.get(u.as_str()))
+                .is_none_or(|(a, b)| a != b)
+        });
+        if had == now && !senders_changed {
+            continue;
+        }
+        if had != now {
+            if let Dealing::Not(why) = input.dealing {
+                return Err(format!(
+                    "operator `{}` has in-flight data of an unaligned checkpoint on input {}, which cannot go from parallelism {had} to {now}: {why}",
+                    input.owner, input.input
+                ));
+            }
+        }
+        let mut by_old: Vec<(usize, Vec<u8>)> = keys
+            .into_iter()
+            .filter_map(|k| states.remove(&k).map(|p| (k.1, p)))
+            .collect();
+        by_old.sort_by_key(|(j, _)| *j);
+        let parts = deal(&by_old, had, now, input.dealing, max_parallelism)
+            .map_err(|why| format!("channel state `{uid}`: {why}"))?;
+        for (j, payload) in parts {
+            states.insert((uid.clone(), j), payload);
+        }
+        dealt.push(uid);
+    }
+    Ok(dealt)
+}
+
+/// The payloads of `old` (old subtask, `ChannelState` CBOR) of an input at parallelism `had`,
+/// dealt to `now` subtasks, watermarks dropped; subtasks that get nothing are left out.
+fn deal(
+    old: &[(usize, Vec<u8>)],
+    had: usize,
+    now: usize,
+    dealing: Dealing,
+    max_parallelism: usize,
+) -> Result<Vec<(usize, Vec<u8>)>, String> {
+    let mut entries: Vec<(usize, Vec<Value>)> = Vec::with_capacity(old.len());
+    for (j, payload) in old {
+        entries.push((
+            *j,
+            in_flight(payload).map_err(|e| format!("subtask {j}: {e}"))?,
+        ));
+    }
+    // Which old subtasks' data each new subtask takes, in old subtask order.
+    let mut takes: Vec<BTreeSet<usize>> = vec![BTreeSet::new(); now];
+    match dealing {
+        Dealing::ByKeyGroup => {
+            for kg in 0..max_parallelism {
+                let from = subtask_for_key_group(kg, max_parallelism, had.max(1));
+                let to = subtask_for_key_group(kg, max_parallelism, now.max(1));
+                takes[to].insert(from);
+            }
+        }
+        Dealing::Any | Dealing::Not(_) => {
+            for (j, _) in &entries {
+                takes[j % now.max(1)].insert(*j);
+            }
+        }
+    }
+    let mut out = Vec::new();
+    for (to, from) in takes.into_iter().enumerate() {
+        let mut list = Vec::new();
+        for (j, e) in &entries {
+            if from.contains(j) {
+                list.extend(e.iter().cloned());
+            }
+        }
+        if list.is_empty() {
+            continue;
+        }
+        let state = Value::Map(vec![
+            (Value::Text("marks".into()), Value::Null),
+            (Value::Text("in_flight".into()), Value::Array(list)),
+        ]);
+        out.push((
+            to,
+            crate::checkpoint::encode(&state).map_err(|e| e.to_string())?,
+        ));
+    }
+    Ok(out)
+}
+
+/// The batches of one `ChannelState` payload (its watermarks dropped), also of the format
+/// before watermarks were kept (an array of batches).
+fn in_flight(payload: &[u8]) -> Result<Vec<Value>, String> {
+    let value: Value = crate::checkpoint::decode(payload).map_err(|e| e.to_string())?;
+    match value {
+        Value::Map(fields) => {
+            let list = fields
+                .into_iter()
+                .find(|(k, _)| k.as_text() == Some("in_flight"))
+                .map(|(_, v)| v)
+                .ok_or("no `in_flight` field")?;
+            let Value::Array(list) = list else {
+                return Err("`in_flight` is not an array".into());
+            };
+            let mut batches = Vec::with_capacity(list.len());
+            for (i, item) in list.into_iter().enumerate() {
+                let tag = match &item {
+                    Value::Map(tagged) if tagged.len() == 1 => tagged[0].0.as_text(),
+                    _ => None,
+                };
+                match tag {
+                    Some("Batch") => batches.push(item),
+                    Some("Mark") => {}
+                    _ => {
+                        return Err(format!(
+                            "in-flight element {i} is neither a batch nor a watermark"
+                        ))
+                    }
+                }
+            }
+            Ok(batches)
+        }
+        Value::Array(list) => Ok(list
+            .into_iter()
+            .map(|batch| {
+                Value::Map(vec![(
+                    Value::Text("Batch".into()),
+                    Value::Array(vec![Value::Integer(0.into()), batch]),
+                )])
+            })
+            .collect()),
+        _ => Err("not a channel state".into()),
+    }
+}
