@@ -595,6 +595,26 @@ fn a_keyed_count_rescaled_from_unaligned_checkpoints_with_megabytes_in_flight_is
             "{report:?}"
         );
         let in_flight = persisted(report.checkpoint);
+        // Per subtask: the count's subtasks stored the in-flight data (the source none).
+        let parts = job
+            .handle
+            .checkpoint_stats()
+            .and_then(|s| s.history.into_iter().find(|c| c.id == report.checkpoint))
+            .map(|c| c.subtasks)
+            .unwrap_or_default();
+        let of = |v: &str| -> u64 {
+            parts
+                .iter()
+                .filter(|p| p.vertex == v)
+                .map(|p| p.persisted_data)
+                .sum()
+        };
+        assert_eq!(
+            parts.iter().map(|p| p.persisted_data).sum::<u64>(),
+            in_flight
+        );
+        assert!(of("count") > 0 && of("ids") == 0, "{parts:?}");
+        assert_eq!(parts.iter().filter(|p| p.vertex == "count").count(), from);
         eprintln!(
             "rescaled {from} -> {to} at checkpoint {} with {in_flight} bytes in flight",
             report.checkpoint

@@ -302,6 +302,42 @@ fn every_read_endpoint_answers_with_flinks_fields_and_cancel_works() {
             (Some(latest), Some("COMPLETED"))
         );
         assert_eq!(d["num_acknowledged_subtasks"], d["num_subtasks"]);
+        // Per vertex, and per subtask of each vertex: every one acknowledged.
+        let tasks = d["tasks"].as_object().expect("tasks per vertex");
+        assert!(!tasks.is_empty(), "{d}");
+        let mut acked = 0;
+        for (vid, t) in tasks {
+            assert_eq!(
+                t["num_acknowledged_subtasks"], t["num_subtasks"],
+                "{vid}: {t}"
+            );
+            acked += t["num_acknowledged_subtasks"].as_u64().unwrap();
+            let (s, v) = get(
+                &server,
+                &format!("/jobs/{id}/checkpoints/details/{latest}/subtasks/{vid}"),
+            );
+            assert_eq!(s, 200, "{v}");
+            let subtasks = v["subtasks"].as_array().expect("subtasks");
+            assert_eq!(subtasks.len() as u64, t["num_subtasks"].as_u64().unwrap());
+            for (j, st) in subtasks.iter().enumerate() {
+                assert_eq!(
+                    (st["index"].as_u64(), st["status"].as_str()),
+                    (Some(j as u64), Some("completed")),
+                    "{st}"
+                );
+                assert!(
+                    st["ack_timestamp"].as_u64() >= d["trigger_timestamp"].as_u64(),
+                    "{st}"
+                );
+            }
+        }
+        assert_eq!(Some(acked), d["num_subtasks"].as_u64());
+        let (s, b) = get(
+            &server,
+            &format!("/jobs/{id}/checkpoints/details/{latest}/subtasks/no-such-vertex"),
+        );
+        assert_eq!(s, 404);
+        assert!(error_of(&b).contains("no-such-vertex"), "{b}");
 
         // A checkpoint triggered over REST.
         let (s, t) = post(

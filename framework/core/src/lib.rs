@@ -105,6 +105,7 @@ mod windowed;
 pub use backup::{BackupMetrics, BackupPolicy};
 pub use checkpoint::coordinator::{
     CheckpointRecord, CheckpointStats, CheckpointStatus, CheckpointSummary, MinMaxAvg,
+    SubtaskCheckpoint,
 };
 pub use checkpoint::store::CheckpointError;
 pub use checkpoint::{CheckpointConfig, CheckpointMode, RestoreLatest};

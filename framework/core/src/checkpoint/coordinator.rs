@@ -148,6 +148,40 @@ pub struct CheckpointRecord {
     /// The longest asynchronous part of a subtask (its states copied, encoded and written off
     /// the data path; Flink's `async_duration`), ms.
     pub async_duration_ms: u64,
+    /// Each acknowledgement so far, in the order they came (Flink's per-subtask checkpoint
+    /// statistics).
+    pub subtasks: Vec<SubtaskCheckpoint>,
+}
+
+/// One subtask's part of a checkpoint, from its acknowledgement
+/// ([`CheckpointRecord::subtasks`]; Flink's `/checkpoints/details/{cid}/subtasks/{vid}`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SubtaskCheckpoint {
+    /// The uid of its vertex (the first operator of its chain).
+    pub vertex: String,
+    /// Its index in the vertex.
+    pub subtask: usize,
+    /// When its acknowledgement came, ms since the Unix epoch.
+    pub ack_timestamp_ms: u64,
+    /// Trigger to its acknowledgement, ms.
+    pub end_to_end_duration_ms: u64,
+    /// Bytes of state its files cover.
+    pub state_size: u64,
+    /// Bytes it wrote for this checkpoint.
+    pub checkpointed_size: u64,
+    /// Its data path stopped to take its states, µs.
+    pub sync_duration_us: u64,
+    /// Its states written off the data path, ms.
+    pub async_duration_ms: u64,
+    /// Its barrier alignment, ms (0 when unaligned or a source).
+    pub alignment_ms: u64,
+    /// From the trigger to the barrier reaching it, ms.
+    pub start_delay_ms: u64,
+    /// It took its part unaligned.
+    pub unaligned: bool,
+    /// Bytes of in-flight data it stored (unaligned).
+    pub persisted_data: u64,
 }
 
 /// How a subtask took its part of a checkpoint, as it reports in its acknowledgement.
@@ -175,6 +209,9 @@ pub(crate) struct AckPart {
     pub(crate) sync: Duration,
     /// From the states taken to their files written (Flink's asynchronous part).
     pub(crate) asynchronous: Duration,
+    /// The uid of the subtask's vertex and its index (per-subtask statistics).
+    pub(crate) vertex: std::sync::Arc<str>,
+    pub(crate) subtask: usize,
 }
 
 impl AckPart {
@@ -188,6 +225,8 @@ impl AckPart {
             taken: Taken::Source,
             sync: Duration::ZERO,
             asynchronous: Duration::ZERO,
+            vertex: "".into(),
+            subtask: 0,
         }
     }
 }
@@ -357,6 +396,7 @@ impl Coordinator {
             is_unaligned: false,
             at_least_once: false,
             persisted_data: 0,
+            subtasks: Vec::new(),
         };
         if self.history.len() == HISTORY {
             self.history.pop_front();
@@ -424,11 +464,17 @@ impl Coordinator {
             taken,
             sync,
             asynchronous,
+            vertex,
+            subtask,
         } = part;
         let p = self.pending.get_mut(&id)?;
         if !p.waiting.remove(&actor) {
             return None;
         }
+        let since_trigger = now.saturating_duration_since(p.started).as_millis() as u64;
+        let (mine_state, mine_written) = files
+            .iter()
+            .fold((0, 0), |(a, b), f| (a + f.state_size, b + f.size));
         p.files.extend(files);
         p.max_alignment = p.max_alignment.max(alignment);
         p.max_start_delay = p.max_start_delay.max(start_delay);
@@ -465,6 +511,20 @@ impl Coordinator {
             r.at_least_once = at_least_once;
             r.sync_duration_us = r.sync_duration_us.max(sync.as_micros() as u64);
             r.async_duration_ms = r.async_duration_ms.max(asynchronous.as_millis() as u64);
+            r.subtasks.push(SubtaskCheckpoint {
+                vertex: vertex.to_string(),
+                subtask,
+                ack_timestamp_ms: at,
+                end_to_end_duration_ms: since_trigger,
+                state_size: mine_state,
+                checkpointed_size: mine_written,
+                sync_duration_us: sync.as_micros() as u64,
+                async_duration_ms: asynchronous.as_millis() as u64,
+                alignment_ms: alignment.as_millis() as u64,
+                start_delay_ms: start_delay.as_millis() as u64,
+                unaligned: matches!(taken, Taken::Unaligned { .. }),
+                persisted_data: persisted,
+            });
         }
         if !done {
             self.publish_history();
@@ -759,6 +819,8 @@ mod tests {
         let d = c.maybe_trigger(t0 + ms(800)).unwrap();
         let unaligned = AckPart {
             taken: Taken::Unaligned { persisted: 4_000 },
+            vertex: "count".into(),
+            subtask: 3,
             ..AckPart::files(vec![])
         };
         let done = c.ack(d, 0, unaligned, t0 + ms(840)).unwrap();
@@ -791,6 +853,19 @@ mod tests {
             }
         );
         assert!(h[2].is_unaligned && h[2].persisted_data == 4_000);
+        // Per subtask: who acknowledged, unaligned, with what in flight, 40 ms after the trigger.
+        let part = &h[2].subtasks[..];
+        assert_eq!(part.len(), 1);
+        assert_eq!(
+            (
+                part[0].vertex.as_str(),
+                part[0].subtask,
+                part[0].unaligned,
+                part[0].persisted_data,
+                part[0].end_to_end_duration_ms
+            ),
+            ("count", 3, true, 4_000, 40)
+        );
         assert_eq!(
             summary.persisted_data,
             MinMaxAvg {

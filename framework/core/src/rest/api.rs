@@ -205,6 +205,10 @@ pub(crate) fn routes(cfg: &mut web::ServiceConfig) {
             super::checkpoints::checkpoint_details,
         ))
         .service(get(
+            "/jobs/{id}/checkpoints/details/{cid}/subtasks/{vid}",
+            super::checkpoints::checkpoint_subtasks,
+        ))
+        .service(get(
             "/jobs/{id}/checkpoints/{trigger}",
             super::checkpoints::checkpoint_status,
         ))
@@ -252,6 +256,10 @@ pub const ROUTES: &[(&str, &[&str])] = &[
     ("/jobs/{id}/checkpoints", &["GET", "POST"]),
     ("/jobs/{id}/checkpoints/config", &["GET"]),
     ("/jobs/{id}/checkpoints/details/{cid}", &["GET"]),
+    (
+        "/jobs/{id}/checkpoints/details/{cid}/subtasks/{vid}",
+        &["GET"],
+    ),
     ("/jobs/{id}/checkpoints/{trigger}", &["GET"]),
     ("/jobs/{id}/metrics", &["GET"]),
     ("/jobs/{id}/backups", &["GET"]),

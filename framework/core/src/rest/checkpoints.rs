@@ -113,7 +113,105 @@ pub(super) async fn checkpoint_details(state: State, req: HttpRequest) -> Answer
             crate::checkpoint::coordinator::HISTORY
         ))
     })?;
-    Ok(HttpResponse::Ok().json(record_json(r)))
+    let mut v = record_json(r);
+    // Per vertex, as Flink's details: what its subtasks acknowledged so far.
+    let mut tasks = serde_json::Map::new();
+    for vertex in job.vertices() {
+        let mine: Vec<&crate::SubtaskCheckpoint> = r
+            .subtasks
+            .iter()
+            .filter(|s| s.vertex == vertex.id)
+            .collect();
+        tasks.insert(vertex.id.clone(), vertex_json(r, &mine, vertex.parallelism));
+    }
+    v["tasks"] = Value::Object(tasks);
+    Ok(HttpResponse::Ok().json(v))
+}
+
+/// One vertex's part of checkpoint `r`: its acknowledged subtasks `mine` of `parallelism`.
+fn vertex_json(
+    r: &crate::CheckpointRecord,
+    mine: &[&crate::SubtaskCheckpoint],
+    parallelism: usize,
+) -> Value {
+    let sum = |f: fn(&crate::SubtaskCheckpoint) -> u64| mine.iter().map(|s| f(s)).sum::<u64>();
+    let max = |f: fn(&crate::SubtaskCheckpoint) -> u64| mine.iter().map(|s| f(s)).max();
+    json!({
+        "id": r.id,
+        "status": record_json(r)["status"],
+        "latest_ack_timestamp": max(|s| s.ack_timestamp_ms).map_or(-1, |t| t as i64),
+        "state_size": sum(|s| s.state_size),
+        "checkpointed_size": sum(|s| s.checkpointed_size),
+        "end_to_end_duration": max(|s| s.end_to_end_duration_ms).unwrap_or(0),
+        "alignment_buffered": 0,
+        "processed_data": 0,
+        "persisted_data": sum(|s| s.persisted_data),
+        "num_subtasks": parallelism,
+        "num_acknowledged_subtasks": mine.len(),
+    })
+}
+
+/// `/checkpoints/details/{cid}/subtasks/{vid}`: each subtask of vertex `vid` in checkpoint
+/// `cid` (Flink's per-subtask checkpoint statistics), the vertex's totals beside them.
+pub(super) async fn checkpoint_subtasks(state: State, req: HttpRequest) -> Answer {
+    let job = job_of(&state, &req)?;
+    let raw = req.match_info().get("cid").unwrap_or_default();
+    let cid: u64 = raw.parse().map_err(|_| {
+        ApiError::bad_request(format!("checkpoint id must be a number, got `{raw}`"))
+    })?;
+    let vid = req.match_info().get("vid").unwrap_or_default();
+    let vertices = job.vertices();
+    let vertex = vertices.iter().find(|v| v.id == vid).ok_or_else(|| {
+        let known: Vec<&str> = vertices.iter().map(|v| v.id.as_str()).collect();
+        ApiError::not_found(format!(
+            "no vertex `{vid}` in job {} (it has: {})",
+            job.id(),
+            known.join(", ")
+        ))
+    })?;
+    let s = job.checkpoint_stats().unwrap_or_default();
+    let r = s.history.iter().find(|r| r.id == cid).ok_or_else(|| {
+        ApiError::not_found(format!(
+            "Checkpoint {cid} not found in job {} (the last {} are kept)",
+            job.id(),
+            crate::checkpoint::coordinator::HISTORY
+        ))
+    })?;
+    let mut mine: Vec<&crate::SubtaskCheckpoint> = r
+        .subtasks
+        .iter()
+        .filter(|s| s.vertex == vertex.id)
+        .collect();
+    mine.sort_by_key(|s| s.subtask);
+    let mut v = vertex_json(r, &mine, vertex.parallelism);
+    let acked = |j: usize| mine.iter().find(|s| s.subtask == j);
+    v["subtasks"] = (0..vertex.parallelism)
+        .map(|j| match acked(j) {
+            Some(s) => json!({
+                "index": j,
+                "status": "completed",
+                "ack_timestamp": s.ack_timestamp_ms,
+                "end_to_end_duration": s.end_to_end_duration_ms,
+                "state_size": s.state_size,
+                "checkpointed_size": s.checkpointed_size,
+                "checkpoint": {
+                    "sync": s.sync_duration_us / 1000,
+                    "async": s.async_duration_ms,
+                },
+                "alignment": {
+                    "buffered": 0,
+                    "processed": 0,
+                    "persisted": s.persisted_data,
+                    "duration": s.alignment_ms,
+                },
+                "start_delay": s.start_delay_ms,
+                "unaligned_checkpoint": s.unaligned,
+                "aborted": false,
+            }),
+            None => json!({ "index": j, "status": "pending_or_failed" }),
+        })
+        .collect();
+    Ok(HttpResponse::Ok().json(v))
 }
 
 pub(super) async fn trigger_checkpoint(

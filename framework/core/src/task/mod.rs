@@ -379,6 +379,8 @@ impl SubtaskActor {
                 taken,
                 sync: std::mem::take(&mut self.sync_took),
                 asynchronous: Duration::ZERO,
+                vertex: self.id.head_uid.as_str().into(),
+                subtask: self.id.subtask,
             },
             started: Instant::now(),
         };

@@ -379,11 +379,13 @@
       empty: 'no completed checkpoint yet',
     });
     lineChart($('cp-sizes'), {
-      title: 'state size and bytes written',
+      title: 'state size, bytes written, in-flight data stored',
       xName: 'checkpoint',
       series: [
         { key: 'size', name: 'state size', color: PALETTE[3], points: pick('state_size'), marks: true, format: fmtBytes },
         { key: 'written', name: 'written', color: PALETTE[5], points: pick('checkpointed_size'), marks: true, format: fmtBytes },
+        // Unaligned checkpoints: the in-flight data their barriers overtook (0 when aligned).
+        { key: 'persisted', name: 'in flight stored', color: PALETTE[7], points: pick('persisted_data'), marks: true, format: fmtBytes },
       ],
       yFormat: fmtBytes,
       xFormat: (x) => `#${Math.round(x)}`,
