@@ -631,3 +631,59 @@ fn a_keyed_count_rescaled_from_unaligned_checkpoints_with_megabytes_in_flight_is
     assert_eq!(job.handle.monitor().failures().len(), 0, "no failure");
     finish_and_check(job);
 }
+
+/// A rescale whose checkpoint holds in-flight data that cannot be dealt (a broadcast input:
+/// each subtask holds its own copy) is rolled back at that checkpoint, naming why, and the job
+/// runs on at its old parallelism.
+#[test]
+fn a_rescale_with_broadcast_data_in_flight_is_rolled_back_and_the_job_runs_on() {
+    let mut cfg = config();
+    cfg.checkpoint.unaligned = true;
+    cfg.checkpoint.interval = Some(Duration::from_millis(100));
+    cfg.latency_target = None;
+    cfg.channel_capacity = 128;
+    let (stop, ended_at) = (
+        Arc::new(AtomicBool::new(false)),
+        Arc::new(AtomicU64::new(0)),
+    );
+    let env = Env::with_config(cfg);
+    endless_ids_at(&env, &stop, &ended_at, true)
+        .broadcast()
+        .map(|x: u64| {
+            if x.is_multiple_of(32) {
+                std::thread::sleep(Duration::from_micros(200));
+            }
+            x
+        })
+        .uid("slow")
+        .set_parallelism(2)
+        .discard();
+    let job = env.start("rescale-broadcast").expect("the job starts");
+    // Until a checkpoint stored in-flight data.
+    loop {
+        let done = job
+            .checkpoint_stats()
+            .map_or(0, |s| s.number_of_completed_checkpoints);
+        let stats = weir_testing::wait_for_checkpoint(&job, done + 1, common::TIMEOUT)
+            .expect("checkpoints complete");
+        let newest = stats
+            .history
+            .iter()
+            .rev()
+            .find(|c| c.status == weir::CheckpointStatus::Completed)
+            .map_or(0, |c| c.persisted_data);
+        if newest > 0 {
+            break;
+        }
+    }
+    match job.rescale("slow", 1) {
+        Err(RescaleError::RolledBack(why)) => {
+            assert!(why.contains("`slow`") && why.contains("broadcast"), "{why}")
+        }
+        other => panic!("expected a rollback, got {other:?}"),
+    }
+    assert_eq!(parallelism_of(&job, "slow"), 2);
+    two_more_checkpoints(&job);
+    stop.store(true, Ordering::SeqCst);
+    job.wait().expect("the job finishes at its old parallelism");
+}

@@ -518,15 +518,20 @@ fn input_port(graph: &Graph, n: NodeId, input: usize) -> &dyn crate::graph::Port
         .expect("every input of a planned node has an edge")
 }
 
-/// The edge into `n`'s `input` when it is the input's only edge and keyed: restored channel
-/// state of that input is dealt by key group (`rescale::channels`), and each subtask keeps
-/// the records of its own key groups.
+/// An edge into `n`'s `input` when every edge into it is keyed (one `key_by`, after a union
+/// one edge per stream, all with its key selector): restored channel state of that input is
+/// dealt by key group (`rescale::channels`), and each subtask keeps the records of its own
+/// key groups.
 pub(crate) fn keyed_input(graph: &Graph, n: NodeId, input: usize) -> Option<&dyn EdgeOutput> {
-    let mut edges = graph.edges.iter().filter(|e| e.to == n && e.input == input);
-    match (edges.next(), edges.next()) {
-        (Some(e), None) if e.partition.kind() == PartitionKind::Hash => Some(&*e.partition),
-        _ => None,
-    }
+    let mut edges = graph
+        .edges
+        .iter()
+        .filter(|e| e.to == n && e.input == input)
+        .peekable();
+    let first = edges.peek().map(|e| &*e.partition)?;
+    edges
+        .all(|e| e.partition.kind() == PartitionKind::Hash)
+        .then_some(first)
 }
 
 /// The operator of a promoted backup: node `n`, subtask `j`, over the reopened `senders` of

@@ -151,13 +151,14 @@ fn a_broadcast_input_is_refused_and_bad_payloads_are_named() {
     )
     .expect_err("refused");
     assert!(e.contains("`count`") && e.contains("broadcast"), "{e}");
+    let mut states = HashMap::from([(("count#in0".to_owned(), 0), vec![0x01])]);
     let e = fit(&mut states, &old, &new, &[input(Dealing::Any)], MAX).expect_err("bad");
     assert!(e.contains("count#in0") && e.contains("subtask 0"), "{e}");
 }
 
 #[test]
 fn in_flight_data_of_an_operator_without_that_input_is_refused() {
-    let mut states = HashMap::from([(("sink#in0".to_owned(), 0), vec![0x80])]);
+    let mut states = HashMap::from([(("sink#in0".to_owned(), 0), batches_of(vec![vec![1]]))]);
     let old = HashMap::from([("sink".to_owned(), 1)]);
     let new = HashMap::from([("sink", 1)]);
     let e = fit(&mut states, &old, &new, &[], MAX).expect_err("no input to replay on");
@@ -180,4 +181,82 @@ fn the_format_without_watermarks_is_dealt_too() {
         restored(&states[&("count#in0".to_owned(), 0)], None),
         [1, 2, 3]
     );
+}
+
+fn batches_of(batches: Vec<Vec<u64>>) -> Vec<u8> {
+    crate::checkpoint::encode(&ChannelState::<u64> {
+        marks: None,
+        in_flight: batches.into_iter().map(|b| InFlight::Batch(0, b)).collect(),
+    })
+    .expect("encodes")
+}
+
+#[test]
+fn entries_without_records_are_dropped_and_never_refused() {
+    // Every unaligned checkpoint stores an entry per input, most of them empty.
+    let mut states = HashMap::from([
+        (("count#in0".to_owned(), 0), batches_of(vec![])),
+        (("count#in0".to_owned(), 1), batches_of(vec![vec![]])),
+    ]);
+    let old = HashMap::from([("count".to_owned(), 2), ("src".to_owned(), 1)]);
+    let new = HashMap::from([("count", 3), ("src", 1)]);
+    let dealt = fit(
+        &mut states,
+        &old,
+        &new,
+        &[input(Dealing::Not("broadcast"))],
+        MAX,
+    )
+    .expect("nothing in flight: nothing to refuse");
+    assert_eq!(dealt, ["count#in0"]);
+    assert!(states.is_empty(), "{:?}", states.keys());
+    assert!(!crate::rescale::channels::carries_records(&batches_of(
+        vec![vec![]]
+    )));
+    assert!(crate::rescale::channels::carries_records(&batches_of(
+        vec![vec![], vec![7]]
+    )));
+    // Of an operator with no such input now: dropped too, not refused.
+    let mut states = HashMap::from([(("sink#in0".to_owned(), 0), batches_of(vec![]))]);
+    let old = HashMap::from([("sink".to_owned(), 1)]);
+    let new = HashMap::from([("sink", 1)]);
+    fit(&mut states, &old, &new, &[], MAX).expect("empty");
+}
+
+#[test]
+fn in_flight_data_of_a_forward_edge_stays_with_its_sender_or_is_refused() {
+    let payload = batches_of(vec![vec![1, 2, 3]]);
+    // Forward when recorded (equal parallelism): refused once a side changes.
+    let mut states = HashMap::from([(("count#in0".to_owned(), 1), payload.clone())]);
+    let old = HashMap::from([("count".to_owned(), 2), ("src".to_owned(), 2)]);
+    let new = HashMap::from([("count", 3), ("src", 3)]);
+    let e = fit(&mut states, &old, &new, &[input(Dealing::Forward)], MAX)
+        .expect_err("a key's records would be reordered");
+    assert!(
+        e.contains("forward") && e.contains("`count`") && e.contains("src"),
+        "{e}"
+    );
+    // `Auto` at unequal parallelism was a rebalance: dealt as any.
+    let mut states = HashMap::from([(("count#in0".to_owned(), 1), payload)]);
+    let old = HashMap::from([("count".to_owned(), 2), ("src".to_owned(), 1)]);
+    let new = HashMap::from([("count", 1), ("src", 1)]);
+    fit(&mut states, &old, &new, &[input(Dealing::Forward)], MAX).expect("rebalanced");
+    assert_eq!(
+        restored(&states[&("count#in0".to_owned(), 0)], None),
+        [1, 2, 3]
+    );
+}
+
+#[test]
+fn channel_state_uids_are_told_from_operator_uids() {
+    use crate::rescale::channels::owner_of;
+    assert_eq!(owner_of("count#in1"), Some(("count", 1)));
+    assert_eq!(owner_of("a#inner#in0"), Some(("a#inner", 0)));
+    assert_eq!(owner_of("a#inner"), None);
+    assert_eq!(owner_of("count"), None);
+    // An operator named like a channel state's owner is not mistaken for one.
+    let mut states = HashMap::from([(("a#inner".to_owned(), 0), vec![1, 2])]);
+    let old = HashMap::from([("a".to_owned(), 1), ("a#inner".to_owned(), 1)]);
+    let new = HashMap::from([("a", 1), ("a#inner", 1)]);
+    fit(&mut states, &old, &new, &[], MAX).expect("an operator's state, not channel state");
 }

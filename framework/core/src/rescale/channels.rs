@@ -6,11 +6,16 @@
 //!   every old subtask whose key groups overlap its own, and on restore keeps only the records
 //!   of its own key groups ([`ChannelState::keep`](crate::gate::ChannelState::keep)). A key's
 //!   records were all in one old subtask's channels, in order, so they stay in order.
-//! - Any other input (forward, rebalance): old subtask `i`'s in-flight data goes whole to new
-//!   subtask `i mod n`.
-//! - A broadcast input, or one fed by several edges of which one is keyed, is refused with the
-//!   reason (each old subtask holds its own copy of the broadcast data: there is no owner to
-//!   deal it to).
+//! - A rebalance input: old subtask `i`'s in-flight data goes whole to new subtask `i mod n`.
+//! - A forward input (or `Auto` at equal parallelism, which is forward): the same if it was
+//!   not forward when the data was recorded; if it was, and its sender or receiver changed
+//!   parallelism, it is refused: subtask `i`'s data came from sender `i` (a keyed sender's key
+//!   groups), and replaying it elsewhere would put a key's records behind the newer ones.
+//! - A broadcast input, or one fed by keyed and other edges, is refused with the reason (each
+//!   old subtask holds its own copy of the broadcast data: there is no owner to deal it to).
+//!
+//! Channel state that holds no records (every unaligned checkpoint stores an entry per input)
+//! is dropped wherever the shape changed, and never refused.
 //!
 //! Watermarks in flight are dropped when the input's shape changed (its operator or one of
 //! its senders has another parallelism): they were per channel of the old shape, and a
@@ -34,6 +39,9 @@ pub(crate) enum Dealing {
     ByKeyGroup,
     /// Any subtask may take any record: old subtask `i` to new subtask `i mod n`.
     Any,
+    /// Forward (or `Auto`): as `Any` if it was not forward when recorded (unequal
+    /// parallelism), refused if it was and a side changed.
+    Forward,
     /// Cannot be dealt to another parallelism, and why.
     Not(&'static str),
 }
@@ -69,11 +77,14 @@ pub(crate) fn fit(
 ) -> Result<Vec<String>, String> {
     // In-flight data of an operator that runs but has no such input (it was chained since,
     // `controller::states::deploying` re-plans so that it is not): it would be lost.
-    for (uid, _) in states.keys() {
-        let Some((owner, _)) = uid.split_once("#in") else {
+    for ((uid, _), payload) in states.iter() {
+        let Some((owner, _)) = owner_of(uid) else {
             continue;
         };
-        if new.contains_key(owner) && !inputs.iter().any(|i| i.state_uid() == *uid) {
+        if new.contains_key(owner)
+            && !inputs.iter().any(|i| i.state_uid() == *uid)
+            && carries_records(payload)
+        {
             return Err(format!(
                 "in-flight data `{uid}` of an unaligned checkpoint has no input channel of `{owner}` to be replayed on"
             ));
@@ -105,18 +116,32 @@ pub(crate) fn fit(
         if had == now && !senders_changed {
             continue;
         }
-        if had != now {
-            if let Dealing::Not(why) = input.dealing {
-                return Err(format!(
-                    "operator `{}` has in-flight data of an unaligned checkpoint on input {}, which cannot go from parallelism {had} to {now}: {why}",
-                    input.owner, input.input
-                ));
-            }
-        }
         let mut by_old: Vec<(usize, Vec<u8>)> = keys
             .into_iter()
             .filter_map(|k| states.remove(&k).map(|p| (k.1, p)))
             .collect();
+        // Entries without records: nothing to deal (their watermarks go, as below).
+        by_old.retain(|(_, p)| carries_records(p));
+        if by_old.is_empty() {
+            dealt.push(uid);
+            continue;
+        }
+        let was_forward = input.upstream.iter().all(|u| old.get(u) == Some(&had));
+        let refusal = match input.dealing {
+            Dealing::Not(why) if had != now => Some(why),
+            Dealing::Forward if was_forward => Some(
+                "it came over a forward edge from the sender subtask of the same index, and replayed at another subtask a key's records would come after newer ones",
+            ),
+            _ => None,
+        };
+        if let Some(why) = refusal {
+            return Err(format!(
+                "operator `{}` has in-flight data of an unaligned checkpoint on input {}, which cannot be dealt from parallelism {had} to {now} (senders: {}): {why}",
+                input.owner,
+                input.input,
+                input.upstream.join(", ")
+            ));
+        }
         by_old.sort_by_key(|(j, _)| *j);
         let parts = deal(&by_old, had, now, input.dealing, max_parallelism)
             .map_err(|why| format!("channel state `{uid}`: {why}"))?;
@@ -154,7 +179,7 @@ fn deal(
                 takes[to].insert(from);
             }
         }
-        Dealing::Any | Dealing::Not(_) => {
+        Dealing::Any | Dealing::Forward | Dealing::Not(_) => {
             for (j, _) in &entries {
                 takes[j % now.max(1)].insert(*j);
             }
@@ -181,6 +206,33 @@ fn deal(
         ));
     }
     Ok(out)
+}
+
+/// The operator and input of a channel-state uid (`<owner>#in<input>`; the last `#in`, so an
+/// operator uid may itself contain `#in`), None for any other uid.
+pub(crate) fn owner_of(uid: &str) -> Option<(&str, usize)> {
+    let (owner, input) = uid.rsplit_once("#in")?;
+    let input = input.parse().ok()?;
+    Some((owner, input))
+}
+
+/// Whether a `ChannelState` payload holds any record (an unreadable one counts as holding
+/// some: dealing it reports what is wrong).
+pub(crate) fn carries_records(payload: &[u8]) -> bool {
+    let Ok(batches) = in_flight(payload) else {
+        return true;
+    };
+    batches.iter().any(|batch| {
+        // `{"Batch": [channel, [records...]]}`
+        let records = match batch {
+            Value::Map(tagged) => tagged.first().and_then(|(_, v)| match v {
+                Value::Array(cr) => cr.get(1),
+                _ => None,
+            }),
+            _ => None,
+        };
+        !matches!(records, Some(Value::Array(r)) if r.is_empty())
+    })
 }
 
 /// The batches of one `ChannelState` payload (its watermarks dropped), also of the format

@@ -275,8 +275,9 @@ fn keep_replaying_heads(
     let plan = &ctx.plan;
     let chained: std::collections::HashSet<String> = restore
         .states
-        .keys()
-        .filter_map(|(uid, _)| uid.split_once("#in").map(|(owner, _)| owner))
+        .iter()
+        .filter(|(_, payload)| crate::rescale::channels::carries_records(payload))
+        .filter_map(|((uid, _), _)| crate::rescale::channels::owner_of(uid).map(|(o, _)| o))
         .filter(|owner| {
             plan.uids
                 .iter()
@@ -319,7 +320,12 @@ fn channel_inputs(ctx: &JobContext) -> Vec<crate::rescale::ChannelInput> {
             } else if kinds.contains(&PartitionKind::Broadcast) {
                 Dealing::Not("each subtask holds its own copy of broadcast data in flight")
             } else if kinds.contains(&PartitionKind::Hash) {
-                Dealing::Not("the input is fed by several edges, one of them keyed")
+                Dealing::Not("the input is fed by several edges, some keyed and some not")
+            } else if kinds
+                .iter()
+                .any(|k| matches!(k, PartitionKind::Forward | PartitionKind::Auto))
+            {
+                Dealing::Forward
             } else {
                 Dealing::Any
             };

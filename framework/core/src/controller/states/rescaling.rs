@@ -308,6 +308,9 @@ impl Rescaling {
                     ctx.graph.nodes[n].initial_state = state;
                 }
                 ctx.plan = old_plan;
+                ctx.registry.resize(&ctx.plan);
+                *lock(&ctx.views.vertices) =
+                    crate::plan::vertices(&ctx.graph, &ctx.plan, ctx.cfg.max_parallelism);
                 ctx.attempt += 1;
                 let _ = reply.send(Err(RescaleError::RolledBack(e.to_string())));
                 match deploy_from(ctx, Some(restore)) {
