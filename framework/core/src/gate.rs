@@ -563,9 +563,6 @@ impl<T: Data> InputGate for TypedGate<T> {
         self.recording.iter_mut().for_each(|r| *r = false);
         state
     }
-    fn is_channel_ended(&self, channel: usize) -> bool {
-        self.ended[channel]
-    }
     fn barrier(
         &mut self,
         id: u64,

@@ -15,7 +15,6 @@ use std::collections::{HashMap, HashSet};
 use crate::sync::AtomicWaker;
 
 use crate::backup::{BackupGroup, GroupSpec};
-use crate::checkpoint::align::AlignMode;
 use crate::config::EnvConfig;
 use crate::erased::AnyBox;
 use crate::error::{PlanError, TaskError};
@@ -454,16 +453,10 @@ pub(crate) fn instantiate(
                         })?;
                         gates.push(gate);
                     }
-                    let mode = match cfg.checkpoint.mode {
-                        crate::checkpoint::CheckpointMode::ExactlyOnce => AlignMode::ExactlyOnce,
-                        crate::checkpoint::CheckpointMode::AtLeastOnce => AlignMode::AtLeastOnce,
-                    };
                     Driver::inputs(
                         gates,
                         selection,
-                        mode,
-                        cfg.checkpoint.unaligned,
-                        cfg.checkpoint.aligned_checkpoint_timeout,
+                        crate::task::AlignmentSettings::of(&cfg.checkpoint),
                         plan.uids[h].clone(),
                     )
                 }

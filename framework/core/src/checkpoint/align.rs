@@ -69,6 +69,11 @@ impl BarrierAligner {
         self.mode == AlignMode::ExactlyOnce && self.current.is_some() && self.seen[channel]
     }
 
+    /// Whether `channel` ended (it owes no barrier).
+    pub(crate) fn is_ended(&self, channel: usize) -> bool {
+        self.ended[channel]
+    }
+
     /// Number of channels.
     pub(crate) fn channels(&self) -> usize {
         self.seen.len()

@@ -15,6 +15,7 @@
 //! Recovery (restoring the last complete checkpoint) is the controller's (`controller`).
 
 pub(crate) mod align;
+pub(crate) mod barriers;
 pub mod coordinator;
 pub(crate) mod copy;
 pub(crate) mod incremental;

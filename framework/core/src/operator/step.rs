@@ -49,8 +49,6 @@ pub(crate) trait InputGate: Send {
     fn set_recording(&mut self, channel: usize, on: bool);
     /// The recorded channel state (encoded), and stops recording.
     fn take_channel_state(&mut self) -> Result<Vec<u8>, String>;
-    /// Whether `channel` has ended.
-    fn is_channel_ended(&self, channel: usize) -> bool;
     /// Passes checkpoint barrier `id` to the operators behind this input.
     fn barrier(&mut self, id: u64, w: &mut StateWriter) -> Result<(), TaskError>;
     /// Checkpoint `id` is complete.

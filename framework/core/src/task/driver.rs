@@ -1,14 +1,18 @@
 //! The driver of a subtask: what one unit of data-lane work is — one source batch, or one
-//! input batch from the gates, round robin over logical inputs — with barrier alignment,
-//! unaligned checkpoints and the aligned-checkpoint timeout. The actor (`task`) calls it once
-//! per poll and owns the mailbox; gates and sources are `gate` and `source`.
+//! input batch from the gates, round robin over logical inputs — and the read loop's side of
+//! checkpoints: it asks the barrier handler (`checkpoint::barriers`, one state machine with
+//! Flink's state names) what each barrier, end of input and tick means, and does it on the
+//! gates (blocks channels, snapshots, records and takes channel state). The actor (`task`)
+//! calls it once per poll and owns the mailbox; gates and sources are `gate` and `source`.
 
 use std::task::{Context as TaskContext, Poll};
 use std::time::{Duration, Instant};
 
 use crate::sync::AtomicWaker;
 
-use crate::checkpoint::align::{AlignMode, Alignment, BarrierAligner};
+use crate::checkpoint::align::AlignMode;
+pub(crate) use crate::checkpoint::barriers::AlignmentSettings;
+use crate::checkpoint::barriers::{BarrierHandler, InBand, Overtaking, StartUnaligned};
 use crate::checkpoint::coordinator::Taken;
 use crate::checkpoint::StateWriter;
 use crate::error::TaskError;
@@ -29,58 +33,30 @@ pub(crate) enum Driver {
         selection: Option<Arc<SelectionCell>>,
         /// Round robin over logical inputs.
         next: usize,
-        /// Barrier alignment over every channel of every input (gate `g`'s channel `c` is
-        /// `offsets[g] + c`).
-        aligner: BarrierAligner,
+        /// What barriers mean, over every channel of every input (gate `g`'s channel `c` is
+        /// `offsets[g] + c`): the decisions; this driver does them on the gates.
+        barriers: BarrierHandler,
         offsets: Vec<usize>,
-        /// When the barrier being aligned first arrived.
-        align_started: Option<Instant>,
-        /// Unaligned checkpoints, and the aligned-checkpoint timeout that switches to them.
-        unaligned: Unaligned,
-        /// Alignment settings changed live, applied once no checkpoint is in progress.
-        next_alignment: Option<AlignmentSettings>,
+        /// The unaligned checkpoint being recorded: its states, where its channel state goes.
+        recorder: Recorder,
+        /// Every input ended as an unaligned checkpoint completed: the end is reported next.
+        ended: bool,
     },
 }
 
-/// How a subtask aligns barriers: the checkpoint mode, unaligned checkpoints, the aligned
-/// checkpoint timeout.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct AlignmentSettings {
-    pub(crate) mode: AlignMode,
-    pub(crate) unaligned: bool,
-    pub(crate) aligned_timeout: Option<Duration>,
-}
-
-/// The state of unaligned checkpointing in one subtask.
-pub(crate) struct Unaligned {
-    /// Every checkpoint is unaligned.
-    always: bool,
-    /// Aligned checkpoints switch to unaligned after this long.
-    timeout: Option<Duration>,
-    /// Uid under which the channel state is stored (`<head uid>#in<input>`).
+/// The I/O side of an unaligned checkpoint in one subtask: the snapshot taken when it started
+/// and the channel state the gates record, written under `<head uid>#in<input>`.
+pub(crate) struct Recorder {
     state_uid: String,
-    /// The checkpoint whose channel state is being recorded.
-    pending: Option<UnalignedPending>,
-    /// Newest checkpoint started unaligned (older barriers are stale).
-    last_started: Option<u64>,
-}
-
-struct UnalignedPending {
-    id: u64,
-    writer: StateWriter,
-    /// Per global channel: its barrier has not arrived yet.
-    waiting: Vec<bool>,
-    started: Instant,
+    writer: Option<StateWriter>,
 }
 
 impl Driver {
-    /// An input-driven driver over `gates`, aligning barriers per `mode`.
+    /// An input-driven driver over `gates`, handling barriers per `settings`.
     pub(crate) fn inputs(
         gates: Vec<Box<dyn InputGate>>,
         selection: Option<Arc<SelectionCell>>,
-        mode: AlignMode,
-        unaligned: bool,
-        aligned_timeout: Option<Duration>,
+        settings: AlignmentSettings,
         state_uid: String,
     ) -> Self {
         let mut offsets = Vec::with_capacity(gates.len());
@@ -93,138 +69,76 @@ impl Driver {
             gates,
             selection,
             next: 0,
-            aligner: BarrierAligner::new(total, mode),
+            barriers: BarrierHandler::new(total, settings),
             offsets,
-            align_started: None,
-            unaligned: Unaligned {
-                always: unaligned && mode == AlignMode::ExactlyOnce,
-                timeout: aligned_timeout.filter(|_| mode == AlignMode::ExactlyOnce),
+            recorder: Recorder {
                 state_uid,
-                pending: None,
-                last_started: None,
+                writer: None,
             },
-            next_alignment: None,
+            ended: false,
         }
     }
 
     /// New alignment settings, taken at the first moment no checkpoint is in progress here
     /// (a checkpoint finishes as it began). Sources do not align.
     pub(crate) fn set_alignment(&mut self, s: AlignmentSettings) {
-        if let Driver::Inputs { next_alignment, .. } = self {
-            *next_alignment = Some(s);
+        if let Driver::Inputs { barriers, .. } = self {
+            barriers.set_settings(s);
         }
     }
 }
 
-impl AlignmentSettings {
-    /// The alignment of checkpoint settings `c`.
-    pub(crate) fn of(c: &crate::checkpoint::CheckpointConfig) -> Self {
-        AlignmentSettings {
-            mode: match c.mode {
-                crate::checkpoint::CheckpointMode::ExactlyOnce => AlignMode::ExactlyOnce,
-                crate::checkpoint::CheckpointMode::AtLeastOnce => AlignMode::AtLeastOnce,
-            },
-            unaligned: c.unaligned,
-            aligned_timeout: c.aligned_checkpoint_timeout,
-        }
-    }
-}
-
-/// Applies `next` to `aligner` and `unaligned` if no checkpoint is in progress.
-fn take_alignment(
-    next: &mut Option<AlignmentSettings>,
-    aligner: &mut BarrierAligner,
-    unaligned: &mut Unaligned,
-) {
-    if next.is_none() || aligner.in_progress().is_some() || unaligned.pending.is_some() {
-        return;
-    }
-    if let Some(s) = next.take() {
-        aligner.set_mode(s.mode);
-        unaligned.always = s.unaligned && s.mode == AlignMode::ExactlyOnce;
-        unaligned.timeout = s
-            .aligned_timeout
-            .filter(|_| s.mode == AlignMode::ExactlyOnce);
-    }
-}
-
-impl Unaligned {
-    /// Starts unaligned checkpoint `id` now: the chain's states (and the barrier passed on),
-    /// and recording on every channel that still owes its barrier.
+impl Recorder {
+    /// Starts the unaligned checkpoint `s` says: the chain's states (and the barrier passed
+    /// on), and recording on each channel that owes its barrier.
     fn start(
         &mut self,
-        id: u64,
+        s: &StartUnaligned,
         gates: &mut [Box<dyn InputGate>],
         offsets: &[usize],
-        owes: impl Fn(usize) -> bool,
     ) -> Result<(), TaskError> {
+        if s.dropped {
+            self.drop(gates);
+        }
         let mut writer = StateWriter {
             unaligned: true,
             ..StateWriter::default()
         };
         for g in gates.iter_mut() {
-            g.barrier(id, &mut writer)?;
+            g.barrier(s.id, &mut writer)?;
         }
-        let total = offsets.last().copied().unwrap_or(0) + gates.last().map_or(0, |g| g.channels());
-        let mut waiting = vec![false; total];
         for (gi, g) in gates.iter_mut().enumerate() {
             for c in 0..g.channels() {
-                let global = offsets[gi] + c;
-                if owes(global) && !g.is_channel_ended(c) {
-                    waiting[global] = true;
+                if s.record[offsets[gi] + c] {
                     g.set_recording(c, true);
                 }
             }
         }
-        self.last_started = Some(id);
-        self.pending = Some(UnalignedPending {
-            id,
-            writer,
-            waiting,
-            started: Instant::now(),
-        });
+        self.writer = Some(writer);
         Ok(())
     }
 
-    /// Gives up the checkpoint being recorded (a newer one supersedes it): its coordinator
-    /// times it out.
-    fn drop_pending(&mut self, gates: &mut [Box<dyn InputGate>]) {
-        if self.pending.take().is_some() {
+    /// Gives up the checkpoint being recorded (superseded or aborted): its coordinator times
+    /// it out.
+    fn drop(&mut self, gates: &mut [Box<dyn InputGate>]) {
+        if self.writer.take().is_some() {
             for g in gates.iter_mut() {
                 let _ = g.take_channel_state();
             }
         }
     }
 
-    /// Channel `global` (gate `gi`, channel `c`) delivered its barrier or ended.
-    fn channel_done(
+    /// The checkpoint `barriers` completed (every channel delivered its barrier), if any,
+    /// with its channel state.
+    fn complete(
         &mut self,
-        gates: &mut [Box<dyn InputGate>],
-        gi: usize,
-        c: usize,
-        global: usize,
-    ) {
-        if let Some(p) = self.pending.as_mut() {
-            if p.waiting[global] {
-                p.waiting[global] = false;
-                gates[gi].set_recording(c, false);
-            }
-        }
-    }
-
-    /// The checkpoint with its channel state, once every channel delivered its barrier.
-    fn try_complete(
-        &mut self,
+        barriers: &mut BarrierHandler,
         gates: &mut [Box<dyn InputGate>],
     ) -> Result<Option<Work>, TaskError> {
-        if !self
-            .pending
-            .as_ref()
-            .is_some_and(|p| p.waiting.iter().all(|w| !w))
-        {
+        let Some((id, started)) = barriers.complete() else {
             return Ok(None);
-        }
-        let Some(mut p) = self.pending.take() else {
+        };
+        let Some(mut writer) = self.writer.take() else {
             return Ok(None);
         };
         let mut persisted = 0;
@@ -237,16 +151,30 @@ impl Unaligned {
                     message,
                 })?;
             persisted += state.len() as u64;
-            p.writer
-                .put(&format!("{}#in{gi}", self.state_uid), None, state);
+            writer.put(&format!("{}#in{gi}", self.state_uid), None, state);
         }
         Ok(Some(Work::Checkpointed {
-            id: p.id,
-            writer: p.writer,
-            took: p.started.elapsed(),
+            id,
+            writer,
+            took: started.elapsed(),
             persisted,
         }))
     }
+}
+
+/// Channel `c` of gate `gi` (`global`) delivered the recorded checkpoint's barrier or ended:
+/// the gate records it no more.
+fn channel_done(
+    barriers: &mut BarrierHandler,
+    gates: &mut [Box<dyn InputGate>],
+    gi: usize,
+    c: usize,
+    global: usize,
+) {
+    if barriers.records(global) {
+        gates[gi].set_recording(c, false);
+    }
+    barriers.channel_done(global);
 }
 
 /// Result of one unit of work.
@@ -345,16 +273,13 @@ impl Driver {
         match self {
             Driver::Source(_) => Ok((w, Duration::ZERO, Taken::Source)),
             Driver::Inputs {
-                gates,
-                align_started,
-                aligner,
-                ..
+                gates, barriers, ..
             } => {
                 for g in gates.iter_mut() {
                     g.barrier(id, &mut w)?;
                 }
-                let took = align_started.take().map_or(Duration::ZERO, |t| t.elapsed());
-                let taken = match aligner.mode() {
+                let took = barriers.take_alignment_time();
+                let taken = match barriers.mode() {
                     AlignMode::ExactlyOnce => Taken::Aligned,
                     AlignMode::AtLeastOnce => Taken::AtLeastOnce,
                 };
@@ -368,22 +293,13 @@ impl Driver {
     pub(super) fn abort_checkpoint(&mut self, id: u64) {
         if let Driver::Inputs {
             gates,
-            aligner,
-            align_started,
-            unaligned,
+            barriers,
+            recorder,
             ..
         } = self
         {
-            if aligner.in_progress().is_some_and(|cur| cur <= id) {
-                *align_started = None;
-            }
-            aligner.abort_upto(id);
-            unaligned.last_started = Some(unaligned.last_started.map_or(id, |l| l.max(id)));
-            if unaligned.pending.as_ref().is_some_and(|p| p.id <= id) {
-                unaligned.pending = None;
-                for g in gates.iter_mut() {
-                    let _ = g.take_channel_state();
-                }
+            if barriers.abort_upto(id) {
+                recorder.drop(gates);
             }
         }
     }
@@ -428,55 +344,37 @@ impl Driver {
     pub(super) fn overtake(&mut self) -> Result<Option<Work>, TaskError> {
         let Driver::Inputs {
             gates,
-            aligner,
+            barriers,
             offsets,
-            align_started,
-            unaligned,
-            next_alignment,
+            recorder,
             ..
         } = self
         else {
             return Ok(None);
         };
-        take_alignment(next_alignment, aligner, unaligned);
+        barriers.take_settings();
         let mut progressed = false;
         for gi in 0..gates.len() {
-            loop {
-                let in_band = unaligned.always || unaligned.pending.is_some();
-                let Some((c, id)) = gates[gi].overtaking(in_band) else {
-                    break;
-                };
+            while let Some((c, id)) = gates[gi].overtaking(barriers.overtakes_in_band()) {
                 progressed = true;
                 let global = offsets[gi] + c;
-                if unaligned.pending.as_ref().is_some_and(|p| p.id == id) {
-                    if !gates[gi].take_overtaken(c, id, true) {
-                        continue; // replaced by a newer barrier meanwhile: look again
-                    }
-                    unaligned.channel_done(gates, gi, c, global);
-                } else if unaligned.last_started.is_none_or(|l| id > l)
-                    && aligner.last_aligned().is_none_or(|l| id > l)
-                {
-                    // Channels that delivered this barrier aligned owe nothing more.
-                    let blocked: Vec<bool> = (0..aligner.channels())
-                        .map(|g| aligner.in_progress() == Some(id) && aligner.is_blocked(g))
-                        .collect();
-                    aligner.abort_upto(id);
-                    *align_started = None;
-                    unaligned.drop_pending(gates);
-                    unaligned.start(id, gates, offsets, |g| !blocked[g])?;
-                    if !gates[gi].take_overtaken(c, id, true) {
-                        // A newer barrier replaced it while the snapshot was taken: the next
-                        // look starts that one (this checkpoint cannot complete here).
+                match barriers.on_overtaking(id) {
+                    Overtaking::Record => {}
+                    Overtaking::Start(s) => recorder.start(&s, gates, offsets)?,
+                    Overtaking::Stale => {
+                        // Its checkpoint was taken, given up or superseded here. (If a newer
+                        // one replaced it meanwhile, nothing is taken and the next look finds
+                        // that one.)
+                        gates[gi].take_overtaken(c, id, false);
                         continue;
                     }
-                    unaligned.channel_done(gates, gi, c, global);
-                } else {
-                    // Stale: its checkpoint was taken, given up or superseded here. (If a
-                    // newer one replaced it meanwhile, nothing is taken and the next look
-                    // finds that one.)
-                    gates[gi].take_overtaken(c, id, false);
                 }
-                if let Some(w) = unaligned.try_complete(gates)? {
+                if !gates[gi].take_overtaken(c, id, true) {
+                    // A newer barrier replaced it meanwhile: the next look takes that one.
+                    continue;
+                }
+                channel_done(barriers, gates, gi, c, global);
+                if let Some(w) = recorder.complete(barriers, gates)? {
                     return Ok(Some(w));
                 }
             }
@@ -490,12 +388,12 @@ impl Driver {
     /// until taken, so the read loop sees nothing there and would park past it.
     pub(super) fn overtaking_waits(&mut self) -> bool {
         let Driver::Inputs {
-            gates, unaligned, ..
+            gates, barriers, ..
         } = self
         else {
             return false;
         };
-        let in_band = unaligned.always || unaligned.pending.is_some();
+        let in_band = barriers.overtakes_in_band();
         gates.iter_mut().any(|g| g.overtaking(in_band).is_some())
     }
 
@@ -505,35 +403,28 @@ impl Driver {
         gates: &mut [Box<dyn InputGate>],
         selection: &Option<Arc<SelectionCell>>,
         next: &mut usize,
-        aligner: &mut BarrierAligner,
+        barriers: &mut BarrierHandler,
         offsets: &[usize],
-        align_started: &mut Option<Instant>,
-        unaligned: &mut Unaligned,
+        recorder: &mut Recorder,
+        ended: &mut bool,
         counters: &SubtaskCounters,
     ) -> Result<Option<Work>, TaskError> {
+        if std::mem::take(ended) {
+            return Ok(Some(Work::Ended));
+        }
         let n = gates.len();
-        // Aligned for too long: switch this checkpoint to unaligned. Channels that delivered
-        // the barrier (blocked) owe nothing; the others are recorded until theirs arrives.
-        if let (Some(timeout), Some(id), Some(t)) =
-            (unaligned.timeout, aligner.in_progress(), *align_started)
-        {
-            if unaligned.pending.is_none() && t.elapsed() > timeout {
-                let blocked: Vec<bool> = (0..aligner.channels())
-                    .map(|c| aligner.is_blocked(c))
-                    .collect();
-                aligner.abandon();
-                *align_started = None;
-                unaligned.start(id, gates, offsets, |c| !blocked[c])?;
-                if let Some(w) = unaligned.try_complete(gates)? {
-                    return Ok(Some(w));
-                }
-                return Ok(Some(Work::Progress));
+        // Aligned for too long: this checkpoint switches to unaligned.
+        if let Some(s) = barriers.on_tick(Instant::now()) {
+            recorder.start(&s, gates, offsets)?;
+            if let Some(w) = recorder.complete(barriers, gates)? {
+                return Ok(Some(w));
             }
+            return Ok(Some(Work::Progress));
         }
         // While a barrier is being aligned every unblocked channel must be read, whatever
         // the operator's preference, or the alignment could never finish.
-        let selected = match (aligner.in_progress(), selection) {
-            (None, Some(s)) => s.get(),
+        let selected = match (barriers.aligning(), selection) {
+            (false, Some(s)) => s.get(),
             _ => InputSelection::All,
         };
         for k in 0..n {
@@ -551,73 +442,67 @@ impl Driver {
             }
             let offset = offsets[i];
             let step = {
-                let aligner = &*aligner;
-                gates[i].try_step(&|c| aligner.is_blocked(offset + c))?
+                let barriers = &*barriers;
+                gates[i].try_step(&|c| barriers.is_blocked(offset + c))?
             };
-            let alignment = match step {
+            return match step {
                 GateStep::Empty => continue,
-                GateStep::Watermark => {
+                GateStep::Watermark | GateStep::Slice(_) => {
+                    // (The rest of a batch counted when it was taken.)
                     *next = (i + 1) % n;
-                    return Ok(Some(Work::Progress));
+                    Ok(Some(Work::Progress))
                 }
                 GateStep::Batch(_) => {
                     counters.batches_in.fetch_add(1, Ordering::Relaxed);
                     *next = (i + 1) % n;
-                    return Ok(Some(Work::Progress));
-                }
-                // The rest of a batch counted when it was taken.
-                GateStep::Slice(_) => {
-                    *next = (i + 1) % n;
-                    return Ok(Some(Work::Progress));
-                }
-                GateStep::Barrier { channel, id }
-                    if unaligned.pending.as_ref().is_some_and(|p| p.id == id) =>
-                {
-                    unaligned.channel_done(gates, i, channel, offset + channel);
-                    if let Some(w) = unaligned.try_complete(gates)? {
-                        return Ok(Some(w));
-                    }
-                    Alignment::Pending
-                }
-                GateStep::Barrier { channel, id } if unaligned.always => {
-                    if unaligned.last_started.is_none_or(|l| id > l) {
-                        // Reached the head before it could overtake: start now; this
-                        // channel owes nothing more.
-                        let global = offset + channel;
-                        unaligned.drop_pending(gates);
-                        unaligned.start(id, gates, offsets, |c| c != global)?;
-                        if let Some(w) = unaligned.try_complete(gates)? {
-                            return Ok(Some(w));
-                        }
-                    }
-                    Alignment::Pending
+                    Ok(Some(Work::Progress))
                 }
                 GateStep::Barrier { channel, id } => {
-                    if aligner.in_progress().is_none() {
-                        *align_started = Some(Instant::now());
+                    let global = offset + channel;
+                    match barriers.on_barrier(global, id, Instant::now()) {
+                        InBand::Continue => Ok(Some(Work::Progress)),
+                        InBand::Aligned(id) => Ok(Some(Work::Aligned(id))),
+                        InBand::Start(s) => {
+                            recorder.start(&s, gates, offsets)?;
+                            Ok(Some(
+                                recorder
+                                    .complete(barriers, gates)?
+                                    .unwrap_or(Work::Progress),
+                            ))
+                        }
+                        InBand::Recorded => {
+                            channel_done(barriers, gates, i, channel, global);
+                            Ok(Some(
+                                recorder
+                                    .complete(barriers, gates)?
+                                    .unwrap_or(Work::Progress),
+                            ))
+                        }
                     }
-                    aligner.on_barrier(offset + channel, id)
                 }
                 GateStep::ChannelEnded { channel, all } => {
-                    unaligned.channel_done(gates, i, channel, offset + channel);
-                    if let Some(w) = unaligned.try_complete(gates)? {
+                    let global = offset + channel;
+                    if barriers.records(global) {
+                        gates[i].set_recording(channel, false);
+                    }
+                    let aligned = barriers.on_end(global);
+                    let all = all && gates.iter().all(|g| g.is_ended());
+                    if let Some(w) = recorder.complete(barriers, gates)? {
+                        // The end is reported at the next step.
+                        *ended = all;
                         return Ok(Some(w));
                     }
-                    let a = aligner.on_end_of_input(offset + channel);
-                    if all && gates.iter().all(|g| g.is_ended()) {
+                    Ok(Some(match aligned {
                         // A barrier completed by this end is taken before the end.
-                        if let Alignment::Aligned(id) = a {
-                            return Ok(Some(Work::Aligned(id)));
+                        Some(id) => {
+                            *ended = all;
+                            Work::Aligned(id)
                         }
-                        return Ok(Some(Work::Ended));
-                    }
-                    a
+                        None if all => Work::Ended,
+                        None => Work::Progress,
+                    }))
                 }
             };
-            return Ok(Some(match alignment {
-                Alignment::Aligned(id) => Work::Aligned(id),
-                Alignment::Pending => Work::Progress,
-            }));
         }
         Ok(None)
     }
@@ -646,23 +531,15 @@ impl Driver {
                 gates,
                 selection,
                 next,
-                aligner,
+                barriers,
                 offsets,
-                align_started,
-                unaligned,
-                next_alignment,
+                recorder,
+                ended,
             } => {
-                take_alignment(next_alignment, aligner, unaligned);
+                barriers.take_settings();
                 let mut attempt = |gates: &mut Vec<Box<dyn InputGate>>| {
                     Self::try_inputs(
-                        gates,
-                        selection,
-                        next,
-                        aligner,
-                        offsets,
-                        align_started,
-                        unaligned,
-                        counters,
+                        gates, selection, next, barriers, offsets, recorder, ended, counters,
                     )
                 };
                 if let Some(w) = attempt(gates)? {
@@ -677,7 +554,7 @@ impl Driver {
                 }
                 // A barrier that came meanwhile (the read loop does not see one that overtook
                 // nothing): the next poll takes it.
-                let in_band = unaligned.always || unaligned.pending.is_some();
+                let in_band = barriers.overtakes_in_band();
                 if gates.iter_mut().any(|g| g.overtaking(in_band).is_some()) {
                     return Ok(Work::Progress);
                 }

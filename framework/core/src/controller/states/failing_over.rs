@@ -11,8 +11,6 @@ use std::time::Instant;
 
 use actix::Arbiter;
 
-use crate::checkpoint::align::AlignMode;
-use crate::checkpoint::CheckpointMode;
 use crate::controller::JobContext;
 use crate::error::{JobError, TaskError};
 use crate::event::SubtaskId;
@@ -143,16 +141,10 @@ fn promote(running: &mut Running, ctx: &mut JobContext, i: usize, why: &str) -> 
     .map_err(|e| format!("cannot build the promoted operator: {e:?}"))?;
     let stale = abort_checkpoints_in_flight(running, ctx, k, &old.head_uid);
     let gate = group.clone().finish_promotion(head, stale);
-    let mode = match ctx.cfg.checkpoint.mode {
-        CheckpointMode::ExactlyOnce => AlignMode::ExactlyOnce,
-        CheckpointMode::AtLeastOnce => AlignMode::AtLeastOnce,
-    };
     let driver = Driver::inputs(
         vec![gate],
         None,
-        mode,
-        ctx.cfg.checkpoint.unaligned,
-        ctx.cfg.checkpoint.aligned_checkpoint_timeout,
+        crate::task::AlignmentSettings::of(&ctx.cfg.checkpoint),
         old.head_uid.clone(),
     );
     let id = SubtaskId {
