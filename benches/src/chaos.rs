@@ -55,13 +55,16 @@ pub enum Mode {
     BackupStateful,
     /// Restart-all (aligned), and a live rescale of the keyed count during the run.
     Rescale,
+    /// Unaligned barriers under backpressure (a slow keyed count), and a live rescale of the
+    /// count during the run: its checkpoint's in-flight data is dealt by key group.
+    RescaleUnaligned,
     /// Restart-all (aligned), and a fast restart to an equal graph during the run.
     FastRestart,
 }
 
 impl Mode {
     /// Every mode.
-    pub const ALL: [Mode; 7] = [
+    pub const ALL: [Mode; 8] = [
         Mode::Aligned,
         Mode::Unaligned,
         Mode::AtLeastOnce,
@@ -69,6 +72,7 @@ impl Mode {
         Mode::BackupStateful,
         Mode::Rescale,
         Mode::FastRestart,
+        Mode::RescaleUnaligned,
     ];
     fn exactly_once(self) -> bool {
         self != Mode::AtLeastOnce
@@ -76,13 +80,18 @@ impl Mode {
     /// The operator the faults hit.
     fn target(self) -> &'static str {
         match self {
-            Mode::BackupStateful | Mode::Rescale | Mode::FastRestart => "count",
+            Mode::BackupStateful | Mode::Rescale | Mode::RescaleUnaligned | Mode::FastRestart => {
+                "count"
+            }
             _ => "map",
         }
     }
     /// Whether the run rescales or replaces the job.
     fn hands_over(self) -> bool {
-        matches!(self, Mode::Rescale | Mode::FastRestart)
+        matches!(
+            self,
+            Mode::Rescale | Mode::RescaleUnaligned | Mode::FastRestart
+        )
     }
     /// The moments that mean something in this mode.
     pub fn moments(self) -> &'static [Moment] {
@@ -101,7 +110,7 @@ impl Mode {
                 Moment::DuringReplay,
                 Moment::AfterBackupReplaced,
             ],
-            Mode::Rescale | Mode::FastRestart => &[
+            Mode::Rescale | Mode::RescaleUnaligned | Mode::FastRestart => &[
                 Moment::DuringHandOver,
                 Moment::AfterHandOver,
                 Moment::TwoClose,
@@ -319,7 +328,7 @@ impl fmt::Display for Scenario {
             "seed {} {:?} {:?} {:?} n={}",
             self.seed, self.mode, self.kind, self.moment, self.n
         )?;
-        if self.mode == Mode::Rescale {
+        if matches!(self.mode, Mode::Rescale | Mode::RescaleUnaligned) {
             write!(f, " count 2->{}", self.rescale_to)?;
         }
         if self.incremental {
@@ -412,7 +421,7 @@ fn config(s: &Scenario, plan: FaultPlan, dir: &std::path::Path) -> EnvConfig {
     } else {
         CheckpointMode::ExactlyOnce
     };
-    cfg.checkpoint.unaligned = s.mode == Mode::Unaligned;
+    cfg.checkpoint.unaligned = matches!(s.mode, Mode::Unaligned | Mode::RescaleUnaligned);
     cfg.checkpoint.incremental = s.incremental;
     if s.disk_state {
         let mut disk = weir::DiskBackend::default();
@@ -484,7 +493,7 @@ fn build(env: &Env, p: &Parts) {
     };
     // Unaligned runs under backpressure: `count` is slow enough to keep `map`'s channels
     // into it full, so barriers overtake queued batches and checkpoints store them.
-    let slow_count = s.mode == Mode::Unaligned;
+    let slow_count = matches!(s.mode, Mode::Unaligned | Mode::RescaleUnaligned);
     let counted = mapped
         .key_by(|x: &u64| x % KEYS)
         .process(
@@ -516,7 +525,7 @@ fn build(env: &Env, p: &Parts) {
 /// The rescale or replacement of the run; `Err` says why it did not happen.
 fn hand_over(job: &JobHandle, p: &Parts) -> Result<String, String> {
     match p.s.mode {
-        Mode::Rescale => job
+        Mode::Rescale | Mode::RescaleUnaligned => job
             .rescale("count", p.s.rescale_to)
             .map(|r| format!("rescaled at checkpoint {}", r.checkpoint))
             .map_err(|e| e.to_string()),

@@ -1,7 +1,7 @@
 //! Chaos: seeded runs of one job over every fault-tolerance mode (restart-all with aligned,
 //! unaligned and at-least-once checkpoints; the buffer-queue backup of a stateless and of a
-//! stateful operator; a live rescale and a fast restart), fault kind (panic, hang, arbiter
-//! stop, pause: a zombie primary) and moment (after a checkpoint, during a checkpoint, at a
+//! stateful operator; a live rescale, aligned and unaligned under backpressure, and a fast
+//! restart), fault kind (panic, hang, arbiter stop, pause: a zombie primary) and moment (after a checkpoint, during a checkpoint, at a
 //! record, two faults close together, during a promoted backup's replay, at and after a
 //! rescale's or replacement's hand-over); each run checks every record id at the sink and
 //! every key's state (`weir_benches::chaos`).

@@ -50,15 +50,24 @@ pub(super) fn sorted(mut v: Vec<u32>) -> Vec<u32> {
 /// `AtomicWaker` mock yields when `register` races a `wake`), where std would keep it. With
 /// the note, such an unpark is seen at the next [`park`], so only a wake-up the code under
 /// test really lost (one never sent) is a deadlock.
+///
+/// The unpark itself goes only to a thread inside [`park`] (a second plain atomic says so):
+/// loom asserts ("expected to be able to acquire lock") when an unpark makes a thread that
+/// waits for a loom mutex runnable, which three preemptions reach. A thread not in `park`
+/// sees the note before it parks (loom switches threads only at its own operations, and
+/// none lies between the note's check and the park).
 pub(super) struct Unpark {
     thread: loom::thread::Thread,
     woken: std::sync::atomic::AtomicBool,
+    parked: std::sync::atomic::AtomicBool,
 }
 
 impl Wake for Unpark {
     fn wake(self: std::sync::Arc<Self>) {
         self.woken.store(true, std::sync::atomic::Ordering::SeqCst);
-        self.thread.unpark();
+        if self.parked.load(std::sync::atomic::Ordering::SeqCst) {
+            self.thread.unpark();
+        }
     }
 }
 
@@ -67,6 +76,7 @@ pub(super) fn waker() -> (Waker, std::sync::Arc<Unpark>) {
     let me = std::sync::Arc::new(Unpark {
         thread: loom::thread::current(),
         woken: std::sync::atomic::AtomicBool::new(false),
+        parked: std::sync::atomic::AtomicBool::new(false),
     });
     (Waker::from(me.clone()), me)
 }
@@ -75,7 +85,9 @@ pub(super) fn waker() -> (Waker, std::sync::Arc<Unpark>) {
 /// park); a lost wake-up is a loom deadlock.
 pub(super) fn park(me: &Unpark) {
     while !me.woken.swap(false, std::sync::atomic::Ordering::SeqCst) {
+        me.parked.store(true, std::sync::atomic::Ordering::SeqCst);
         loom::thread::park();
+        me.parked.store(false, std::sync::atomic::Ordering::SeqCst);
     }
 }
 

@@ -49,6 +49,9 @@ pub(crate) enum Driver {
 pub(crate) struct Recorder {
     state_uid: String,
     writer: Option<StateWriter>,
+    /// The checkpoint (if not 0) whose states are also handed over in memory (a rescale's or
+    /// a fast restart's; the subtask actor's).
+    handover: Option<Arc<crate::sync::atomic::AtomicU64>>,
 }
 
 impl Driver {
@@ -74,6 +77,7 @@ impl Driver {
             recorder: Recorder {
                 state_uid,
                 writer: None,
+                handover: None,
             },
             ended: false,
         }
@@ -84,6 +88,14 @@ impl Driver {
     pub(crate) fn set_alignment(&mut self, s: AlignmentSettings) {
         if let Driver::Inputs { barriers, .. } = self {
             barriers.set_settings(s);
+        }
+    }
+
+    /// Where the subtask learns which checkpoint is handed over in memory: an unaligned one
+    /// takes its snapshot here, and says so to its operators (fault points, whole states).
+    pub(crate) fn set_handover(&mut self, handover: Arc<crate::sync::atomic::AtomicU64>) {
+        if let Driver::Inputs { recorder, .. } = self {
+            recorder.handover = Some(handover);
         }
     }
 }
@@ -100,9 +112,13 @@ impl Recorder {
         if s.dropped {
             self.drop(gates);
         }
+        let hand_over = self
+            .handover
+            .as_ref()
+            .is_some_and(|h| h.load(Ordering::Acquire) == s.id);
         let mut writer = StateWriter {
             unaligned: true,
-            ..StateWriter::default()
+            ..StateWriter::new(hand_over)
         };
         for g in gates.iter_mut() {
             g.barrier(s.id, &mut writer)?;

@@ -101,6 +101,8 @@ impl SubtaskActor {
         handover: Arc<crate::sync::atomic::AtomicU64>,
     ) -> Self {
         let now = Instant::now();
+        let mut driver = driver;
+        driver.set_handover(handover.clone());
         SubtaskActor {
             handover,
             paused: false,
