@@ -162,6 +162,37 @@ fn config() -> EnvConfig {
     cfg
 }
 
+/// [`config`] with unaligned checkpoints every 100 ms, and windows fixed at 128 batches of
+/// 1,024 records (megabytes per channel once full).
+fn unaligned_config() -> EnvConfig {
+    let mut cfg = config();
+    cfg.checkpoint.unaligned = true;
+    cfg.checkpoint.interval = Some(Duration::from_millis(100));
+    cfg.latency_target = None;
+    cfg.channel_capacity = 128;
+    cfg
+}
+
+/// Waits until a checkpoint completes whose in-flight data is at least `bytes`.
+fn until_in_flight(job: &JobHandle, bytes: u64) {
+    loop {
+        let done = job
+            .checkpoint_stats()
+            .map_or(0, |s| s.number_of_completed_checkpoints);
+        let stats = weir_testing::wait_for_checkpoint(job, done + 1, common::TIMEOUT)
+            .expect("checkpoints complete");
+        let newest = stats
+            .history
+            .iter()
+            .rev()
+            .find(|c| c.status == weir::CheckpointStatus::Completed)
+            .map_or(0, |c| c.persisted_data);
+        if newest >= bytes {
+            return;
+        }
+    }
+}
+
 /// Stops the input, waits for the end, and checks every id once with its sequential count.
 fn finish_and_check(job: Job) -> u64 {
     job.stop.store(true, Ordering::SeqCst);
@@ -512,12 +543,7 @@ fn operator_state_is_split_and_unioned_and_a_scalar_rolls_back() {
 /// the exactly-once sink once with the count a sequential run gives.
 #[test]
 fn a_keyed_count_rescaled_from_unaligned_checkpoints_with_megabytes_in_flight_is_exact() {
-    let mut cfg = config();
-    cfg.checkpoint.unaligned = true;
-    cfg.checkpoint.interval = Some(Duration::from_millis(100));
-    // Windows fixed at 128 batches of 1,024 records (megabytes per channel once full).
-    cfg.latency_target = None;
-    cfg.channel_capacity = 128;
+    let cfg = unaligned_config();
     let out = std::env::temp_dir().join(format!("weir-rescale-unaligned-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&out);
     let (stop, ended_at) = (
@@ -564,27 +590,10 @@ fn a_keyed_count_rescaled_from_unaligned_checkpoints_with_megabytes_in_flight_is
             .and_then(|s| s.history.into_iter().find(|c| c.id == id))
             .map_or(0, |c| c.persisted_data)
     };
-    // Until a checkpoint stored a megabyte in flight (the channels are full).
-    let full = || loop {
-        let done = job
-            .handle
-            .checkpoint_stats()
-            .map_or(0, |s| s.number_of_completed_checkpoints);
-        let stats = weir_testing::wait_for_checkpoint(&job.handle, done + 1, common::TIMEOUT)
-            .expect("checkpoints complete");
-        let newest = stats
-            .history
-            .iter()
-            .rev()
-            .find(|c| c.status == weir::CheckpointStatus::Completed)
-            .map_or(0, |c| c.persisted_data);
-        if newest >= 1_000_000 {
-            break;
-        }
-    };
     let mut from = 2;
     for to in [3, 1] {
-        full();
+        // Until a checkpoint stored a megabyte in flight (the channels are full).
+        until_in_flight(&job.handle, 1_000_000);
         let report = job
             .handle
             .rescale("count", to)
@@ -637,11 +646,7 @@ fn a_keyed_count_rescaled_from_unaligned_checkpoints_with_megabytes_in_flight_is
 /// runs on at its old parallelism.
 #[test]
 fn a_rescale_with_broadcast_data_in_flight_is_rolled_back_and_the_job_runs_on() {
-    let mut cfg = config();
-    cfg.checkpoint.unaligned = true;
-    cfg.checkpoint.interval = Some(Duration::from_millis(100));
-    cfg.latency_target = None;
-    cfg.channel_capacity = 128;
+    let cfg = unaligned_config();
     let (stop, ended_at) = (
         Arc::new(AtomicBool::new(false)),
         Arc::new(AtomicU64::new(0)),
@@ -659,23 +664,7 @@ fn a_rescale_with_broadcast_data_in_flight_is_rolled_back_and_the_job_runs_on() 
         .set_parallelism(2)
         .discard();
     let job = env.start("rescale-broadcast").expect("the job starts");
-    // Until a checkpoint stored in-flight data.
-    loop {
-        let done = job
-            .checkpoint_stats()
-            .map_or(0, |s| s.number_of_completed_checkpoints);
-        let stats = weir_testing::wait_for_checkpoint(&job, done + 1, common::TIMEOUT)
-            .expect("checkpoints complete");
-        let newest = stats
-            .history
-            .iter()
-            .rev()
-            .find(|c| c.status == weir::CheckpointStatus::Completed)
-            .map_or(0, |c| c.persisted_data);
-        if newest > 0 {
-            break;
-        }
-    }
+    until_in_flight(&job, 1);
     match job.rescale("slow", 1) {
         Err(RescaleError::RolledBack(why)) => {
             assert!(why.contains("`slow`") && why.contains("broadcast"), "{why}")

@@ -101,18 +101,7 @@ pub(super) async fn checkpoints(state: State, req: HttpRequest) -> Answer {
 
 pub(super) async fn checkpoint_details(state: State, req: HttpRequest) -> Answer {
     let job = job_of(&state, &req)?;
-    let raw = req.match_info().get("cid").unwrap_or_default();
-    let cid: u64 = raw.parse().map_err(|_| {
-        ApiError::bad_request(format!("checkpoint id must be a number, got `{raw}`"))
-    })?;
-    let s = job.checkpoint_stats().unwrap_or_default();
-    let r = s.history.iter().find(|r| r.id == cid).ok_or_else(|| {
-        ApiError::not_found(format!(
-            "Checkpoint {cid} not found in job {} (the last {} are kept)",
-            job.id(),
-            crate::checkpoint::coordinator::HISTORY
-        ))
-    })?;
+    let r = &checkpoint_in_path(&job, &req)?;
     let mut v = record_json(r);
     // Per vertex, as Flink's details: what its subtasks acknowledged so far.
     let mut tasks = serde_json::Map::new();
@@ -126,6 +115,25 @@ pub(super) async fn checkpoint_details(state: State, req: HttpRequest) -> Answer
     }
     v["tasks"] = Value::Object(tasks);
     Ok(HttpResponse::Ok().json(v))
+}
+
+/// The checkpoint `{cid}` of the request's path, from `job`'s history.
+fn checkpoint_in_path(
+    job: &JobMonitor,
+    req: &HttpRequest,
+) -> Result<crate::CheckpointRecord, ApiError> {
+    let raw = req.match_info().get("cid").unwrap_or_default();
+    let cid: u64 = raw.parse().map_err(|_| {
+        ApiError::bad_request(format!("checkpoint id must be a number, got `{raw}`"))
+    })?;
+    let s = job.checkpoint_stats().unwrap_or_default();
+    s.history.into_iter().find(|r| r.id == cid).ok_or_else(|| {
+        ApiError::not_found(format!(
+            "Checkpoint {cid} not found in job {} (the last {} are kept)",
+            job.id(),
+            crate::checkpoint::coordinator::HISTORY
+        ))
+    })
 }
 
 /// One vertex's part of checkpoint `r`: its acknowledged subtasks `mine` of `parallelism`.
@@ -155,10 +163,7 @@ fn vertex_json(
 /// `cid` (Flink's per-subtask checkpoint statistics), the vertex's totals beside them.
 pub(super) async fn checkpoint_subtasks(state: State, req: HttpRequest) -> Answer {
     let job = job_of(&state, &req)?;
-    let raw = req.match_info().get("cid").unwrap_or_default();
-    let cid: u64 = raw.parse().map_err(|_| {
-        ApiError::bad_request(format!("checkpoint id must be a number, got `{raw}`"))
-    })?;
+    let r = &checkpoint_in_path(&job, &req)?;
     let vid = req.match_info().get("vid").unwrap_or_default();
     let vertices = job.vertices();
     let vertex = vertices.iter().find(|v| v.id == vid).ok_or_else(|| {
@@ -167,14 +172,6 @@ pub(super) async fn checkpoint_subtasks(state: State, req: HttpRequest) -> Answe
             "no vertex `{vid}` in job {} (it has: {})",
             job.id(),
             known.join(", ")
-        ))
-    })?;
-    let s = job.checkpoint_stats().unwrap_or_default();
-    let r = s.history.iter().find(|r| r.id == cid).ok_or_else(|| {
-        ApiError::not_found(format!(
-            "Checkpoint {cid} not found in job {} (the last {} are kept)",
-            job.id(),
-            crate::checkpoint::coordinator::HISTORY
         ))
     })?;
     let mut mine: Vec<&crate::SubtaskCheckpoint> = r
