@@ -427,6 +427,30 @@ mod tests {
     }
 
     #[test]
+    fn one_end_completes_the_recorded_checkpoint_and_the_newer_aligned_one() {
+        let now = Instant::now();
+        let mut h = BarrierHandler::new(
+            2,
+            AlignmentSettings {
+                aligned_timeout: Some(Duration::from_millis(10)),
+                ..EXACTLY_ONCE
+            },
+        );
+        // 4 times out with channel 1 owing it; 5 then aligns on channel 0.
+        h.on_barrier(0, 4, now);
+        assert_eq!(
+            h.on_tick(now + Duration::from_millis(11)),
+            Some(start(4, &[false, true], false))
+        );
+        assert_eq!(h.on_barrier(0, 5, now), InBand::Continue);
+        assert!(h.is_blocked(0));
+        // Channel 1 ends: both complete (the driver takes 4, then 5).
+        assert_eq!(h.on_end(1), Some(5));
+        assert_eq!(h.complete().map(|(id, _)| id), Some(4));
+        assert_eq!(h.state(), WaitingForFirstBarrier);
+    }
+
+    #[test]
     fn an_overtaking_barrier_starts_unaligned_from_waiting_or_collecting() {
         let now = Instant::now();
         let mut h = BarrierHandler::new(2, EXACTLY_ONCE);

@@ -39,7 +39,11 @@ pub(crate) enum Driver {
         offsets: Vec<usize>,
         /// The unaligned checkpoint being recorded: its states, where its channel state goes.
         recorder: Recorder,
-        /// Every input ended as an unaligned checkpoint completed: the end is reported next.
+        /// An aligned checkpoint completed by the same end of a channel as an unaligned one
+        /// (a timed-out checkpoint recorded while a newer one aligned): taken next.
+        aligned_next: Option<u64>,
+        /// Every input ended as a checkpoint completed: the end is reported next (after
+        /// `aligned_next`).
         ended: bool,
     },
 }
@@ -79,6 +83,7 @@ impl Driver {
                 writer: None,
                 handover: None,
             },
+            aligned_next: None,
             ended: false,
         }
     }
@@ -422,9 +427,12 @@ impl Driver {
         barriers: &mut BarrierHandler,
         offsets: &[usize],
         recorder: &mut Recorder,
-        ended: &mut bool,
+        (aligned_next, ended): (&mut Option<u64>, &mut bool),
         counters: &SubtaskCounters,
     ) -> Result<Option<Work>, TaskError> {
+        if let Some(id) = aligned_next.take() {
+            return Ok(Some(Work::Aligned(id)));
+        }
         if std::mem::take(ended) {
             return Ok(Some(Work::Ended));
         }
@@ -504,7 +512,8 @@ impl Driver {
                     let aligned = barriers.on_end(global);
                     let all = all && gates.iter().all(|g| g.is_ended());
                     if let Some(w) = recorder.complete(barriers, gates)? {
-                        // The end is reported at the next step.
+                        // An aligned checkpoint it completed too, and the end, come next.
+                        *aligned_next = aligned;
                         *ended = all;
                         return Ok(Some(w));
                     }
@@ -550,12 +559,20 @@ impl Driver {
                 barriers,
                 offsets,
                 recorder,
+                aligned_next,
                 ended,
             } => {
                 barriers.take_settings();
                 let mut attempt = |gates: &mut Vec<Box<dyn InputGate>>| {
                     Self::try_inputs(
-                        gates, selection, next, barriers, offsets, recorder, ended, counters,
+                        gates,
+                        selection,
+                        next,
+                        barriers,
+                        offsets,
+                        recorder,
+                        (aligned_next, ended),
+                        counters,
                     )
                 };
                 if let Some(w) = attempt(gates)? {
