@@ -7,8 +7,9 @@
 //! events each barrier overtook (`Receiver::take_overtaken`), and records what a channel that
 //! still owes its barrier delivers after the snapshot, as `gate` and `task::driver` do.
 //!
-//! Checked under every interleaving (bounded by `LOOM_MAX_PREEMPTIONS`, 2 if unset; the
-//! issue's bound, 3, passes too): the snapshot and the channel state together hold every
+//! Checked under every interleaving (bounded by `LOOM_MAX_PREEMPTIONS`, 2 if unset; at 3 it
+//! did not finish in 15 minutes, nor did a model with two pre-barrier batches per producer
+//! in 14): the snapshot and the channel state together hold every
 //! pre-barrier record exactly once and no post-barrier one (what a restore replays is exactly
 //! what the snapshot misses), and every record is processed exactly once, in each channel's
 //! order. A lost wake-up is a loom deadlock.
