@@ -7,7 +7,8 @@
 //! ([`key_group_range`]) from whichever old subtasks held them; per-subtask state of derived
 //! operators (`#[weir(operator_state)]`) is split or unioned field by field, as Flink's
 //! operator list state. Sources and sinks keep state that belongs to one subtask (a read
-//! position, staged output) and refuse with their reason.
+//! position, staged output) and refuse with their reason. The in-flight data of unaligned
+//! checkpoints (channel state) is dealt the way it was routed, in [`channels`].
 //!
 //! [`redistribute`] works on the payloads as the checkpoint holds them (CBOR), so the same code
 //! serves a live rescale (payloads handed over in memory), a restart from a checkpoint taken
