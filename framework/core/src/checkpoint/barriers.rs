@@ -253,16 +253,18 @@ impl BarrierHandler {
         }
     }
 
-    /// Aligned for longer than the timeout at `now`: the checkpoint switches to unaligned.
+    /// Aligned for longer than the timeout at `now()`: the checkpoint switches to unaligned.
     /// Channels that delivered its barrier owe nothing; the others are recorded until theirs
     /// arrives.
-    pub(crate) fn on_tick(&mut self, now: Instant) -> Option<StartUnaligned> {
+    /// `now` is read only while an aligned checkpoint with a timeout is in progress (this is
+    /// asked at every step of the read loop).
+    pub(crate) fn on_tick(&mut self, now: impl FnOnce() -> Instant) -> Option<StartUnaligned> {
         let (timeout, id, t) = (
             self.timeout?,
             self.aligner.in_progress()?,
             self.align_started?,
         );
-        if self.recording.is_some() || now.saturating_duration_since(t) <= timeout {
+        if self.recording.is_some() || now().saturating_duration_since(t) <= timeout {
             return None;
         }
         let delivered: Vec<bool> = (0..self.aligner.channels())
@@ -406,10 +408,14 @@ mod tests {
             },
         );
         assert_eq!(h.on_barrier(1, 4, now), InBand::Continue);
-        assert_eq!(h.on_tick(now + Duration::from_millis(5)), None, "not yet");
+        assert_eq!(
+            h.on_tick(|| now + Duration::from_millis(5)),
+            None,
+            "not yet"
+        );
         // Channel 1 delivered its barrier: only 0 and 2 are recorded.
         assert_eq!(
-            h.on_tick(now + Duration::from_millis(11)),
+            h.on_tick(|| now + Duration::from_millis(11)),
             Some(start(4, &[true, false, true], false))
         );
         assert_eq!(h.state(), CollectingBarriersUnaligned(4));
@@ -439,7 +445,7 @@ mod tests {
         // 4 times out with channel 1 owing it; 5 then aligns on channel 0.
         h.on_barrier(0, 4, now);
         assert_eq!(
-            h.on_tick(now + Duration::from_millis(11)),
+            h.on_tick(|| now + Duration::from_millis(11)),
             Some(start(4, &[false, true], false))
         );
         assert_eq!(h.on_barrier(0, 5, now), InBand::Continue);

@@ -8,12 +8,17 @@ use super::api::*;
 use crate::checkpoint::CheckpointMode;
 use crate::job::{now_ms, JobMonitor};
 
-pub(super) fn record_json(r: &crate::CheckpointRecord) -> Value {
-    let status = match r.status {
+/// A checkpoint's status as Flink's REST names it.
+fn status_name(s: crate::CheckpointStatus) -> &'static str {
+    match s {
         crate::CheckpointStatus::InProgress => "IN_PROGRESS",
         crate::CheckpointStatus::Completed => "COMPLETED",
         crate::CheckpointStatus::Failed => "FAILED",
-    };
+    }
+}
+
+pub(super) fn record_json(r: &crate::CheckpointRecord) -> Value {
+    let status = status_name(r.status);
     let mut v = json!({
         "id": r.id,
         "status": status,
@@ -146,7 +151,7 @@ fn vertex_json(
     let max = |f: fn(&crate::SubtaskCheckpoint) -> u64| mine.iter().map(|s| f(s)).max();
     json!({
         "id": r.id,
-        "status": record_json(r)["status"],
+        "status": status_name(r.status),
         "latest_ack_timestamp": max(|s| s.ack_timestamp_ms).map_or(-1, |t| t as i64),
         "state_size": sum(|s| s.state_size),
         "checkpointed_size": sum(|s| s.checkpointed_size),

@@ -438,7 +438,7 @@ impl Driver {
         }
         let n = gates.len();
         // Aligned for too long: this checkpoint switches to unaligned.
-        if let Some(s) = barriers.on_tick(Instant::now()) {
+        if let Some(s) = barriers.on_tick(Instant::now) {
             recorder.start(&s, gates, offsets)?;
             if let Some(w) = recorder.complete(barriers, gates)? {
                 return Ok(Some(w));

@@ -276,15 +276,19 @@ fn keep_replaying_heads(
     let chained: std::collections::HashSet<String> = restore
         .states
         .iter()
-        .filter(|(_, payload)| crate::rescale::channels::carries_records(payload))
-        .filter_map(|((uid, _), _)| crate::rescale::channels::owner_of(uid).map(|(o, _)| o))
-        .filter(|owner| {
+        .filter_map(|((uid, _), payload)| {
+            crate::rescale::channels::owner_of(uid).map(|(o, _)| (o, payload))
+        })
+        // Heads first: decoding a payload to see whether it holds records is for the rare
+        // owner that is no longer a head, not for every restore's channel state.
+        .filter(|(owner, _)| {
             plan.uids
                 .iter()
                 .position(|u| u == owner)
                 .is_some_and(|n| plan.head_of[n] != n)
         })
-        .map(str::to_owned)
+        .filter(|(_, payload)| crate::rescale::channels::carries_records(payload))
+        .map(|(owner, _)| owner.to_owned())
         .collect();
     if chained.is_empty() {
         return Ok(());
