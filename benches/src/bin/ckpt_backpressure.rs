@@ -123,10 +123,11 @@ struct Args {
     /// source's rate follows the sink's capacity and the queues stay short.
     #[arg(long)]
     rate_control: bool,
-    /// Batches shrink in front of a slow consumer (`EnvConfig::adaptive_batch_size`, default
-    /// off): the queue an aligned barrier waits behind holds about `latency_target`.
+    /// Keep full batches in front of a slow consumer (`EnvConfig::adaptive_batch_size` off;
+    /// it is on by default, and then the queue an aligned barrier waits behind holds about
+    /// `latency_target`).
     #[arg(long)]
-    adaptive_batch: bool,
+    no_adaptive_batch: bool,
     /// Where checkpoints are written (a fresh directory under it, removed at the end;
     /// default: the system's temporary directory). Every state file is fsynced by its
     /// subtask, on its arbiter thread: a directory on tmpfs (`/dev/shm`) leaves the disk's
@@ -240,7 +241,7 @@ fn main() -> Result<(), BenchError> {
     if let Some(a) = args.arbiters {
         cfg.arbiters = a;
     }
-    cfg.adaptive_batch_size |= args.adaptive_batch;
+    cfg.adaptive_batch_size &= !args.no_adaptive_batch;
     if args.rate_control {
         let mut rc = RateControlConfig::default();
         rc.enabled = true;

@@ -52,11 +52,15 @@ pub struct EnvConfig {
     /// p99 2.7 ms at 2, 6.3 ms at 8, same records/s).
     pub latency_target: Option<Duration>,
     /// Whether a consumer slower than `latency_target` even at the window's floor also gets
-    /// smaller batches (default `false`; Flink's buffer debloating is off by default too):
-    /// `latency_target / (channel_capacity × its time per record)` records, between an
-    /// eighth of `batch_size` and `batch_size`. It shortens the queue in front of a slow sink
-    /// to about the target, and with it the slack that absorbs a bursty source: a
-    /// rate-limited source paced at the sink's capacity then waits for credit more often.
+    /// smaller batches (default `true`): `latency_target / (channel_capacity × its time per
+    /// record)` records, between an eighth of `batch_size` and `batch_size`. It shortens the
+    /// queue in front of a slow sink to about the target, and with it what an aligned
+    /// checkpoint's barrier waits behind (measured under backpressure: 337 ms → 115 ms). A
+    /// consumer that keeps up never gets batches below `batch_size`. It takes effect only
+    /// while rate control is off: a rate-limited source is paced at the consumer's capacity
+    /// and sends in bursts that need the slack of full batches, and rate control keeps the
+    /// queues short by itself (turning rate control on or off while the job runs switches
+    /// batches back and forth).
     pub adaptive_batch_size: bool,
     /// Number of arbiter threads subtasks are placed on (default: available cores).
     pub arbiters: usize,
@@ -135,7 +139,7 @@ impl Default for EnvConfig {
             channel_capacity: 2,
             max_channel_capacity: 64,
             latency_target: Some(Duration::from_millis(2)),
-            adaptive_batch_size: false,
+            adaptive_batch_size: true,
             arbiters: std::thread::available_parallelism()
                 .map(|n| n.get())
                 .unwrap_or(2),

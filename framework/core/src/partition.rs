@@ -46,8 +46,44 @@ pub(crate) struct OutputConfig {
     /// Records this subtask already sent on the edge (a promoted backup resumes its
     /// predecessor's round robin where the replay starts).
     pub(crate) routed_before: u64,
-    /// Batches follow the receivers' batch limits (`EnvConfig::adaptive_batch_size`).
-    pub(crate) adaptive_batch: bool,
+    /// Whether batches follow the receivers' batch limits now (the job's [`AdaptBatches`]).
+    pub(crate) adaptive_batch: AdaptBatches,
+}
+
+/// Whether a job's network outputs follow their receivers' batch limits now: on when
+/// `EnvConfig::adaptive_batch_size` is on and rate control is off. One flag per job, shared by
+/// every output of every deployment, flipped when rate control is turned on or off while the
+/// job runs: a rate-limited source is paced at the slow consumer's capacity and sends in
+/// bursts, which need the slack of full batches (smaller batches would make it wait for
+/// credit most of the time), while rate control keeps the queues short by itself.
+#[derive(Debug, Clone)]
+pub(crate) struct AdaptBatches(std::sync::Arc<std::sync::atomic::AtomicBool>);
+
+impl AdaptBatches {
+    /// The flag for a job configured with `cfg`.
+    pub(crate) fn new(cfg: &crate::config::EnvConfig) -> Self {
+        let flag = AdaptBatches(Default::default());
+        flag.follow(cfg);
+        flag
+    }
+
+    /// Sets the flag from `cfg` (its batch setting and its rate control now).
+    pub(crate) fn follow(&self, cfg: &crate::config::EnvConfig) {
+        let on = cfg.adaptive_batch_size && !cfg.rate_control.enabled;
+        self.0.store(on, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Whether batches follow the receivers' limits now (read once per batch sent).
+    #[inline]
+    fn on(&self) -> bool {
+        self.0.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// A flag fixed at `on` (tests).
+    #[cfg(test)]
+    pub(crate) fn fixed(on: bool) -> Self {
+        AdaptBatches(std::sync::Arc::new(std::sync::atomic::AtomicBool::new(on)))
+    }
 }
 
 /// Builds a keyed (hash) output for a given set of channels.
@@ -352,8 +388,8 @@ macro_rules! network_output_plumbing {
 /// paced source's bursts still fit the floor's window (a consumer slower than that keeps
 /// batches of an eighth and waits over the target).
 #[inline]
-fn limit_of<T: Clone>(sender: &Sender<T>, batch_size: usize, adaptive: bool) -> usize {
-    if !adaptive {
+fn limit_of<T: Clone>(sender: &Sender<T>, batch_size: usize, adaptive: &AdaptBatches) -> usize {
+    if !adaptive.on() {
         return batch_size;
     }
     let floor = (batch_size / 8).max(1) as u64;
@@ -375,7 +411,7 @@ pub(crate) struct NetOutput<T, R> {
     limits: Vec<usize>,
     router: R,
     batch_size: usize,
-    adaptive: bool,
+    adaptive: AdaptBatches,
     pending: PendingQueue<T>,
     /// For errors: the receiving operator and this sending subtask.
     target_uid: std::sync::Arc<String>,
@@ -390,13 +426,13 @@ impl<T: Clone, R> NetOutput<T, R> {
         NetOutput {
             limits: senders
                 .iter()
-                .map(|s| limit_of(s, cfg.batch_size, cfg.adaptive_batch))
+                .map(|s| limit_of(s, cfg.batch_size, &cfg.adaptive_batch))
                 .collect(),
             senders,
             bufs,
             router,
             batch_size: cfg.batch_size,
-            adaptive: cfg.adaptive_batch,
+            adaptive: cfg.adaptive_batch.clone(),
             pending: PendingQueue::new(),
             target_uid: cfg.target_uid,
             subtask: cfg.subtask,
@@ -408,7 +444,7 @@ impl<T: Clone, R> NetOutput<T, R> {
     fn send_batch(&mut self, t: usize, full: Vec<T>) {
         self.pending
             .send(&self.senders, t, Event::Batch(Batch::Owned(full)));
-        self.limits[t] = limit_of(&self.senders[t], self.batch_size, self.adaptive);
+        self.limits[t] = limit_of(&self.senders[t], self.batch_size, &self.adaptive);
     }
 
     #[inline]
@@ -519,7 +555,7 @@ pub(crate) struct BroadcastOutput<T> {
     senders: Vec<Sender<T>>,
     buf: Vec<T>,
     batch_size: usize,
-    adaptive: bool,
+    adaptive: AdaptBatches,
     /// Records per batch now: the smallest limit of the receivers (at most `batch_size`).
     limit: usize,
     pending: PendingQueue<T>,
@@ -530,10 +566,10 @@ impl<T: Clone> BroadcastOutput<T> {
         BroadcastOutput {
             buf: Vec::with_capacity(cfg.batch_size),
             batch_size: cfg.batch_size,
-            adaptive: cfg.adaptive_batch,
+            adaptive: cfg.adaptive_batch.clone(),
             limit: senders
                 .iter()
-                .map(|s| limit_of(s, cfg.batch_size, cfg.adaptive_batch))
+                .map(|s| limit_of(s, cfg.batch_size, &cfg.adaptive_batch))
                 .min()
                 .unwrap_or(cfg.batch_size),
             senders,
@@ -558,7 +594,7 @@ impl<T: Clone> BroadcastOutput<T> {
         self.limit = self
             .senders
             .iter()
-            .map(|s| limit_of(s, self.batch_size, self.adaptive))
+            .map(|s| limit_of(s, self.batch_size, &self.adaptive))
             .min()
             .unwrap_or(self.batch_size);
     }
@@ -627,7 +663,7 @@ mod tests {
             max_parallelism: 128,
             target_uid: std::sync::Arc::new("next".into()),
             routed_before: 0,
-            adaptive_batch: true,
+            adaptive_batch: AdaptBatches::fixed(true),
         }
     }
 
@@ -713,6 +749,51 @@ mod tests {
             );
             assert_eq!(batches.concat(), records);
         }
+    }
+
+    /// While rate control paces a source the job's flag is off and a slow receiver gets whole
+    /// batches; the flag follows the config when rate control is turned on and off, and the
+    /// output follows the flag from its next batch on.
+    #[test]
+    fn batches_stop_adapting_while_rate_control_is_on() {
+        let mut env = crate::config::EnvConfig::default();
+        assert!(env.adaptive_batch_size, "on by default");
+        let flag = AdaptBatches::new(&env);
+        assert!(flag.on());
+        env.rate_control.enabled = true;
+        flag.follow(&env);
+        assert!(!flag.on(), "off while rate control is on");
+
+        let (tx, rx, _) = slow_channel();
+        let mut c = cfg(64);
+        c.adaptive_batch = flag.clone();
+        let mut out = NetOutput::new(vec![tx], OneTarget, c);
+        let records: Vec<u32> = (0..64).collect();
+        out.push(&mut records.clone()).unwrap();
+        assert_eq!(
+            drain(&mut out, &rx),
+            vec![records.clone()],
+            "one whole batch"
+        );
+
+        env.rate_control.enabled = false;
+        flag.follow(&env);
+        assert!(flag.on(), "on again once rate control is off");
+        // The limit is read at each batch sent: the first batch after the flip is still
+        // whole, the ones after it are cut below the batch size.
+        let records: Vec<u32> = (0..256).collect();
+        for chunk in records.chunks(64) {
+            out.push(&mut chunk.to_vec()).unwrap();
+        }
+        out.flush_all();
+        let batches = drain(&mut out, &rx);
+        assert!(batches.len() > 4, "{batches:?}");
+        assert!(batches[1..].iter().all(|b| b.len() < 64), "{batches:?}");
+        assert_eq!(batches.concat(), records);
+
+        env.adaptive_batch_size = false;
+        flag.follow(&env);
+        assert!(!flag.on(), "off when the setting is off");
     }
 
     /// A receiver that keeps up sets no limit below the batch size: the output moves the

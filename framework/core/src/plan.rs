@@ -257,10 +257,12 @@ pub(crate) struct SubtaskSpec {
 /// The live config changes of a job: uid -> (key, value) in the order made, one per key.
 pub(crate) type LiveConfig = Arc<crate::sync::Mutex<HashMap<String, Vec<(String, String)>>>>;
 
-/// Counters of every operator subtask, by node, and the job's live config changes.
+/// Counters of every operator subtask, by node, and what the job's deployments share: its
+/// live config changes and whether its batches adapt now.
 pub(crate) struct OperatorRegistry {
     pub(crate) counters: Vec<Vec<Arc<OperatorCounters>>>,
     pub(crate) live_config: LiveConfig,
+    pub(crate) adapt_batches: crate::partition::AdaptBatches,
 }
 
 impl OperatorRegistry {
@@ -275,7 +277,13 @@ impl OperatorRegistry {
         }
     }
 
-    pub(crate) fn new(plan: &Plan) -> Self {
+    /// Fresh counters for `plan`'s subtasks, sharing the job's `live_config` and
+    /// `adapt_batches`.
+    pub(crate) fn new(
+        plan: &Plan,
+        live_config: LiveConfig,
+        adapt_batches: crate::partition::AdaptBatches,
+    ) -> Self {
         OperatorRegistry {
             counters: plan
                 .parallelism
@@ -286,7 +294,8 @@ impl OperatorRegistry {
                         .collect()
                 })
                 .collect(),
-            live_config: LiveConfig::default(),
+            live_config,
+            adapt_batches,
         }
     }
 }
@@ -620,7 +629,7 @@ impl ChainBuilder<'_> {
                         max_parallelism: self.cfg.max_parallelism,
                         target_uid: std::sync::Arc::new(self.plan.uids[e.to].clone()),
                         routed_before: self.routed_before.get(&ei).copied().unwrap_or(0),
-                        adaptive_batch: self.cfg.adaptive_batch_size,
+                        adaptive_batch: self.registry.adapt_batches.clone(),
                     };
                     outs.push(e.partition.output(self.plan.kinds[ei], txs, cfg));
                 }

@@ -218,8 +218,11 @@ impl JobContext {
                 RestartStrategy::None
             }
         });
-        let mut registry = OperatorRegistry::new(&plan);
-        registry.live_config = views.live_config.clone();
+        let registry = OperatorRegistry::new(
+            &plan,
+            views.live_config.clone(),
+            crate::partition::AdaptBatches::new(&cfg),
+        );
         let ctx = JobContext {
             registry,
             checkpoint_root: remote

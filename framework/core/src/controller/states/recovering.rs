@@ -157,9 +157,7 @@ async fn wait_answering(
                 )));
             }
             Some(Command::SetRateControl(config, reply)) => {
-                ctx.cfg.rate_control = config.clone();
-                lock(&ctx.views.settings).extend(crate::settings::rate_values(&config));
-                set_rate_control(&mut ctx.rate, config);
+                set_rate_control(ctx, config);
                 let _ = reply.send(());
             }
             // No handle is left; the command stream has ended.

@@ -229,8 +229,11 @@ async fn forward(ctx: &mut JobContext, dep: Deployment, pending: PendingReplace)
         states: payloads,
         parallelism: ctx.plan.parallelism_by_uid().collect(),
     };
-    let mut registry = OperatorRegistry::new(&plan);
-    registry.live_config = ctx.registry.live_config.clone();
+    let registry = OperatorRegistry::new(
+        &plan,
+        ctx.registry.live_config.clone(),
+        ctx.registry.adapt_batches.clone(),
+    );
     let follows: Vec<bool> = graph
         .nodes
         .iter()

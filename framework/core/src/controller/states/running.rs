@@ -506,9 +506,7 @@ impl Running {
                 Ok(())
             }
             Command::SetRateControl(config, reply) => {
-                ctx.cfg.rate_control = config.clone();
-                lock(&ctx.views.settings).extend(crate::settings::rate_values(&config));
-                set_rate_control(&mut ctx.rate, config);
+                set_rate_control(ctx, config);
                 self.dep.set_rate(ctx.rate.as_ref().and_then(|c| c.current));
                 let _ = reply.send(());
                 Ok(())
@@ -679,10 +677,8 @@ impl Running {
             self.dep.mail_running(|| crate::task::SetAlignment(s));
         }
         if let Some(config) = rate_control {
-            ctx.cfg.rate_control = config.clone();
-            set_rate_control(&mut ctx.rate, config);
+            set_rate_control(ctx, config);
             self.dep.set_rate(ctx.rate.as_ref().and_then(|c| c.current));
-            lock(&ctx.views.settings).extend(crate::settings::rate_values(&ctx.cfg.rate_control));
         }
         *lock(&ctx.views.checkpoint_config) = cp;
         // The tick triggers checkpoints: it follows a new interval (or rate update) now.
@@ -976,17 +972,18 @@ fn tick_every(ctx: &JobContext) -> Duration {
     every
 }
 
-/// Replaces the rate controller by one with `config`, keeping the current rate until the
-/// next estimate.
-pub(super) fn set_rate_control(
-    rate: &mut Option<RateController>,
-    config: crate::rate::RateControlConfig,
-) {
-    let previous = rate.as_ref().and_then(|c| c.current);
-    *rate = RateController::new(config);
-    if let Some(c) = rate.as_mut() {
+/// Puts rate control `config` in force: the job's config and settings, a rate controller that
+/// keeps the current rate until the next estimate, and whether batches adapt (they do not
+/// while a source is rate-limited, `partition::AdaptBatches`).
+pub(super) fn set_rate_control(ctx: &mut JobContext, config: crate::rate::RateControlConfig) {
+    lock(&ctx.views.settings).extend(crate::settings::rate_values(&config));
+    let previous = ctx.rate.as_ref().and_then(|c| c.current);
+    ctx.rate = RateController::new(config.clone());
+    if let Some(c) = ctx.rate.as_mut() {
         c.inherit(previous);
     }
+    ctx.cfg.rate_control = config;
+    ctx.registry.adapt_batches.follow(&ctx.cfg);
 }
 
 /// The metadata that makes checkpoint `done` complete.
