@@ -343,7 +343,13 @@ fn with_rate_control_the_source_rate_settles_near_the_sink_capacity() {
     // Spark's defaults (no initial rate: unthrottled until the second update), 200 ms updates.
     cfg.rate_control = rate_control(None, None);
     let mut job = start_slow_sink_job(cfg, CAPACITY, "bp-rate-control");
-    let started = Instant::now();
+    settles_near_the_capacity(&mut job, Instant::now());
+    job.cancel_and_wait();
+}
+
+/// Under rate control turned on at `started`, the source rate settles near the sink's
+/// capacity and stays there, held back by its limit rather than by credit.
+fn settles_near_the_capacity(job: &mut Job, started: Instant) {
     let settle = Duration::from_secs(2);
     const N: usize = 8;
 
@@ -412,7 +418,6 @@ fn with_rate_control_the_source_rate_settles_near_the_sink_capacity() {
          {rate_after:.0}/s ({in_margin}/{N} samples within ±35 %, source back-pressured \
          {bp_after:.0} ms/s); capacity {CAPACITY}/s\n{history}"
     );
-    job.cancel_and_wait();
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -681,5 +686,88 @@ fn the_controller_updates_every_update_interval() {
         "the limit changed at {changes} of {N} intervals (one update per interval expected):\n{}",
         job.describe_last(N + 1)
     );
+    job.cancel_and_wait();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Adaptive batch size and rate control.
+
+/// A [`PacedSink`] that also keeps the sizes of the last batches it was given.
+struct SizedSink {
+    paced: PacedSink,
+    sizes: std::sync::Arc<Mutex<std::collections::VecDeque<usize>>>,
+}
+
+/// Batch sizes a [`SizedSink`] keeps.
+const SIZES_KEPT: usize = 16;
+
+impl weir::sink::Sink<u64> for SizedSink {
+    fn write_batch(&mut self, batch: &mut Vec<u64>) -> Result<(), weir::SinkError> {
+        {
+            let mut sizes = self.sizes.lock().unwrap_or_else(|e| e.into_inner());
+            if sizes.len() == SIZES_KEPT {
+                sizes.pop_front();
+            }
+            sizes.push_back(batch.len());
+        }
+        weir::sink::Sink::<u64>::write_batch(&mut self.paced, batch)
+    }
+}
+
+/// Adaptive batch size (on by default) cuts the batches in front of a slow sink, and stops
+/// while rate control is on: a source paced at the sink's capacity then still settles
+/// there without waiting for credit most of the time (it waited ~990 ms/s with the batches
+/// still cut), and once rate control is off again the batches are cut again (the unthrottled
+/// source would otherwise send whole ones).
+#[test]
+fn batches_adapt_to_a_slow_sink_unless_rate_control_is_on() {
+    let _serial = serial();
+    let cfg = config();
+    assert!(cfg.adaptive_batch_size, "on by default");
+    let batch = cfg.batch_size;
+    let env = Env::with_config(cfg);
+    let sizes = std::sync::Arc::new(Mutex::new(std::collections::VecDeque::new()));
+    let sink_sizes = sizes.clone();
+    env.generate(u64::MAX, |i| i)
+        .uid("source")
+        .rebalance()
+        .add_sink("sized", move |_| {
+            Ok(SizedSink {
+                paced: PacedSink::new(CAPACITY),
+                sizes: sink_sizes.clone(),
+            })
+        })
+        .uid("sink");
+    let mut job = Job {
+        handle: Some(env.start("bp-adaptive-batch").expect("the job starts")),
+        last_at: None,
+        seen: Vec::new(),
+    };
+    // Waits until the last `SIZES_KEPT` batches the sink took since this call are all cut.
+    let cut_batches = |what: &str| {
+        let deadline = Instant::now() + DEADLINE;
+        sizes.lock().unwrap().clear();
+        loop {
+            let last: Vec<usize> = sizes.lock().unwrap().iter().copied().collect();
+            if last.len() == SIZES_KEPT && last.iter().all(|&n| n < batch) {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{what}: not within {DEADLINE:?}; last batch sizes {last:?}"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    };
+
+    cut_batches("batches cut in front of the slow sink");
+    job.handle()
+        .set_rate_control(rate_control(None, None))
+        .expect("a valid config");
+    settles_near_the_capacity(&mut job, Instant::now());
+    job.handle()
+        .set_rate_control(RateControlConfig::default())
+        .expect("turning it off");
+    cut_batches("batches cut again once rate control is off");
     job.cancel_and_wait();
 }

@@ -48,7 +48,9 @@
 //! `--batch-size`, `--channel-capacity`, `--linger-ms` and `--arbiters` default to
 //! `EnvConfig::default()`'s values; `--aligned-timeout-ms` sets
 //! `CheckpointConfig::aligned_checkpoint_timeout` (aligned mode only; default none);
-//! `--rate-control` turns on the sources' PID rate control (default off, as in the framework).
+//! `--rate-control` turns on the sources' PID rate control (default off, as in the framework);
+//! `--no-adaptive-batch` keeps full batches in front of the slow sink
+//! (`EnvConfig::adaptive_batch_size` off; the summary's `adaptive_batch` says which ran).
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -242,6 +244,8 @@ fn main() -> Result<(), BenchError> {
         cfg.arbiters = a;
     }
     cfg.adaptive_batch_size &= !args.no_adaptive_batch;
+    // As the job applies it: batches adapt only while rate control is off.
+    let adaptive_batch = cfg.adaptive_batch_size && !args.rate_control;
     if args.rate_control {
         let mut rc = RateControlConfig::default();
         rc.enabled = true;
@@ -380,6 +384,7 @@ fn main() -> Result<(), BenchError> {
             "arbiters": arbiters,
             "aligned_timeout_ms": args.aligned_timeout_ms,
             "rate_control": args.rate_control,
+            "adaptive_batch": adaptive_batch,
             "checkpoint_dir": dir.parent().map(|p| p.display().to_string()),
             "checkpoints_completed": completed,
             "checkpoints_failed": last_stats.as_ref().map_or(0, |s| s.number_of_failed_checkpoints),

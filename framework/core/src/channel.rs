@@ -25,7 +25,8 @@
 //! also asks for smaller batches: it averages its time per record, and
 //! [`Sender::batch_limit`] becomes `target / (floor * time per record)` records, which the
 //! network outputs (`partition`) follow, read once per batch they send, when
-//! `EnvConfig::adaptive_batch_size` is on. Window and batch size then hold together what
+//! `EnvConfig::adaptive_batch_size` is on and rate control is off (`partition::AdaptBatches`).
+//! Window and batch size then hold together what
 //! waits in front of a record near the target; a fast receiver never limits the batch below
 //! the job's batch size.
 //!

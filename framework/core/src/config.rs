@@ -55,12 +55,12 @@ pub struct EnvConfig {
     /// smaller batches (default `true`): `latency_target / (channel_capacity × its time per
     /// record)` records, between an eighth of `batch_size` and `batch_size`. It shortens the
     /// queue in front of a slow sink to about the target, and with it what an aligned
-    /// checkpoint's barrier waits behind (measured under backpressure: 337 ms → 115 ms). A
+    /// checkpoint's barrier waits behind (measured under backpressure: 337 ms → 111 ms). A
     /// consumer that keeps up never gets batches below `batch_size`. It takes effect only
-    /// while rate control is off: a rate-limited source is paced at the consumer's capacity
-    /// and sends in bursts that need the slack of full batches, and rate control keeps the
-    /// queues short by itself (turning rate control on or off while the job runs switches
-    /// batches back and forth).
+    /// while rate control (PID or a fixed rate) is off: a rate-limited source is paced at the
+    /// consumer's capacity and sends in bursts that need the slack of full batches, and rate
+    /// control keeps the queues short by itself (turning rate control on or off while the job
+    /// runs switches batches back and forth).
     pub adaptive_batch_size: bool,
     /// Number of arbiter threads subtasks are placed on (default: available cores).
     pub arbiters: usize,

@@ -384,9 +384,8 @@ macro_rules! network_output_plumbing {
 
 /// The records a batch to `sender` should hold: the edge's batch size, or less when the
 /// receiver asks for smaller batches (`Sender::batch_limit`, adaptive batch size), but not
-/// below an eighth of the batch size: per-batch costs stay a small share of a record's, and a
-/// paced source's bursts still fit the floor's window (a consumer slower than that keeps
-/// batches of an eighth and waits over the target).
+/// below an eighth of the batch size, so per-batch costs stay a small share of a record's (a
+/// consumer slower than that keeps batches of an eighth and waits over the target).
 #[inline]
 fn limit_of<T: Clone>(sender: &Sender<T>, batch_size: usize, adaptive: &AdaptBatches) -> usize {
     if !adaptive.on() {
