@@ -38,6 +38,8 @@ struct Run {
     /// Endless runs ([`Setup::until_faults`]): the ids the sources emitted, one range per
     /// source subtask. Other runs: `0..n`.
     emitted: Vec<std::ops::Range<u64>>,
+    /// The job's last checkpoints (`CheckpointStats::history`).
+    history: Vec<weir::CheckpointRecord>,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -67,6 +69,9 @@ struct Setup {
     until_faults: Option<usize>,
     /// Where the keyed operator keeps its states.
     state_backend: weir::StateBackend,
+    /// Unaligned checkpoints (`CheckpointConfig::unaligned`): the backed-up operator's own
+    /// stay aligned, the sink's are unaligned.
+    unaligned: bool,
 }
 
 impl Setup {
@@ -84,6 +89,7 @@ impl Setup {
             batch_size: 64,
             until_faults: None,
             state_backend: weir::StateBackend::Memory,
+            unaligned: false,
         }
     }
 }
@@ -138,6 +144,7 @@ fn run(s: Setup) -> Result<Run, JobError> {
     cfg.heartbeat_timeout = Duration::from_secs(5);
     cfg.checkpoint.interval = s.checkpoint;
     cfg.checkpoint.directory = dir.path().to_owned();
+    cfg.checkpoint.unaligned = s.unaligned;
     cfg.restart = Some(RestartStrategy::FixedDelay {
         attempts: 5,
         delay: Duration::from_millis(5),
@@ -228,6 +235,11 @@ fn run(s: Setup) -> Result<Run, JobError> {
         }
     };
     Ok(Run {
+        history: result
+            .checkpoints
+            .as_ref()
+            .map(|c| c.history.clone())
+            .unwrap_or_default(),
         ids: ids.map(|o| o.take()).unwrap_or_default(),
         counts: counts.map(|o| o.take()).unwrap_or_default(),
         restarts: result.checkpoints.map_or(0, |c| c.num_restarts),
@@ -338,11 +350,12 @@ fn records_of(shape: Shape, subtask: usize, parallelism: usize) -> u64 {
 /// backed-up operator: every id once at the sink (and keyed state right), the fault fired,
 /// a promotion recovered it, no restart.
 fn seeded(shape: Shape, kind: FaultKind, runs: u64) {
-    seeded_at(shape, kind, runs, 2, 1, weir::StateBackend::Memory)
+    seeded_at(shape, kind, runs, 2, 1, weir::StateBackend::Memory, false);
 }
 
-/// [`seeded`] with `parallelism` subtasks of the source and the backed-up operator and
-/// `sink_parallelism` sink subtasks.
+/// [`seeded`] with `parallelism` subtasks of the source and the backed-up operator,
+/// `sink_parallelism` sink subtasks, and unaligned checkpoints or not. Returns how many
+/// completed checkpoints had an unaligned part (the backed-up operator's never do).
 fn seeded_at(
     shape: Shape,
     kind: FaultKind,
@@ -350,7 +363,9 @@ fn seeded_at(
     parallelism: usize,
     sink_parallelism: usize,
     state_backend: weir::StateBackend,
-) {
+    unaligned: bool,
+) -> usize {
+    let mut with_unaligned_parts = 0;
     let kind_no = match kind {
         FaultKind::Panic => 1,
         FaultKind::Hang => 2,
@@ -371,6 +386,7 @@ fn seeded_at(
             setup.parallelism = parallelism;
             setup.sink_parallelism = sink_parallelism;
             setup.state_backend = state_backend.clone();
+            setup.unaligned = unaligned;
             setup
         })
         .unwrap_or_else(|e| panic!("run {run_no} ({kind:?} in subtask {subtask} at {at}): {e}"));
@@ -382,7 +398,20 @@ fn seeded_at(
         assert_eq!(faults.fired(), 1, "{ctx}: the fault did not fire");
         assert!(r.promotions >= 1, "{ctx}: no promotion");
         assert_eq!(r.restarts, 0, "{ctx}: restarted instead of promoting");
+        for c in &r.history {
+            for part in c.subtasks.iter().filter(|p| p.vertex == "op") {
+                assert!(
+                    !part.unaligned && part.persisted_data == 0,
+                    "{ctx}: checkpoint {}: the backed-up operator's part is unaligned: {part:?}",
+                    c.id
+                );
+            }
+            if c.subtasks.iter().any(|p| p.unaligned) {
+                with_unaligned_parts += 1;
+            }
+        }
     }
+    with_unaligned_parts
 }
 
 fn runs_per_kind() -> u64 {
@@ -433,9 +462,36 @@ fn seeded_failures_at_parallelism_three() {
                 3,
                 2,
                 weir::StateBackend::Memory,
+                false,
             );
         }
     }
+}
+
+/// Unaligned checkpoints beside backups: the sink's checkpoints are unaligned (they store
+/// what was in flight into it), the backed-up operator's stay aligned (its buffer queue
+/// restarts a backup at a step between whole batches, never at a channel position), also
+/// after a promotion; every fault kind, both shapes, every id once.
+#[test]
+fn seeded_failures_with_unaligned_checkpoints() {
+    let mut with_unaligned_parts = 0;
+    for shape in [Shape::Stateless, Shape::Stateful] {
+        for kind in [FaultKind::Panic, FaultKind::Hang, FaultKind::StopArbiter] {
+            with_unaligned_parts += seeded_at(
+                shape,
+                kind,
+                runs_per_kind() / 10,
+                2,
+                1,
+                weir::StateBackend::Memory,
+                true,
+            );
+        }
+    }
+    assert!(
+        with_unaligned_parts > 0,
+        "no checkpoint of any run had an unaligned part"
+    );
 }
 
 /// The keyed operator's states on disk (`StateBackend::Disk`): its state hand-offs read the
@@ -445,7 +501,15 @@ fn seeded_failures_at_parallelism_three() {
 fn seeded_failures_with_the_disk_backend() {
     for kind in [FaultKind::Panic, FaultKind::Hang, FaultKind::StopArbiter] {
         let backend = weir::StateBackend::disk(weir::DiskBackend::MIN_BUDGET);
-        seeded_at(Shape::Stateful, kind, runs_per_kind() / 10, 2, 1, backend);
+        seeded_at(
+            Shape::Stateful,
+            kind,
+            runs_per_kind() / 10,
+            2,
+            1,
+            backend,
+            false,
+        );
     }
 }
 
@@ -817,22 +881,6 @@ fn backing_up_what_cannot_be_backed_up_is_a_plan_error() {
         e.contains("cannot back up operator `sum`") && e.contains("checkpoint.interval"),
         "{e}"
     );
-
-    // Unaligned checkpoints are not supported with backups.
-    let mut cfg = EnvConfig::default();
-    cfg.checkpoint.interval = Some(Duration::from_millis(100));
-    cfg.checkpoint.unaligned = true;
-    let env = Env::with_config(cfg);
-    env.generate(10, |i| i)
-        .map(|x: u64| x)
-        .uid("m")
-        .with_backup()
-        .collect();
-    let e = env.execute("bad").unwrap_err().to_string();
-    assert!(
-        e.contains("cannot back up operator `m`") && e.contains("aligned"),
-        "{e}"
-    );
 }
 
 /// Fault-free: the backup filters what the primary claimed, keeps little, and the output is
@@ -1160,4 +1208,95 @@ fn a_promoted_primary_failing_again_soon_is_promoted_exactly() {
         assert!(promotions >= 2, "{second:?}: {promotions} promotions");
         assert_tallies(out.take(), N, MANY, &format!("{second:?}: "));
     }
+}
+
+/// A checkpoint taken unaligned before the operator was backed up, with records in flight into
+/// it, is refused by the job that backs the operator up (a backed-up operator replays from its
+/// buffer queue, not from channel state), with an error naming the operator, rather than its
+/// in-flight records dropped.
+#[test]
+fn an_unaligned_checkpoint_with_records_in_flight_into_a_now_backed_up_operator_is_refused() {
+    let dir = TempDir::new("backup-unaligned-restore");
+    let build = |backed_up: bool, restore: Option<std::path::PathBuf>| {
+        let mut cfg = EnvConfig::default();
+        cfg.arbiters = 2;
+        cfg.batch_size = 64;
+        cfg.checkpoint.interval = Some(Duration::from_millis(50));
+        cfg.checkpoint.unaligned = true;
+        cfg.checkpoint.retained = usize::MAX;
+        cfg.checkpoint.directory = dir.path().to_owned();
+        cfg.checkpoint.restore_from = restore;
+        cfg.restart = Some(RestartStrategy::None);
+        let env = Env::with_config(cfg);
+        // A slow map: the source's channel into it stays full.
+        let op = env
+            .generate(u64::MAX, |i| i)
+            .uid("src")
+            .rebalance()
+            .map(|x: u64| {
+                std::thread::sleep(Duration::from_micros(20));
+                x
+            })
+            .uid("op");
+        let op = if backed_up { op.with_backup() } else { op };
+        op.filter(|_: &u64| false).uid("drop").collect();
+        env
+    };
+
+    let handle = build(false, None).start("in-flight").unwrap();
+    // A completed checkpoint that stored records in flight into `op`.
+    let id = loop {
+        let done = handle
+            .checkpoint_stats()
+            .map_or(0, |s| s.number_of_completed_checkpoints);
+        let stats = weir_testing::wait_for_checkpoint(&handle, done + 1, Duration::from_secs(60))
+            .expect("checkpoints complete");
+        let found = stats.history.iter().rev().find(|c| {
+            c.status == weir::CheckpointStatus::Completed
+                && c.subtasks
+                    .iter()
+                    .any(|p| p.vertex == "op" && p.persisted_data > 0)
+        });
+        if let Some(c) = found {
+            break c.id;
+        }
+    };
+    handle.cancel();
+    let _ = handle.wait();
+    let chk = find_dir(dir.path(), &format!("chk-{id}")).expect("the checkpoint's directory");
+
+    let e = build(true, Some(chk.clone()))
+        .execute("in-flight")
+        .unwrap_err()
+        .to_string();
+    eprintln!("refused: {e}");
+    assert!(e.contains("`op`"), "the error names the operator: {e}");
+    assert!(
+        e.contains("in flight into this operator"),
+        "the error says why: {e}"
+    );
+    // Without the backup the same checkpoint restores.
+    let env = build(false, Some(chk));
+    let handle = env.start("in-flight").unwrap();
+    weir_testing::wait_for_checkpoint(&handle, 1, Duration::from_secs(60))
+        .expect("the restored job checkpoints");
+    handle.cancel();
+    let _ = handle.wait();
+}
+
+/// The directory named `name` under `root`, at any depth.
+fn find_dir(root: &std::path::Path, name: &str) -> Option<std::path::PathBuf> {
+    for entry in std::fs::read_dir(root).ok()?.flatten() {
+        let path = entry.path();
+        if !path.is_dir() {
+            continue;
+        }
+        if path.file_name().is_some_and(|n| n == name) {
+            return Some(path);
+        }
+        if let Some(found) = find_dir(&path, name) {
+            return Some(found);
+        }
+    }
+    None
 }

@@ -194,13 +194,6 @@ pub(crate) fn plan_with_heads(
                     message,
                 })
             };
-            if cfg.checkpoint.unaligned || cfg.checkpoint.aligned_checkpoint_timeout.is_some() {
-                return refuse(
-                    "backups need aligned checkpoints (unaligned checkpoints and \
-                     `aligned_checkpoint_timeout` are not supported with them yet)"
-                        .into(),
-                );
-            }
             if !node.stateless && cfg.checkpoint.interval.is_none() {
                 return refuse(
                     "a stateful operator's backup replays from its last checkpoint: set \
@@ -437,17 +430,33 @@ pub(crate) fn instantiate(
                 Built::Source(step) => Driver::Source(step),
                 Built::Inputs { heads, selection } => {
                     let mut gates: Vec<Box<dyn InputGate>> = Vec::new();
+                    let backed_up = claims.contains_key(&(h, j));
                     for (input, head) in heads.into_iter().enumerate() {
                         let rxs = std::mem::take(&mut receivers[h][input][j]);
                         let port = input_port(graph, h, input);
-                        if let Some(c) = claims.remove(&(h, j)) {
-                            gates.push(port.claimed_gate(rxs, head, c));
-                            continue;
-                        }
                         let key = (format!("{}#in{input}", plan.uids[h]), j);
                         let replay = restore
                             .and_then(|r| r.states.get(&key))
                             .map(|v| v.as_slice());
+                        if let Some(c) = claims.remove(&(h, j)) {
+                            // A backed-up subtask's checkpoints are aligned (no channel state
+                            // of its own); one taken unaligned before it was backed up is
+                            // refused rather than its in-flight records dropped.
+                            if replay.is_some_and(crate::rescale::channels::carries_records) {
+                                return Err(TaskError::Checkpoint {
+                                    uid: plan.uids[h].clone(),
+                                    subtask: j,
+                                    message: "the checkpoint holds records in flight into \
+                                              this operator (taken unaligned before it was \
+                                              backed up), which a backed-up operator cannot \
+                                              replay: restore without the backup, or from \
+                                              an aligned checkpoint or a savepoint"
+                                        .into(),
+                                });
+                            }
+                            gates.push(port.claimed_gate(rxs, head, c));
+                            continue;
+                        }
                         let owned = replay.and_then(|_| {
                             keyed_input(graph, h, input).and_then(|e| {
                                 e.owned_by(cfg.max_parallelism, plan.parallelism[h], j)
@@ -462,12 +471,17 @@ pub(crate) fn instantiate(
                         })?;
                         gates.push(gate);
                     }
-                    Driver::inputs(
+                    let driver = Driver::inputs(
                         gates,
                         selection,
                         crate::task::AlignmentSettings::of(&cfg.checkpoint),
                         plan.uids[h].clone(),
-                    )
+                    );
+                    if backed_up {
+                        driver.force_aligned()
+                    } else {
+                        driver
+                    }
                 }
             };
             specs.push(SubtaskSpec {

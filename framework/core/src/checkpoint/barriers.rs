@@ -128,6 +128,8 @@ pub(crate) struct BarrierHandler {
     last_started: Option<u64>,
     /// Settings changed live, taken once no checkpoint is in progress.
     next: Option<AlignmentSettings>,
+    /// Every checkpoint aligned whatever the settings say ([`BarrierHandler::force_aligned`]).
+    forced_aligned: bool,
 }
 
 impl BarrierHandler {
@@ -140,6 +142,7 @@ impl BarrierHandler {
             recording: None,
             last_started: None,
             next: None,
+            forced_aligned: false,
         };
         h.apply(s);
         h
@@ -147,10 +150,21 @@ impl BarrierHandler {
 
     fn apply(&mut self, s: AlignmentSettings) {
         self.aligner.set_mode(s.mode);
-        self.always = s.unaligned && s.mode == AlignMode::ExactlyOnce;
-        self.timeout = s
-            .aligned_timeout
-            .filter(|_| s.mode == AlignMode::ExactlyOnce);
+        let may_overtake = s.mode == AlignMode::ExactlyOnce && !self.forced_aligned;
+        self.always = s.unaligned && may_overtake;
+        self.timeout = s.aligned_timeout.filter(|_| may_overtake);
+    }
+
+    /// Every checkpoint of this subtask is aligned from now on, whatever the job's settings
+    /// (now or changed live): no unaligned start, no switch after a timeout, no barrier moved
+    /// ahead of queued data. For a backed-up subtask, whose dual input channels keep barriers
+    /// in band and whose buffer queue restarts its backup at a step between two whole
+    /// batches, never at a channel position (Flink forces alignment the same way where an
+    /// edge cannot take unaligned barriers). Called before the first checkpoint.
+    pub(crate) fn force_aligned(&mut self) {
+        self.forced_aligned = true;
+        self.always = false;
+        self.timeout = None;
     }
 
     /// New settings, taken at the first moment no checkpoint is in progress (a checkpoint
@@ -530,6 +544,34 @@ mod tests {
         assert!(!h.abort_upto(5));
         assert!(!h.is_blocked(0));
         assert_eq!(h.state(), WaitingForFirstBarrier);
+    }
+
+    #[test]
+    fn a_forced_aligned_handler_never_goes_unaligned() {
+        let now = Instant::now();
+        let mut h = BarrierHandler::new(
+            2,
+            AlignmentSettings {
+                mode: AlignMode::ExactlyOnce,
+                unaligned: true,
+                aligned_timeout: Some(Duration::from_millis(1)),
+            },
+        );
+        h.force_aligned();
+        assert!(!h.overtakes_in_band());
+        assert_eq!(h.on_barrier(0, 1, now), InBand::Continue);
+        assert!(h.is_blocked(0));
+        assert!(
+            h.on_tick(|| now + Duration::from_secs(1)).is_none(),
+            "no switch to unaligned after the timeout"
+        );
+        assert_eq!(h.on_barrier(1, 1, now), InBand::Aligned(1));
+        // Settings changed live (unaligned on) leave it aligned.
+        h.set_settings(unaligned());
+        h.take_settings();
+        assert!(!h.overtakes_in_band());
+        assert_eq!(h.on_barrier(0, 2, now), InBand::Continue);
+        assert_eq!(h.state(), CollectingBarriers(2));
     }
 
     #[test]

@@ -96,6 +96,15 @@ impl Driver {
         }
     }
 
+    /// Every checkpoint of this subtask aligned, whatever the job's settings (a backed-up
+    /// subtask: `BarrierHandler::force_aligned`).
+    pub(crate) fn force_aligned(mut self) -> Self {
+        if let Driver::Inputs { barriers, .. } = &mut self {
+            barriers.force_aligned();
+        }
+        self
+    }
+
     /// Where the subtask learns which checkpoint is handed over in memory: an unaligned one
     /// takes its snapshot here, and says so to its operators (fault points, whole states).
     pub(crate) fn set_handover(&mut self, handover: Arc<crate::sync::atomic::AtomicU64>) {

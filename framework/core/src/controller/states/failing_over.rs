@@ -141,12 +141,15 @@ fn promote(running: &mut Running, ctx: &mut JobContext, i: usize, why: &str) -> 
     .map_err(|e| format!("cannot build the promoted operator: {e:?}"))?;
     let stale = abort_checkpoints_in_flight(running, ctx, k, &old.head_uid);
     let gate = group.clone().finish_promotion(head, stale);
+    // Backed up again or not, a promoted primary's checkpoints stay aligned: what it replays
+    // comes from the buffer queue, never from recorded channel state.
     let driver = Driver::inputs(
         vec![gate],
         None,
         crate::task::AlignmentSettings::of(&ctx.cfg.checkpoint),
         old.head_uid.clone(),
-    );
+    )
+    .force_aligned();
     let id = SubtaskId {
         epoch: promotion.epoch,
         ..old.clone()

@@ -641,12 +641,6 @@ impl Running {
             })?;
         }
         let unaligned = cp.unaligned || cp.aligned_checkpoint_timeout.is_some();
-        if unaligned && !self.dep.backups.is_empty() {
-            return Err(SettingError::BadValue {
-                name: crate::settings::UNALIGNED.into(),
-                message: "the job has backed-up operators, which need aligned checkpoints".into(),
-            });
-        }
         if unaligned && self.rescale.is_some() {
             return Err(SettingError::Busy("a rescale is in progress".into()));
         }
