@@ -60,11 +60,17 @@ pub enum Mode {
     RescaleUnaligned,
     /// Restart-all (aligned), and a fast restart to an equal graph during the run.
     FastRestart,
+    /// [`Mode::BackupStateless`] with unaligned checkpoints under backpressure (a slow keyed
+    /// count): the backed-up `map`'s checkpoints stay aligned, the count's are unaligned.
+    BackupStatelessUnaligned,
+    /// [`Mode::BackupStateful`] with unaligned checkpoints under backpressure: the backed-up
+    /// count is the slow one, and its checkpoints stay aligned.
+    BackupStatefulUnaligned,
 }
 
 impl Mode {
     /// Every mode.
-    pub const ALL: [Mode; 8] = [
+    pub const ALL: [Mode; 10] = [
         Mode::Aligned,
         Mode::Unaligned,
         Mode::AtLeastOnce,
@@ -73,6 +79,8 @@ impl Mode {
         Mode::Rescale,
         Mode::FastRestart,
         Mode::RescaleUnaligned,
+        Mode::BackupStatelessUnaligned,
+        Mode::BackupStatefulUnaligned,
     ];
     fn exactly_once(self) -> bool {
         self != Mode::AtLeastOnce
@@ -80,11 +88,23 @@ impl Mode {
     /// The operator the faults hit.
     fn target(self) -> &'static str {
         match self {
-            Mode::BackupStateful | Mode::Rescale | Mode::RescaleUnaligned | Mode::FastRestart => {
-                "count"
-            }
+            Mode::BackupStateful
+            | Mode::BackupStatefulUnaligned
+            | Mode::Rescale
+            | Mode::RescaleUnaligned
+            | Mode::FastRestart => "count",
             _ => "map",
         }
+    }
+    /// Whether checkpoints are unaligned (and the run is under backpressure).
+    fn unaligned(self) -> bool {
+        matches!(
+            self,
+            Mode::Unaligned
+                | Mode::RescaleUnaligned
+                | Mode::BackupStatelessUnaligned
+                | Mode::BackupStatefulUnaligned
+        )
     }
     /// Whether the run rescales or replaces the job.
     fn hands_over(self) -> bool {
@@ -102,7 +122,10 @@ impl Mode {
                 Moment::TwoClose,
                 Moment::DuringCheckpoint,
             ],
-            Mode::BackupStateless | Mode::BackupStateful => &[
+            Mode::BackupStateless
+            | Mode::BackupStateful
+            | Mode::BackupStatelessUnaligned
+            | Mode::BackupStatefulUnaligned => &[
                 Moment::AfterCheckpoint,
                 Moment::AtRecord,
                 Moment::TwoClose,
@@ -421,7 +444,7 @@ fn config(s: &Scenario, plan: FaultPlan, dir: &std::path::Path) -> EnvConfig {
     } else {
         CheckpointMode::ExactlyOnce
     };
-    cfg.checkpoint.unaligned = matches!(s.mode, Mode::Unaligned | Mode::RescaleUnaligned);
+    cfg.checkpoint.unaligned = s.mode.unaligned();
     cfg.checkpoint.incremental = s.incremental;
     if s.disk_state {
         let mut disk = weir::DiskBackend::default();
@@ -481,7 +504,10 @@ fn build(env: &Env, p: &Parts) {
         })
         .uid("map")
         .set_parallelism(2);
-    let mapped = if s.mode == Mode::BackupStateless {
+    let mapped = if matches!(
+        s.mode,
+        Mode::BackupStateless | Mode::BackupStatelessUnaligned
+    ) {
         mapped.with_backup()
     } else {
         mapped
@@ -493,7 +519,7 @@ fn build(env: &Env, p: &Parts) {
     };
     // Unaligned runs under backpressure: `count` is slow enough to keep `map`'s channels
     // into it full, so barriers overtake queued batches and checkpoints store them.
-    let slow_count = matches!(s.mode, Mode::Unaligned | Mode::RescaleUnaligned);
+    let slow_count = s.mode.unaligned();
     let counted = mapped
         .key_by(|x: &u64| x % KEYS)
         .process(
@@ -514,7 +540,7 @@ fn build(env: &Env, p: &Parts) {
         )
         .uid("count")
         .set_parallelism(2);
-    let counted = if s.mode == Mode::BackupStateful {
+    let counted = if matches!(s.mode, Mode::BackupStateful | Mode::BackupStatefulUnaligned) {
         counted.with_backup()
     } else {
         counted
