@@ -354,8 +354,10 @@ fn seeded(shape: Shape, kind: FaultKind, runs: u64) {
 }
 
 /// [`seeded`] with `parallelism` subtasks of the source and the backed-up operator,
-/// `sink_parallelism` sink subtasks, and unaligned checkpoints or not. Returns how many
-/// completed checkpoints had an unaligned part (the backed-up operator's never do).
+/// `sink_parallelism` sink subtasks, and unaligned checkpoints or not (then every 10 ms at
+/// half the rate, so that each short run takes several). Returns how many completed checkpoints had an
+/// unaligned part, and how many parts of the backed-up operator were seen aligned (they
+/// always are).
 fn seeded_at(
     shape: Shape,
     kind: FaultKind,
@@ -364,8 +366,8 @@ fn seeded_at(
     sink_parallelism: usize,
     state_backend: weir::StateBackend,
     unaligned: bool,
-) -> usize {
-    let mut with_unaligned_parts = 0;
+) -> (usize, usize) {
+    let (mut with_unaligned_parts, mut op_parts) = (0, 0);
     let kind_no = match kind {
         FaultKind::Panic => 1,
         FaultKind::Hang => 2,
@@ -387,6 +389,11 @@ fn seeded_at(
             setup.sink_parallelism = sink_parallelism;
             setup.state_backend = state_backend.clone();
             setup.unaligned = unaligned;
+            if unaligned {
+                // Several checkpoints in each short run (the shortest interval, half the rate).
+                setup.checkpoint = Some(Duration::from_millis(10));
+                setup.rate /= 2.0;
+            }
             setup
         })
         .unwrap_or_else(|e| panic!("run {run_no} ({kind:?} in subtask {subtask} at {at}): {e}"));
@@ -400,6 +407,7 @@ fn seeded_at(
         assert_eq!(r.restarts, 0, "{ctx}: restarted instead of promoting");
         for c in &r.history {
             for part in c.subtasks.iter().filter(|p| p.vertex == "op") {
+                op_parts += 1;
                 assert!(
                     !part.unaligned && part.persisted_data == 0,
                     "{ctx}: checkpoint {}: the backed-up operator's part is unaligned: {part:?}",
@@ -411,7 +419,7 @@ fn seeded_at(
             }
         }
     }
-    with_unaligned_parts
+    (with_unaligned_parts, op_parts)
 }
 
 fn runs_per_kind() -> u64 {
@@ -458,7 +466,7 @@ fn seeded_failures_at_parallelism_three() {
             seeded_at(
                 shape,
                 kind,
-                runs_per_kind() / 10,
+                (runs_per_kind() / 10).max(1),
                 3,
                 2,
                 weir::StateBackend::Memory,
@@ -474,23 +482,26 @@ fn seeded_failures_at_parallelism_three() {
 /// after a promotion; every fault kind, both shapes, every id once.
 #[test]
 fn seeded_failures_with_unaligned_checkpoints() {
-    let mut with_unaligned_parts = 0;
+    let (mut with_unaligned_parts, mut op_parts) = (0, 0);
     for shape in [Shape::Stateless, Shape::Stateful] {
         for kind in [FaultKind::Panic, FaultKind::Hang, FaultKind::StopArbiter] {
-            with_unaligned_parts += seeded_at(
+            let (u, o) = seeded_at(
                 shape,
                 kind,
-                runs_per_kind() / 10,
+                (runs_per_kind() / 10).max(1),
                 2,
                 1,
                 weir::StateBackend::Memory,
                 true,
             );
+            with_unaligned_parts += u;
+            op_parts += o;
         }
     }
     assert!(
-        with_unaligned_parts > 0,
-        "no checkpoint of any run had an unaligned part"
+        with_unaligned_parts > 0 && op_parts > 0,
+        "checkpoints with an unaligned part: {with_unaligned_parts}; parts of the backed-up \
+         operator seen: {op_parts}"
     );
 }
 
@@ -647,20 +658,35 @@ fn failed_backup_is_replaced_and_later_promoted() {
 /// job from its checkpoint: nothing lost, nothing twice.
 #[test]
 fn full_buffer_queue_degrades_to_restart_all() {
-    let faults = FaultPlan::new(vec![Fault::new("op", FaultKind::Panic, 1_500).in_subtask(0)]);
-    let mut setup = Setup::new(N, Shape::Stateful, faults.clone());
-    // Checkpoints every 200 ms at 100k records/s: more than 1 KiB of records waits for one.
-    setup.checkpoint = Some(Duration::from_millis(200));
-    setup.policy = setup.policy.clone().max_memory(1024);
-    let r = run(setup).unwrap();
-    assert_state(&r.counts, N);
-    assert_eq!(faults.fired(), 1);
-    assert!(r.degraded, "the queue did not degrade");
-    assert_eq!(r.promotions, 0);
-    assert!(
-        r.restarts >= 1,
-        "a degraded subtask's failure restarts the job"
-    );
+    // Aligned, and unaligned (the restart restores the sink's channel state beside the
+    // backed-up operator's aligned snapshot).
+    for unaligned in [false, true] {
+        let faults = FaultPlan::new(vec![Fault::new("op", FaultKind::Panic, 1_500).in_subtask(0)]);
+        let mut setup = Setup::new(N, Shape::Stateful, faults.clone());
+        // Checkpoints every 200 ms at 100k records/s: more than 1 KiB of records waits for one.
+        setup.checkpoint = Some(Duration::from_millis(200));
+        setup.policy = setup.policy.clone().max_memory(1024);
+        setup.unaligned = unaligned;
+        let r = run(setup).unwrap();
+        assert_state(&r.counts, N);
+        assert_eq!(faults.fired(), 1);
+        assert!(r.degraded, "the queue did not degrade");
+        assert_eq!(r.promotions, 0);
+        assert!(
+            r.restarts >= 1,
+            "a degraded subtask's failure restarts the job"
+        );
+        for c in &r.history {
+            assert!(
+                c.subtasks
+                    .iter()
+                    .all(|p| p.unaligned == (unaligned && p.vertex != "op")),
+                "unaligned {unaligned}: checkpoint {}: {:?}",
+                c.id,
+                c.subtasks
+            );
+        }
+    }
 }
 
 /// Round-robin output from a backed-up operator that emits five records per input, to three
@@ -1244,31 +1270,48 @@ fn an_unaligned_checkpoint_with_records_in_flight_into_a_now_backed_up_operator_
     };
 
     let handle = build(false, None).start("in-flight").unwrap();
-    // A completed checkpoint that stored records in flight into `op`.
-    let id = loop {
+    // A completed checkpoint that stored records in flight into `op` (the slow map keeps its
+    // input full, so nearly every one does).
+    let mut id = None;
+    for _ in 0..200 {
         let done = handle
             .checkpoint_stats()
             .map_or(0, |s| s.number_of_completed_checkpoints);
         let stats = weir_testing::wait_for_checkpoint(&handle, done + 1, Duration::from_secs(60))
             .expect("checkpoints complete");
-        let found = stats.history.iter().rev().find(|c| {
-            c.status == weir::CheckpointStatus::Completed
-                && c.subtasks
-                    .iter()
-                    .any(|p| p.vertex == "op" && p.persisted_data > 0)
-        });
-        if let Some(c) = found {
-            break c.id;
+        id = stats
+            .history
+            .iter()
+            .rev()
+            .find(|c| {
+                c.status == weir::CheckpointStatus::Completed
+                    && c.subtasks
+                        .iter()
+                        .any(|p| p.vertex == "op" && p.persisted_data > 0)
+            })
+            .map(|c| c.id);
+        if id.is_some() {
+            break;
         }
-    };
+    }
+    let id = id.expect("a checkpoint with records in flight into `op` within 200");
     handle.cancel();
     let _ = handle.wait();
     let chk = find_dir(dir.path(), &format!("chk-{id}")).expect("the checkpoint's directory");
 
-    let e = build(true, Some(chk.clone()))
-        .execute("in-flight")
-        .unwrap_err()
-        .to_string();
+    // Refused when it starts: it never checkpoints, and ends with the error.
+    let e = match build(true, Some(chk.clone())).start("in-flight") {
+        Err(e) => e.to_string(),
+        Ok(handle) => {
+            if weir_testing::wait_for_checkpoint(&handle, 1, Duration::from_secs(60)).is_ok() {
+                handle.cancel();
+                panic!("the backed-up job restored a checkpoint with records in flight into it");
+            }
+            within_timeout(move || handle.wait())
+                .expect_err("the restore is refused")
+                .to_string()
+        }
+    };
     eprintln!("refused: {e}");
     assert!(e.contains("`op`"), "the error names the operator: {e}");
     assert!(

@@ -430,7 +430,10 @@ pub(crate) fn instantiate(
                 Built::Source(step) => Driver::Source(step),
                 Built::Inputs { heads, selection } => {
                     let mut gates: Vec<Box<dyn InputGate>> = Vec::new();
-                    let backed_up = claims.contains_key(&(h, j));
+                    // A backed-up operator has one input (`plan` refuses others).
+                    let mut claim = claims.remove(&(h, j));
+                    let backed_up = claim.is_some();
+                    debug_assert!(!backed_up || heads.len() == 1, "one input when backed up");
                     for (input, head) in heads.into_iter().enumerate() {
                         let rxs = std::mem::take(&mut receivers[h][input][j]);
                         let port = input_port(graph, h, input);
@@ -438,7 +441,7 @@ pub(crate) fn instantiate(
                         let replay = restore
                             .and_then(|r| r.states.get(&key))
                             .map(|v| v.as_slice());
-                        if let Some(c) = claims.remove(&(h, j)) {
+                        if let Some(c) = claim.take() {
                             // A backed-up subtask's checkpoints are aligned (no channel state
                             // of its own); one taken unaligned before it was backed up is
                             // refused rather than its in-flight records dropped.
@@ -449,8 +452,9 @@ pub(crate) fn instantiate(
                                     message: "the checkpoint holds records in flight into \
                                               this operator (taken unaligned before it was \
                                               backed up), which a backed-up operator cannot \
-                                              replay: restore without the backup, or from \
-                                              an aligned checkpoint or a savepoint"
+                                              replay: restore without the backup, or from a \
+                                              checkpoint or savepoint taken with unaligned \
+                                              checkpoints and aligned_checkpoint_timeout off"
                                         .into(),
                                 });
                             }

@@ -216,6 +216,12 @@ impl BarrierHandler {
 
     /// A channel has a barrier of checkpoint `id` at its head that overtook queued data.
     pub(crate) fn on_overtaking(&mut self, id: u64) -> Overtaking {
+        // A forced-aligned subtask's channels (dual ones) keep barriers in band, and it never
+        // moves one ahead itself (`overtakes_in_band`).
+        debug_assert!(
+            !self.forced_aligned,
+            "an overtaking barrier at a forced-aligned subtask"
+        );
         if self.recording.as_ref().is_some_and(|r| r.id == id) {
             return Overtaking::Record;
         }
