@@ -349,14 +349,14 @@ impl Coordinator {
         self.stats.history = self.history.iter().cloned().collect();
     }
 
-    /// Triggers a checkpoint now, whatever the interval (a savepoint).
-    pub(crate) fn force(&mut self, now: Instant) -> u64 {
+    /// Triggers a savepoint now, whatever the interval.
+    pub(crate) fn trigger_savepoint(&mut self, now: Instant) -> u64 {
         self.start(now, true)
     }
 
     /// Triggers a checkpoint now, whatever the interval, that is not a savepoint (asked for
     /// from outside, e.g. `POST /jobs/{id}/checkpoints`).
-    pub(crate) fn force_checkpoint(&mut self, now: Instant) -> u64 {
+    pub(crate) fn trigger_checkpoint(&mut self, now: Instant) -> u64 {
         self.start(now, false)
     }
 
@@ -825,7 +825,7 @@ mod tests {
         };
         let done = c.ack(d, 0, unaligned, t0 + ms(840)).unwrap();
         c.complete(&done, t0 + ms(840));
-        let sp = c.force(t0 + ms(900));
+        let sp = c.trigger_savepoint(t0 + ms(900));
         let h = &c.stats.history;
         let outcomes: Vec<(u64, CheckpointStatus, bool)> =
             h.iter().map(|r| (r.id, r.status, r.is_savepoint)).collect();
@@ -875,7 +875,7 @@ mod tests {
             }
         );
         for i in 0..(2 * HISTORY as u64) {
-            c.force(t0 + ms(1_000 + i));
+            c.trigger_savepoint(t0 + ms(1_000 + i));
         }
         assert_eq!(
             c.stats.history.len(),

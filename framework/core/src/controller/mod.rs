@@ -195,7 +195,7 @@ pub(crate) struct JobContext {
     /// Per node: it follows the job's default parallelism (a job-wide rescale changes it).
     pub(crate) follows_default: Vec<bool>,
     /// The old graph while a new one is on probation (until its first checkpoint).
-    pub(crate) fallback: Option<Box<states::Fallback>>,
+    pub(crate) probation: Option<Box<states::Probation>>,
 }
 
 impl JobContext {
@@ -243,7 +243,7 @@ impl JobContext {
             failures: failures::FailureLog::default(),
             warnings: Warnings::new(&job, cfg.stderr_warnings),
             handover: Arc::new(crate::sync::atomic::AtomicU64::new(0)),
-            fallback: None,
+            probation: None,
             follows_default: graph
                 .nodes
                 .iter()

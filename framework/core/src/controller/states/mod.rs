@@ -1,15 +1,17 @@
 //! The controller's states, one file each, and the transitions between them.
 //!
 //! ```text
-//!              ┌───────────────── restart ─────────────────┐
+//!              ┌──────────────── restart ──────────────────┐
 //!              ▼                                           │
-//!   start ─► Deploying ───► Running ◄────► FailingOver     │
-//!              │             │   │              │          │
-//!              │             │   └────────► Recovering ────┘
-//!              │             ▼                  │
-//!              │          Stopping              │
-//!              │             │                  │
-//!              └───────────► Finished ◄─────────┘
+//!   start ─► Deploying ───► Running ◄──────► FailingOver   │
+//!              │           │ │ │ │               │         │
+//!              │           │ │ │ └─────────────► ▼         │
+//!              │           │ │ └─► Rescaling ─► Recovering ┘
+//!              │           │ └───► Replacing ─►    │
+//!              │           ▼    (both go back to   │
+//!              │        Stopping  Running, and to  │
+//!              │           │      Finished)        │
+//!              └─────────► Finished ◄──────────────┘
 //!
 //!  Deploying   → Running       the subtasks are deployed
 //!  Deploying   → Finished      the subtasks cannot be built
@@ -54,7 +56,7 @@ pub(crate) use deploying::Deploying;
 pub(crate) use failing_over::FailingOver;
 pub(crate) use finished::Finished;
 pub(crate) use recovering::Recovering;
-pub(crate) use replacing::{Fallback, Replacing};
+pub(crate) use replacing::{Probation, Replacing};
 pub(crate) use rescaling::Rescaling;
 pub(crate) use running::Running;
 pub(crate) use stopping::Stopping;

@@ -6,7 +6,7 @@
 //! Once complete, this state waits for the sinks' commits, stops the old deployment and
 //! deploys the new graph from those states (by operator uid, dealt to a new parallelism where
 //! one changed), in the same process, REST server and handle. The old graph and the states
-//! are kept ([`Fallback`]) until the new graph completes its first checkpoint: a failure
+//! are kept ([`Probation`]) until the new graph completes its first checkpoint: a failure
 //! before that, or no checkpoint within the grace period, rolls back to the old graph from
 //! the same states, so nothing is lost or duplicated either way.
 //!
@@ -58,7 +58,7 @@ pub(crate) struct PreparedReplace {
 }
 
 /// What the job goes back to while the new graph is on probation.
-pub(crate) struct Fallback {
+pub(crate) struct Probation {
     graph: Graph,
     plan: Plan,
     registry: OperatorRegistry,
@@ -72,7 +72,7 @@ pub(crate) struct Fallback {
     report: ReplaceReport,
 }
 
-impl Fallback {
+impl Probation {
     /// The new graph completed checkpoint `id` (or, with checkpoints off, its grace period):
     /// it stays, and the caller is told.
     pub(crate) fn commit(self, id: Option<u64>) {
@@ -244,7 +244,7 @@ async fn forward(ctx: &mut JobContext, dep: Deployment, pending: PendingReplace)
     let old_registry = std::mem::replace(&mut ctx.registry, registry);
     let old_follows = std::mem::replace(&mut ctx.follows_default, follows);
     ctx.attempt += 1;
-    let fallback = |restore: Restore, report: ReplaceReport| Fallback {
+    let probation = |restore: Restore, report: ReplaceReport| Probation {
         graph: old_graph,
         plan: old_plan,
         registry: old_registry,
@@ -269,7 +269,7 @@ async fn forward(ctx: &mut JobContext, dep: Deployment, pending: PendingReplace)
             *lock(&ctx.views.vertices) =
                 crate::plan::vertices(&ctx.graph, &ctx.plan, ctx.cfg.max_parallelism);
             *lock(&ctx.views.gauges) = ctx.graph.gauges_by_uid(&ctx.plan.uids);
-            ctx.fallback = Some(Box::new(fallback(restore, report)));
+            ctx.probation = Some(Box::new(probation(restore, report)));
             let cause = format!("replaced the graph at savepoint {id}");
             Replacing::to(Running::new(dep, ctx), cause)
         }
@@ -281,7 +281,7 @@ async fn forward(ctx: &mut JobContext, dep: Deployment, pending: PendingReplace)
                 dropped_state: dropped,
                 committed_at: None,
             };
-            ctx.fallback = Some(Box::new(fallback(restore, report)));
+            ctx.probation = Some(Box::new(probation(restore, report)));
             roll_back(ctx, format!("the new graph cannot start: {e}"))
         }
     }
@@ -295,14 +295,14 @@ fn back(ctx: &mut JobContext, dep: Deployment, why: String) -> Transition {
 }
 
 fn roll_back(ctx: &mut JobContext, why: String) -> Transition {
-    let Some(fb) = ctx.fallback.take() else {
+    let Some(fb) = ctx.probation.take() else {
         let e = crate::error::JobError::Runtime {
             job: ctx.job.clone(),
-            message: format!("internal error: a rollback without a fallback ({why})"),
+            message: format!("internal error: a rollback without a graph on probation ({why})"),
         };
         return Replacing::to(Finished::failed(e), why);
     };
-    let Fallback {
+    let Probation {
         graph,
         plan,
         registry,

@@ -118,13 +118,13 @@ impl Running {
         }
         // The new graph on probation fails: back to the old one, not a restart.
         let exit = match exit {
-            Exit::Failed(e) if ctx.fallback.is_some() => Exit::RollBack(format!(
+            Exit::Failed(e) if ctx.probation.is_some() => Exit::RollBack(format!(
                 "the new graph failed before its first checkpoint: {e}"
             )),
             exit => exit,
         };
         if let Exit::Stop(reason) = &exit {
-            if let Some(fb) = ctx.fallback.take() {
+            if let Some(fb) = ctx.probation.take() {
                 fb.ended(matches!(reason, StopReason::Finished));
             }
         }
@@ -437,11 +437,11 @@ impl Running {
         }
         ctx.release_claimed_runs();
         if ctx
-            .fallback
+            .probation
             .as_ref()
             .is_some_and(|fb| done.id > fb.from_checkpoint)
         {
-            if let Some(fb) = ctx.fallback.take() {
+            if let Some(fb) = ctx.probation.take() {
                 fb.commit(Some(done.id));
             }
         }
@@ -498,7 +498,7 @@ impl Running {
             }
             Command::TriggerCheckpoint(reply) => {
                 let now = Instant::now();
-                let id = ctx.coordinator.force_checkpoint(now);
+                let id = ctx.coordinator.trigger_checkpoint(now);
                 tracing::info!(checkpoint = id, "triggering a checkpoint on request");
                 self.trigger(ctx, id, now, false);
                 ctx.publish_stats();
@@ -704,7 +704,7 @@ impl Running {
                 let _ = request.reply.send(Ok(prepared.report(0, now, now)));
             }
             Ok(prepared) => {
-                let id = ctx.coordinator.force_checkpoint(now);
+                let id = ctx.coordinator.trigger_checkpoint(now);
                 ctx.handover
                     .store(id, crate::sync::atomic::Ordering::Release);
                 tracing::info!(checkpoint = id, changes = ?prepared.changes, "rescale: triggering its checkpoint");
@@ -767,7 +767,7 @@ impl Running {
                 let _ = request.reply.send(Err(e));
             }
             Ok(prepared) => {
-                let id = ctx.coordinator.force(now);
+                let id = ctx.coordinator.trigger_savepoint(now);
                 ctx.handover
                     .store(id, crate::sync::atomic::Ordering::Release);
                 tracing::info!(
@@ -787,7 +787,7 @@ impl Running {
             Some("another rescale is in progress")
         } else if self.replace.is_some() {
             Some("a graph replacement is in progress")
-        } else if ctx.fallback.is_some() {
+        } else if ctx.probation.is_some() {
             Some("a new graph is on probation until its first checkpoint")
         } else if !self.savepoints.is_empty() {
             Some("a savepoint is in progress")
@@ -811,7 +811,7 @@ impl Running {
             return;
         }
         let now = Instant::now();
-        let id = ctx.coordinator.force(now);
+        let id = ctx.coordinator.trigger_savepoint(now);
         tracing::info!(checkpoint = id, dir = %request.dir.display(), stop = request.stop, "triggering a savepoint");
         // Stopping: the sources read nothing after the savepoint's barrier, so the job's
         // output ends exactly at the savepoint (a job restored from it repeats nothing).
@@ -884,14 +884,14 @@ impl Running {
     fn on_tick(&mut self, ctx: &mut JobContext, at: Instant) -> Result<(), Exit> {
         self.sample(ctx, at)?;
         let now = Instant::now();
-        if ctx.fallback.as_ref().is_some_and(|fb| now >= fb.deadline) {
+        if ctx.probation.as_ref().is_some_and(|fb| now >= fb.deadline) {
             if ctx.cfg.checkpoint.interval.is_some() {
                 return Err(Exit::RollBack(
                     "the new graph completed no checkpoint within its grace period".into(),
                 ));
             }
             // Without periodic checkpoints the grace period is the probation.
-            if let Some(fb) = ctx.fallback.take() {
+            if let Some(fb) = ctx.probation.take() {
                 fb.commit(None);
             }
         }
