@@ -6,6 +6,7 @@
 //! (`Stopping`), a backed-up primary failed (`FailingOver`), or any other subtask or too many
 //! checkpoints failed (`Recovering`).
 
+use std::ops::ControlFlow::{self, Break, Continue};
 use std::time::{Duration, Instant};
 
 use futures::{FutureExt, StreamExt};
@@ -52,7 +53,8 @@ pub(crate) struct Running {
     storing: std::collections::BTreeMap<u64, (Completed, Vec<u8>)>,
 }
 
-/// Why the job leaves `Running`.
+/// Why the job leaves `Running`: every handler returns `ControlFlow<Exit>`, `Continue` to
+/// stay, `Break` with where to go.
 enum Exit {
     Failed(JobError),
     Promote(Vec<Promote>),
@@ -61,6 +63,14 @@ enum Exit {
     Replace(Box<PendingReplace>),
     /// The new graph on probation must go: back to the old one.
     RollBack(String),
+}
+
+/// Goes on after `result`, or leaves the state with its error.
+fn failed_with(result: Result<(), JobError>) -> ControlFlow<Exit> {
+    match result {
+        Ok(()) => Continue(()),
+        Err(e) => Break(Exit::Failed(e)),
+    }
 }
 
 /// What woke the controller.
@@ -102,7 +112,7 @@ impl Running {
 
     pub(crate) async fn run(mut self, ctx: &mut JobContext) -> Transition {
         let exit = loop {
-            if let Err(exit) = self.step(ctx).await {
+            if let Break(exit) = self.step(ctx).await {
                 break exit;
             }
         };
@@ -187,9 +197,9 @@ impl Running {
     }
 
     /// Waits for the next thing to do and does it.
-    async fn step(&mut self, ctx: &mut JobContext) -> Result<(), Exit> {
+    async fn step(&mut self, ctx: &mut JobContext) -> ControlFlow<Exit> {
         if self.remaining == 0 {
-            return Err(Exit::Stop(StopReason::Finished));
+            return Break(Exit::Stop(StopReason::Finished));
         }
         // Commands from outside are control mail: served first, like a subtask's system
         // lane (they are few, so subtask reports are never starved by them).
@@ -201,19 +211,19 @@ impl Running {
         };
         match wake {
             Wake::Event(Some(e)) => self.on_event(ctx, e),
-            Wake::Event(None) => Err(Exit::Failed(JobError::Runtime {
+            Wake::Event(None) => Break(Exit::Failed(JobError::Runtime {
                 job: ctx.job.clone(),
                 message: "the job's event channel closed".into(),
             })),
             Wake::Command(Some(c)) => self.on_command(ctx, c),
             // Every handle is gone: nobody can send commands any more.
-            Wake::Command(None) => Ok(()),
+            Wake::Command(None) => Continue(()),
             Wake::Heartbeat => self.on_heartbeat(ctx),
             Wake::Tick(at) => self.on_tick(ctx, at),
         }
     }
 
-    fn on_event(&mut self, ctx: &mut JobContext, event: JobEvent) -> Result<(), Exit> {
+    fn on_event(&mut self, ctx: &mut JobContext, event: JobEvent) -> ControlFlow<Exit> {
         let dep = &mut self.dep;
         match event {
             JobEvent::Finished {
@@ -222,7 +232,7 @@ impl Running {
                 epoch,
             } if attempt == ctx.attempt && epoch == dep.ids[actor].epoch => {
                 self.on_finished(ctx, actor);
-                Ok(())
+                Continue(())
             }
             JobEvent::Failed {
                 attempt,
@@ -240,7 +250,7 @@ impl Running {
                 subtask,
                 reason,
             } if attempt == ctx.attempt && epoch == dep.ids[actor].epoch => {
-                Err(self.on_lost(ctx, actor, uid, subtask, reason))
+                Break(self.on_lost(ctx, actor, uid, subtask, reason))
             }
             JobEvent::BackupLost {
                 attempt,
@@ -250,7 +260,7 @@ impl Running {
                 if let Some(i) = dep.slot_of(actor) {
                     dep.replace_backup(i, Some(generation), &ctx.events_tx, ctx.attempt);
                 }
-                Ok(())
+                Continue(())
             }
             JobEvent::Ack {
                 attempt,
@@ -273,7 +283,7 @@ impl Running {
                 let now = Instant::now();
                 match ctx.coordinator.ack(id, actor, part, now) {
                     Some(done) => self.on_checkpoint_acked(ctx, done),
-                    None => Ok(()),
+                    None => Continue(()),
                 }
             }
             JobEvent::MetadataStored {
@@ -282,7 +292,7 @@ impl Running {
                 result,
             } if attempt == ctx.attempt => {
                 let Some((done, bytes)) = self.storing.remove(&id) else {
-                    return Ok(());
+                    return Continue(());
                 };
                 let stored = result
                     .map_err(|e| format!("cannot put its metadata on the object store: {e}"))
@@ -306,11 +316,10 @@ impl Running {
                 self.abandon_rescale(ctx, id, || {
                     format!("its checkpoint {id} was declined: {reason}")
                 });
-                ctx.fail_checkpoint(id, format!("declined: {reason}"))
-                    .map_err(Exit::Failed)
+                failed_with(ctx.fail_checkpoint(id, format!("declined: {reason}")))
             }
             // Events of an earlier deployment, or of a fenced primary.
-            _ => Ok(()),
+            _ => Continue(()),
         }
     }
 
@@ -352,14 +361,14 @@ impl Running {
     }
 
     /// A subtask failed: its backup takes over, or the job recovers.
-    fn on_failed(&self, ctx: &JobContext, actor: usize, error: TaskError) -> Result<(), Exit> {
+    fn on_failed(&self, ctx: &JobContext, actor: usize, error: TaskError) -> ControlFlow<Exit> {
         match self.dep.slot_of(actor) {
-            Some(slot) => Err(Exit::Promote(vec![Promote {
+            Some(slot) => Break(Exit::Promote(vec![Promote {
                 slot,
                 why: error.to_string(),
                 fallback: Fallback::Failed(error),
             }])),
-            None => Err(Exit::Failed(error.into_job_error(&ctx.job))),
+            None => Break(Exit::Failed(error.into_job_error(&ctx.job))),
         }
     }
 
@@ -367,7 +376,7 @@ impl Running {
     /// store, `_metadata` is put there first, off this thread (`JobEvent::MetadataStored`
     /// goes on), and written locally once it is there: the local copy never holds a complete
     /// checkpoint the store lacks.
-    fn on_checkpoint_acked(&mut self, ctx: &mut JobContext, done: Completed) -> Result<(), Exit> {
+    fn on_checkpoint_acked(&mut self, ctx: &mut JobContext, done: Completed) -> ControlFlow<Exit> {
         let root = ctx.checkpoint_root.clone();
         let meta = metadata(&ctx.job, &ctx.plan, &done);
         let failed = |e: store::CheckpointError| format!("cannot write its metadata: {e}");
@@ -392,7 +401,7 @@ impl Running {
             });
         });
         self.storing.insert(id, (done, bytes));
-        Ok(())
+        Continue(())
     }
 
     /// Checkpoint `id`'s metadata could not be made durable: the checkpoint failed.
@@ -401,14 +410,14 @@ impl Running {
         ctx: &mut JobContext,
         id: u64,
         why: String,
-    ) -> Result<(), Exit> {
+    ) -> ControlFlow<Exit> {
         self.savepoints
             .fail(id, || format!("savepoint failed: {why}"));
         self.resume_after_failed_stop(id);
         self.abandon_rescale(ctx, id, || format!("its checkpoint failed: {why}"));
-        ctx.fail_checkpoint(id, why).map_err(Exit::Failed)?;
+        failed_with(ctx.fail_checkpoint(id, why))?;
         ctx.publish_stats();
-        Ok(())
+        Continue(())
     }
 
     /// Checkpoint `done` is complete (its metadata is durable): subtasks are told (sinks
@@ -417,7 +426,7 @@ impl Running {
         &mut self,
         ctx: &mut JobContext,
         done: Completed,
-    ) -> Result<(), Exit> {
+    ) -> ControlFlow<Exit> {
         let root = ctx.checkpoint_root.clone();
         ctx.coordinator.complete(&done, Instant::now());
         ctx.cfg.faults.checkpoint_completed();
@@ -448,20 +457,20 @@ impl Running {
         if self.replace.as_ref().is_some_and(|r| r.id == done.id) {
             ctx.publish_stats();
             let pending = self.replace.take().expect("checked above");
-            return Err(Exit::Replace(Box::new(pending)));
+            return Break(Exit::Replace(Box::new(pending)));
         }
         if self.rescale.as_ref().is_some_and(|r| r.id == done.id) {
             // The rescale tells the subtasks itself, and waits for their commits.
             ctx.publish_stats();
             let pending = self.rescale.take().expect("checked above");
-            return Err(Exit::Rescale(Box::new(pending)));
+            return Break(Exit::Rescale(Box::new(pending)));
         }
         for a in &self.dep.actors {
             a.mail(NotifyComplete(done.id));
         }
         let copied = match self.savepoints.take(done.id) {
             Some(sp) => self.copy_savepoint(ctx, done.id, sp),
-            None => Ok(()),
+            None => Continue(()),
         };
         ctx.publish_stats();
         copied
@@ -476,25 +485,25 @@ impl Running {
         ctx: &JobContext,
         id: u64,
         sp: SavepointRequest,
-    ) -> Result<(), Exit> {
+    ) -> ControlFlow<Exit> {
         let copied = remote::save_to(&ctx.checkpoint_root, id, &sp.dir, &ctx.cfg.checkpoint)
             .map_err(|e| e.to_string());
         match crate::savepoint::answer(sp, copied) {
-            Completion::Done { stop: true } => Err(Exit::Stop(StopReason::Savepoint)),
-            Completion::Done { stop: false } => Ok(()),
+            Completion::Done { stop: true } => Break(Exit::Stop(StopReason::Savepoint)),
+            Completion::Done { stop: false } => Continue(()),
             Completion::Failed => {
                 self.resume_after_failed_stop(id);
-                Ok(())
+                Continue(())
             }
         }
     }
 
-    fn on_command(&mut self, ctx: &mut JobContext, command: Command) -> Result<(), Exit> {
+    fn on_command(&mut self, ctx: &mut JobContext, command: Command) -> ControlFlow<Exit> {
         match command {
-            Command::Cancel(reply) => Err(Exit::Stop(StopReason::Cancelled(reply))),
+            Command::Cancel(reply) => Break(Exit::Stop(StopReason::Cancelled(reply))),
             Command::Savepoint(request) => {
                 self.trigger_savepoint(ctx, request);
-                Ok(())
+                Continue(())
             }
             Command::TriggerCheckpoint(reply) => {
                 let now = Instant::now();
@@ -503,21 +512,21 @@ impl Running {
                 self.trigger(ctx, id, now, false);
                 ctx.publish_stats();
                 let _ = reply.send(Ok(id));
-                Ok(())
+                Continue(())
             }
             Command::SetRateControl(config, reply) => {
                 set_rate_control(ctx, config);
                 self.dep.set_rate(ctx.rate.as_ref().and_then(|c| c.current));
                 let _ = reply.send(());
-                Ok(())
+                Continue(())
             }
             Command::Rescale(request) => {
                 self.start_rescale(ctx, request);
-                Ok(())
+                Continue(())
             }
             Command::Replace(request) => {
                 self.start_replace(ctx, request);
-                Ok(())
+                Continue(())
             }
             Command::Settings(request) => {
                 let r = self.settings(ctx, &request.changes, request.apply);
@@ -531,7 +540,7 @@ impl Running {
                     }
                 }
                 let _ = request.reply.send(r);
-                Ok(())
+                Continue(())
             }
         }
     }
@@ -825,7 +834,7 @@ impl Running {
 
     /// Checks the heartbeats of every backed-up subtask: hung primaries are promoted, hung
     /// backups replaced, pings sent when due.
-    fn on_heartbeat(&mut self, ctx: &mut JobContext) -> Result<(), Exit> {
+    fn on_heartbeat(&mut self, ctx: &mut JobContext) -> ControlFlow<Exit> {
         let now = Instant::now();
         let mut promotions = Vec::new();
         for i in 0..self.dep.backups.len() {
@@ -874,19 +883,19 @@ impl Running {
             }
         }
         if promotions.is_empty() {
-            Ok(())
+            Continue(())
         } else {
-            Err(Exit::Promote(promotions))
+            Break(Exit::Promote(promotions))
         }
     }
 
     /// The periodic tick scheduled for `at`.
-    fn on_tick(&mut self, ctx: &mut JobContext, at: Instant) -> Result<(), Exit> {
+    fn on_tick(&mut self, ctx: &mut JobContext, at: Instant) -> ControlFlow<Exit> {
         self.sample(ctx, at)?;
         let now = Instant::now();
         if ctx.probation.as_ref().is_some_and(|fb| now >= fb.deadline) {
             if ctx.cfg.checkpoint.interval.is_some() {
-                return Err(Exit::RollBack(
+                return Break(Exit::RollBack(
                     "the new graph completed no checkpoint within its grace period".into(),
                 ));
             }
@@ -900,19 +909,19 @@ impl Running {
                 .fail(id, || format!("savepoint {id} timed out"));
             self.resume_after_failed_stop(id);
             self.abandon_rescale(ctx, id, || format!("its checkpoint {id} timed out"));
-            ctx.fail_checkpoint(id, why).map_err(Exit::Failed)?;
+            failed_with(ctx.fail_checkpoint(id, why))?;
         }
         if let Some(id) = ctx.coordinator.maybe_trigger(now) {
             tracing::debug!(checkpoint = id, "triggering checkpoint");
             self.trigger(ctx, id, now, false);
         }
         ctx.publish_stats();
-        Ok(())
+        Continue(())
     }
 
     /// Metrics from the last samples, the rate controller's update, the job-level hang
     /// check, and the next sampling mail.
-    fn sample(&mut self, ctx: &mut JobContext, at: Instant) -> Result<(), Exit> {
+    fn sample(&mut self, ctx: &mut JobContext, at: Instant) -> ControlFlow<Exit> {
         let dep = &mut self.dep;
         let now = Instant::now();
         if let Some(m) = dep
@@ -938,7 +947,7 @@ impl Running {
         let inside = |i: usize| probes[i].counters.in_poll_since_us();
         if let Some(i) = dep.silence.hung(now, timeout, &dep.finished, inside) {
             let probe = &dep.sampler.probes()[i];
-            return Err(Exit::Failed(ctx.lost(
+            return Break(Exit::Failed(ctx.lost(
                 probe.head_uid.clone(),
                 probe.subtask,
                 format!("no answer to the system lane for {timeout:?} (hung)"),
@@ -948,7 +957,7 @@ impl Running {
         dep.mail_running(|| Sample {
             sent_at: Instant::now(),
         });
-        Ok(())
+        Continue(())
     }
 }
 
