@@ -1,7 +1,8 @@
 //! What every route shares: the REST error and its JSON, the triggers of operations started
 //! over REST, the route table, and the helpers that find a job or vertex, check the token and
 //! read a body. The handlers are `jobs` (cluster, jobs, vertices, metrics, exceptions),
-//! `checkpoints`, `savepoints`, `rescale`, `settings`, `prom` and `dashboard` (the web page).
+//! `checkpoints`, `savepoints`, `rescale`, `replace`, `settings`, `backups`, `prom` and
+//! `dashboard` (the web page).
 
 use std::path::PathBuf;
 use std::sync::mpsc::{Receiver, TryRecvError};
@@ -170,7 +171,7 @@ pub(crate) fn routes(cfg: &mut web::ServiceConfig) {
         .service(get("/jobs/{id}/config/history", super::settings::history))
         .service(
             web::resource("/jobs/{id}/replace")
-                .route(web::post().to(super::settings::replace))
+                .route(web::post().to(super::replace::replace))
                 .default_service(web::to(method_not_allowed)),
         )
         .service(
@@ -212,8 +213,8 @@ pub(crate) fn routes(cfg: &mut web::ServiceConfig) {
             "/jobs/{id}/checkpoints/{trigger}",
             super::checkpoints::checkpoint_status,
         ))
-        .service(get("/jobs/{id}/metrics", super::checkpoints::job_metrics))
-        .service(get("/jobs/{id}/backups", super::checkpoints::backups))
+        .service(get("/jobs/{id}/metrics", super::jobs::job_metrics))
+        .service(get("/jobs/{id}/backups", super::backups::backups))
         .service(get("/jobs/{id}/exceptions", super::jobs::exceptions))
         .service(
             web::resource("/jobs/{id}/savepoints")

@@ -466,3 +466,58 @@ pub(super) async fn exceptions(state: State, req: HttpRequest) -> Answer {
         },
     })))
 }
+
+/// The job-level metrics with Flink's names.
+pub(super) fn job_metric(job: &JobMonitor, name: &str) -> Option<String> {
+    let s = job.checkpoint_stats();
+    let s = s.as_ref();
+    let v = match name {
+        "numRestarts" => s.map_or(0, |s| s.num_restarts),
+        "lastCheckpointDuration" => s.map_or(0, |s| s.last_checkpoint_duration_ms),
+        "lastCheckpointSize" => s.map_or(0, |s| s.last_checkpoint_size),
+        "numberOfCompletedCheckpoints" => s.map_or(0, |s| s.number_of_completed_checkpoints),
+        "numberOfFailedCheckpoints" => s.map_or(0, |s| s.number_of_failed_checkpoints),
+        "numberOfInProgressCheckpoints" => s.map_or(0, |s| s.number_of_in_progress_checkpoints),
+        "checkpointAlignmentTime" => s.map_or(0, |s| s.checkpoint_alignment_time_ms),
+        "checkpointStartDelay" => s.map_or(0, |s| s.checkpoint_start_delay_nanos / 1_000_000),
+        "uptime" => now_ms().saturating_sub(job.start_time_ms()),
+        "numRescales" => job.rescale_stats().num_rescales,
+        "lastRescaleDuration" => job.rescale_stats().last.map_or(0, |r| ms(r.duration)),
+        "lastRescalePause" => job.rescale_stats().last.map_or(0, |r| ms(r.pause)),
+        _ => return None,
+    };
+    Some(v.to_string())
+}
+
+/// The names `/jobs/{id}/metrics` knows.
+pub(super) const JOB_METRICS: &[&str] = &[
+    "numRestarts",
+    "lastCheckpointDuration",
+    "lastCheckpointSize",
+    "numberOfCompletedCheckpoints",
+    "numberOfFailedCheckpoints",
+    "numberOfInProgressCheckpoints",
+    "checkpointAlignmentTime",
+    "checkpointStartDelay",
+    "uptime",
+    "numRescales",
+    "lastRescaleDuration",
+    "lastRescalePause",
+];
+
+pub(super) async fn job_metrics(state: State, req: HttpRequest) -> Answer {
+    let job = job_of(&state, &req)?;
+    let query =
+        web::Query::<std::collections::HashMap<String, String>>::from_query(req.query_string())
+            .map_err(|e| ApiError::bad_request(format!("bad query: {e}")))?;
+    let list: Vec<Value> = match query.get("get") {
+        // As Flink: without `get`, the names; with it, the values (as strings) of the known ones.
+        None => JOB_METRICS.iter().map(|n| json!({ "id": n })).collect(),
+        Some(names) => names
+            .split(',')
+            .map(str::trim)
+            .filter_map(|n| job_metric(&job, n).map(|v| json!({ "id": n, "value": v })))
+            .collect(),
+    };
+    Ok(HttpResponse::Ok().json(list))
+}

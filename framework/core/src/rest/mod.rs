@@ -28,10 +28,12 @@
 //! jobs themselves are steered through their controllers' command channels (`controller`).
 
 mod api;
+mod backups;
 mod checkpoints;
 mod dashboard;
 mod jobs;
 mod prom;
+mod replace;
 mod rescale;
 mod savepoints;
 mod settings;
