@@ -177,11 +177,31 @@ impl Consumer {
     }
 }
 
+/// A consumer's read loop on the calling thread: `poll` until `ended`; when a poll does
+/// nothing, it registers on the channels' shared receive waker, polls once more (an event
+/// sent before the registration woke no one) and parks.
+pub(super) fn read_until_ended<C>(
+    c: &mut C,
+    rx_waker: &AtomicWaker,
+    poll: fn(&mut C) -> bool,
+    ended: fn(&C) -> bool,
+) {
+    let (waker, me) = waker();
+    while !ended(c) {
+        if poll(c) {
+            continue;
+        }
+        rx_waker.register(&waker);
+        if !poll(c) {
+            park(&me);
+        }
+    }
+}
+
 /// The consumer: reads both channels as the aligner allows until both ended; when no readable
 /// channel has an event it registers on the shared receive waker, looks once more (an event
 /// sent before the registration woke no one) and waits.
 fn consume(rxs: [Receiver<u32>; 2], rx_waker: &Arc<AtomicWaker>, mode: AlignMode) -> Outcome {
-    let (waker, me) = waker();
     let mut c = Consumer {
         rxs,
         aligner: BarrierAligner::new(2, mode),
@@ -189,15 +209,9 @@ fn consume(rxs: [Receiver<u32>; 2], rx_waker: &Arc<AtomicWaker>, mode: AlignMode
         processed: Vec::new(),
         snapshot: None,
     };
-    while !c.ended.iter().all(|e| *e) {
-        if c.poll() {
-            continue;
-        }
-        rx_waker.register(&waker);
-        if !c.poll() {
-            park(&me);
-        }
-    }
+    read_until_ended(&mut c, rx_waker, Consumer::poll, |c| {
+        c.ended.iter().all(|e| *e)
+    });
     Outcome {
         processed: c.processed,
         snapshot: c

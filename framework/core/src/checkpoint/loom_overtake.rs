@@ -29,7 +29,7 @@
 
 use std::task::Context;
 
-use super::loom_align::{park, send, sorted, waker};
+use super::loom_align::{read_until_ended, send, sorted, waker};
 use crate::channel::{channel, Batch, Event, Receiver, Sender};
 use crate::sync::{Arc, AtomicWaker};
 
@@ -222,17 +222,10 @@ fn check(shape: Shape) {
         // the producers only once every channel ended, and a wake-up after that (a dropped
         // sender's) unparks no one, as [`super::loom_align::Unpark`] unparks only a thread
         // inside `park`.
-        let (waker, me) = waker();
         let mut c = Consumer::new(rxs);
-        while !c.ended.iter().all(|e| *e) {
-            if c.poll() {
-                continue;
-            }
-            rx_waker.register(&waker);
-            if !c.poll() {
-                park(&me);
-            }
-        }
+        read_until_ended(&mut c, &rx_waker, Consumer::poll, |c| {
+            c.ended.iter().all(|e| *e)
+        });
         for p in producers {
             p.join().unwrap();
         }
