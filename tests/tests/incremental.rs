@@ -216,3 +216,47 @@ fn a_savepoint_of_an_incremental_job_restores_without_its_runs_and_without_incre
     end_and_check(handle, &c, &out, KEYS);
     let _ = std::fs::remove_dir_all(&sp);
 }
+
+/// New runs of a job at another parallelism (2 -> 3 -> 1) resume from the incremental
+/// checkpoint the run before left when it failed for good (a panic with no restart left): each
+/// new subtask reads its key groups from the old subtasks' chains (only the runs' blocks of
+/// those groups). In the second run a panic right after the start restores the same way again
+/// (before the run completed a checkpoint of its own) or from its own first checkpoint. Every
+/// id once at the exactly-once sink, each key's counts `1..=n`.
+#[test]
+fn new_runs_at_another_parallelism_resume_from_incremental_chains() {
+    let dir = tmp("ranged");
+    let out = CollectSink::default();
+    for (run, p) in [2, 3, 1].into_iter().enumerate() {
+        let mut cfg = config(&dir, true);
+        cfg.checkpoint.restore_latest = Some(weir::RestoreLatest::if_any(&dir));
+        cfg.restart = Some(RestartStrategy::FixedDelay {
+            attempts: u32::from(run == 1),
+            delay: Duration::ZERO,
+        });
+        let env = Env::with_config(cfg);
+        let c = Controls::default();
+        job(&env, KEYS, p, &c, &out);
+        let handle = env.start("incremental-ranged").expect("starts");
+        if run > 0 {
+            let stats = handle.checkpoint_stats().unwrap_or_default();
+            assert!(
+                stats.last_restored_checkpoint_id.is_some(),
+                "run {run} resumed from the run before: {stats:?}"
+            );
+        }
+        if run == 1 {
+            inject_panic(&handle, &c);
+        }
+        wait_checkpoints(&handle, 20);
+        assert!(runs_on_disk(&dir) > 0, "runs under shared/");
+        if p == 1 {
+            end_and_check(handle, &c, &out, KEYS);
+        } else {
+            // Its last restart used, the run fails and leaves its checkpoints.
+            c.panic_once.store(true, Ordering::SeqCst);
+            assert!(handle.wait().is_err(), "run {run} fails");
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -298,8 +298,24 @@ impl OperatorRegistry {
 pub(crate) struct Restore {
     pub(crate) checkpoint: u64,
     pub(crate) states: std::collections::HashMap<(String, usize), Vec<u8>>,
+    /// States of incremental checkpoints not read yet (read when the job is deployed, each
+    /// subtask's key groups only: `controller::states::deploying::fit_restore`); none once
+    /// the job is deployed from it.
+    pub(crate) chains: crate::checkpoint::store::Chains,
     /// uid -> parallelism when the states were taken (where known; `rescale::fit`).
     pub(crate) parallelism: HashMap<String, usize>,
+}
+
+impl Restore {
+    /// The restore of what was loaded from the checkpoint (or savepoint) in `dir`.
+    pub(crate) fn loaded(loaded: crate::checkpoint::store::Loaded, dir: &std::path::Path) -> Self {
+        Restore {
+            checkpoint: loaded.checkpoint,
+            states: loaded.states,
+            chains: loaded.chains,
+            parallelism: crate::checkpoint::store::recorded_parallelism(dir),
+        }
+    }
 }
 
 /// Builds every subtask's chain and every channel (restoring `restore` if given).
@@ -583,7 +599,7 @@ pub(crate) fn build_promoted(
     let restore = restored.map(|bytes| Restore {
         checkpoint: 0,
         states: [((plan.uids[n].clone(), j), bytes)].into_iter().collect(),
-        parallelism: HashMap::new(),
+        ..Default::default()
     });
     let mut builder = ChainBuilder {
         graph,

@@ -28,6 +28,7 @@ pub(crate) mod channels;
 
 pub(crate) use channels::{ChannelInput, Dealing};
 
+use crate::checkpoint::store::{Chained, Chains};
 use crate::hooks::{Redistribution, StateField, StateScope};
 use crate::key_group::key_group_range;
 use crate::state::changes;
@@ -174,7 +175,8 @@ impl Rule {
 }
 
 /// The payloads of one operator for its new subtasks: `old` holds one payload per old subtask
-/// that wrote one (index, payload); the result has one per new subtask that has state.
+/// that wrote one (index, payload), or for a keyed operator several parts of one (each some
+/// of its key groups, with its own fields); the result has one per new subtask that has state.
 ///
 /// ```text
 /// keyed, 2 -> 3 subtasks, 128 key groups:  old 0 = groups 0..64, old 1 = 64..128
@@ -239,10 +241,14 @@ fn keyed(
     // Per key group: the old subtask that held it and the bytes of its pair.
     let mut groups: Vec<Option<(usize, &[u8])>> = vec![None; max_parallelism];
     let mut owns = Vec::new();
+    let mut seen = std::collections::HashSet::new();
     for (subtask, payload) in old {
         let bad = |what: &str| format!("old subtask {subtask}'s keyed state: {what}");
         let held = held_groups(payload, own.is_some(), max_parallelism).map_err(|e| bad(&e))?;
-        owns.extend(held.own);
+        // Parts of one old subtask's state (a ranged read) each carry its own fields.
+        if seen.insert(*subtask) {
+            owns.extend(held.own);
+        }
         for (kg, pair) in held.groups {
             let slot = groups
                 .get_mut(kg)
@@ -286,6 +292,34 @@ fn keyed(
         out.push((j, payload));
     }
     Ok(out)
+}
+
+/// What each old subtask's chain (`chained`, at parallelism `had`) holds of each new
+/// subtask's key-group range (at `now`): one (old subtask, payload) per pair whose ranges
+/// meet, each read from only the runs' blocks of those groups, each with the old subtask's
+/// own fields ([`keyed`] takes them once per old subtask).
+fn read_ranges(
+    chained: &[(usize, Chained)],
+    had: usize,
+    now: usize,
+    max_parallelism: usize,
+) -> Result<Vec<(usize, Vec<u8>)>, String> {
+    let mut parts = Vec::new();
+    for (i, chain) in chained {
+        let old = key_group_range(*i, max_parallelism, had);
+        for j in 0..now {
+            let new = key_group_range(j, max_parallelism, now);
+            let meet = old.start.max(new.start)..old.end.min(new.end);
+            if meet.is_empty() {
+                continue;
+            }
+            let part = chain
+                .payload_of(meet)
+                .map_err(|why| format!("old subtask {i}: {why}"))?;
+            parts.push((*i, part));
+        }
+    }
+    Ok(parts)
 }
 
 /// What one keyed payload holds, found by [`held_groups`].
@@ -455,13 +489,20 @@ fn deal_snapshots(
 /// parallelism differs from `old_parallelism` (uid -> parallelism when the states were taken;
 /// where it is not recorded, one more than the highest subtask with state), and the channel
 /// state (unaligned checkpoints) of each of `inputs` whose operator or senders changed.
+///
+/// States of incremental checkpoints come as `chains`, not read yet: a keyed operator's
+/// chains, where its parallelism changed, are read key-group range by range (each new
+/// subtask's part of each old subtask's chain, only the runs' blocks of those groups); any
+/// other chain is read whole. Chains of operators not in `operators` are not read at all.
 pub(crate) fn fit(
     states: &mut HashMap<(String, usize), Vec<u8>>,
+    chains: Chains,
     old_parallelism: &HashMap<String, usize>,
     operators: &[(String, usize, &Rule)],
     inputs: &[ChannelInput],
     max_parallelism: usize,
 ) -> Result<Vec<String>, String> {
+    let mut chains = chains;
     let mut moved = Vec::new();
     for (uid, new_p, rule) in operators {
         let mut old: Vec<(usize, Vec<u8>)> = Vec::new();
@@ -471,11 +512,45 @@ pub(crate) fn fit(
                 old.push((key.1, p));
             }
         }
+        let keys: Vec<(String, usize)> = chains.keys().filter(|(u, _)| u == uid).cloned().collect();
+        let mut chained: Vec<(usize, Chained)> = keys
+            .into_iter()
+            .filter_map(|key| chains.remove(&key).map(|c| (key.1, c)))
+            .collect();
+        chained.sort_by_key(|(s, _)| *s);
         old.sort_by_key(|(s, _)| *s);
+        let highest = old
+            .last()
+            .map(|(s, _)| *s)
+            .max(chained.last().map(|(s, _)| *s));
         let had = old_parallelism
             .get(uid)
             .copied()
-            .or_else(|| old.last().map(|(s, _)| s + 1));
+            .or_else(|| highest.map(|s| s + 1));
+        let ranged = matches!(rule, Rule::Keyed { .. }) && old.is_empty();
+        match had {
+            Some(had) if had != *new_p && ranged && !chained.is_empty() => {
+                let parts = read_ranges(&chained, had, *new_p, max_parallelism)
+                    .map_err(|why| format!("operator `{uid}`: {why}"))?;
+                let dealt = redistribute(rule, &parts, *new_p, max_parallelism).map_err(|why| {
+                    format!("operator `{uid}` cannot go from parallelism {had} to {new_p}: {why}")
+                })?;
+                moved.push(uid.clone());
+                for (j, p) in dealt {
+                    states.insert((uid.clone(), j), p);
+                }
+                continue;
+            }
+            _ => {
+                for (s, chain) in chained {
+                    let p = chain
+                        .payload()
+                        .map_err(|why| format!("operator `{uid}` subtask {s}: {why}"))?;
+                    old.push((s, p));
+                }
+                old.sort_by_key(|(s, _)| *s);
+            }
+        }
         match had {
             Some(had) if had != *new_p && !old.is_empty() => {
                 let dealt = redistribute(rule, &old, *new_p, max_parallelism).map_err(|why| {
@@ -808,6 +883,74 @@ mod tests {
     }
 
     #[test]
+    fn chains_are_read_range_by_range_and_dealt_as_whole_payloads_are() {
+        let max = 16;
+        let root = std::env::temp_dir().join(format!("weir-rescale-chains-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        let fields = vec![
+            ("offsets".to_owned(), Redistribution::Split),
+            ("seen".to_owned(), Redistribution::Union),
+        ];
+        let rule = Rule::Keyed { own: Some(fields) };
+        // 600 keys with 2 KB values: each old subtask's run has blocks of a few groups.
+        let value = "v".repeat(2048);
+        for from in [1, 2, 3, 4] {
+            let mut chains = Chains::new();
+            for (i, groups) in keyed_payloads(0..600, from, max) {
+                let groups: Groups = crate::checkpoint::decode(&groups).unwrap();
+                let groups: Vec<(usize, Vec<(u64, String)>)> = groups
+                    .into_iter()
+                    .map(|(g, e)| {
+                        (
+                            g,
+                            e.into_iter()
+                                .map(|(k, _)| (k, format!("{value}{k}")))
+                                .collect(),
+                        )
+                    })
+                    .collect();
+                let own: crate::hooks::StateSnapshot = crate::checkpoint::decode(&snapshot(vec![
+                    ("offsets", ints(&[i as i64 * 10, i as i64 * 10 + 1])),
+                    ("seen", ints(&[i as i64])),
+                ]))
+                .unwrap();
+                let payload = crate::checkpoint::encode(&(own, groups)).unwrap();
+                let delta = changes::KeyedDelta::from_payload(payload, true).unwrap();
+                let file = format!("s/{from}-{i}.run");
+                let run = crate::checkpoint::runs::write(&root, &file, &delta).unwrap();
+                let chain = Chained {
+                    root: root.clone(),
+                    runs: vec![run],
+                };
+                chains.insert(("count".to_owned(), i), chain);
+            }
+            let whole: Vec<(usize, Vec<u8>)> = (0..from)
+                .map(|i| (i, chains[&("count".to_owned(), i)].payload().unwrap()))
+                .collect();
+            for to in [1, 2, 3, 5] {
+                let mut states = HashMap::new();
+                let had = HashMap::from([("count".to_owned(), from)]);
+                let ops = [("count".to_owned(), to, &rule)];
+                fit(&mut states, chains.clone(), &had, &ops, &[], max).unwrap();
+                let expected: HashMap<(String, usize), Vec<u8>> = if from == to {
+                    whole
+                        .iter()
+                        .map(|(i, p)| (("count".to_owned(), *i), p.clone()))
+                        .collect()
+                } else {
+                    redistribute(&rule, &whole, to, max)
+                        .unwrap()
+                        .into_iter()
+                        .map(|(j, p)| (("count".to_owned(), j), p))
+                        .collect()
+                };
+                assert_eq!(states, expected, "{from} -> {to}");
+            }
+        }
+        let _ = std::fs::remove_dir_all(&root);
+    }
+
+    #[test]
     fn fit_moves_only_what_changed_and_names_refusals() {
         let mut states: HashMap<(String, usize), Vec<u8>> = HashMap::new();
         for (j, p) in keyed_payloads(0..50, 2, 8) {
@@ -820,11 +963,11 @@ mod tests {
             ("count".to_string(), 4, &keyed),
             ("src".to_string(), 1, &refused),
         ];
-        let moved = fit(&mut states, &HashMap::new(), &ops, &[], 8).unwrap();
+        let moved = fit(&mut states, Chains::new(), &HashMap::new(), &ops, &[], 8).unwrap();
         assert_eq!(moved, vec!["count".to_string()]);
         assert_eq!(states.keys().filter(|(u, _)| u == "count").count(), 4);
         let ops = [("src".to_string(), 2, &refused)];
-        let e = fit(&mut states, &HashMap::new(), &ops, &[], 8).unwrap_err();
+        let e = fit(&mut states, Chains::new(), &HashMap::new(), &ops, &[], 8).unwrap_err();
         assert!(e.contains("`src`") && e.contains("position"), "{e}");
     }
 }

@@ -8,11 +8,20 @@
 //! ([`merge`]): that makes a new base off the data path ([`materialize`]), and the
 //! operator's snapshot payload when a checkpoint is restored ([`payload`]).
 //!
-//! Format: the 8 bytes `WEIRRUN1`, then one LZ4 frame (entries repeat much: field layouts,
-//! padded strings) of records `kind: u8, group: u32 LE, key length: u32 LE, value length:
-//! u32 LE, key, value` (kind 1: an entry, its value the whole CBOR entry as the keyed snapshot
-//! holds it; 2: the key is gone; 3: the operator's own fields, with an empty key in group 0,
-//! so first), ending with a record of kind 0; nothing after the frame.
+//! Format (`WEIRRUN2`): the 8 bytes `WEIRRUN2`, then blocks, then an index and a trailer.
+//! A block is one LZ4 frame (entries repeat much: field layouts, padded strings) of records
+//! `kind: u8, group: u32 LE, key length: u32 LE, value length: u32 LE, key, value` (kind 1: an
+//! entry, its value the whole CBOR entry as the keyed snapshot holds it; 2: the key is gone;
+//! 3: the operator's own fields, with an empty key in group 0, in a block of their own, first),
+//! ending with a record of kind 0. A block holds whole key groups: it ends at the first group
+//! boundary after [`BLOCK_TARGET`] bytes. The index lists each block's first and last key
+//! group, offset, length and CRC-32; the trailer (24 bytes) the index's offset, length and
+//! CRC-32 and the 8 bytes `WEIRIDX2`. A reader of some key groups reads the trailer, the
+//! index and the blocks of its groups only ([`RunReader::open_range`]): what a restore at
+//! another parallelism reads of each run. A run's [`RunRef::crc32`] is its index's, which
+//! holds every block's: checked before a block is used, each block checked as it is read.
+//! Runs of the first format (`WEIRRUN1`: one frame, no index, the reference's checksum that
+//! of the whole file) are still read, whole.
 //!
 //! This module owns the format and reading, writing and merging runs; not when runs are
 //! written (`checkpoint::incremental`) or deleted (`store`).
@@ -20,12 +29,21 @@
 use std::cmp::Ordering;
 use std::collections::BinaryHeap;
 use std::fs::File;
-use std::io::{BufReader, BufWriter, Read, Write};
+use std::io::{BufReader, BufWriter, Read, Seek, SeekFrom, Write};
+use std::ops::Range;
 use std::path::Path;
 
 use crate::state::changes::{head, KeyedDelta, ARRAY, UNSIGNED};
 
-const MAGIC: &[u8; 8] = b"WEIRRUN1";
+const MAGIC_V1: &[u8; 8] = b"WEIRRUN1";
+const MAGIC: &[u8; 8] = b"WEIRRUN2";
+const INDEX_MAGIC: &[u8; 8] = b"WEIRIDX2";
+/// Bytes of records (uncompressed) after which a block ends, at the next key group.
+pub(crate) const BLOCK_TARGET: usize = 256 << 10;
+/// One block's line in the index: flags, first and last group, offset, length, CRC-32.
+const INDEX_LINE: usize = 1 + 4 + 4 + 8 + 8 + 4;
+/// The trailer: the index's offset, length and CRC-32, and [`INDEX_MAGIC`].
+const TRAILER: usize = 8 + 4 + 4 + 8;
 const END: u8 = 0;
 const ENTRY: u8 = 1;
 const GONE: u8 = 2;
@@ -38,7 +56,8 @@ pub struct RunRef {
     pub file: String,
     /// Its length in bytes.
     pub len: u64,
-    /// CRC-32 of the whole file.
+    /// CRC-32 of its index (which holds each block's CRC-32); of the whole file for a run of
+    /// the first format.
     pub crc32: u32,
 }
 
@@ -75,6 +94,147 @@ fn record(
     out.write_all(&head)?;
     out.write_all(key)?;
     out.write_all(value)
+}
+
+/// One block of a run, as its index lists it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Block {
+    /// It holds the operator's own fields (and nothing else).
+    own: bool,
+    first: u32,
+    last: u32,
+    offset: u64,
+    len: u64,
+    crc32: u32,
+}
+
+impl Block {
+    fn encode(&self, out: &mut Vec<u8>) {
+        out.push(u8::from(self.own));
+        out.extend_from_slice(&self.first.to_le_bytes());
+        out.extend_from_slice(&self.last.to_le_bytes());
+        out.extend_from_slice(&self.offset.to_le_bytes());
+        out.extend_from_slice(&self.len.to_le_bytes());
+        out.extend_from_slice(&self.crc32.to_le_bytes());
+    }
+
+    fn decode(b: &[u8]) -> Option<Block> {
+        let u32_at = |i: usize| Some(u32::from_le_bytes(b.get(i..i + 4)?.try_into().ok()?));
+        let u64_at = |i: usize| Some(u64::from_le_bytes(b.get(i..i + 8)?.try_into().ok()?));
+        Some(Block {
+            own: match b.first()? {
+                0 => false,
+                1 => true,
+                _ => return None,
+            },
+            first: u32_at(1)?,
+            last: u32_at(5)?,
+            offset: u64_at(9)?,
+            len: u64_at(17)?,
+            crc32: u32_at(25)?,
+        })
+    }
+
+    /// Whether a reader of the groups `range` (all: `None`) needs this block.
+    fn wanted(&self, range: &Option<Range<u32>>) -> bool {
+        self.own
+            || range
+                .as_ref()
+                .is_none_or(|r| self.first < r.end && self.last >= r.start)
+    }
+}
+
+/// Writes a run's blocks to `out` (after the magic, which the caller wrote), then its index
+/// and trailer ([`BlockWriter::finish`]).
+struct BlockWriter<W: Write> {
+    out: W,
+    /// Bytes of the run written so far (the magic included).
+    at: u64,
+    /// The block being written: its frame, and what it holds.
+    cur: Option<(lz4_flex::frame::FrameEncoder<Vec<u8>>, Block, usize)>,
+    /// A finished block's buffer, kept for the next.
+    spare: Vec<u8>,
+    blocks: Vec<Block>,
+}
+
+impl<W: Write> BlockWriter<W> {
+    fn new(out: W) -> Self {
+        BlockWriter {
+            out,
+            at: MAGIC.len() as u64,
+            cur: None,
+            spare: Vec::new(),
+            blocks: Vec::new(),
+        }
+    }
+
+    /// Appends a record; records come in (group, key) order, the own fields first.
+    fn record(&mut self, kind: u8, group: u32, key: &[u8], value: &[u8]) -> std::io::Result<()> {
+        let own = kind == OWN;
+        let ends = self
+            .cur
+            .as_ref()
+            .is_some_and(|(_, b, raw)| b.own || own || (group != b.last && *raw >= BLOCK_TARGET));
+        if ends {
+            self.close()?;
+        }
+        let (frame, block, raw) = self.cur.get_or_insert_with(|| {
+            let mut buf = std::mem::take(&mut self.spare);
+            buf.clear();
+            let block = Block {
+                own,
+                first: group,
+                last: group,
+                offset: 0,
+                len: 0,
+                crc32: 0,
+            };
+            (lz4_flex::frame::FrameEncoder::new(buf), block, 0)
+        });
+        record(frame, kind, group, key, value)?;
+        block.last = group;
+        *raw += 13 + key.len() + value.len();
+        Ok(())
+    }
+
+    /// Ends the block being written (with a record of kind 0) and writes it out.
+    fn close(&mut self) -> std::io::Result<()> {
+        let Some((mut frame, mut block, _)) = self.cur.take() else {
+            return Ok(());
+        };
+        record(&mut frame, END, 0, &[], &[])?;
+        let bytes = frame.finish().map_err(std::io::Error::other)?;
+        self.out.write_all(&bytes)?;
+        block.offset = self.at;
+        block.len = bytes.len() as u64;
+        block.crc32 = crc32fast::hash(&bytes);
+        self.at += block.len;
+        self.blocks.push(block);
+        self.spare = bytes;
+        Ok(())
+    }
+
+    /// Ends the last block and writes the index and the trailer; returns the sink and the
+    /// index's CRC-32.
+    fn finish(mut self) -> std::io::Result<(W, u32)> {
+        self.close()?;
+        let mut index = Vec::with_capacity(4 + self.blocks.len() * INDEX_LINE);
+        index.extend_from_slice(&(self.blocks.len() as u32).to_le_bytes());
+        for b in &self.blocks {
+            b.encode(&mut index);
+        }
+        let crc = crc32fast::hash(&index);
+        let len = u32::try_from(index.len())
+            .map_err(|_| std::io::Error::other("a run's index over 4 GiB"))?;
+        let mut trailer = [0u8; TRAILER];
+        trailer[..8].copy_from_slice(&self.at.to_le_bytes());
+        trailer[8..12].copy_from_slice(&len.to_le_bytes());
+        trailer[12..16].copy_from_slice(&crc.to_le_bytes());
+        trailer[16..].copy_from_slice(INDEX_MAGIC);
+        self.out.write_all(&index)?;
+        self.out.write_all(&trailer)?;
+        Ok((self.out, crc))
+    }
 }
 
 /// The order in which `delta`'s entries are written: sorted by (key group, encoded key), of
@@ -118,32 +278,35 @@ fn sorted(delta: &KeyedDelta) -> Vec<usize> {
     kept
 }
 
-/// Writes the records of `delta` to `out`: its own fields first, then its entries in order,
-/// then the end.
-fn write_records(delta: &KeyedDelta, out: &mut impl Write) -> std::io::Result<()> {
+/// Writes the records of `delta` to `out`: its own fields first, then its entries in order.
+fn write_records<W: Write>(delta: &KeyedDelta, out: &mut BlockWriter<W>) -> std::io::Result<()> {
     if let Some(own) = &delta.own {
-        record(out, OWN, 0, &[], own)?;
+        out.record(OWN, 0, &[], own)?;
     }
     for i in sorted(delta) {
         let e = &delta.index[i];
         let k = &delta.bytes[e.key.0 as usize..e.key.1 as usize];
         match e.entry {
-            Some((a, b)) => record(out, ENTRY, e.group, k, &delta.bytes[a as usize..b as usize])?,
-            None => record(out, GONE, e.group, k, &[])?,
+            Some((a, b)) => out.record(ENTRY, e.group, k, &delta.bytes[a as usize..b as usize])?,
+            None => out.record(GONE, e.group, k, &[])?,
         }
     }
-    record(out, END, 0, &[], &[])
+    Ok(())
 }
 
-/// The run of `delta`, in memory.
+/// The run of `delta`, in memory, and its reference (named `run`).
 #[cfg(test)]
-pub(crate) fn encode(delta: &KeyedDelta) -> Vec<u8> {
-    let mut out = MAGIC.to_vec();
-    let mut frame = lz4_flex::frame::FrameEncoder::new(&mut out);
+pub(crate) fn encode(delta: &KeyedDelta) -> (Vec<u8>, RunRef) {
+    let mut w = BlockWriter::new(MAGIC.to_vec());
     // Writing to a Vec fails only for entries over 4 GiB, which `KeyedDelta` refuses.
-    let _ = write_records(delta, &mut frame);
-    let _ = frame.finish();
-    out
+    let _ = write_records(delta, &mut w);
+    let (out, crc32) = w.finish().expect("writes to memory");
+    let r = RunRef {
+        file: "run".into(),
+        len: out.len() as u64,
+        crc32,
+    };
+    (out, r)
 }
 
 /// Writes `delta` as the run `file` under `root`, durably (streamed to a temporary file,
@@ -154,30 +317,12 @@ pub(crate) fn write(root: &Path, file: &str, delta: &KeyedDelta) -> Result<RunRe
     run.finish()
 }
 
-/// A run being written: to a temporary file, summed as it goes.
+/// A run being written: to a temporary file.
 struct RunFile {
     path: std::path::PathBuf,
     tmp: std::path::PathBuf,
     file: String,
-    w: lz4_flex::frame::FrameEncoder<Summed<BufWriter<File>>>,
-}
-
-struct Summed<W> {
-    w: W,
-    crc: crc32fast::Hasher,
-    len: u64,
-}
-
-impl<W: Write> Write for Summed<W> {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        let n = self.w.write(buf)?;
-        self.crc.update(&buf[..n]);
-        self.len += n as u64;
-        Ok(n)
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        self.w.flush()
-    }
+    w: BlockWriter<BufWriter<File>>,
 }
 
 impl RunFile {
@@ -192,14 +337,10 @@ impl RunFile {
             crate::checkpoint::store::create_dir_durable(dir).map_err(io)?;
         }
         let f = File::create(&tmp).map_err(io)?;
-        let mut raw = Summed {
-            w: BufWriter::with_capacity(1 << 16, f),
-            crc: crc32fast::Hasher::new(),
-            len: 0,
-        };
+        let mut raw = BufWriter::with_capacity(1 << 16, f);
         raw.write_all(MAGIC).map_err(io)?;
         Ok(RunFile {
-            w: lz4_flex::frame::FrameEncoder::new(raw),
+            w: BlockWriter::new(raw),
             path,
             tmp,
             file: file.to_owned(),
@@ -214,23 +355,20 @@ impl RunFile {
     fn finish(self) -> Result<RunRef, String> {
         let RunFile { path, tmp, file, w } = self;
         let io = |e: std::io::Error| format!("cannot write {}: {e}", tmp.display());
-        let Summed { w, crc, len } = w.finish().map_err(|e| io(std::io::Error::other(e)))?;
+        let (w, crc32) = w.finish().map_err(io)?;
         let f = w.into_inner().map_err(|e| io(e.into_error()))?;
         f.sync_all().map_err(io)?;
+        let len = f.metadata().map_err(io)?.len();
         drop(f);
         std::fs::rename(&tmp, &path).map_err(io)?;
         if let Some(dir) = path.parent() {
             crate::checkpoint::store::sync_dir(dir).map_err(io)?;
         }
-        Ok(RunRef {
-            file,
-            len,
-            crc32: crc.finalize(),
-        })
+        Ok(RunRef { file, len, crc32 })
     }
 }
 
-/// Counts and sums what is read through it: a run's file as it is on disk.
+/// Counts and sums what is read through it.
 struct SummedRead<R> {
     r: R,
     crc: crc32fast::Hasher,
@@ -246,44 +384,173 @@ impl<R: Read> Read for SummedRead<R> {
     }
 }
 
-/// Reads the records of one run, checking its length and checksum at the end.
-pub(crate) struct RunReader<R: Read> {
-    r: lz4_flex::frame::FrameDecoder<SummedRead<R>>,
+impl<R> SummedRead<R> {
+    fn new(r: R) -> Self {
+        SummedRead {
+            r,
+            crc: crc32fast::Hasher::new(),
+            len: 0,
+        }
+    }
+}
+
+/// Where a [`RunReader`] is: between blocks (the source itself), or in one.
+enum Source<R: Read> {
+    Between(R),
+    /// In a block of the second format: its frame over its bytes, and the block.
+    Block(
+        lz4_flex::frame::FrameDecoder<SummedRead<std::io::Take<R>>>,
+        Block,
+    ),
+    /// In a run of the first format (one frame over the rest of the file, summed whole).
+    Whole(lz4_flex::frame::FrameDecoder<SummedRead<R>>),
+    /// Taken while moving between the others (only after an error).
+    Gone,
+}
+
+/// Reads the records of one run (all of them, or those of some key groups and the own
+/// fields), checking each block's checksum as it ends, and a first-format run's length and
+/// checksum at the end ([`RunReader::check`]).
+pub(crate) struct RunReader<R: Read + Seek> {
+    src: Source<R>,
+    /// Blocks still to read, in order (the second format).
+    blocks: std::collections::VecDeque<Block>,
+    /// Only records of these groups (and the own fields) are given.
+    range: Option<Range<u32>>,
     ended: bool,
     name: String,
 }
 
 impl RunReader<BufReader<File>> {
-    /// Opens the run `r` of the job run directory `root`.
-    pub(crate) fn open(root: &Path, r: &RunRef) -> Result<Self, String> {
+    /// Opens the run `r` of the job run directory `root` for the records of key groups
+    /// `range` (all: `None`), and the operator's own fields: only their blocks are read.
+    pub(crate) fn open_range(
+        root: &Path,
+        r: &RunRef,
+        range: Option<Range<u32>>,
+    ) -> Result<Self, String> {
         let path = root.join(&r.file);
         let f = File::open(&path).map_err(|e| format!("cannot open {}: {e}", path.display()))?;
-        RunReader::new(BufReader::with_capacity(1 << 16, f), &r.file)
+        RunReader::new(BufReader::with_capacity(1 << 16, f), r, range)
     }
 }
 
-impl<R: Read> RunReader<R> {
-    fn new(r: R, name: &str) -> Result<Self, String> {
-        let mut raw = SummedRead {
-            r,
-            crc: crc32fast::Hasher::new(),
-            len: 0,
-        };
+impl<R: Read + Seek> RunReader<R> {
+    fn new(mut r: R, expected: &RunRef, range: Option<Range<u32>>) -> Result<Self, String> {
+        let name = expected.file.clone();
         let mut magic = [0u8; 8];
-        raw.read_exact(&mut magic)
+        r.read_exact(&mut magic)
             .map_err(|e| format!("{name} ends early ({e}): the file is truncated"))?;
-        if &magic != MAGIC {
-            return Err(format!("{name} is not a state run of this version"));
-        }
-        Ok(RunReader {
-            r: lz4_flex::frame::FrameDecoder::new(raw),
+        let mut reader = RunReader {
+            src: Source::Gone,
+            blocks: Default::default(),
+            range,
             ended: false,
-            name: name.to_owned(),
-        })
+            name,
+        };
+        if &magic == MAGIC_V1 {
+            let mut raw = SummedRead::new(r);
+            raw.crc.update(MAGIC_V1);
+            raw.len = MAGIC_V1.len() as u64;
+            reader.src = Source::Whole(lz4_flex::frame::FrameDecoder::new(raw));
+            return Ok(reader);
+        }
+        if &magic != MAGIC {
+            return Err(format!(
+                "{} is not a state run of this version",
+                reader.name
+            ));
+        }
+        reader.blocks = reader.index(&mut r, expected)?;
+        let range = &reader.range;
+        reader.blocks.retain(|b| b.wanted(range));
+        reader.src = Source::Between(r);
+        Ok(reader)
+    }
+
+    /// Reads and checks the index of a second-format run.
+    fn index(
+        &self,
+        r: &mut R,
+        expected: &RunRef,
+    ) -> Result<std::collections::VecDeque<Block>, String> {
+        let corrupted = |what: &str| {
+            format!(
+                "{} does not match its checkpoint ({what}): the file is corrupted",
+                self.name
+            )
+        };
+        let io = |e: std::io::Error| {
+            format!(
+                "{} cannot be read ({e}): the file is truncated or corrupted",
+                self.name
+            )
+        };
+        let len = r.seek(SeekFrom::End(0)).map_err(io)?;
+        if len != expected.len {
+            return Err(corrupted(&format!(
+                "{len} bytes, the checkpoint says {}",
+                expected.len
+            )));
+        }
+        let tail = len
+            .checked_sub(TRAILER as u64)
+            .filter(|&t| t >= MAGIC.len() as u64)
+            .ok_or_else(|| corrupted("too short for its trailer"))?;
+        r.seek(SeekFrom::Start(tail)).map_err(io)?;
+        let mut trailer = [0u8; TRAILER];
+        r.read_exact(&mut trailer).map_err(io)?;
+        let word = |i: usize| {
+            u32::from_le_bytes([trailer[i], trailer[i + 1], trailer[i + 2], trailer[i + 3]])
+        };
+        let at = u64::from_le_bytes(trailer[..8].try_into().unwrap_or_default());
+        let (index_len, crc) = (word(8), word(12));
+        if &trailer[16..] != INDEX_MAGIC || at.checked_add(u64::from(index_len)) != Some(tail) {
+            return Err(corrupted("its trailer does not point at its index"));
+        }
+        if crc != expected.crc32 {
+            return Err(corrupted(&format!(
+                "index checksum {crc:08x}, the checkpoint says {:08x}",
+                expected.crc32
+            )));
+        }
+        r.seek(SeekFrom::Start(at)).map_err(io)?;
+        let mut index = vec![0u8; index_len as usize];
+        r.read_exact(&mut index).map_err(io)?;
+        if crc32fast::hash(&index) != crc {
+            return Err(corrupted("its index's checksum"));
+        }
+        let n = index
+            .get(..4)
+            .and_then(|b| b.try_into().ok())
+            .map(u32::from_le_bytes)
+            .ok_or_else(|| corrupted("an empty index"))? as usize;
+        if index.len() != 4 + n * INDEX_LINE {
+            return Err(corrupted("an index of the wrong length"));
+        }
+        let mut blocks = std::collections::VecDeque::with_capacity(n);
+        let mut next = MAGIC.len() as u64;
+        for line in index[4..].chunks_exact(INDEX_LINE) {
+            let b = Block::decode(line).ok_or_else(|| corrupted("a malformed index line"))?;
+            if b.offset != next || b.first > b.last {
+                return Err(corrupted("its index's blocks do not follow each other"));
+            }
+            next = b.offset + b.len;
+            blocks.push_back(b);
+        }
+        if next != at {
+            return Err(corrupted("its blocks do not end where its index begins"));
+        }
+        Ok(blocks)
     }
 
     fn fill(&mut self, buf: &mut [u8]) -> Result<(), String> {
-        self.r.read_exact(buf).map_err(|e| {
+        let read = match &mut self.src {
+            Source::Block(r, _) => r.read_exact(buf),
+            Source::Whole(r) => r.read_exact(buf),
+            Source::Between(_) | Source::Gone => Err(std::io::Error::other("no block open")),
+        };
+        read.map_err(|e| {
             format!(
                 "{} cannot be read to its end ({e}): the file is truncated or corrupted",
                 self.name
@@ -291,41 +558,111 @@ impl<R: Read> RunReader<R> {
         })
     }
 
-    /// Reads the next record into `rec`; `false` at the end of the run.
-    pub(crate) fn next(&mut self, rec: &mut Record) -> Result<bool, String> {
-        if self.ended {
+    /// Opens the next wanted block; `false` when there is none (or the run is of the first
+    /// format, whose one frame is open from the start).
+    fn next_block(&mut self) -> Result<bool, String> {
+        let src = std::mem::replace(&mut self.src, Source::Gone);
+        let mut r = match src {
+            Source::Between(r) => r,
+            Source::Block(frame, block) => {
+                // The frame must end with the block's bytes, and sum to its checksum.
+                let mut rest = Vec::new();
+                let mut frame = frame;
+                let frame_rest = frame.read_to_end(&mut rest);
+                let summed = frame.into_inner();
+                if frame_rest.is_err()
+                    || !rest.is_empty()
+                    || summed.len != block.len
+                    || summed.crc.clone().finalize() != block.crc32
+                {
+                    return Err(format!(
+                        "{}'s block at byte {} does not match its index: the file is corrupted",
+                        self.name, block.offset
+                    ));
+                }
+                summed.r.into_inner()
+            }
+            whole @ Source::Whole(_) => {
+                self.src = whole;
+                return Ok(false);
+            }
+            Source::Gone => return Ok(false),
+        };
+        let Some(block) = self.blocks.pop_front() else {
+            self.src = Source::Between(r);
             return Ok(false);
-        }
-        let mut head = [0u8; 13];
-        self.fill(&mut head)?;
-        let word = |i: usize| u32::from_le_bytes([head[i], head[i + 1], head[i + 2], head[i + 3]]);
-        rec.kind = head[0];
-        rec.group = word(1);
-        let (klen, vlen) = (word(5) as usize, word(9) as usize);
-        if !matches!(rec.kind, END | ENTRY | GONE | OWN) || klen + vlen > 1 << 31 {
-            return Err(format!(
-                "{} holds a malformed record: the file is corrupted",
+        };
+        r.seek(SeekFrom::Start(block.offset)).map_err(|e| {
+            format!(
+                "{} cannot be read ({e}): the file is truncated or corrupted",
                 self.name
-            ));
-        }
-        rec.key.resize(klen, 0);
-        rec.value.resize(vlen, 0);
-        let (mut key, mut value) = (std::mem::take(&mut rec.key), std::mem::take(&mut rec.value));
-        let read = self.fill(&mut key).and_then(|()| self.fill(&mut value));
-        (rec.key, rec.value) = (key, value);
-        read?;
-        if rec.kind == END {
-            self.ended = true;
-            return Ok(false);
-        }
+            )
+        })?;
+        let raw = SummedRead::new(r.take(block.len));
+        self.src = Source::Block(lz4_flex::frame::FrameDecoder::new(raw), block);
         Ok(true)
     }
 
-    /// Checks that the run ended where and as `expected` says.
-    pub(crate) fn check(mut self, expected: &RunRef) -> Result<(), String> {
+    /// Reads the next record into `rec`; `false` at the end of the run (or of the blocks
+    /// wanted).
+    pub(crate) fn next(&mut self, rec: &mut Record) -> Result<bool, String> {
+        loop {
+            if self.ended {
+                return Ok(false);
+            }
+            if matches!(self.src, Source::Between(_)) && !self.next_block()? {
+                self.ended = true;
+                return Ok(false);
+            }
+            let mut head = [0u8; 13];
+            self.fill(&mut head)?;
+            let word =
+                |i: usize| u32::from_le_bytes([head[i], head[i + 1], head[i + 2], head[i + 3]]);
+            rec.kind = head[0];
+            rec.group = word(1);
+            let (klen, vlen) = (word(5) as usize, word(9) as usize);
+            if !matches!(rec.kind, END | ENTRY | GONE | OWN) || klen + vlen > 1 << 31 {
+                return Err(format!(
+                    "{} holds a malformed record: the file is corrupted",
+                    self.name
+                ));
+            }
+            rec.key.resize(klen, 0);
+            rec.value.resize(vlen, 0);
+            let (mut key, mut value) =
+                (std::mem::take(&mut rec.key), std::mem::take(&mut rec.value));
+            let read = self.fill(&mut key).and_then(|()| self.fill(&mut value));
+            (rec.key, rec.value) = (key, value);
+            read?;
+            if rec.kind == END {
+                // The end of a block: the next one, if any (the end of a first-format run).
+                if !self.next_block()? {
+                    self.ended = true;
+                    return Ok(false);
+                }
+                continue;
+            }
+            let wanted =
+                rec.kind == OWN || self.range.as_ref().is_none_or(|r| r.contains(&rec.group));
+            if wanted {
+                return Ok(true);
+            }
+        }
+    }
+
+    /// Checks that the run ended where and as `expected` says (its blocks were checked as
+    /// they were read; a first-format run is checked whole here).
+    pub(crate) fn check(self, expected: &RunRef) -> Result<(), String> {
+        let Source::Whole(mut frame) = self.src else {
+            return if self.ended {
+                Ok(())
+            } else {
+                Err(format!("{} was not read to its end", self.name))
+            };
+        };
         let mut rest = Vec::new();
-        let frame_rest = self.r.read_to_end(&mut rest);
-        let mut raw = self.r.into_inner();
+        let frame_rest = frame.read_to_end(&mut rest);
+        let mut raw = frame.into_inner();
         let mut trailing = Vec::new();
         let _ = raw.read_to_end(&mut trailing);
         let crc = raw.crc.finalize();
@@ -370,7 +707,7 @@ impl Ord for Head {
 
 /// Merges `runs` (oldest first, the first a base) in key order: `out` is given each key's
 /// newest record, keys that are gone left out. Checks each run against its reference.
-pub(crate) fn merge<R: Read>(
+pub(crate) fn merge<R: Read + Seek>(
     runs: Vec<(RunReader<R>, &RunRef)>,
     mut out: impl FnMut(&Record) -> Result<(), String>,
 ) -> Result<(), String> {
@@ -411,11 +748,15 @@ pub(crate) fn merge<R: Read>(
 /// A run read from its file.
 type FileRun = RunReader<BufReader<File>>;
 
-/// Opens every run of `chain` under `root`.
-fn open_chain<'a>(root: &Path, chain: &'a [RunRef]) -> Result<Vec<(FileRun, &'a RunRef)>, String> {
+/// Opens every run of `chain` under `root`, for the key groups `range` (all: `None`).
+fn open_chain<'a>(
+    root: &Path,
+    chain: &'a [RunRef],
+    range: Option<Range<u32>>,
+) -> Result<Vec<(FileRun, &'a RunRef)>, String> {
     chain
         .iter()
-        .map(|r| RunReader::open(root, r).map(|reader| (reader, r)))
+        .map(|r| RunReader::open_range(root, r, range.clone()).map(|reader| (reader, r)))
         .collect()
 }
 
@@ -424,11 +765,10 @@ fn open_chain<'a>(root: &Path, chain: &'a [RunRef]) -> Result<Vec<(FileRun, &'a 
 pub(crate) fn materialize(root: &Path, chain: &[RunRef], file: &str) -> Result<RunRef, String> {
     let mut run = RunFile::create(root, file)?;
     let (w, tmp) = (&mut run.w, &run.tmp);
-    merge(open_chain(root, chain)?, |rec| {
-        record(w, rec.kind, rec.group, &rec.key, &rec.value)
+    merge(open_chain(root, chain, None)?, |rec| {
+        w.record(rec.kind, rec.group, &rec.key, &rec.value)
             .map_err(|e| format!("cannot write {}: {e}", tmp.display()))
     })?;
-    record(&mut run.w, END, 0, &[], &[]).map_err(|e| run.error(e))?;
     run.finish()
 }
 
@@ -436,10 +776,33 @@ pub(crate) fn materialize(root: &Path, chain: &[RunRef], file: &str) -> Result<R
 /// `Vec<(usize, Vec<entry>)>` in ascending key group, preceded by the operator's own fields as
 /// a pair if the chain has them: what the keyed operator's restore reads.
 pub(crate) fn payload(root: &Path, chain: &[RunRef]) -> Result<Vec<u8>, String> {
-    merge_payload(open_chain(root, chain)?)
+    merge_payload(open_chain(root, chain, None)?)
 }
 
-fn merge_payload<R: Read>(runs: Vec<(RunReader<R>, &RunRef)>) -> Result<Vec<u8>, String> {
+/// [`payload`] of the key groups `range` only (and the operator's own fields): only the
+/// runs' blocks that hold those groups are read.
+pub(crate) fn payload_of(
+    root: &Path,
+    chain: &[RunRef],
+    range: Range<u32>,
+) -> Result<Vec<u8>, String> {
+    merge_payload(open_chain(root, chain, Some(range))?)
+}
+
+/// Checks that every run of `chain` under `root` is there, of its length, with its index's
+/// checksum (and its own fields' block): what can be checked without reading the entries. A
+/// run of the first format, which has no index, is read and checked whole.
+pub(crate) fn verify(root: &Path, chain: &[RunRef]) -> Result<(), String> {
+    let mut rec = Record::default();
+    for r in chain {
+        let mut reader = RunReader::open_range(root, r, Some(0..0))?;
+        while reader.next(&mut rec)? {}
+        reader.check(r)?;
+    }
+    Ok(())
+}
+
+fn merge_payload<R: Read + Seek>(runs: Vec<(RunReader<R>, &RunRef)>) -> Result<Vec<u8>, String> {
     let mut own: Option<Vec<u8>> = None;
     let (mut body, mut groups) = (Vec::new(), 0u64);
     let mut group: Option<(u32, u64, Vec<u8>)> = None;
@@ -496,20 +859,20 @@ mod tests {
         d
     }
 
-    fn reference(bytes: &[u8]) -> RunRef {
-        RunRef {
-            file: "run".into(),
-            len: bytes.len() as u64,
-            crc32: crc32fast::hash(bytes),
-        }
+    type Run = (Vec<u8>, RunRef);
+
+    fn merged(runs: &[Run]) -> Result<Payload, String> {
+        merged_of(runs, None)
     }
 
-    fn merged(runs: &[Vec<u8>]) -> Result<Payload, String> {
-        let refs: Vec<RunRef> = runs.iter().map(|r| reference(r)).collect();
+    /// The payload of `runs` (of the groups `range`), its groups' entries sorted.
+    fn merged_of(runs: &[Run], range: Option<Range<u32>>) -> Result<Payload, String> {
         let readers = runs
             .iter()
-            .zip(&refs)
-            .map(|(r, rf)| RunReader::new(r.as_slice(), "run").map(|x| (x, rf)))
+            .map(|(r, rf)| {
+                RunReader::new(std::io::Cursor::new(r.as_slice()), rf, range.clone())
+                    .map(|x| (x, rf))
+            })
             .collect::<Result<Vec<_>, _>>()?;
         let bytes = merge_payload(readers)?;
         let mut p: Payload = ciborium::from_reader(bytes.as_slice()).map_err(|e| e.to_string())?;
@@ -568,11 +931,10 @@ mod tests {
         let own = crate::checkpoint::encode(&("own", vec![(3usize, vec![(1u64, "x".to_owned())])]))
             .expect("encodes");
         let d = KeyedDelta::from_payload(own, true).expect("reads");
-        let refs = [reference(&encode(&d))];
-        let run = encode(&d);
+        let (run, rf) = encode(&d);
         let bytes = merge_payload(vec![(
-            RunReader::new(run.as_slice(), "r").expect("opens"),
-            &refs[0],
+            RunReader::new(std::io::Cursor::new(run.as_slice()), &rf, None).expect("opens"),
+            &rf,
         )])
         .expect("merges");
         let back: (String, Payload) = ciborium::from_reader(bytes.as_slice()).expect("decodes");
@@ -581,16 +943,105 @@ mod tests {
 
     #[test]
     fn damaged_runs_are_named_not_misread() {
-        let run = encode(&delta(true, &[(0, 1, Some("a")), (1, 2, Some("b"))]));
-        // A bit flipped in the last entry's value.
+        let (run, rf) = encode(&delta(true, &[(0, 1, Some("a")), (1, 2, Some("b"))]));
+        // A bit flipped in the block (its last bytes: the end of the frame).
+        let blocks_end = run.len() - TRAILER - (4 + INDEX_LINE);
         let mut flipped = run.clone();
-        flipped[run.len() - 15] ^= 1;
-        let rf = reference(&run);
-        let r = RunReader::new(flipped.as_slice(), "run").expect("opens");
-        let err = merge_payload(vec![(r, &rf)]).expect_err("a flipped bit is found");
+        flipped[blocks_end - 6] ^= 1;
+        let err = merged(&[(flipped, rf.clone())]).expect_err("a flipped bit is found");
         assert!(err.contains("corrupted"), "{err}");
-        let err = merged(&[run[..run.len() - 5].to_vec()]).expect_err("a truncated run");
-        assert!(err.contains("truncated"), "{err}");
+        // A bit flipped in the index.
+        let mut flipped = run.clone();
+        flipped[blocks_end + 6] ^= 1;
+        let err = merged(&[(flipped, rf.clone())]).expect_err("a flipped index bit is found");
+        assert!(err.contains("corrupted"), "{err}");
+        let err =
+            merged(&[(run[..run.len() - 5].to_vec(), rf.clone())]).expect_err("a truncated run");
+        assert!(err.contains("corrupted"), "{err}");
+        // Another run's bytes under this reference.
+        let other = encode(&delta(true, &[(0, 1, Some("b")), (1, 2, Some("a"))]));
+        let err = merged(&[(other.0, rf)]).expect_err("another run");
+        assert!(err.contains("checksum"), "{err}");
+    }
+
+    /// Blocks of `run` (from its index).
+    fn blocks_of(run: &Run) -> Vec<Block> {
+        RunReader::new(std::io::Cursor::new(run.0.as_slice()), &run.1, None)
+            .expect("opens")
+            .blocks
+            .into()
+    }
+
+    #[test]
+    fn a_range_reads_only_the_blocks_of_its_groups() {
+        // 32 groups of 2 keys with 40 KB values: blocks of about 256 KB, 5 or 6 groups each.
+        let big = "x".repeat(40 << 10);
+        let entries: Vec<(usize, u64, Option<&str>)> = (0..64u64)
+            .map(|k| ((k / 2) as usize, k, Some(big.as_str())))
+            .collect();
+        let base = encode(&delta(true, &entries));
+        let d1 = encode(&delta(false, &[(3, 6, None), (20, 40, Some("new"))]));
+        let blocks = blocks_of(&base);
+        assert!(blocks.len() >= 4, "{blocks:?}");
+        for w in blocks.windows(2) {
+            assert!(w[0].last < w[1].first, "a group in two blocks: {blocks:?}");
+        }
+        let chain = [base.clone(), d1];
+        let whole = merged(&chain).expect("merges");
+        for range in [0..1, 3..4, 5..17, 16..32, 31..200, 40..50] {
+            let part = merged_of(&chain, Some(range.clone())).expect("merges");
+            let expected: Payload = whole
+                .iter()
+                .filter(|(g, _)| range.contains(&(*g as u32)))
+                .cloned()
+                .collect();
+            assert_eq!(part, expected, "groups {range:?}");
+        }
+        // A block the range does not need is not read: damaged, the range still reads.
+        let last = *blocks.last().expect("blocks");
+        let mut damaged = base.0.clone();
+        damaged[last.offset as usize + 20] ^= 0xff;
+        let damaged = (damaged, base.1.clone());
+        let part = merged_of(std::slice::from_ref(&damaged), Some(0..blocks[0].last + 1))
+            .expect("reads around the damage");
+        assert_eq!(part.len() as u32, blocks[0].last + 1);
+        let err = merged_of(&[damaged], Some(last.first..last.last + 1))
+            .expect_err("the damaged block is read");
+        assert!(err.contains("corrupted"), "{err}");
+    }
+
+    #[test]
+    fn runs_of_the_first_format_still_read() {
+        // WEIRRUN1: one frame of records ending with kind 0; the checksum the whole file's.
+        let mut run = MAGIC_V1.to_vec();
+        let mut frame = lz4_flex::frame::FrameEncoder::new(&mut run);
+        for (g, k) in [(1u32, 1u64), (4, 2)] {
+            let mut key = Vec::new();
+            ciborium::into_writer(&k, &mut key).expect("encodes");
+            let mut value = Vec::new();
+            ciborium::into_writer(&(k, format!("v{k}")), &mut value).expect("encodes");
+            record(&mut frame, ENTRY, g, &key, &value).expect("writes");
+        }
+        record(&mut frame, END, 0, &[], &[]).expect("writes");
+        frame.finish().expect("writes");
+        let rf = RunRef {
+            file: "old".into(),
+            len: run.len() as u64,
+            crc32: crc32fast::hash(&run),
+        };
+        let old = (run, rf);
+        assert_eq!(
+            merged(std::slice::from_ref(&old)).expect("reads"),
+            vec![(1, vec![(1, "v1".into())]), (4, vec![(2, "v2".into())])]
+        );
+        assert_eq!(
+            merged_of(std::slice::from_ref(&old), Some(2..8)).expect("reads"),
+            vec![(4, vec![(2, "v2".into())])]
+        );
+        let mut flipped = old.0.clone();
+        let n = flipped.len();
+        flipped[n - 6] ^= 1;
+        assert!(merged(&[(flipped, old.1)]).is_err());
     }
 
     #[test]

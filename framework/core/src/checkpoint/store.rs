@@ -362,6 +362,7 @@ pub(crate) fn write_state(
 }
 
 /// Reads and checks one state file.
+#[cfg(test)]
 pub(crate) fn read_state(
     root: &Path,
     id: u64,
@@ -372,7 +373,8 @@ pub(crate) fn read_state(
     read_state_at(&checkpoint_dir(root, id), id, name, uid, subtask)
 }
 
-/// Reads and checks one state file of the checkpoint (or savepoint) in `dir`.
+/// Reads and checks one state file of the checkpoint (or savepoint) in `dir`; an incremental
+/// state's chain is read and merged into its payload.
 pub(crate) fn read_state_at(
     dir: &Path,
     id: u64,
@@ -380,6 +382,53 @@ pub(crate) fn read_state_at(
     uid: &str,
     subtask: usize,
 ) -> Result<SnapshotEnvelope, CheckpointError> {
+    let (mut env, chain) = read_envelope_at(dir, id, name, uid, subtask)?;
+    if let Some(chain) = chain {
+        env.payload = chain.payload().map_err(|e| CheckpointError::Invalid {
+            path: dir.join(name),
+            message: e,
+        })?;
+        env.payload_crc32 = Some(crc32fast::hash(&env.payload));
+    }
+    Ok(env)
+}
+
+/// An incremental state not yet read: the chain of runs that holds it, under the directory
+/// of its job run. A restore reads it whole ([`Chained::payload`]), or a new subtask reads
+/// the key groups of its range only ([`Chained::payload_of`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Chained {
+    pub(crate) root: PathBuf,
+    pub(crate) runs: Vec<RunRef>,
+}
+
+impl Chained {
+    /// The keyed snapshot payload the chain holds.
+    pub(crate) fn payload(&self) -> Result<Vec<u8>, String> {
+        super::runs::payload(&self.root, &self.runs)
+            .map_err(|m| format!("cannot read its incremental state: {m}"))
+    }
+
+    /// The payload of the key groups `range` (and the operator's own fields): only the runs'
+    /// blocks that hold them are read.
+    pub(crate) fn payload_of(&self, range: std::ops::Range<usize>) -> Result<Vec<u8>, String> {
+        let g = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
+        super::runs::payload_of(&self.root, &self.runs, g(range.start)..g(range.end))
+            .map_err(|m| format!("cannot read its incremental state: {m}"))
+    }
+}
+
+/// Reads and checks one state file of the checkpoint (or savepoint) in `dir`, leaving an
+/// incremental state's chain unread (its runs' lengths and index checksums are checked: a
+/// chain with a run missing or damaged is unreadable now, not at deployment). The envelope's
+/// payload is then empty.
+pub(crate) fn read_envelope_at(
+    dir: &Path,
+    id: u64,
+    name: &str,
+    uid: &str,
+    subtask: usize,
+) -> Result<(SnapshotEnvelope, Option<Chained>), CheckpointError> {
     let path = dir.join(name);
     let bytes = std::fs::read(&path).map_err(io(&path))?;
     let env: SnapshotEnvelope =
@@ -412,16 +461,22 @@ pub(crate) fn read_state_at(
         )));
     }
     let mut env = env;
-    if let Some(chain) = env.chain.take() {
-        // The runs live beside the checkpoint directories, in the job run's directory.
-        let root = dir
-            .parent()
-            .ok_or_else(|| invalid("an incremental state outside a job run's directory".into()))?;
-        env.payload = super::runs::payload(root, &chain)
-            .map_err(|m| invalid(format!("cannot read its incremental state: {m}")))?;
-        env.payload_crc32 = Some(crc32fast::hash(&env.payload));
-    }
-    Ok(env)
+    let Some(runs) = env.chain.take() else {
+        return Ok((env, None));
+    };
+    // The runs live beside the checkpoint directories, in the job run's directory.
+    let root = dir
+        .parent()
+        .ok_or_else(|| invalid("an incremental state outside a job run's directory".into()))?;
+    super::runs::verify(root, &runs)
+        .map_err(|m| invalid(format!("cannot read its incremental state: {m}")))?;
+    Ok((
+        env,
+        Some(Chained {
+            root: root.to_owned(),
+            runs,
+        }),
+    ))
 }
 
 /// Writes `_metadata`, which makes the checkpoint complete, once the subtasks' state files are
@@ -669,7 +724,7 @@ pub(crate) fn load_dir(
     dir: &Path,
     uids: &[String],
     allow_non_restored: bool,
-) -> Result<(u64, States), CheckpointError> {
+) -> Result<Loaded, CheckpointError> {
     load_dir_of(dir, None, uids, allow_non_restored)
 }
 
@@ -680,7 +735,7 @@ fn load_dir_of(
     expected: Option<u64>,
     uids: &[String],
     allow_non_restored: bool,
-) -> Result<(u64, States), CheckpointError> {
+) -> Result<Loaded, CheckpointError> {
     let meta = read_metadata_at(dir)?;
     if let Some(id) = expected.filter(|id| *id != meta.checkpoint_id) {
         return Err(CheckpointError::Invalid {
@@ -692,7 +747,7 @@ fn load_dir_of(
         path: dir.to_owned(),
         message,
     };
-    let mut states = States::new();
+    let mut loaded = Loaded::new(meta.checkpoint_id);
     for (uid, files) in &meta.states {
         let owner = uid.split_once("#in").map_or(uid.as_str(), |(o, _)| o);
         if !uids.iter().any(|u| u == owner) {
@@ -705,11 +760,10 @@ fn load_dir_of(
             )));
         }
         for (subtask, file) in files {
-            let env = read_state_at(dir, meta.checkpoint_id, file, uid, *subtask)?;
-            states.insert((uid.clone(), *subtask), env.payload);
+            loaded.read(dir, file, uid, *subtask)?;
         }
     }
-    Ok((meta.checkpoint_id, states))
+    Ok(loaded)
 }
 
 /// The newest usable checkpoint of a job's earlier runs: see [`find_latest`].
@@ -717,8 +771,7 @@ fn load_dir_of(
 pub(crate) struct Latest {
     /// The checkpoint's directory (`<job dir>/<run>/chk-<id>`).
     pub(crate) dir: PathBuf,
-    pub(crate) checkpoint: u64,
-    pub(crate) states: States,
+    pub(crate) loaded: Loaded,
 }
 
 /// What [`find_latest`] found: the newest usable checkpoint (if any), the checkpoints it
@@ -770,12 +823,8 @@ pub(crate) fn find_latest(
         for id in completed(run) {
             let dir = checkpoint_dir(run, id);
             match load_dir_of(&dir, Some(id), uids, allow_non_restored) {
-                Ok((checkpoint, states)) => {
-                    scan.latest = Some(Latest {
-                        dir,
-                        checkpoint,
-                        states,
-                    });
+                Ok(loaded) => {
+                    scan.latest = Some(Latest { dir, loaded });
                     return Ok(scan);
                 }
                 Err(e) if e.is_unreadable() => {
@@ -799,15 +848,54 @@ fn known(uids: &[String], uid: &str) -> bool {
 /// Every state of a checkpoint: (uid, subtask) -> payload.
 pub(crate) type States = std::collections::HashMap<(String, usize), Vec<u8>>;
 
+/// The states of incremental checkpoints not yet read: (uid, subtask) -> chain.
+pub(crate) type Chains = std::collections::HashMap<(String, usize), Chained>;
+
+/// What a restore loaded of a checkpoint: its states, those of incremental checkpoints left
+/// as their chains (read when the job is deployed, each new subtask's key groups only where
+/// the parallelism changed).
+#[derive(Debug, Default)]
+pub(crate) struct Loaded {
+    pub(crate) checkpoint: u64,
+    pub(crate) states: States,
+    pub(crate) chains: Chains,
+}
+
+impl Loaded {
+    fn new(checkpoint: u64) -> Self {
+        Loaded {
+            checkpoint,
+            ..Default::default()
+        }
+    }
+
+    /// Reads the state file `file` (of `uid`'s `subtask`) of the checkpoint in `dir`.
+    fn read(
+        &mut self,
+        dir: &Path,
+        file: &str,
+        uid: &str,
+        subtask: usize,
+    ) -> Result<(), CheckpointError> {
+        let (env, chain) = read_envelope_at(dir, self.checkpoint, file, uid, subtask)?;
+        let key = (uid.to_owned(), subtask);
+        match chain {
+            Some(chain) => self.chains.insert(key, chain).map(drop),
+            None => self.states.insert(key, env.payload).map(drop),
+        };
+        Ok(())
+    }
+}
+
 /// The newest complete checkpoint under `root` whose files all read back, with its states
 /// for the operators in `uids` (others are logged and ignored). An unreadable checkpoint
 /// (corrupted or partial file) is skipped with a warning, falling back to an older one.
-pub(crate) fn load_latest(root: &Path, uids: &[String]) -> Option<(u64, States)> {
+pub(crate) fn load_latest(root: &Path, uids: &[String]) -> Option<Loaded> {
     for id in completed(root) {
         match load(root, id, uids) {
-            Ok(states) => {
+            Ok(loaded) => {
                 tracing::info!(checkpoint = id, "restoring checkpoint");
-                return Some((id, states));
+                return Some(loaded);
             }
             Err(e) => {
                 tracing::warn!(checkpoint = id, error = %e, "checkpoint unreadable; falling back to an older one")
@@ -818,9 +906,9 @@ pub(crate) fn load_latest(root: &Path, uids: &[String]) -> Option<(u64, States)>
 }
 
 /// The states of checkpoint `id` for the operators in `uids`.
-pub(crate) fn load(root: &Path, id: u64, uids: &[String]) -> Result<States, CheckpointError> {
+pub(crate) fn load(root: &Path, id: u64, uids: &[String]) -> Result<Loaded, CheckpointError> {
     let meta = read_metadata(root, id)?;
-    let mut states = States::new();
+    let mut loaded = Loaded::new(id);
     for (uid, files) in &meta.states {
         if !known(uids, uid) {
             tracing::warn!(
@@ -830,17 +918,22 @@ pub(crate) fn load(root: &Path, id: u64, uids: &[String]) -> Result<States, Chec
             );
             continue;
         }
+        let dir = checkpoint_dir(root, id);
         for (subtask, file) in files {
-            let env = read_state(root, id, file, uid, *subtask)?;
-            states.insert((uid.clone(), *subtask), env.payload);
+            loaded.read(&dir, file, uid, *subtask)?;
         }
     }
-    Ok(states)
+    Ok(loaded)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// [`load_latest`]'s checkpoint and (whole) states.
+    fn latest(root: &Path, uids: &[String]) -> Option<(u64, States)> {
+        load_latest(root, uids).map(|l| (l.checkpoint, l.states))
+    }
 
     fn tmp(name: &str) -> PathBuf {
         let d = std::env::temp_dir().join(format!("weir-store-{name}-{}", std::process::id()));
@@ -1022,7 +1115,7 @@ mod tests {
             for at in 0..len {
                 checkpoint_with_state(&root, 2, b"two-two-two");
                 flip(&checkpoint_dir(&root, 2).join(name), at);
-                match load_latest(&root, &uids) {
+                match latest(&root, &uids) {
                     Some((2, states)) => assert_eq!(
                         states.get(&("count".to_string(), 0)),
                         Some(&b"two-two-two".to_vec()),
@@ -1064,7 +1157,7 @@ mod tests {
         std::fs::write(&file, bytes).unwrap();
         let e = read_state(&root, 2, "count-0.state", "count", 0).unwrap_err();
         assert!(e.to_string().contains("payload_crc33"), "{e}");
-        assert_eq!(load_latest(&root, &uids).unwrap().0, 1);
+        assert_eq!(latest(&root, &uids).unwrap().0, 1);
         // The metadata's checksum likewise.
         let meta = checkpoint_dir(&root, 1).join("_metadata");
         let bytes = replaced(&std::fs::read(&meta).unwrap(), b"crc32", b"crc33");
@@ -1100,21 +1193,21 @@ mod tests {
         let uids = vec!["count".to_string()];
         checkpoint_with_state(&root, 1, b"one");
         checkpoint_with_state(&root, 2, b"two");
-        assert_eq!(load_latest(&root, &uids).unwrap().0, 2);
+        assert_eq!(latest(&root, &uids).unwrap().0, 2);
         // Corrupt checkpoint 2's state file: it is skipped, 1 is restored.
         let file = checkpoint_dir(&root, 2).join("count-0.state");
         let bytes = std::fs::read(&file).unwrap();
         std::fs::write(&file, &bytes[..bytes.len() / 2]).unwrap();
-        let (id, states) = load_latest(&root, &uids).unwrap();
+        let (id, states) = latest(&root, &uids).unwrap();
         assert_eq!(id, 1);
         assert_eq!(states[&("count".to_string(), 0)], b"one".to_vec());
         // A partial _metadata is not complete either.
         let meta = checkpoint_dir(&root, 1).join("_metadata");
         std::fs::write(&meta, b"\xa1").unwrap();
-        assert!(load_latest(&root, &uids).is_none());
+        assert!(latest(&root, &uids).is_none());
         // State of an operator the job no longer has is ignored, not an error.
         checkpoint_with_state(&root, 3, b"three");
-        let (id, states) = load_latest(&root, &["other".to_string()]).unwrap();
+        let (id, states) = latest(&root, &["other".to_string()]).unwrap();
         assert_eq!((id, states.len()), (3, 0));
         std::fs::remove_dir_all(&root).unwrap();
     }
@@ -1139,7 +1232,7 @@ mod tests {
                 && e.to_string().contains("_metadata"),
             "{e}"
         );
-        let (id, states) = load_latest(&root, &uids).unwrap();
+        let (id, states) = latest(&root, &uids).unwrap();
         assert_eq!(
             (id, &states[&("count".to_string(), 0)]),
             (1, &b"one".to_vec())

@@ -50,13 +50,9 @@ impl Deploying {
             &ctx.plan.uids,
             ctx.cfg.checkpoint.allow_non_restored_state,
         ) {
-            Ok((checkpoint, states)) => {
-                tracing::info!(savepoint = %dir.display(), checkpoint, "starting from a savepoint");
-                let restore = Restore {
-                    checkpoint,
-                    states,
-                    parallelism: store::recorded_parallelism(dir),
-                };
+            Ok(loaded) => {
+                tracing::info!(savepoint = %dir.display(), checkpoint = loaded.checkpoint, "starting from a savepoint");
+                let restore = Restore::loaded(loaded, dir);
                 ctx.initial_restore = Some(restore.clone());
                 Deploying::new(Some(restore)).into()
             }
@@ -114,12 +110,8 @@ impl Deploying {
         ctx.claimed_runs = scan.runs.clone();
         match scan.latest {
             Some(found) => {
-                tracing::info!(checkpoint = found.checkpoint, dir = %found.dir.display(), skipped = scan.skipped.len(), "resuming from the latest checkpoint of an earlier run");
-                let restore = Restore {
-                    checkpoint: found.checkpoint,
-                    states: found.states,
-                    parallelism: store::recorded_parallelism(&found.dir),
-                };
+                tracing::info!(checkpoint = found.loaded.checkpoint, dir = %found.dir.display(), skipped = scan.skipped.len(), "resuming from the latest checkpoint of an earlier run");
+                let restore = Restore::loaded(found.loaded, &found.dir);
                 ctx.initial_restore = Some(restore.clone());
                 Deploying::new(Some(restore)).into()
             }
@@ -252,6 +244,7 @@ pub(super) fn fit_restore(ctx: &JobContext, restore: &mut Restore) -> Result<(),
         .collect();
     let moved = crate::rescale::fit(
         &mut restore.states,
+        std::mem::take(&mut restore.chains),
         &restore.parallelism,
         &operators,
         &channel_inputs(ctx),

@@ -51,13 +51,9 @@ impl Recovering {
         // This run's newest readable checkpoint; before it has one, what the job started
         // from (a savepoint, or an earlier run's checkpoint).
         let restore = store::load_latest(&ctx.checkpoint_root, &ctx.plan.uids)
-            .map(|(checkpoint, states)| Restore {
-                checkpoint,
-                states,
-                parallelism: store::recorded_parallelism(&store::checkpoint_dir(
-                    &ctx.checkpoint_root,
-                    checkpoint,
-                )),
+            .map(|loaded| {
+                let dir = store::checkpoint_dir(&ctx.checkpoint_root, loaded.checkpoint);
+                Restore::loaded(loaded, &dir)
             })
             .or_else(|| ctx.initial_restore.clone());
         if restore.is_none() {

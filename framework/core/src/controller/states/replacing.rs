@@ -227,6 +227,7 @@ async fn forward(ctx: &mut JobContext, dep: Deployment, pending: PendingReplace)
     let restore = Restore {
         checkpoint: id,
         states: payloads,
+        chains: Default::default(),
         parallelism: ctx.plan.parallelism_by_uid().collect(),
     };
     let registry = OperatorRegistry::new(

@@ -268,6 +268,7 @@ impl Rescaling {
         let restore = Restore {
             checkpoint: id,
             states: payloads,
+            chains: Default::default(),
             parallelism: ctx.plan.parallelism_by_uid().collect(),
         };
         let saved = set_parallelism(ctx, &prepared.nodes);
