@@ -3,7 +3,10 @@
 //!
 //! The job (p = 1): a source that first writes every key once (the state is loaded), then
 //! writes records whose keys rotate so that a fraction `changed` of the keys is written in each
-//! checkpoint interval, measured for `--seconds` from the steady state on (with checkpoints:
+//! checkpoint interval (with checkpoints, the keys move on at each checkpoint's barrier, so
+//! that each checkpoint covers exactly that fraction, as random keys at a steady rate would;
+//! moved on by the clock, a checkpoint interval would meet two windows of keys, twice the
+//! fraction), measured for `--seconds` from the steady state on (with checkpoints:
 //! once a checkpoint triggered after loading has completed; the first copies every key); a keyed process function holding a
 //! `(u64, u64, String)` per key (a count, a sum, a label: the state of #39's measurements).
 //! Each run is one of `--modes`:
@@ -206,6 +209,9 @@ struct Rotating {
     loaded_at: Option<Instant>,
     /// When the measured phase began.
     started: Option<Instant>,
+    /// Checkpoint barriers seen, which move the keys on (`None`: no checkpoints, the clock
+    /// moves them on every `interval`).
+    barriers: Option<u64>,
     shared: Arc<Shared>,
 }
 
@@ -237,7 +243,9 @@ impl Source<u64> for Rotating {
             self.shared.loaded.store(true, Ordering::SeqCst);
             now
         });
-        let window = ((now - loaded_at).as_nanos() / self.interval.as_nanos().max(1)) as u64;
+        let window = self.barriers.unwrap_or_else(|| {
+            ((now - loaded_at).as_nanos() / self.interval.as_nanos().max(1)) as u64
+        });
         let base = window.wrapping_mul(self.span) % self.keys;
         for _ in 0..max {
             out.push((base + self.j % self.span) % self.keys);
@@ -262,6 +270,13 @@ impl Source<u64> for Rotating {
     }
     fn position(&self) -> Option<Vec<u8>> {
         Some([self.next.to_le_bytes(), self.j.to_le_bytes()].concat())
+    }
+    fn checkpoint_position(&mut self, _checkpoint: u64) -> Option<Vec<u8>> {
+        // The keys of the next window from here on (once the state is loaded).
+        if let Some(n) = self.barriers.as_mut().filter(|_| self.next >= self.keys) {
+            *n += 1;
+        }
+        self.position()
     }
     fn seek(&mut self, position: &[u8]) -> Result<(), SourceError> {
         let word = |i: usize| {
@@ -318,6 +333,7 @@ fn one(args: &Args, keys: u64, changed: f64, mode: &str) -> Value {
     let shared = Arc::new(Shared::default());
     let span = ((keys as f64 * changed).round() as u64).clamp(1, keys);
     let (measure, s) = (Duration::from_secs(args.seconds), shared.clone());
+    let checkpointed = mode != "off";
     env.add_source("keys", move |_cx| {
         Ok(Rotating {
             keys,
@@ -328,6 +344,7 @@ fn one(args: &Args, keys: u64, changed: f64, mode: &str) -> Value {
             j: 0,
             loaded_at: None,
             started: None,
+            barriers: checkpointed.then_some(0),
             shared: s.clone(),
         })
     })

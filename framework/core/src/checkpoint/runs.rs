@@ -9,19 +9,19 @@
 //! operator's snapshot payload when a checkpoint is restored ([`payload`]).
 //!
 //! Format (`WEIRRUN2`): the 8 bytes `WEIRRUN2`, then blocks, then an index and a trailer.
-//! A block is one LZ4 frame (entries repeat much: field layouts, padded strings) of records
-//! `kind: u8, group: u32 LE, key length: u32 LE, value length: u32 LE, key, value` (kind 1: an
-//! entry, its value the whole CBOR entry as the keyed snapshot holds it; 2: the key is gone;
-//! 3: the operator's own fields, with an empty key in group 0, in a block of their own, first),
-//! ending with a record of kind 0. A block holds whole key groups: it ends at the first group
-//! boundary after [`BLOCK_TARGET`] bytes. The index lists each block's first and last key
-//! group, offset, length and CRC-32; the trailer (24 bytes) the index's offset, length and
-//! CRC-32 and the 8 bytes `WEIRIDX2`. A reader of some key groups reads the trailer, the
+//! Records are `kind: u8, group: u32 LE, key length: u32 LE, value length: u32 LE, key, value`
+//! (kind 1: an entry, its value the whole CBOR entry as the keyed snapshot holds it; 2: the
+//! key is gone; 3: the operator's own fields, with an empty key in group 0, in a block of
+//! their own, first). A block is about [`BLOCK_TARGET`] bytes of whole records (a key group
+//! may go on in the next block), stored as its length (u32 LE) and one LZ4 block (entries
+//! repeat much: field layouts, padded strings). The index lists each block's first and last
+//! key group, offset, length and CRC-32; the trailer (24 bytes) the index's offset, length
+//! and CRC-32 and the 8 bytes `WEIRIDX2`. A reader of some key groups reads the trailer, the
 //! index and the blocks of its groups only ([`RunReader::open_range`]): what a restore at
 //! another parallelism reads of each run. A run's [`RunRef::crc32`] is its index's, which
-//! holds every block's: checked before a block is used, each block checked as it is read.
-//! Runs of the first format (`WEIRRUN1`: one frame, no index, the reference's checksum that
-//! of the whole file) are still read, whole.
+//! holds every block's: checked before a block is used. Runs of the first format
+//! (`WEIRRUN1`: one LZ4 frame of records ending with a record of kind 0, no index, the
+//! reference's checksum that of the whole file) are still read, whole.
 //!
 //! This module owns the format and reading, writing and merging runs; not when runs are
 //! written (`checkpoint::incremental`) or deleted (`store`).
@@ -38,7 +38,7 @@ use crate::state::changes::{head, KeyedDelta, ARRAY, UNSIGNED};
 const MAGIC_V1: &[u8; 8] = b"WEIRRUN1";
 const MAGIC: &[u8; 8] = b"WEIRRUN2";
 const INDEX_MAGIC: &[u8; 8] = b"WEIRIDX2";
-/// Bytes of records (uncompressed) after which a block ends, at the next key group.
+/// Bytes of records (uncompressed) after which a block ends.
 pub(crate) const BLOCK_TARGET: usize = 256 << 10;
 /// One block's line in the index: flags, first and last group, offset, length, CRC-32.
 const INDEX_LINE: usize = 1 + 4 + 4 + 8 + 8 + 4;
@@ -145,15 +145,16 @@ impl Block {
 }
 
 /// Writes a run's blocks to `out` (after the magic, which the caller wrote), then its index
-/// and trailer ([`BlockWriter::finish`]).
+/// and trailer ([`BlockWriter::finish`]). Its buffers are kept from block to block.
 struct BlockWriter<W: Write> {
     out: W,
     /// Bytes of the run written so far (the magic included).
     at: u64,
-    /// The block being written: its frame, and what it holds.
-    cur: Option<(lz4_flex::frame::FrameEncoder<Vec<u8>>, Block, usize)>,
-    /// A finished block's buffer, kept for the next.
-    spare: Vec<u8>,
+    /// The records of the block being written, and what it holds.
+    raw: Vec<u8>,
+    cur: Option<Block>,
+    /// The block compressed.
+    packed: Vec<u8>,
     blocks: Vec<Block>,
 }
 
@@ -162,8 +163,9 @@ impl<W: Write> BlockWriter<W> {
         BlockWriter {
             out,
             at: MAGIC.len() as u64,
+            raw: Vec::new(),
             cur: None,
-            spare: Vec::new(),
+            packed: Vec::new(),
             blocks: Vec::new(),
         }
     }
@@ -171,46 +173,48 @@ impl<W: Write> BlockWriter<W> {
     /// Appends a record; records come in (group, key) order, the own fields first.
     fn record(&mut self, kind: u8, group: u32, key: &[u8], value: &[u8]) -> std::io::Result<()> {
         let own = kind == OWN;
-        let ends = self
-            .cur
-            .as_ref()
-            .is_some_and(|(_, b, raw)| b.own || own || (group != b.last && *raw >= BLOCK_TARGET));
-        if ends {
+        if own || self.raw.len() >= BLOCK_TARGET {
             self.close()?;
         }
-        let (frame, block, raw) = self.cur.get_or_insert_with(|| {
-            let mut buf = std::mem::take(&mut self.spare);
-            buf.clear();
-            let block = Block {
-                own,
-                first: group,
-                last: group,
-                offset: 0,
-                len: 0,
-                crc32: 0,
-            };
-            (lz4_flex::frame::FrameEncoder::new(buf), block, 0)
+        let block = self.cur.get_or_insert(Block {
+            own,
+            first: group,
+            last: group,
+            offset: 0,
+            len: 0,
+            crc32: 0,
         });
-        record(frame, kind, group, key, value)?;
         block.last = group;
-        *raw += 13 + key.len() + value.len();
+        record(&mut self.raw, kind, group, key, value)?;
+        if own {
+            self.close()?;
+        }
         Ok(())
     }
 
-    /// Ends the block being written (with a record of kind 0) and writes it out.
+    /// Compresses the block being written and writes it out.
     fn close(&mut self) -> std::io::Result<()> {
-        let Some((mut frame, mut block, _)) = self.cur.take() else {
+        let Some(mut block) = self.cur.take() else {
             return Ok(());
         };
-        record(&mut frame, END, 0, &[], &[])?;
-        let bytes = frame.finish().map_err(std::io::Error::other)?;
-        self.out.write_all(&bytes)?;
+        let raw_len = u32::try_from(self.raw.len())
+            .map_err(|_| std::io::Error::other("a state block over 4 GiB"))?;
+        self.packed.clear();
+        self.packed.extend_from_slice(&raw_len.to_le_bytes());
+        self.packed.resize(
+            4 + lz4_flex::block::get_maximum_output_size(self.raw.len()),
+            0,
+        );
+        let n = lz4_flex::block::compress_into(&self.raw, &mut self.packed[4..])
+            .map_err(std::io::Error::other)?;
+        self.packed.truncate(4 + n);
+        self.out.write_all(&self.packed)?;
         block.offset = self.at;
-        block.len = bytes.len() as u64;
-        block.crc32 = crc32fast::hash(&bytes);
+        block.len = self.packed.len() as u64;
+        block.crc32 = crc32fast::hash(&self.packed);
         self.at += block.len;
         self.blocks.push(block);
-        self.spare = bytes;
+        self.raw.clear();
         Ok(())
     }
 
@@ -244,35 +248,43 @@ fn sorted(delta: &KeyedDelta) -> Vec<usize> {
         let e = &delta.index[i];
         (e.group, &delta.bytes[e.key.0 as usize..e.key.1 as usize])
     };
-    // Sorted by (group, the key's first 8 bytes as a number) first: integer comparisons for
-    // nearly every pair, the bytes only on a tie; then by position, so that of a key written
-    // twice the later stays later (the order is that of (group, key bytes) throughout).
+    // Sorted by (group, the key's first 8 bytes as a number, its length) first: integer
+    // comparisons, which decide the order of (group, key bytes) for keys of at most 8 bytes
+    // (a shorter key padded with zeros sorts first, as its bytes do); the bytes only on a tie
+    // of longer keys; then by position, so that of a key written twice the later stays later.
     let prefix = |k: &[u8]| {
         let mut b = [0u8; 8];
         let n = k.len().min(8);
         b[..n].copy_from_slice(&k[..n]);
         u64::from_be_bytes(b)
     };
-    let mut order: Vec<(u32, u64, u32)> = (0..delta.index.len())
+    let mut order: Vec<(u32, u64, u32, u32)> = (0..delta.index.len())
         .map(|i| {
             let (g, k) = key(i);
-            (g, prefix(k), i as u32)
+            (g, prefix(k), k.len() as u32, i as u32)
         })
         .collect();
+    let short = |a: &(u32, u64, u32, u32), b: &(u32, u64, u32, u32)| a.2 <= 8 && b.2 <= 8;
     order.sort_unstable_by(|a, b| {
         (a.0, a.1)
             .cmp(&(b.0, b.1))
-            .then_with(|| key(a.2 as usize).1.cmp(key(b.2 as usize).1))
-            .then(a.2.cmp(&b.2))
+            .then_with(|| {
+                if short(a, b) {
+                    a.2.cmp(&b.2)
+                } else {
+                    key(a.3 as usize).1.cmp(key(b.3 as usize).1)
+                }
+            })
+            .then(a.3.cmp(&b.3))
     });
+    let same = |a: &(u32, u64, u32, u32), b: &(u32, u64, u32, u32)| {
+        (a.0, a.1, a.2) == (b.0, b.1, b.2)
+            && (short(a, b) || key(a.3 as usize).1 == key(b.3 as usize).1)
+    };
     let mut kept = Vec::with_capacity(order.len());
-    for (n, &(_, _, i)) in order.iter().enumerate() {
-        let i = i as usize;
-        if order
-            .get(n + 1)
-            .is_none_or(|&(_, _, j)| key(j as usize) != key(i))
-        {
-            kept.push(i);
+    for (n, o) in order.iter().enumerate() {
+        if order.get(n + 1).is_none_or(|next| !same(o, next)) {
+            kept.push(o.3 as usize);
         }
     }
     kept
@@ -394,27 +406,26 @@ impl<R> SummedRead<R> {
     }
 }
 
-/// Where a [`RunReader`] is: between blocks (the source itself), or in one.
+/// What a [`RunReader`] reads from.
 enum Source<R: Read> {
-    Between(R),
-    /// In a block of the second format: its frame over its bytes, and the block.
-    Block(
-        lz4_flex::frame::FrameDecoder<SummedRead<std::io::Take<R>>>,
-        Block,
-    ),
-    /// In a run of the first format (one frame over the rest of the file, summed whole).
+    /// A second-format run: its blocks, read one at a time into memory.
+    Blocks(R),
+    /// A first-format run: one frame over the rest of the file, summed whole.
     Whole(lz4_flex::frame::FrameDecoder<SummedRead<R>>),
-    /// Taken while moving between the others (only after an error).
-    Gone,
 }
 
 /// Reads the records of one run (all of them, or those of some key groups and the own
-/// fields), checking each block's checksum as it ends, and a first-format run's length and
-/// checksum at the end ([`RunReader::check`]).
+/// fields), checking each block's checksum before it is used, and a first-format run's
+/// length and checksum at the end ([`RunReader::check`]).
 pub(crate) struct RunReader<R: Read + Seek> {
     src: Source<R>,
     /// Blocks still to read, in order (the second format).
     blocks: std::collections::VecDeque<Block>,
+    /// The block being read, decompressed, and where in it.
+    block: Vec<u8>,
+    at: usize,
+    /// A block as it is on disk.
+    packed: Vec<u8>,
     /// Only records of these groups (and the own fields) are given.
     range: Option<Range<u32>>,
     ended: bool,
@@ -441,165 +452,153 @@ impl<R: Read + Seek> RunReader<R> {
         let mut magic = [0u8; 8];
         r.read_exact(&mut magic)
             .map_err(|e| format!("{name} ends early ({e}): the file is truncated"))?;
-        let mut reader = RunReader {
-            src: Source::Gone,
-            blocks: Default::default(),
-            range,
-            ended: false,
-            name,
-        };
-        if &magic == MAGIC_V1 {
+        let whole = &magic == MAGIC_V1;
+        if !whole && &magic != MAGIC {
+            return Err(format!("{name} is not a state run of this version"));
+        }
+        let (src, mut blocks) = if whole {
             let mut raw = SummedRead::new(r);
             raw.crc.update(MAGIC_V1);
             raw.len = MAGIC_V1.len() as u64;
-            reader.src = Source::Whole(lz4_flex::frame::FrameDecoder::new(raw));
-            return Ok(reader);
-        }
-        if &magic != MAGIC {
-            return Err(format!(
-                "{} is not a state run of this version",
-                reader.name
-            ));
-        }
-        reader.blocks = reader.index(&mut r, expected)?;
-        let range = &reader.range;
-        reader.blocks.retain(|b| b.wanted(range));
-        reader.src = Source::Between(r);
-        Ok(reader)
-    }
-
-    /// Reads and checks the index of a second-format run.
-    fn index(
-        &self,
-        r: &mut R,
-        expected: &RunRef,
-    ) -> Result<std::collections::VecDeque<Block>, String> {
-        let corrupted = |what: &str| {
-            format!(
-                "{} does not match its checkpoint ({what}): the file is corrupted",
-                self.name
-            )
+            let src = Source::Whole(lz4_flex::frame::FrameDecoder::new(raw));
+            (src, Default::default())
+        } else {
+            let blocks = read_index(&mut r, expected, &name)?;
+            (Source::Blocks(r), blocks)
         };
-        let io = |e: std::io::Error| {
-            format!(
-                "{} cannot be read ({e}): the file is truncated or corrupted",
-                self.name
-            )
-        };
-        let len = r.seek(SeekFrom::End(0)).map_err(io)?;
-        if len != expected.len {
-            return Err(corrupted(&format!(
-                "{len} bytes, the checkpoint says {}",
-                expected.len
-            )));
-        }
-        let tail = len
-            .checked_sub(TRAILER as u64)
-            .filter(|&t| t >= MAGIC.len() as u64)
-            .ok_or_else(|| corrupted("too short for its trailer"))?;
-        r.seek(SeekFrom::Start(tail)).map_err(io)?;
-        let mut trailer = [0u8; TRAILER];
-        r.read_exact(&mut trailer).map_err(io)?;
-        let word = |i: usize| {
-            u32::from_le_bytes([trailer[i], trailer[i + 1], trailer[i + 2], trailer[i + 3]])
-        };
-        let at = u64::from_le_bytes(trailer[..8].try_into().unwrap_or_default());
-        let (index_len, crc) = (word(8), word(12));
-        if &trailer[16..] != INDEX_MAGIC || at.checked_add(u64::from(index_len)) != Some(tail) {
-            return Err(corrupted("its trailer does not point at its index"));
-        }
-        if crc != expected.crc32 {
-            return Err(corrupted(&format!(
-                "index checksum {crc:08x}, the checkpoint says {:08x}",
-                expected.crc32
-            )));
-        }
-        r.seek(SeekFrom::Start(at)).map_err(io)?;
-        let mut index = vec![0u8; index_len as usize];
-        r.read_exact(&mut index).map_err(io)?;
-        if crc32fast::hash(&index) != crc {
-            return Err(corrupted("its index's checksum"));
-        }
-        let n = index
-            .get(..4)
-            .and_then(|b| b.try_into().ok())
-            .map(u32::from_le_bytes)
-            .ok_or_else(|| corrupted("an empty index"))? as usize;
-        if index.len() != 4 + n * INDEX_LINE {
-            return Err(corrupted("an index of the wrong length"));
-        }
-        let mut blocks = std::collections::VecDeque::with_capacity(n);
-        let mut next = MAGIC.len() as u64;
-        for line in index[4..].chunks_exact(INDEX_LINE) {
-            let b = Block::decode(line).ok_or_else(|| corrupted("a malformed index line"))?;
-            if b.offset != next || b.first > b.last {
-                return Err(corrupted("its index's blocks do not follow each other"));
-            }
-            next = b.offset + b.len;
-            blocks.push_back(b);
-        }
-        if next != at {
-            return Err(corrupted("its blocks do not end where its index begins"));
-        }
-        Ok(blocks)
-    }
-
-    fn fill(&mut self, buf: &mut [u8]) -> Result<(), String> {
-        let read = match &mut self.src {
-            Source::Block(r, _) => r.read_exact(buf),
-            Source::Whole(r) => r.read_exact(buf),
-            Source::Between(_) | Source::Gone => Err(std::io::Error::other("no block open")),
-        };
-        read.map_err(|e| {
-            format!(
-                "{} cannot be read to its end ({e}): the file is truncated or corrupted",
-                self.name
-            )
+        blocks.retain(|b| b.wanted(&range));
+        Ok(RunReader {
+            src,
+            blocks,
+            block: Vec::new(),
+            at: 0,
+            packed: Vec::new(),
+            range,
+            ended: false,
+            name,
         })
     }
+}
 
-    /// Opens the next wanted block; `false` when there is none (or the run is of the first
-    /// format, whose one frame is open from the start).
+/// Reads and checks the index of a second-format run (`name`, as `expected` references it).
+fn read_index<R: Read + Seek>(
+    r: &mut R,
+    expected: &RunRef,
+    name: &str,
+) -> Result<std::collections::VecDeque<Block>, String> {
+    let corrupted = |what: &str| {
+        format!("{name} does not match its checkpoint ({what}): the file is corrupted")
+    };
+    let io = |e: std::io::Error| {
+        format!("{name} cannot be read ({e}): the file is truncated or corrupted")
+    };
+    let len = r.seek(SeekFrom::End(0)).map_err(io)?;
+    if len != expected.len {
+        return Err(corrupted(&format!(
+            "{len} bytes, the checkpoint says {}",
+            expected.len
+        )));
+    }
+    let tail = len
+        .checked_sub(TRAILER as u64)
+        .filter(|&t| t >= MAGIC.len() as u64)
+        .ok_or_else(|| corrupted("too short for its trailer"))?;
+    r.seek(SeekFrom::Start(tail)).map_err(io)?;
+    let mut trailer = [0u8; TRAILER];
+    r.read_exact(&mut trailer).map_err(io)?;
+    let word =
+        |i: usize| u32::from_le_bytes([trailer[i], trailer[i + 1], trailer[i + 2], trailer[i + 3]]);
+    let at = u64::from_le_bytes(trailer[..8].try_into().unwrap_or_default());
+    let (index_len, crc) = (word(8), word(12));
+    if &trailer[16..] != INDEX_MAGIC || at.checked_add(u64::from(index_len)) != Some(tail) {
+        return Err(corrupted("its trailer does not point at its index"));
+    }
+    if crc != expected.crc32 {
+        return Err(corrupted(&format!(
+            "index checksum {crc:08x}, the checkpoint says {:08x}",
+            expected.crc32
+        )));
+    }
+    r.seek(SeekFrom::Start(at)).map_err(io)?;
+    let mut index = vec![0u8; index_len as usize];
+    r.read_exact(&mut index).map_err(io)?;
+    if crc32fast::hash(&index) != crc {
+        return Err(corrupted("its index's checksum"));
+    }
+    let n = index
+        .get(..4)
+        .and_then(|b| b.try_into().ok())
+        .map(u32::from_le_bytes)
+        .ok_or_else(|| corrupted("an empty index"))? as usize;
+    if index.len() != 4 + n * INDEX_LINE {
+        return Err(corrupted("an index of the wrong length"));
+    }
+    let mut blocks = std::collections::VecDeque::with_capacity(n);
+    let mut next = MAGIC.len() as u64;
+    for line in index[4..].chunks_exact(INDEX_LINE) {
+        let b = Block::decode(line).ok_or_else(|| corrupted("a malformed index line"))?;
+        if b.offset != next || b.first > b.last {
+            return Err(corrupted("its index's blocks do not follow each other"));
+        }
+        next = b.offset + b.len;
+        blocks.push_back(b);
+    }
+    if next != at {
+        return Err(corrupted("its blocks do not end where its index begins"));
+    }
+    Ok(blocks)
+}
+
+impl<R: Read + Seek> RunReader<R> {
+    fn corrupted(&self, what: &str) -> String {
+        format!(
+            "{} cannot be read to its end ({what}): the file is truncated or corrupted",
+            self.name
+        )
+    }
+
+    /// Reads, checks and decompresses the next wanted block; `false` when there is none.
     fn next_block(&mut self) -> Result<bool, String> {
-        let src = std::mem::replace(&mut self.src, Source::Gone);
-        let mut r = match src {
-            Source::Between(r) => r,
-            Source::Block(frame, block) => {
-                // The frame must end with the block's bytes, and sum to its checksum.
-                let mut rest = Vec::new();
-                let mut frame = frame;
-                let frame_rest = frame.read_to_end(&mut rest);
-                let summed = frame.into_inner();
-                if frame_rest.is_err()
-                    || !rest.is_empty()
-                    || summed.len != block.len
-                    || summed.crc.clone().finalize() != block.crc32
-                {
-                    return Err(format!(
-                        "{}'s block at byte {} does not match its index: the file is corrupted",
-                        self.name, block.offset
-                    ));
-                }
-                summed.r.into_inner()
-            }
-            whole @ Source::Whole(_) => {
-                self.src = whole;
-                return Ok(false);
-            }
-            Source::Gone => return Ok(false),
-        };
-        let Some(block) = self.blocks.pop_front() else {
-            self.src = Source::Between(r);
+        let Source::Blocks(r) = &mut self.src else {
             return Ok(false);
         };
-        r.seek(SeekFrom::Start(block.offset)).map_err(|e| {
-            format!(
-                "{} cannot be read ({e}): the file is truncated or corrupted",
-                self.name
-            )
-        })?;
-        let raw = SummedRead::new(r.take(block.len));
-        self.src = Source::Block(lz4_flex::frame::FrameDecoder::new(raw), block);
+        let Some(block) = self.blocks.pop_front() else {
+            return Ok(false);
+        };
+        let len = match usize::try_from(block.len) {
+            Ok(len) if (4..=u64::from(u32::MAX)).contains(&block.len) => len,
+            _ => return Err(self.corrupted(&format!("a block of {} bytes", block.len))),
+        };
+        self.packed.resize(len, 0);
+        let read = r
+            .seek(SeekFrom::Start(block.offset))
+            .and_then(|_| r.read_exact(&mut self.packed));
+        if let Err(e) = read {
+            return Err(self.corrupted(&e.to_string()));
+        }
+        if crc32fast::hash(&self.packed) != block.crc32 {
+            return Err(format!(
+                "{}'s block at byte {} does not match its index: the file is corrupted",
+                self.name, block.offset
+            ));
+        }
+        let raw_len = u32::from_le_bytes([
+            self.packed[0],
+            self.packed[1],
+            self.packed[2],
+            self.packed[3],
+        ]) as usize;
+        self.block.resize(raw_len, 0);
+        match lz4_flex::block::decompress_into(&self.packed[4..], &mut self.block) {
+            Ok(n) if n == raw_len => {}
+            _ => {
+                return Err(format!(
+                "{}'s block at byte {} does not decompress to its length: the file is corrupted",
+                self.name, block.offset
+            ))
+            }
+        }
+        self.at = 0;
         Ok(true)
     }
 
@@ -610,37 +609,20 @@ impl<R: Read + Seek> RunReader<R> {
             if self.ended {
                 return Ok(false);
             }
-            if matches!(self.src, Source::Between(_)) && !self.next_block()? {
+            let got = match &self.src {
+                Source::Whole(_) => self.next_whole(rec)?,
+                Source::Blocks(_) => {
+                    if self.at == self.block.len() && !self.next_block()? {
+                        false
+                    } else {
+                        self.next_in_block(rec)?;
+                        true
+                    }
+                }
+            };
+            if !got {
                 self.ended = true;
                 return Ok(false);
-            }
-            let mut head = [0u8; 13];
-            self.fill(&mut head)?;
-            let word =
-                |i: usize| u32::from_le_bytes([head[i], head[i + 1], head[i + 2], head[i + 3]]);
-            rec.kind = head[0];
-            rec.group = word(1);
-            let (klen, vlen) = (word(5) as usize, word(9) as usize);
-            if !matches!(rec.kind, END | ENTRY | GONE | OWN) || klen + vlen > 1 << 31 {
-                return Err(format!(
-                    "{} holds a malformed record: the file is corrupted",
-                    self.name
-                ));
-            }
-            rec.key.resize(klen, 0);
-            rec.value.resize(vlen, 0);
-            let (mut key, mut value) =
-                (std::mem::take(&mut rec.key), std::mem::take(&mut rec.value));
-            let read = self.fill(&mut key).and_then(|()| self.fill(&mut value));
-            (rec.key, rec.value) = (key, value);
-            read?;
-            if rec.kind == END {
-                // The end of a block: the next one, if any (the end of a first-format run).
-                if !self.next_block()? {
-                    self.ended = true;
-                    return Ok(false);
-                }
-                continue;
             }
             let wanted =
                 rec.kind == OWN || self.range.as_ref().is_none_or(|r| r.contains(&rec.group));
@@ -648,6 +630,66 @@ impl<R: Read + Seek> RunReader<R> {
                 return Ok(true);
             }
         }
+    }
+
+    /// The next record of the block in memory.
+    fn next_in_block(&mut self, rec: &mut Record) -> Result<(), String> {
+        let b = &self.block[self.at..];
+        let head = b
+            .get(..13)
+            .ok_or_else(|| self.corrupted("a block ends inside a record"))?;
+        let word = |i: usize| u32::from_le_bytes([head[i], head[i + 1], head[i + 2], head[i + 3]]);
+        let (kind, group) = (head[0], word(1));
+        let (klen, vlen) = (word(5) as usize, word(9) as usize);
+        if !matches!(kind, ENTRY | GONE | OWN) || b.len() < 13 + klen + vlen {
+            return Err(format!(
+                "{} holds a malformed record: the file is corrupted",
+                self.name
+            ));
+        }
+        rec.kind = kind;
+        rec.group = group;
+        rec.key.clear();
+        rec.key.extend_from_slice(&b[13..13 + klen]);
+        rec.value.clear();
+        rec.value.extend_from_slice(&b[13 + klen..13 + klen + vlen]);
+        self.at += 13 + klen + vlen;
+        Ok(())
+    }
+
+    /// The next record of a first-format run; `false` at its end.
+    fn next_whole(&mut self, rec: &mut Record) -> Result<bool, String> {
+        let mut head = [0u8; 13];
+        self.fill(&mut head)?;
+        let word = |i: usize| u32::from_le_bytes([head[i], head[i + 1], head[i + 2], head[i + 3]]);
+        rec.kind = head[0];
+        rec.group = word(1);
+        let (klen, vlen) = (word(5) as usize, word(9) as usize);
+        if !matches!(rec.kind, END | ENTRY | GONE | OWN) || klen + vlen > 1 << 31 {
+            return Err(format!(
+                "{} holds a malformed record: the file is corrupted",
+                self.name
+            ));
+        }
+        rec.key.resize(klen, 0);
+        rec.value.resize(vlen, 0);
+        let (mut key, mut value) = (std::mem::take(&mut rec.key), std::mem::take(&mut rec.value));
+        let read = self.fill(&mut key).and_then(|()| self.fill(&mut value));
+        (rec.key, rec.value) = (key, value);
+        read?;
+        Ok(rec.kind != END)
+    }
+
+    fn fill(&mut self, buf: &mut [u8]) -> Result<(), String> {
+        let Source::Whole(r) = &mut self.src else {
+            return Err(self.corrupted("not a first-format run"));
+        };
+        r.read_exact(buf).map_err(|e| {
+            format!(
+                "{} cannot be read to its end ({e}): the file is truncated or corrupted",
+                self.name
+            )
+        })
     }
 
     /// Checks that the run ended where and as `expected` says (its blocks were checked as
@@ -984,7 +1026,7 @@ mod tests {
         let blocks = blocks_of(&base);
         assert!(blocks.len() >= 4, "{blocks:?}");
         for w in blocks.windows(2) {
-            assert!(w[0].last < w[1].first, "a group in two blocks: {blocks:?}");
+            assert!(w[0].last <= w[1].first, "blocks in group order: {blocks:?}");
         }
         let chain = [base.clone(), d1];
         let whole = merged(&chain).expect("merges");
@@ -1042,6 +1084,46 @@ mod tests {
         let n = flipped.len();
         flipped[n - 6] ^= 1;
         assert!(merged(&[(flipped, old.1)]).is_err());
+    }
+
+    #[test]
+    fn records_are_in_key_byte_order_and_a_key_written_twice_keeps_its_last_entry() {
+        // Keys shorter and longer than 8 encoded bytes, sharing prefixes, one written twice.
+        let keys = [
+            "abcdefghij",
+            "a",
+            "abcdefghi",
+            "ab",
+            "",
+            "abcdefghij",
+            "abcdefgh",
+            "b",
+            "a\0",
+        ];
+        let mut d = KeyedDelta::new(false);
+        for (n, k) in keys.iter().enumerate() {
+            d.push(3, *k, Some(&(k.to_string(), n as u64)))
+                .expect("encodes");
+        }
+        let (run, rf) = encode(&d);
+        let mut r = RunReader::new(std::io::Cursor::new(run.as_slice()), &rf, None).expect("opens");
+        let mut rec = Record::default();
+        let mut got: Vec<(Vec<u8>, (String, u64))> = Vec::new();
+        while r.next(&mut rec).expect("reads") {
+            got.push((
+                rec.key.clone(),
+                ciborium::from_reader(rec.value.as_slice()).expect("decodes"),
+            ));
+        }
+        let mut expected: Vec<(Vec<u8>, (String, u64))> = Vec::new();
+        for (n, k) in keys.iter().enumerate() {
+            let mut enc = Vec::new();
+            ciborium::into_writer(k, &mut enc).expect("encodes");
+            expected.retain(|(e, _)| *e != enc);
+            expected.push((enc, (k.to_string(), n as u64)));
+        }
+        expected.sort_by(|a, b| a.0.cmp(&b.0));
+        assert_eq!(got, expected);
     }
 
     #[test]
