@@ -42,8 +42,8 @@ const MAX_CHAIN: usize = 64;
 /// (sorted in memory, then written): what the thread holds at once, whatever the copy's size.
 const SEGMENT_BYTES: usize = 16 << 20;
 
-/// Chunks handed and not yet encoded beyond which the operator waits before copying more:
-/// what the copy holds in clones at once.
+/// Chunks handed and not yet taken in beyond which the operator waits before copying more:
+/// what the copy holds in chunks at once.
 const MAX_IN_FLIGHT: usize = 4;
 
 enum Cmd {
@@ -99,6 +99,9 @@ pub(crate) struct ChainWriter {
     in_flight: Arc<AtomicUsize>,
     /// The newest checkpoint whose state was all handed (sealed).
     sealed: Arc<AtomicU64>,
+    /// Deltas the thread appended and emptied, for the operator to encode into again (their
+    /// buffers go back and forth instead of being allocated and freed for every chunk).
+    spares: Arc<Mutex<Vec<KeyedDelta>>>,
 }
 
 /// The chain of one checkpoint, taken when its state write asks: waits for the operator to
@@ -182,7 +185,33 @@ impl ChainWriter {
             needs_base,
             in_flight,
             sealed: Arc::new(AtomicU64::new(0)),
+            spares: Arc::default(),
         })
+    }
+
+    /// An empty delta to encode a chunk into (one the thread gave back, if there is one).
+    pub(crate) fn spare(&self) -> KeyedDelta {
+        self.spares
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .pop()
+            .unwrap_or_default()
+    }
+
+    /// Hands entries the operator encoded (or why it could not) to the checkpoint's run
+    /// under way; the delta comes back emptied ([`spare`](Self::spare)).
+    pub(crate) fn hand(&self, part: Result<KeyedDelta, String>) {
+        let spares = self.spares.clone();
+        self.encode(Box::new(move |d| {
+            let mut part = part?;
+            let appended = d.append(&part);
+            part.clear();
+            let mut spares = spares.lock().unwrap_or_else(|p| p.into_inner());
+            if spares.len() <= MAX_IN_FLIGHT {
+                spares.push(part);
+            }
+            appended
+        }));
     }
 
     /// Checkpoint `id`'s state follows (its runs under `root`).

@@ -267,6 +267,25 @@ impl KeyedDelta {
         });
         Ok(())
     }
+
+    /// Adds every entry of `other` after this delta's (and its own fields, if it has them).
+    pub(crate) fn append(&mut self, other: &KeyedDelta) -> Result<(), String> {
+        let base = self.bytes.len();
+        if base + other.bytes.len() > u32::MAX as usize {
+            return Err("a state delta over 4 GiB".into());
+        }
+        let at = |r: (u32, u32)| (r.0 + base as u32, r.1 + base as u32);
+        self.bytes.extend_from_slice(&other.bytes);
+        self.index.extend(other.index.iter().map(|e| DeltaEntry {
+            group: e.group,
+            key: at(e.key),
+            entry: e.entry.map(at),
+        }));
+        if let Some(own) = &other.own {
+            self.own = Some(own.clone());
+        }
+        Ok(())
+    }
 }
 
 impl KeyedDelta {
