@@ -238,6 +238,10 @@ fn new_runs_at_another_parallelism_resume_from_incremental_chains() {
         let c = Controls::default();
         job(&env, KEYS, p, &c, &out);
         let handle = env.start("incremental-ranged").expect("starts");
+        if run == 1 {
+            inject_panic(&handle, &c);
+        }
+        wait_checkpoints(&handle, 20);
         if run > 0 {
             let stats = handle.checkpoint_stats().unwrap_or_default();
             assert!(
@@ -245,10 +249,6 @@ fn new_runs_at_another_parallelism_resume_from_incremental_chains() {
                 "run {run} resumed from the run before: {stats:?}"
             );
         }
-        if run == 1 {
-            inject_panic(&handle, &c);
-        }
-        wait_checkpoints(&handle, 20);
         assert!(runs_on_disk(&dir) > 0, "runs under shared/");
         if p == 1 {
             end_and_check(handle, &c, &out, KEYS);

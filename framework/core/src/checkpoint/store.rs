@@ -382,7 +382,7 @@ pub(crate) fn read_state_at(
     uid: &str,
     subtask: usize,
 ) -> Result<SnapshotEnvelope, CheckpointError> {
-    let (mut env, chain) = read_envelope_at(dir, id, name, uid, subtask)?;
+    let (mut env, chain) = read_envelope_at(dir, id, name, uid, subtask, &local)?;
     if let Some(chain) = chain {
         env.payload = chain.payload().map_err(|e| CheckpointError::Invalid {
             path: dir.join(name),
@@ -418,6 +418,16 @@ impl Chained {
     }
 }
 
+/// Makes a file about to be read present locally: a restore from an object store fetches it
+/// ([`remote::Listing::fetch`](super::remote::Listing::fetch)); [`local`] for files that are
+/// only local.
+pub(crate) type Fetch<'a> = &'a dyn Fn(&Path) -> Result<(), CheckpointError>;
+
+/// The [`Fetch`] of local files: nothing to do.
+pub(crate) fn local(_: &Path) -> Result<(), CheckpointError> {
+    Ok(())
+}
+
 /// Reads and checks one state file of the checkpoint (or savepoint) in `dir`, leaving an
 /// incremental state's chain unread (its runs' lengths and index checksums are checked: a
 /// chain with a run missing or damaged is unreadable now, not at deployment). The envelope's
@@ -428,8 +438,10 @@ pub(crate) fn read_envelope_at(
     name: &str,
     uid: &str,
     subtask: usize,
+    fetch: Fetch<'_>,
 ) -> Result<(SnapshotEnvelope, Option<Chained>), CheckpointError> {
     let path = dir.join(name);
+    fetch(&path)?;
     let bytes = std::fs::read(&path).map_err(io(&path))?;
     let env: SnapshotEnvelope =
         decode_whole(&bytes).map_err(|message| CheckpointError::Invalid {
@@ -468,6 +480,9 @@ pub(crate) fn read_envelope_at(
     let root = dir
         .parent()
         .ok_or_else(|| invalid("an incremental state outside a job run's directory".into()))?;
+    for r in &runs {
+        fetch(&root.join(&r.file))?;
+    }
     super::runs::verify(root, &runs)
         .map_err(|m| invalid(format!("cannot read its incremental state: {m}")))?;
     Ok((
@@ -725,7 +740,7 @@ pub(crate) fn load_dir(
     uids: &[String],
     allow_non_restored: bool,
 ) -> Result<Loaded, CheckpointError> {
-    load_dir_of(dir, None, uids, allow_non_restored)
+    load_dir_of(dir, None, uids, allow_non_restored, &local)
 }
 
 /// [`load_dir`], and with `expected`, the metadata must be that checkpoint's (checked before
@@ -735,6 +750,7 @@ fn load_dir_of(
     expected: Option<u64>,
     uids: &[String],
     allow_non_restored: bool,
+    fetch: Fetch<'_>,
 ) -> Result<Loaded, CheckpointError> {
     let meta = read_metadata_at(dir)?;
     if let Some(id) = expected.filter(|id| *id != meta.checkpoint_id) {
@@ -760,7 +776,7 @@ fn load_dir_of(
             )));
         }
         for (subtask, file) in files {
-            loaded.read(dir, file, uid, *subtask)?;
+            loaded.read(dir, file, uid, *subtask, fetch)?;
         }
     }
     Ok(loaded)
@@ -798,10 +814,14 @@ fn run_order(name: &str) -> Option<(u64, u64)> {
 /// whose state fits the job (as [`load_dir`] checks). An unreadable checkpoint (I/O error,
 /// corrupted or partial file) is skipped for the one before it; one that does not fit the job
 /// is an error ([`CheckpointError::Incompatible`]). A missing `job_dir` is an empty scan.
+///
+/// `fetch` makes each file present before it is read (a restore from an object store fetches
+/// the files of the checkpoints it tries, not every file of the job's runs).
 pub(crate) fn find_latest(
     job_dir: &Path,
     uids: &[String],
     allow_non_restored: bool,
+    fetch: Fetch<'_>,
 ) -> Result<Scan, CheckpointError> {
     let mut scan = Scan::default();
     let entries = match std::fs::read_dir(job_dir) {
@@ -822,11 +842,14 @@ pub(crate) fn find_latest(
     for (_, run) in &runs {
         for id in completed(run) {
             let dir = checkpoint_dir(run, id);
-            match load_dir_of(&dir, Some(id), uids, allow_non_restored) {
+            match load_dir_of(&dir, Some(id), uids, allow_non_restored, fetch) {
                 Ok(loaded) => {
                     scan.latest = Some(Latest { dir, loaded });
                     return Ok(scan);
                 }
+                // A store that fails to answer fails the restore: an older checkpoint is for
+                // files that are damaged or gone, not for a store that is down.
+                Err(e @ CheckpointError::Store { .. }) => return Err(e),
                 Err(e) if e.is_unreadable() => {
                     tracing::warn!(checkpoint = %dir.display(), error = %e, "checkpoint unreadable; trying an older one");
                     scan.skipped.push((dir, e));
@@ -876,8 +899,9 @@ impl Loaded {
         file: &str,
         uid: &str,
         subtask: usize,
+        fetch: Fetch<'_>,
     ) -> Result<(), CheckpointError> {
-        let (env, chain) = read_envelope_at(dir, self.checkpoint, file, uid, subtask)?;
+        let (env, chain) = read_envelope_at(dir, self.checkpoint, file, uid, subtask, fetch)?;
         let key = (uid.to_owned(), subtask);
         match chain {
             Some(chain) => self.chains.insert(key, chain).map(drop),
@@ -920,7 +944,7 @@ pub(crate) fn load(root: &Path, id: u64, uids: &[String]) -> Result<Loaded, Chec
         }
         let dir = checkpoint_dir(root, id);
         for (subtask, file) in files {
-            loaded.read(&dir, file, uid, *subtask)?;
+            loaded.read(&dir, file, uid, *subtask, &local)?;
         }
     }
     Ok(loaded)

@@ -145,6 +145,45 @@ async fn get_to_file(store: Arc<dyn ObjectStore>, key: Key, tmp: PathBuf) -> Res
     Ok(true)
 }
 
+/// What the store holds under a directory (local path -> size), for a restore to fetch the
+/// files it reads: [`Remote::mirror_lazily`].
+pub(crate) struct Listing {
+    remote: Arc<Remote>,
+    listed: std::collections::HashMap<PathBuf, u64>,
+    /// How many objects were fetched.
+    fetched: std::sync::atomic::AtomicUsize,
+}
+
+impl Listing {
+    /// Makes sure the local file `path` is the store's, fetching it if the store has it and
+    /// the local copy lacks it (or holds it with another size: a checkpoint's files never
+    /// change under their name). A file the store does not have is left for the reader to
+    /// find missing; an object gone since the listing too.
+    pub(crate) fn fetch(&self, path: &Path) -> Result<(), CheckpointError> {
+        let Some(&size) = self.listed.get(path) else {
+            return Ok(());
+        };
+        if std::fs::metadata(path).is_ok_and(|m| m.len() == size) {
+            return Ok(());
+        }
+        if self.remote.fetch_file(path)? {
+            self.fetched
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        } else {
+            tracing::warn!(url = %self.remote.url, path = %path.display(), "an object went while it was fetched: skipped");
+        }
+        Ok(())
+    }
+
+    /// Objects fetched so far, and objects listed.
+    pub(crate) fn counts(&self) -> (usize, usize) {
+        (
+            self.fetched.load(std::sync::atomic::Ordering::Relaxed),
+            self.listed.len(),
+        )
+    }
+}
+
 /// A checkpoint directory on an object store, mirrored by a local directory.
 pub(crate) struct Remote {
     url: String,
@@ -550,6 +589,45 @@ impl Remote {
         Ok(got)
     }
 
+    /// Makes the local copy of directory `dir` agree with the store without fetching what a
+    /// restore may not need: deletes local files the store does not have (`_metadata`
+    /// first), fetches every `_metadata` the copy lacks, and returns the listing, through
+    /// which a restore fetches the files of the checkpoints it reads ([`Listing::fetch`]):
+    /// the newest readable one's, not every checkpoint's of the job's runs.
+    pub(crate) fn mirror_lazily(self: &Arc<Self>, dir: &Path) -> Result<Listing, CheckpointError> {
+        let objects = self.list(dir)?;
+        let listed: std::collections::HashMap<PathBuf, u64> = objects.into_iter().collect();
+        let mut stale = Vec::new();
+        let mut stack = vec![dir.to_owned()];
+        while let Some(d) = stack.pop() {
+            for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+                let path = e.path();
+                if path.is_dir() {
+                    stack.push(path);
+                } else if !listed.contains_key(&path) {
+                    stale.push(path);
+                }
+            }
+        }
+        stale.sort_by_key(|p| p.file_name().is_none_or(|n| n != "_metadata"));
+        for path in stale {
+            if let Err(source) = std::fs::remove_file(&path) {
+                return Err(CheckpointError::Io { path, source });
+            }
+        }
+        let listing = Listing {
+            remote: self.clone(),
+            listed,
+            fetched: Default::default(),
+        };
+        for path in listing.listed.keys() {
+            if path.file_name().is_some_and(|n| n == "_metadata") {
+                listing.fetch(path)?;
+            }
+        }
+        Ok(listing)
+    }
+
     /// Makes the local copy of directory `dir` what the store holds: fetches every object
     /// the copy lacks (or holds with another size: a checkpoint's files never change under
     /// their name), `_metadata` last, and deletes local files the store does not have (a
@@ -729,6 +807,70 @@ mod tests {
         r.delete(std::slice::from_ref(&file));
         assert_eq!(r.fetch_tree(r.local()).unwrap(), 0);
         assert!(!file.exists());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_restore_fetches_the_files_of_the_checkpoint_it_reads_not_the_older_ones() {
+        use crate::checkpoint::store::{self, CheckpointMetadata, SnapshotEnvelope};
+        use std::collections::BTreeMap;
+        let dir = std::env::temp_dir().join(format!("weir-remote-lazy-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let url = PathBuf::from(format!("file://{}", dir.join("store").display()));
+        let r = Remote::open(&url, &dir.join("local"), &[]).unwrap();
+        let job = r.local().join("job");
+        let run = job.join("run-1000-1-0");
+        let mut files = Vec::new();
+        for id in [1u64, 2] {
+            let payload = vec![id as u8; 100];
+            let env = SnapshotEnvelope {
+                format_version: store::FORMAT_VERSION,
+                uid: "count".into(),
+                subtask: 0,
+                checkpoint_id: id,
+                key_groups: None,
+                payload_crc32: Some(crc32fast::hash(&payload)),
+                payload,
+                chain: None,
+            };
+            let (name, size) = store::write_state(&run, &env).unwrap();
+            let states = BTreeMap::from([(
+                "count".to_string(),
+                BTreeMap::from([(0usize, name.clone())]),
+            )]);
+            store::write_metadata(&run, &CheckpointMetadata::of(id, states, size, Vec::new()))
+                .unwrap();
+            let chk = store::checkpoint_dir(&run, id);
+            files.push((chk.join(&name), chk.join("_metadata")));
+        }
+        for (state, meta) in &files {
+            r.upload(state, &patient).unwrap();
+            r.upload(meta, &patient).unwrap();
+        }
+        std::fs::remove_dir_all(r.local()).unwrap();
+        let listing = r.mirror_lazily(&job).unwrap();
+        assert!(
+            files.iter().all(|(_, meta)| meta.is_file()),
+            "every _metadata"
+        );
+        assert!(
+            files.iter().all(|(state, _)| !state.exists()),
+            "no state file yet"
+        );
+        let fetch = |p: &Path| listing.fetch(p);
+        let scan = store::find_latest(&job, &["count".to_string()], false, &fetch).unwrap();
+        let latest = scan.latest.expect("a checkpoint");
+        assert_eq!(latest.loaded.checkpoint, 2);
+        assert_eq!(
+            latest.loaded.states[&("count".to_string(), 0)],
+            vec![2u8; 100]
+        );
+        assert!(
+            files[1].0.is_file(),
+            "the newest checkpoint's state file was fetched"
+        );
+        assert!(!files[0].0.exists(), "the older one's was not");
+        assert_eq!(listing.counts(), (3, 4));
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -199,10 +199,10 @@ pub(crate) fn save_to(
 }
 
 #[cfg(feature = "object-store")]
-pub(crate) use client::Remote;
+pub(crate) use client::{Listing, Remote};
 
 #[cfg(not(feature = "object-store"))]
-pub(crate) use stub::Remote;
+pub(crate) use stub::{Listing, Remote};
 
 #[cfg(feature = "object-store")]
 mod client;

@@ -64,12 +64,14 @@ impl Deploying {
         }
     }
 
-    /// Fetches the job's earlier runs from the object store at `url` into their local copy
-    /// (what is already there is kept); returns the local directory of the job's runs.
+    /// Mirrors the job's earlier runs on the object store at `url` into their local copy
+    /// (their `_metadata` files; what is already there is kept, what the store no longer has
+    /// is deleted); returns the local directory of the job's runs and the store's listing,
+    /// through which the restore fetches the files of the checkpoints it reads.
     fn fetch_latest(
         ctx: &JobContext,
         url: &std::path::Path,
-    ) -> Result<std::path::PathBuf, store::CheckpointError> {
+    ) -> Result<(std::path::PathBuf, remote::Listing), store::CheckpointError> {
         let same = ctx
             .remote
             .clone()
@@ -83,26 +85,34 @@ impl Deploying {
             )?,
         };
         let local = remote.local().join(&ctx.job);
-        let n = remote.fetch_tree(&local)?;
-        tracing::info!(url = %remote.url(), local = %local.display(), fetched = n, "fetched the job's earlier runs from the object store");
-        Ok(local)
+        let listing = remote.mirror_lazily(&local)?;
+        Ok((local, listing))
     }
 
     /// Deploying from the newest usable checkpoint of the job's earlier runs.
     fn from_latest(ctx: &mut JobContext, latest: &crate::RestoreLatest) -> JobState {
         let mut job_dir = latest.directory().join(&ctx.job);
+        let mut listing = None;
         if remote::is_url(latest.directory()) {
             match Self::fetch_latest(ctx, latest.directory()) {
-                Ok(local) => job_dir = local,
+                Ok((local, l)) => (job_dir, listing) = (local, Some(l)),
                 Err(source) => return restore_failed(ctx, job_dir, source),
             }
         }
         let uids = &ctx.plan.uids;
-        let scan =
-            match store::find_latest(&job_dir, uids, ctx.cfg.checkpoint.allow_non_restored_state) {
-                Ok(scan) => scan,
-                Err(source) => return restore_failed(ctx, job_dir, source),
-            };
+        let fetch = |path: &std::path::Path| match &listing {
+            Some(l) => l.fetch(path),
+            None => store::local(path),
+        };
+        let allow = ctx.cfg.checkpoint.allow_non_restored_state;
+        let scan = match store::find_latest(&job_dir, uids, allow, &fetch) {
+            Ok(scan) => scan,
+            Err(source) => return restore_failed(ctx, job_dir, source),
+        };
+        if let Some(l) = &listing {
+            let (fetched, listed) = l.counts();
+            tracing::info!(url = %latest.directory().display(), local = %job_dir.display(), fetched, listed, "fetched what the restore reads of the job's earlier runs from the object store");
+        }
         for (dir, e) in &scan.skipped {
             ctx.warnings.checkpoint_skipped(dir, &e.to_string());
         }
