@@ -18,6 +18,7 @@ use std::collections::{BTreeMap, VecDeque};
 use crate::state::changes::{KeyedDelta, KeyedImage};
 use std::sync::Arc;
 
+use crate::sync::atomic::{AtomicU64, Ordering};
 use crate::sync::{lock, try_lock, Mutex};
 
 /// What is applied to the image, in order.
@@ -64,6 +65,9 @@ pub(crate) struct StateImage {
     log: Mutex<Log>,
     /// Points held for a checkpoint (item count -> holders): applying stops there.
     holds: Mutex<BTreeMap<u64, usize>>,
+    /// Time spent applying, in all (ns), whoever applied: the primary paces its handoffs by
+    /// what they cost on both sides ([`applying_ns`](Self::applying_ns)).
+    spent_ns: AtomicU64,
 }
 
 impl StateImage {
@@ -72,7 +76,14 @@ impl StateImage {
             applied: Mutex::new(Applied::default()),
             log: Mutex::new(Log::default()),
             holds: Mutex::new(BTreeMap::new()),
+            spent_ns: AtomicU64::new(0),
         }
+    }
+
+    /// Time spent applying handoffs so far (ns), by the backup actor, a checkpoint's writer
+    /// or a promotion.
+    pub(crate) fn applying_ns(&self) -> u64 {
+        self.spent_ns.load(Ordering::Relaxed)
     }
 
     /// Appends a base snapshot: the state the changes after it start from.
@@ -111,7 +122,15 @@ impl StateImage {
 
     /// Applies up to `upto`, about `budget` entries at most; returns whether it stopped for
     /// its budget.
-    fn apply_locked(&self, applied: &mut Applied, upto: Upto, mut budget: usize) -> bool {
+    fn apply_locked(&self, applied: &mut Applied, upto: Upto, budget: usize) -> bool {
+        let started = std::time::Instant::now();
+        let more = self.apply_some(applied, upto, budget);
+        let spent = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        self.spent_ns.fetch_add(spent, Ordering::Relaxed);
+        more
+    }
+
+    fn apply_some(&self, applied: &mut Applied, upto: Upto, mut budget: usize) -> bool {
         loop {
             if let Some((delta, at)) = applied.current.take() {
                 let to = delta.index.len().min(at.saturating_add(budget));
