@@ -165,10 +165,16 @@ impl StateImage {
                 item
             };
             match item {
-                Item::Changes(delta) => {
+                Item::Changes(mut delta) => {
                     if delta.full {
                         applied.broken = None;
                     }
+                    // Applied a key group at a time: a group's table (and the entries
+                    // inserted with it) stays in cache while its entries are applied; in the
+                    // order the primary found them, every entry would miss it. A delta's
+                    // entries are the state at one point, each key once at most or alike
+                    // (read at the same time): their order does not matter.
+                    delta.index.sort_unstable_by_key(|e| e.group);
                     applied.current = Some((delta, 0));
                 }
                 Item::Base { payload, own } => {
