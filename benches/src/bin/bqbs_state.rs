@@ -1,7 +1,11 @@
 //! `bqbs_state`: what a buffer-queue backup costs a keyed operator with a large state, and
 //! what its promotion costs. Prints one JSON line per run.
 //!
-//! The job: generated records `0..records`, keyed by `i % keys`, a keyed process function
+//! The job: generated records `0..records`, keyed by `i % keys` (every key written once
+//! every `keys` records: the whole state changes between two handoffs, the worst case; with
+//! `--changed F < 1`, the first `keys` records write every key once, then the records cycle
+//! through a window of `F * keys` keys that moves on by its width every `--dwell` records, so
+//! about that fraction of the state changes between two handoffs), a keyed process function
 //! holding a `(u64, u64, String)` per key (a count, a sum, a label: the state of #39's
 //! measurements), which emits nothing until its input ends and then one `(key, count, sum)`
 //! per key. Each run is one of:
@@ -53,6 +57,41 @@ struct Args {
     /// Repeat each run this many times.
     #[arg(long, default_value_t = 1)]
     repeat: usize,
+    /// The fraction of the keys written in each `--dwell` records after the first `keys`
+    /// (1: every key in turn, `i % keys`, the worst case).
+    #[arg(long, default_value_t = 1.0)]
+    changed: f64,
+    /// Records written to one window of keys before it moves on (with `--changed` below 1).
+    #[arg(long, default_value_t = 1_000_000)]
+    dwell: u64,
+}
+
+/// Which key record `i` has (see the module doc).
+#[derive(Clone, Copy)]
+struct Keying {
+    keys: u64,
+    /// Keys in the window (`keys`: `i % keys`).
+    span: u64,
+    dwell: u64,
+}
+
+impl Keying {
+    fn of(args: &Args) -> Self {
+        let span = ((args.keys as f64 * args.changed).round() as u64).clamp(1, args.keys.max(1));
+        Keying {
+            keys: args.keys.max(1),
+            span,
+            dwell: args.dwell.max(1),
+        }
+    }
+
+    fn key(&self, i: u64) -> u64 {
+        if self.span >= self.keys || i < self.keys {
+            return i % self.keys;
+        }
+        let j = i - self.keys;
+        ((j / self.dwell) * self.span + j % self.span) % self.keys
+    }
 }
 
 /// A count, a sum and a label per key; everything at the end of the input.
@@ -113,9 +152,10 @@ fn one(args: &Args, run: &str) -> serde_json::Value {
     }
     let env = Env::with_config(cfg);
     let keys = args.keys;
+    let keying = Keying::of(args);
     let tallied = env
         .generate(args.records, |i| i)
-        .key_by(move |x: &u64| x % keys)
+        .key_by(move |x: &u64| keying.key(*x))
         .process_with(Tally)
         .uid("tally");
     let tallied = if run == "plain" {
@@ -150,12 +190,13 @@ fn one(args: &Args, run: &str) -> serde_json::Value {
     };
     let seconds = started.elapsed().as_secs_f64();
     let rows = out.take();
+    let expected = expected(keying, args.records);
     let (mut wrong, mut seen) = (0u64, 0u64);
     // Per wrong key: (count off by, sum off by); one record too many says which record.
     let mut off: Vec<(i64, u64)> = Vec::new();
     for (k, n, sum) in &rows {
         seen += 1;
-        let (want_n, want_sum) = expected(*k, keys, args.records);
+        let (want_n, want_sum) = expected.get(*k as usize).copied().unwrap_or((0, 0));
         if (*n, *sum) != (want_n, want_sum) {
             wrong += 1;
             off.push((*n as i64 - want_n as i64, sum.wrapping_sub(want_sum)));
@@ -198,20 +239,20 @@ fn one(args: &Args, run: &str) -> serde_json::Value {
         "keys_out": seen,
         "keys_wrong": wrong,
         "wrong_runs": runs,
+        "changed": args.changed,
         "keys_missing": keys.min(args.records) - seen.min(keys.min(args.records)),
         "exactly_once": wrong == 0 && seen == keys.min(args.records),
     })
 }
 
-/// Key `k`'s count and sum of the records `i < records` with `i % keys == k`.
-fn expected(k: u64, keys: u64, records: u64) -> (u64, u64) {
-    if k >= records {
-        return (0, 0);
+/// Every key's count and sum of the records `i < records`, as the operator counts them
+/// (the sum wrapping), computed in sequence.
+fn expected(keying: Keying, records: u64) -> Vec<(u64, u64)> {
+    let mut by_key = vec![(0u64, 0u64); keying.keys as usize];
+    for i in 0..records {
+        let e = &mut by_key[keying.key(i) as usize];
+        e.0 += 1;
+        e.1 = e.1.wrapping_add(i);
     }
-    let n = (records - 1 - k) / keys + 1;
-    // k + (k + keys) + ... = n k + keys n (n - 1) / 2, wrapping as the operator's sum does.
-    let sum = n
-        .wrapping_mul(k)
-        .wrapping_add(keys.wrapping_mul(n.wrapping_mul(n.wrapping_sub(1)) / 2));
-    (n, sum)
+    by_key
 }

@@ -581,12 +581,14 @@ impl<T: Data> InputGate for TypedGate<T> {
         if w.unaligned {
             self.begin_recording();
         }
+        let started = std::time::Instant::now();
         let passed = self.head.barrier(id, w);
+        let took = started.elapsed();
         w.changes_of = None;
         w.progress = None;
         passed?;
         if let Some(c) = self.claims.as_mut() {
-            if !c.on_barrier(id, w, &self.marks) {
+            if !c.on_barrier(id, w, &self.marks, took) {
                 // The backup could not take the changes: the whole snapshot in their place
                 // (the operator's entry, left without changes or payload, is replaced).
                 let uid = c.uid().to_owned();

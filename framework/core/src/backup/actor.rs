@@ -114,16 +114,20 @@ impl<T: Data> ActorFuture<BackupActor<T>> for Drain {
         task: &mut TaskContext<'_>,
     ) -> Poll<()> {
         // The primary's hand-offs are applied to the queue's image here, off its thread, a
-        // part at a time so that heartbeats are answered between two parts.
+        // part at a time so that heartbeats are answered between two parts, and after the
+        // batches waiting: applying first, a large handoff kept the backup's channels full
+        // (64 batches taken per part applied), and so the upstream and the primary waiting.
         // Not woken for a part it could not apply now (a checkpoint holds the image, or its
         // writer applies): the next batch wakes it, and a promotion or a checkpoint applies
         // what they need themselves.
-        if act.group.queue.image().apply(APPLY_BUDGET) {
-            task.waker().wake_by_ref();
-        }
         for _ in 0..64 {
             match act.look(task) {
-                DrainStep::Idle => return Poll::Pending,
+                DrainStep::Idle => {
+                    if act.group.queue.image().apply(APPLY_BUDGET) {
+                        task.waker().wake_by_ref();
+                    }
+                    return Poll::Pending;
+                }
                 DrainStep::Gone => {
                     act.stopped = true;
                     ctx.stop();
@@ -146,6 +150,9 @@ impl<T: Data> ActorFuture<BackupActor<T>> for Drain {
                 }
             }
         }
+        // More batches wait: a smaller part of the handoffs meanwhile, so they are applied
+        // however busy the channels are.
+        act.group.queue.image().apply(APPLY_BUDGET / 4);
         task.waker().wake_by_ref();
         Poll::Pending
     }

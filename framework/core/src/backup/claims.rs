@@ -24,6 +24,8 @@ pub(crate) struct Claims<T> {
     state_handed: std::time::Instant,
     /// The least time from one handoff to the next, from what the last one took.
     handoff_gap: std::time::Duration,
+    /// The image's time spent applying at the last handoff (see `StateImage::applying_ns`).
+    applied_ns: u64,
     /// The operator hands what changed (`state::changes`), not whole snapshots.
     pub(super) hands_changes: bool,
     /// The next hand-off must be everything (the queue asked for it).
@@ -51,6 +53,7 @@ impl<T: Data> Claims<T> {
             record_bytes: std::mem::size_of::<T>().max(1) as u64,
             state_handed: std::time::Instant::now(),
             handoff_gap: std::time::Duration::ZERO,
+            applied_ns: 0,
             hands_changes: false,
             hand_all: false,
             marks: None,
@@ -148,9 +151,13 @@ impl<T: Data> Claims<T> {
         let Some(every) = self.group.policy.state_interval else {
             return Ok(());
         };
-        if !self.group.queue.is_stateful()
-            || self.state_handed.elapsed() < every.max(self.handoff_gap)
-        {
+        if !self.group.queue.is_stateful() {
+            return Ok(());
+        }
+        let since = self.state_handed.elapsed();
+        // The pacing's wait is capped by what the queue holds meanwhile: the batches since the
+        // last handoff stay in it, and a queue over its bound degrades the backup.
+        if since < every || (since < self.handoff_gap && !self.group.queue.over_half()) {
             return Ok(());
         }
         let started = std::time::Instant::now();
@@ -177,10 +184,23 @@ impl<T: Data> Claims<T> {
         self.hand_all = matches!(taken, Handoff::NeedsFull);
         // Paced by what it cost (`BackupPolicy::state_share`), measured from the end of this
         // one.
-        let share = self.group.policy.state_share;
-        self.handoff_gap = started.elapsed().mul_f64((1.0 - share) / share);
-        self.state_handed = std::time::Instant::now();
+        self.paced(started.elapsed());
         Ok(())
+    }
+
+    /// A handoff took `took` of the primary's time: the next waits `cost * (1 - share) /
+    /// share` (`BackupPolicy::state_share`), measured from now, where `cost` is `took` and
+    /// what applying the handoffs took the backup's side since the last one (on a machine
+    /// with few cores that time is taken from the job as well). A state that changes faster
+    /// than it is handed is so handed less often, each handoff holding more writes of a key
+    /// as one.
+    fn paced(&mut self, took: std::time::Duration) {
+        let share = self.group.policy.state_share;
+        let applied = self.group.queue.image().applying_ns();
+        let applying = std::time::Duration::from_nanos(applied.saturating_sub(self.applied_ns));
+        self.applied_ns = applied;
+        self.handoff_gap = (took + applying).mul_f64((1.0 - share) / share);
+        self.state_handed = std::time::Instant::now();
     }
 
     /// Whether the operator hands its changes (and may at a checkpoint's barrier), and if
@@ -194,11 +214,14 @@ impl<T: Data> Claims<T> {
     /// barrier), and the checkpoint's payload is made from the backup's copy, held there,
     /// off the data path. Returns `false` if that cannot be (the queue refused the changes):
     /// the caller puts the operator's whole snapshot in their place.
+    /// `took`: how long the operator took to write its part at the barrier (a handoff's
+    /// encoding, paced as the others are).
     pub(crate) fn on_barrier(
         &mut self,
         id: u64,
         w: &mut StateWriter,
         marks: &crate::time::WatermarkMerge,
+        took: std::time::Duration,
     ) -> bool {
         self.settle();
         let uid = &self.group.uid;
@@ -217,7 +240,9 @@ impl<T: Data> Claims<T> {
                             held.resolve()
                         })));
                     self.hand_all = false;
-                    self.state_handed = std::time::Instant::now();
+                    // The barrier's handoff counts in the pacing as the others do: the
+                    // next one does not follow it at once.
+                    self.paced(took);
                     true
                 }
                 Ok(Handoff::NeedsFull) => {

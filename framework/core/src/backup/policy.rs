@@ -40,10 +40,12 @@ pub struct BackupPolicy {
     /// snapshot. `None`: only at completed checkpoints.
     pub state_interval: Option<Duration>,
     /// The largest share of the primary's time its handoffs may take (default 0.1): after a
-    /// handoff that took `d`, the next waits at least `d * (1 - share) / share`, even if
-    /// `state_interval` is shorter. A state that changes faster than the primary can hand it
-    /// over then costs at most this share of throughput, and a promotion replays more
-    /// batches instead (those since the last handoff). 1.0: no bound.
+    /// handoff that took `d` (the one at a checkpoint's barrier too), plus what applying the
+    /// handoffs took the backup since the one before, the next waits at least
+    /// `d * (1 - share) / share`, even if `state_interval` is shorter; but not while the
+    /// buffer queue holds over half of `max_memory`. A state that changes faster than the
+    /// primary can hand it over then costs about this share of throughput, and a promotion
+    /// replays more batches instead (those since the last handoff). 1.0: no bound.
     pub state_share: f64,
 }
 

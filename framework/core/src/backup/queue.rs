@@ -719,6 +719,12 @@ impl<P: Clone> BufferQueue<P> {
         self.stateful
     }
 
+    /// Whether the queue holds over half its bound (a stateful primary then hands its state
+    /// without waiting for its pacing, so the batches before it can go).
+    pub(crate) fn over_half(&self) -> bool {
+        self.bytes.load(Ordering::Relaxed) > self.max_bytes / 2
+    }
+
     pub(crate) fn is_degraded(&self) -> bool {
         self.degraded.load(Ordering::Acquire)
     }

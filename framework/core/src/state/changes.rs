@@ -333,7 +333,65 @@ pub(crate) struct KeyedImage {
 }
 
 /// One key group's entries: encoded key -> encoded entry.
-type Entries = HashMap<Box<[u8]>, Box<[u8]>, FxBuildHasher>;
+type Entries = HashMap<KeyBytes, Box<[u8]>, FxBuildHasher>;
+
+/// Keys this long or shorter, encoded, are kept in the table itself.
+const INLINE_KEY: usize = 22;
+
+/// An encoded key, kept in the table itself when short (a number, a short string: most
+/// keys), so that finding a key reads no memory but the table's and its entry's, and a new
+/// key costs one allocation (its entry's), not two. It hashes and compares as its bytes.
+#[derive(Clone)]
+enum KeyBytes {
+    Inline(u8, [u8; INLINE_KEY]),
+    Heap(Box<[u8]>),
+}
+
+impl KeyBytes {
+    fn new(key: &[u8]) -> Self {
+        if key.len() <= INLINE_KEY {
+            let mut inline = [0u8; INLINE_KEY];
+            inline[..key.len()].copy_from_slice(key);
+            KeyBytes::Inline(key.len() as u8, inline)
+        } else {
+            KeyBytes::Heap(key.into())
+        }
+    }
+
+    fn bytes(&self) -> &[u8] {
+        match self {
+            KeyBytes::Inline(len, inline) => &inline[..usize::from(*len)],
+            KeyBytes::Heap(key) => key,
+        }
+    }
+}
+
+impl std::borrow::Borrow<[u8]> for KeyBytes {
+    fn borrow(&self) -> &[u8] {
+        self.bytes()
+    }
+}
+
+impl std::hash::Hash for KeyBytes {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        // As the bytes hash: the table is searched with them (`Borrow<[u8]>`).
+        self.bytes().hash(state)
+    }
+}
+
+impl PartialEq for KeyBytes {
+    fn eq(&self, other: &Self) -> bool {
+        self.bytes() == other.bytes()
+    }
+}
+
+impl Eq for KeyBytes {}
+
+impl std::fmt::Debug for KeyBytes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.bytes().fmt(f)
+    }
+}
 
 /// Whether an encoded keyed entry carries timers: `[key, state, timers]`, not `[key, state]`.
 pub(crate) fn is_timed(entry: &[u8]) -> bool {
@@ -374,7 +432,7 @@ impl KeyedImage {
                             }
                         }
                         None => {
-                            group.insert(key.into(), entry.into());
+                            group.insert(KeyBytes::new(key), entry.into());
                         }
                     }
                 }
@@ -450,7 +508,7 @@ impl KeyedImage {
         let own_at = entries_of(payload, own, |group, key, entry| {
             *timed += usize::from(is_timed(&payload[entry.clone()]));
             Arc::make_mut(groups.entry(group).or_default())
-                .insert(payload[key].into(), payload[entry].into());
+                .insert(KeyBytes::new(&payload[key]), payload[entry].into());
             Ok(())
         })?;
         self.own = own_at.map(|r| payload[r].to_vec());
