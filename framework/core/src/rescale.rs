@@ -528,6 +528,13 @@ pub(crate) fn fit(
             .copied()
             .or_else(|| highest.map(|s| s + 1));
         let ranged = matches!(rule, Rule::Keyed { .. }) && old.is_empty();
+        if let (Some(had), Some(highest)) = (had, highest) {
+            if highest >= had {
+                return Err(format!(
+                    "operator `{uid}` has state of subtask {highest}, but ran at parallelism {had} when it was taken"
+                ));
+            }
+        }
         match had {
             Some(had) if had != *new_p && ranged && !chained.is_empty() => {
                 let parts = read_ranges(&chained, had, *new_p, max_parallelism)
@@ -945,6 +952,14 @@ mod tests {
                         .collect()
                 };
                 assert_eq!(states, expected, "{from} -> {to}");
+            }
+            // State of a subtask the recorded parallelism does not have: refused, named.
+            if from > 1 {
+                let had = HashMap::from([("count".to_owned(), from - 1)]);
+                let ops = [("count".to_owned(), 3, &rule)];
+                let e = fit(&mut HashMap::new(), chains.clone(), &had, &ops, &[], max)
+                    .expect_err("inconsistent");
+                assert!(e.contains("subtask") && e.contains("parallelism"), "{e}");
             }
         }
         let _ = std::fs::remove_dir_all(&root);

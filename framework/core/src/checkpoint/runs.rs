@@ -540,7 +540,10 @@ fn read_index<R: Read + Seek>(
         if b.offset != next || b.first > b.last {
             return Err(corrupted("its index's blocks do not follow each other"));
         }
-        next = b.offset + b.len;
+        next = b
+            .offset
+            .checked_add(b.len)
+            .ok_or_else(|| corrupted("a block past the end of the file"))?;
         blocks.push_back(b);
     }
     if next != at {
@@ -588,6 +591,14 @@ impl<R: Read + Seek> RunReader<R> {
             self.packed[2],
             self.packed[3],
         ]) as usize;
+        // LZ4 expands at most about 255 times: a larger length is a damaged block, not an
+        // allocation to try.
+        if raw_len > (len - 4).saturating_mul(255).max(64) {
+            return Err(format!(
+                "{}'s block at byte {} says it holds {raw_len} bytes: the file is corrupted",
+                self.name, block.offset
+            ));
+        }
         self.block.resize(raw_len, 0);
         match lz4_flex::block::decompress_into(&self.packed[4..], &mut self.block) {
             Ok(n) if n == raw_len => {}

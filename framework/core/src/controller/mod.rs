@@ -270,6 +270,25 @@ impl JobContext {
     /// Deletes the earlier runs' directories this run resumed from: it no longer needs them
     /// (it has a checkpoint of its own, or it finished).
     pub(crate) fn release_claimed_runs(&mut self) {
+        if self.claimed_runs.is_empty() {
+            return;
+        }
+        // What the job started from is its fall-back while none of its own checkpoints reads
+        // back: its incremental states reference runs about to go, so they are read now.
+        if let Some(r) = self.initial_restore.as_mut() {
+            for (key, chain) in std::mem::take(&mut r.chains) {
+                match chain.payload() {
+                    Ok(p) => {
+                        r.states.insert(key, p);
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "cannot read the state the job started from before its run goes: no fall-back to it");
+                        self.initial_restore = None;
+                        break;
+                    }
+                }
+            }
+        }
         for run in self.claimed_runs.drain(..) {
             if run == self.checkpoint_root {
                 continue;
