@@ -145,6 +145,31 @@ async fn get_to_file(store: Arc<dyn ObjectStore>, key: Key, tmp: PathBuf) -> Res
     Ok(true)
 }
 
+/// Deletes the files under the local directory `dir` that `listed` does not hold (the store
+/// is the authority), each `_metadata` first: a checkpoint gone from the store never looks
+/// complete here.
+fn delete_unlisted(dir: &Path, listed: impl Fn(&Path) -> bool) -> Result<(), CheckpointError> {
+    let mut stale = Vec::new();
+    let mut stack = vec![dir.to_owned()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            let path = e.path();
+            if path.is_dir() {
+                stack.push(path);
+            } else if !listed(&path) {
+                stale.push(path);
+            }
+        }
+    }
+    stale.sort_by_key(|p| p.file_name().is_none_or(|n| n != "_metadata"));
+    for path in stale {
+        if let Err(source) = std::fs::remove_file(&path) {
+            return Err(CheckpointError::Io { path, source });
+        }
+    }
+    Ok(())
+}
+
 /// What the store holds under a directory (local path -> size), for a restore to fetch the
 /// files it reads: [`Remote::mirror_lazily`].
 pub(crate) struct Listing {
@@ -597,24 +622,7 @@ impl Remote {
     pub(crate) fn mirror_lazily(self: &Arc<Self>, dir: &Path) -> Result<Listing, CheckpointError> {
         let objects = self.list(dir)?;
         let listed: std::collections::HashMap<PathBuf, u64> = objects.into_iter().collect();
-        let mut stale = Vec::new();
-        let mut stack = vec![dir.to_owned()];
-        while let Some(d) = stack.pop() {
-            for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
-                let path = e.path();
-                if path.is_dir() {
-                    stack.push(path);
-                } else if !listed.contains_key(&path) {
-                    stale.push(path);
-                }
-            }
-        }
-        stale.sort_by_key(|p| p.file_name().is_none_or(|n| n != "_metadata"));
-        for path in stale {
-            if let Err(source) = std::fs::remove_file(&path) {
-                return Err(CheckpointError::Io { path, source });
-            }
-        }
+        delete_unlisted(dir, |p| listed.contains_key(p))?;
         let listing = Listing {
             remote: self.clone(),
             listed,
@@ -637,25 +645,7 @@ impl Remote {
     pub(crate) fn fetch_tree(&self, dir: &Path) -> Result<usize, CheckpointError> {
         let mut objects = self.list(dir)?;
         let listed: HashSet<&Path> = objects.iter().map(|(p, _)| p.as_path()).collect();
-        let mut stale = Vec::new();
-        let mut stack = vec![dir.to_owned()];
-        while let Some(d) = stack.pop() {
-            for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
-                let path = e.path();
-                if path.is_dir() {
-                    stack.push(path);
-                } else if !listed.contains(path.as_path()) {
-                    stale.push(path);
-                }
-            }
-        }
-        // `_metadata` first: a checkpoint gone from the store never looks complete here.
-        stale.sort_by_key(|p| p.file_name().is_none_or(|n| n != "_metadata"));
-        for path in stale {
-            if let Err(source) = std::fs::remove_file(&path) {
-                return Err(CheckpointError::Io { path, source });
-            }
-        }
+        delete_unlisted(dir, |p| listed.contains(p))?;
         // `_metadata` last: a checkpoint whose files are not all here yet never looks
         // complete.
         objects.sort_by_key(|(p, _)| p.file_name().is_some_and(|n| n == "_metadata"));
@@ -784,12 +774,18 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
     }
 
-    #[test]
-    fn a_file_larger_than_a_part_goes_in_parts_and_comes_back_whole() {
-        let dir = std::env::temp_dir().join(format!("weir-remote-parts-{}", std::process::id()));
+    /// A remote on a file:// store in a fresh temporary directory (returned, to remove).
+    fn file_remote(name: &str) -> (PathBuf, Arc<Remote>) {
+        let dir = std::env::temp_dir().join(format!("weir-remote-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         let url = PathBuf::from(format!("file://{}", dir.join("store").display()));
         let r = Remote::open(&url, &dir.join("local"), &[]).unwrap();
+        (dir, r)
+    }
+
+    #[test]
+    fn a_file_larger_than_a_part_goes_in_parts_and_comes_back_whole() {
+        let (dir, r) = file_remote("parts");
         let file = r.local().join("run-1").join("shared").join("big.run");
         std::fs::create_dir_all(file.parent().unwrap()).unwrap();
         let bytes: Vec<u8> = (0..PART * 2 + 12_345)
@@ -814,10 +810,7 @@ mod tests {
     fn a_restore_fetches_the_files_of_the_checkpoint_it_reads_not_the_older_ones() {
         use crate::checkpoint::store::{self, CheckpointMetadata, SnapshotEnvelope};
         use std::collections::BTreeMap;
-        let dir = std::env::temp_dir().join(format!("weir-remote-lazy-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        let url = PathBuf::from(format!("file://{}", dir.join("store").display()));
-        let r = Remote::open(&url, &dir.join("local"), &[]).unwrap();
+        let (dir, r) = file_remote("lazy");
         let job = r.local().join("job");
         let run = job.join("run-1000-1-0");
         let mut files = Vec::new();
