@@ -167,8 +167,16 @@ where
         };
         let max_parallelism = self.max_parallelism;
         let g = state.changes.copying();
-        // Entries cloned, encoded on the chain's thread (the disk backend's).
+        // Entries cloned, encoded on the chain's thread (the disk backend's): the saved
+        // ones first.
         let mut chunk: Vec<(K, Option<S>)> = Vec::new();
+        if !matches!(state.map, Entries::Logged(_)) {
+            chunk.extend(
+                std::mem::take(&mut state.saved)
+                    .into_iter()
+                    .map(|(k, s)| (k, Some(s))),
+            );
+        }
         if let Entries::Logged(map) = &mut state.map {
             // Encoded here, into a delta the chain's thread appends to its own: cloning the
             // entries instead, and dropping them on that thread, cost more than encoding
@@ -204,11 +212,6 @@ where
                 self.writer.hand(part);
             }
         } else if let Entries::Disk(d) = &mut state.map {
-            chunk.extend(
-                std::mem::take(&mut state.saved)
-                    .into_iter()
-                    .map(|(k, s)| (k, Some(s))),
-            );
             for k in copy.keys.by_ref().take(budget) {
                 match d.cache.get_mut(&k) {
                     Some(t) if t.logged == g => {
@@ -233,11 +236,6 @@ where
                 }
             }
         } else {
-            chunk.extend(
-                std::mem::take(&mut state.saved)
-                    .into_iter()
-                    .map(|(k, s)| (k, Some(s))),
-            );
             copy.keys = Vec::new().into_iter();
         }
         if !chunk.is_empty() {

@@ -96,6 +96,12 @@ fn record(
     out.write_all(value)
 }
 
+/// A record's head as [`record`] writes it: kind, group, key length, value length.
+fn record_head(head: &[u8; 13]) -> (u8, u32, usize, usize) {
+    let word = |i: usize| u32::from_le_bytes([head[i], head[i + 1], head[i + 2], head[i + 3]]);
+    (head[0], word(1), word(5) as usize, word(9) as usize)
+}
+
 /// One block of a run, as its index lists it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Block {
@@ -648,10 +654,9 @@ impl<R: Read + Seek> RunReader<R> {
         let b = &self.block[self.at..];
         let head = b
             .get(..13)
+            .and_then(|h| <[u8; 13]>::try_from(h).ok())
             .ok_or_else(|| self.corrupted("a block ends inside a record"))?;
-        let word = |i: usize| u32::from_le_bytes([head[i], head[i + 1], head[i + 2], head[i + 3]]);
-        let (kind, group) = (head[0], word(1));
-        let (klen, vlen) = (word(5) as usize, word(9) as usize);
+        let (kind, group, klen, vlen) = record_head(&head);
         if !matches!(kind, ENTRY | GONE | OWN) || b.len() < 13 + klen + vlen {
             return Err(format!(
                 "{} holds a malformed record: the file is corrupted",
@@ -672,10 +677,9 @@ impl<R: Read + Seek> RunReader<R> {
     fn next_whole(&mut self, rec: &mut Record) -> Result<bool, String> {
         let mut head = [0u8; 13];
         self.fill(&mut head)?;
-        let word = |i: usize| u32::from_le_bytes([head[i], head[i + 1], head[i + 2], head[i + 3]]);
-        rec.kind = head[0];
-        rec.group = word(1);
-        let (klen, vlen) = (word(5) as usize, word(9) as usize);
+        let klen;
+        let vlen;
+        (rec.kind, rec.group, klen, vlen) = record_head(&head);
         if !matches!(rec.kind, END | ENTRY | GONE | OWN) || klen + vlen > 1 << 31 {
             return Err(format!(
                 "{} holds a malformed record: the file is corrupted",
