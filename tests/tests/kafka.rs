@@ -261,6 +261,83 @@ fn exactly_once_settings_are_checked_when_the_job_is_planned() {
     assert!(format!("{err}").contains("checkpoint"), "{err}");
 }
 
+/// A job restored from a savepoint older than what its exactly-once sink has committed since
+/// (same transactional prefix) would write the records after the savepoint twice: the sink
+/// reads the newest committed mark at its start and refuses, naming both checkpoints, and
+/// writes nothing.
+#[test]
+#[cfg_attr(
+    not(feature = "kafka-broker"),
+    ignore = "needs the Kafka test broker: tests/run starts it (feature kafka-broker)"
+)]
+fn a_restore_behind_the_committed_output_is_refused() {
+    let brokers = required_brokers();
+    let n = 20_000;
+    let (input, output) = topics(&brokers, "eo-behind", n);
+    let dir = common::TempDir::new("kafka-eo-behind");
+    let prefix = unique_topic("eo-behind");
+    let build = |restore_from: Option<std::path::PathBuf>| {
+        let mut cfg = EnvConfig::default();
+        cfg.checkpoint.interval = Some(Duration::from_millis(200));
+        cfg.checkpoint.directory = dir.path().join("checkpoints");
+        cfg.checkpoint.restore_from = restore_from;
+        // 10k records/s: the savepoint lands before the end of the input.
+        cfg.rate_control.enabled = true;
+        cfg.rate_control.initial_rate = Some(10_000.0);
+        cfg.rate_control.min_rate = 10_000.0;
+        cfg.rate_control.max_rate = Some(10_000.0);
+        let env = Env::with_config(cfg);
+        let kafka = KafkaConfig::new(brokers.as_str());
+        let source = KafkaSource::new(kafka.clone(), input.as_str(), decode_id);
+        let sink = KafkaSink::new(kafka, output.as_str(), encode_id).exactly_once(prefix.as_str());
+        env.kafka_source("ids", source)
+            .uid("ids")
+            .sink_to_kafka("out", sink)
+            .uid("out");
+        env
+    };
+    let job = build(None)
+        .start("kafka-eo-behind")
+        .expect("the job starts");
+    poll_until("a first checkpoint", || {
+        job.checkpoint_stats()
+            .and_then(|s| s.last_completed_checkpoint_id)
+            .is_some()
+    });
+    let savepoint = job
+        .savepoint(dir.path().join("savepoint"))
+        .expect("a savepoint");
+    poll_until(
+        "every id committed (checkpoints after the savepoint's)",
+        || {
+            read_committed(&brokers, &output)
+                .expect("read the output")
+                .len() as u64
+                >= n
+        },
+    );
+    job.cancel();
+    let _ = job.wait();
+
+    let err = build(Some(savepoint))
+        .execute("kafka-eo-behind-again")
+        .expect_err("a restore behind the committed output is refused");
+    let message = err.to_string();
+    match &err {
+        JobError::SinkFailed { source, .. } => match source {
+            weir::SinkError::RestoredBehind {
+                restored,
+                committed,
+                ..
+            } => assert!(restored < committed, "{message}"),
+            other => panic!("not RestoredBehind: {other}"),
+        },
+        other => panic!("not a sink failure: {other}"),
+    }
+    assert!(message.contains("twice"), "{message}");
+    assert_exactly_once(&brokers, &output, n);
+}
+
 /// Produces one record per timestamp of `ts` to `partition` of `topic`, the timestamp as
 /// its value.
 fn produce_timestamps(brokers: &str, topic: &str, partition: i32, ts: impl Iterator<Item = i64>) {

@@ -241,10 +241,68 @@ fn assert_exactly_once(topics: &Topics, members: &[&Member]) {
         committed(brokers, output) as u64 >= IDS
     });
     let records = read_committed(brokers, output).expect("read the output");
-    ExactlyOnce::new(0..IDS)
-        .check(ids(&records))
-        .assert_exactly_once();
+    let report = ExactlyOnce::new(0..IDS).check(ids(&records));
+    if !report.is_exactly_once() {
+        for m in members {
+            eprintln!("{}", m.report());
+        }
+        eprintln!("{}", topics.report());
+        eprintln!("{}", duplicated_runs(&records));
+    }
+    report.assert_exactly_once();
     assert_no_transaction_left_open(brokers, output, Duration::from_secs(10));
+}
+
+/// Where the duplicated ids sit in the output: per partition, each run of consecutive
+/// offsets holding ids already seen earlier in that partition, with the offsets of the
+/// first copies (which transaction wrote twice tells which member, and when).
+fn duplicated_runs(records: &[weir_kafka::testing::CommittedRecord]) -> String {
+    let mut out = String::from(
+        "duplicated records (partition: offsets of the second copies <- of the first):",
+    );
+    for p in 0..PARTITIONS {
+        let mut first = std::collections::HashMap::new();
+        let mut run: Option<(i64, i64, i64, i64)> = None;
+        let mut producers = std::collections::BTreeMap::new();
+        let mut runs = Vec::new();
+        for r in records.iter().filter(|r| r.partition == p) {
+            let id = ids(std::slice::from_ref(r))[0];
+            match first.get(&id) {
+                None => {
+                    first.insert(id, r.offset);
+                }
+                Some(&at) => {
+                    let original = records
+                        .iter()
+                        .find(|o| o.partition == p && o.offset == at)
+                        .map(|o| (o.producer, o.committed_by_epoch));
+                    *producers
+                        .entry((original, (r.producer, r.committed_by_epoch)))
+                        .or_insert(0u64) += 1;
+                    match &mut run {
+                        Some((_, end, _, end0)) if *end + 1 == r.offset => {
+                            *end = r.offset;
+                            *end0 = at;
+                        }
+                        _ => {
+                            runs.extend(run.take());
+                            run = Some((r.offset, r.offset, at, at));
+                        }
+                    }
+                }
+            }
+        }
+        runs.extend(run);
+        for (start, end, start0, end0) in runs {
+            out.push_str(&format!("\n  {p}: {start}..={end} <- {start0}..={end0}"));
+        }
+        for ((first, second), n) in producers {
+            out.push_str(&format!(
+                "\n  {p}: {n} copies: first by (producer, epoch) and marker epoch {first:?}, second by {second:?}"
+            ));
+        }
+    }
+    out
 }
 
 /// For each partition that moved: the gap from its stop in one member to its start in the

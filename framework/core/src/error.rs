@@ -175,6 +175,19 @@ pub enum SinkError {
         /// What is wrong.
         message: String,
     },
+    /// The checkpoint the job restored is older than what the sink's external system has
+    /// already committed (a later checkpoint of this job, or of another run with the same
+    /// transactional ids, was committed): going on from it would write records twice.
+    /// Restarting from the same checkpoint fails the same way.
+    #[error("{what}: it restored checkpoint {restored}, but checkpoint {committed} was already committed there; going on would write records twice (reprocessing on purpose takes new transactional ids)")]
+    RestoredBehind {
+        /// The sink and where it writes.
+        what: String,
+        /// The checkpoint the job restored.
+        restored: u64,
+        /// The newest checkpoint the external system holds as committed.
+        committed: u64,
+    },
     /// A record could not be encoded.
     #[error("cannot encode a record for {path}: {message}")]
     Encode {

@@ -63,7 +63,12 @@ impl FailureClass {
                     | SourceError::BadRecord { .. }
             ),
             JobError::SinkFailed { source, .. } => {
-                matches!(source, SinkError::Encode { .. } | SinkError::Setup { .. })
+                matches!(
+                    source,
+                    SinkError::Encode { .. }
+                        | SinkError::Setup { .. }
+                        | SinkError::RestoredBehind { .. }
+                )
             }
             _ => false,
         };

@@ -700,8 +700,15 @@ impl<T: Data> DataStream<T> {
                 subtask: env.info.subtask,
                 source,
             })?;
-            sink.initialize(env.restored.as_deref())
-                .map_err(|e| env.restore_error(e))?;
+            // A sink error, typed (a refused restore, a broker that cannot be reached), not a
+            // state error: its class decides whether a restart may help.
+            sink.initialize(env.restored.as_deref()).map_err(|source| {
+                crate::error::TaskError::Sink {
+                    uid: env.info.uid.clone(),
+                    subtask: env.info.subtask,
+                    source,
+                }
+            })?;
             // After `initialize`, which committed what a restored checkpoint staged.
             let epoch = match env.start {
                 StartPoint::Promoted => env.counters.sink_epoch(),

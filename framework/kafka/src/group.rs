@@ -33,7 +33,62 @@ pub struct PartitionTask {
     /// The job's name, `{group}-p{partition}`: unique in the group, the same in every
     /// member (its checkpoints are found by it). Use it in the sink's transactional prefix.
     pub job: String,
+    /// Whether this member still holds the partition: give it to the job's exactly-once
+    /// sinks ([`KafkaSink::lease`](crate::KafkaSink::lease)).
+    pub lease: Lease,
 }
+
+/// Whether a member may still act for its partitions: not once the process was frozen (a
+/// stopped or paused process) past its session, since the group has moved them by then.
+///
+/// An exactly-once sink given the lease checks it before its producer starts (which fences
+/// the transactional id's other producers) and before each commit. A member frozen in the
+/// middle of starting a partition's job would otherwise, once resumed, fence the producer of
+/// the partition's new owner. The check narrows that to the moment between the check and
+/// the broker's answer; the broker's fencing still decides.
+#[derive(Clone)]
+pub struct Lease {
+    shared: Arc<Shared>,
+}
+
+impl Lease {
+    /// The member still holds its partitions (it was not frozen past its session since it
+    /// last joined the group).
+    pub fn held(&self) -> bool {
+        !self.shared.frozen()
+    }
+}
+
+#[cfg(test)]
+impl Lease {
+    /// The lease of a member that was frozen past its session (and has not joined again).
+    pub(crate) fn lost() -> Lease {
+        Lease {
+            shared: Arc::new(Shared {
+                tasks: Mutex::new(BTreeMap::new()),
+                events: Mutex::new(Vec::new()),
+                alive: Mutex::new(Instant::now()),
+                froze: AtomicBool::new(true),
+                session: Duration::from_secs(6),
+                rejoin: AtomicBool::new(false),
+            }),
+        }
+    }
+}
+
+impl std::fmt::Debug for Lease {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Lease").field("held", &self.held()).finish()
+    }
+}
+
+impl PartialEq for Lease {
+    fn eq(&self, other: &Lease) -> bool {
+        Arc::ptr_eq(&self.shared, &other.shared)
+    }
+}
+
+impl Eq for Lease {}
 
 /// What a member did with a partition, with a wall-clock time (ms since the Unix epoch), for
 /// the gap a move leaves (the time between the old owner's stop and the new owner's start).
@@ -90,7 +145,8 @@ type Build<T> = Arc<dyn Fn(&Env, DataStream<T>, &PartitionTask) + Send + Sync>;
 ///         out.extend_from_slice(v);
 ///         Ok(())
 ///     })
-///     .exactly_once(task.job.clone());
+///     .exactly_once(task.job.clone())
+///     .lease(task.lease.clone());
 ///     stream.sink_to_kafka("out", sink).uid("out");
 /// })
 /// .config(cfg)
@@ -154,6 +210,9 @@ impl<T: Data> KafkaGroup<T> {
             rejoin: AtomicBool::new(false),
         });
         let runner: Arc<dyn TaskRunner> = Arc::new(Runner {
+            lease: Lease {
+                shared: shared.clone(),
+            },
             source: self.source.clone(),
             group: self.group.clone(),
             state_dir: self.state_dir.clone(),
@@ -372,6 +431,7 @@ trait TaskRunner: Send + Sync {
 }
 
 struct Runner<T> {
+    lease: Lease,
     source: KafkaSource<T>,
     group: String,
     state_dir: PathBuf,
@@ -384,6 +444,7 @@ impl<T: Data> TaskRunner for Runner<T> {
         let task = PartitionTask {
             partition,
             job: format!("{}-p{partition}", self.group),
+            lease: self.lease.clone(),
         };
         let mut cfg = self.config.clone();
         cfg.default_parallelism = 1;

@@ -72,6 +72,7 @@ pub struct KafkaSink<T> {
     key: Option<KeyOf<T>>,
     partition: Option<PartitionOf<T>>,
     delivery: Delivery,
+    lease: Option<crate::group::Lease>,
 }
 
 impl<T> std::fmt::Debug for KafkaSink<T> {
@@ -100,6 +101,7 @@ impl<T: Data> KafkaSink<T> {
             key: None,
             partition: None,
             delivery: Delivery::AtLeastOnce,
+            lease: None,
         }
     }
 
@@ -150,6 +152,17 @@ impl<T: Data> KafkaSink<T> {
         self.delivery = Delivery::ExactlyOnce {
             prefix: prefix.into(),
         };
+        self
+    }
+
+    /// In a [`KafkaGroup`](crate::KafkaGroup)'s partition job: the member's lease on the
+    /// partition ([`PartitionTask::lease`](crate::PartitionTask::lease)). An exactly-once
+    /// sink then starts its producer (fencing the transactional id's other producers) and
+    /// commits only while the lease is held, so a member resumed after its session ran out
+    /// does not fence the partition's new owner; it fails instead, and its member joins the
+    /// group again.
+    pub fn lease(mut self, lease: crate::group::Lease) -> Self {
+        self.lease = Some(lease);
         self
     }
 
@@ -233,6 +246,7 @@ impl<T: Data> KafkaSink<T> {
                         message: format!("kafka sink `{}`: cannot create a consumer: {e}", id),
                     })?;
                 Mode::ExactlyOnce(Box::new(Transactions {
+                    lease: self.lease.clone(),
                     lock: transaction_lock(&id),
                     id,
                     marks,
@@ -427,6 +441,12 @@ impl Epoch {
     }
 }
 
+/// A group member's lease on its partition ran out: the process was frozen past its
+/// session, and the partition may have a new owner.
+#[derive(Debug, thiserror::Error)]
+#[error("this group member was frozen past its session: the partition may be another member's now")]
+struct LeaseLost;
+
 enum Mode {
     AtLeastOnce,
     ExactlyOnce(Box<Transactions>),
@@ -445,6 +465,8 @@ struct Transactions {
     id: String,
     /// Held while committing, and while starting (see [`transaction_lock`]).
     lock: Arc<Mutex<()>>,
+    /// The group member's lease on the partition, checked before fencing and committing.
+    lease: Option<crate::group::Lease>,
     /// A consumer of that group: its metadata goes with each commit, and a restore reads
     /// the group's offset.
     marks: BaseConsumer,
@@ -479,6 +501,21 @@ impl<T> Writer<T> {
         SinkError::External {
             what: format!("{who}: {what}"),
             source: boxed(e),
+        }
+    }
+
+    /// Fails unless the group member's lease (if any) is held: `what` is about to fence
+    /// or commit.
+    fn check_lease(&self, what: &str) -> Result<(), SinkError> {
+        let Mode::ExactlyOnce(t) = &self.mode else {
+            return Ok(());
+        };
+        match &t.lease {
+            Some(lease) if !lease.held() => Err(SinkError::External {
+                what: format!("kafka sink `{}` to `{}`: not {what}", t.id, self.topic),
+                source: Box::new(LeaseLost),
+            }),
+            _ => Ok(()),
         }
     }
 
@@ -564,6 +601,7 @@ impl<T> Writer<T> {
         let _held = lock
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
+        self.check_lease(&format!("committing checkpoint {mark}'s transaction"))?;
         self.producer
             .send_offsets_to_transaction(&tpl, &group, CALL_TIMEOUT)
             .map_err(|e| self.external(format!("cannot add checkpoint mark {mark}"), e))?;
@@ -786,6 +824,7 @@ impl<T: Data> Sink<T> for Writer<T> {
         let held = lock
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
+        self.check_lease("starting its producer (that would fence the partition's new owner)")?;
         // Fences a failed predecessor with the same id and aborts its open transaction.
         self.producer
             .init_transactions(CALL_TIMEOUT)
@@ -803,6 +842,26 @@ impl<T: Data> Sink<T> for Writer<T> {
         // The predecessor is fenced: its commits from now on fail.
         drop(held);
         if let Some((staged, committed)) = restored {
+            // The restored state's last staged epoch is its checkpoint's (pre_commit stages
+            // one at every barrier). A mark past it means a later checkpoint's records are
+            // committed already: a checkpoint that a newer run went on from, or another
+            // member's (a process restored the partition while its owner still ran).
+            if let (Some((restored, _)), Some(mark)) = (staged.last(), committed) {
+                if mark > *restored as i64 {
+                    let Mode::ExactlyOnce(t) = &self.mode else {
+                        return Ok(());
+                    };
+                    return Err(SinkError::RestoredBehind {
+                        what: format!("kafka sink `{}` to `{}`", t.id, self.topic),
+                        restored: *restored,
+                        committed: if mark == FINAL_MARK {
+                            weir::checkpoint::FINAL_COMMIT
+                        } else {
+                            mark as u64
+                        },
+                    });
+                }
+            }
             let redo: Vec<&(u64, Epoch)> = staged
                 .iter()
                 .filter(|(id, _)| committed.is_none_or(|c| (*id as i64) > c))
@@ -831,6 +890,38 @@ impl<T: Data> Sink<T> for Writer<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_sink_whose_member_lost_its_lease_neither_fences_nor_commits() {
+        // No broker: the lease is checked before any call to one.
+        let sink = KafkaSink::new(
+            crate::KafkaConfig::new("127.0.0.1:1"),
+            "out",
+            |v: &u64, out: &mut Vec<u8>| {
+                out.extend_from_slice(&v.to_le_bytes());
+                Ok(())
+            },
+        )
+        .exactly_once("p")
+        .lease(crate::group::Lease::lost());
+        let cx = SinkContext {
+            uid: "out".into(),
+            subtask: 0,
+            parallelism: 1,
+            checkpointing: true,
+        };
+        let mut writer = sink.open(&cx).expect("a writer (nothing is contacted yet)");
+        let err = writer.initialize(None).expect_err("refused");
+        let message = err.to_string();
+        assert!(matches!(err, SinkError::External { .. }), "{message}");
+        assert!(message.contains("not starting its producer"), "{message}");
+        assert!(message.contains("frozen past its session"), "{message:?}");
+        let err = writer.commit_open(3).expect_err("refused");
+        assert!(
+            err.to_string().contains("not committing checkpoint 3"),
+            "{err}"
+        );
+    }
 
     #[test]
     fn epochs_round_trip_with_and_without_keys() {

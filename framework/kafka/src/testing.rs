@@ -434,6 +434,12 @@ pub struct CommittedRecord {
     pub key: Option<Vec<u8>>,
     /// Its value.
     pub value: Option<Vec<u8>>,
+    /// The producer that wrote it, as `(producer id, epoch)` (`(-1, -1)`: not idempotent).
+    pub producer: (i64, i16),
+    /// The epoch of the COMMIT marker that made it visible (`None`: not transactional). A
+    /// Kafka broker refuses a produce with an epoch older than the producer's current one
+    /// (a fenced producer), so the two differ only where a broker let a fenced write in.
+    pub committed_by_epoch: Option<i16>,
 }
 
 /// A partition's end offsets.
@@ -954,8 +960,16 @@ impl Wire {
                             })?;
                         match kind {
                             CONTROL_COMMIT => {
+                                let epoch = record.producer_epoch;
                                 visible.extend(
-                                    pending.remove(&record.producer_id).unwrap_or_default(),
+                                    pending
+                                        .remove(&record.producer_id)
+                                        .unwrap_or_default()
+                                        .into_iter()
+                                        .map(|r| CommittedRecord {
+                                            committed_by_epoch: Some(epoch),
+                                            ..r
+                                        }),
                                 );
                             }
                             CONTROL_ABORT => {
@@ -970,6 +984,8 @@ impl Wire {
                         offset: record.offset,
                         key: record.key.map(|k| k.to_vec()),
                         value: record.value.map(|v| v.to_vec()),
+                        producer: (record.producer_id, record.producer_epoch),
+                        committed_by_epoch: None,
                     };
                     if record.transactional {
                         pending
@@ -1058,6 +1074,8 @@ mod tests {
             offset,
             key: None,
             value: Some(v.as_bytes().to_vec()),
+            producer: (-1, -1),
+            committed_by_epoch: None,
         };
         assert_eq!(ids(&[r(0, "7"), r(1, "42")]), vec![7, 42]);
         let bad = std::panic::catch_unwind(|| ids(&[r(5, "x")]));

@@ -76,7 +76,8 @@ fn main() {
                 let p = task.partition as u64;
                 move |_| p
             })
-            .exactly_once(task.job.clone());
+            .exactly_once(task.job.clone())
+            .lease(task.lease.clone());
             ids.map(|id| id)
                 .uid("identity")
                 .sink_to_kafka("out", sink)
