@@ -304,6 +304,11 @@ pub(crate) struct Restore {
     pub(crate) chains: crate::checkpoint::store::Chains,
     /// uid -> parallelism when the states were taken (where known; `rescale::fit`).
     pub(crate) parallelism: HashMap<String, usize>,
+    /// The run directory a scan for the newest complete checkpoint found this one in: if
+    /// its state cannot be read when the job is deployed (a damaged block, an I/O error),
+    /// the newest older complete checkpoint there stands in. `None` for a savepoint or a
+    /// checkpoint asked for by path.
+    pub(crate) older: Option<std::path::PathBuf>,
 }
 
 impl Restore {
@@ -314,7 +319,15 @@ impl Restore {
             states: loaded.states,
             chains: loaded.chains,
             parallelism: crate::checkpoint::store::recorded_parallelism(dir),
+            older: None,
         }
+    }
+
+    /// Found by a scan of the run directory `root` for its newest complete checkpoint: an
+    /// older one there may stand in for it ([`Restore::older`]).
+    pub(crate) fn scanned_in(mut self, root: &std::path::Path) -> Self {
+        self.older = Some(root.to_owned());
+        self
     }
 }
 

@@ -406,6 +406,13 @@ impl Coordinator {
         id
     }
 
+    /// No id up to `id` is given to a checkpoint again: a checkpoint with that id was seen
+    /// (one skipped as unreadable, newer than the one restored). Sinks that commit by
+    /// checkpoint id hold its output as committed already.
+    pub(crate) fn ids_after(&mut self, id: u64) {
+        self.next_id = self.next_id.max(id.saturating_add(1));
+    }
+
     /// Forgets checkpoints in progress (the job is restarting) and starts ids after `next_id`;
     /// the count of failures in a row starts over (it is per deployment).
     pub(crate) fn reset(&mut self, subtasks: usize, next_id: u64, now: Instant) {

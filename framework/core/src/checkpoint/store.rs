@@ -273,6 +273,15 @@ pub(crate) fn checkpoint_dir(root: &Path, id: u64) -> PathBuf {
     root.join(format!("chk-{id}"))
 }
 
+/// The id of the checkpoint directory `dir` (`.../chk-{id}`).
+pub(crate) fn checkpoint_id_of(dir: &Path) -> Option<u64> {
+    dir.file_name()?
+        .to_str()?
+        .strip_prefix("chk-")?
+        .parse()
+        .ok()
+}
+
 /// Fsyncs the directory `dir`: the entries created, renamed or removed in it become durable.
 pub(crate) fn sync_dir(dir: &Path) -> std::io::Result<()> {
     File::open(dir)?.sync_all()
@@ -915,7 +924,13 @@ impl Loaded {
 /// for the operators in `uids` (others are logged and ignored). An unreadable checkpoint
 /// (corrupted or partial file) is skipped with a warning, falling back to an older one.
 pub(crate) fn load_latest(root: &Path, uids: &[String]) -> Option<Loaded> {
-    for id in completed(root) {
+    load_latest_below(root, uids, u64::MAX)
+}
+
+/// [`load_latest`] among the checkpoints older than `below` (the newest could not be read
+/// when the job was deployed).
+pub(crate) fn load_latest_below(root: &Path, uids: &[String], below: u64) -> Option<Loaded> {
+    for id in completed(root).into_iter().filter(|id| *id < below) {
         match load(root, id, uids) {
             Ok(loaded) => {
                 tracing::info!(checkpoint = id, "restoring checkpoint");

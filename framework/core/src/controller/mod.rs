@@ -276,6 +276,8 @@ impl JobContext {
         // What the job started from is its fall-back while none of its own checkpoints reads
         // back: its incremental states reference runs about to go, so they are read now.
         if let Some(r) = self.initial_restore.as_mut() {
+            // Its run goes: no older checkpoint there stands in for it any more.
+            r.older = None;
             for (key, chain) in std::mem::take(&mut r.chains) {
                 match chain.payload() {
                     Ok(p) => {

@@ -115,13 +115,23 @@ impl Deploying {
         }
         for (dir, e) in &scan.skipped {
             ctx.warnings.checkpoint_skipped(dir, &e.to_string());
+            if let Some(id) = store::checkpoint_id_of(dir) {
+                ctx.coordinator.ids_after(id);
+            }
         }
         // Claimed: deleted once this run has a checkpoint of its own, or has finished.
         ctx.claimed_runs = scan.runs.clone();
         match scan.latest {
             Some(found) => {
                 tracing::info!(checkpoint = found.loaded.checkpoint, dir = %found.dir.display(), skipped = scan.skipped.len(), "resuming from the latest checkpoint of an earlier run");
-                let restore = Restore::loaded(found.loaded, &found.dir);
+                let mut restore = Restore::loaded(found.loaded, &found.dir);
+                if listing.is_none() {
+                    // Older checkpoints of that run may stand in (read locally; from an
+                    // object store, only what the scan fetched is here).
+                    if let Some(root) = found.dir.parent() {
+                        restore = restore.scanned_in(root);
+                    }
+                }
                 ctx.initial_restore = Some(restore.clone());
                 Deploying::new(Some(restore)).into()
             }
@@ -160,12 +170,72 @@ impl Deploying {
     }
 
     pub(crate) fn run(self, ctx: &mut JobContext) -> Transition {
-        match deploy_from(ctx, self.restore) {
+        let mut restore = self.restore;
+        if let Some(mut r) = restore.take() {
+            // The incremental chains are read here, before anything is built: a checkpoint
+            // whose state cannot be read gives way to an older one where there is one.
+            // (`deploy_from` does both steps again, as no-ops: it also serves rescales.)
+            if let Err(source) = keep_replaying_heads(ctx, &r) {
+                let error = JobError::Plan {
+                    job: ctx.job.clone(),
+                    source,
+                };
+                let cause = error.to_string();
+                return Self::to(Finished::failed(error), cause);
+            }
+            match fit_restore(ctx, &mut r) {
+                Ok(()) => restore = Some(r),
+                Err(message) => return Self::unreadable(ctx, r, message),
+            }
+        }
+        match deploy_from(ctx, restore) {
             Ok((dep, cause)) => Self::to(Running::new(dep, ctx), cause),
             Err(e) => {
                 let cause = e.to_string();
                 Self::to(Finished::failed(e), cause)
             }
+        }
+    }
+}
+
+impl Deploying {
+    /// The state of checkpoint `r` could not be read (`why`): the newest older
+    /// complete checkpoint of the same run stands in if the checkpoint was found by a scan
+    /// (not for a savepoint); else the job fails, naming the checkpoint.
+    fn unreadable(ctx: &mut JobContext, r: Restore, why: String) -> Transition {
+        let failed = |ctx: &JobContext| {
+            let error = JobError::Runtime {
+                job: ctx.job.clone(),
+                message: format!("cannot restore checkpoint {}: {why}", r.checkpoint),
+            };
+            let cause = error.to_string();
+            Self::to(Finished::failed(error), cause)
+        };
+        let Some(root) = r.older.as_deref() else {
+            return failed(ctx);
+        };
+        let dir = store::checkpoint_dir(root, r.checkpoint);
+        ctx.coordinator.ids_after(r.checkpoint);
+        tracing::warn!(checkpoint = r.checkpoint, dir = %dir.display(), error = %why, "checkpoint state unreadable at deployment; trying an older checkpoint");
+        ctx.warnings.checkpoint_skipped(&dir, &why);
+        match store::load_latest_below(root, &ctx.plan.uids, r.checkpoint) {
+            Some(loaded) => {
+                let older_dir = store::checkpoint_dir(root, loaded.checkpoint);
+                let older = Restore::loaded(loaded, &older_dir).scanned_in(root);
+                let cause = format!(
+                    "checkpoint {} unreadable; deploying from checkpoint {}",
+                    r.checkpoint, older.checkpoint
+                );
+                if ctx
+                    .initial_restore
+                    .as_ref()
+                    .is_some_and(|i| i.checkpoint == r.checkpoint && i.older == r.older)
+                {
+                    ctx.initial_restore = Some(older.clone());
+                }
+                Self::to(Deploying::new(Some(older)), cause)
+            }
+            None => failed(ctx),
         }
     }
 }

@@ -14,6 +14,8 @@
 //!              └─────────► Finished ◄──────────────┘
 //!
 //!  Deploying   → Running       the subtasks are deployed
+//!  Deploying   → Deploying     the state of the checkpoint found for it cannot be read:
+//!                              from the newest older one of the same run
 //!  Deploying   → Finished      the subtasks cannot be built
 //!  Running     → FailingOver   a backed-up primary failed, hung or was lost
 //!  Running     → Recovering    any other subtask failed, or too many checkpoints did
@@ -64,6 +66,7 @@ pub(crate) use transition::{State, Transition, TransitionTo};
 
 impl TransitionTo<Running> for Deploying {}
 impl TransitionTo<Finished> for Deploying {}
+impl TransitionTo<Deploying> for Deploying {}
 impl TransitionTo<FailingOver> for Running {}
 impl TransitionTo<Recovering> for Running {}
 impl TransitionTo<Stopping> for Running {}

@@ -53,7 +53,7 @@ impl Recovering {
         let restore = store::load_latest(&ctx.checkpoint_root, &ctx.plan.uids)
             .map(|loaded| {
                 let dir = store::checkpoint_dir(&ctx.checkpoint_root, loaded.checkpoint);
-                Restore::loaded(loaded, &dir)
+                Restore::loaded(loaded, &dir).scanned_in(&ctx.checkpoint_root)
             })
             .or_else(|| ctx.initial_restore.clone());
         if restore.is_none() {

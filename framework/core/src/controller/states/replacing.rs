@@ -229,6 +229,7 @@ async fn forward(ctx: &mut JobContext, dep: Deployment, pending: PendingReplace)
         states: payloads,
         chains: Default::default(),
         parallelism: ctx.plan.parallelism_by_uid().collect(),
+        older: None,
     };
     let registry = OperatorRegistry::new(
         &plan,

@@ -270,6 +270,7 @@ impl Rescaling {
             states: payloads,
             chains: Default::default(),
             parallelism: ctx.plan.parallelism_by_uid().collect(),
+            older: None,
         };
         let saved = set_parallelism(ctx, &prepared.nodes);
         let old_plan = std::mem::replace(&mut ctx.plan, prepared.plan.clone());
