@@ -117,9 +117,10 @@ pub enum TaskEvent {
         /// When.
         at_ms: u64,
     },
-    /// The partition's job failed. The member then leaves the group and joins it again, so
-    /// that the group hands the partitions out anew (this member may have lost them
-    /// without knowing yet: a process stopped past its session, whose sink was fenced).
+    /// The partition's job failed. A member that still holds the partition (it was not
+    /// frozen past its session) starts it again from its newest checkpoint; one that was
+    /// frozen leaves the group and joins it again, so that the group hands the partitions
+    /// out anew.
     Failed {
         /// The partition.
         partition: i32,
@@ -295,16 +296,43 @@ impl<T: Data> KafkaGroup<T> {
                         tracing::warn!(group = %group, error = %e, "kafka group member");
                     }
                     let rejoin = consumer.context().shared.rejoin.swap(false, Ordering::AcqRel);
-                    if consumer.context().reap_failed() || rejoin {
-                        // A partition's job failed. It is not restarted here: this member
-                        // may have lost the partition without knowing yet (a process
-                        // stopped past its session, whose sink was just fenced). It leaves
-                        // and joins again, and the group hands partitions out anew, each
-                        // moved with a final checkpoint of its current owner.
+                    let failed = consumer.context().reap_failed();
+                    if !rejoin {
+                        // A partition's job failed (fenced by a member resumed after its
+                        // session ran out, a broker error) while this member holds the
+                        // partition: it was not frozen past its session, so the group has
+                        // not moved it. Restarted here, from its newest checkpoint. (Leaving
+                        // and joining again instead made both members of such a pair leave
+                        // at once, which the test broker's coordinator never settled.)
+                        let assigned: Vec<i32> = consumer
+                            .assignment()
+                            .map(|a| a.elements().iter().map(|e| e.partition()).collect())
+                            .unwrap_or_default();
+                        for p in failed.into_iter().filter(|p| assigned.contains(p)) {
+                            consumer.context().start_task(p);
+                        }
+                    } else {
+                        // Frozen past its session: the partitions are others' by now, and
+                        // what the client has queued is stale. It leaves and joins again, and
+                        // the group hands partitions out anew, each moved with a final
+                        // checkpoint of its current owner.
                         consumer.unsubscribe();
+                        // Polled at least until the client has handed back its assignment
+                        // (the revoke runs in a poll), not only until no job runs here: a
+                        // member whose jobs were already stopped (frozen) would otherwise
+                        // subscribe again before its leave was served.
                         let deadline = Instant::now() + grace * 2;
-                        while Instant::now() < deadline && !consumer.context().idle() {
+                        loop {
                             let _ = consumer.poll(Duration::from_millis(50));
+                            let released = consumer
+                                .assignment()
+                                .map(|a| a.count() == 0)
+                                .unwrap_or(true);
+                            if Instant::now() >= deadline
+                                || (released && consumer.context().idle())
+                            {
+                                break;
+                            }
                         }
                         consumer.context().shared.froze.store(false, Ordering::Release);
                         if let Err(e) = consumer.subscribe(&[topic.as_str()]) {
@@ -585,12 +613,12 @@ impl Membership {
 }
 
 impl Membership {
-    /// Collects the partition jobs that ended (failed: they do not end otherwise) and says
-    /// whether any did.
-    fn reap_failed(&self) -> bool {
+    /// Collects the partition jobs that ended (failed: they do not end otherwise) and returns
+    /// their partitions.
+    fn reap_failed(&self) -> Vec<i32> {
         let ended: Vec<(i32, JobHandle)> = {
             let Ok(mut tasks) = self.shared.tasks.lock() else {
-                return false;
+                return Vec::new();
             };
             let ended: Vec<i32> = tasks
                 .iter()
@@ -602,7 +630,7 @@ impl Membership {
                 .filter_map(|p| tasks.remove(&p).map(|j| (p, j)))
                 .collect()
         };
-        let any = !ended.is_empty();
+        let mut partitions = Vec::with_capacity(ended.len());
         for (partition, job) in ended {
             let error = job.wait().err().map(|e| e.to_string());
             tracing::warn!(partition, ?error, "kafka group: a partition's job ended");
@@ -610,8 +638,9 @@ impl Membership {
                 partition,
                 at_ms: now_ms(),
             });
+            partitions.push(partition);
         }
-        any
+        partitions
     }
 
     /// No partition's job runs here.
