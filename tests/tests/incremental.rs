@@ -80,26 +80,33 @@ impl KeyedProcessFunction<u64, u64, (u64, u64, u64)> for CountWithTimers {
     }
 }
 
-/// The state files of the job's run directories under `dir` that reference runs, and the run
-/// files there.
-fn runs_on_disk(dir: &Path) -> usize {
-    let mut n = 0;
+/// Every file under `dir`, at any depth.
+fn files_under(dir: &Path) -> Vec<std::fs::DirEntry> {
+    let mut files = Vec::new();
     let mut stack = vec![dir.to_owned()];
     while let Some(d) = stack.pop() {
         for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
-            let p = e.path();
-            if p.is_dir() {
-                stack.push(p);
-            } else if p
-                .parent()
-                .and_then(|q| q.parent())
-                .is_some_and(|q| q.ends_with("shared"))
-            {
-                n += 1;
+            if e.path().is_dir() {
+                stack.push(e.path());
+            } else {
+                files.push(e);
             }
         }
     }
-    n
+    files
+}
+
+/// The run files under `dir` (in `shared/<uid>-<subtask>/` of a job's run directory).
+fn runs_on_disk(dir: &Path) -> usize {
+    files_under(dir)
+        .iter()
+        .filter(|e| {
+            e.path()
+                .parent()
+                .and_then(|q| q.parent())
+                .is_some_and(|q| q.ends_with("shared"))
+        })
+        .count()
 }
 
 #[test]
@@ -264,27 +271,21 @@ fn new_runs_at_another_parallelism_resume_from_incremental_chains() {
 /// The complete checkpoints under `dir` (every run of every job): `(id, its _metadata's
 /// mtime, the run's directory)`, newest id last.
 fn complete_checkpoints(dir: &Path) -> Vec<(u64, std::time::SystemTime, PathBuf)> {
-    let mut found = Vec::new();
-    let mut stack = vec![dir.to_owned()];
-    while let Some(d) = stack.pop() {
-        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
-            let p = e.path();
-            if p.is_dir() {
-                stack.push(p);
-            } else if p.file_name().is_some_and(|n| n == "_metadata") {
-                let chk = p.parent().expect("a checkpoint directory");
-                let id = chk
-                    .file_name()
-                    .and_then(|n| n.to_str())
-                    .and_then(|n| n.strip_prefix("chk-"))
-                    .and_then(|n| n.parse::<u64>().ok());
-                let mtime = e.metadata().and_then(|m| m.modified());
-                if let (Some(id), Ok(mtime), Some(run)) = (id, mtime, chk.parent()) {
-                    found.push((id, mtime, run.to_owned()));
-                }
-            }
-        }
-    }
+    let mut found: Vec<_> = files_under(dir)
+        .into_iter()
+        .filter(|e| e.file_name() == "_metadata")
+        .filter_map(|e| {
+            let chk = e.path().parent()?.to_owned();
+            let id = chk
+                .file_name()?
+                .to_str()?
+                .strip_prefix("chk-")?
+                .parse()
+                .ok()?;
+            let mtime = e.metadata().and_then(|m| m.modified()).ok()?;
+            Some((id, mtime, chk.parent()?.to_owned()))
+        })
+        .collect();
     found.sort_by_key(|(id, ..)| *id);
     found
 }
@@ -324,26 +325,19 @@ fn a_damaged_run_of_the_newest_checkpoint_gives_way_to_the_one_before() {
     // newer than the older checkpoint's are the newest checkpoint's own (or an incomplete
     // later one's).
     let mut damaged = 0;
-    let mut stack = vec![run.join("shared")];
-    while let Some(d) = stack.pop() {
-        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+    for e in files_under(&run.join("shared")) {
+        let newer = e
+            .metadata()
+            .and_then(|m| m.modified())
+            .is_ok_and(|t| t > *before_at);
+        if newer {
             let p = e.path();
-            if p.is_dir() {
-                stack.push(p);
-                continue;
-            }
-            let newer = e
-                .metadata()
-                .and_then(|m| m.modified())
-                .is_ok_and(|t| t > *before_at);
-            if newer {
-                let mut bytes = std::fs::read(&p).expect("read a run");
-                // After the magic (8 bytes) and the first block's length (4): its LZ4 data.
-                assert!(bytes.len() > 13, "{} is a run", p.display());
-                bytes[13] ^= 0x5a;
-                std::fs::write(&p, bytes).expect("damage a run");
-                damaged += 1;
-            }
+            let mut bytes = std::fs::read(&p).expect("read a run");
+            // After the magic (8 bytes) and the first block's length (4): its LZ4 data.
+            assert!(bytes.len() > 13, "{} is a run", p.display());
+            bytes[13] ^= 0x5a;
+            std::fs::write(&p, bytes).expect("damage a run");
+            damaged += 1;
         }
     }
     assert!(damaged > 0, "checkpoint {newest} wrote runs of its own");
