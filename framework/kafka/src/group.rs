@@ -60,6 +60,40 @@ impl Lease {
 }
 
 #[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_job_that_keeps_failing_waits_twice_as_long_each_time_up_to_the_most() {
+        let t0 = Instant::now();
+        let mut r = Restarts::default();
+        r.failed(3, t0);
+        assert!(r.due(t0).is_empty(), "not at once");
+        let mut at = t0 + Restarts::FIRST;
+        assert_eq!(r.due(at), vec![3]);
+        assert!(r.due(at).is_empty(), "once");
+        let mut waited = Vec::new();
+        for _ in 0..10 {
+            r.failed(3, at);
+            let (delay, due) = r.waiting[&3];
+            waited.push(delay);
+            at = due;
+            assert_eq!(r.due(at), vec![3]);
+        }
+        assert_eq!(waited[0], Restarts::FIRST * 2);
+        assert_eq!(waited[1], Restarts::FIRST * 4);
+        assert_eq!(*waited.last().unwrap(), Restarts::MOST);
+        // Failing again after running a while starts over; other partitions are their own.
+        r.failed(3, at + Restarts::SETTLED);
+        assert_eq!(r.waiting[&3].0, Restarts::FIRST);
+        r.failed(5, at);
+        assert_eq!(r.waiting[&5].0, Restarts::FIRST);
+        r.forget();
+        assert!(r.due(at + Restarts::MOST * 2).is_empty());
+    }
+}
+
+#[cfg(test)]
 impl Lease {
     /// The lease of a member that was frozen past its session (and has not joined again).
     pub(crate) fn lost() -> Lease {
@@ -272,6 +306,7 @@ impl<T: Data> KafkaGroup<T> {
         let group = self.group.clone();
         let grace = self.session_timeout;
         let topic = self.source.topic().to_owned();
+        let mut restarts = Restarts::default();
         let thread = std::thread::Builder::new()
             .name(format!("weir-group-{group}"))
             .spawn(move || {
@@ -296,22 +331,29 @@ impl<T: Data> KafkaGroup<T> {
                         tracing::warn!(group = %group, error = %e, "kafka group member");
                     }
                     let rejoin = consumer.context().shared.rejoin.swap(false, Ordering::AcqRel);
-                    let failed = consumer.context().reap_failed();
+                    let now = Instant::now();
+                    for p in consumer.context().reap_failed() {
+                        restarts.failed(p, now);
+                    }
                     if !rejoin {
                         // A partition's job failed (fenced by a member resumed after its
                         // session ran out, a broker error) while this member holds the
                         // partition: it was not frozen past its session, so the group has
-                        // not moved it. Restarted here, from its newest checkpoint. (Leaving
-                        // and joining again instead made both members of such a pair leave
-                        // at once, which the test broker's coordinator never settled.)
+                        // not moved it. Restarted here, from its newest checkpoint, after a
+                        // delay that doubles while it keeps failing. (Leaving and joining
+                        // again instead made both members of such a pair leave at once,
+                        // which the test broker's coordinator never settled.)
                         let assigned: Vec<i32> = consumer
                             .assignment()
                             .map(|a| a.elements().iter().map(|e| e.partition()).collect())
                             .unwrap_or_default();
-                        for p in failed.into_iter().filter(|p| assigned.contains(p)) {
-                            consumer.context().start_task(p);
+                        for p in restarts.due(now) {
+                            if assigned.contains(&p) {
+                                consumer.context().start_task(p);
+                            }
                         }
                     } else {
+                        restarts.forget();
                         // Frozen past its session: the partitions are others' by now, and
                         // what the client has queued is stale. It leaves and joins again, and
                         // the group hands partitions out anew, each moved with a final
@@ -543,6 +585,56 @@ fn generations(root: &std::path::Path, job: &str) -> Result<(PathBuf, Option<Pat
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => next += 1,
             Err(e) => return Err(format!("cannot create {}: {e}", dir.display())),
         }
+    }
+}
+
+/// When the partition jobs that failed here start again: the first time after
+/// [`Restarts::FIRST`], then after twice the delay before while the job keeps failing within
+/// [`Restarts::SETTLED`] of its restart, up to [`Restarts::MOST`] (a job that fails at once
+/// every time, its broker down, is not started ten times a second, each start a new
+/// checkpoint generation).
+#[derive(Default)]
+struct Restarts {
+    /// Partition -> (the delay before its next start, when that start is due).
+    waiting: BTreeMap<i32, (Duration, Instant)>,
+    /// Partition -> (the delay its last start waited, when it started).
+    last: BTreeMap<i32, (Duration, Instant)>,
+}
+
+impl Restarts {
+    const FIRST: Duration = Duration::from_millis(100);
+    const MOST: Duration = Duration::from_secs(10);
+    const SETTLED: Duration = Duration::from_secs(60);
+
+    /// Partition `p`'s job failed at `now`.
+    fn failed(&mut self, p: i32, now: Instant) {
+        let delay = match self.last.get(&p) {
+            Some((d, at)) if now.duration_since(*at) < Self::SETTLED => (*d * 2).min(Self::MOST),
+            _ => Self::FIRST,
+        };
+        self.waiting.insert(p, (delay, now + delay));
+    }
+
+    /// The partitions whose start is due at `now` (each returned once).
+    fn due(&mut self, now: Instant) -> Vec<i32> {
+        let due: Vec<i32> = self
+            .waiting
+            .iter()
+            .filter(|(_, (_, at))| *at <= now)
+            .map(|(p, _)| *p)
+            .collect();
+        for p in &due {
+            if let Some((d, _)) = self.waiting.remove(p) {
+                self.last.insert(*p, (d, now));
+            }
+        }
+        due
+    }
+
+    /// The member leaves the group: nothing of this is its own any more.
+    fn forget(&mut self) {
+        self.waiting.clear();
+        self.last.clear();
     }
 }
 
