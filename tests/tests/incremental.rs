@@ -325,7 +325,11 @@ fn a_damaged_run_of_the_newest_checkpoint_gives_way_to_the_one_before() {
     // newer than the older checkpoint's are the newest checkpoint's own (or an incomplete
     // later one's).
     let mut damaged = 0;
-    for e in files_under(&run.join("shared")) {
+    // Runs only: a merge the failure cut short leaves its partial `.tmp` file.
+    let runs = files_under(&run.join("shared"))
+        .into_iter()
+        .filter(|e| e.path().extension().is_some_and(|x| x == "run"));
+    for e in runs {
         let newer = e
             .metadata()
             .and_then(|m| m.modified())
@@ -333,8 +337,10 @@ fn a_damaged_run_of_the_newest_checkpoint_gives_way_to_the_one_before() {
         if newer {
             let p = e.path();
             let mut bytes = std::fs::read(&p).expect("read a run");
+            if bytes.len() <= 13 {
+                continue; // not a whole run (the failure cut its writing short)
+            }
             // After the magic (8 bytes) and the first block's length (4): its LZ4 data.
-            assert!(bytes.len() > 13, "{} is a run", p.display());
             bytes[13] ^= 0x5a;
             std::fs::write(&p, bytes).expect("damage a run");
             damaged += 1;
