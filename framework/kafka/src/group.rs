@@ -98,14 +98,11 @@ impl Lease {
     /// The lease of a member that was frozen past its session (and has not joined again).
     pub(crate) fn lost() -> Lease {
         Lease {
-            shared: Arc::new(Shared {
-                tasks: Mutex::new(BTreeMap::new()),
-                events: Mutex::new(Vec::new()),
-                alive: Mutex::new(Instant::now()),
-                froze: AtomicBool::new(true),
-                session: Duration::from_secs(6),
-                rejoin: AtomicBool::new(false),
-            }),
+            shared: {
+                let shared = Shared::new(Duration::from_secs(6));
+                shared.froze.store(true, Ordering::Release);
+                Arc::new(shared)
+            },
         }
     }
 }
@@ -236,14 +233,7 @@ impl<T: Data> KafkaGroup<T> {
     /// Joins the group and runs the assigned partitions' jobs on a thread of its own until
     /// [`GroupMember::stop`].
     pub fn start(self) -> Result<GroupMember, weir::SourceError> {
-        let shared = Arc::new(Shared {
-            tasks: Mutex::new(BTreeMap::new()),
-            events: Mutex::new(Vec::new()),
-            alive: Mutex::new(Instant::now()),
-            froze: AtomicBool::new(false),
-            session: self.session_timeout,
-            rejoin: AtomicBool::new(false),
-        });
+        let shared = Arc::new(Shared::new(self.session_timeout));
         let runner: Arc<dyn TaskRunner> = Arc::new(Runner {
             lease: Lease {
                 shared: shared.clone(),
@@ -473,6 +463,18 @@ struct Shared {
 }
 
 impl Shared {
+    /// A member's shared state at its start: no jobs, not frozen.
+    fn new(session: Duration) -> Shared {
+        Shared {
+            tasks: Mutex::new(BTreeMap::new()),
+            events: Mutex::new(Vec::new()),
+            alive: Mutex::new(Instant::now()),
+            froze: AtomicBool::new(false),
+            session,
+            rejoin: AtomicBool::new(false),
+        }
+    }
+
     /// The member was frozen past its session since its last poll: the group has moved
     /// its partitions, and whatever a queued rebalance says is stale.
     fn frozen(&self) -> bool {
