@@ -24,6 +24,7 @@ pub(crate) mod disk;
 #[path = "disk_stub.rs"]
 pub(crate) mod disk;
 pub(crate) mod promoted;
+pub(crate) mod table;
 mod ttl;
 
 use std::collections::HashMap;
@@ -483,7 +484,7 @@ pub(crate) enum Entries<K, S> {
     /// Changes are not logged.
     Plain(HashMap<K, S, FxBuildHasher>),
     /// Each state with the generation it was last logged in.
-    Logged(HashMap<K, Tracked<S>, FxBuildHasher>),
+    Logged(table::LoggedMap<K, S>),
     /// On disk, the keys in use cached ([`StateBackend::Disk`]); generations kept as in
     /// `Logged`.
     Disk(Box<disk::DiskEntries<K, S>>),
@@ -527,10 +528,15 @@ impl<K: Hash + Eq, S> KeyedState<K, S> {
     }
     /// Every key and its state, in no particular order.
     pub fn iter(&self) -> impl Iterator<Item = (&K, &S)> {
-        let (plain, logged) = match &self.map {
-            Entries::Plain(m) => (Some(m.iter()), None),
-            Entries::Logged(m) => (None, Some(m.iter().map(state_of as StateOf<'_, K, S>))),
+        let (plain, logged, disk) = match &self.map {
+            Entries::Plain(m) => (Some(m.iter()), None, None),
+            Entries::Logged(m) => (
+                None,
+                Some(m.iter().map(state_of as StateOf<'_, K, S>)),
+                None,
+            ),
             Entries::Disk(d) => (
+                None,
                 None,
                 Some(d.cache.iter().map(state_of as StateOf<'_, K, S>)),
             ),
@@ -539,17 +545,20 @@ impl<K: Hash + Eq, S> KeyedState<K, S> {
             .into_iter()
             .flatten()
             .chain(logged.into_iter().flatten())
+            .chain(disk.into_iter().flatten())
     }
     /// Every key and its mutable state.
     pub fn iter_mut(&mut self) -> impl Iterator<Item = (&K, &mut S)> {
         self.changes.lose_track();
-        let (plain, logged) = match &mut self.map {
-            Entries::Plain(m) => (Some(m.iter_mut()), None),
+        let (plain, logged, disk) = match &mut self.map {
+            Entries::Plain(m) => (Some(m.iter_mut()), None, None),
             Entries::Logged(m) => (
                 None,
                 Some(m.iter_mut().map(state_mut as StateMut<'_, K, S>)),
+                None,
             ),
             Entries::Disk(d) => (
+                None,
                 None,
                 Some(d.cache.iter_mut().map(state_mut as StateMut<'_, K, S>)),
             ),
@@ -558,6 +567,7 @@ impl<K: Hash + Eq, S> KeyedState<K, S> {
             .into_iter()
             .flatten()
             .chain(logged.into_iter().flatten())
+            .chain(disk.into_iter().flatten())
     }
     /// Number of keys.
     pub fn len(&self) -> usize {
@@ -579,7 +589,7 @@ impl<K, S> KeyedState<K, S> {
     pub(crate) fn tracking(tracked: bool) -> Self {
         if tracked {
             KeyedState {
-                map: Entries::Logged(HashMap::default()),
+                map: Entries::Logged(table::LoggedMap::default()),
                 changes: changes::ChangeLog::tracking(),
                 saved: Vec::new(),
                 promoted: None,
@@ -778,7 +788,7 @@ where
             return Ok(());
         };
         let done = p.read_in(n, |k: K, state: S| {
-            map.entry(k).or_insert(Tracked { state, logged: 0 });
+            map.insert_if_absent(k, Tracked { state, logged: 0 });
         })?;
         if done {
             // An error met looking a key up goes with the operator, not with the reader.
