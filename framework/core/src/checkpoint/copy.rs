@@ -242,12 +242,11 @@ where
                         }
                         t.logged = 0;
                         n += 1;
-                        if failed.is_none() {
-                            // The checkpoint fails with it; the walk goes on (a walk started
-                            // again goes to the end).
-                            failed = encode(&mut part, group(k), k, Some(&t.state)).err();
+                        if let Err(e) = encode(&mut part, group(k), k, Some(&t.state)) {
+                            failed = Some(e);
+                            return std::ops::ControlFlow::Break(());
                         }
-                        if n < budget && failed.is_none() {
+                        if n < budget {
                             std::ops::ControlFlow::Continue(())
                         } else {
                             std::ops::ControlFlow::Break(())

@@ -8,10 +8,9 @@
 //! must see every entry that was in the map when it began: a [`Cursor`] remembers how many
 //! times entries may have moved (an insert into a full table rehashes it, in place or into a
 //! larger one) and the walk starts again from the first bucket when they may have, which
-//! only re-reads entries (the copied ones no longer carry the generation being copied). A
-//! walk started again goes to the end at once: the insert that moved the entries paused the
-//! operator for the whole map already, and a walk that started again at every growth of a
-//! map being filled might never end.
+//! only re-reads entries (the copied ones no longer carry the generation being copied). Each
+//! time a walk starts again it goes over twice as many buckets per call: a walk that started
+//! again at every growth of a map being filled fast might otherwise never end.
 //!
 //! It owns the map and the walk, not what is copied (`checkpoint::copy`) nor the generations'
 //! meaning (`state::changes`).
@@ -36,6 +35,8 @@ pub(crate) struct LoggedMap<K, S> {
 pub(crate) struct Cursor {
     next: usize,
     moves: u64,
+    /// Times the walk started again: it goes over `2^restarts` times the buckets asked for.
+    restarts: u32,
 }
 
 impl<K, S> Default for LoggedMap<K, S> {
@@ -137,35 +138,36 @@ impl<K, S> LoggedMap<K, S> {
         Cursor {
             next: 0,
             moves: self.moves,
+            restarts: 0,
         }
     }
 
-    /// Gives `f` the entries of the next `buckets` buckets of `cursor`'s walk, until `f`
-    /// says this is enough for now; returns whether the walk is over. If entries may have
-    /// moved since the walk was last here, it starts again from the first bucket and goes to
-    /// the end, whatever `buckets` and `f` say.
+    /// Gives `f` the entries of the next `buckets` buckets of `cursor`'s walk (twice as many
+    /// for each time it started again), until `f` says this is enough for now; returns
+    /// whether the walk is over. If entries may have moved since the walk was last here, it
+    /// starts again from the first bucket.
     pub(crate) fn walk(
         &mut self,
         cursor: &mut Cursor,
         buckets: usize,
         mut f: impl FnMut(&K, &mut Tracked<S>) -> std::ops::ControlFlow<()>,
     ) -> bool {
-        let whole = cursor.moves != self.moves;
-        if whole {
-            *cursor = self.cursor();
+        if cursor.moves != self.moves {
+            *cursor = Cursor {
+                restarts: cursor.restarts.saturating_add(1),
+                ..self.cursor()
+            };
         }
-        let end = match whole {
-            true => self.table.num_buckets(),
-            false => cursor
-                .next
-                .saturating_add(buckets)
-                .min(self.table.num_buckets()),
-        };
+        let buckets = buckets.saturating_mul(1usize << cursor.restarts.min(32));
+        let end = cursor
+            .next
+            .saturating_add(buckets)
+            .min(self.table.num_buckets());
         while cursor.next < end {
             let i = cursor.next;
             cursor.next += 1;
             if let Some((k, t)) = self.table.get_bucket_mut(i) {
-                if f(k, t).is_break() && !whole {
+                if f(k, t).is_break() {
                     break;
                 }
             }
