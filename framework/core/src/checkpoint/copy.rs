@@ -5,10 +5,7 @@
 //! in a new generation. The operator then copies a chunk of them between units of work
 //! ([`Incremental::step`]) and hands each chunk to its chain's thread to sort and write
 //! (`incremental`); an entry still to copy that a record is about to write is
-//! copied first (copy-on-write, `KeyedState::write` and the keyed operator's loop). Few
-//! changed keys are looked up one by one; once they are a fair share of the map (more than one
-//! bucket in [`WALK_OVER`]) the map is walked in its own order instead, a slice of buckets per
-//! step (`state::table`): lookups in a map larger than the caches miss them all. The
+//! copied first (copy-on-write, `KeyedState::write` and the keyed operator's loop). The
 //! operator's pause at the barrier is one swap of the log; what it spends on the checkpoint
 //! after that is encoding the changed entries, a chunk between units of work, into buffers
 //! that go back and forth between it and the thread (the disk backend's entries are cloned
@@ -29,19 +26,10 @@ use std::path::{Path, PathBuf};
 
 use super::incremental::{ChainPart, ChainWriter};
 use crate::state::changes::KeyedDelta;
-use crate::state::table::Cursor;
 use crate::state::{Entries, KeyedState};
 
 /// Entries copied per step: about a fifth of a millisecond of clones for small states.
 pub(crate) const STEP: usize = 4096;
-
-/// Buckets of the map a walk goes over per entry of a step's budget.
-const WALK_PER_ENTRY: usize = 8;
-
-/// The changed keys are copied by a walk over the whole map, not looked up one by one, once
-/// they are more than one in this many of its buckets: a lookup in a map larger than the
-/// caches misses them (~100-250 ns), a walk reads a bucket in a few nanoseconds.
-const WALK_OVER: usize = 32;
 
 /// A keyed subtask's incremental checkpoints: its chain's thread and the copy under way.
 pub(crate) struct Incremental<K> {
@@ -57,18 +45,9 @@ pub(crate) struct Incremental<K> {
 struct Copy<K> {
     id: u64,
     root: PathBuf,
-    /// The changed keys left to look up (none when the map is walked).
     keys: std::vec::IntoIter<K>,
-    /// The walk over the map that finds the changed entries, if it is walked.
-    walk: Option<Cursor>,
     /// It holds every key: a new chain.
     full: bool,
-}
-
-impl<K> Copy<K> {
-    fn done(&self) -> bool {
-        self.keys.len() == 0 && self.walk.is_none()
-    }
 }
 
 /// How a keyed entry is encoded: `(group, key, state)` to the delta.
@@ -87,12 +66,6 @@ where
             max_parallelism,
             restart: false,
         })
-    }
-
-    /// Whether the copy under way walks the map (for tests).
-    #[cfg(test)]
-    fn walks(&self) -> bool {
-        self.copy.as_ref().is_some_and(|c| c.walk.is_some())
     }
 
     /// Whether a copy is under way (the operator should [`step`](Self::step) it).
@@ -125,23 +98,7 @@ where
             // Everything again, copied as any change is.
             state.log_all();
         }
-        let mut keys = state.changes.begin_copy()?;
-        let walk = match &state.map {
-            Entries::Logged(map) if keys.len() > map.buckets() / WALK_OVER => {
-                if std::mem::needs_drop::<K>() {
-                    // Freed off the data path.
-                    let keys = std::mem::take(&mut keys);
-                    self.writer.encode(Box::new(move |_| {
-                        drop(keys);
-                        Ok(())
-                    }));
-                } else {
-                    keys.clear();
-                }
-                Some(map.cursor())
-            }
-            _ => None,
-        };
+        let keys = state.changes.begin_copy()?;
         self.writer.begin(id, root);
         if let Some(own) = own {
             self.writer.encode(Box::new(move |d| {
@@ -153,7 +110,6 @@ where
             id,
             root: root.to_owned(),
             keys: keys.into_iter(),
-            walk,
             full,
         });
         Some(self.writer.part(id))
@@ -228,36 +184,10 @@ where
             let mut part = self.writer.spare();
             let saved = std::mem::take(&mut state.saved);
             let keys = copy.keys.by_ref().take(budget);
-            let walk = &mut copy.walk;
             let encoded = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                 let group = |k: &K| crate::key_group::key_group_of(k, max_parallelism);
                 for (k, s) in &saved {
                     encode(&mut part, group(k), k, Some(s))?;
-                }
-                if let Some(cursor) = walk {
-                    let (mut n, mut failed) = (0, None);
-                    let over = map.walk(cursor, budget * WALK_PER_ENTRY, |k, t| {
-                        if t.logged != g {
-                            return std::ops::ControlFlow::Continue(());
-                        }
-                        t.logged = 0;
-                        n += 1;
-                        if let Err(e) = encode(&mut part, group(k), k, Some(&t.state)) {
-                            failed = Some(e);
-                            return std::ops::ControlFlow::Break(());
-                        }
-                        if n < budget {
-                            std::ops::ControlFlow::Continue(())
-                        } else {
-                            std::ops::ControlFlow::Break(())
-                        }
-                    });
-                    if over {
-                        *walk = None;
-                    }
-                    if let Some(e) = failed {
-                        return Err(e);
-                    }
                 }
                 for k in keys {
                     match map.get_mut(&k) {
@@ -307,7 +237,6 @@ where
             }
         } else {
             copy.keys = Vec::new().into_iter();
-            copy.walk = None;
         }
         if !chunk.is_empty() {
             self.writer.encode(Box::new(move |d| {
@@ -321,7 +250,7 @@ where
                 })
             }));
         }
-        if copy.done() {
+        if copy.keys.len() == 0 {
             state.changes.end_copy();
             if let Some(done) = self.copy.take() {
                 self.writer.seal(done.id, &done.root, done.full);
@@ -414,74 +343,6 @@ mod tests {
         let at_3 = restored(&root, &c3.runs);
         assert_eq!(at_3.len(), 100, "a new chain with every key");
         assert_eq!((at_3[&5], at_3[&7]), (500, 700));
-        let _ = std::fs::remove_dir_all(&root);
-    }
-
-    /// Few changed keys are looked up, many are found by a walk over the map; either way a
-    /// checkpoint holds every key's state at its barrier, whatever is written and inserted
-    /// while it is copied (inserts that rehash the map under the walk among them).
-    #[test]
-    fn lookups_and_walks_copy_the_state_at_the_barrier() {
-        let root = std::env::temp_dir().join(format!("weir-copy-walk-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&root);
-        let mut state = KeyedState::<u64, u64>::tracking(true);
-        let mut expected = BTreeMap::new();
-        for k in 0..4096 {
-            *state.write(&k, || 0).expect("an entry") = k;
-            expected.insert(k, k);
-        }
-        let mut inc = Incremental::<u64>::start("op", 0, 128).expect("starts");
-        let mut next_new = 1_000_000;
-        let mut chain = Vec::new();
-        // (checkpoint, keys changed before it, new keys between steps, walked); 4 copies
-        // the keys inserted during 3's walk, however many they were.
-        let plan = [
-            (1, 0..0, 0, Some(true)),
-            (2, 0..10, 0, Some(false)),
-            (3, 100..3100, 40, Some(true)),
-            (4, 7..9, 0, None),
-            (5, 3..5, 0, Some(false)),
-        ];
-        for (id, changed, inserts, walked) in plan {
-            for k in changed {
-                let v = id * 10_000 + k;
-                *state.write(&k, || 0).expect("an entry") = v;
-                expected.insert(k, v);
-            }
-            let part = inc
-                .begin(id, &root, &mut state, false, None, encode)
-                .expect("a copy");
-            if let Some(walked) = walked {
-                assert_eq!(inc.walks(), walked, "checkpoint {id}");
-            }
-            let at_barrier = expected.clone();
-            let mut steps = 0;
-            while inc.copying() {
-                inc.step(&mut state, 16, encode);
-                steps += 1;
-                // Between steps: changed keys written again (copied first), and new keys
-                // (enough to grow the map while it is walked).
-                if steps % 32 == 0 {
-                    for k in [100 + (steps / 32) % 50, steps % 10] {
-                        *state.write(&k, || 0).expect("an entry") += 1;
-                        *expected.get_mut(&k).expect("a key") += 1;
-                    }
-                }
-                for _ in 0..inserts {
-                    *state.write(&next_new, || 0).expect("an entry") = next_new;
-                    expected.insert(next_new, next_new);
-                    next_new += 1;
-                }
-                if steps > 100_000 {
-                    // The chain's thread may be behind: wait for it.
-                    std::thread::sleep(std::time::Duration::from_millis(1));
-                }
-            }
-            let c = part.wait(&|| false).expect("a checkpoint");
-            chain = c.runs.clone();
-            assert_eq!(restored(&root, &chain), at_barrier, "checkpoint {id}");
-        }
-        assert!(!chain.is_empty());
         let _ = std::fs::remove_dir_all(&root);
     }
 

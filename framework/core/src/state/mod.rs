@@ -24,7 +24,6 @@ pub(crate) mod disk;
 #[path = "disk_stub.rs"]
 pub(crate) mod disk;
 pub(crate) mod promoted;
-pub(crate) mod table;
 mod ttl;
 
 use std::collections::HashMap;
@@ -484,7 +483,7 @@ pub(crate) enum Entries<K, S> {
     /// Changes are not logged.
     Plain(HashMap<K, S, FxBuildHasher>),
     /// Each state with the generation it was last logged in.
-    Logged(table::LoggedMap<K, S>),
+    Logged(HashMap<K, Tracked<S>, FxBuildHasher>),
     /// On disk, the keys in use cached ([`StateBackend::Disk`]); generations kept as in
     /// `Logged`.
     Disk(Box<disk::DiskEntries<K, S>>),
@@ -528,15 +527,10 @@ impl<K: Hash + Eq, S> KeyedState<K, S> {
     }
     /// Every key and its state, in no particular order.
     pub fn iter(&self) -> impl Iterator<Item = (&K, &S)> {
-        let (plain, logged, disk) = match &self.map {
-            Entries::Plain(m) => (Some(m.iter()), None, None),
-            Entries::Logged(m) => (
-                None,
-                Some(m.iter().map(state_of as StateOf<'_, K, S>)),
-                None,
-            ),
+        let (plain, logged) = match &self.map {
+            Entries::Plain(m) => (Some(m.iter()), None),
+            Entries::Logged(m) => (None, Some(m.iter().map(state_of as StateOf<'_, K, S>))),
             Entries::Disk(d) => (
-                None,
                 None,
                 Some(d.cache.iter().map(state_of as StateOf<'_, K, S>)),
             ),
@@ -545,20 +539,17 @@ impl<K: Hash + Eq, S> KeyedState<K, S> {
             .into_iter()
             .flatten()
             .chain(logged.into_iter().flatten())
-            .chain(disk.into_iter().flatten())
     }
     /// Every key and its mutable state.
     pub fn iter_mut(&mut self) -> impl Iterator<Item = (&K, &mut S)> {
         self.changes.lose_track();
-        let (plain, logged, disk) = match &mut self.map {
-            Entries::Plain(m) => (Some(m.iter_mut()), None, None),
+        let (plain, logged) = match &mut self.map {
+            Entries::Plain(m) => (Some(m.iter_mut()), None),
             Entries::Logged(m) => (
                 None,
                 Some(m.iter_mut().map(state_mut as StateMut<'_, K, S>)),
-                None,
             ),
             Entries::Disk(d) => (
-                None,
                 None,
                 Some(d.cache.iter_mut().map(state_mut as StateMut<'_, K, S>)),
             ),
@@ -567,7 +558,6 @@ impl<K: Hash + Eq, S> KeyedState<K, S> {
             .into_iter()
             .flatten()
             .chain(logged.into_iter().flatten())
-            .chain(disk.into_iter().flatten())
     }
     /// Number of keys.
     pub fn len(&self) -> usize {
@@ -589,7 +579,7 @@ impl<K, S> KeyedState<K, S> {
     pub(crate) fn tracking(tracked: bool) -> Self {
         if tracked {
             KeyedState {
-                map: Entries::Logged(table::LoggedMap::default()),
+                map: Entries::Logged(HashMap::default()),
                 changes: changes::ChangeLog::tracking(),
                 saved: Vec::new(),
                 promoted: None,
@@ -788,7 +778,7 @@ where
             return Ok(());
         };
         let done = p.read_in(n, |k: K, state: S| {
-            map.insert_if_absent(k, Tracked { state, logged: 0 });
+            map.entry(k).or_insert(Tracked { state, logged: 0 });
         })?;
         if done {
             // An error met looking a key up goes with the operator, not with the reader.
