@@ -60,40 +60,6 @@ impl Lease {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_job_that_keeps_failing_waits_twice_as_long_each_time_up_to_the_most() {
-        let t0 = Instant::now();
-        let mut r = Restarts::default();
-        r.failed(3, t0);
-        assert!(r.due(t0).is_empty(), "not at once");
-        let mut at = t0 + Restarts::FIRST;
-        assert_eq!(r.due(at), vec![3]);
-        assert!(r.due(at).is_empty(), "once");
-        let mut waited = Vec::new();
-        for _ in 0..10 {
-            r.failed(3, at);
-            let (delay, due) = r.waiting[&3];
-            waited.push(delay);
-            at = due;
-            assert_eq!(r.due(at), vec![3]);
-        }
-        assert_eq!(waited[0], Restarts::FIRST * 2);
-        assert_eq!(waited[1], Restarts::FIRST * 4);
-        assert_eq!(*waited.last().unwrap(), Restarts::MOST);
-        // Failing again after running a while starts over; other partitions are their own.
-        r.failed(3, at + Restarts::SETTLED);
-        assert_eq!(r.waiting[&3].0, Restarts::FIRST);
-        r.failed(5, at);
-        assert_eq!(r.waiting[&5].0, Restarts::FIRST);
-        r.forget();
-        assert!(r.due(at + Restarts::MOST * 2).is_empty());
-    }
-}
-
-#[cfg(test)]
 impl Lease {
     /// The lease of a member that was frozen past its session (and has not joined again).
     pub(crate) fn lost() -> Lease {
@@ -828,5 +794,39 @@ impl<T> KafkaSource<T> {
     pub fn only_partitions(mut self, partitions: Vec<i32>) -> Self {
         self.only = Some(partitions);
         self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_job_that_keeps_failing_waits_twice_as_long_each_time_up_to_the_most() {
+        let t0 = Instant::now();
+        let mut r = Restarts::default();
+        r.failed(3, t0);
+        assert!(r.due(t0).is_empty(), "not at once");
+        let mut at = t0 + Restarts::FIRST;
+        assert_eq!(r.due(at), vec![3]);
+        assert!(r.due(at).is_empty(), "once");
+        let mut waited = Vec::new();
+        for _ in 0..10 {
+            r.failed(3, at);
+            let (delay, due) = r.waiting[&3];
+            waited.push(delay);
+            at = due;
+            assert_eq!(r.due(at), vec![3]);
+        }
+        assert_eq!(waited[0], Restarts::FIRST * 2);
+        assert_eq!(waited[1], Restarts::FIRST * 4);
+        assert_eq!(*waited.last().unwrap(), Restarts::MOST);
+        // Failing again after running a while starts over; other partitions are their own.
+        r.failed(3, at + Restarts::SETTLED);
+        assert_eq!(r.waiting[&3].0, Restarts::FIRST);
+        r.failed(5, at);
+        assert_eq!(r.waiting[&5].0, Restarts::FIRST);
+        r.forget();
+        assert!(r.due(at + Restarts::MOST * 2).is_empty());
     }
 }
