@@ -4,6 +4,7 @@
 //!   `answer_cleaning` and the benchmark `etl` run it).
 //! - [`fraud`]: fraud detection, Flink's tutorial (the example `fraud_detection`): one
 //!   derived operator with per-card state, a TTL and live thresholds, and a fault drill.
+//! - [`sensors`]: side outputs, from a keyed process function's context.
 //! - [`words`]: word count over generated or read text lines (the example `wordcount`).
 //! - [`rng`]: a tiny seeded generator for deterministic test input.
 
@@ -13,4 +14,5 @@
 pub mod answers;
 pub mod fraud;
 pub mod rng;
+pub mod sensors;
 pub mod words;

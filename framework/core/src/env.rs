@@ -168,7 +168,29 @@ impl Env {
             });
         }
         let timestamps = strategy.assigner().cloned();
-        let mut stream = self.add_source_inner(name, move |cx, _| factory(cx), Some(strategy));
+        let align = strategy.alignment().and_then(|a| {
+            let mut g = self.graph.borrow_mut();
+            let group = match a.update_interval.is_zero() {
+                true => Err(format!(
+                    "source `{name}`: watermark alignment group `{}` has an update interval of 0; \
+                     give a paused source a time to look again after (Flink's default: 1 s)",
+                    a.group
+                )),
+                false => g.alignment.get(a),
+            };
+            match group {
+                Ok(group) => Some((group, a.update_interval)),
+                Err(message) => {
+                    g.errors.push(PlanError::BadConfig {
+                        key: "watermark alignment",
+                        message,
+                    });
+                    None
+                }
+            }
+        });
+        let mut stream =
+            self.add_source_inner(name, move |cx, _| factory(cx), Some(strategy), align);
         stream.timestamps = timestamps;
         stream
     }
@@ -180,7 +202,7 @@ impl Env {
         S: Source<T>,
         F: Fn(SourceContext, &EnvConfig) -> Result<S, SourceError> + Send + 'static,
     {
-        self.add_source_inner(name, factory, None)
+        self.add_source_inner(name, factory, None, None)
     }
 
     fn add_source_inner<T, S, F>(
@@ -188,6 +210,10 @@ impl Env {
         name: &str,
         factory: F,
         strategy: Option<crate::time::WatermarkStrategy<T>>,
+        align: Option<(
+            crate::sync::Arc<crate::time::alignment::Group>,
+            std::time::Duration,
+        )>,
     ) -> DataStream<T>
     where
         T: Data,
@@ -225,6 +251,7 @@ impl Env {
                     .faults
                     .for_instance(&env.info.uid, env.info.subtask),
                 watermarks: strategy.as_ref().and_then(|s| s.generator()),
+                align: align.as_ref().map(|(group, every)| (group.join(), *every)),
             })))
         });
         let id = self.graph.borrow_mut().add_node(Node {
@@ -234,6 +261,7 @@ impl Env {
             part_of: None,
             is_source: true,
             n_inputs: 0,
+            side_outputs: None,
             ports: vec![Port::<T>::boxed()],
             builder,
             initial_state: None,

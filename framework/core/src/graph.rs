@@ -47,9 +47,20 @@ pub(crate) struct OpEnv {
     /// Its backup takes its state between checkpoints too (`BackupPolicy::state_interval`):
     /// a keyed operator then logs its changes for those handoffs.
     pub(crate) hands_state: bool,
+    /// The side outputs taken from this operator, for its `OpCore` (`stream::core`).
+    pub(crate) sides: std::sync::Mutex<Option<crate::operator::side::SideOutputs>>,
 }
 
 impl OpEnv {
+    /// Takes the operator's side outputs (none after the first call).
+    pub(crate) fn take_sides(&self) -> crate::operator::side::SideOutputs {
+        self.sides
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take()
+            .unwrap_or_default()
+    }
+
     /// Takes the image a promoted backup's keyed operator starts from, if it has one.
     pub(crate) fn take_promoted_image(&self) -> Option<crate::state::changes::KeyedImage> {
         self.promoted_image
@@ -97,6 +108,8 @@ where
 pub(crate) trait PortType: Send {
     /// Combines the outputs of every consumer of a port (none: discard).
     fn tee(&self, outs: Vec<AnyBox>) -> AnyBox;
+    /// The side output named `name` over `out`, this port's (erased) output.
+    fn side(&self, name: Arc<str>, out: AnyBox) -> Box<dyn crate::operator::side::Side>;
     /// A channel of this type: (`Sender<T>`, `Receiver<T>`).
     fn channel(&self, credit: crate::channel::Credit, waker: Arc<AtomicWaker>) -> (AnyBox, AnyBox);
     /// The input gate over `receivers` that feeds `head`, replaying restored channel state
@@ -150,6 +163,9 @@ impl<T: Data> PortType for Port<T> {
     fn tee(&self, outs: Vec<AnyBox>) -> AnyBox {
         let outs = outs.into_iter().map(unbox::<BoxOutput<T>>).collect();
         Box::new(Tee::<T>::boxed(outs))
+    }
+    fn side(&self, name: Arc<str>, out: AnyBox) -> Box<dyn crate::operator::side::Side> {
+        crate::operator::side::Slot::boxed(name, unbox::<BoxOutput<T>>(out))
     }
     fn channel(&self, credit: crate::channel::Credit, waker: Arc<AtomicWaker>) -> (AnyBox, AnyBox) {
         let (tx, rx) = channel::<T>(credit, waker);
@@ -277,6 +293,9 @@ pub(crate) struct Node {
     pub(crate) part_of: Option<NodeId>,
     pub(crate) is_source: bool,
     pub(crate) n_inputs: usize,
+    /// The side outputs taken from the operator (each an output port after its own), or
+    /// `None` for an operator whose functions have no context to emit them from.
+    pub(crate) side_outputs: Option<Vec<SideTag>>,
     pub(crate) ports: Vec<Box<dyn PortType>>,
     pub(crate) builder: Box<dyn NodeBuilder>,
     /// One state snapshot per subtask to start from (`with_initial_state`).
@@ -287,6 +306,15 @@ pub(crate) struct Node {
     pub(crate) stateless: bool,
     /// How its state follows a change of parallelism (`rescale`).
     pub(crate) rescale: crate::rescale::Rule,
+}
+
+/// A side output taken from an operator ([`OutputTag`](crate::OutputTag)): its name, its
+/// record type, and the port it leaves by.
+pub(crate) struct SideTag {
+    pub(crate) name: Arc<str>,
+    pub(crate) type_id: std::any::TypeId,
+    pub(crate) type_name: &'static str,
+    pub(crate) port: usize,
 }
 
 /// A connection from an output port to a logical input of another node.
@@ -314,6 +342,8 @@ pub(crate) struct Graph {
     /// Checks of an operator's settings against the job's config (a Kafka sink's
     /// transaction timeout against the checkpoint interval), run when the job is planned.
     pub(crate) config_checks: Vec<ConfigCheck>,
+    /// The job's watermark alignment groups, by name.
+    pub(crate) alignment: crate::time::alignment::Groups,
 }
 
 /// A check of an operator's settings against the job's config ([`Graph::config_checks`]).

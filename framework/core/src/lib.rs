@@ -121,6 +121,7 @@ pub use operator::connect::{BroadcastProcessFunction, CoProcessFunction, InputSe
 pub use operator::keyed::{KeyedFn, KeyedProcessFunction};
 pub use operator::lookup;
 pub use operator::process::ProcessFunction;
+pub use operator::side::{OutputTag, ProcessContext};
 pub use operator::timers::{KeyedContext, TimeDomain};
 pub use operator::window;
 pub use operator::{Collector, OperatorInfo};

@@ -683,7 +683,24 @@ impl ChainBuilder<'_> {
             }
             outputs.push(port.tee(outs));
         }
+        // Side output ports come after the operator's own: its builder sees only those.
+        let first_side = node
+            .side_outputs
+            .iter()
+            .flatten()
+            .map(|t| t.port)
+            .min()
+            .unwrap_or(outputs.len());
+        let side_outs = outputs.split_off(first_side);
+        let sides = node
+            .side_outputs
+            .iter()
+            .flatten()
+            .zip(side_outs)
+            .map(|(t, out)| node.ports[t.port].side(t.name.clone(), out))
+            .collect();
         let env = OpEnv {
+            sides: std::sync::Mutex::new(Some(crate::operator::side::SideOutputs::new(sides))),
             info: Arc::new(OperatorInfo {
                 uid: self.plan.uids[n].clone(),
                 name: node.name.clone(),

@@ -94,6 +94,7 @@ fn operator_node(
         part_of: None,
         is_source: false,
         n_inputs: 1,
+        side_outputs: None,
         ports,
         builder,
         initial_state: None,
@@ -119,6 +120,7 @@ pub(crate) fn core<U>(env: &OpEnv, next: BoxOutput<U>) -> OpCore<U> {
             matches!(env.start, crate::checkpoint::StartPoint::Promoted),
         )
         .map(|p| p.starting_at(env.fault_offset));
+    core.next.sides = env.take_sides();
     core
 }
 
@@ -287,6 +289,85 @@ impl<T: Data> DataStream<T> {
         }
     }
 
+    /// The side output `tag` of the operator that produced this stream (Flink's
+    /// `getSideOutput`): the records its function emitted with `ctx.output(&tag, value)`.
+    /// Taking the same tag twice gives the same stream. The operator must be a
+    /// `process`, `process_with` or `apply` (keyed or not) or a window function; a tag named
+    /// like another of the operator's with another type is refused when the job is planned.
+    /// See [`OutputTag`](crate::OutputTag) for an example.
+    pub fn get_side_output<S: Data>(&self, tag: &crate::OutputTag<S>) -> DataStream<S> {
+        let mut g = self.graph.borrow_mut();
+        let fail = |g: &mut Graph, message: String| {
+            g.errors.push(PlanError::BadConfig {
+                key: "get_side_output",
+                message,
+            });
+            DataStream {
+                graph: self.graph.clone(),
+                producers: Vec::new(),
+                partition: PartitionKind::Auto,
+                timestamps: None,
+                _t: PhantomData,
+            }
+        };
+        let id = match self.producers.as_slice() {
+            [(id, _)] => g.settable(*id),
+            _ => {
+                g.errors.push(PlanError::NotAnOperator {
+                    method: "get_side_output",
+                });
+                return fail(&mut g, format!("side output `{}`", tag.name()));
+            }
+        };
+        let node = &mut g.nodes[id];
+        let (op, n_ports) = (node.name.clone(), node.ports.len());
+        let Some(tags) = node.side_outputs.as_mut() else {
+            return fail(
+                &mut g,
+                format!(
+                    "operator `{op}` has no side outputs (`{}`): only process functions, \
+                     derived operators and window functions emit them, from their context",
+                    tag.name()
+                ),
+            );
+        };
+        let port = match tags.iter().find(|t| &*t.name == tag.name()) {
+            Some(t) if t.type_id == std::any::TypeId::of::<S>() => t.port,
+            Some(t) => {
+                let had = t.type_name;
+                return fail(
+                    &mut g,
+                    format!(
+                        "operator `{op}`: side output `{}` was taken as `{had}` and now as `{}`",
+                        tag.name(),
+                        std::any::type_name::<S>()
+                    ),
+                );
+            }
+            None => {
+                tags.push(crate::graph::SideTag {
+                    name: Arc::from(tag.name()),
+                    type_id: std::any::TypeId::of::<S>(),
+                    type_name: std::any::type_name::<S>(),
+                    port: n_ports,
+                });
+                node.ports.push(Port::<S>::boxed());
+                n_ports
+            }
+        };
+        drop(g);
+        DataStream::new(self.graph.clone(), id, port)
+    }
+
+    /// The operator that produced this stream may emit side outputs (its functions have a
+    /// context).
+    pub(crate) fn with_side_outputs(self) -> Self {
+        self.set("side outputs", |n| {
+            n.side_outputs.get_or_insert_with(Vec::new);
+        });
+        self
+    }
+
     /// Sets the stable uid of the operator that produced this stream (state is matched by it).
     pub fn uid(self, uid: &str) -> Self {
         self.set("uid", |n| n.uid = Some(uid.to_owned()));
@@ -428,6 +509,17 @@ impl<T: Data> DataStream<T> {
                 message: "assign_timestamps_and_watermarks: the strategy has no timestamp assigner (with_timestamp_assigner)".into(),
             });
         }
+        if let Some(a) = strategy.alignment() {
+            self.graph.borrow_mut().errors.push(PlanError::BadConfig {
+                key: "watermark alignment",
+                message: format!(
+                    "assign_timestamps_and_watermarks: alignment group `{}` pauses a source's \
+                     reading, which an operator inside the stream cannot do; give the strategy \
+                     to add_source_with_watermarks",
+                    a.group
+                ),
+            });
+        }
         let timestamps = strategy.assigner().cloned();
         let mut out = self
             .add_one("watermarks", move |env, next| {
@@ -470,6 +562,7 @@ impl<T: Data> DataStream<T> {
                 core: core(env, next),
             }))
         })
+        .with_side_outputs()
     }
 
     /// Pre-aggregates on each subtask, without a shuffle: the local half of a local-global
@@ -591,6 +684,7 @@ impl<T: Data> DataStream<T> {
         };
         self.add_operator(P::NAME, apply_builder::<T, U, P>(op), part)
             .rescale_rule(rule)
+            .with_side_outputs()
     }
 
     /// Starts the operator that produced this stream from these states, one per subtask (as
@@ -739,6 +833,7 @@ impl<T: Data> DataStream<T> {
             part_of: None,
             is_source: false,
             n_inputs: 1,
+            side_outputs: None,
             ports: Vec::new(),
             builder,
             initial_state: None,
@@ -834,6 +929,7 @@ impl<T: Data> DataStream<T> {
             part_of: None,
             is_source: false,
             n_inputs: 1,
+            side_outputs: None,
             ports: vec![Port::<L::Out>::boxed(), Port::<T>::boxed()],
             builder,
             initial_state: None,
@@ -1003,6 +1099,7 @@ impl<A: Data, B: Data> DataStream<Result<A, B>> {
             part_of: owner,
             is_source: false,
             n_inputs: 1,
+            side_outputs: None,
             ports: vec![Port::<A>::boxed(), Port::<B>::boxed()],
             builder,
             initial_state: None,
@@ -1157,7 +1254,9 @@ where
             Ok(Box::new(op) as BoxOutput<T>)
         });
         let rule = keyed_rule(hooks.map(|h| (h().fields)()));
-        self.hashed(name, builder).rescale_rule(rule)
+        self.hashed(name, builder)
+            .rescale_rule(rule)
+            .with_side_outputs()
     }
 
     /// Adds a node fed by this stream, hash-partitioned by key.
@@ -1358,6 +1457,7 @@ where
         stream
             .hashed(P::NAME, builder)
             .rescale_rule(keyed_rule(Some(P::state_fields())))
+            .with_side_outputs()
     }
 }
 
@@ -1450,6 +1550,7 @@ where
         part_of: None,
         is_source: false,
         n_inputs: 2,
+        side_outputs: None,
         ports: vec![Port::<O>::boxed()],
         builder,
         initial_state: None,

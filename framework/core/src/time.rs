@@ -12,6 +12,8 @@
 //! This module owns the vocabulary and the generator a source subtask runs; the channels carry
 //! watermarks (`channel`), gates merge them (`gate`), operators react (`operator::window`).
 
+pub(crate) mod alignment;
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -67,6 +69,7 @@ pub struct WatermarkStrategy<T> {
     assigner: Option<Timestamps<T>>,
     idleness: Option<Duration>,
     interval: Duration,
+    alignment: Option<alignment::Alignment>,
 }
 
 impl<T> Clone for WatermarkStrategy<T> {
@@ -76,6 +79,7 @@ impl<T> Clone for WatermarkStrategy<T> {
             assigner: self.assigner.clone(),
             idleness: self.idleness,
             interval: self.interval,
+            alignment: self.alignment.clone(),
         }
     }
 }
@@ -87,6 +91,7 @@ impl<T> std::fmt::Debug for WatermarkStrategy<T> {
             .field("has_timestamp_assigner", &self.assigner.is_some())
             .field("idleness", &self.idleness)
             .field("watermark_interval", &self.interval)
+            .field("alignment", &self.alignment)
             .finish()
     }
 }
@@ -103,6 +108,7 @@ impl<T> WatermarkStrategy<T> {
             assigner: None,
             idleness: None,
             interval: DEFAULT_WATERMARK_INTERVAL,
+            alignment: None,
         }
     }
 
@@ -130,6 +136,41 @@ impl<T> WatermarkStrategy<T> {
     pub fn with_watermark_interval(mut self, interval: Duration) -> Self {
         self.interval = interval;
         self
+    }
+
+    /// Keeps the sources of alignment group `group` together (Flink's
+    /// `withWatermarkAlignment`): a source subtask whose watermark is more than `max_drift`
+    /// ahead of the lowest in its group stops reading, and looks again every
+    /// `update_interval`, until the others have caught up. Every source given the same group
+    /// name (with the same drift) is in the group; an idle source (see
+    /// [`with_idleness`](Self::with_idleness)) holds no one back. For a strategy given to
+    /// [`Env::add_source_with_watermarks`](crate::Env::add_source_with_watermarks) (a
+    /// strategy inside a stream cannot pause its source).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use weir::time::WatermarkStrategy;
+    /// let wm = WatermarkStrategy::<(u64, i64)>::for_bounded_out_of_orderness(Duration::from_secs(5))
+    ///     .with_timestamp_assigner(|r: &(u64, i64)| r.1)
+    ///     .with_watermark_alignment("clicks", Duration::from_secs(60), Duration::from_millis(100));
+    /// # let _ = wm;
+    /// ```
+    pub fn with_watermark_alignment(
+        mut self,
+        group: &str,
+        max_drift: Duration,
+        update_interval: Duration,
+    ) -> Self {
+        self.alignment = Some(alignment::Alignment {
+            group: group.to_owned(),
+            max_drift,
+            update_interval,
+        });
+        self
+    }
+
+    pub(crate) fn alignment(&self) -> Option<&alignment::Alignment> {
+        self.alignment.as_ref()
     }
 
     /// The out-of-orderness bound.
@@ -295,6 +336,28 @@ impl<T> WatermarkGenerator<T> {
                 .min()
                 .map_or(Standing::AllIdle, Standing::At),
         }
+    }
+
+    /// The subtask's watermark now (`None`: idle, or no split open): what it publishes to
+    /// its watermark alignment group.
+    pub(crate) fn current(&self, now: Instant) -> Option<EventTime> {
+        match self.standing(now) {
+            Standing::At(w) => Some(w),
+            Standing::AllIdle | Standing::NoSplit => None,
+        }
+    }
+
+    /// The source was paused (watermark alignment), not silent: none of its splits counts
+    /// the pause towards its idleness.
+    pub(crate) fn paused_at(&mut self, now: Instant) {
+        let busy = |m: &mut SplitMark| {
+            if now.saturating_duration_since(m.last_record) < self.idleness.unwrap_or(Duration::MAX)
+            {
+                m.last_record = now;
+            }
+        };
+        busy(&mut self.whole);
+        self.splits.iter_mut().flatten().for_each(|(_, m)| busy(m));
     }
 
     /// How long until the next split (or the subtask) that is not idle becomes idle.

@@ -240,12 +240,14 @@ where
         });
         // The windows are keyed state; the operator's watermark is its own, taken the lowest
         // after a rescale (union).
-        let out = out.rescale_rule(crate::rescale::Rule::Keyed {
-            own: Some(vec![(
-                WATERMARK_FIELD.to_owned(),
-                crate::hooks::Redistribution::Union,
-            )]),
-        });
+        let out = out
+            .rescale_rule(crate::rescale::Rule::Keyed {
+                own: Some(vec![(
+                    WATERMARK_FIELD.to_owned(),
+                    crate::hooks::Redistribution::Union,
+                )]),
+            })
+            .with_side_outputs();
         if let Some(handle) = self.late {
             let mut late = late;
             late.timestamps = stream.timestamps.clone();

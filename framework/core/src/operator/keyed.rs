@@ -538,7 +538,7 @@ where
         now: Option<EventTime>,
     ) -> Result<(), TaskError> {
         let (f, state, timers) = (&mut self.f, &mut self.state, &mut self.timers);
-        self.core.run(0, |out| {
+        self.core.run_with_sides(0, |out, sides| {
             let mut n = 0;
             while n < budget {
                 let Some((t, domain, k)) = timers.pop_due(now) else {
@@ -553,7 +553,7 @@ where
                     domain,
                     &k,
                     s,
-                    &mut KeyedContext::new(&k, Some(t), timers),
+                    &mut KeyedContext::new(&k, Some(t), timers, sides),
                     out,
                 );
                 n += 1;
@@ -608,98 +608,105 @@ where
             promoted,
         } = &mut self.state;
         let (ts, timers) = (&self.ts, &mut self.timers);
-        self.core.run(batch.len(), |out| match map {
-            crate::state::Entries::Plain(map) => {
-                for r in batch.drain(..) {
-                    let k = key_fn(&r);
-                    let t = ts.as_ref().map(|ts| ts(&r));
-                    if let Some(s) = map.get_mut(&k) {
-                        f.process_with_ctx(&k, s, r, &mut KeyedContext::new(&k, t, timers), out);
-                    } else {
-                        let mut s = P::State::default();
-                        let ctx = &mut KeyedContext::new(&k, t, timers);
-                        f.process_with_ctx(&k, &mut s, r, ctx, out);
-                        map.insert(k, s);
+        self.core
+            .run_with_sides(batch.len(), |out, sides| match map {
+                crate::state::Entries::Plain(map) => {
+                    for r in batch.drain(..) {
+                        let k = key_fn(&r);
+                        let t = ts.as_ref().map(|ts| ts(&r));
+                        if let Some(s) = map.get_mut(&k) {
+                            f.process_with_ctx(
+                                &k,
+                                s,
+                                r,
+                                &mut KeyedContext::new(&k, t, timers, sides),
+                                out,
+                            );
+                        } else {
+                            let mut s = P::State::default();
+                            let ctx = &mut KeyedContext::new(&k, t, timers, sides);
+                            f.process_with_ctx(&k, &mut s, r, ctx, out);
+                            map.insert(k, s);
+                        }
                     }
                 }
-            }
-            crate::state::Entries::Logged(map) => {
-                for r in batch.drain(..) {
-                    let k = key_fn(&r);
-                    let t = ts.as_ref().map(|ts| ts(&r));
-                    if let Some(e) = map.get_mut(&k) {
-                        if changes.touch(&k, &mut e.logged) {
-                            // A checkpoint's copy has yet to take it: copied first.
-                            saved.push((k.clone(), e.state.clone()));
+                crate::state::Entries::Logged(map) => {
+                    for r in batch.drain(..) {
+                        let k = key_fn(&r);
+                        let t = ts.as_ref().map(|ts| ts(&r));
+                        if let Some(e) = map.get_mut(&k) {
+                            if changes.touch(&k, &mut e.logged) {
+                                // A checkpoint's copy has yet to take it: copied first.
+                                saved.push((k.clone(), e.state.clone()));
+                            }
+                            let ctx = &mut KeyedContext::new(&k, t, timers, sides);
+                            f.process_with_ctx(&k, &mut e.state, r, ctx, out);
+                        } else {
+                            // A promoted backup's key not read in yet: its state at the promotion.
+                            let restored = match promoted.as_deref_mut() {
+                                Some(p) => match p.get::<K, P::State>(&k) {
+                                    Ok(s) => s,
+                                    Err(e) => {
+                                        // The subtask fails with it (below), as on disk.
+                                        p.fail(e);
+                                        break;
+                                    }
+                                },
+                                None => None,
+                            };
+                            let ctx = &mut KeyedContext::new(&k, t, timers, sides);
+                            let e = match restored {
+                                Some(mut state) => {
+                                    let mut logged = 0;
+                                    if changes.touch(&k, &mut logged) {
+                                        saved.push((k.clone(), state.clone()));
+                                    }
+                                    f.process_with_ctx(&k, &mut state, r, ctx, out);
+                                    crate::state::Tracked { state, logged }
+                                }
+                                None => {
+                                    let mut state = P::State::default();
+                                    f.process_with_ctx(&k, &mut state, r, ctx, out);
+                                    let logged = changes.inserted(&k);
+                                    crate::state::Tracked { state, logged }
+                                }
+                            };
+                            map.insert(k, e);
                         }
-                        let ctx = &mut KeyedContext::new(&k, t, timers);
-                        f.process_with_ctx(&k, &mut e.state, r, ctx, out);
-                    } else {
-                        // A promoted backup's key not read in yet: its state at the promotion.
-                        let restored = match promoted.as_deref_mut() {
-                            Some(p) => match p.get::<K, P::State>(&k) {
-                                Ok(s) => s,
-                                Err(e) => {
-                                    // The subtask fails with it (below), as on disk.
-                                    p.fail(e);
+                    }
+                }
+                crate::state::Entries::Disk(d) => {
+                    for r in batch.drain(..) {
+                        let k = key_fn(&r);
+                        let t = ts.as_ref().map(|ts| ts(&r));
+                        if let Some(e) = d.cache.get_mut(&k) {
+                            if changes.touch(&k, &mut e.logged) {
+                                saved.push((k.clone(), e.state.clone()));
+                            }
+                            let ctx = &mut KeyedContext::new(&k, t, timers, sides);
+                            f.process_with_ctx(&k, &mut e.state, r, ctx, out);
+                        } else {
+                            // Not cached: read from the store, or new.
+                            let mut e = match d.load(&k, changes, P::State::default) {
+                                Ok(e) => e,
+                                Err(err) => {
+                                    // The subtask fails with it (below); the batch's other
+                                    // records go with the drain, and are replayed from the
+                                    // checkpoint the restart restores.
+                                    d.fail(err);
                                     break;
                                 }
-                            },
-                            None => None,
-                        };
-                        let ctx = &mut KeyedContext::new(&k, t, timers);
-                        let e = match restored {
-                            Some(mut state) => {
-                                let mut logged = 0;
-                                if changes.touch(&k, &mut logged) {
-                                    saved.push((k.clone(), state.clone()));
-                                }
-                                f.process_with_ctx(&k, &mut state, r, ctx, out);
-                                crate::state::Tracked { state, logged }
+                            };
+                            if changes.touch(&k, &mut e.logged) {
+                                saved.push((k.clone(), e.state.clone()));
                             }
-                            None => {
-                                let mut state = P::State::default();
-                                f.process_with_ctx(&k, &mut state, r, ctx, out);
-                                let logged = changes.inserted(&k);
-                                crate::state::Tracked { state, logged }
-                            }
-                        };
-                        map.insert(k, e);
+                            let ctx = &mut KeyedContext::new(&k, t, timers, sides);
+                            f.process_with_ctx(&k, &mut e.state, r, ctx, out);
+                            d.insert(k, e);
+                        }
                     }
                 }
-            }
-            crate::state::Entries::Disk(d) => {
-                for r in batch.drain(..) {
-                    let k = key_fn(&r);
-                    let t = ts.as_ref().map(|ts| ts(&r));
-                    if let Some(e) = d.cache.get_mut(&k) {
-                        if changes.touch(&k, &mut e.logged) {
-                            saved.push((k.clone(), e.state.clone()));
-                        }
-                        let ctx = &mut KeyedContext::new(&k, t, timers);
-                        f.process_with_ctx(&k, &mut e.state, r, ctx, out);
-                    } else {
-                        // Not cached: read from the store, or new.
-                        let mut e = match d.load(&k, changes, P::State::default) {
-                            Ok(e) => e,
-                            Err(err) => {
-                                // The subtask fails with it (below); the batch's other
-                                // records go with the drain, and are replayed from the
-                                // checkpoint the restart restores.
-                                d.fail(err);
-                                break;
-                            }
-                        };
-                        if changes.touch(&k, &mut e.logged) {
-                            saved.push((k.clone(), e.state.clone()));
-                        }
-                        let ctx = &mut KeyedContext::new(&k, t, timers);
-                        f.process_with_ctx(&k, &mut e.state, r, ctx, out);
-                        d.insert(k, e);
-                    }
-                }
-            }
-        })?;
+            })?;
         if self.state.promoted.is_some() {
             // The rest of a promoted backup's state, read in a part at a time: twice the
             // batch's records, so it is all in after the records of about half the keys, and

@@ -116,13 +116,14 @@ where
         };
         let n = batch.len();
         let (key_fn, f, table, ttls) = (&mut self.key_fn, &mut self.f, &mut self.table, &self.ttls);
-        self.core.run(n, |out| {
+        self.core.run_with_sides(n, |out, sides| {
+            let ctx = &mut crate::ProcessContext::new(sides);
             for r in batch.drain(..) {
                 let k = key_fn(&r);
                 match table.get_full_mut(&k) {
                     Some((i, _, entry)) => {
                         f.load_keyed(entry, ttls, now);
-                        f.process(r, out);
+                        f.process_with_ctx(r, ctx, out);
                         if f.store_keyed(entry, ttls, now) {
                             table.swap_remove_index(i);
                         }
@@ -130,7 +131,7 @@ where
                     None => {
                         let mut entry = P::Keyed::default();
                         f.load_keyed(&mut entry, ttls, now);
-                        f.process(r, out);
+                        f.process_with_ctx(r, ctx, out);
                         if !f.store_keyed(&mut entry, ttls, now) {
                             table.insert(k, entry);
                         }

@@ -23,6 +23,7 @@ pub(crate) mod local;
 pub mod lookup;
 pub(crate) mod map;
 pub(crate) mod process;
+pub(crate) mod side;
 pub(crate) mod split;
 pub(crate) mod step;
 pub(crate) mod timers;
@@ -256,7 +257,8 @@ pub(crate) struct OpCore<U> {
     pub(crate) info: Arc<OperatorInfo>,
     pub(crate) counters: Arc<OperatorCounters>,
     pub(crate) out: Collector<U>,
-    pub(crate) next: BoxOutput<U>,
+    /// The main output and the side outputs taken from this operator.
+    pub(crate) next: side::Outputs<U>,
     /// Injected faults of this instance (testing).
     pub(crate) fault: Option<crate::fault::FaultProbe>,
 }
@@ -272,7 +274,10 @@ impl<U> OpCore<U> {
             info,
             counters,
             out: Collector::with_capacity(batch_size),
-            next,
+            next: side::Outputs {
+                main: next,
+                sides: side::SideOutputs::default(),
+            },
             fault: None,
         }
     }
@@ -285,15 +290,26 @@ impl<U> OpCore<U> {
         n_in: usize,
         f: impl FnOnce(&mut Collector<U>),
     ) -> Result<(), TaskError> {
+        self.run_with_sides(n_in, |out, _| f(out))
+    }
+
+    /// [`run`](Self::run), with the operator's side outputs lent to the user code too.
+    #[inline]
+    pub(crate) fn run_with_sides(
+        &mut self,
+        n_in: usize,
+        f: impl FnOnce(&mut Collector<U>, &mut side::SideOutputs),
+    ) -> Result<(), TaskError> {
         self.counters.add_in(n_in);
-        let (out, fault) = (&mut self.out, &mut self.fault);
+        let (out, sides, fault) = (&mut self.out, &mut self.next.sides, &mut self.fault);
         if let Err(payload) = catch_unwind(AssertUnwindSafe(|| {
             if let Some(probe) = fault {
                 probe.before_batch(n_in);
             }
-            f(out)
+            f(out, sides)
         })) {
             self.out.buf.clear();
+            self.next.sides.clear();
             return Err(self.panic(payload));
         }
         self.emit()
@@ -312,11 +328,14 @@ impl<U> OpCore<U> {
     /// Pushes whatever is in the collector to the next output.
     #[inline]
     pub(crate) fn emit(&mut self) -> Result<(), TaskError> {
-        if self.out.buf.is_empty() {
+        if !self.out.buf.is_empty() {
+            self.counters.add_out(self.out.buf.len());
+            self.next.main.push(&mut self.out.buf)?;
+        }
+        if self.next.sides.is_empty() {
             return Ok(());
         }
-        self.counters.add_out(self.out.buf.len());
-        self.next.push(&mut self.out.buf)
+        self.next.sides.emit(&self.counters)
     }
 
     /// A state that could not be encoded or restored, naming this operator.
@@ -341,9 +360,18 @@ impl<U> OpCore<U> {
         &mut self,
         f: impl FnOnce(&mut Collector<U>),
     ) -> Result<(), TaskError> {
-        let out = &mut self.out;
-        if let Err(payload) = catch_unwind(AssertUnwindSafe(|| f(out))) {
+        self.finish_with_sides(|out, _| f(out))
+    }
+
+    /// [`finish_with`](Self::finish_with), with the side outputs lent to the hook too.
+    pub(crate) fn finish_with_sides(
+        &mut self,
+        f: impl FnOnce(&mut Collector<U>, &mut side::SideOutputs),
+    ) -> Result<(), TaskError> {
+        let (out, sides) = (&mut self.out, &mut self.next.sides);
+        if let Err(payload) = catch_unwind(AssertUnwindSafe(|| f(out, sides))) {
             self.out.buf.clear();
+            self.next.sides.clear();
             return Err(self.panic(payload));
         }
         self.emit()?;

@@ -1,5 +1,6 @@
 //! `process`: a user operator with a collector and an end-of-input hook.
 
+use super::side::ProcessContext;
 use super::{forward_output_plumbing, Collector, OpCore, Output};
 use crate::error::TaskError;
 
@@ -19,8 +20,29 @@ use crate::error::TaskError;
 /// # let _ = Dedup::default();
 /// ```
 pub trait ProcessFunction<I, O>: Send + 'static {
-    /// Handles one record.
-    fn process(&mut self, input: I, out: &mut Collector<O>);
+    /// Handles one record. Implement this, or [`process_with_ctx`](Self::process_with_ctx)
+    /// to emit to side outputs.
+    ///
+    /// # Panics
+    /// The provided body panics (failing the subtask, naming the operator): a function must
+    /// implement one of the two.
+    fn process(&mut self, _input: I, _out: &mut Collector<O>) {
+        panic!(
+            "{} implements neither `process` nor `process_with_ctx` of ProcessFunction",
+            std::any::type_name::<Self>()
+        )
+    }
+    /// Handles one record with its context, through which it may emit to side outputs
+    /// ([`ProcessContext::output`]). By default, [`process`](Self::process).
+    #[inline]
+    fn process_with_ctx(
+        &mut self,
+        input: I,
+        _ctx: &mut ProcessContext<'_>,
+        out: &mut Collector<O>,
+    ) {
+        self.process(input, out)
+    }
     /// Called once when the input has ended, before the output ends.
     fn end_of_input(&mut self, _out: &mut Collector<O>) {}
 }
@@ -47,9 +69,10 @@ where
     #[inline]
     fn push(&mut self, batch: &mut Vec<I>) -> Result<(), TaskError> {
         let f = &mut self.f;
-        self.core.run(batch.len(), |out| {
+        self.core.run_with_sides(batch.len(), |out, sides| {
+            let ctx = &mut ProcessContext::new(sides);
             for r in batch.drain(..) {
-                f.process(r, out);
+                f.process_with_ctx(r, ctx, out);
             }
         })
     }

@@ -346,15 +346,30 @@ pub struct KeyedContext<'a, K> {
     key: &'a K,
     timestamp: Option<EventTime>,
     timers: &'a mut Timers<K>,
+    sides: &'a mut crate::operator::side::SideOutputs,
 }
 
 impl<'a, K: crate::Key> KeyedContext<'a, K> {
-    pub(crate) fn new(key: &'a K, timestamp: Option<EventTime>, timers: &'a mut Timers<K>) -> Self {
+    pub(crate) fn new(
+        key: &'a K,
+        timestamp: Option<EventTime>,
+        timers: &'a mut Timers<K>,
+        sides: &'a mut crate::operator::side::SideOutputs,
+    ) -> Self {
         KeyedContext {
             key,
             timestamp,
             timers,
+            sides,
         }
+    }
+
+    /// Emits `value` to the side output `tag` (Flink's `ctx.output`), read with
+    /// [`DataStream::get_side_output`](crate::DataStream::get_side_output); dropped if its
+    /// stream was not taken.
+    #[inline]
+    pub fn output<T: 'static>(&mut self, tag: &crate::OutputTag<T>, value: T) {
+        self.sides.output(tag, value)
     }
 
     /// The record's event time (the stream's timestamps), or the timer's time in `on_timer`;

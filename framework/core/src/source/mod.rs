@@ -170,6 +170,22 @@ pub(crate) struct SourceDriver<T> {
     pub(crate) waker: SourceWaker,
     /// Event-time watermarks, for a source added with a watermark strategy.
     pub(crate) watermarks: Option<crate::time::WatermarkGenerator<T>>,
+    /// Its place in a watermark alignment group, and how often to look again while paused.
+    pub(crate) align: Option<(crate::time::alignment::Member, std::time::Duration)>,
+}
+
+impl<T> SourceDriver<T> {
+    /// Whether watermark alignment lets the source read now (publishing its watermark).
+    fn may_read(&mut self, now: std::time::Instant) -> bool {
+        let (Some((member, _)), Some(g)) = (self.align.as_mut(), self.watermarks.as_mut()) else {
+            return true;
+        };
+        if member.may_read(g.current(now)) {
+            return true;
+        }
+        g.paused_at(now);
+        false
+    }
 }
 
 impl<T: Send + 'static> crate::operator::step::SourceStep for SourceDriver<T> {
@@ -179,6 +195,10 @@ impl<T: Send + 'static> crate::operator::step::SourceStep for SourceDriver<T> {
     ) -> Result<crate::operator::step::SourceProgress, crate::error::TaskError> {
         use crate::error::{panic_message, TaskError};
         use crate::operator::step::SourceProgress;
+        if !self.may_read(now) {
+            let again = self.align.as_ref().map(|(_, d)| *d);
+            return Ok(SourceProgress::Idle(again));
+        }
         let max = match self.limiter.as_mut() {
             None => self.batch_size,
             Some(bucket) => match bucket.try_take(now, self.batch_size as u64) {
@@ -250,6 +270,8 @@ impl<T: Send + 'static> crate::operator::step::SourceStep for SourceDriver<T> {
                     .watermark(crate::time::Watermark::At(crate::time::EventTime::MAX))?;
                 self.out.finish()?;
                 self.ended = true;
+                // An ended source holds no one in its alignment group back.
+                self.align = None;
                 SourceProgress::Ended
             }
         })

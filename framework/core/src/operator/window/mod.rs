@@ -310,14 +310,82 @@ pub trait AggregateFunction<I, O>: Clone + Send + 'static {
 /// # let _ = CountIn;
 /// ```
 pub trait ProcessWindowFunction<K, I, O>: Clone + Send + 'static {
-    /// Called when window `fired.window` of `key` fires, with its records.
+    /// Called when window `fired.window` of `key` fires, with its records. Implement this,
+    /// or [`process_with_ctx`](Self::process_with_ctx) to emit to side outputs.
+    ///
+    /// # Panics
+    /// The provided body panics (failing the subtask, naming the operator): a function must
+    /// implement one of the two.
     fn process(
         &mut self,
+        _key: &K,
+        _fired: &Fired,
+        _items: &mut dyn Iterator<Item = &I>,
+        _out: &mut Collector<O>,
+    ) {
+        panic!(
+            "{} implements neither `process` nor `process_with_ctx` of ProcessWindowFunction",
+            std::any::type_name::<Self>()
+        )
+    }
+    /// Called when a window of `key` fires, with its records and its context: which window
+    /// fired ([`WindowContext::fired`]), and side outputs ([`WindowContext::output`]). By
+    /// default, [`process`](Self::process).
+    fn process_with_ctx(
+        &mut self,
         key: &K,
-        fired: &Fired,
+        ctx: &mut WindowContext<'_>,
         items: &mut dyn Iterator<Item = &I>,
         out: &mut Collector<O>,
-    );
+    ) {
+        self.process(key, ctx.fired, items, out)
+    }
+}
+
+/// What a [`ProcessWindowFunction`] sees of the window that fired, and where it may emit
+/// besides its main output (Flink's `ProcessWindowFunction.Context`).
+///
+/// ```
+/// use weir::window::{Fired, ProcessWindowFunction, WindowContext};
+/// use weir::{Collector, OutputTag};
+/// /// Each window's count; windows of more than 100 records also to a side output.
+/// #[derive(Clone)]
+/// struct Count { big: OutputTag<(u64, i64)> }
+/// impl ProcessWindowFunction<u64, u64, usize> for Count {
+///     fn process_with_ctx(&mut self, key: &u64, ctx: &mut WindowContext<'_>,
+///                         items: &mut dyn Iterator<Item = &u64>, out: &mut Collector<usize>) {
+///         let n = items.count();
+///         if n > 100 {
+///             let start = ctx.fired().window.start;
+///             ctx.output(&self.big, (*key, start));
+///         }
+///         out.collect(n);
+///     }
+/// }
+/// # let _ = Count { big: OutputTag::new("big") };
+/// ```
+pub struct WindowContext<'a> {
+    fired: &'a Fired,
+    sides: &'a mut crate::operator::side::SideOutputs,
+}
+
+impl<'a> WindowContext<'a> {
+    pub(crate) fn new(fired: &'a Fired, sides: &'a mut crate::operator::side::SideOutputs) -> Self {
+        WindowContext { fired, sides }
+    }
+
+    /// The window that fired, and which firing of it this is.
+    pub fn fired(&self) -> &Fired {
+        self.fired
+    }
+
+    /// Emits `value` to the side output `tag`, read with
+    /// [`DataStream::get_side_output`](crate::DataStream::get_side_output) on the window's
+    /// result stream; dropped if its stream was not taken.
+    #[inline]
+    pub fn output<T: 'static>(&mut self, tag: &crate::OutputTag<T>, value: T) {
+        self.sides.output(tag, value)
+    }
 }
 
 /// What a window operator computes, whatever the user gave: accumulate, merge, emit.
@@ -329,7 +397,14 @@ pub(crate) trait WindowFn<K, I, R>: Clone + Send + 'static {
     const SUMMARY: bool = true;
     fn add(&mut self, acc: &mut Self::Acc, input: I);
     fn merge(&mut self, acc: &mut Self::Acc, other: &Self::Acc);
-    fn emit(&mut self, key: &K, fired: &Fired, acc: &Self::Acc, out: &mut Collector<R>);
+    fn emit(
+        &mut self,
+        key: &K,
+        fired: &Fired,
+        acc: &Self::Acc,
+        out: &mut Collector<R>,
+        sides: &mut crate::operator::side::SideOutputs,
+    );
 }
 
 /// An [`AggregateFunction`] and what its result becomes, given key and window.
@@ -363,7 +438,14 @@ where
     fn merge(&mut self, acc: &mut A::Acc, other: &A::Acc) {
         self.agg.merge(acc, other)
     }
-    fn emit(&mut self, key: &K, fired: &Fired, acc: &A::Acc, out: &mut Collector<R>) {
+    fn emit(
+        &mut self,
+        key: &K,
+        fired: &Fired,
+        acc: &A::Acc,
+        out: &mut Collector<R>,
+        _sides: &mut crate::operator::side::SideOutputs,
+    ) {
         let o = self.agg.result(acc);
         out.collect((self.then)(key, fired, o));
     }
@@ -387,8 +469,16 @@ where
     fn merge(&mut self, acc: &mut Vec<I>, other: &Vec<I>) {
         acc.extend_from_slice(other)
     }
-    fn emit(&mut self, key: &K, fired: &Fired, acc: &Vec<I>, out: &mut Collector<R>) {
-        self.0.process(key, fired, &mut acc.iter(), out)
+    fn emit(
+        &mut self,
+        key: &K,
+        fired: &Fired,
+        acc: &Vec<I>,
+        out: &mut Collector<R>,
+        sides: &mut crate::operator::side::SideOutputs,
+    ) {
+        let ctx = &mut WindowContext::new(fired, sides);
+        self.0.process_with_ctx(key, ctx, &mut acc.iter(), out)
     }
 }
 

@@ -8,6 +8,7 @@ use crate::checkpoint::StateWriter;
 use crate::error::TaskError;
 use crate::metrics::QueueUsage;
 use crate::operator::keyed::{by_key_group, put_keyed, KeyedPayload};
+use crate::operator::side::SideOutputs;
 use crate::operator::timers::{advance_forwarded, pop_first_due, DueOrder};
 use crate::operator::{BoxOutput, Collector, Control, OpCore, Output};
 use crate::time::{EventTime, Timestamps, Watermark};
@@ -263,15 +264,15 @@ where
     K: crate::Key,
     G: WindowFn<K, I, R>,
 {
-    /// Emits window `end` of `key` (firing `n`), from the slices it covers.
+    /// Emits window `end` of `key` (its `firing`-th firing), from the slices it covers.
     fn emit_window(
         f: &mut G,
         windowing: Windowing,
         key: &K,
         w: &mut KeyWindows<G::Acc>,
-        end: i64,
-        firing: u32,
+        (end, firing): (i64, u32),
         out: &mut Collector<R>,
+        sides: &mut SideOutputs,
     ) {
         let fired = |start| Fired {
             window: TimeWindow { start, end },
@@ -281,19 +282,19 @@ where
             Windowing::Tumbling { .. } => {
                 let start = windowing.start_of(end);
                 if let Some((_, acc)) = w.slices.get(&start) {
-                    f.emit(key, &fired(start), acc, out);
+                    f.emit(key, &fired(start), acc, out, sides);
                 }
             }
             Windowing::Session { .. } => {
                 if let Some((&start, (_, acc))) = w.slices.range(..end).next_back() {
-                    f.emit(key, &fired(start), acc, out);
+                    f.emit(key, &fired(start), acc, out, sides);
                 }
             }
             Windowing::Sliding { .. } if G::SUMMARY => {
                 let start = windowing.start_of(end);
                 let acc = w.panes.window(start, end, &w.slices, |a, b| f.merge(a, b));
                 if let Some(acc) = acc {
-                    f.emit(key, &fired(start), &acc, out);
+                    f.emit(key, &fired(start), &acc, out, sides);
                 }
             }
             Windowing::Sliding { .. } => {
@@ -305,19 +306,19 @@ where
                     any = true;
                 }
                 if any {
-                    f.emit(key, &fired(start), &acc, out);
+                    f.emit(key, &fired(start), &acc, out, sides);
                 }
             }
         }
     }
 
     /// Adds one record (`out`: where updates of fired windows go).
-    fn add(&mut self, key: K, x: I, out: &mut Collector<R>) {
+    fn add(&mut self, key: K, x: I, out: &mut Collector<R>, sides: &mut SideOutputs) {
         let ts = (self.ts)(&x);
         let wm = self.watermark;
         let lateness = self.lateness;
         if let Windowing::Session { .. } = self.windowing {
-            return self.add_to_session(key, ts, x, out);
+            return self.add_to_session(key, ts, x, out, sides);
         }
         let (start, end) = self.windowing.slice_of(ts);
         let last = self.windowing.last_end(start, end);
@@ -351,7 +352,15 @@ where
                     let n = entry.fired.entry(e).or_insert(1);
                     let firing = *n;
                     *n += 1;
-                    Self::emit_window(&mut self.f, self.windowing, &key, entry, e, firing, out);
+                    Self::emit_window(
+                        &mut self.f,
+                        self.windowing,
+                        &key,
+                        entry,
+                        (e, firing),
+                        out,
+                        sides,
+                    );
                 }
             } else {
                 entry.pending.insert(e);
@@ -363,7 +372,14 @@ where
         }
     }
 
-    fn add_to_session(&mut self, key: K, ts: EventTime, x: I, out: &mut Collector<R>) {
+    fn add_to_session(
+        &mut self,
+        key: K,
+        ts: EventTime,
+        x: I,
+        out: &mut Collector<R>,
+        sides: &mut SideOutputs,
+    ) {
         let Windowing::Session { gap } = self.windowing else {
             return;
         };
@@ -416,7 +432,15 @@ where
             // The merged session's end has passed: it fires now, as an update if a part of
             // it had fired.
             entry.fired.insert(end, firings + 1);
-            Self::emit_window(&mut self.f, self.windowing, &key, entry, end, firings, out);
+            Self::emit_window(
+                &mut self.f,
+                self.windowing,
+                &key,
+                entry,
+                (end, firings),
+                out,
+                sides,
+            );
         } else if entry.pending.insert(end) && firings > 0 {
             entry.fired.insert(end, firings);
         }
@@ -451,7 +475,7 @@ where
     /// With a backup (a canonical order), a visit fires only the key's windows ending at the
     /// time visited: the results then come in (time, key hash) order, whatever watermark
     /// arrived during the storm and wherever a budget ended, as the backup's replay needs.
-    fn advance(&mut self, budget: usize, out: &mut Collector<R>) {
+    fn advance(&mut self, budget: usize, out: &mut Collector<R>, sides: &mut SideOutputs) {
         let wm = self.watermark;
         let canonical = self.fire_order.is_canonical();
         let mut n = 0;
@@ -475,7 +499,15 @@ where
                 }
                 w.pending.pop_first();
                 let firing = w.fired.get(&end).copied().unwrap_or(0);
-                Self::emit_window(&mut self.f, self.windowing, &key, w, end, firing, out);
+                Self::emit_window(
+                    &mut self.f,
+                    self.windowing,
+                    &key,
+                    w,
+                    (end, firing),
+                    out,
+                    sides,
+                );
                 if self.lateness > 0 {
                     w.fired.insert(end, firing + 1);
                 }
@@ -632,7 +664,8 @@ where
     /// (what a watermark completes goes before it).
     fn fire_some(&mut self, budget: usize) -> Result<(), TaskError> {
         let inner = &mut self.inner;
-        self.core.run(0, |out| inner.advance(budget, out))?;
+        self.core
+            .run_with_sides(0, |out, sides| inner.advance(budget, out, sides))?;
         self.emit()?;
         if let Some(t) = self.inner.watermark_to_forward() {
             self.core.next.watermark(Watermark::At(t))?;
@@ -668,10 +701,10 @@ where
 {
     fn push(&mut self, batch: &mut Vec<I>) -> Result<(), TaskError> {
         let (key_fn, inner) = (&mut self.key_fn, &mut self.inner);
-        self.core.run(batch.len(), |out| {
+        self.core.run_with_sides(batch.len(), |out, sides| {
             for x in batch.drain(..) {
                 let k = key_fn(&x);
-                inner.add(k, x, out);
+                inner.add(k, x, out, sides);
             }
         })?;
         self.emit()
