@@ -50,9 +50,10 @@ use crate::erased::{unbox, AnyBox};
 use crate::error::PlanError;
 use crate::graph::{Built, OpEnv};
 use crate::operator::window::op::{WindowOp, WindowSpec, WATERMARK_FIELD};
+use crate::operator::window::triggered::{Assign, Triggered};
 use crate::operator::window::{
-    AggregateFunction, Aggregated, Fired, ProcessWindowFunction, Processed, Reducing,
-    WindowAssigner, WindowFn, Windowing,
+    AggregateFunction, Aggregated, DefaultTrigger, Domain, Evictor, Fired, NoEvictor,
+    ProcessWindowFunction, Processed, Reducing, Trigger, WindowAssigner, WindowFn, Windowing,
 };
 use crate::operator::BoxOutput;
 use crate::partition::{hash_routing, Partitioning};
@@ -101,33 +102,75 @@ where
     K: Key,
     KF: Fn(&T) -> K + Clone + Send + 'static,
 {
-    /// Groups each key's records into event-time windows. The stream must have timestamps
-    /// (a watermark strategy at its source, `assign_timestamps_and_watermarks`, or
-    /// `with_timestamps` after a map); windows fire on the watermark.
+    /// Groups each key's records into windows: of event time (the stream must have
+    /// timestamps: a watermark strategy at its source, `assign_timestamps_and_watermarks`,
+    /// or `with_timestamps` after a map; windows fire on the watermark), of the wall clock
+    /// (`TumblingProcessingTimeWindows` and the like), or one global window per key (fired by
+    /// a trigger).
     pub fn window<W: WindowAssigner>(self, assigner: W) -> WindowedStream<T, K, KF> {
+        let assign = assigner.windowing().map(|w| w.0);
+        let domain = assign.as_ref().map_or(Domain::Event, |a| a.domain);
         WindowedStream {
-            windowing: assigner.windowing().map(|w| w.0),
+            assign,
             keyed: self,
             lateness: Duration::ZERO,
             late: None,
+            trigger: DefaultTrigger(domain),
+            custom_trigger: false,
+            evictor: None,
         }
     }
 }
 
-/// A keyed stream grouped into windows: say what is computed per window.
-pub struct WindowedStream<T, K, KF> {
+/// A keyed stream grouped into windows: say what is computed per window, and optionally
+/// when windows fire ([`trigger`](Self::trigger)) and what they drop
+/// ([`evictor`](Self::evictor)).
+pub struct WindowedStream<T, K, KF, Tr = DefaultTrigger, Ev = NoEvictor> {
     keyed: KeyedStream<T, K, KF>,
-    windowing: Result<Windowing, String>,
+    assign: Result<Assign, String>,
     lateness: Duration,
     late: Option<LateData<T>>,
+    trigger: Tr,
+    custom_trigger: bool,
+    evictor: Option<Ev>,
 }
 
-impl<T, K, KF> WindowedStream<T, K, KF>
+impl<T, K, KF, Tr, Ev> WindowedStream<T, K, KF, Tr, Ev>
 where
     T: Data,
     K: Key,
     KF: Fn(&T) -> K + Clone + Send + 'static,
+    Tr: Trigger<T>,
+    Ev: Evictor<T>,
 {
+    /// Fires the windows as `trigger` says instead of the window kind's own trigger
+    /// (Flink's `WindowedStream.trigger`).
+    pub fn trigger<Tr2: Trigger<T>>(self, trigger: Tr2) -> WindowedStream<T, K, KF, Tr2, Ev> {
+        WindowedStream {
+            keyed: self.keyed,
+            assign: self.assign,
+            lateness: self.lateness,
+            late: self.late,
+            trigger,
+            custom_trigger: true,
+            evictor: self.evictor,
+        }
+    }
+
+    /// Removes records from each window before or after its function runs (Flink's
+    /// `WindowedStream.evictor`): the windows then keep their records, not an accumulator.
+    pub fn evictor<Ev2: Evictor<T>>(self, evictor: Ev2) -> WindowedStream<T, K, KF, Tr, Ev2> {
+        WindowedStream {
+            keyed: self.keyed,
+            assign: self.assign,
+            lateness: self.lateness,
+            late: self.late,
+            trigger: self.trigger,
+            custom_trigger: self.custom_trigger,
+            evictor: Some(evictor),
+        }
+    }
+
     /// Records up to `lateness` behind the watermark still update their windows (which fire
     /// again); the windows' state is kept that much longer.
     pub fn allowed_lateness(mut self, lateness: Duration) -> Self {
@@ -187,15 +230,19 @@ where
     }
 
     fn build<R: Data, G: WindowFn<K, T, R>>(self, name: &str, g: G) -> DataStream<R> {
-        let stream = self.keyed.stream;
-        let windowing = self.windowing.unwrap_or_else(|message| {
+        let stream = &self.keyed.stream;
+        let assign = self.assign.clone().unwrap_or_else(|message| {
             stream.graph.borrow_mut().errors.push(PlanError::BadConfig {
                 key: "window",
                 message,
             });
-            Windowing::Tumbling { size: 1, offset: 0 }
+            Assign {
+                domain: Domain::Event,
+                windowing: Some(Windowing::Tumbling { size: 1, offset: 0 }),
+            }
         });
-        let ts = stream.timestamps.clone().unwrap_or_else(|| {
+        let needs_timestamps = assign.domain == Domain::Event;
+        if needs_timestamps && stream.timestamps.is_none() {
             stream.graph.borrow_mut().errors.push(PlanError::BadConfig {
                 key: "window",
                 message: "the stream has no timestamps: give its source a watermark strategy \
@@ -203,8 +250,69 @@ where
                           or with_timestamps after the last map"
                     .into(),
             });
-            std::sync::Arc::new(|_: &T| 0)
-        });
+        }
+        match (assign, self.custom_trigger || self.evictor.is_some()) {
+            (
+                Assign {
+                    domain: Domain::Event,
+                    windowing: Some(windowing),
+                },
+                false,
+            ) => self.build_sliced(name, windowing, g),
+            (assign, _) => self.build_triggered(name, assign, g),
+        }
+    }
+
+    /// Windows run by their trigger (and evictor), as a keyed process function.
+    fn build_triggered<R: Data, G: WindowFn<K, T, R>>(
+        self,
+        name: &str,
+        assign: Assign,
+        g: G,
+    ) -> DataStream<R> {
+        let stream = self.keyed.stream.clone();
+        if self.late.is_some() {
+            stream.graph.borrow_mut().errors.push(PlanError::BadConfig {
+                key: "window",
+                message: "side_output_late_data: late records are kept apart for event-time \
+                          windows without a trigger or an evictor only"
+                    .into(),
+            });
+        }
+        let wall_clock = assign.domain == Domain::Processing || self.trigger.uses_processing_time();
+        let f = Triggered {
+            assign,
+            g,
+            trigger: self.trigger,
+            evictor: self.evictor,
+            ts: stream.timestamps.clone(),
+            lateness: i64::try_from(self.lateness.as_millis()).unwrap_or(i64::MAX),
+            _p: PhantomData,
+        };
+        let out = self.keyed.process_with(f).name(name);
+        if wall_clock {
+            let id = out.producers[0].0;
+            out.graph.borrow_mut().no_backup.push((
+                id,
+                "its windows fire on the wall clock, which a promoted backup's replay could \
+                 not repeat: remove the backup, or use event-time windows and triggers",
+            ));
+        }
+        out
+    }
+
+    /// Event-time windows with their own trigger: the slicing window operator.
+    fn build_sliced<R: Data, G: WindowFn<K, T, R>>(
+        self,
+        name: &str,
+        windowing: Windowing,
+        g: G,
+    ) -> DataStream<R> {
+        let stream = self.keyed.stream;
+        let ts = stream
+            .timestamps
+            .clone()
+            .unwrap_or_else(|| std::sync::Arc::new(|_: &T| 0));
         let spec = WindowSpec {
             ts,
             windowing,

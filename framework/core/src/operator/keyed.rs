@@ -80,6 +80,16 @@ pub trait KeyedProcessFunction<K, I, O>: Send + 'static {
     }
     /// Called once when the input has ended, with every key's state.
     fn end_of_input(&mut self, _state: &mut KeyedState<K, Self::State>, _out: &mut Collector<O>) {}
+    /// [`end_of_input`](Self::end_of_input) with a context, through which it may emit to side
+    /// outputs. By default, `end_of_input`.
+    fn end_of_input_with_ctx(
+        &mut self,
+        state: &mut KeyedState<K, Self::State>,
+        _ctx: &mut crate::ProcessContext<'_>,
+        out: &mut Collector<O>,
+    ) {
+        self.end_of_input(state, out)
+    }
 }
 
 /// A closure as a [`KeyedProcessFunction`] (what `KeyedStream::process` builds).
@@ -730,7 +740,9 @@ where
             .load_all()
             .map_err(|e| self.core.state_error(e))?;
         let (f, state) = (&mut self.f, &mut self.state);
-        self.core.finish_with(|out| f.end_of_input(state, out))
+        self.core.finish_with_sides(|out, sides| {
+            f.end_of_input_with_ctx(state, &mut crate::ProcessContext::new(sides), out)
+        })
     }
     fn barrier(&mut self, id: u64, w: &mut StateWriter) -> Result<(), TaskError> {
         self.core.at_barrier(w)?;

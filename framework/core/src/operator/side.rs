@@ -106,6 +106,10 @@ impl<'a> ProcessContext<'a> {
     pub fn output<T: 'static>(&mut self, tag: &OutputTag<T>, value: T) {
         self.sides.output(tag, value)
     }
+
+    pub(crate) fn sides(&mut self) -> &mut SideOutputs {
+        self.sides
+    }
 }
 
 /// The side outputs of one operator instance, each with the records emitted to it in the

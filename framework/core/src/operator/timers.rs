@@ -364,6 +364,11 @@ impl<'a, K: crate::Key> KeyedContext<'a, K> {
         }
     }
 
+    /// The operator's side outputs (for the window functions a keyed operator runs).
+    pub(crate) fn sides(&mut self) -> &mut crate::operator::side::SideOutputs {
+        self.sides
+    }
+
     /// Emits `value` to the side output `tag` (Flink's `ctx.output`), read with
     /// [`DataStream::get_side_output`](crate::DataStream::get_side_output); dropped if its
     /// stream was not taken.

@@ -20,6 +20,15 @@
 //! `KeyedStream::window` (`windowed`).
 
 pub(crate) mod op;
+mod trigger;
+pub(crate) mod triggered;
+
+pub(crate) use trigger::Domain;
+pub use trigger::{
+    ContinuousEventTimeTrigger, ContinuousProcessingTimeTrigger, CountEvictor, CountTrigger,
+    DefaultTrigger, EventTimeTrigger, Evictor, NoEvictor, ProcessingTimeTrigger, PurgingTrigger,
+    TimeEvictor, Trigger, TriggerContext, TriggerResult,
+};
 
 use std::time::Duration;
 
@@ -85,10 +94,27 @@ pub trait WindowAssigner: Clone + Send + 'static {
     fn windowing(&self) -> Result<Windowing_, String>;
 }
 
-/// How windows are laid over event time (opaque: built by the assigners).
+/// How windows are laid over time (opaque: built by the assigners).
 #[doc(hidden)]
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Windowing_(pub(crate) Windowing);
+#[derive(Debug, Clone, Copy)]
+pub struct Windowing_(pub(crate) triggered::Assign);
+
+impl Windowing_ {
+    fn event(w: Windowing) -> Self {
+        Windowing_(triggered::Assign {
+            domain: Domain::Event,
+            windowing: Some(w),
+        })
+    }
+    fn processing(w: Result<Windowing_, String>) -> Result<Windowing_, String> {
+        w.map(|w| {
+            Windowing_(triggered::Assign {
+                domain: Domain::Processing,
+                ..w.0
+            })
+        })
+    }
+}
 
 /// Fixed-size windows that do not overlap, `[k * size + offset, (k + 1) * size + offset)`.
 ///
@@ -129,7 +155,7 @@ impl WindowAssigner for TumblingEventTimeWindows {
                 "the offset ({offset} ms) must be below the size ({size} ms)"
             ));
         }
-        Ok(Windowing_(Windowing::Tumbling { size, offset }))
+        Ok(Windowing_::event(Windowing::Tumbling { size, offset }))
     }
 }
 
@@ -166,7 +192,7 @@ impl WindowAssigner for SlidingEventTimeWindows {
                 "the slide ({slide} ms) must not be longer than the size ({size} ms)"
             ));
         }
-        Ok(Windowing_(Windowing::Sliding {
+        Ok(Windowing_::event(Windowing::Sliding {
             size,
             slide,
             pane: gcd(size, slide),
@@ -194,7 +220,111 @@ impl WindowAssigner for EventTimeSessionWindows {
         if gap <= 0 {
             return Err("session windows need a gap of at least 1 ms".into());
         }
-        Ok(Windowing_(Windowing::Session { gap }))
+        Ok(Windowing_::event(Windowing::Session { gap }))
+    }
+}
+
+/// Fixed-size windows of the wall clock (Flink's `TumblingProcessingTimeWindows`): a record
+/// goes to the window of the time it reaches the window operator, which fires when the wall
+/// clock passes the window's end (and, for the windows still open, when the input ends).
+///
+/// ```
+/// use std::time::Duration;
+/// let w = weir::window::TumblingProcessingTimeWindows::of(Duration::from_secs(10));
+/// # let _ = w;
+/// ```
+#[derive(Debug, Clone, Copy)]
+pub struct TumblingProcessingTimeWindows(TumblingEventTimeWindows);
+
+impl TumblingProcessingTimeWindows {
+    /// Windows of `size`.
+    pub fn of(size: Duration) -> Self {
+        TumblingProcessingTimeWindows(TumblingEventTimeWindows::of(size))
+    }
+    /// Windows shifted by `offset` (less than the size).
+    pub fn with_offset(self, offset: Duration) -> Self {
+        TumblingProcessingTimeWindows(self.0.with_offset(offset))
+    }
+}
+
+impl WindowAssigner for TumblingProcessingTimeWindows {
+    fn windowing(&self) -> Result<Windowing_, String> {
+        Windowing_::processing(self.0.windowing())
+    }
+}
+
+/// Windows of the wall clock of `size` starting every `slide` (Flink's
+/// `SlidingProcessingTimeWindows`).
+#[derive(Debug, Clone, Copy)]
+pub struct SlidingProcessingTimeWindows(SlidingEventTimeWindows);
+
+impl SlidingProcessingTimeWindows {
+    /// Windows of `size`, one starting every `slide`.
+    pub fn of(size: Duration, slide: Duration) -> Self {
+        SlidingProcessingTimeWindows(SlidingEventTimeWindows::of(size, slide))
+    }
+}
+
+impl WindowAssigner for SlidingProcessingTimeWindows {
+    fn windowing(&self) -> Result<Windowing_, String> {
+        Windowing_::processing(self.0.windowing())
+    }
+}
+
+/// Sessions of the wall clock per key (Flink's `ProcessingTimeSessionWindows`): a session
+/// ends `gap` after its last record reached the operator.
+#[derive(Debug, Clone, Copy)]
+pub struct ProcessingTimeSessionWindows(EventTimeSessionWindows);
+
+impl ProcessingTimeSessionWindows {
+    /// Sessions that end after `gap` without a record.
+    pub fn with_gap(gap: Duration) -> Self {
+        ProcessingTimeSessionWindows(EventTimeSessionWindows::with_gap(gap))
+    }
+}
+
+impl WindowAssigner for ProcessingTimeSessionWindows {
+    fn windowing(&self) -> Result<Windowing_, String> {
+        Windowing_::processing(self.0.windowing())
+    }
+}
+
+/// One window per key over all time (Flink's `GlobalWindows`): it fires only as its trigger
+/// says ([`WindowedStream::trigger`](crate::WindowedStream::trigger); without one, never).
+/// Its [`TimeWindow`] is `[i64::MIN, i64::MAX)`.
+///
+/// ```
+/// use weir::window::{CountTrigger, GlobalWindows, PurgingTrigger};
+/// use weir::{Collector, Env};
+///
+/// // The sum of every three records of a key (Flink's `countWindow(3)`).
+/// let env = Env::new();
+/// let sums = env
+///     .from_collection((1..=7u64).collect::<Vec<_>>())
+///     .key_by(|_: &u64| 0u8)
+///     .window(GlobalWindows::create())
+///     .trigger(PurgingTrigger::of(CountTrigger::of(3)))
+///     .reduce(|a, b| a + b)
+///     .collect();
+/// env.execute("count-windows").unwrap();
+/// assert_eq!(sums.take(), vec![6, 15]);
+/// ```
+#[derive(Debug, Clone, Copy, Default)]
+pub struct GlobalWindows;
+
+impl GlobalWindows {
+    /// The global window assigner.
+    pub fn create() -> Self {
+        GlobalWindows
+    }
+}
+
+impl WindowAssigner for GlobalWindows {
+    fn windowing(&self) -> Result<Windowing_, String> {
+        Ok(Windowing_(triggered::Assign {
+            domain: Domain::Global,
+            windowing: None,
+        }))
     }
 }
 
@@ -524,6 +654,8 @@ mod tests {
         .windowing()
         .unwrap()
         .0
+        .windowing
+        .expect("a time window")
     }
 
     #[test]
@@ -549,7 +681,9 @@ mod tests {
             .with_offset(Duration::from_millis(3))
             .windowing()
             .unwrap()
-            .0;
+            .0
+            .windowing
+            .expect("a time window");
         assert_eq!(w.slice_of(12), (3, 13));
         assert_eq!(w.slice_of(13), (13, 23));
         assert_eq!(w.slice_of(-1), (-7, 3));
