@@ -1,11 +1,12 @@
 //! Windows fired by triggers, with evictors, and on the wall clock, against sequential
 //! references over shuffled input: global windows with a count trigger (firing, purging, and
-//! with a count evictor), global windows with a continuous event-time trigger, event-time
-//! tumbling windows with a time evictor; each at window parallelism 1, 2 and 4, after a
-//! restart from a checkpoint, after a stop with a savepoint and a restore, and after the
-//! promotion of the window operator's backup, all mid-window. Processing-time windows
-//! (tumbling, sliding, sessions) are checked for completeness: every record in exactly the
-//! panes it belongs to, once, with a restart too; and a backup is refused for them.
+//! with a count evictor), with a continuous event-time trigger, and with a user-defined
+//! trigger and evictor; event-time tumbling windows with a time evictor; each at window
+//! parallelism 1, 2 and 4, after a restart from a checkpoint, after a stop with a savepoint
+//! and a restore, and after the promotion of the window operator's backup, all mid-window.
+//! Processing-time windows (tumbling, sliding, sessions) are checked for completeness: every
+//! record in exactly the panes it belongs to, once, also across a restart and a savepoint
+//! restore; and a backup is refused for them.
 //!
 //! Determinism: the source runs at parallelism 1 with one record per batch and a watermark
 //! after each, so the watermark a record meets is the highest timestamp before it minus the
@@ -19,10 +20,10 @@ use std::time::Duration;
 
 use weir::time::WatermarkStrategy;
 use weir::window::{
-    AggregateFunction, ContinuousEventTimeTrigger, CountEvictor, CountTrigger, Fired,
+    AggregateFunction, ContinuousEventTimeTrigger, CountEvictor, CountTrigger, Evictor, Fired,
     GlobalWindows, ProcessWindowFunction, ProcessingTimeSessionWindows, PurgingTrigger,
-    SlidingProcessingTimeWindows, TimeEvictor, TumblingEventTimeWindows,
-    TumblingProcessingTimeWindows,
+    SlidingProcessingTimeWindows, TimeEvictor, TimeWindow, Trigger, TriggerContext, TriggerResult,
+    TumblingEventTimeWindows, TumblingProcessingTimeWindows,
 };
 use weir::{Collector, DataStream, Env, EnvConfig};
 use weir_testing::{
@@ -66,15 +67,49 @@ enum Case {
     Continuous(i64),
     /// Event-time tumbling windows of `size` with `TimeEvictor::of(keep)`.
     TumblingEvict(i64, i64),
+    /// Global windows with a user-defined trigger (fire and purge at an id that is a
+    /// multiple of 7) and evictor (odd ids out).
+    Custom,
 }
 
-const CASES: [Case; 5] = [
+const CASES: [Case; 6] = [
     Case::CountFire(3),
     Case::CountPurge(4),
     Case::CountEvict(5, 2),
     Case::Continuous(700),
     Case::TumblingEvict(1_000, 400),
+    Case::Custom,
 ];
+
+/// Fires and purges a window when a record whose id is a multiple of 7 comes.
+#[derive(Clone)]
+struct AtSevens;
+impl Trigger<Event> for AtSevens {
+    type State = ();
+    fn on_element(
+        &mut self,
+        e: &Event,
+        _ts: i64,
+        _w: &TimeWindow,
+        _s: &mut (),
+        _ctx: &mut TriggerContext<'_>,
+    ) -> TriggerResult {
+        if e.0.is_multiple_of(7) {
+            TriggerResult::FireAndPurge
+        } else {
+            TriggerResult::Continue
+        }
+    }
+}
+
+/// Drops the records with an odd id before the window function runs.
+#[derive(Clone)]
+struct EvenIds;
+impl Evictor<Event> for EvenIds {
+    fn evict_before(&mut self, records: &mut Vec<(i64, Event)>, _w: &TimeWindow) {
+        records.retain(|(_, e)| e.0 % 2 == 0);
+    }
+}
 
 #[derive(Clone)]
 struct CountSum;
@@ -122,6 +157,10 @@ fn windows(case: Case, input: DataStream<Event>) -> DataStream<Out> {
             )))
             .evictor(TimeEvictor::of(Duration::from_millis(keep as u64)))
             .aggregate_window(CountSum, by_start),
+        Case::Custom => global()
+            .trigger(AtSevens)
+            .evictor(EvenIds)
+            .aggregate_window(CountSum, by_firing),
     }
 }
 
@@ -206,6 +245,17 @@ fn reference(case: Case, ev: &[Event]) -> Vec<Out> {
                 let start = ts - ts.rem_euclid(size);
                 if start + size - 1 > w {
                     tumbling.entry((k, start)).or_default().push((id, ts));
+                }
+            }
+            Case::Custom => {
+                s.records.push((id, ts));
+                if id.is_multiple_of(7) {
+                    s.records.retain(|r| r.0 % 2 == 0);
+                    if !s.records.is_empty() {
+                        emit(k, s.firings, &s.records, &mut out);
+                    }
+                    s.firings += 1;
+                    s.records.clear();
                 }
             }
         }
@@ -408,9 +458,9 @@ enum Wall {
     Session,
 }
 
-/// Processing-time windows over ids `0..n`, with a restart after two checkpoints if asked:
-/// how many panes each id was in.
-fn wall_clock(kind: Wall, p: usize, restart: bool) -> BTreeMap<u64, usize> {
+/// Processing-time windows over ids `0..n`, with a restart after two checkpoints or a stop
+/// with a savepoint and a restore (`mode`): how many panes each id was in.
+fn wall_clock(kind: Wall, p: usize, mode: Mode) -> BTreeMap<u64, usize> {
     let n = 3_000u64;
     let dir = common::TempDir::new("wall-windows");
     let mut cfg = EnvConfig::default();
@@ -419,43 +469,74 @@ fn wall_clock(kind: Wall, p: usize, restart: bool) -> BTreeMap<u64, usize> {
     let plan = FaultPlan::new(vec![
         Fault::new("panes", FaultKind::Panic, 50).after_checkpoints(2)
     ]);
-    if restart {
+    if mode == Mode::Restart {
         quiet_injected_panics();
         common::restart_on_faults(&mut cfg, plan.clone());
     }
+    let build = |env: &Env, hold: &Hold| {
+        let h = hold.clone();
+        let keyed = env
+            .add_source("ids", move |cx| Ok(HeldIds::new(cx, n, 0.5, h.clone())))
+            .uid("ids")
+            .set_parallelism(1)
+            .key_by(|i: &u64| i % KEYS);
+        let ms = Duration::from_millis;
+        match kind {
+            Wall::Tumbling => keyed
+                .window(TumblingProcessingTimeWindows::of(ms(3)))
+                .process(Ids),
+            Wall::Sliding => keyed
+                .window(SlidingProcessingTimeWindows::of(ms(6), ms(2)))
+                .process(Ids),
+            Wall::Session => keyed
+                .window(ProcessingTimeSessionWindows::with_gap(ms(2)))
+                .process(Ids),
+        }
+        .uid("panes")
+        .set_parallelism(p)
+        .collect()
+    };
     let env = Env::with_config(cfg);
     let hold = Hold::new();
-    let h = hold.clone();
-    let keyed = env
-        .add_source("ids", move |cx| Ok(HeldIds::new(cx, n, 0.5, h.clone())))
-        .set_parallelism(1)
-        .key_by(|i: &u64| i % KEYS);
-    let ms = Duration::from_millis;
-    let panes = match kind {
-        Wall::Tumbling => keyed
-            .window(TumblingProcessingTimeWindows::of(ms(3)))
-            .process(Ids),
-        Wall::Sliding => keyed
-            .window(SlidingProcessingTimeWindows::of(ms(6), ms(2)))
-            .process(Ids),
-        Wall::Session => keyed
-            .window(ProcessingTimeSessionWindows::with_gap(ms(2)))
-            .process(Ids),
-    }
-    .uid("panes")
-    .set_parallelism(p)
-    .collect();
+    let panes = build(&env, &hold);
     let job = env.start("wall-windows").expect("the job starts");
-    if restart {
-        wait_for_checkpoint(&job, 2, Duration::from_secs(60)).expect("two checkpoints");
+    let mut all = Vec::new();
+    match mode {
+        Mode::Restart => {
+            wait_for_checkpoint(&job, 2, Duration::from_secs(60)).expect("two checkpoints");
+            hold.release();
+            job.wait().expect("the job runs");
+            assert_eq!(plan.fired(), 1, "{kind:?}: the fault fired");
+        }
+        Mode::Savepoint => {
+            common::wait_until("half the input read", || {
+                job.metrics()
+                    .and_then(|m| m.operator("panes").map(|o| o.num_records_in))
+                    .is_some_and(|r| r >= n / 2)
+            });
+            let (savepoint, _) = job
+                .stop_with_savepoint(dir.path().join("savepoint"))
+                .expect("a savepoint");
+            let mut cfg = EnvConfig::default();
+            cfg.batch_size = 16;
+            cfg.checkpoint.directory = dir.path().to_owned();
+            cfg.checkpoint.restore_from = Some(savepoint);
+            let env = Env::with_config(cfg);
+            let hold = Hold::new();
+            hold.release();
+            let second = build(&env, &hold);
+            env.execute("wall-windows-restored")
+                .expect("the restored job runs");
+            all.extend(second.take());
+        }
+        Mode::Plain | Mode::Promote => {
+            hold.release();
+            job.wait().expect("the job runs");
+        }
     }
-    hold.release();
-    job.wait().expect("the job runs");
-    if restart {
-        assert_eq!(plan.fired(), 1, "{kind:?}: the fault fired");
-    }
+    all.extend(panes.take());
     let mut seen = BTreeMap::new();
-    for pane in panes.take() {
+    for pane in all {
         assert!(!pane.is_empty(), "{kind:?}: an empty pane fired");
         for id in pane {
             *seen.entry(id).or_insert(0) += 1;
@@ -464,7 +545,7 @@ fn wall_clock(kind: Wall, p: usize, restart: bool) -> BTreeMap<u64, usize> {
     assert_eq!(
         seen.len() as u64,
         n,
-        "{kind:?} p={p}: every id in some pane"
+        "{kind:?} p={p} {mode:?}: every id in some pane"
     );
     seen
 }
@@ -472,7 +553,7 @@ fn wall_clock(kind: Wall, p: usize, restart: bool) -> BTreeMap<u64, usize> {
 #[test]
 fn processing_time_windows_put_every_record_in_its_panes_once() {
     for p in [1, 2, 4] {
-        for restart in [false, true] {
+        for restart in [Mode::Plain, Mode::Restart, Mode::Savepoint] {
             let t = wall_clock(Wall::Tumbling, p, restart);
             assert!(t.values().all(|&c| c == 1), "tumbling p={p}: one pane each");
             let s = wall_clock(Wall::Session, p, restart);
