@@ -554,3 +554,100 @@ fn death_after_a_checkpoint_completed_before_its_commit_loses_nothing() {
     assert!(status.success(), "the restarted job: {status}");
     assert_exactly_once(&brokers, &output, IDS);
 }
+
+/// A source of two topics reads each record of both once, with the topic it came from; a
+/// bounded one ends when both are read.
+#[test]
+#[cfg_attr(
+    not(feature = "kafka-broker"),
+    ignore = "needs the Kafka test broker: tests/run starts it (feature kafka-broker)"
+)]
+fn a_list_of_topics_is_read_each_record_once() {
+    let brokers = required_brokers();
+    let (a, b) = (unique_topic("list-a"), unique_topic("list-b"));
+    create_topic(&brokers, &a, 3).expect("create topic a");
+    create_topic(&brokers, &b, 2).expect("create topic b");
+    produce_ids(&brokers, &a, 3, 0..10_000).expect("produce a");
+    produce_ids(&brokers, &b, 2, 10_000..16_000).expect("produce b");
+    let mut cfg = EnvConfig::default();
+    cfg.default_parallelism = 2;
+    let env = Env::with_config(cfg);
+    let kafka = KafkaConfig::new(brokers.as_str());
+    let (ta, tb) = (a.clone(), b.clone());
+    let source = KafkaSource::with_topics(kafka, [a.as_str(), b.as_str()], move |r| {
+        let id = decode_id(r)?;
+        let from_a = id < 10_000;
+        let want = if from_a { &ta } else { &tb };
+        if r.topic != want.as_str() {
+            return Err(format!("id {id} came from {}", r.topic));
+        }
+        Ok(id)
+    })
+    .bounded();
+    let got = env.kafka_source("ids", source).collect();
+    common::execute_within(&env, "kafka-topic-list").expect("the job completes");
+    ExactlyOnce::new(0..16_000)
+        .check(got.take())
+        .assert_exactly_once();
+}
+
+/// A pattern source reads the matching topics there at its start, and one created while it
+/// runs once discovery finds it (every 200 ms here), from its first record; a topic that does
+/// not match is not read. Every id once at an exactly-once sink.
+#[test]
+#[cfg_attr(
+    not(feature = "kafka-broker"),
+    ignore = "needs the Kafka test broker: tests/run starts it (feature kafka-broker)"
+)]
+fn a_pattern_source_picks_up_a_matching_topic_created_while_it_runs() {
+    let brokers = required_brokers();
+    let prefix = unique_topic("pattern");
+    let (first, later, other) = (
+        format!("{prefix}-orders-1"),
+        format!("{prefix}-orders-2"),
+        format!("{prefix}-returns"),
+    );
+    let output = unique_topic("pattern-out");
+    create_topic(&brokers, &first, 2).expect("create the first topic");
+    create_topic(&brokers, &output, 2).expect("create the output");
+    produce_ids(&brokers, &first, 2, 0..5_000).expect("produce the first");
+    let dir = common::TempDir::new("kafka-pattern");
+    let mut cfg = EnvConfig::default();
+    cfg.default_parallelism = 2;
+    cfg.checkpoint.interval = Some(Duration::from_millis(200));
+    cfg.checkpoint.directory = dir.path().into();
+    let env = Env::with_config(cfg);
+    let kafka = KafkaConfig::new(brokers.as_str());
+    let pattern = format!("{}-orders-[0-9]+", regex_escape(&prefix));
+    let source = KafkaSource::with_topic_pattern(kafka.clone(), &pattern, decode_id)
+        .expect("a good pattern")
+        .discover_every(Some(Duration::from_millis(200)));
+    let sink = KafkaSink::new(kafka, output.as_str(), encode_id).exactly_once(unique_topic("pat"));
+    env.kafka_source("ids", source)
+        .uid("ids")
+        .sink_to_kafka("out", sink)
+        .uid("out");
+    let job = env.start("kafka-pattern").expect("the job starts");
+    let committed = || {
+        read_committed(&brokers, &output)
+            .expect("read the output")
+            .len() as u64
+    };
+    poll_until("the first topic's ids committed", || committed() >= 5_000);
+    create_topic(&brokers, &later, 3).expect("create the later topic");
+    create_topic(&brokers, &other, 1).expect("create a topic that does not match");
+    produce_ids(&brokers, &later, 3, 5_000..9_000).expect("produce the later");
+    produce_ids(&brokers, &other, 1, 9_000..9_500).expect("produce the other");
+    poll_until("the later topic's ids committed", || committed() >= 9_000);
+    // Two checkpoints longer: the other topic's ids would have come with the later's.
+    common::two_more_checkpoints(&job);
+    job.cancel();
+    let _ = job.wait();
+    assert_exactly_once(&brokers, &output, 9_000);
+}
+
+/// The regular-expression escape of a topic name (`.` is the only special character topic
+/// names may have, with `-` and `_`, which need none).
+fn regex_escape(name: &str) -> String {
+    name.replace('.', "\\.")
+}

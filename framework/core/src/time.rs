@@ -465,6 +465,14 @@ impl Splits {
         }
     }
 
+    /// `split` is read from now on (a partition found while the source runs). Its watermark
+    /// holds the subtask's back from now, as a new split's does.
+    pub fn add(&mut self, split: u64) {
+        if let Err(at) = self.open.binary_search(&split) {
+            self.open.insert(at, split);
+        }
+    }
+
     /// `split` has ended: it no longer holds the watermark back.
     pub fn end(&mut self, split: u64) {
         self.open.retain(|s| *s != split);

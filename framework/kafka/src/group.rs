@@ -199,6 +199,17 @@ impl<T: Data> KafkaGroup<T> {
     /// Joins the group and runs the assigned partitions' jobs on a thread of its own until
     /// [`GroupMember::stop`].
     pub fn start(self) -> Result<GroupMember, weir::SourceError> {
+        if !self.source.is_single_topic() {
+            return Err(weir::SourceError::Setup {
+                source: format!(
+                    "kafka group `{}`: group mode reads one named topic, not `{}` (a list or a \
+                     pattern): run a job with the source instead",
+                    self.group,
+                    self.source.topic()
+                )
+                .into(),
+            });
+        }
         let shared = Arc::new(Shared::new(self.session_timeout));
         let runner: Arc<dyn TaskRunner> = Arc::new(Runner {
             lease: Lease {

@@ -1,10 +1,12 @@
 //! Kafka for Weir: a replayable source and an exactly-once sink, on librdkafka.
 //!
-//! - [`KafkaSource`] reads a topic. Partitions go to subtasks by a fixed rule (partition `p`
-//!   to subtask `p % parallelism`); the next offset of each partition is the source's
-//!   checkpointed position, so a restored job seeks there and reads every record once. When
-//!   a checkpoint completes, the positions are also committed to the consumer group (for
-//!   monitoring: restores never read them). Each record is known by (partition, offset).
+//! - [`KafkaSource`] reads a topic, a list of topics or the topics a pattern matches.
+//!   Partitions go to subtasks by a fixed rule (partition `p` of one topic to subtask
+//!   `p % parallelism`); the next offset of each partition is the source's checkpointed
+//!   position, so a restored job seeks there and reads every record once. When a checkpoint
+//!   completes, the positions are also committed to the consumer group (for monitoring:
+//!   restores never read them). Each record is known by (topic, partition, offset). An
+//!   unbounded source looks for new partitions and matching topics every few minutes.
 //! - [`KafkaSink`] writes a topic, at least once (flushed at every checkpoint barrier) or
 //!   exactly once: one Kafka transaction per subtask and checkpoint, committed when the
 //!   checkpoint completes. What a transaction holds is also in the checkpoint, so a job
