@@ -391,10 +391,26 @@ fn member_args(topics: &Topics, dir: &common::TempDir) -> [String; 5] {
     ignore = "needs the Kafka test broker: tests/run starts it (feature kafka-broker)"
 )]
 fn two_members_one_sigkilled() {
-    let (topics, dir, _one) = setup("group-kill");
+    one_of_two_members_sigkilled(1);
+}
+
+/// The same with each partition's job at parallelism 2 (its reader, two subtasks of the
+/// operator after it, one writer).
+#[test]
+#[cfg_attr(
+    not(feature = "kafka-broker"),
+    ignore = "needs the Kafka test broker: tests/run starts it (feature kafka-broker)"
+)]
+fn two_members_one_sigkilled_with_partition_jobs_at_parallelism_two() {
+    one_of_two_members_sigkilled(2);
+}
+
+fn one_of_two_members_sigkilled(parallelism: usize) {
+    let (topics, dir, _one) = setup(&format!("group-kill-p{parallelism}"));
     let (brokers, output) = (&topics.brokers, &topics.output);
-    let args = member_args(&topics, &dir);
-    let args = args.each_ref().map(String::as_str);
+    let mut args = member_args(&topics, &dir).to_vec();
+    args.extend(["--parallelism".to_owned(), parallelism.to_string()]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
     // 5k records/s per partition: the input lasts about 5 s.
     let a = Member::start("a", &args, 5_000);
     let mut b = Member::start("b", &args, 5_000);

@@ -159,6 +159,7 @@ pub struct KafkaGroup<T> {
     state_dir: PathBuf,
     config: EnvConfig,
     session_timeout: Duration,
+    parallelism: usize,
     build: Build<T>,
 }
 
@@ -178,12 +179,22 @@ impl<T: Data> KafkaGroup<T> {
             state_dir: state_dir.into(),
             config: EnvConfig::default(),
             session_timeout: Duration::from_secs(6),
+            parallelism: 1,
             build: Arc::new(build),
         }
     }
 
+    /// The parallelism of each partition's job (default 1): its operators run with
+    /// `parallelism` subtasks, its source with one (one partition is read by one reader).
+    /// An operator set otherwise in the job (a sink kept to one writer per partition, say)
+    /// keeps its own.
+    pub fn parallelism(mut self, parallelism: usize) -> Self {
+        self.parallelism = parallelism.max(1);
+        self
+    }
+
     /// The partition jobs' config (their checkpoint directory and restore are set per
-    /// partition; parallelism is 1).
+    /// partition; parallelism is [`parallelism`](Self::parallelism)'s).
     pub fn config(mut self, config: EnvConfig) -> Self {
         self.config = config;
         self
@@ -219,6 +230,7 @@ impl<T: Data> KafkaGroup<T> {
             group: self.group.clone(),
             state_dir: self.state_dir.clone(),
             config: self.config.clone(),
+            parallelism: self.parallelism,
             build: self.build.clone(),
         });
         let context = Membership {
@@ -485,6 +497,7 @@ struct Runner<T> {
     group: String,
     state_dir: PathBuf,
     config: EnvConfig,
+    parallelism: usize,
     build: Build<T>,
 }
 
@@ -496,7 +509,7 @@ impl<T: Data> TaskRunner for Runner<T> {
             lease: self.lease.clone(),
         };
         let mut cfg = self.config.clone();
-        cfg.default_parallelism = 1;
+        cfg.default_parallelism = self.parallelism;
         // A failed partition job is not restarted in place (its member may have lost the
         // partition without knowing yet): the member rejoins the group instead.
         cfg.restart = Some(weir::RestartStrategy::None);
@@ -516,7 +529,10 @@ impl<T: Data> TaskRunner for Runner<T> {
             .clone()
             .only_partitions(vec![partition])
             .group_id(format!("{}-positions", self.group));
-        let stream = env.kafka_source("source", source).uid("source");
+        let stream = env
+            .kafka_source("source", source)
+            .uid("source")
+            .set_parallelism(1);
         (self.build)(&env, stream, &task);
         env.start(&task.job).map_err(|e| e.to_string())
     }

@@ -24,7 +24,7 @@ fn main() {
         )
         .init();
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let usage = "kafka_group BROKERS INPUT OUTPUT STATE_DIR GROUP [--rate N] [--session-ms N]";
+    let usage = "kafka_group BROKERS INPUT OUTPUT STATE_DIR GROUP [--rate N] [--session-ms N] [--parallelism N]";
     if args.len() < 5 {
         eprintln!("usage: {usage}");
         std::process::exit(2);
@@ -32,12 +32,14 @@ fn main() {
     let (brokers, input, output, dir, group) = (&args[0], &args[1], &args[2], &args[3], &args[4]);
     let mut rate = None;
     let mut session = Duration::from_secs(6);
+    let mut parallelism = 1;
     let mut rest = args[5..].iter();
     while let Some(flag) = rest.next() {
         let value = rest.next().and_then(|v| v.parse::<u64>().ok());
         match (flag.as_str(), value) {
             ("--rate", Some(v)) => rate = Some(v as f64),
             ("--session-ms", Some(v)) => session = Duration::from_millis(v),
+            ("--parallelism", Some(v)) if v > 0 => parallelism = v as usize,
             _ => {
                 eprintln!("bad argument `{flag}`; usage: {usage}");
                 std::process::exit(2);
@@ -78,12 +80,16 @@ fn main() {
             })
             .exactly_once(task.job.clone())
             .lease(task.lease.clone());
+            // At `--parallelism` above 1 the identity runs on that many subtasks (fed round
+            // robin by the partition's one reader); the sink stays one writer.
             ids.map(|id| id)
                 .uid("identity")
                 .sink_to_kafka("out", sink)
-                .uid("out");
+                .uid("out")
+                .set_parallelism(1);
         },
     )
+    .parallelism(parallelism)
     .config(cfg)
     .session_timeout(session)
     .start();
