@@ -1,7 +1,7 @@
 //! Timers of keyed process functions: event-time timers against a sequential reference at
 //! parallelism 1, 2 and 4 and after a restore; a timer storm that lets a checkpoint through
-//! while it fires; processing-time timers that wake an idle subtask; event-time timers in
-//! a backed-up operator whose backup is promoted, and processing-time timers refused there.
+//! while it fires; processing-time timers that wake an idle subtask; event-time and
+//! processing-time timers in a backed-up operator whose backup is promoted.
 
 mod common;
 
@@ -428,26 +428,118 @@ fn processing_time_timers_fire_while_the_input_is_idle() {
     assert!(got.iter().all(|k| *k < 20) && got.windows(2).all(|w| w[0] < w[1]));
 }
 
+/// Counts each key's records; a processing-time timer 2 ms after a key's first count emits
+/// `(key, count)` and starts it again; what is left is emitted at the end of the input. So
+/// every record is in exactly one emitted count.
+#[derive(Clone)]
+struct CountFor2Ms;
+impl KeyedProcessFunction<u64, u64, (u64, u64)> for CountFor2Ms {
+    type State = ValueState<u64>;
+    fn process_with_ctx(
+        &mut self,
+        _key: &u64,
+        n: &mut ValueState<u64>,
+        _x: u64,
+        ctx: &mut KeyedContext<'_, u64>,
+        _out: &mut Collector<(u64, u64)>,
+    ) {
+        let c = n.get_or_insert_with(|| 0);
+        if *c == 0 {
+            ctx.register_processing_time_timer(ctx.current_processing_time() + 2);
+        }
+        *c += 1;
+    }
+    fn on_timer(
+        &mut self,
+        _t: EventTime,
+        _d: TimeDomain,
+        key: &u64,
+        n: &mut ValueState<u64>,
+        _ctx: &mut KeyedContext<'_, u64>,
+        out: &mut Collector<(u64, u64)>,
+    ) {
+        if let Some(c) = n.take().filter(|c| *c > 0) {
+            out.collect((*key, c));
+        }
+    }
+    fn end_of_input(
+        &mut self,
+        state: &mut weir::KeyedState<u64, ValueState<u64>>,
+        out: &mut Collector<(u64, u64)>,
+    ) {
+        for (k, n) in state.iter_mut() {
+            if let Some(c) = n.take().filter(|c| *c > 0) {
+                out.collect((*k, c));
+            }
+        }
+    }
+}
+
+/// Processing-time timers in a backed-up operator fire at the times its gate logs: the
+/// primary panics after two checkpoints, its backup replays the batches and the logged
+/// times since, and every record is in exactly one emitted count (a replay that fired
+/// elsewhere than its primary would emit counts the downstream dedup drops or repeats).
 #[test]
-fn a_backed_up_operator_refuses_processing_time_timers_naming_it() {
-    let dir = common::TempDir::new("timers-backup");
-    let mut cfg = EnvConfig::default();
-    cfg.checkpoint.directory = dir.path().to_owned();
-    cfg.checkpoint.interval = Some(Duration::from_millis(50));
-    let env = Env::with_config(cfg);
-    let _ = env
-        .from_collection((0..10u64).collect::<Vec<_>>())
-        .key_by(|x: &u64| *x % 3)
-        .process_with(Later)
-        .uid("later")
-        .with_backup()
-        .discard();
-    let e = env
-        .execute("backed-up-timers")
-        .expect_err("a backed-up operator cannot register processing-time timers");
-    let msg = e.to_string();
-    assert!(
-        msg.contains("later") && msg.contains("backup") && msg.contains("processing-time"),
-        "{msg}"
-    );
+fn processing_time_timers_of_a_promoted_backup_fire_as_its_primary_did() {
+    quiet_injected_panics();
+    for seed in [41u64, 42] {
+        let n = 6_000u64;
+        let dir = common::TempDir::new("timers-processing-backup");
+        let mut cfg = EnvConfig::default();
+        cfg.batch_size = 16;
+        cfg.checkpoint.directory = dir.path().to_owned();
+        let plan = FaultPlan::new(vec![
+            Fault::new("counts", FaultKind::Panic, 300 + seed).after_checkpoints(2)
+        ]);
+        common::restart_on_faults(&mut cfg, plan.clone());
+        common::promote_only(&mut cfg);
+        slowed(&mut cfg, 20_000.0);
+        let env = Env::with_config(cfg);
+        let hold = Hold::new();
+        let h = hold.clone();
+        let out = env
+            .add_source("ids", move |cx| Ok(HeldIds::new(cx, n, 0.5, h.clone())))
+            .set_parallelism(1)
+            .key_by(|x: &u64| x % KEYS)
+            .process_with(CountFor2Ms)
+            .uid("counts")
+            .set_parallelism(2)
+            .with_backup_policy(common::replaying_backup())
+            .collect();
+        let job = env
+            .start("processing-timers-backup")
+            .expect("the job starts");
+        common::trigger_checkpoints(&job, 2);
+        hold.release();
+        let result = job.wait().expect("the job ends without a restart");
+        assert_eq!(plan.fired(), 1, "seed {seed}: the fault fired");
+        assert!(
+            common::promotions(&result) >= 1,
+            "seed {seed}: the backup was promoted"
+        );
+        let got = out.take();
+        for k in 0..KEYS {
+            let counted: u64 = got
+                .iter()
+                .filter(|(key, _)| *key == k)
+                .map(|(_, c)| c)
+                .sum();
+            let want = (0..n).filter(|x| x % KEYS == k).count() as u64;
+            assert_eq!(counted, want, "seed {seed} key {k}: {} counts", got.len());
+        }
+        assert!(
+            got.len() as u64 > KEYS,
+            "seed {seed}: the timers fired along the way"
+        );
+    }
+}
+
+/// The source read at `rate` records/s, so that the wall clock moves on (and timers fire)
+/// between the primary's batches: a replay faster than its primary then meets them only if
+/// it is told the primary's times.
+fn slowed(cfg: &mut EnvConfig, rate: f64) {
+    cfg.rate_control.enabled = true;
+    cfg.rate_control.initial_rate = Some(rate);
+    cfg.rate_control.min_rate = rate;
+    cfg.rate_control.max_rate = Some(rate);
 }

@@ -291,7 +291,22 @@ impl<T: Data> TypedGate<T> {
             ),
             Some(Replay::Mark(c, w)) => (c as usize, 0, Event::Watermark(w), false),
             Some(Replay::End(c)) => (c as usize, 0, Event::EndOfInput, false),
+            Some(Replay::Time(t)) => {
+                claims.log(Input::Time(t))?;
+                self.head.advance_processing_time(t)?;
+                return Ok(GateStep::Watermark);
+            }
             None => {
+                // The wall clock, where the operator uses it: logged first, so a replay
+                // tells the operator the same time at the same place.
+                if let Some(due) = self.head.next_processing_time() {
+                    let now = crate::operator::timers::now_ms();
+                    if due <= now {
+                        claims.log(Input::Time(now))?;
+                        self.head.advance_processing_time(now)?;
+                        return Ok(GateStep::Watermark);
+                    }
+                }
                 let n = self.receivers.len();
                 let mut found = None;
                 for k in 0..n {

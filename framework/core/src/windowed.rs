@@ -279,7 +279,6 @@ where
                     .into(),
             });
         }
-        let wall_clock = assign.domain == Domain::Processing || self.trigger.uses_processing_time();
         let f = Triggered {
             assign,
             g,
@@ -289,16 +288,7 @@ where
             lateness: i64::try_from(self.lateness.as_millis()).unwrap_or(i64::MAX),
             _p: PhantomData,
         };
-        let out = self.keyed.process_with(f).name(name);
-        if wall_clock {
-            let id = out.producers[0].0;
-            out.graph.borrow_mut().no_backup.push((
-                id,
-                "its windows fire on the wall clock, which a promoted backup's replay could \
-                 not repeat: remove the backup, or use event-time windows and triggers",
-            ));
-        }
-        out
+        self.keyed.process_with(f).name(name)
     }
 
     /// Event-time windows with their own trigger: the slicing window operator.

@@ -49,6 +49,9 @@ pub(crate) enum Input {
     Mark(u32, Watermark),
     /// The end of input channel `.0`.
     End(u32),
+    /// The processing time the primary's operator was told (its timers on the wall clock
+    /// fired up to it, and it is the time of the batches after it).
+    Time(crate::time::EventTime),
 }
 
 /// One input of a replay, in the order the replay processes them.
@@ -57,6 +60,7 @@ pub(crate) enum Item<P> {
     Batch(BatchId, P),
     Mark(u32, Watermark),
     End(u32),
+    Time(crate::time::EventTime),
 }
 
 struct Entry<P> {
@@ -633,6 +637,7 @@ impl<P: Clone> BufferQueue<P> {
                 Item::Batch(id, _) => Input::Batch(*id),
                 Item::Mark(c, w) => Input::Mark(*c, *w),
                 Item::End(c) => Input::End(*c),
+                Item::Time(t) => Input::Time(*t),
             })
             .collect();
         drop(log);
@@ -671,6 +676,7 @@ impl<P: Clone> BufferQueue<P> {
             Input::Batch(id) => Item::Batch(id, self.payload(id)?),
             Input::Mark(c, w) => Item::Mark(c, w),
             Input::End(c) => Item::End(c),
+            Input::Time(t) => Item::Time(t),
         })
     }
 
@@ -838,6 +844,8 @@ mod tests {
         let q = q(true);
         q.claim(0, (0, 0), &10, 1, 8, &[0]).unwrap();
         q.log(0, Input::Mark(0, At(5)), &[1]).unwrap();
+        // The processing time the primary was told: replayed in its place too.
+        q.log(0, Input::Time(77), &[1]).unwrap();
         q.claim(0, (1, 0), &20, 1, 8, &[1]).unwrap();
         q.log(0, Input::Mark(1, Idle), &[2]).unwrap();
         q.log(0, Input::End(1), &[2]).unwrap();
@@ -856,11 +864,12 @@ mod tests {
                 Item::Mark(c, At(t)) => format!("m{c}@{t}"),
                 Item::Mark(c, Idle) => format!("m{c}idle"),
                 Item::End(c) => format!("e{c}"),
+                Item::Time(t) => format!("t{t}"),
             })
             .collect();
         assert_eq!(
             order,
-            ["b0.0", "m0@5", "b1.0", "m1idle", "e1", "b0.1", "m0@9", "b0.2"],
+            ["b0.0", "m0@5", "t77", "b1.0", "m1idle", "e1", "b0.1", "m0@9", "b0.2"],
             "the primary's steps in its order, then the backup's per channel"
         );
         assert_eq!(plan.reprocessed, 2);
@@ -868,6 +877,7 @@ mod tests {
         let epoch = 1;
         q.claim(epoch, (0, 0), &10, 1, 8, &[0]).unwrap();
         q.log(epoch, Input::Mark(0, At(5)), &[1]).unwrap();
+        q.log(epoch, Input::Time(77), &[1]).unwrap();
         q.claim(epoch, (1, 0), &20, 1, 8, &[1]).unwrap();
         q.log(epoch, Input::Mark(1, Idle), &[2]).unwrap();
         q.log(epoch, Input::End(1), &[2]).unwrap();

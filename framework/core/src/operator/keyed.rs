@@ -750,6 +750,8 @@ where
         self.core.next.barrier(id, w)
     }
     fn snapshot_state(&mut self, w: &mut StateWriter) -> Result<(), TaskError> {
+        // A replay from this state is told the time before its first batch.
+        self.timers.told = None;
         // Only a state that logs its changes can hand them; another hands its snapshot.
         if self.state.logs_changes() && w.changes_of(&self.core.info.uid).is_some() {
             return self.hand_changes(w);
@@ -791,10 +793,13 @@ where
         &mut self,
         cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<Result<(), TaskError>> {
-        let now = self
+        let clock = self
             .timers
             .has_processing()
             .then(crate::operator::timers::now_ms);
+        // With a backup, processing-time timers fire when the gate tells the time (logged,
+        // see `advance_processing_time`); the clock only wakes the subtask for them.
+        let now = clock.filter(|_| !self.timers.backed_up);
         if let Some(inc) = self.incremental.as_mut().filter(|i| i.copying()) {
             // A checkpoint's copy goes on a chunk at a time, between units of input.
             inc.step(
@@ -819,10 +824,35 @@ where
                 cx.waker().wake_by_ref();
             }
         }
-        if let Some(now) = now {
-            self.timers.poll_wake(cx, now);
+        if let Some(clock) = clock {
+            self.timers.poll_wake(cx, clock);
         }
         self.core.next.poll_pending(cx)
+    }
+    fn next_processing_time(&self) -> Option<EventTime> {
+        if !self.timers.backed_up {
+            return None;
+        }
+        // The time is told before a batch whenever the clock moved on (at most once a
+        // millisecond), so whatever the function reads of it is logged; and at once after a
+        // state was handed or checkpointed, so a replay from that state is told it before
+        // its first batch too. A due timer is told its time.
+        let clock = match self.timers.told {
+            Some(t) => t.saturating_add(1),
+            None => EventTime::MIN,
+        };
+        Some(match self.timers.processing.earliest() {
+            Some(timer) => timer.min(clock),
+            None => clock,
+        })
+    }
+    fn advance_processing_time(&mut self, now: EventTime) -> Result<(), TaskError> {
+        self.timers.told = Some(now);
+        if self.timers.processing_due(now) {
+            self.fire_timers(usize::MAX, Some(now))?;
+            self.forward_watermark()?;
+        }
+        Ok(())
     }
     fn usage(&self, usage: &mut QueueUsage) {
         self.core.next.usage(usage)

@@ -73,6 +73,21 @@ pub(crate) trait Output<T>: Send {
     fn snapshot_state(&mut self, _w: &mut StateWriter) -> Result<(), TaskError> {
         Ok(())
     }
+    /// In an operator with a buffer-queue backup, the wall-clock time (ms since the epoch)
+    /// from which it wants to be told the processing time
+    /// ([`advance_processing_time`](Self::advance_processing_time)): its next processing-time
+    /// timer, or the next millisecond if it reads the clock for every batch. The gate logs
+    /// each time it tells, so a promoted backup's replay tells the same times at the same
+    /// places. `None`: it does not use the wall clock. Asked of the head of a gate's chain.
+    fn next_processing_time(&self) -> Option<crate::time::EventTime> {
+        None
+    }
+    /// The processing time is `now` (logged by the gate of a backed-up subtask, or replayed):
+    /// fire the processing-time timers due, and take `now` as the time of the records that
+    /// follow.
+    fn advance_processing_time(&mut self, _now: crate::time::EventTime) -> Result<(), TaskError> {
+        Ok(())
+    }
     /// Whether the operator takes no records now: it has work its next records must wait
     /// for (event-time timers due at the watermark), done a budget at a time from
     /// [`poll_pending`](Self::poll_pending). Barriers and watermarks still come. Asked of the

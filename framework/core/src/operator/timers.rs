@@ -165,7 +165,7 @@ impl<K: crate::Key> Queue<K> {
     }
 
     /// The earliest time listed (perhaps of a deleted timer: a lower bound).
-    fn earliest(&self) -> Option<EventTime> {
+    pub(crate) fn earliest(&self) -> Option<EventTime> {
         self.by_time.keys().next().copied()
     }
 
@@ -191,8 +191,11 @@ pub(crate) struct Timers<K> {
     /// The last watermark sent on.
     pub(crate) forwarded: EventTime,
     /// The subtask has a buffer-queue backup: event-time timers fire in a canonical order
-    /// (its replay repeats them), processing-time timers are refused (it would not).
-    backed_up: bool,
+    /// (its replay repeats them), and processing-time ones at the times its gate logs.
+    pub(crate) backed_up: bool,
+    /// With a backup: the processing time the gate told last (logged, so a promoted
+    /// backup's replay tells the same); what functions see as the current processing time.
+    pub(crate) told: Option<EventTime>,
     /// Wakes the subtask for the earliest processing-time timer.
     wake: Option<(EventTime, Pin<Box<actix_rt::time::Sleep>>)>,
 }
@@ -205,6 +208,7 @@ impl<K> Default for Timers<K> {
             watermark: EventTime::MIN,
             forwarded: EventTime::MIN,
             backed_up: false,
+            told: None,
             wake: None,
         }
     }
@@ -388,9 +392,14 @@ impl<'a, K: crate::Key> KeyedContext<'a, K> {
         self.timers.watermark
     }
 
-    /// The wall clock, in ms since the Unix epoch.
+    /// The wall clock, in ms since the Unix epoch. In an operator with a buffer-queue
+    /// backup, the time its subtask logged before this batch (in the buffer queue), which a
+    /// promoted backup's replay reads too.
     pub fn current_processing_time(&self) -> EventTime {
-        now_ms()
+        match self.timers.told {
+            Some(t) if self.timers.backed_up => t,
+            _ => now_ms(),
+        }
     }
 
     /// Fires [`on_timer`](crate::KeyedProcessFunction::on_timer) for this key once the
@@ -411,25 +420,16 @@ impl<'a, K: crate::Key> KeyedContext<'a, K> {
     /// Fires [`on_timer`](crate::KeyedProcessFunction::on_timer) for this key once the wall
     /// clock reaches `t` (ms since the epoch).
     ///
-    /// # Panics
-    /// In an operator with a buffer-queue backup (a promoted backup's replay could not
-    /// repeat firings that followed the wall clock): the subtask fails with this message.
+    /// In an operator with a buffer-queue backup, the firings happen at times its gate logs
+    /// in the buffer queue, so a promoted backup's replay fires them at the same places among
+    /// the records.
     pub fn register_processing_time_timer(&mut self, t: EventTime) {
-        self.check();
         self.timers.processing.register(t, self.key);
     }
 
     /// Removes this key's processing-time timer at `t`, if there is one.
     pub fn delete_processing_time_timer(&mut self, t: EventTime) {
         self.timers.processing.delete(t, self.key);
-    }
-
-    fn check(&self) {
-        if self.timers.backed_up {
-            panic!(
-                "processing-time timers are not supported in an operator with a buffer-queue backup (a promoted backup's replay could not repeat firings that followed the wall clock): remove the backup, or use event-time timers"
-            );
-        }
     }
 }
 

@@ -148,12 +148,6 @@ pub trait Trigger<T>: Clone + Send + 'static {
         _ctx: &mut TriggerContext<'_>,
     ) {
     }
-    /// Whether it registers processing-time timers (its firings follow the wall clock): a
-    /// job then refuses a buffer-queue backup for its window operator, whose replay could not
-    /// repeat them. By default `false`.
-    fn uses_processing_time(&self) -> bool {
-        false
-    }
 }
 
 /// Fires every `n` records of a window (Flink's `CountTrigger`), keeping its contents.
@@ -289,9 +283,6 @@ impl<T> Trigger<T> for ProcessingTimeTrigger {
     }
     fn on_merge(&mut self, w: &TimeWindow, _s: &mut (), _o: &(), ctx: &mut TriggerContext<'_>) {
         ctx.register_processing_time_timer(w.max_timestamp());
-    }
-    fn uses_processing_time(&self) -> bool {
-        true
     }
 }
 
@@ -448,9 +439,6 @@ impl<T> Trigger<T> for ContinuousProcessingTimeTrigger {
             ctx.register_processing_time_timer(at);
         }
     }
-    fn uses_processing_time(&self) -> bool {
-        true
-    }
 }
 
 /// Another trigger whose every firing also purges the window (Flink's `PurgingTrigger`).
@@ -502,9 +490,6 @@ impl<T, Tr: Trigger<T>> Trigger<T> for PurgingTrigger<Tr> {
         ctx: &mut TriggerContext<'_>,
     ) {
         self.0.on_merge(w, s, other, ctx)
-    }
-    fn uses_processing_time(&self) -> bool {
-        self.0.uses_processing_time()
     }
 }
 
@@ -690,9 +675,6 @@ impl<T> Trigger<T> for DefaultTrigger {
             ),
             Domain::Global => {}
         }
-    }
-    fn uses_processing_time(&self) -> bool {
-        self.0 == Domain::Processing
     }
 }
 

@@ -7,8 +7,10 @@
 //! they go through the job's state backend (memory or disk), incremental checkpoints,
 //! rescale by key group, savepoints and the buffer-queue backup like any keyed state. Timers
 //! are the keyed operator's: event-time ones fire as the watermark passes them (in a canonical
-//! order under a backup, so a promoted backup fires them as its primary did); a trigger on the
-//! wall clock refuses a backup when the job is planned (its firings could not be replayed).
+//! order under a backup, so a promoted backup fires them as its primary did); under a backup,
+//! the wall clock a window or trigger reads (records' processing times, processing-time
+//! timers) is the time the subtask's gate logged in the buffer queue, so a promoted backup's
+//! replay puts records in the same windows and fires them at the same places.
 //!
 //! A trigger is called for the timers it registered for its window only. A time window is
 //! dropped when its end (event time: plus the allowed lateness) has passed; a global window
@@ -24,7 +26,7 @@ use super::trigger::{Domain, Evictor, TimerRequest, Trigger, TriggerContext, Tri
 use super::{Fired, TimeWindow, WindowFn, Windowing};
 use crate::operator::keyed::KeyedProcessFunction;
 use crate::operator::side::{ProcessContext, SideOutputs};
-use crate::operator::timers::{now_ms, KeyedContext};
+use crate::operator::timers::KeyedContext;
 use crate::time::{EventTime, Timestamps};
 use crate::{Collector, TimeDomain};
 
@@ -309,7 +311,7 @@ where
         for &i in overlapping[1..].iter().rev() {
             rest.push(state.windows.remove(i));
         }
-        let (watermark, now) = (ctx.current_watermark(), now_ms());
+        let (watermark, now) = (ctx.current_watermark(), ctx.current_processing_time());
         let target = &mut state.windows[first];
         target.window = merged;
         for other in rest.into_iter().rev() {
@@ -362,7 +364,7 @@ where
             .collect();
         state.timers.retain(|x| (x.0, x.1) != (t, d));
         let mut requests = Vec::new();
-        let (watermark, now) = (ctx.current_watermark(), now_ms());
+        let (watermark, now) = (ctx.current_watermark(), ctx.current_processing_time());
         let mut cleanups = Vec::new();
         for (window, cleanup) in due {
             if cleanup {
@@ -438,7 +440,7 @@ where
         ctx: &mut KeyedContext<'_, K>,
         out: &mut Collector<R>,
     ) {
-        let now = now_ms();
+        let now = ctx.current_processing_time();
         let ts = match self.assign.domain {
             Domain::Processing => now,
             // The plan made sure an event-time stream has timestamps.
