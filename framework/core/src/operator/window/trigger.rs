@@ -362,10 +362,7 @@ impl<T> Trigger<T> for ContinuousEventTimeTrigger {
         other: &Option<EventTime>,
         ctx: &mut TriggerContext<'_>,
     ) {
-        *next = match (*next, *other) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        };
+        *next = earlier(*next, *other);
         if let Some(at) = *next {
             ctx.register_event_time_timer(at);
         }
@@ -431,10 +428,7 @@ impl<T> Trigger<T> for ContinuousProcessingTimeTrigger {
         other: &Option<EventTime>,
         ctx: &mut TriggerContext<'_>,
     ) {
-        *next = match (*next, *other) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        };
+        *next = earlier(*next, *other);
         if let Some(at) = *next {
             ctx.register_processing_time_timer(at);
         }
@@ -490,6 +484,14 @@ impl<T, Tr: Trigger<T>> Trigger<T> for PurgingTrigger<Tr> {
         ctx: &mut TriggerContext<'_>,
     ) {
         self.0.on_merge(w, s, other, ctx)
+    }
+}
+
+/// The earlier of two next firings, either of which may be unset.
+fn earlier(a: Option<EventTime>, b: Option<EventTime>) -> Option<EventTime> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
     }
 }
 

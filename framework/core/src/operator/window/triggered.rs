@@ -188,12 +188,7 @@ where
                     state
                         .timers
                         .retain(|x| (x.0, x.1, x.2, x.3) != (t, d, window, false));
-                    if !state.timers.iter().any(|x| (x.0, x.1) == (t, d)) {
-                        match d {
-                            TimeDomain::EventTime => ctx.delete_event_time_timer(t),
-                            TimeDomain::ProcessingTime => ctx.delete_processing_time_timer(t),
-                        }
-                    }
+                    delete_unless_used(state, t, d, ctx);
                 }
             }
         }
@@ -239,6 +234,31 @@ where
         }
     }
 
+    /// A new, empty window at index `at`, dropped at its clean-up time.
+    fn open_window(
+        &self,
+        state: &mut State<G, K, I, R, Tr>,
+        at: usize,
+        window: TimeWindow,
+        ctx: &mut KeyedContext<'_, K>,
+    ) {
+        state.windows.insert(
+            at,
+            Window {
+                window,
+                acc: G::Acc::default(),
+                records: Vec::new(),
+                n: 0,
+                trigger: Tr::State::default(),
+                firings: 0,
+            },
+        );
+        if let Some((t, d)) = self.cleanup_at(&window) {
+            state.timers.push((t, d, window, true));
+            register(ctx, t, d);
+        }
+    }
+
     /// Merges the session windows that overlap `new` into one; its index.
     fn merge_into(
         &mut self,
@@ -257,21 +277,7 @@ where
             let at = state
                 .windows
                 .partition_point(|w| w.window.start < new.start);
-            state.windows.insert(
-                at,
-                Window {
-                    window: new,
-                    acc: G::Acc::default(),
-                    records: Vec::new(),
-                    n: 0,
-                    trigger: Tr::State::default(),
-                    firings: 0,
-                },
-            );
-            if let Some((t, d)) = self.cleanup_at(&new) {
-                state.timers.push((t, d, new, true));
-                register(ctx, t, d);
-            }
+            self.open_window(state, at, new, ctx);
             return at;
         };
         let mut merged = new;
@@ -291,21 +297,7 @@ where
             .map(|&i| state.windows[i].window)
             .collect();
         for old in &olds {
-            let ours: Vec<(EventTime, TimeDomain)> = state
-                .timers
-                .iter()
-                .filter(|x| x.2 == *old)
-                .map(|x| (x.0, x.1))
-                .collect();
-            state.timers.retain(|x| x.2 != *old);
-            for (t, d) in ours {
-                if !state.timers.iter().any(|x| (x.0, x.1) == (t, d)) {
-                    match d {
-                        TimeDomain::EventTime => ctx.delete_event_time_timer(t),
-                        TimeDomain::ProcessingTime => ctx.delete_processing_time_timer(t),
-                    }
-                }
-            }
+            forget_timers(state, *old, ctx);
         }
         let mut rest: Vec<Window<_, _, _>> = Vec::new();
         for &i in overlapping[1..].iter().rev() {
@@ -395,22 +387,43 @@ where
         }
         for window in cleanups {
             state.windows.retain(|w| w.window != window);
-            let ours: Vec<(EventTime, TimeDomain)> = state
-                .timers
-                .iter()
-                .filter(|x| x.2 == window)
-                .map(|x| (x.0, x.1))
-                .collect();
-            state.timers.retain(|x| x.2 != window);
-            for (t, d) in ours {
-                if !state.timers.iter().any(|x| (x.0, x.1) == (t, d)) {
-                    match d {
-                        TimeDomain::EventTime => ctx.delete_event_time_timer(t),
-                        TimeDomain::ProcessingTime => ctx.delete_processing_time_timer(t),
-                    }
-                }
-            }
+            forget_timers(state, window, ctx);
         }
+    }
+}
+
+/// Drops every timer window `w` registered (the key's timer too, where no other window of the
+/// key registered the same time).
+fn forget_timers<A, I, S, K: crate::Key>(
+    state: &mut KeyWindows<A, I, S>,
+    w: TimeWindow,
+    ctx: &mut KeyedContext<'_, K>,
+) {
+    let ours: Vec<(EventTime, TimeDomain)> = state
+        .timers
+        .iter()
+        .filter(|x| x.2 == w)
+        .map(|x| (x.0, x.1))
+        .collect();
+    state.timers.retain(|x| x.2 != w);
+    for (t, d) in ours {
+        delete_unless_used(state, t, d, ctx);
+    }
+}
+
+/// Deletes the key's timer at `t` of clock `d` unless a window of the key still registered it.
+fn delete_unless_used<A, I, S, K: crate::Key>(
+    state: &KeyWindows<A, I, S>,
+    t: EventTime,
+    d: TimeDomain,
+    ctx: &mut KeyedContext<'_, K>,
+) {
+    if state.timers.iter().any(|x| (x.0, x.1) == (t, d)) {
+        return;
+    }
+    match d {
+        TimeDomain::EventTime => ctx.delete_event_time_timer(t),
+        TimeDomain::ProcessingTime => ctx.delete_processing_time_timer(t),
     }
 }
 
@@ -465,21 +478,7 @@ where
                 {
                     Ok(i) => i,
                     Err(i) => {
-                        state.windows.insert(
-                            i,
-                            Window {
-                                window,
-                                acc: G::Acc::default(),
-                                records: Vec::new(),
-                                n: 0,
-                                trigger: Tr::State::default(),
-                                firings: 0,
-                            },
-                        );
-                        if let Some((t, d)) = self.cleanup_at(&window) {
-                            state.timers.push((t, d, window, true));
-                            register(ctx, t, d);
-                        }
+                        self.open_window(state, i, window, ctx);
                         i
                     }
                 }
