@@ -273,10 +273,16 @@ fn a_derived_keyed_operator_emits_each_tagged_record_once_across_a_restart() {
 
 #[test]
 fn a_keyed_process_function_emits_from_records_and_timers_once_across_a_restart() {
+    keyed_function_side_outputs(Recovery::Restart);
+}
+
+/// `Timed` at parallelism 2 (backed up with `Promote`), faulted: its main output and both side
+/// outputs have every id once, and the firings count every record once.
+fn keyed_function_side_outputs(recovery: Recovery) {
     let fives = OutputTag::<u64>::new("fives");
     let fired = OutputTag::<(u64, u64)>::new("fired");
     let (mut main, mut f5, mut ft) = (None, None, None);
-    with_a_restart("timed", |ids| {
+    with_a_fault("timed", recovery, |ids| {
         let rest = ids
             .key_by(|x: &u64| x % KEYS)
             .process_with(Timed {
@@ -285,6 +291,10 @@ fn a_keyed_process_function_emits_from_records_and_timers_once_across_a_restart(
             })
             .uid("timed")
             .set_parallelism(2);
+        let rest = match recovery {
+            Recovery::Promote => rest.with_backup_policy(common::replaying_backup()),
+            Recovery::Restart => rest,
+        };
         f5 = Some(rest.get_side_output(&fives).collect());
         ft = Some(rest.get_side_output(&fired).collect());
         main = Some(rest.collect());
@@ -425,31 +435,5 @@ fn records_to_a_tag_whose_stream_was_not_taken_are_dropped() {
 
 #[test]
 fn a_promoted_backup_emits_each_tagged_record_once() {
-    let fives = OutputTag::<u64>::new("fives");
-    let fired = OutputTag::<(u64, u64)>::new("fired");
-    let (mut main, mut f5, mut ft) = (None, None, None);
-    with_a_fault("timed", Recovery::Promote, |ids| {
-        let rest = ids
-            .key_by(|x: &u64| x % KEYS)
-            .process_with(Timed {
-                fives: fives.clone(),
-                fired: fired.clone(),
-            })
-            .uid("timed")
-            .set_parallelism(2)
-            .with_backup_policy(common::replaying_backup());
-        f5 = Some(rest.get_side_output(&fives).collect());
-        ft = Some(rest.get_side_output(&fired).collect());
-        main = Some(rest.collect());
-    });
-    let main = common::sorted(main.expect("built").take());
-    same(main, (0..N).filter(|x| x % 5 != 0).collect(), "main");
-    let f5 = common::sorted(f5.expect("built").take());
-    same(f5, (0..N).filter(|x| x % 5 == 0).collect(), "fives");
-    let ft = ft.expect("built").take();
-    for k in 0..KEYS {
-        let total: u64 = ft.iter().filter(|(key, _)| *key == k).map(|(_, n)| n).sum();
-        let want = (0..N).filter(|x| x % KEYS == k).count() as u64;
-        assert_eq!(total, want, "key {k}: firings {ft:?}");
-    }
+    keyed_function_side_outputs(Recovery::Promote);
 }
