@@ -211,7 +211,7 @@ impl Env {
         factory: F,
         strategy: Option<crate::time::WatermarkStrategy<T>>,
         align: Option<(
-            crate::sync::Arc<crate::time::alignment::Group>,
+            std::sync::Arc<crate::time::alignment::Group>,
             std::time::Duration,
         )>,
     ) -> DataStream<T>

@@ -109,7 +109,7 @@ pub(crate) trait PortType: Send {
     /// Combines the outputs of every consumer of a port (none: discard).
     fn tee(&self, outs: Vec<AnyBox>) -> AnyBox;
     /// The side output named `name` over `out`, this port's (erased) output.
-    fn side(&self, name: Arc<str>, out: AnyBox) -> Box<dyn crate::operator::side::Side>;
+    fn side(&self, name: std::sync::Arc<str>, out: AnyBox) -> Box<dyn crate::operator::side::Side>;
     /// A channel of this type: (`Sender<T>`, `Receiver<T>`).
     fn channel(&self, credit: crate::channel::Credit, waker: Arc<AtomicWaker>) -> (AnyBox, AnyBox);
     /// The input gate over `receivers` that feeds `head`, replaying restored channel state
@@ -164,7 +164,7 @@ impl<T: Data> PortType for Port<T> {
         let outs = outs.into_iter().map(unbox::<BoxOutput<T>>).collect();
         Box::new(Tee::<T>::boxed(outs))
     }
-    fn side(&self, name: Arc<str>, out: AnyBox) -> Box<dyn crate::operator::side::Side> {
+    fn side(&self, name: std::sync::Arc<str>, out: AnyBox) -> Box<dyn crate::operator::side::Side> {
         crate::operator::side::Slot::boxed(name, unbox::<BoxOutput<T>>(out))
     }
     fn channel(&self, credit: crate::channel::Credit, waker: Arc<AtomicWaker>) -> (AnyBox, AnyBox) {
@@ -311,7 +311,7 @@ pub(crate) struct Node {
 /// A side output taken from an operator ([`OutputTag`](crate::OutputTag)): its name, its
 /// record type, and the port it leaves by.
 pub(crate) struct SideTag {
-    pub(crate) name: Arc<str>,
+    pub(crate) name: std::sync::Arc<str>,
     pub(crate) type_id: std::any::TypeId,
     pub(crate) type_name: &'static str,
     pub(crate) port: usize,

@@ -346,7 +346,7 @@ impl<T: Data> DataStream<T> {
             }
             None => {
                 tags.push(crate::graph::SideTag {
-                    name: Arc::from(tag.name()),
+                    name: std::sync::Arc::from(tag.name()),
                     type_id: std::any::TypeId::of::<S>(),
                     type_name: std::any::type_name::<S>(),
                     port: n_ports,

@@ -44,7 +44,7 @@ use super::{all_ready, BoxOutput, Control, Output};
 use crate::checkpoint::StateWriter;
 use crate::error::TaskError;
 use crate::metrics::{OperatorCounters, QueueUsage};
-use crate::sync::Arc;
+use std::sync::Arc;
 
 /// Names a side output of type `T` (Flink's `OutputTag`). Give a clone to the function that
 /// emits to it (`ctx.output(&tag, value)`), and take the stream with

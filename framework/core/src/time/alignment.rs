@@ -14,7 +14,9 @@
 use std::time::Duration;
 
 use crate::sync::atomic::{AtomicU64, Ordering};
-use crate::sync::{lock, Arc, Mutex, MutexGuard};
+use std::sync::Arc;
+
+use crate::sync::{lock, Mutex, MutexGuard};
 use crate::time::EventTime;
 
 /// How the sources of a group are kept together: the group's name, the drift allowed, and
