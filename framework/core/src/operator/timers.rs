@@ -431,6 +431,22 @@ impl<'a, K: crate::Key> KeyedContext<'a, K> {
     pub fn delete_processing_time_timer(&mut self, t: EventTime) {
         self.timers.processing.delete(t, self.key);
     }
+
+    /// This key's timer at `t` on clock `d`.
+    pub(crate) fn register_timer(&mut self, t: EventTime, d: TimeDomain) {
+        match d {
+            TimeDomain::EventTime => self.register_event_time_timer(t),
+            TimeDomain::ProcessingTime => self.register_processing_time_timer(t),
+        }
+    }
+
+    /// Removes this key's timer at `t` on clock `d`, if there is one.
+    pub(crate) fn delete_timer(&mut self, t: EventTime, d: TimeDomain) {
+        match d {
+            TimeDomain::EventTime => self.delete_event_time_timer(t),
+            TimeDomain::ProcessingTime => self.delete_processing_time_timer(t),
+        }
+    }
 }
 
 /// One key's checkpointed entry: `(key, state)`, or `(key, state, timers)` when it has

@@ -182,7 +182,7 @@ where
                     {
                         state.timers.push((t, d, window, false));
                     }
-                    register(ctx, t, d);
+                    ctx.register_timer(t, d);
                 }
                 TimerRequest::Delete(t, d) => {
                     state
@@ -255,7 +255,7 @@ where
         );
         if let Some((t, d)) = self.cleanup_at(&window) {
             state.timers.push((t, d, window, true));
-            register(ctx, t, d);
+            ctx.register_timer(t, d);
         }
     }
 
@@ -333,7 +333,7 @@ where
         Self::apply_timers(state, merged, requests, ctx);
         if let Some((t, d)) = self.cleanup_at(&merged) {
             state.timers.push((t, d, merged, true));
-            register(ctx, t, d);
+            ctx.register_timer(t, d);
         }
         first
     }
@@ -418,19 +418,8 @@ fn delete_unless_used<A, I, S, K: crate::Key>(
     d: TimeDomain,
     ctx: &mut KeyedContext<'_, K>,
 ) {
-    if state.timers.iter().any(|x| (x.0, x.1) == (t, d)) {
-        return;
-    }
-    match d {
-        TimeDomain::EventTime => ctx.delete_event_time_timer(t),
-        TimeDomain::ProcessingTime => ctx.delete_processing_time_timer(t),
-    }
-}
-
-fn register<K: crate::Key>(ctx: &mut KeyedContext<'_, K>, t: EventTime, d: TimeDomain) {
-    match d {
-        TimeDomain::EventTime => ctx.register_event_time_timer(t),
-        TimeDomain::ProcessingTime => ctx.register_processing_time_timer(t),
+    if !state.timers.iter().any(|x| (x.0, x.1) == (t, d)) {
+        ctx.delete_timer(t, d);
     }
 }
 
