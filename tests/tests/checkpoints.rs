@@ -404,10 +404,13 @@ fn a_fault_during_recovery_and_four_in_a_row_still_exactly_once() {
     // Tied to records, not to speed: each fault fires the first time its operator sees its
     // id, in whichever attempt that is. The ids are all in source subtask 0's share
     // (0..10,000), which reaches `map` and `count` in order, and a fault stops the job before
-    // the next id gets there: four faults, each in an attempt of its own. Id 3,050 comes in
-    // the attempt that recovers from id 3,000's fault, so a fault during recovery; 6,000 stops
-    // the arbiter of `count`, whatever checkpoint the job restored.
-    let map_faults = RecordFaults::new("map", FaultKind::Panic, vec![1_000u64, 3_000, 3_050]);
+    // the next id gets there: four faults, each in an attempt of its own. Id 4,500 comes in
+    // the attempt that recovers from id 3,000's fault, so a fault during recovery (more than a
+    // batch after 3,000: were no checkpoint complete by then, two panics at the end of one
+    // batch after restores from the same point would be one deterministic failure, and the
+    // job would rightly stop restarting); 6,000 stops the arbiter of `count`, whatever
+    // checkpoint the job restored.
+    let map_faults = RecordFaults::new("map", FaultKind::Panic, vec![1_000u64, 3_000, 4_500]);
     let count_faults = RecordFaults::new("count", FaultKind::StopArbiter, vec![6_000u64])
         .released_by(map_faults.plan());
     let (m, c) = (map_faults.clone(), count_faults.clone());

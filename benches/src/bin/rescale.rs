@@ -1,12 +1,24 @@
 //! Rescale: the output pause of a live rescale 2 → 4 of a keyed operator at a steady input
 //! rate, against the same change by stop-with-savepoint and a new job restored from it, in
-//! the same run; and (`--mode barrel`) the throughput of an I/O-bound keyed operator at
-//! parallelism 12 against 8, to show balanced key groups.
+//! the same run; (`--mode barrel`) the throughput of an I/O-bound keyed operator at
+//! parallelism 12 against 8, to show balanced key groups; and (`--mode hot`) the load of the
+//! hottest subtask of a keyed operator whose input has one hot key group (half the
+//! records), with its key groups by count and after a rebalance by load, at a fixed input
+//! rate.
 //!
 //! ```text
 //! cargo run --release -p weir-benches --bin rescale
 //! cargo run --release -p weir-benches --bin rescale -- --mode barrel
+//! cargo run --release -p weir-benches --bin rescale -- --mode hot
 //! ```
+//!
+//! In `hot` mode each record costs the operator `sleep_us` (I/O-bound, so the two cores do
+//! not decide it). Per subtask it prints the share of the records it processed (counted by
+//! the operator, per thread: each subtask runs on an arbiter of its own) and its
+//! `busyTimeMsPerSecond`, both over `window_secs` after `warmup_secs`, by count and then by
+//! load; `hottest_records_fall` and `hottest_busy_fall` are how much the hottest subtask's
+//! share and busy time fell (1/3 is the most one group with half the load allows at p = 2:
+//! it alone is half).
 //!
 //! Prints one JSON line. `live_pause_ms` is the longest gap between consecutive records at
 //! the sink during the live rescale; `call_to_active_ms` runs from the call to the first
@@ -41,9 +53,21 @@ struct Args {
     /// Records (barrel mode).
     #[arg(long, default_value_t = 60_000)]
     records: u64,
-    /// Sleep per record, microseconds (barrel mode).
+    /// Sleep per record, microseconds (barrel and hot modes).
     #[arg(long, default_value_t = 200)]
     sleep_us: u64,
+    /// The keyed operator's parallelism (hot mode).
+    #[arg(long, default_value_t = 2)]
+    parallelism: usize,
+    /// Input rate, records per second (hot mode): below what the operator takes by count.
+    #[arg(long, default_value_t = 2_000.0)]
+    hot_rate: f64,
+    /// Seconds before each measurement (hot mode).
+    #[arg(long, default_value_t = 2.0)]
+    warmup_secs: f64,
+    /// Seconds each measurement lasts (hot mode).
+    #[arg(long, default_value_t = 4.0)]
+    window_secs: f64,
 }
 
 /// Every record's arrival at the sink: (time since the start, id).
@@ -247,13 +271,126 @@ fn barrel(args: &Args) -> serde_json::Value {
     })
 }
 
+/// Records each thread's operator processed.
+type PerThread = Arc<Mutex<std::collections::HashMap<std::thread::ThreadId, u64>>>;
+
+/// One measurement of the hot job: each subtask's share of the records (hottest first) and
+/// its busy time.
+fn measure(job: &weir::JobHandle, per_thread: &PerThread, args: &Args) -> serde_json::Value {
+    std::thread::sleep(Duration::from_secs_f64(args.warmup_secs));
+    let snapshot = || per_thread.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    let before = snapshot();
+    let start = Instant::now();
+    let mut busy: Vec<Vec<f64>> = Vec::new();
+    while start.elapsed() < Duration::from_secs_f64(args.window_secs) {
+        std::thread::sleep(Duration::from_millis(500));
+        if let Some(m) = job.metrics() {
+            let mut per: Vec<(usize, f64)> = m
+                .subtasks
+                .iter()
+                .filter(|s| s.head_uid == "count")
+                .map(|s| (s.subtask, s.busy_time_ms_per_second))
+                .collect();
+            per.sort_by_key(|(s, _)| *s);
+            busy.push(per.into_iter().map(|(_, b)| b).collect());
+        }
+    }
+    let elapsed = start.elapsed().as_secs_f64();
+    let after = snapshot();
+    let mut records: Vec<u64> = after
+        .iter()
+        .map(|(t, n)| n - before.get(t).copied().unwrap_or(0))
+        .filter(|&n| n > 0)
+        .collect();
+    records.sort_unstable_by(|a, b| b.cmp(a));
+    let total: u64 = records.iter().sum();
+    let shares: Vec<f64> = records
+        .iter()
+        .map(|&n| n as f64 / total.max(1) as f64)
+        .collect();
+    let subtasks = busy.first().map_or(0, Vec::len);
+    let mut mean_busy: Vec<f64> = (0..subtasks)
+        .map(|s| busy.iter().filter_map(|b| b.get(s)).sum::<f64>() / busy.len().max(1) as f64)
+        .collect();
+    mean_busy.sort_by(|a, b| b.total_cmp(a));
+    json!({
+        "records_per_second": total as f64 / elapsed,
+        "record_shares": shares,
+        "hottest_record_share": shares.first().copied().unwrap_or(0.0),
+        "busy_ms_per_second": mean_busy,
+        "hottest_busy_ms_per_second": mean_busy.first().copied().unwrap_or(0.0),
+    })
+}
+
+/// A keyed operator with one hot key group (even ids: one key; odd ids: 10,000 keys), at a
+/// fixed rate, by count and then rebalanced by load.
+fn hot(args: &Args) -> serde_json::Value {
+    let dir = std::env::temp_dir().join(format!("weir-rescale-hot-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let mut cfg = config(args.hot_rate, &dir);
+    cfg.arbiters = args.parallelism + 3;
+    let env = Env::with_config(cfg);
+    let per_thread: PerThread = Arc::default();
+    let counts = per_thread.clone();
+    let sleep = Duration::from_micros(args.sleep_us);
+    env.generate(u64::MAX, |i| i)
+        .uid("ids")
+        .set_parallelism(1)
+        .key_by(|x: &u64| if x.is_multiple_of(2) { 0 } else { x % 20_000 })
+        .process(
+            move |_k: &u64, n: &mut ValueState<u64>, x: u64, out: &mut Collector<u64>| {
+                std::thread::sleep(sleep);
+                *n.get_or_insert_with(|| 0) += 1;
+                *counts
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .entry(std::thread::current().id())
+                    .or_default() += 1;
+                out.collect(x);
+            },
+        )
+        .uid("count")
+        .set_parallelism(args.parallelism)
+        .discard();
+    let job = env.start("rescale-hot").expect("the job starts");
+    let by_count = measure(&job, &per_thread, args);
+    let report = job.rebalance("count").expect("the rebalance succeeds");
+    let by_load = measure(&job, &per_thread, args);
+    job.cancel();
+    let _ = std::fs::remove_dir_all(&dir);
+    let fall = |key: &str| {
+        let (a, b) = (
+            by_count[key].as_f64().unwrap_or(0.0),
+            by_load[key].as_f64().unwrap_or(0.0),
+        );
+        1.0 - b / a.max(f64::MIN_POSITIVE)
+    };
+    let rebalanced = report.rebalanced.first();
+    json!({
+        "bench": "rescale",
+        "mode": "hot",
+        "parallelism": args.parallelism,
+        "rate": args.hot_rate,
+        "sleep_us": args.sleep_us,
+        "by_count": by_count,
+        "by_load": by_load,
+        "hottest_records_fall": fall("hottest_record_share"),
+        "hottest_busy_fall": fall("hottest_busy_ms_per_second"),
+        "rebalance_pause_ms": ms(report.pause),
+        "key_groups_moved": rebalanced.map(|r| r.moved),
+        "observed_load_before": rebalanced.map(|r| r.load_before.clone()),
+        "observed_load_after": rebalanced.map(|r| r.load_after.clone()),
+    })
+}
+
 fn main() {
     let args = Args::parse();
     let out = match args.mode.as_str() {
         "live" => live(&args),
         "barrel" => barrel(&args),
+        "hot" => hot(&args),
         other => {
-            eprintln!("--mode must be `live` or `barrel`, got `{other}`");
+            eprintln!("--mode must be `live`, `barrel` or `hot`, got `{other}`");
             std::process::exit(2);
         }
     };

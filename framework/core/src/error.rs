@@ -65,6 +65,14 @@ pub enum PlanError {
         /// What is wrong with it.
         message: String,
     },
+    /// An operator's key groups cannot be assigned as asked (by load).
+    #[error("cannot assign the key groups of operator `{uid}`: {message}")]
+    KeyGroups {
+        /// The operator.
+        uid: String,
+        /// Why not.
+        message: String,
+    },
     /// An operator cannot be backed up as asked.
     #[error("cannot back up operator `{uid}`: {message}")]
     Backup {

@@ -255,13 +255,9 @@ pub(crate) trait EdgeOutput: Send {
     fn kind(&self) -> PartitionKind;
     fn output(&self, resolved: PartitionKind, senders: Vec<AnyBox>, cfg: OutputConfig) -> AnyBox;
     /// On a keyed edge, a boxed [`Owned<T>`](crate::partition::Owned): whether a record
-    /// belongs to `subtask` of `parallelism` (restored channel state dealt by key group).
-    fn owned_by(
-        &self,
-        max_parallelism: usize,
-        parallelism: usize,
-        subtask: usize,
-    ) -> Option<AnyBox>;
+    /// belongs to `subtask` of `owners`' assignment (restored channel state dealt by key
+    /// group).
+    fn owned_by(&self, owners: &crate::key_group::Owners, subtask: usize) -> Option<AnyBox>;
 }
 
 impl<T: Data> EdgeOutput for Partitioning<T> {
@@ -272,14 +268,8 @@ impl<T: Data> EdgeOutput for Partitioning<T> {
         let senders: Vec<Sender<T>> = senders.into_iter().map(unbox).collect();
         Box::new(Partitioning::output(self, resolved, senders, cfg))
     }
-    fn owned_by(
-        &self,
-        max_parallelism: usize,
-        parallelism: usize,
-        subtask: usize,
-    ) -> Option<AnyBox> {
-        Partitioning::owned_by(self, max_parallelism, parallelism, subtask)
-            .map(|owned| Box::new(owned) as AnyBox)
+    fn owned_by(&self, owners: &crate::key_group::Owners, subtask: usize) -> Option<AnyBox> {
+        Partitioning::owned_by(self, owners, subtask).map(|owned| Box::new(owned) as AnyBox)
     }
 }
 
@@ -344,6 +334,13 @@ pub(crate) struct Graph {
     pub(crate) config_checks: Vec<ConfigCheck>,
     /// The job's watermark alignment groups, by name.
     pub(crate) alignment: crate::time::alignment::Groups,
+    /// Keyed operators whose key groups are assigned by load, not by count: each one's
+    /// table (key group -> subtask) at its parallelism now (set by a rebalance, dropped by a
+    /// rescale that is not by load).
+    pub(crate) key_groups: std::collections::HashMap<NodeId, std::sync::Arc<[u32]>>,
+    /// Keyed operators set to be rebalanced by load whenever they are rescaled
+    /// ([`DataStream::key_groups_by_load`](crate::DataStream::key_groups_by_load)).
+    pub(crate) by_load: std::collections::HashSet<NodeId>,
 }
 
 /// A check of an operator's settings against the job's config ([`Graph::config_checks`]).

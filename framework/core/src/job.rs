@@ -179,6 +179,15 @@ impl JobMonitor {
         self.rescale_to(crate::controller::RescaleTarget::Job(parallelism))
     }
 
+    /// Assigns keyed operator `uid`'s key groups again by observed load; see
+    /// [`JobHandle::rebalance`].
+    pub fn rebalance(
+        &self,
+        uid: &str,
+    ) -> Result<crate::rescale::RescaleReport, crate::rescale::RescaleError> {
+        self.rescale_to(crate::controller::RescaleTarget::Rebalance(uid.to_owned()))
+    }
+
     fn rescale_to(
         &self,
         target: crate::controller::RescaleTarget,
@@ -711,6 +720,30 @@ impl JobHandle {
     /// [`RescaleReport::kept`] says which and why. See [`rescale`](Self::rescale).
     pub fn rescale_job(&self, parallelism: usize) -> Result<RescaleReport, RescaleError> {
         self.monitor.rescale_job(parallelism)
+    }
+
+    /// Assigns the key groups of keyed operator `uid` to its subtasks again by observed load,
+    /// at the parallelism it has: the records its inputs sent to each key group since its
+    /// key groups were last assigned are dealt so that the hottest subtask carries as little
+    /// as the groups allow ([`balance_by_load`](crate::key_group::balance_by_load)). It moves
+    /// state the way a rescale does, at a checkpoint barrier, with nothing lost or duplicated
+    /// and each key's records in order; [`RescaleReport::rebalanced`] says what each subtask
+    /// carried before and carries now. The assignment is recorded in checkpoints and
+    /// savepoints: a restart keeps it, and a restore at another assignment deals the state
+    /// to it. Refused for an operator without keyed state and before any record arrived;
+    /// nothing changes when the assignment is already the best one.
+    ///
+    /// ```no_run
+    /// # fn demo(job: &weir::JobHandle) -> Result<(), weir::RescaleError> {
+    /// let report = job.rebalance("counts")?;
+    /// for r in &report.rebalanced {
+    ///     let (before, after) = r.hottest_share();
+    ///     println!("{}: hottest subtask {before:.2} -> {after:.2} of the load", r.uid);
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn rebalance(&self, uid: &str) -> Result<RescaleReport, RescaleError> {
+        self.monitor.rebalance(uid)
     }
 
     /// How often the job was rescaled, and what the last rescale did.

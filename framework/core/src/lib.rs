@@ -127,7 +127,7 @@ pub use operator::window;
 pub use operator::{Collector, OperatorInfo};
 pub use plan::{VertexInfo, VertexInput};
 pub use replace::{ReplaceError, ReplaceOptions, ReplaceReport};
-pub use rescale::{ParallelismChange, RescaleError, RescaleReport, RescaleStats};
+pub use rescale::{ParallelismChange, Rebalanced, RescaleError, RescaleReport, RescaleStats};
 pub use restart::RestartStrategy;
 pub use sink::CollectSink;
 pub use source::jsonl::{BadLine, BadLineKind, Line, MalformedPolicy};

@@ -19,7 +19,7 @@ use std::task::{Context, Poll};
 
 use crate::channel::{Batch, Event, Full, Sender};
 use crate::error::TaskError;
-use crate::key_group::{key_hash, subtask_for_key_group};
+use crate::key_group::key_hash;
 use crate::metrics::QueueUsage;
 use crate::operator::{BoxOutput, Output};
 use crate::Data;
@@ -41,6 +41,12 @@ pub(crate) struct OutputConfig {
     pub(crate) batch_size: usize,
     pub(crate) subtask: usize,
     pub(crate) max_parallelism: usize,
+    /// Which receiver owns each key group (a keyed edge's).
+    pub(crate) owners: crate::key_group::Owners,
+    /// Where a keyed edge counts the records it sends to each key group.
+    pub(crate) load: Option<std::sync::Arc<KeyGroupLoad>>,
+    /// Whether it counts them with one receiver too (an operator to be rescaled by load).
+    pub(crate) load_when_single: bool,
     /// The receiving operator (named when its key selector panics).
     pub(crate) target_uid: std::sync::Arc<String>,
     /// Records this subtask already sent on the edge (a promoted backup resumes its
@@ -86,6 +92,80 @@ impl AdaptBatches {
     }
 }
 
+/// Records sent to each key group of a keyed operator since its key groups were last
+/// assigned, counted by its senders' routers: each counts in a table of its own and adds it
+/// here every [`LOAD_FLUSH`] records and when it is dropped (no shared write per record). A
+/// rebalance by load assigns the key groups by these counts.
+#[derive(Debug)]
+pub(crate) struct KeyGroupLoad(Box<[std::sync::atomic::AtomicU64]>);
+
+/// Records a router counts before it adds its counts to the operator's [`KeyGroupLoad`].
+const LOAD_FLUSH: u32 = 4096;
+
+impl KeyGroupLoad {
+    /// Zero counts for `max_parallelism` key groups.
+    pub(crate) fn new(max_parallelism: usize) -> Self {
+        KeyGroupLoad((0..max_parallelism).map(|_| Default::default()).collect())
+    }
+
+    /// The counts now.
+    pub(crate) fn counts(&self) -> Vec<u64> {
+        self.0
+            .iter()
+            .map(|c| c.load(std::sync::atomic::Ordering::Relaxed))
+            .collect()
+    }
+
+    /// Starts counting again from zero.
+    pub(crate) fn reset(&self) {
+        for c in self.0.iter() {
+            c.store(0, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+
+    fn add(&self, counts: &mut [u32]) {
+        for (slot, n) in self.0.iter().zip(counts.iter_mut()) {
+            if *n > 0 {
+                slot.fetch_add(u64::from(*n), std::sync::atomic::Ordering::Relaxed);
+                *n = 0;
+            }
+        }
+    }
+}
+
+/// One router's counts of records per key group, not yet added to the shared ones.
+struct LoadCounter {
+    shared: std::sync::Arc<KeyGroupLoad>,
+    counts: Box<[u32]>,
+    pending: u32,
+    /// Counts records sent to a single receiver too (they need no routing).
+    when_single: bool,
+}
+
+impl LoadCounter {
+    #[inline]
+    fn count(&mut self, kg: usize) {
+        if let Some(c) = self.counts.get_mut(kg) {
+            *c += 1;
+        }
+        self.pending += 1;
+        if self.pending == LOAD_FLUSH {
+            self.flush();
+        }
+    }
+
+    fn flush(&mut self) {
+        self.shared.add(&mut self.counts);
+        self.pending = 0;
+    }
+}
+
+impl Drop for LoadCounter {
+    fn drop(&mut self) {
+        self.flush();
+    }
+}
+
 /// Builds a keyed (hash) output for a given set of channels.
 pub(crate) type HashOutputFactory<T> =
     Box<dyn Fn(Vec<Sender<T>>, OutputConfig) -> BoxOutput<T> + Send>;
@@ -95,11 +175,14 @@ pub(crate) type HashOutputFactory<T> =
 pub(crate) type Owned<T> = Box<dyn FnMut(&T) -> bool + Send>;
 
 /// A keyed edge: its output, and the test of which subtask a record belongs to
-/// (`owned(max_parallelism, parallelism, subtask)`).
+/// (`owned(owners, subtask)`).
 pub(crate) struct HashRouting<T> {
     output: HashOutputFactory<T>,
-    owned: Box<dyn Fn(usize, usize, usize) -> Owned<T> + Send>,
+    owned: OwnedFactory<T>,
 }
+
+/// Makes the [`Owned`] test of one subtask of an assignment.
+type OwnedFactory<T> = Box<dyn Fn(&crate::key_group::Owners, usize) -> Owned<T> + Send>;
 
 /// The typed partitioning of one edge.
 pub(crate) enum Partitioning<T> {
@@ -141,16 +224,15 @@ impl<T: Data> Partitioning<T> {
         }
     }
 
-    /// On a keyed edge, the test of whether a record belongs to `subtask` of `parallelism`
-    /// (None on other edges: any subtask may take any record).
+    /// On a keyed edge, the test of whether a record belongs to `subtask` (of `owners`'
+    /// assignment); None on other edges: any subtask may take any record.
     pub(crate) fn owned_by(
         &self,
-        max_parallelism: usize,
-        parallelism: usize,
+        owners: &crate::key_group::Owners,
         subtask: usize,
     ) -> Option<Owned<T>> {
         match self {
-            Partitioning::Hash(hash) => Some((hash.owned)(max_parallelism, parallelism, subtask)),
+            Partitioning::Hash(hash) => Some((hash.owned)(owners, subtask)),
             _ => None,
         }
     }
@@ -166,11 +248,17 @@ where
     let owned_fn = key_fn.clone();
     HashRouting {
         output: Box::new(move |senders, cfg| {
-            let router = ByKey::new(key_fn.clone(), cfg.max_parallelism, senders.len());
+            let owners = if cfg.owners.parallelism() == senders.len() {
+                cfg.owners.clone()
+            } else {
+                crate::key_group::Owners::by_count(cfg.max_parallelism, senders.len())
+            };
+            let load = cfg.load.clone().map(|l| (l, cfg.load_when_single));
+            let router = ByKey::new(key_fn.clone(), &owners, load);
             Box::new(NetOutput::new(senders, router, cfg)) as BoxOutput<T>
         }),
-        owned: Box::new(move |max_parallelism, parallelism, subtask| {
-            let mut router = ByKey::new(owned_fn.clone(), max_parallelism, parallelism);
+        owned: Box::new(move |owners, subtask| {
+            let mut router = ByKey::new(owned_fn.clone(), owners, None);
             Box::new(move |record: &T| router.route(record) == subtask) as Owned<T>
         }),
     }
@@ -179,6 +267,11 @@ where
 /// Chooses the receiver of one record.
 pub(crate) trait Router<T>: Send {
     fn route(&mut self, record: &T) -> usize;
+    /// The output sent what it had (a flush): a router that counts may publish its counts.
+    fn flushed(&mut self) {}
+    /// The records of `batch` go to the one receiver without being routed: a router that
+    /// counts load may count them.
+    fn unrouted(&mut self, _batch: &[T]) {}
     /// Whether every record goes to receiver 0 (lets whole batches move without a per-record
     /// loop).
     const SINGLE: bool = false;
@@ -210,22 +303,29 @@ impl<T> Router<T> for RoundRobin {
 }
 
 /// Hash partitioning by key group. The key group's owner comes from a table made once (key
-/// group -> subtask), and with a power-of-two number of key groups (the default 128) the key
-/// group is a mask of the hash: no division per record (two were a third of a keyed
-/// pipeline's sending thread). The same assignment as `key_group_of` and
-/// `subtask_for_key_group`.
+/// group -> subtask: by count or by load, [`Owners`](crate::key_group::Owners)), and with a
+/// power-of-two number of key groups (the default 128) the key group is a mask of the hash:
+/// no division per record (two were a third of a keyed pipeline's sending thread). The same
+/// assignment as `key_group_of` and `Owners::owner`. With `load`, it counts the records of
+/// each key group.
 pub(crate) struct ByKey<KF> {
     key_fn: KF,
     max_parallelism: u64,
     /// `max_parallelism - 1` when it is a power of two.
     mask: Option<u64>,
     owner: Box<[u32]>,
+    load: Option<LoadCounter>,
 }
 
 impl<KF> ByKey<KF> {
-    fn new(key_fn: KF, max_parallelism: usize, n: usize) -> Self {
+    fn new(
+        key_fn: KF,
+        owners: &crate::key_group::Owners,
+        load: Option<(std::sync::Arc<KeyGroupLoad>, bool)>,
+    ) -> Self {
+        let max_parallelism = owners.max_parallelism();
         let owner = (0..max_parallelism)
-            .map(|kg| subtask_for_key_group(kg, max_parallelism, n) as u32)
+            .map(|kg| owners.owner(kg) as u32)
             .collect();
         ByKey {
             key_fn,
@@ -234,6 +334,12 @@ impl<KF> ByKey<KF> {
                 .is_power_of_two()
                 .then(|| max_parallelism as u64 - 1),
             owner,
+            load: load.map(|(shared, when_single)| LoadCounter {
+                shared,
+                counts: vec![0; max_parallelism].into(),
+                pending: 0,
+                when_single,
+            }),
         }
     }
 }
@@ -250,7 +356,28 @@ where
             Some(m) => h & m,
             None => h % self.max_parallelism,
         };
+        if let Some(load) = &mut self.load {
+            load.count(kg as usize);
+        }
         self.owner[kg as usize] as usize
+    }
+
+    fn flushed(&mut self) {
+        if let Some(load) = &mut self.load {
+            if load.pending > 0 {
+                load.flush();
+            }
+        }
+    }
+
+    fn unrouted(&mut self, batch: &[T]) {
+        // Counted when the operator's key groups are to be assigned by load on a rescale
+        // (from one subtask to more); otherwise one receiver needs no key.
+        if self.load.as_ref().is_some_and(|l| l.when_single) {
+            for r in batch {
+                self.route(r);
+            }
+        }
     }
 }
 
@@ -504,6 +631,7 @@ impl<T: Send + Sync + Clone, R: Router<T>> Output<T> for NetOutput<T, R> {
         // One receiver: every record goes to it, so the router (a key selector and its hash,
         // per record) is not run; a keyed receiver runs the key selector itself.
         if R::SINGLE || self.senders.len() == 1 {
+            self.router.unrouted(batch);
             let limit = self.limits[0];
             if self.bufs[0].is_empty()
                 && batch.len() >= limit
@@ -539,6 +667,7 @@ impl<T: Send + Sync + Clone, R: Router<T>> Output<T> for NetOutput<T, R> {
         })
     }
     fn flush(&mut self) {
+        self.router.flushed();
         // What waits over a limit for credit is sent by `poll_pending`; partial batches go.
         for t in 0..self.bufs.len() {
             if self.cut(t) && !self.bufs[t].is_empty() {
@@ -660,6 +789,9 @@ mod tests {
             batch_size,
             subtask: 0,
             max_parallelism: 128,
+            owners: crate::key_group::Owners::by_count(128, 1),
+            load: None,
+            load_when_single: false,
             target_uid: std::sync::Arc::new("next".into()),
             routed_before: 0,
             adaptive_batch: AdaptBatches::fixed(true),
@@ -827,9 +959,11 @@ mod tests {
     fn by_key_routes_each_key_to_its_key_groups_owner() {
         for max in [128usize, 100, 1] {
             for n in 1..=max.min(7) {
-                let mut router = ByKey::new(|x: &u64| *x, max, n);
+                let owners = crate::key_group::Owners::by_count(max, n);
+                let mut router = ByKey::new(|x: &u64| *x, &owners, None);
                 for key in 0..5_000u64 {
-                    let want = subtask_for_key_group(key_group_of(&key, max), max, n);
+                    let want =
+                        crate::key_group::subtask_for_key_group(key_group_of(&key, max), max, n);
                     assert_eq!(Router::route(&mut router, &key), want, "{key} {max} {n}");
                 }
             }

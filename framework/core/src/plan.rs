@@ -40,6 +40,9 @@ pub(crate) struct Plan {
     pub(crate) heads: Vec<NodeId>,
     /// Per node: the head of its chain.
     pub(crate) head_of: Vec<NodeId>,
+    /// Per node: its key groups' table when they are assigned by load (a keyed chain
+    /// head's, from `Graph::key_groups`); `None`: by count.
+    pub(crate) key_groups: Vec<Option<std::sync::Arc<[u32]>>>,
 }
 
 impl Plan {
@@ -49,6 +52,28 @@ impl Plan {
             .iter()
             .cloned()
             .zip(self.parallelism.iter().copied())
+    }
+
+    /// Which subtask owns each key group of node `n` (the table of its chain's head: a keyed
+    /// operator heads its chain, its input being a network edge).
+    pub(crate) fn owners(&self, n: NodeId, max_parallelism: usize) -> crate::key_group::Owners {
+        let head = self.head_of.get(n).copied().unwrap_or(n);
+        crate::key_group::Owners::of(
+            self.key_groups.get(head).and_then(|t| t.as_ref()),
+            max_parallelism,
+            self.parallelism[n],
+        )
+    }
+
+    /// Each operator's key-group table, by uid, where assigned by load.
+    pub(crate) fn key_groups_by_uid(
+        &self,
+    ) -> impl Iterator<Item = (String, std::sync::Arc<[u32]>)> + '_ {
+        (0..self.uids.len()).filter_map(|n| {
+            let head = self.head_of[n];
+            let t = self.key_groups.get(head)?.as_ref()?;
+            Some((self.uids[n].clone(), t.clone()))
+        })
     }
 }
 
@@ -227,6 +252,34 @@ pub(crate) fn plan_with_heads(
         }
     }
     let heads = (0..n).filter(|&id| head_of[id] == id).collect();
+    for &id in &graph.by_load {
+        if !matches!(graph.nodes[id].rescale, crate::rescale::Rule::Keyed { .. }) {
+            return Err(PlanError::KeyGroups {
+                uid: uids[id].clone(),
+                message: "`key_groups_by_load` is for an operator with keyed state (a keyed \
+                          process, reduce, aggregate or window)"
+                    .into(),
+            });
+        }
+    }
+    let mut key_groups = vec![None; n];
+    for (&id, table) in &graph.key_groups {
+        let fits = table.len() == cfg.max_parallelism
+            && table.iter().all(|&s| (s as usize) < parallelism[id]);
+        if head_of.get(id) != Some(&id) || !fits {
+            return Err(PlanError::KeyGroups {
+                uid: uids[id].clone(),
+                message: format!(
+                    "its key-group table ({} groups) does not fit the operator ({} key groups, parallelism {}, {})",
+                    table.len(),
+                    cfg.max_parallelism,
+                    parallelism[id],
+                    if head_of[id] == id { "heads its chain" } else { "chained to its input" }
+                ),
+            });
+        }
+        key_groups[id] = Some(table.clone());
+    }
     Ok(Plan {
         uids,
         parallelism,
@@ -234,6 +287,7 @@ pub(crate) fn plan_with_heads(
         chained,
         heads,
         head_of,
+        key_groups,
     })
 }
 
@@ -254,6 +308,9 @@ pub(crate) type LiveConfig = Arc<crate::sync::Mutex<HashMap<String, Vec<(String,
 /// live config changes and whether its batches adapt now.
 pub(crate) struct OperatorRegistry {
     pub(crate) counters: Vec<Vec<Arc<OperatorCounters>>>,
+    /// Per node: the records its keyed inputs sent to each key group (counted by every
+    /// deployment's routers until the node's key groups are assigned again).
+    pub(crate) loads: Vec<std::sync::Arc<crate::partition::KeyGroupLoad>>,
     pub(crate) live_config: LiveConfig,
     pub(crate) adapt_batches: crate::partition::AdaptBatches,
 }
@@ -274,10 +331,16 @@ impl OperatorRegistry {
     /// `adapt_batches`.
     pub(crate) fn new(
         plan: &Plan,
+        max_parallelism: usize,
         live_config: LiveConfig,
         adapt_batches: crate::partition::AdaptBatches,
     ) -> Self {
         OperatorRegistry {
+            loads: plan
+                .parallelism
+                .iter()
+                .map(|_| std::sync::Arc::new(crate::partition::KeyGroupLoad::new(max_parallelism)))
+                .collect(),
             counters: plan
                 .parallelism
                 .iter()
@@ -304,6 +367,9 @@ pub(crate) struct Restore {
     pub(crate) chains: crate::checkpoint::store::Chains,
     /// uid -> parallelism when the states were taken (where known; `rescale::fit`).
     pub(crate) parallelism: HashMap<String, usize>,
+    /// uid -> key-group table when the states were taken, of operators rebalanced by load
+    /// (the others' were by count).
+    pub(crate) key_groups: HashMap<String, std::sync::Arc<[u32]>>,
     /// The run directory a scan for the newest complete checkpoint found this one in: if
     /// its state cannot be read when the job is deployed (a damaged block, an I/O error),
     /// the newest older complete checkpoint there stands in. `None` for a savepoint or a
@@ -319,6 +385,7 @@ impl Restore {
             states: loaded.states,
             chains: loaded.chains,
             parallelism: crate::checkpoint::store::recorded_parallelism(dir),
+            key_groups: crate::checkpoint::store::recorded_key_groups(dir),
             older: None,
         }
     }
@@ -491,9 +558,8 @@ pub(crate) fn instantiate(
                             continue;
                         }
                         let owned = replay.and_then(|_| {
-                            keyed_input(graph, h, input).and_then(|e| {
-                                e.owned_by(cfg.max_parallelism, plan.parallelism[h], j)
-                            })
+                            keyed_input(graph, h, input)
+                                .and_then(|e| e.owned_by(&plan.owners(h, cfg.max_parallelism), j))
                         });
                         let gate = port.gate(rxs, head, replay, owned).map_err(|message| {
                             TaskError::Checkpoint {
@@ -674,6 +740,9 @@ impl ChainBuilder<'_> {
                         batch_size: edge_batch_size(self.graph, self.cfg, e),
                         subtask: j,
                         max_parallelism: self.cfg.max_parallelism,
+                        owners: self.plan.owners(e.to, self.cfg.max_parallelism),
+                        load: self.registry.loads.get(e.to).cloned(),
+                        load_when_single: self.graph.by_load.contains(&e.to),
                         target_uid: std::sync::Arc::new(self.plan.uids[e.to].clone()),
                         routed_before: self.routed_before.get(&ei).copied().unwrap_or(0),
                         adaptive_batch: self.registry.adapt_batches.clone(),
@@ -706,6 +775,9 @@ impl ChainBuilder<'_> {
                 name: node.name.clone(),
                 subtask: j,
                 parallelism: self.plan.parallelism[n],
+                key_groups: matches!(node.rescale, crate::rescale::Rule::Keyed { .. })
+                    .then(|| self.plan.owners(n, self.cfg.max_parallelism).range_of(j))
+                    .flatten(),
             }),
             counters: self.registry.counters[n][j].clone(),
             config: self.cfg.clone(),
@@ -767,8 +839,13 @@ pub struct VertexInfo {
     pub parallelism: usize,
     /// The uids of the operators in the chain, first to last.
     pub operators: Vec<String>,
-    /// For a vertex with keyed state: the key groups each subtask owns, in subtask order.
+    /// For a vertex with keyed state whose subtasks each own one range of key groups (by
+    /// count, the default): each subtask's range, in subtask order. `None` when rebalanced by
+    /// load into several ranges: see [`key_group_runs`](Self::key_group_runs).
     pub key_groups: Option<Vec<std::ops::Range<usize>>>,
+    /// For a vertex with keyed state: the key groups each subtask owns as runs of consecutive
+    /// groups, in subtask order.
+    pub key_group_runs: Option<Vec<Vec<std::ops::Range<usize>>>>,
     /// The edges into it from other vertices, in the order of its inputs (a source has none).
     pub inputs: Vec<VertexInput>,
 }
@@ -792,6 +869,15 @@ pub(crate) fn vertices(graph: &Graph, plan: &Plan, max_parallelism: usize) -> Ve
             let members: Vec<usize> = (0..plan.uids.len())
                 .filter(|&n| plan.head_of[n] == h)
                 .collect();
+            let runs: Option<Vec<Vec<std::ops::Range<usize>>>> = members
+                .iter()
+                .any(|&n| matches!(graph.nodes[n].rescale, crate::rescale::Rule::Keyed { .. }))
+                .then(|| {
+                    let owners = plan.owners(h, max_parallelism);
+                    (0..plan.parallelism[h])
+                        .map(|s| owners.runs_of(s))
+                        .collect()
+                });
             VertexInfo {
                 id: plan.uids[h].clone(),
                 name: members
@@ -800,20 +886,16 @@ pub(crate) fn vertices(graph: &Graph, plan: &Plan, max_parallelism: usize) -> Ve
                     .collect::<Vec<_>>()
                     .join(" -> "),
                 parallelism: plan.parallelism[h],
-                key_groups: members
-                    .iter()
-                    .any(|&n| matches!(graph.nodes[n].rescale, crate::rescale::Rule::Keyed { .. }))
-                    .then(|| {
-                        (0..plan.parallelism[h])
-                            .map(|s| {
-                                crate::key_group::key_group_range(
-                                    s,
-                                    max_parallelism,
-                                    plan.parallelism[h],
-                                )
-                            })
-                            .collect()
-                    }),
+                key_groups: runs.as_ref().and_then(|runs| {
+                    runs.iter()
+                        .map(|r| match r.as_slice() {
+                            [] => Some(0..0),
+                            [one] => Some(one.clone()),
+                            _ => None,
+                        })
+                        .collect()
+                }),
+                key_group_runs: runs,
                 operators: members.iter().map(|&n| plan.uids[n].clone()).collect(),
                 inputs: inputs_of(graph, plan, h),
             }

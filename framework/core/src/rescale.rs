@@ -3,8 +3,9 @@
 //!
 //! Every operator node carries a [`Rule`], set where its type is known (`stream`): stateless
 //! operators need nothing; keyed operators (both keyed forms) store their per-key state by key
-//! group, so a new subtask takes exactly the groups of its range
-//! ([`key_group_range`]) from whichever old subtasks held them; per-subtask state of derived
+//! group, so a new subtask takes exactly the groups it owns (its range by count, or its
+//! groups in a table made by load: [`Owners`]) from whichever old subtasks held them, and a
+//! rebalance by load is a change of owners at the same parallelism; per-subtask state of derived
 //! operators (`#[weir(operator_state)]`) is split or unioned field by field, as Flink's
 //! operator list state. Sources and sinks keep state that belongs to one subtask (a read
 //! position, staged output) and refuse with their reason. The in-flight data of unaligned
@@ -30,7 +31,7 @@ pub(crate) use channels::{ChannelInput, Dealing};
 
 use crate::checkpoint::store::{Chained, Chains};
 use crate::hooks::{Redistribution, StateField, StateScope};
-use crate::key_group::key_group_range;
+use crate::key_group::Owners;
 use crate::state::changes;
 
 /// What a rescale did ([`JobHandle::rescale`](crate::JobHandle::rescale)).
@@ -48,6 +49,45 @@ pub struct RescaleReport {
     /// From the sources' pause at the rescale barrier to the new subtasks running: the time
     /// no new input entered the job.
     pub pause: Duration,
+    /// Operators whose key groups were assigned again by load (a rebalance, or a rescale of
+    /// an operator set to [`key_groups_by_load`](crate::DataStream::key_groups_by_load)).
+    pub rebalanced: Vec<Rebalanced>,
+}
+
+/// One operator's key groups assigned again by observed load.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Rebalanced {
+    /// The operator's uid.
+    pub uid: String,
+    /// The load the key groups were assigned by (records its inputs sent it since its key
+    /// groups were last assigned), as the old assignment dealt it: per old subtask.
+    pub load_before: Vec<u64>,
+    /// The same records as the new assignment deals them: per new subtask.
+    pub load_after: Vec<u64>,
+    /// Key groups whose subtask changed (at the same parallelism; at another, the rescale
+    /// moves most of them anyway).
+    pub moved: usize,
+}
+
+impl Rebalanced {
+    /// The hottest subtask's share of the load before and after (0 to 1).
+    ///
+    /// ```
+    /// # fn show(r: &weir::Rebalanced) {
+    /// let (before, after) = r.hottest_share();
+    /// println!("hottest subtask: {:.0} % -> {:.0} %", before * 100.0, after * 100.0);
+    /// # }
+    /// ```
+    pub fn hottest_share(&self) -> (f64, f64) {
+        let share = |v: &[u64]| {
+            let total: u64 = v.iter().sum();
+            v.iter()
+                .max()
+                .map_or(0.0, |&m| m as f64 / total.max(1) as f64)
+        };
+        (share(&self.load_before), share(&self.load_after))
+    }
 }
 
 /// Rescales of a job so far (`numRescales`, and the last one's report).
@@ -185,16 +225,16 @@ impl Rule {
 pub(crate) fn redistribute(
     rule: &Rule,
     old: &[(usize, Vec<u8>)],
-    new_parallelism: usize,
-    max_parallelism: usize,
+    new: &Owners,
 ) -> Result<Vec<(usize, Vec<u8>)>, String> {
     if old.is_empty() {
         return Ok(Vec::new());
     }
+    let new_parallelism = new.parallelism();
     match rule {
         Rule::Stateless => Ok(Vec::new()),
         Rule::Refused(why) => Err(why.clone()),
-        Rule::Keyed { own } => keyed(own.as_deref(), old, new_parallelism, max_parallelism),
+        Rule::Keyed { own } => keyed(own.as_deref(), old, new),
         Rule::Subtask(fields) => {
             let snaps = old
                 .iter()
@@ -221,12 +261,11 @@ pub fn deal_keyed(
     redistribute(
         &Rule::Keyed { own: None },
         old,
-        new_parallelism,
-        max_parallelism,
+        &Owners::by_count(max_parallelism, new_parallelism),
     )
 }
 
-/// Key groups: every new subtask gets the groups of its range, from every old payload.
+/// Key groups: every new subtask gets the groups `new` assigns it, from every old payload.
 ///
 /// Works on the payloads' bytes: each key group's `[group, entries]` pair is found by its
 /// CBOR item heads ([`held_groups`]), no entry decoded, and a new subtask's payload is the
@@ -235,9 +274,9 @@ pub fn deal_keyed(
 fn keyed(
     own: Option<&[(String, Redistribution)]>,
     old: &[(usize, Vec<u8>)],
-    new_parallelism: usize,
-    max_parallelism: usize,
+    new: &Owners,
 ) -> Result<Vec<(usize, Vec<u8>)>, String> {
+    let (max_parallelism, new_parallelism) = (new.max_parallelism(), new.parallelism());
     // Per key group: the old subtask that held it and the bytes of its pair.
     let mut groups: Vec<Option<(usize, &[u8])>> = vec![None; max_parallelism];
     let mut owns = Vec::new();
@@ -267,12 +306,10 @@ fn keyed(
     };
     let mut out = Vec::with_capacity(new_parallelism);
     for j in 0..new_parallelism {
-        let range = key_group_range(j, max_parallelism, new_parallelism);
-        let mine: Vec<&[u8]> = groups
-            .get(range)
-            .unwrap_or_default()
-            .iter()
-            .flatten()
+        let mine: Vec<&[u8]> = new
+            .runs_of(j)
+            .into_iter()
+            .flat_map(|run| groups.get(run).unwrap_or_default().iter().flatten())
             .map(|(_, pair)| *pair)
             .collect();
         let size: usize = mine.iter().map(|pair| pair.len()).sum();
@@ -294,25 +331,30 @@ fn keyed(
     Ok(out)
 }
 
-/// What each old subtask's chain (`chained`, at parallelism `had`) holds of each new
-/// subtask's key-group range (at `now`): one (old subtask, payload) per pair whose ranges
-/// meet, each read from only the runs' blocks of those groups, each with the old subtask's
-/// own fields ([`keyed`] takes them once per old subtask).
+/// What each old subtask's chain (`chained`, assigned by `had`) holds of each new
+/// subtask's key groups (assigned by `now`): one (old subtask, payload) per run of
+/// consecutive groups that an old and a new subtask share, each read from only the runs'
+/// blocks of those groups, each with the old subtask's own fields ([`keyed`] takes them once
+/// per old subtask).
 fn read_ranges(
     chained: &[(usize, Chained)],
-    had: usize,
-    now: usize,
-    max_parallelism: usize,
+    had: &Owners,
+    now: &Owners,
 ) -> Result<Vec<(usize, Vec<u8>)>, String> {
     let mut parts = Vec::new();
     for (i, chain) in chained {
-        let old = key_group_range(*i, max_parallelism, had);
-        for j in 0..now {
-            let new = key_group_range(j, max_parallelism, now);
-            let meet = old.start.max(new.start)..old.end.min(new.end);
-            if meet.is_empty() {
+        let mut runs: Vec<std::ops::Range<usize>> = Vec::new();
+        for kg in 0..now.max_parallelism() {
+            if had.owner(kg) != *i {
                 continue;
             }
+            let j = now.owner(kg);
+            match runs.last_mut() {
+                Some(r) if r.end == kg && now.owner(r.start) == j => r.end = kg + 1,
+                _ => runs.push(kg..kg + 1),
+            }
+        }
+        for meet in runs {
             let part = chain
                 .payload_of(meet)
                 .map_err(|why| format!("old subtask {i}: {why}"))?;
@@ -498,13 +540,15 @@ pub(crate) fn fit(
     states: &mut HashMap<(String, usize), Vec<u8>>,
     chains: Chains,
     old_parallelism: &HashMap<String, usize>,
-    operators: &[(String, usize, &Rule)],
+    old_key_groups: &HashMap<String, std::sync::Arc<[u32]>>,
+    operators: &[(String, Owners, &Rule)],
     inputs: &[ChannelInput],
     max_parallelism: usize,
 ) -> Result<Vec<String>, String> {
     let mut chains = chains;
     let mut moved = Vec::new();
-    for (uid, new_p, rule) in operators {
+    for (uid, new_owners, rule) in operators {
+        let new_p = &new_owners.parallelism();
         let mut old: Vec<(usize, Vec<u8>)> = Vec::new();
         let keys: Vec<(String, usize)> = states.keys().filter(|(u, _)| u == uid).cloned().collect();
         for key in keys {
@@ -535,11 +579,18 @@ pub(crate) fn fit(
                 ));
             }
         }
-        match had {
-            Some(had) if had != *new_p && ranged && !chained.is_empty() => {
-                let parts = read_ranges(&chained, had, *new_p, max_parallelism)
+        // Keyed state moves when its key groups' owners changed: with the parallelism, or
+        // by a rebalance (other operators chained to a rebalanced one keep theirs).
+        let keyed = matches!(rule, Rule::Keyed { .. });
+        let old_owners = had.map(|had| Owners::of(old_key_groups.get(uid), max_parallelism, had));
+        let changed = |had: usize| {
+            had != *new_p || (keyed && old_owners.as_ref().is_some_and(|o| o != new_owners))
+        };
+        match (had, &old_owners) {
+            (Some(had), Some(old_owners)) if changed(had) && ranged && !chained.is_empty() => {
+                let parts = read_ranges(&chained, old_owners, new_owners)
                     .map_err(|why| format!("operator `{uid}`: {why}"))?;
-                let dealt = redistribute(rule, &parts, *new_p, max_parallelism).map_err(|why| {
+                let dealt = redistribute(rule, &parts, new_owners).map_err(|why| {
                     format!("operator `{uid}` cannot go from parallelism {had} to {new_p}: {why}")
                 })?;
                 moved.push(uid.clone());
@@ -559,8 +610,8 @@ pub(crate) fn fit(
             }
         }
         match had {
-            Some(had) if had != *new_p && !old.is_empty() => {
-                let dealt = redistribute(rule, &old, *new_p, max_parallelism).map_err(|why| {
+            Some(had) if changed(had) && !old.is_empty() => {
+                let dealt = redistribute(rule, &old, new_owners).map_err(|why| {
                     format!("operator `{uid}` cannot go from parallelism {had} to {new_p}: {why}")
                 })?;
                 moved.push(uid.clone());
@@ -577,12 +628,21 @@ pub(crate) fn fit(
     }
     let now: HashMap<&str, usize> = operators
         .iter()
-        .map(|(uid, p, _)| (uid.as_str(), *p))
+        .map(|(uid, o, _)| (uid.as_str(), o.parallelism()))
         .collect();
+    let tables: HashMap<&str, std::sync::Arc<[u32]>> = operators
+        .iter()
+        .filter_map(|(uid, o, _)| Some((uid.as_str(), o.shared_table()?.clone())))
+        .collect();
+    let tables = channels::Tables {
+        old: old_key_groups,
+        new: &tables,
+    };
     moved.extend(channels::fit(
         states,
         old_parallelism,
         &now,
+        tables,
         inputs,
         max_parallelism,
     )?);
@@ -596,6 +656,32 @@ mod tests {
     use std::collections::BTreeMap;
 
     type Groups = Vec<(usize, Vec<(u64, u64)>)>;
+
+    /// [`super::redistribute`] to `to` subtasks by count.
+    fn redistribute(
+        rule: &Rule,
+        old: &[(usize, Vec<u8>)],
+        to: usize,
+        max: usize,
+    ) -> Result<Vec<(usize, Vec<u8>)>, String> {
+        super::redistribute(rule, old, &Owners::by_count(max, to))
+    }
+
+    /// [`super::fit`] with every operator's key groups by count.
+    fn fit(
+        states: &mut HashMap<(String, usize), Vec<u8>>,
+        chains: Chains,
+        had: &HashMap<String, usize>,
+        ops: &[(String, usize, &Rule)],
+        inputs: &[ChannelInput],
+        max: usize,
+    ) -> Result<Vec<String>, String> {
+        let ops: Vec<(String, Owners, &Rule)> = ops
+            .iter()
+            .map(|(u, p, r)| (u.clone(), Owners::by_count(max, *p), *r))
+            .collect();
+        super::fit(states, chains, had, &HashMap::new(), &ops, inputs, max)
+    }
 
     fn keyed_payloads(keys: std::ops::Range<u64>, p: usize, max: usize) -> Vec<(usize, Vec<u8>)> {
         let mut per: Vec<BTreeMap<usize, Vec<(u64, u64)>>> = vec![BTreeMap::new(); p];
@@ -876,6 +962,78 @@ mod tests {
             all.extend(get("offsets").into_array().unwrap());
         }
         assert_eq!(Value::Array(all), ints(&[1, 2, 3, 4]));
+    }
+
+    /// A table that puts every third key group on subtask 0 and deals the rest round robin
+    /// over `p` (non-contiguous runs on every subtask).
+    fn scattered(max: usize, p: usize) -> Owners {
+        let table = (0..max)
+            .map(|kg| if kg % 3 == 0 { 0 } else { (kg % p) as u32 })
+            .collect();
+        Owners::table(table, p).unwrap()
+    }
+
+    #[test]
+    fn a_rebalance_deals_keyed_state_by_table_and_back() {
+        let max = 16;
+        let rule = Rule::Keyed { own: None };
+        for p in [2, 3, 4] {
+            for to in [p, p + 1, 1] {
+                let table = scattered(max, p);
+                let old = keyed_payloads(0..500, p, max);
+                // By count -> by table (a rebalance when `to == p`).
+                let mut states: HashMap<(String, usize), Vec<u8>> = old
+                    .iter()
+                    .map(|(j, b)| (("count".to_owned(), *j), b.clone()))
+                    .collect();
+                let target = scattered(max, to);
+                let ops = [("count".to_owned(), target.clone(), &rule)];
+                let had = HashMap::from([("count".to_owned(), p)]);
+                let moved = super::fit(
+                    &mut states,
+                    Chains::new(),
+                    &had,
+                    &HashMap::new(),
+                    &ops,
+                    &[],
+                    max,
+                )
+                .unwrap();
+                assert_eq!(moved, vec!["count".to_owned()], "{p} -> {to}");
+                let mut seen = 0;
+                for ((_, j), payload) in &states {
+                    let groups: Groups = crate::checkpoint::decode(payload).unwrap();
+                    for (kg, entries) in groups {
+                        assert_eq!(target.owner(kg), *j, "{p} -> {to}");
+                        seen += entries.len();
+                    }
+                }
+                assert_eq!(seen, 500);
+                // And back to by count, from the table the states were taken with.
+                let tables: HashMap<String, std::sync::Arc<[u32]>> = target
+                    .shared_table()
+                    .map(|t| ("count".to_owned(), t.clone()))
+                    .into_iter()
+                    .collect();
+                let had = HashMap::from([("count".to_owned(), to)]);
+                let ops = [("count".to_owned(), Owners::by_count(max, p), &rule)];
+                super::fit(&mut states, Chains::new(), &had, &tables, &ops, &[], max).unwrap();
+                let mut back: Vec<(usize, Vec<u8>)> =
+                    states.iter().map(|((_, j), b)| (*j, b.clone())).collect();
+                back.sort();
+                assert_eq!(back, old, "{p} -> {to} -> {p}");
+                // The same table before and after: nothing moves.
+                let mut states: HashMap<(String, usize), Vec<u8>> = HashMap::new();
+                let ops = [("count".to_owned(), table.clone(), &rule)];
+                let tables =
+                    HashMap::from([("count".to_owned(), table.shared_table().unwrap().clone())]);
+                states.insert(("count".to_owned(), 0), old[0].1.clone());
+                let had = HashMap::from([("count".to_owned(), p)]);
+                let moved =
+                    super::fit(&mut states, Chains::new(), &had, &tables, &ops, &[], max).unwrap();
+                assert!(moved.is_empty());
+            }
+        }
     }
 
     #[test]

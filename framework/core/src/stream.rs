@@ -386,6 +386,42 @@ impl<T: Data> DataStream<T> {
         self
     }
 
+    /// Assigns the key groups of the keyed operator that produced this stream by observed
+    /// load whenever it is rescaled, instead of by count: the records its inputs sent to
+    /// each key group since its key groups were last assigned are dealt so that the hottest
+    /// subtask carries as little as the groups allow ([`balance_by_load`]). A running job
+    /// can also rebalance any keyed operator at its parallelism now with
+    /// [`JobHandle::rebalance`](crate::JobHandle::rebalance). Refused when the job is planned
+    /// for an operator without keyed state.
+    ///
+    /// ```no_run
+    /// use weir::Env;
+    ///
+    /// let env = Env::new();
+    /// env.from_collection((0u64..1_000).map(|i| (i % 10, 1u64)).collect())
+    ///     .key_by(|r: &(u64, u64)| r.0)
+    ///     .reduce(|a, b| (a.0, a.1 + b.1))
+    ///     .uid("sum")
+    ///     .key_groups_by_load()
+    ///     .collect();
+    /// ```
+    ///
+    /// [`balance_by_load`]: crate::key_group::balance_by_load
+    pub fn key_groups_by_load(self) -> Self {
+        let mut g = self.graph.borrow_mut();
+        match self.producers.as_slice() {
+            [(id, _)] => {
+                let id = g.settable(*id);
+                g.by_load.insert(id);
+            }
+            _ => g.errors.push(PlanError::NotAnOperator {
+                method: "key_groups_by_load",
+            }),
+        }
+        drop(g);
+        self
+    }
+
     /// Backs up the operator that produced this stream with the default [`BackupPolicy`](crate::BackupPolicy)
     /// (heartbeat every 50 ms, timeout 250 ms): each subtask gets an active backup on another
     /// thread, fed the same batches, which takes over in milliseconds when the primary

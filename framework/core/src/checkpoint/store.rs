@@ -138,6 +138,10 @@ pub(crate) struct CheckpointMetadata {
     pub(crate) states: BTreeMap<String, BTreeMap<usize, String>>,
     /// uid -> parallelism when taken.
     pub(crate) parallelism: BTreeMap<String, usize>,
+    /// uid -> key-group table (key group -> subtask) when taken, of the operators whose key
+    /// groups were assigned by load; the others' were by count.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub(crate) key_groups: BTreeMap<String, Vec<u32>>,
     /// Total bytes of the state files.
     pub(crate) size: u64,
     /// The runs (`shared/..`) that incremental state files of this checkpoint reference:
@@ -165,6 +169,7 @@ impl CheckpointMetadata {
             job: "j".into(),
             states,
             parallelism: BTreeMap::new(),
+            key_groups: BTreeMap::new(),
             size,
             runs,
             crc32: None,
@@ -737,6 +742,21 @@ pub(crate) fn copy_to(root: &Path, id: u64, dest: &Path) -> Result<(), Checkpoin
 pub(crate) fn recorded_parallelism(dir: &Path) -> std::collections::HashMap<String, usize> {
     read_metadata_at(dir)
         .map(|m| m.parallelism.into_iter().collect())
+        .unwrap_or_default()
+}
+
+/// The key-group tables the metadata in `dir` records (uid -> table), of the operators whose
+/// key groups were assigned by load.
+pub(crate) fn recorded_key_groups(
+    dir: &Path,
+) -> std::collections::HashMap<String, std::sync::Arc<[u32]>> {
+    read_metadata_at(dir)
+        .map(|m| {
+            m.key_groups
+                .into_iter()
+                .map(|(uid, t)| (uid, t.into()))
+                .collect()
+        })
         .unwrap_or_default()
 }
 

@@ -70,6 +70,8 @@ pub(crate) enum RescaleTarget {
     Operators(Vec<(String, usize)>),
     /// Every operator that follows the job's default parallelism and can be rescaled.
     Job(usize),
+    /// This keyed operator's key groups assigned again by observed load, at its parallelism.
+    Rebalance(String),
 }
 
 /// A rescale command.

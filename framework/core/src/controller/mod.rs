@@ -220,6 +220,7 @@ impl JobContext {
         });
         let registry = OperatorRegistry::new(
             &plan,
+            cfg.max_parallelism,
             views.live_config.clone(),
             crate::partition::AdaptBatches::new(&cfg),
         );

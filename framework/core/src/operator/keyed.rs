@@ -11,7 +11,7 @@ use super::{Collector, Control, OpCore, Output};
 use crate::checkpoint::StateWriter;
 use crate::error::TaskError;
 use crate::hooks::{StateError, StateSnapshot};
-use crate::key_group::{key_group_of, key_group_range};
+use crate::key_group::key_group_of;
 use crate::metrics::QueueUsage;
 use crate::state::changes::{is_timed, KeyedImage};
 use crate::state::promoted::Promoted;
@@ -248,15 +248,14 @@ where
     groups.into_iter().collect()
 }
 
+/// The key groups a keyed subtask's state file says it covers: its range, if it has one.
+fn envelope_range(info: &super::OperatorInfo) -> Option<(usize, usize)> {
+    info.key_groups.as_ref().map(|r| (r.start, r.end))
+}
+
 /// Adds a keyed subtask's snapshot `payload` to `w`, with the key groups it owns.
-pub(crate) fn put_keyed(
-    w: &mut StateWriter,
-    info: &super::OperatorInfo,
-    max_parallelism: usize,
-    payload: Vec<u8>,
-) {
-    let range = key_group_range(info.subtask, max_parallelism, info.parallelism);
-    w.put(&info.uid, Some((range.start, range.end)), payload);
+pub(crate) fn put_keyed(w: &mut StateWriter, info: &super::OperatorInfo, payload: Vec<u8>) {
+    w.put(&info.uid, envelope_range(info), payload);
 }
 
 impl<KF, K, P, I, O> KeyedOp<KF, K, P, I, O>
@@ -397,8 +396,7 @@ where
         }
         self.handed = (delta.index.len(), delta.bytes.len());
         let info = &self.core.info;
-        let range = key_group_range(info.subtask, self.max_parallelism, info.parallelism);
-        w.put_changes(&info.uid, Some((range.start, range.end)), delta);
+        w.put_changes(&info.uid, envelope_range(info), delta);
         Ok(())
     }
 
@@ -526,7 +524,7 @@ where
                     // a full checkpoint's, and the chain starts again after it.
                     Some(inc) if payload.len() > u32::MAX as usize => {
                         inc.taken_whole();
-                        put_keyed(w, &self.core.info, self.max_parallelism, payload);
+                        put_keyed(w, &self.core.info, payload);
                         return Ok(());
                     }
                     Some(inc) => inc.whole(id, root, &mut self.state, payload, own),
@@ -535,8 +533,7 @@ where
             }
         };
         let info = &self.core.info;
-        let range = key_group_range(info.subtask, self.max_parallelism, info.parallelism);
-        w.put_chain(&info.uid, Some((range.start, range.end)), part);
+        w.put_chain(&info.uid, envelope_range(info), part);
         Ok(())
     }
 
@@ -765,7 +762,7 @@ where
             inc.taken_whole();
         }
         let payload = self.whole_payload()?;
-        put_keyed(w, &self.core.info, self.max_parallelism, payload);
+        put_keyed(w, &self.core.info, payload);
         Ok(())
     }
     fn notify_complete(&mut self, id: u64) -> Result<(), TaskError> {

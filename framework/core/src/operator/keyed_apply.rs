@@ -168,7 +168,7 @@ where
         let groups = by_key_group(&self.table, self.max_parallelism);
         let payload =
             crate::checkpoint::encode(&(&own, &groups)).map_err(|e| core.state_error(e))?;
-        put_keyed(w, &core.info, self.max_parallelism, payload);
+        put_keyed(w, &core.info, payload);
         Ok(())
     }
     fn notify_complete(&mut self, id: u64) -> Result<(), TaskError> {

@@ -265,6 +265,10 @@ pub struct OperatorInfo {
     pub subtask: usize,
     /// The operator's parallelism.
     pub parallelism: usize,
+    /// The key groups of a keyed operator's subtask, when they are one range (always by
+    /// count, the default; `None` when rebalanced by load into several ranges, and for
+    /// operators without keyed state).
+    pub key_groups: Option<std::ops::Range<usize>>,
 }
 
 /// What every operator has: identity, counters, an output buffer and the next output.

@@ -30,7 +30,15 @@ use std::collections::{BTreeSet, HashMap};
 
 use ciborium::Value;
 
-use crate::key_group::subtask_for_key_group;
+use crate::key_group::Owners;
+
+/// The key-group tables of operators rebalanced by load (uid -> table) when the states were
+/// taken (`old`) and now (`new`); an operator in neither has its key groups by count.
+#[derive(Clone, Copy)]
+pub(crate) struct Tables<'a> {
+    pub(crate) old: &'a HashMap<String, std::sync::Arc<[u32]>>,
+    pub(crate) new: &'a HashMap<&'a str, std::sync::Arc<[u32]>>,
+}
 
 /// How the channel state of one logical input follows a change of parallelism.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -72,6 +80,7 @@ pub(crate) fn fit(
     states: &mut HashMap<(String, usize), Vec<u8>>,
     old: &HashMap<String, usize>,
     new: &HashMap<&str, usize>,
+    tables: Tables<'_>,
     inputs: &[ChannelInput],
     max_parallelism: usize,
 ) -> Result<Vec<String>, String> {
@@ -113,7 +122,11 @@ pub(crate) fn fit(
                 .zip(new.get(u.as_str()))
                 .is_none_or(|(a, b)| a != b)
         });
-        if had == now && !senders_changed {
+        let (old_table, new_table) = (
+            tables.old.get(&input.owner),
+            tables.new.get(input.owner.as_str()),
+        );
+        if had == now && !senders_changed && old_table == new_table {
             continue;
         }
         let mut by_old: Vec<(usize, Vec<u8>)> = keys
@@ -143,7 +156,11 @@ pub(crate) fn fit(
             ));
         }
         by_old.sort_by_key(|(j, _)| *j);
-        let parts = deal(&by_old, had, now, input.dealing, max_parallelism)
+        let owners = (
+            Owners::of(old_table, max_parallelism, had.max(1)),
+            Owners::of(new_table, max_parallelism, now.max(1)),
+        );
+        let parts = deal(&by_old, owners, now, input.dealing)
             .map_err(|why| format!("channel state `{uid}`: {why}"))?;
         for (j, payload) in parts {
             states.insert((uid.clone(), j), payload);
@@ -157,10 +174,9 @@ pub(crate) fn fit(
 /// dealt to `now` subtasks, watermarks dropped; subtasks that get nothing are left out.
 fn deal(
     old: &[(usize, Vec<u8>)],
-    had: usize,
+    (had, owners): (Owners, Owners),
     now: usize,
     dealing: Dealing,
-    max_parallelism: usize,
 ) -> Result<Vec<(usize, Vec<u8>)>, String> {
     let mut entries: Vec<(usize, Vec<Value>)> = Vec::with_capacity(old.len());
     for (j, payload) in old {
@@ -173,10 +189,10 @@ fn deal(
     let mut takes: Vec<BTreeSet<usize>> = vec![BTreeSet::new(); now];
     match dealing {
         Dealing::ByKeyGroup => {
-            for kg in 0..max_parallelism {
-                let from = subtask_for_key_group(kg, max_parallelism, had.max(1));
-                let to = subtask_for_key_group(kg, max_parallelism, now.max(1));
-                takes[to].insert(from);
+            for kg in 0..owners.max_parallelism() {
+                if let Some(t) = takes.get_mut(owners.owner(kg)) {
+                    t.insert(had.owner(kg));
+                }
             }
         }
         Dealing::Any | Dealing::Forward | Dealing::Not(_) => {

@@ -130,6 +130,7 @@ fn stats_json(job: &JobMonitor) -> Value {
             "id": v.id,
             "parallelism": v.parallelism,
             "keyGroups": v.key_groups.as_ref().map(|r| r.iter().map(|g| [g.start, g.end]).collect::<Vec<_>>()),
+            "keyGroupRuns": v.key_group_runs.as_ref().map(|per| per.iter().map(|runs| runs.iter().map(|g| [g.start, g.end]).collect::<Vec<_>>()).collect::<Vec<_>>()),
         })).collect::<Vec<_>>(),
     })
 }
@@ -141,6 +142,9 @@ fn report_json(r: &RescaleReport) -> Value {
             "uid": c.uid, "from": c.from, "to": c.to,
         })).collect::<Vec<_>>(),
         "kept": r.kept.iter().map(|(uid, why)| json!({ "uid": uid, "reason": why })).collect::<Vec<_>>(),
+        "rebalanced": r.rebalanced.iter().map(|b| json!({
+            "uid": b.uid, "loadBefore": b.load_before, "loadAfter": b.load_after, "moved": b.moved,
+        })).collect::<Vec<_>>(),
         "durationMs": ms(r.duration),
         "pauseMs": ms(r.pause),
     })

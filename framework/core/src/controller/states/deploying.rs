@@ -309,7 +309,7 @@ pub(super) fn deploy_from(
 /// Deals the state of every operator whose parallelism changed since `restore` was taken to
 /// its subtasks now (`rescale::fit`).
 pub(super) fn fit_restore(ctx: &JobContext, restore: &mut Restore) -> Result<(), String> {
-    let operators: Vec<(String, usize, &crate::rescale::Rule)> = ctx
+    let operators: Vec<(String, crate::key_group::Owners, &crate::rescale::Rule)> = ctx
         .plan
         .uids
         .iter()
@@ -317,7 +317,7 @@ pub(super) fn fit_restore(ctx: &JobContext, restore: &mut Restore) -> Result<(),
         .map(|(n, uid)| {
             (
                 uid.clone(),
-                ctx.plan.parallelism[n],
+                ctx.plan.owners(n, ctx.cfg.max_parallelism),
                 &ctx.graph.nodes[n].rescale,
             )
         })
@@ -326,6 +326,7 @@ pub(super) fn fit_restore(ctx: &JobContext, restore: &mut Restore) -> Result<(),
         &mut restore.states,
         std::mem::take(&mut restore.chains),
         &restore.parallelism,
+        &restore.key_groups,
         &operators,
         &channel_inputs(ctx),
         ctx.cfg.max_parallelism,
@@ -334,6 +335,7 @@ pub(super) fn fit_restore(ctx: &JobContext, restore: &mut Restore) -> Result<(),
         tracing::info!(checkpoint = restore.checkpoint, operators = ?moved, "state dealt to a new parallelism");
     }
     restore.parallelism.extend(ctx.plan.parallelism_by_uid());
+    restore.key_groups = ctx.plan.key_groups_by_uid().collect();
     Ok(())
 }
 

@@ -229,10 +229,12 @@ async fn forward(ctx: &mut JobContext, dep: Deployment, pending: PendingReplace)
         states: payloads,
         chains: Default::default(),
         parallelism: ctx.plan.parallelism_by_uid().collect(),
+        key_groups: ctx.plan.key_groups_by_uid().collect(),
         older: None,
     };
     let registry = OperatorRegistry::new(
         &plan,
+        ctx.cfg.max_parallelism,
         ctx.registry.live_config.clone(),
         ctx.registry.adapt_batches.clone(),
     );

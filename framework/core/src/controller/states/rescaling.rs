@@ -23,7 +23,7 @@ use crate::controller::JobContext;
 use crate::error::JobError;
 use crate::graph::NodeId;
 use crate::plan::{Plan, Restore};
-use crate::rescale::{ParallelismChange, RescaleError, RescaleReport};
+use crate::rescale::{ParallelismChange, Rebalanced, RescaleError, RescaleReport};
 use crate::sync::lock;
 use crate::task::{NotifyComplete, Resume};
 
@@ -38,6 +38,10 @@ pub(crate) struct Prepared {
     plan: Plan,
     /// Nodes whose parallelism changes, and to what.
     nodes: Vec<(NodeId, usize)>,
+    /// Nodes whose key-group table changes, and to what (None: by count).
+    tables: Vec<(NodeId, Option<std::sync::Arc<[u32]>>)>,
+    /// What each rebalance by load does.
+    rebalanced: Vec<(NodeId, Rebalanced)>,
     /// The job-wide default parallelism after (a job-wide rescale).
     default_parallelism: Option<usize>,
     requested: Instant,
@@ -60,9 +64,15 @@ impl Prepared {
             checkpoint: id,
             changes: self.changes.clone(),
             kept: self.kept.clone(),
+            rebalanced: self.rebalanced.iter().map(|(_, r)| r.clone()).collect(),
             duration: now.duration_since(self.requested),
             pause: now.duration_since(paused_at),
         }
+    }
+
+    /// Whether nothing would change (no parallelism, no key-group owner).
+    pub(crate) fn changes_nothing(&self) -> bool {
+        self.changes.is_empty() && self.tables.is_empty()
     }
 
     /// Waits for checkpoint `id` (its barrier pauses the sources at `now`).
@@ -107,7 +117,28 @@ impl PendingRescale {
         let mut wanted: Vec<(NodeId, usize)> = Vec::new();
         let mut kept = Vec::new();
         let mut default_parallelism = None;
+        let mut rebalance: Option<NodeId> = None;
         match target {
+            RescaleTarget::Rebalance(uid) => {
+                let Some(n) = plan.uids.iter().position(|u| u == uid) else {
+                    return Err(RescaleError::UnknownOperator {
+                        uid: uid.clone(),
+                        known: plan.uids.join(", "),
+                    });
+                };
+                let n = graph.settable(n);
+                if !matches!(graph.nodes[n].rescale, crate::rescale::Rule::Keyed { .. })
+                    || plan.head_of[n] != n
+                {
+                    return Err(RescaleError::NotRescalable {
+                        uid: uid.clone(),
+                        reason: "only a keyed operator (a keyed process, reduce, aggregate or \
+                                 window) has key groups to rebalance"
+                            .into(),
+                    });
+                }
+                rebalance = Some(n);
+            }
             RescaleTarget::Operators(list) => {
                 if list.is_empty() {
                     return Err(RescaleError::Plan(
@@ -167,16 +198,65 @@ impl PendingRescale {
             });
             nodes.push((n, p));
         }
-        let new_plan = if nodes.is_empty() {
+        // Key groups: by load for a rebalance and for an operator set to be rescaled by
+        // load; by count for any other whose parallelism changes.
+        let mut tables = Vec::new();
+        let mut rebalanced = Vec::new();
+        let mut by_load: Vec<(NodeId, usize)> = nodes
+            .iter()
+            .filter(|(n, _)| graph.by_load.contains(n))
+            .copied()
+            .collect();
+        for &(n, _) in &nodes {
+            if !graph.by_load.contains(&n) && graph.key_groups.contains_key(&n) {
+                tables.push((n, None));
+            }
+        }
+        if let Some(n) = rebalance {
+            if !nodes.iter().any(|&(m, _)| m == n) {
+                by_load.push((n, plan.parallelism[n]));
+            }
+        }
+        for (n, p) in by_load {
+            let loads = ctx.registry.loads[n].counts();
+            if rebalance == Some(n) && loads.iter().all(|&l| l == 0) {
+                return Err(RescaleError::Unsupported(format!(
+                    "operator `{}` has received no records since its key groups were last assigned: there is no load to balance by",
+                    plan.uids[n]
+                )));
+            }
+            let current = plan.owners(n, max);
+            let same_p = current.parallelism() == p;
+            let new = crate::key_group::balance_by_load(&loads, p, same_p.then_some(&current));
+            if same_p && new == current {
+                continue;
+            }
+            let moved = (0..max)
+                .filter(|&kg| current.owner(kg) != new.owner(kg))
+                .count();
+            tables.push((n, new.shared_table().cloned()));
+            rebalanced.push((
+                n,
+                Rebalanced {
+                    uid: plan.uids[n].clone(),
+                    load_before: current.subtask_loads(&loads),
+                    load_after: new.subtask_loads(&loads),
+                    moved,
+                },
+            ));
+        }
+        let new_plan = if nodes.is_empty() && tables.is_empty() {
             plan.clone()
         } else {
-            replan(ctx, &nodes).map_err(|e| RescaleError::Plan(e.to_string()))?
+            replan(ctx, &nodes, &tables).map_err(|e| RescaleError::Plan(e.to_string()))?
         };
         Ok(Prepared {
             changes,
             kept,
             plan: new_plan,
             nodes,
+            tables,
+            rebalanced,
             default_parallelism,
             requested,
         })
@@ -196,36 +276,72 @@ impl PendingRescale {
     }
 }
 
-/// The plan of the job with the parallelism of `nodes` changed (and of their parts), without
-/// changing the graph.
+/// The plan of the job with the parallelism of `nodes` and the key-group tables of `tables`
+/// changed (and of their parts), without changing the graph.
 fn replan(
     ctx: &mut JobContext,
     nodes: &[(NodeId, usize)],
+    tables: &[(NodeId, Option<std::sync::Arc<[u32]>>)],
 ) -> Result<Plan, crate::error::PlanError> {
-    let saved = set_parallelism(ctx, nodes);
+    let saved = set_layout(ctx, nodes, tables);
     let planned = crate::plan::plan(&ctx.graph, &ctx.cfg);
-    for (n, p, state) in saved {
-        ctx.graph.nodes[n].parallelism = p;
-        ctx.graph.nodes[n].initial_state = state;
-    }
+    saved.put_back(ctx);
     planned
 }
 
-/// What [`set_parallelism`] replaced: (node, parallelism, initial state).
-type Saved = Vec<(
-    NodeId,
-    Option<usize>,
-    Option<Vec<crate::hooks::StateSnapshot>>,
-)>;
+/// What [`set_layout`] replaced.
+struct Saved {
+    /// (node, parallelism, initial state).
+    nodes: Vec<(
+        NodeId,
+        Option<usize>,
+        Option<Vec<crate::hooks::StateSnapshot>>,
+    )>,
+    /// (node, key-group table).
+    tables: Vec<(NodeId, Option<std::sync::Arc<[u32]>>)>,
+}
 
-/// Sets the parallelism of `nodes` in the graph. Their initial states (one per old subtask)
-/// are dropped: from now on the job always restores a checkpoint, which wins over them.
-fn set_parallelism(ctx: &mut JobContext, nodes: &[(NodeId, usize)]) -> Saved {
-    let mut saved = Vec::new();
+impl Saved {
+    /// Puts back what was replaced.
+    fn put_back(self, ctx: &mut JobContext) {
+        for (n, p, state) in self.nodes {
+            ctx.graph.nodes[n].parallelism = p;
+            ctx.graph.nodes[n].initial_state = state;
+        }
+        for (n, table) in self.tables {
+            match table {
+                Some(t) => ctx.graph.key_groups.insert(n, t),
+                None => ctx.graph.key_groups.remove(&n),
+            };
+        }
+    }
+}
+
+/// Sets the parallelism of `nodes` and the key-group tables of `tables` in the graph. The
+/// nodes' initial states (one per old subtask) are dropped: from now on the job always
+/// restores a checkpoint, which wins over them.
+fn set_layout(
+    ctx: &mut JobContext,
+    nodes: &[(NodeId, usize)],
+    tables: &[(NodeId, Option<std::sync::Arc<[u32]>>)],
+) -> Saved {
+    let mut saved = Saved {
+        nodes: Vec::new(),
+        tables: Vec::new(),
+    };
     for &(n, p) in nodes {
         let node = &mut ctx.graph.nodes[n];
-        saved.push((n, node.parallelism, node.initial_state.take()));
+        saved
+            .nodes
+            .push((n, node.parallelism, node.initial_state.take()));
         node.parallelism = Some(p);
+    }
+    for (n, table) in tables {
+        let old = match table {
+            Some(t) => ctx.graph.key_groups.insert(*n, t.clone()),
+            None => ctx.graph.key_groups.remove(n),
+        };
+        saved.tables.push((*n, old));
     }
     saved
 }
@@ -270,9 +386,10 @@ impl Rescaling {
             states: payloads,
             chains: Default::default(),
             parallelism: ctx.plan.parallelism_by_uid().collect(),
+            key_groups: ctx.plan.key_groups_by_uid().collect(),
             older: None,
         };
-        let saved = set_parallelism(ctx, &prepared.nodes);
+        let saved = set_layout(ctx, &prepared.nodes, &prepared.tables);
         let old_plan = std::mem::replace(&mut ctx.plan, prepared.plan.clone());
         ctx.registry.resize(&ctx.plan);
         ctx.attempt += 1;
@@ -280,6 +397,10 @@ impl Rescaling {
             Ok((dep, _)) => {
                 if let Some(p) = prepared.default_parallelism {
                     ctx.cfg.default_parallelism = p;
+                }
+                // Load is counted again from the new assignment.
+                for (n, _) in &prepared.tables {
+                    ctx.registry.loads[*n].reset();
                 }
                 let report = prepared.report(id, paused_at, Instant::now());
                 tracing::info!(checkpoint = id, changes = ?report.changes, pause = ?report.pause, duration = ?report.duration, "rescaled");
@@ -296,6 +417,10 @@ impl Rescaling {
                         .changes
                         .iter()
                         .map(|c| format!("{} {} -> {}", c.uid, c.from, c.to))
+                        .chain(report.rebalanced.iter().map(|r| format!(
+                            "{} rebalanced by load ({} key groups moved)",
+                            r.uid, r.moved
+                        )))
                         .collect::<Vec<_>>()
                         .join(", ")
                 );
@@ -305,10 +430,7 @@ impl Rescaling {
             Err(e) => {
                 // Back to the old parallelism, from the same states.
                 tracing::warn!(error = %e, "rescale: the new subtasks cannot start; rolling back");
-                for (n, p, state) in saved {
-                    ctx.graph.nodes[n].parallelism = p;
-                    ctx.graph.nodes[n].initial_state = state;
-                }
+                saved.put_back(ctx);
                 ctx.plan = old_plan;
                 ctx.registry.resize(&ctx.plan);
                 *lock(&ctx.views.vertices) =

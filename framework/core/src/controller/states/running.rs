@@ -709,7 +709,7 @@ impl Running {
                 tracing::warn!(error = %e, "rescale refused");
                 let _ = request.reply.send(Err(e));
             }
-            Ok(prepared) if prepared.changes.is_empty() => {
+            Ok(prepared) if prepared.changes_nothing() => {
                 let _ = request.reply.send(Ok(prepared.report(0, now, now)));
             }
             Ok(prepared) => {
@@ -1007,6 +1007,10 @@ fn metadata(job: &str, plan: &crate::plan::Plan, done: &Completed) -> store::Che
         job: job.to_owned(),
         states,
         parallelism,
+        key_groups: plan
+            .key_groups_by_uid()
+            .map(|(uid, t)| (uid, t.to_vec()))
+            .collect(),
         size: done.size,
         runs: done
             .files

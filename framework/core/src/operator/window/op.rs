@@ -757,7 +757,7 @@ where
         let groups = by_key_group(&self.inner.keys, self.max_parallelism);
         let payload =
             crate::checkpoint::encode(&(own, groups)).map_err(|e| self.core.state_error(e))?;
-        put_keyed(w, &self.core.info, self.max_parallelism, payload);
+        put_keyed(w, &self.core.info, payload);
         Ok(())
     }
     fn notify_complete(&mut self, id: u64) -> Result<(), TaskError> {
