@@ -105,10 +105,26 @@ fn restarting_config(dir: &TempDir) -> EnvConfig {
 /// Runs `n` records through `KeyStats` at parallelism 2 (the source at 1, so each key's
 /// records arrive in order), with `faults`, backed up or not.
 fn run_key_stats(name: &str, n: u64, faults: &RecordFaults<u64>, backup: bool) -> Vec<Out> {
+    run_key_stats_into(name, n, faults, backup, false)
+}
+
+/// [`run_key_stats`]; with `slow_out`, the output goes through a slow map over channels of
+/// the least credit, so the operator's output waits for credit at most barriers.
+fn run_key_stats_into(
+    name: &str,
+    n: u64,
+    faults: &RecordFaults<u64>,
+    backup: bool,
+    slow_out: bool,
+) -> Vec<Out> {
     quiet_injected_panics();
     let dir = TempDir::new(name);
     let mut cfg = restarting_config(&dir);
     cfg.faults = faults.plan().clone();
+    if slow_out {
+        cfg.channel_capacity = 1;
+        cfg.batch_size = 16;
+    }
     let env = Env::with_config(cfg);
     let op = env
         .generate(n, |i| i)
@@ -119,7 +135,24 @@ fn run_key_stats(name: &str, n: u64, faults: &RecordFaults<u64>, backup: bool) -
         })
         .uid("stats")
         .set_parallelism(2);
-    let out = if backup { op.with_backup() } else { op }.collect();
+    let op = match (backup, slow_out) {
+        // Checkpoints are the backup's only restart points: each one's output waits for
+        // credit at its barrier.
+        (true, true) => op.with_backup_policy(weir::BackupPolicy::default().state_interval(None)),
+        (true, false) => op.with_backup(),
+        (false, _) => op,
+    };
+    let op = if slow_out {
+        op.map(|o: Out| {
+            std::thread::sleep(Duration::from_micros(20));
+            o
+        })
+        .uid("slow")
+        .set_parallelism(1)
+    } else {
+        op
+    };
+    let out = op.collect();
     let handle = env.start(name).expect("start");
     within_timeout(move || handle.wait()).expect("job");
     out.take()
@@ -141,6 +174,18 @@ fn keyed_fields_move_to_a_promoted_backup() {
     let got = run_key_stats("keyed-backup", n, &faults, true);
     assert_eq!(faults.fired(), 2, "{faults:?}");
     assert_multiset_eq(got, reference(n), "keyed state after two promotions");
+}
+
+/// The output of a backed-up operator that waits for credit at a checkpoint's barrier (or
+/// at a hand-off) still counts at the backup's restart point: a promoted backup neither
+/// drops nor repeats it.
+#[test]
+fn keyed_fields_move_to_a_promoted_backup_whose_output_waits_for_credit() {
+    let n = 20_000;
+    let faults = RecordFaults::new("stats", FaultKind::Panic, vec![5_000, 9_000, 14_000]);
+    let got = run_key_stats_into("keyed-backup-credit", n, &faults, true, true);
+    assert_eq!(faults.fired(), 3, "{faults:?}");
+    assert_multiset_eq(got, reference(n), "keyed state after three promotions");
 }
 
 /// Sets a flag per key and clears it on the key's next record: at most one flag per key,

@@ -238,6 +238,10 @@ struct Queue<T> {
     /// Records at positions below this are dropped on send: a promoted backup replays them
     /// and the receiver has them already.
     suppress_below: u64,
+    /// Records the current sender emitted for this channel that are not in it yet (in its
+    /// buffers, or waiting for credit), as it last said ([`Sender::set_unsent`]): a
+    /// backed-up subtask's output positions count them.
+    unsent: u64,
     /// An unaligned checkpoint's barrier that overtook the events queued in front of it (see
     /// [`Sender::send_overtaking`]).
     overtaking: Option<Overtaking>,
@@ -300,6 +304,7 @@ fn new_shared<T>(credit: Credit, rx_waker: Arc<AtomicWaker>, sent_batches: u64) 
             sent_records: 0,
             taken_batches: sent_batches,
             suppress_below: 0,
+            unsent: 0,
             overtaking: None,
             barriers: 0,
         }),
@@ -443,6 +448,18 @@ impl<T: Clone> Sender<T> {
         match &self.target {
             Target::One { shared, .. } => of(shared),
             Target::Dual(d) => of(&lock(&d.targets).primary),
+        }
+    }
+
+    /// Says how many records this sender emitted for its channel that are not in it yet
+    /// (see [`OutputChannel::position`]); a fenced sender's word is ignored. Only senders
+    /// of backed-up subtasks say it (once per batch, not per record).
+    pub(crate) fn set_unsent(&self, records: u64) {
+        if let Target::One { shared, epoch } = &self.target {
+            let mut q = lock(&shared.queue);
+            if q.epoch == *epoch {
+                q.unsent = records;
+            }
         }
     }
 
@@ -724,9 +741,18 @@ impl<T> Sender<T> {
 }
 
 impl<T> OutputChannel<T> {
-    /// Records sent into the channel so far (taken or still queued).
+    /// Records the sender emitted for the channel so far: sent into it (taken or still
+    /// queued), and what the sender still holds for it (its buffers, or waiting for credit).
+    /// A step's output counts from the moment the operator emits it, so that a replay
+    /// positions its own output after every record the step emitted, sent or not.
     pub(crate) fn position(&self) -> u64 {
-        lock(&self.shared.queue).sent_records
+        let q = lock(&self.shared.queue);
+        q.sent_records + q.unsent
+    }
+
+    /// Records the current sender emitted for the channel that are not in it yet.
+    pub(crate) fn unsent(&self) -> u64 {
+        lock(&self.shared.queue).unsent
     }
 
     /// Fences every current sender (what they send from now on is dropped) and returns the
@@ -745,6 +771,7 @@ impl<T> OutputChannel<T> {
         let mut q = lock(&self.shared.queue);
         q.sent_records = from;
         q.suppress_below = have;
+        q.unsent = 0;
         // Wake a fenced sender that waits for credit: it now drops what it sends.
         self.shared.tx_waker.wake();
         Sender {

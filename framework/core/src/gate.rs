@@ -275,8 +275,12 @@ impl<T: Data> TypedGate<T> {
             unreachable!("internal error: claimed step without claims")
         };
         // The subtask takes input only when its output has nothing waiting for credit: every
-        // earlier batch's output is in the channels, the state is between two batches.
-        claims.maybe_hand_state(&mut self.head, &self.marks)?;
+        // earlier batch's output is in the channels, the state is between two batches. A
+        // handoff that is due sends what the output buffers hold first; if that waits for
+        // credit, so does everything else (the task polls the output again at once).
+        if claims.maybe_hand_state(&mut self.head, &self.marks)? {
+            return Ok(GateStep::Watermark);
+        }
         // Work the watermark made due goes before any record, in a replay too.
         let records = !self.head.holds_records();
         if !records && claims.replay_starts_with_batch() {

@@ -204,3 +204,9 @@ pub struct BookEventTime;
 #[cfg(doctest)]
 #[doc = include_str!("../../../book/src/state.md")]
 pub struct BookState;
+
+/// The book's chapter "Rescaling a running job": its examples compile as this crate's
+/// doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../../../book/src/rescaling.md")]
+pub struct BookRescaling;

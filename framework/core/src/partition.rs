@@ -47,6 +47,9 @@ pub(crate) struct OutputConfig {
     pub(crate) load: Option<std::sync::Arc<KeyGroupLoad>>,
     /// Whether it counts them with one receiver too (an operator to be rescaled by load).
     pub(crate) load_when_single: bool,
+    /// Whether it tells its channels what it holds for them (the output of a backed-up
+    /// subtask, whose output positions count it: `OutputChannel::position`).
+    pub(crate) counts_unsent: bool,
     /// The receiving operator (named when its key selector panics).
     pub(crate) target_uid: std::sync::Arc<String>,
     /// Records this subtask already sent on the edge (a promoted backup resumes its
@@ -389,6 +392,20 @@ struct PendingQueue<T> {
 }
 
 impl<T: Clone> PendingQueue<T> {
+    /// Records waiting here for receiver `t`.
+    fn unsent_for(&self, t: usize) -> u64 {
+        self.queue
+            .iter()
+            .filter(|(x, _)| *x == t)
+            .map(|(_, e)| match e {
+                Event::Batch(b) => b.len() as u64,
+                _ => 0,
+            })
+            .sum()
+    }
+}
+
+impl<T: Clone> PendingQueue<T> {
     fn new() -> Self {
         PendingQueue {
             queue: VecDeque::new(),
@@ -457,19 +474,22 @@ macro_rules! network_output_plumbing {
             for t in 0..self.senders.len() {
                 self.pending.send(&self.senders, t, Event::EndOfInput);
             }
+            self.publish_unsent();
             Ok(())
         }
         fn poll_pending(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), TaskError>> {
             // Batches waiting for credit go first; then what a smaller batch limit left in
             // the buffers is cut and sent, until a channel refuses again.
-            loop {
+            let polled = loop {
                 if self.pending.poll(&self.senders, cx).is_pending() {
-                    return Poll::Pending;
+                    break Poll::Pending;
                 }
                 if self.cut_all() {
-                    return Poll::Ready(Ok(()));
+                    break Poll::Ready(Ok(()));
                 }
-            }
+            };
+            self.publish_unsent();
+            polled
         }
         fn usage(&self, usage: &mut QueueUsage) {
             self.pending.usage(&self.senders, usage)
@@ -485,11 +505,13 @@ macro_rules! network_output_plumbing {
             if w.unaligned {
                 // It overtakes them (they are the checkpoint's channel state downstream).
                 self.pending.send_overtaking(&self.senders, id);
+                self.publish_unsent();
                 return Ok(());
             }
             for t in 0..self.senders.len() {
                 self.pending.send(&self.senders, t, Event::Barrier(id));
             }
+            self.publish_unsent();
             Ok(())
         }
         fn notify_complete(&mut self, _id: u64) -> Result<(), TaskError> {
@@ -504,6 +526,7 @@ macro_rules! network_output_plumbing {
             for t in 0..self.senders.len() {
                 self.pending.send(&self.senders, t, Event::Watermark(w));
             }
+            self.publish_unsent();
             Ok(())
         }
     };
@@ -542,6 +565,8 @@ pub(crate) struct NetOutput<T, R> {
     /// For errors: the receiving operator and this sending subtask.
     target_uid: std::sync::Arc<String>,
     subtask: usize,
+    /// Tells its channels what it holds for them (a backed-up subtask's output).
+    counts_unsent: bool,
 }
 
 impl<T: Clone, R> NetOutput<T, R> {
@@ -562,6 +587,17 @@ impl<T: Clone, R> NetOutput<T, R> {
             pending: PendingQueue::new(),
             target_uid: cfg.target_uid,
             subtask: cfg.subtask,
+            counts_unsent: cfg.counts_unsent,
+        }
+    }
+
+    /// Tells each channel what this output holds for it (a backed-up subtask's).
+    fn publish_unsent(&self) {
+        if !self.counts_unsent {
+            return;
+        }
+        for (t, s) in self.senders.iter().enumerate() {
+            s.set_unsent(self.bufs[t].len() as u64 + self.pending.unsent_for(t));
         }
     }
 
@@ -644,6 +680,7 @@ impl<T: Send + Sync + Clone, R: Router<T>> Output<T> for NetOutput<T, R> {
                 self.bufs[0].append(batch);
                 self.cut(0);
             }
+            self.publish_unsent();
             return Ok(());
         }
         // The router may run user code (a key selector): a panic names the keyed operator.
@@ -656,6 +693,7 @@ impl<T: Send + Sync + Clone, R: Router<T>> Output<T> for NetOutput<T, R> {
                 }
             }
         }));
+        self.publish_unsent();
         routed.map_err(|payload| TaskError::Panic {
             uid: self.target_uid.to_string(),
             subtask: self.subtask,
@@ -674,6 +712,7 @@ impl<T: Send + Sync + Clone, R: Router<T>> Output<T> for NetOutput<T, R> {
                 self.send_buf(t);
             }
         }
+        self.publish_unsent();
     }
     network_output_plumbing!();
 }
@@ -687,9 +726,21 @@ pub(crate) struct BroadcastOutput<T> {
     /// Records per batch now: the smallest limit of the receivers (at most `batch_size`).
     limit: usize,
     pending: PendingQueue<T>,
+    /// Tells its channels what it holds for them (a backed-up subtask's output).
+    counts_unsent: bool,
 }
 
 impl<T: Clone> BroadcastOutput<T> {
+    /// Tells each channel what this output holds for it (a backed-up subtask's).
+    fn publish_unsent(&self) {
+        if !self.counts_unsent {
+            return;
+        }
+        for (t, s) in self.senders.iter().enumerate() {
+            s.set_unsent(self.buf.len() as u64 + self.pending.unsent_for(t));
+        }
+    }
+
     fn new(senders: Vec<Sender<T>>, cfg: OutputConfig) -> Self {
         BroadcastOutput {
             buf: Vec::with_capacity(cfg.batch_size),
@@ -702,6 +753,7 @@ impl<T: Clone> BroadcastOutput<T> {
                 .unwrap_or(cfg.batch_size),
             senders,
             pending: PendingQueue::new(),
+            counts_unsent: cfg.counts_unsent,
         }
     }
 
@@ -766,12 +818,14 @@ impl<T: Send + Sync + Clone> Output<T> for BroadcastOutput<T> {
     fn push(&mut self, batch: &mut Vec<T>) -> Result<(), TaskError> {
         self.buf.append(batch);
         self.cut_all();
+        self.publish_unsent();
         Ok(())
     }
     fn flush(&mut self) {
         if self.cut_all() && !self.buf.is_empty() {
             self.send_buf();
         }
+        self.publish_unsent();
     }
     network_output_plumbing!();
 }
@@ -792,6 +846,7 @@ mod tests {
             owners: crate::key_group::Owners::by_count(128, 1),
             load: None,
             load_when_single: false,
+            counts_unsent: false,
             target_uid: std::sync::Arc::new("next".into()),
             routed_before: 0,
             adaptive_batch: AdaptBatches::fixed(true),

@@ -743,6 +743,7 @@ impl ChainBuilder<'_> {
                         owners: self.plan.owners(e.to, self.cfg.max_parallelism),
                         load: self.registry.loads.get(e.to).cloned(),
                         load_when_single: self.graph.by_load.contains(&e.to),
+                        counts_unsent: node.backup.is_some(),
                         target_uid: std::sync::Arc::new(self.plan.uids[e.to].clone()),
                         routed_before: self.routed_before.get(&ei).copied().unwrap_or(0),
                         adaptive_batch: self.registry.adapt_batches.clone(),

@@ -140,25 +140,35 @@ impl<T: Data> Claims<T> {
         self.group.queue.settle(self.epoch, &self.positions);
     }
 
-    /// The primary is between two batches with all its output in its channels: if the policy
+    /// The primary is between two batches with nothing waiting for credit: if the policy
     /// says so, its operator's state goes to the queue (in memory), so a promotion replays
-    /// only the batches after this point.
+    /// only the batches after this point. The handoff's output positions must all be in
+    /// the channels (what the operator still holds could be lost with it, and a replay from
+    /// here would not emit it again): what its output buffers hold is sent first, and if
+    /// that has to wait for credit, this returns `true` and the handoff waits too (the
+    /// caller takes no input meanwhile).
     pub(crate) fn maybe_hand_state(
         &mut self,
         head: &mut BoxOutput<T>,
         marks: &crate::time::WatermarkMerge,
-    ) -> Result<(), TaskError> {
+    ) -> Result<bool, TaskError> {
         let Some(every) = self.group.policy.state_interval else {
-            return Ok(());
+            return Ok(false);
         };
         if !self.group.queue.is_stateful() {
-            return Ok(());
+            return Ok(false);
         }
         let since = self.state_handed.elapsed();
         // The pacing's wait is capped by what the queue holds meanwhile: the batches since the
         // last handoff stay in it, and a queue over its bound degrades the backup.
         if since < every || (since < self.handoff_gap && !self.group.queue.over_half()) {
-            return Ok(());
+            return Ok(false);
+        }
+        head.flush();
+        let waker = futures::task::noop_waker();
+        let drained = head.poll_pending(&mut std::task::Context::from_waker(&waker));
+        if !matches!(drained, std::task::Poll::Ready(Ok(()))) {
+            return Ok(true);
         }
         let started = std::time::Instant::now();
         self.settle();
@@ -185,7 +195,7 @@ impl<T: Data> Claims<T> {
         // Paced by what it cost (`BackupPolicy::state_share`), measured from the end of this
         // one.
         self.paced(started.elapsed());
-        Ok(())
+        Ok(false)
     }
 
     /// A handoff took `took` of the primary's time: the next waits `cost * (1 - share) /
@@ -231,6 +241,15 @@ impl<T: Data> Claims<T> {
             .find(|e| &e.uid == uid)
             .and_then(|e| Some((e.changes.take()?, e)));
         if let Some((delta, entry)) = changed {
+            if !self.group.all_sent() {
+                // A hand-off is a restart point at once, and its output positions must all
+                // be in the channels (output waiting for credit could be lost with the
+                // primary, and a replay from here would not emit it again). The checkpoint
+                // takes the whole snapshot, and the next hand-off is everything (these
+                // changes do not reach the backup's copy).
+                self.hand_all = true;
+                return false;
+            }
             let restart = self.restart_here(0, Some(StateCopy::Changes(delta)), marks);
             return match self.group.queue.checkpoint_complete(self.epoch, restart) {
                 Ok(Handoff::Taken(Some(at))) => {

@@ -8,6 +8,8 @@ use super::*;
 /// An output channel of a backed-up subtask, type-erased: its position, fencing, reopening.
 pub(crate) trait OutputFence: Send + Sync {
     fn position(&self) -> u64;
+    /// Records the sender emitted that are not in the channel yet.
+    fn unsent(&self) -> u64;
     fn fence(&self) -> u64;
     /// A `Sender<T>` (erased) of the new epoch; see `OutputChannel::reopen`.
     fn reopen(&self, from: u64, have: u64) -> AnyBox;
@@ -16,6 +18,9 @@ pub(crate) trait OutputFence: Send + Sync {
 impl<T: Data> OutputFence for OutputChannel<T> {
     fn position(&self) -> u64 {
         OutputChannel::position(self)
+    }
+    fn unsent(&self) -> u64 {
+        OutputChannel::unsent(self)
     }
     fn fence(&self) -> u64 {
         OutputChannel::fence(self)
@@ -199,6 +204,14 @@ impl<T: Data> TypedGroup<T> {
     /// The claims of the subtask's first primary (epoch 0).
     pub(crate) fn claims(self: &StdArc<Self>) -> Claims<T> {
         Claims::new(self.clone(), 0, VecDeque::new(), 0)
+    }
+
+    /// Every record the primary emitted is in its output channels (none in its buffers or
+    /// waiting for credit).
+    pub(super) fn all_sent(&self) -> bool {
+        self.outputs
+            .iter()
+            .all(|(_, fences)| fences.iter().all(|f| f.unsent() == 0))
     }
 
     pub(super) fn positions(&self, out: &mut Vec<u64>) {

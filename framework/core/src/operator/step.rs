@@ -19,7 +19,9 @@ pub(crate) enum GateStep {
     Batch(usize),
     /// The next slice of this many records of a batch taken earlier was processed.
     Slice(usize),
-    /// A channel delivered a watermark (passed on to the operator if it moved this input's).
+    /// A channel delivered a watermark (passed on to the operator if it moved this input's),
+    /// or the gate did other work that took no record (told a backed-up operator the time;
+    /// sent its buffered output before a hand-off).
     Watermark,
     /// Channel `channel` (of this input) delivered checkpoint barrier `id`.
     Barrier { channel: usize, id: u64 },
