@@ -17,8 +17,8 @@
 //! the operator, per thread: each subtask runs on an arbiter of its own) and its
 //! `busyTimeMsPerSecond`, both over `window_secs` after `warmup_secs`, by count and then by
 //! load; `hottest_records_fall` and `hottest_busy_fall` are how much the hottest subtask's
-//! share and busy time fell (1/3 is the most one group with half the load allows at p = 2:
-//! it alone is half).
+//! share and busy time fell (at p = 2 with 128 key groups, 33.2 % is the most one group with
+//! half the load allows: it alone is half, against ½ + ½·63/127 by count).
 //!
 //! Prints one JSON line. `live_pause_ms` is the longest gap between consecutive records at
 //! the sink during the live rescale; `call_to_active_ms` runs from the call to the first

@@ -29,6 +29,10 @@ use crate::sync::atomic::Ordering;
 use crate::sync::lock;
 use crate::task::{Configure, Ping, SnapshotState, SubtaskStatus};
 
+/// How long a rebalance of an operator whose load was not being counted lets it count
+/// before it rebalances ([`JobHandle::rebalance`]).
+const LOAD_OBSERVED_FOR: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// Cancels a running job from any thread.
 #[derive(Debug, Clone)]
 pub struct Canceller {
@@ -185,7 +189,15 @@ impl JobMonitor {
         &self,
         uid: &str,
     ) -> Result<crate::rescale::RescaleReport, crate::rescale::RescaleError> {
-        self.rescale_to(crate::controller::RescaleTarget::Rebalance(uid.to_owned()))
+        let target = || crate::controller::RescaleTarget::Rebalance(uid.to_owned());
+        match self.rescale_to(target()) {
+            // Its keyed edges count from now on: once more after they have seen some load.
+            Err(crate::rescale::RescaleError::LoadNotObserved { .. }) => {
+                std::thread::sleep(LOAD_OBSERVED_FOR);
+                self.rescale_to(target())
+            }
+            other => other,
+        }
     }
 
     fn rescale_to(
@@ -725,7 +737,10 @@ impl JobHandle {
     /// Assigns the key groups of keyed operator `uid` to its subtasks again by observed load,
     /// at the parallelism it has: the records its inputs sent to each key group since its
     /// key groups were last assigned are dealt so that the hottest subtask carries as little
-    /// as the groups allow ([`balance_by_load`](crate::key_group::balance_by_load)). It moves
+    /// as the groups allow ([`balance_by_load`](crate::key_group::balance_by_load)). An
+    /// operator not set to [`key_groups_by_load`](crate::DataStream::key_groups_by_load) has
+    /// its load counted from its first rebalance on (counting costs its keyed edges an add
+    /// per record): that first call counts for a second before it rebalances. It moves
     /// state the way a rescale does, at a checkpoint barrier, with nothing lost or duplicated
     /// and each key's records in order; [`RescaleReport::rebalanced`] says what each subtask
     /// carried before and carries now. The assignment is recorded in checkpoints and

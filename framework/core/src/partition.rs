@@ -96,24 +96,44 @@ impl AdaptBatches {
 }
 
 /// Records sent to each key group of a keyed operator since its key groups were last
-/// assigned, counted by its senders' routers: each counts in a table of its own and adds it
-/// here every [`LOAD_FLUSH`] records and when it is dropped (no shared write per record). A
-/// rebalance by load assigns the key groups by these counts.
+/// assigned, counted by its senders' routers: each counts in a table of its own (an add to
+/// a cache-resident slot per record, no branch) and adds it here at a flush at most every
+/// [`LOAD_EVERY`] and when it is dropped (no shared write per record). A rebalance by load assigns the key
+/// groups by these counts.
+///
+/// Routers count only while the operator's load is observed ([`observe`](Self::observe)):
+/// from the start for an operator set to be assigned by load, and from the first rebalance
+/// asked for on another (a keyed edge that counts pays an add per record; one that does not,
+/// a flag read per batch).
 #[derive(Debug)]
-pub(crate) struct KeyGroupLoad(Box<[std::sync::atomic::AtomicU64]>);
-
-/// Records a router counts before it adds its counts to the operator's [`KeyGroupLoad`].
-const LOAD_FLUSH: u32 = 4096;
+pub(crate) struct KeyGroupLoad {
+    counts: Box<[std::sync::atomic::AtomicU64]>,
+    observing: std::sync::atomic::AtomicBool,
+}
 
 impl KeyGroupLoad {
     /// Zero counts for `max_parallelism` key groups.
     pub(crate) fn new(max_parallelism: usize) -> Self {
-        KeyGroupLoad((0..max_parallelism).map(|_| Default::default()).collect())
+        KeyGroupLoad {
+            counts: (0..max_parallelism).map(|_| Default::default()).collect(),
+            observing: Default::default(),
+        }
+    }
+
+    /// Routers count from now on (at their next batch).
+    pub(crate) fn observe(&self) {
+        self.observing
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Whether routers count.
+    pub(crate) fn is_observed(&self) -> bool {
+        self.observing.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// The counts now.
     pub(crate) fn counts(&self) -> Vec<u64> {
-        self.0
+        self.counts
             .iter()
             .map(|c| c.load(std::sync::atomic::Ordering::Relaxed))
             .collect()
@@ -121,51 +141,19 @@ impl KeyGroupLoad {
 
     /// Starts counting again from zero.
     pub(crate) fn reset(&self) {
-        for c in self.0.iter() {
+        for c in self.counts.iter() {
             c.store(0, std::sync::atomic::Ordering::Relaxed);
         }
     }
 
-    fn add(&self, counts: &mut [u32]) {
-        for (slot, n) in self.0.iter().zip(counts.iter_mut()) {
+    /// Adds `counts` (a router's since it last added them) and zeroes them.
+    fn add(&self, counts: &mut [u64]) {
+        for (slot, n) in self.counts.iter().zip(counts.iter_mut()) {
             if *n > 0 {
-                slot.fetch_add(u64::from(*n), std::sync::atomic::Ordering::Relaxed);
+                slot.fetch_add(*n, std::sync::atomic::Ordering::Relaxed);
                 *n = 0;
             }
         }
-    }
-}
-
-/// One router's counts of records per key group, not yet added to the shared ones.
-struct LoadCounter {
-    shared: std::sync::Arc<KeyGroupLoad>,
-    counts: Box<[u32]>,
-    pending: u32,
-    /// Counts records sent to a single receiver too (they need no routing).
-    when_single: bool,
-}
-
-impl LoadCounter {
-    #[inline]
-    fn count(&mut self, kg: usize) {
-        if let Some(c) = self.counts.get_mut(kg) {
-            *c += 1;
-        }
-        self.pending += 1;
-        if self.pending == LOAD_FLUSH {
-            self.flush();
-        }
-    }
-
-    fn flush(&mut self) {
-        self.shared.add(&mut self.counts);
-        self.pending = 0;
-    }
-}
-
-impl Drop for LoadCounter {
-    fn drop(&mut self) {
-        self.flush();
     }
 }
 
@@ -275,6 +263,15 @@ pub(crate) trait Router<T>: Send {
     /// The records of `batch` go to the one receiver without being routed: a router that
     /// counts load may count them.
     fn unrouted(&mut self, _batch: &[T]) {}
+    /// Whether [`route_counted`](Self::route_counted) should route the next batch (read
+    /// once per batch).
+    fn counting(&self) -> bool {
+        false
+    }
+    /// [`route`](Self::route), counting the record's key group.
+    fn route_counted(&mut self, record: &T) -> usize {
+        self.route(record)
+    }
     /// Whether every record goes to receiver 0 (lets whole batches move without a per-record
     /// loop).
     const SINGLE: bool = false;
@@ -317,7 +314,25 @@ pub(crate) struct ByKey<KF> {
     /// `max_parallelism - 1` when it is a power of two.
     mask: Option<u64>,
     owner: Box<[u32]>,
-    load: Option<LoadCounter>,
+    /// Records routed to each key group since they were last added to `load`.
+    counts: Box<[u64]>,
+    /// Where the counts go, and whether records to a single receiver are counted too.
+    load: Option<(std::sync::Arc<KeyGroupLoad>, bool)>,
+    /// When the counts were last added to `load`.
+    added_at: std::time::Instant,
+}
+
+/// How often a router adds its counts to its operator's (at a flush): often enough for a
+/// rebalance to see the load of the last moments, rarely enough that the shared adds cost
+/// nothing per record.
+const LOAD_EVERY: std::time::Duration = std::time::Duration::from_millis(10);
+
+impl<KF> Drop for ByKey<KF> {
+    fn drop(&mut self) {
+        if let Some((shared, _)) = &self.load {
+            shared.add(&mut self.counts);
+        }
+    }
 }
 
 impl<KF> ByKey<KF> {
@@ -337,12 +352,9 @@ impl<KF> ByKey<KF> {
                 .is_power_of_two()
                 .then(|| max_parallelism as u64 - 1),
             owner,
-            load: load.map(|(shared, when_single)| LoadCounter {
-                shared,
-                counts: vec![0; max_parallelism].into(),
-                pending: 0,
-                when_single,
-            }),
+            counts: vec![0; max_parallelism].into(),
+            load,
+            added_at: std::time::Instant::now(),
         }
     }
 }
@@ -359,16 +371,29 @@ where
             Some(m) => h & m,
             None => h % self.max_parallelism,
         };
-        if let Some(load) = &mut self.load {
-            load.count(kg as usize);
-        }
         self.owner[kg as usize] as usize
     }
 
+    fn counting(&self) -> bool {
+        self.load.as_ref().is_some_and(|(l, _)| l.is_observed())
+    }
+
+    #[inline]
+    fn route_counted(&mut self, record: &T) -> usize {
+        let h = key_hash(&(self.key_fn)(record));
+        let kg = match self.mask {
+            Some(m) => h & m,
+            None => h % self.max_parallelism,
+        } as usize;
+        self.counts[kg] += 1;
+        self.owner[kg] as usize
+    }
+
     fn flushed(&mut self) {
-        if let Some(load) = &mut self.load {
-            if load.pending > 0 {
-                load.flush();
+        if let Some((shared, _)) = &self.load {
+            if self.added_at.elapsed() >= LOAD_EVERY {
+                shared.add(&mut self.counts);
+                self.added_at = std::time::Instant::now();
             }
         }
     }
@@ -376,9 +401,14 @@ where
     fn unrouted(&mut self, batch: &[T]) {
         // Counted when the operator's key groups are to be assigned by load on a rescale
         // (from one subtask to more); otherwise one receiver needs no key.
-        if self.load.as_ref().is_some_and(|l| l.when_single) {
+        if self
+            .load
+            .as_ref()
+            .is_some_and(|(_, when_single)| *when_single)
+            && self.counting()
+        {
             for r in batch {
-                self.route(r);
+                self.route_counted(r);
             }
         }
     }
@@ -684,12 +714,24 @@ impl<T: Send + Sync + Clone, R: Router<T>> Output<T> for NetOutput<T, R> {
             return Ok(());
         }
         // The router may run user code (a key selector): a panic names the keyed operator.
+        // Two loops, so that one that does not count pays nothing per record for it.
+        let counting = self.router.counting();
         let routed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            for r in batch.drain(..) {
-                let t = self.router.route(&r);
-                self.bufs[t].push(r);
-                if self.bufs[t].len() >= self.limits[t] {
-                    self.cut(t);
+            if counting {
+                for r in batch.drain(..) {
+                    let t = self.router.route_counted(&r);
+                    self.bufs[t].push(r);
+                    if self.bufs[t].len() >= self.limits[t] {
+                        self.cut(t);
+                    }
+                }
+            } else {
+                for r in batch.drain(..) {
+                    let t = self.router.route(&r);
+                    self.bufs[t].push(r);
+                    if self.bufs[t].len() >= self.limits[t] {
+                        self.cut(t);
+                    }
                 }
             }
         }));

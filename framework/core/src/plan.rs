@@ -316,6 +316,16 @@ pub(crate) struct OperatorRegistry {
 }
 
 impl OperatorRegistry {
+    /// The keyed edges into `nodes` (operators set to be assigned by load) count their load
+    /// from the start.
+    pub(crate) fn observe_load(&self, nodes: &std::collections::HashSet<NodeId>) {
+        for &n in nodes {
+            if let Some(l) = self.loads.get(n) {
+                l.observe();
+            }
+        }
+    }
+
     /// Counters for the subtasks of `plan` (a rescaled one): those that stay keep theirs.
     pub(crate) fn resize(&mut self, plan: &Plan) {
         for (n, &p) in plan.parallelism.iter().enumerate() {

@@ -118,6 +118,13 @@ pub struct ParallelismChange {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum RescaleError {
+    /// A rebalance by load of an operator whose load was not being counted: counting starts
+    /// now ([`JobHandle::rebalance`](crate::JobHandle::rebalance) asks again after a while).
+    #[error("the load of operator `{uid}` was not being counted: counting starts now")]
+    LoadNotObserved {
+        /// The operator.
+        uid: String,
+    },
     /// No operator has this uid.
     #[error("no operator has uid `{uid}` (the job has: {known})")]
     UnknownOperator {

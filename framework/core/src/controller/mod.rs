@@ -224,6 +224,7 @@ impl JobContext {
             views.live_config.clone(),
             crate::partition::AdaptBatches::new(&cfg),
         );
+        registry.observe_load(&graph.by_load);
         let ctx = JobContext {
             registry,
             checkpoint_root: remote

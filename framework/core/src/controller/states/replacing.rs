@@ -238,6 +238,7 @@ async fn forward(ctx: &mut JobContext, dep: Deployment, pending: PendingReplace)
         ctx.registry.live_config.clone(),
         ctx.registry.adapt_batches.clone(),
     );
+    registry.observe_load(&graph.by_load);
     let follows: Vec<bool> = graph
         .nodes
         .iter()

@@ -218,6 +218,14 @@ impl PendingRescale {
             }
         }
         for (n, p) in by_load {
+            if !ctx.registry.loads[n].is_observed() {
+                // Its keyed edges count from now on (a rebalance asked for an operator not
+                // set to be assigned by load).
+                ctx.registry.loads[n].observe();
+                return Err(RescaleError::LoadNotObserved {
+                    uid: plan.uids[n].clone(),
+                });
+            }
             let loads = ctx.registry.loads[n].counts();
             if rebalance == Some(n) && loads.iter().all(|&l| l == 0) {
                 return Err(RescaleError::Unsupported(format!(
