@@ -20,10 +20,11 @@ use std::time::Duration;
 
 use weir::time::WatermarkStrategy;
 use weir::window::{
-    AggregateFunction, ContinuousEventTimeTrigger, CountEvictor, CountTrigger, Evictor, Fired,
-    GlobalWindows, ProcessWindowFunction, ProcessingTimeSessionWindows, PurgingTrigger,
-    SlidingProcessingTimeWindows, TimeEvictor, TimeWindow, Trigger, TriggerContext, TriggerResult,
-    TumblingEventTimeWindows, TumblingProcessingTimeWindows,
+    AggregateFunction, ContinuousEventTimeTrigger, ContinuousProcessingTimeTrigger, CountEvictor,
+    CountTrigger, Evictor, Fired, GlobalWindows, ProcessWindowFunction,
+    ProcessingTimeSessionWindows, PurgingTrigger, SlidingProcessingTimeWindows, TimeEvictor,
+    TimeWindow, Trigger, TriggerContext, TriggerResult, TumblingEventTimeWindows,
+    TumblingProcessingTimeWindows,
 };
 use weir::{Collector, DataStream, Env, EnvConfig};
 use weir_testing::{
@@ -456,6 +457,9 @@ enum Wall {
     Tumbling,
     Sliding,
     Session,
+    /// 20 ms tumbling windows fired (and purged) every 3 ms of wall clock while records come
+    /// (`ContinuousProcessingTimeTrigger` under a `PurgingTrigger`).
+    Continuous,
 }
 
 /// Processing-time windows over ids `0..n`, with a restart after two checkpoints or a stop
@@ -499,6 +503,12 @@ fn wall_clock(kind: Wall, p: usize, mode: Mode) -> BTreeMap<u64, usize> {
                 .process(Ids),
             Wall::Session => keyed
                 .window(ProcessingTimeSessionWindows::with_gap(ms(2)))
+                .process(Ids),
+            Wall::Continuous => keyed
+                .window(TumblingProcessingTimeWindows::of(ms(20)))
+                .trigger(PurgingTrigger::of(ContinuousProcessingTimeTrigger::of(ms(
+                    3,
+                ))))
                 .process(Ids),
         }
         .uid("panes")
@@ -590,6 +600,11 @@ fn processing_time_windows_put_every_record_in_its_panes_once() {
                 "sliding 6/2 ms p={p}: three panes each, got {:?}",
                 sl.values().filter(|&&c| c != 3).take(3).collect::<Vec<_>>()
             );
+            let c = wall_clock(Wall::Continuous, p, restart);
+            assert!(
+                c.values().all(|&c| c == 1),
+                "continuous purging p={p}: one firing each"
+            );
         }
     }
 }
@@ -611,6 +626,11 @@ fn processing_time_windows_of_a_promoted_backup_put_every_record_in_its_panes_on
         assert!(
             sl.values().all(|&c| c == 3),
             "sliding p={p}: three panes each"
+        );
+        let c = wall_clock(Wall::Continuous, p, Mode::Promote);
+        assert!(
+            c.values().all(|&c| c == 1),
+            "continuous purging p={p}: one firing each"
         );
     }
 }

@@ -372,8 +372,9 @@ impl<T> Trigger<T> for ContinuousEventTimeTrigger {
     }
 }
 
-/// Fires every `interval` of wall-clock time while the window has records (Flink's
-/// `ContinuousProcessingTimeTrigger`).
+/// Fires every `interval` of wall-clock time while the window has records, and at a time
+/// window's end at the latest (Flink's `ContinuousProcessingTimeTrigger`: what came since the
+/// last firing is not dropped unfired with the window).
 #[derive(Debug, Clone, Copy)]
 pub struct ContinuousProcessingTimeTrigger {
     interval: i64,
@@ -395,13 +396,15 @@ impl<T> Trigger<T> for ContinuousProcessingTimeTrigger {
         &mut self,
         _x: &T,
         _ts: EventTime,
-        _w: &TimeWindow,
+        w: &TimeWindow,
         next: &mut Option<EventTime>,
         ctx: &mut TriggerContext<'_>,
     ) -> TriggerResult {
         if next.is_none() {
             let now = ctx.current_processing_time();
-            let at = now - now.rem_euclid(self.interval) + self.interval;
+            // At the window's end at the latest (as Flink's): a time window is dropped
+            // there, and what came since the last firing would go unfired.
+            let at = (now - now.rem_euclid(self.interval) + self.interval).min(w.max_timestamp());
             *next = Some(at);
             ctx.register_processing_time_timer(at);
         }
