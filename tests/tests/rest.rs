@@ -896,6 +896,7 @@ fn send(
     let req = match method {
         "PATCH" => agent().patch(url),
         "PUT" => agent().put(url),
+        "POST" => agent().post(url),
         other => panic!("method {other}"),
     };
     let mut req = req.header("Content-Type", "application/json");
@@ -1007,6 +1008,33 @@ fn rescale_calls_change_parallelism_and_refuse_bad_requests_with_their_reason() 
         assert_eq!(s, 200);
         assert_eq!(b["numRescales"], 3, "{b}");
         assert_eq!(job.rescale_stats().num_rescales, 3);
+
+        // A rebalance by load: refused without the token and for a vertex without key
+        // groups; for the keyed one, the report (what moved, if the load called for it).
+        let rebalance = format!("/jobs/{id}/vertices/max/rebalance");
+        let (s, b) = send(&server, "POST", &rebalance, None, "");
+        assert_eq!(s, 401, "{b}");
+        let (s, b) = send(
+            &server,
+            "POST",
+            &format!("/jobs/{id}/vertices/src/rebalance"),
+            t,
+            "",
+        );
+        assert_eq!(s, 400, "{b}");
+        assert!(error_of(&b).contains("keyed operator"), "{b}");
+        let (s, b) = send(&server, "POST", &rebalance, t, "");
+        assert_eq!(s, 200, "{b}");
+        assert!(b["rebalanced"].is_array(), "{b}");
+        let (_, b) = get(&server, &format!("/jobs/{id}/rescales"));
+        assert!(
+            b["vertices"]
+                .as_array()
+                .expect("vertices")
+                .iter()
+                .any(|v| v["id"] == "max" && v["keyGroupRuns"].is_array()),
+            "{b}"
+        );
         job.cancel();
         let _ = job.wait();
     });

@@ -156,6 +156,11 @@ pub(crate) fn routes(cfg: &mut web::ServiceConfig) {
                 .route(web::put().to(super::rescale::put_resource_requirements))
                 .default_service(web::to(method_not_allowed)),
         )
+        .service(
+            web::resource("/jobs/{id}/vertices/{vid}/rebalance")
+                .route(web::post().to(super::rescale::rebalance_vertex))
+                .default_service(web::to(method_not_allowed)),
+        )
         .service(get("/jobs/{id}/rescales", super::rescale::rescales))
         .service(
             web::resource("/jobs/{id}/config")
@@ -245,6 +250,7 @@ pub const ROUTES: &[(&str, &[&str])] = &[
     ("/jobs/{id}/vertices/{vid}", &["GET", "PATCH"]),
     ("/jobs/{id}/parallelism", &["PATCH"]),
     ("/jobs/{id}/resource-requirements", &["GET", "PUT"]),
+    ("/jobs/{id}/vertices/{vid}/rebalance", &["POST"]),
     ("/jobs/{id}/rescales", &["GET"]),
     ("/jobs/{id}/config", &["GET", "PATCH"]),
     ("/jobs/{id}/config/plan", &["POST"]),

@@ -1,6 +1,7 @@
 //! Rescale over REST: the seed's `PATCH /jobs/{id}/parallelism` (every operator that follows
 //! the job's default parallelism), per vertex `PATCH /jobs/{id}/vertices/{vid}`, Flink's
-//! `GET`/`PUT /jobs/{id}/resource-requirements`, and `GET /jobs/{id}/rescales`. A rescale
+//! `GET`/`PUT /jobs/{id}/resource-requirements`, `POST /jobs/{id}/vertices/{vid}/rebalance`
+//! (its key groups assigned again by load), and `GET /jobs/{id}/rescales`. A rescale
 //! call answers once the job runs at the new parallelism, with what changed and how long the
 //! input paused; a refused one changes nothing and says why (400 for a bad request, 404 for
 //! an unknown vertex, 409 when the job cannot rescale now).
@@ -24,6 +25,17 @@ pub(super) async fn patch_job_parallelism(
 /// `PATCH /jobs/{id}/vertices/{vid}` with `{"parallelism": n}`.
 pub(super) async fn patch_vertex(state: State, req: HttpRequest, body: web::Payload) -> Answer {
     rescale_call(state, req, body, true).await
+}
+
+/// `POST /jobs/{id}/vertices/{vid}/rebalance` (no body): the vertex's key groups assigned
+/// again by observed load at its parallelism ([`JobMonitor::rebalance`]); the answer is the
+/// rescale report, whose `rebalanced` says each subtask's load before and after.
+pub(super) async fn rebalance_vertex(state: State, req: HttpRequest) -> Answer {
+    authorize(&state, &req)?;
+    let job = job_of(&state, &req)?;
+    let vid = vertex_of(&job, &req)?.id;
+    running(&job)?;
+    answer(web::block(move || job.rebalance(&vid)).await)
 }
 
 /// A rescale of the request's vertex (or, without `vertex`, of the whole job) to the body's

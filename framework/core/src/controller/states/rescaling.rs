@@ -404,6 +404,17 @@ impl Rescaling {
         match deploy_from(ctx, Some(restore.clone())) {
             Ok((dep, _)) => {
                 if let Some(p) = prepared.default_parallelism {
+                    // What follows the default but kept its parallelism (a source, a sink)
+                    // keeps it: a later plan (another rescale, a rebalance) must not move it
+                    // to the new default.
+                    for (n, node) in ctx.graph.nodes.iter_mut().enumerate() {
+                        if node.parallelism.is_none()
+                            && node.part_of.is_none()
+                            && ctx.plan.parallelism[n] != p
+                        {
+                            node.parallelism = Some(ctx.plan.parallelism[n]);
+                        }
+                    }
                     ctx.cfg.default_parallelism = p;
                 }
                 // Load is counted again from the new assignment.
