@@ -274,10 +274,16 @@ impl<T: Data> TypedGate<T> {
         let Some(claims) = self.claims.as_mut() else {
             unreachable!("internal error: claimed step without claims")
         };
-        // The subtask takes input only when its output has nothing waiting for credit: every
-        // earlier batch's output is in the channels, the state is between two batches. A
-        // handoff that is due sends what the output buffers hold first; if that waits for
-        // credit, so does everything else (the task polls the output again at once).
+        // The subtask takes input only when every record it emitted is in its channels (the
+        // task polls the output before each step, but a batch limit can leave a remainder in
+        // a buffer): the output positions each step, barrier and hand-off records are then
+        // what the channels have, and what a replay numbers its own output from. If sending
+        // the remainder waits for credit, so does everything else (the task polls the output
+        // again at once).
+        if !claims.drained(&mut self.head) {
+            return Ok(GateStep::Watermark);
+        }
+        // The state is between two batches: a hand-off may go to the backup.
         if claims.maybe_hand_state(&mut self.head, &self.marks)? {
             return Ok(GateStep::Watermark);
         }
@@ -387,10 +393,7 @@ impl<T: Data> TypedGate<T> {
                 self.head.flush();
                 // Output all out: the step can be released now (not at the next one). An
                 // error is the lane's to report, at its next poll.
-                let waker = futures::task::noop_waker();
-                if let Poll::Ready(Ok(())) =
-                    self.head.poll_pending(&mut Context::from_waker(&waker))
-                {
+                if claims.drained(&mut self.head) {
                     claims.settle();
                 }
                 Ok(GateStep::Batch(len))

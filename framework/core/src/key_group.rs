@@ -204,8 +204,8 @@ impl Owners {
 /// heaviest group first, each to the subtask with the least load so far (ties: fewer key
 /// groups, then the group's current owner in `current`, then the lowest index), so that the
 /// hottest subtask carries as little as the groups allow. Groups with no load are dealt
-/// afterwards to even out the number of groups. The result is by count when that is as
-/// balanced.
+/// afterwards to even out the number of groups. The result is `current` when that is as
+/// balanced, else by count when that is.
 ///
 /// ```
 /// use weir::key_group::{balance_by_load, Owners};
@@ -238,9 +238,15 @@ pub fn balance_by_load(loads: &[u64], parallelism: usize, current: Option<&Owner
         table[kg] = s as u32;
     }
     let hottest = |o: &Owners| o.subtask_loads(loads).into_iter().max().unwrap_or(0);
-    match Owners::table(table, p) {
+    let best = match Owners::table(table, p) {
         Ok(by_load) if hottest(&by_load) < hottest(&by_count) => by_load,
         _ => by_count,
+    };
+    // The greedy deal is not always the best: a current assignment at least as balanced
+    // stays (no key group moves for nothing).
+    match current {
+        Some(c) if c.parallelism() == p && hottest(c) <= hottest(&best) => c.clone(),
+        _ => best,
     }
 }
 

@@ -134,6 +134,18 @@ impl<T: Data> Claims<T> {
         &self.group.uid
     }
 
+    /// Whether every record the primary emitted is in its output channels; if not, sends
+    /// what its output buffers hold (without waiting for credit) and looks again.
+    pub(crate) fn drained(&self, head: &mut BoxOutput<T>) -> bool {
+        if self.group.all_sent() {
+            return true;
+        }
+        head.flush();
+        let waker = futures::task::noop_waker();
+        let polled = head.poll_pending(&mut std::task::Context::from_waker(&waker));
+        matches!(polled, std::task::Poll::Ready(Ok(()))) && self.group.all_sent()
+    }
+
     /// The primary is idle: its last step's output is all out.
     pub(crate) fn settle(&mut self) {
         self.group.positions(&mut self.positions);
@@ -164,10 +176,7 @@ impl<T: Data> Claims<T> {
         if since < every || (since < self.handoff_gap && !self.group.queue.over_half()) {
             return Ok(false);
         }
-        head.flush();
-        let waker = futures::task::noop_waker();
-        let drained = head.poll_pending(&mut std::task::Context::from_waker(&waker));
-        if !matches!(drained, std::task::Poll::Ready(Ok(()))) {
+        if !self.drained(head) {
             return Ok(true);
         }
         let started = std::time::Instant::now();

@@ -402,9 +402,17 @@ impl<T> Trigger<T> for ContinuousProcessingTimeTrigger {
     ) -> TriggerResult {
         if next.is_none() {
             let now = ctx.current_processing_time();
-            // At the window's end at the latest (as Flink's): a time window is dropped
-            // there, and what came since the last firing would go unfired.
-            let at = (now - now.rem_euclid(self.interval) + self.interval).min(w.max_timestamp());
+            // At a window's end at the latest, where it ends on the wall clock (as Flink's):
+            // a processing-time window is dropped there, and what came since the last firing
+            // would go unfired. (An event-time window whose end the wall clock has passed is
+            // not capped: it would fire at every record.)
+            let aligned = now - now.rem_euclid(self.interval) + self.interval;
+            let end = w.max_timestamp();
+            let at = if end >= now {
+                aligned.min(end)
+            } else {
+                aligned
+            };
             *next = Some(at);
             ctx.register_processing_time_timer(at);
         }
