@@ -359,6 +359,22 @@ impl<KF> ByKey<KF> {
     }
 }
 
+impl<KF> ByKey<KF> {
+    /// The key group of `record`'s key.
+    #[inline]
+    fn key_group<T, K>(&mut self, record: &T) -> usize
+    where
+        KF: FnMut(&T) -> K,
+        K: std::hash::Hash,
+    {
+        let h = key_hash(&(self.key_fn)(record));
+        (match self.mask {
+            Some(m) => h & m,
+            None => h % self.max_parallelism,
+        }) as usize
+    }
+}
+
 impl<T, K, KF> Router<T> for ByKey<KF>
 where
     KF: FnMut(&T) -> K + Send,
@@ -366,12 +382,8 @@ where
 {
     #[inline]
     fn route(&mut self, record: &T) -> usize {
-        let h = key_hash(&(self.key_fn)(record));
-        let kg = match self.mask {
-            Some(m) => h & m,
-            None => h % self.max_parallelism,
-        };
-        self.owner[kg as usize] as usize
+        let kg = self.key_group(record);
+        self.owner[kg] as usize
     }
 
     fn counting(&self) -> bool {
@@ -380,11 +392,7 @@ where
 
     #[inline]
     fn route_counted(&mut self, record: &T) -> usize {
-        let h = key_hash(&(self.key_fn)(record));
-        let kg = match self.mask {
-            Some(m) => h & m,
-            None => h % self.max_parallelism,
-        } as usize;
+        let kg = self.key_group(record);
         self.counts[kg] += 1;
         self.owner[kg] as usize
     }

@@ -10,16 +10,19 @@ use crate::time::Watermark;
 
 const MAX: usize = 128;
 
-/// Every operator's key groups by count.
-fn no_tables() -> crate::rescale::channels::Tables<'static> {
-    static OLD: std::sync::LazyLock<HashMap<String, std::sync::Arc<[u32]>>> =
-        std::sync::LazyLock::new(HashMap::new);
-    static NEW: std::sync::LazyLock<HashMap<&'static str, std::sync::Arc<[u32]>>> =
-        std::sync::LazyLock::new(HashMap::new);
-    crate::rescale::channels::Tables {
-        old: &OLD,
-        new: &NEW,
-    }
+/// [`fit`] with every operator's key groups by count.
+fn fit_by_count(
+    states: &mut HashMap<(String, usize), Vec<u8>>,
+    old: &HashMap<String, usize>,
+    new: &HashMap<&str, usize>,
+    inputs: &[ChannelInput],
+) -> Result<Vec<String>, String> {
+    let (no_old, no_new) = (HashMap::new(), HashMap::new());
+    let tables = crate::rescale::channels::Tables {
+        old: &no_old,
+        new: &no_new,
+    };
+    fit(states, old, new, tables, inputs, MAX)
 }
 
 /// Records are ids `x`, keyed by `x % 300`.
@@ -77,15 +80,8 @@ fn keyed_in_flight_data_goes_to_the_new_owner_of_each_key_in_order() {
         }
         let old = HashMap::from([("count".to_owned(), had), ("src".to_owned(), 1)]);
         let new = HashMap::from([("count", now), ("src", 1)]);
-        let dealt = fit(
-            &mut states,
-            &old,
-            &new,
-            no_tables(),
-            &[input(Dealing::ByKeyGroup)],
-            MAX,
-        )
-        .expect("deals");
+        let dealt =
+            fit_by_count(&mut states, &old, &new, &[input(Dealing::ByKeyGroup)]).expect("deals");
         assert_eq!(dealt, ["count#in0"]);
         let mut all = Vec::new();
         for j in 0..now {
@@ -125,15 +121,7 @@ fn other_in_flight_data_goes_whole_to_one_new_subtask() {
     }
     let old = HashMap::from([("count".to_owned(), 3), ("src".to_owned(), 2)]);
     let new = HashMap::from([("count", 2), ("src", 2)]);
-    fit(
-        &mut states,
-        &old,
-        &new,
-        no_tables(),
-        &[input(Dealing::Any)],
-        MAX,
-    )
-    .expect("deals");
+    fit_by_count(&mut states, &old, &new, &[input(Dealing::Any)]).expect("deals");
     let zero = restored(&states[&("count#in0".to_owned(), 0)], None);
     let one = restored(&states[&("count#in0".to_owned(), 1)], None);
     let expect_zero: Vec<u64> = (0..50).chain(200..250).collect();
@@ -148,25 +136,16 @@ fn unchanged_shapes_are_left_alone_and_a_changed_sender_drops_the_watermarks() {
     let mut states = HashMap::from([(("count#in0".to_owned(), 0), payload.clone())]);
     let old = HashMap::from([("count".to_owned(), 1), ("src".to_owned(), 1)]);
     let same = HashMap::from([("count", 1), ("src", 1)]);
-    let dealt = fit(
-        &mut states,
-        &old,
-        &same,
-        no_tables(),
-        &[input(Dealing::ByKeyGroup)],
-        MAX,
-    )
-    .expect("nothing to deal");
+    let dealt = fit_by_count(&mut states, &old, &same, &[input(Dealing::ByKeyGroup)])
+        .expect("nothing to deal");
     assert!(dealt.is_empty());
     assert_eq!(states[&("count#in0".to_owned(), 0)], payload);
     let more_senders = HashMap::from([("count", 1), ("src", 3)]);
-    fit(
+    fit_by_count(
         &mut states,
         &old,
         &more_senders,
-        no_tables(),
         &[input(Dealing::ByKeyGroup)],
-        MAX,
     )
     .expect("deals");
     assert_eq!(restored(&states[&("count#in0".to_owned(), 0)], None), keys);
@@ -177,26 +156,11 @@ fn a_broadcast_input_is_refused_and_bad_payloads_are_named() {
     let mut states = HashMap::from([(("count#in0".to_owned(), 0), vec![0x01])]);
     let old = HashMap::from([("count".to_owned(), 1), ("src".to_owned(), 1)]);
     let new = HashMap::from([("count", 2), ("src", 1)]);
-    let e = fit(
-        &mut states,
-        &old,
-        &new,
-        no_tables(),
-        &[input(Dealing::Not("broadcast"))],
-        MAX,
-    )
-    .expect_err("refused");
+    let e = fit_by_count(&mut states, &old, &new, &[input(Dealing::Not("broadcast"))])
+        .expect_err("refused");
     assert!(e.contains("`count`") && e.contains("broadcast"), "{e}");
     let mut states = HashMap::from([(("count#in0".to_owned(), 0), vec![0x01])]);
-    let e = fit(
-        &mut states,
-        &old,
-        &new,
-        no_tables(),
-        &[input(Dealing::Any)],
-        MAX,
-    )
-    .expect_err("bad");
+    let e = fit_by_count(&mut states, &old, &new, &[input(Dealing::Any)]).expect_err("bad");
     assert!(e.contains("count#in0") && e.contains("subtask 0"), "{e}");
 }
 
@@ -205,11 +169,11 @@ fn in_flight_data_of_an_operator_without_that_input_is_refused() {
     let mut states = HashMap::from([(("sink#in0".to_owned(), 0), batches_of(vec![vec![1]]))]);
     let old = HashMap::from([("sink".to_owned(), 1)]);
     let new = HashMap::from([("sink", 1)]);
-    let e = fit(&mut states, &old, &new, no_tables(), &[], MAX).expect_err("no input to replay on");
+    let e = fit_by_count(&mut states, &old, &new, &[]).expect_err("no input to replay on");
     assert!(e.contains("sink#in0") && e.contains("`sink`"), "{e}");
     // Of an operator the job no longer has: left alone.
     let new = HashMap::from([("other", 1)]);
-    assert!(fit(&mut states, &old, &new, no_tables(), &[], MAX)
+    assert!(fit_by_count(&mut states, &old, &new, &[])
         .expect("nothing")
         .is_empty());
 }
@@ -220,15 +184,7 @@ fn the_format_without_watermarks_is_dealt_too() {
     let mut states = HashMap::from([(("count#in0".to_owned(), 1), payload)]);
     let old = HashMap::from([("count".to_owned(), 2), ("src".to_owned(), 1)]);
     let new = HashMap::from([("count", 1), ("src", 1)]);
-    fit(
-        &mut states,
-        &old,
-        &new,
-        no_tables(),
-        &[input(Dealing::Any)],
-        MAX,
-    )
-    .expect("deals");
+    fit_by_count(&mut states, &old, &new, &[input(Dealing::Any)]).expect("deals");
     assert_eq!(
         restored(&states[&("count#in0".to_owned(), 0)], None),
         [1, 2, 3]
@@ -252,15 +208,8 @@ fn entries_without_records_are_dropped_and_never_refused() {
     ]);
     let old = HashMap::from([("count".to_owned(), 2), ("src".to_owned(), 1)]);
     let new = HashMap::from([("count", 3), ("src", 1)]);
-    let dealt = fit(
-        &mut states,
-        &old,
-        &new,
-        no_tables(),
-        &[input(Dealing::Not("broadcast"))],
-        MAX,
-    )
-    .expect("nothing in flight: nothing to refuse");
+    let dealt = fit_by_count(&mut states, &old, &new, &[input(Dealing::Not("broadcast"))])
+        .expect("nothing in flight: nothing to refuse");
     assert_eq!(dealt, ["count#in0"]);
     assert!(states.is_empty(), "{:?}", states.keys());
     assert!(!crate::rescale::channels::carries_records(&batches_of(
@@ -273,7 +222,7 @@ fn entries_without_records_are_dropped_and_never_refused() {
     let mut states = HashMap::from([(("sink#in0".to_owned(), 0), batches_of(vec![]))]);
     let old = HashMap::from([("sink".to_owned(), 1)]);
     let new = HashMap::from([("sink", 1)]);
-    fit(&mut states, &old, &new, no_tables(), &[], MAX).expect("empty");
+    fit_by_count(&mut states, &old, &new, &[]).expect("empty");
 }
 
 #[test]
@@ -283,15 +232,8 @@ fn in_flight_data_of_a_forward_edge_stays_with_its_sender_or_is_refused() {
     let mut states = HashMap::from([(("count#in0".to_owned(), 1), payload.clone())]);
     let old = HashMap::from([("count".to_owned(), 2), ("src".to_owned(), 2)]);
     let new = HashMap::from([("count", 3), ("src", 3)]);
-    let e = fit(
-        &mut states,
-        &old,
-        &new,
-        no_tables(),
-        &[input(Dealing::Forward)],
-        MAX,
-    )
-    .expect_err("a key's records would be reordered");
+    let e = fit_by_count(&mut states, &old, &new, &[input(Dealing::Forward)])
+        .expect_err("a key's records would be reordered");
     assert!(
         e.contains("forward") && e.contains("`count`") && e.contains("src"),
         "{e}"
@@ -300,15 +242,7 @@ fn in_flight_data_of_a_forward_edge_stays_with_its_sender_or_is_refused() {
     let mut states = HashMap::from([(("count#in0".to_owned(), 1), payload)]);
     let old = HashMap::from([("count".to_owned(), 2), ("src".to_owned(), 1)]);
     let new = HashMap::from([("count", 1), ("src", 1)]);
-    fit(
-        &mut states,
-        &old,
-        &new,
-        no_tables(),
-        &[input(Dealing::Forward)],
-        MAX,
-    )
-    .expect("rebalanced");
+    fit_by_count(&mut states, &old, &new, &[input(Dealing::Forward)]).expect("rebalanced");
     assert_eq!(
         restored(&states[&("count#in0".to_owned(), 0)], None),
         [1, 2, 3]
@@ -326,6 +260,5 @@ fn channel_state_uids_are_told_from_operator_uids() {
     let mut states = HashMap::from([(("a#inner".to_owned(), 0), vec![1, 2])]);
     let old = HashMap::from([("a".to_owned(), 1), ("a#inner".to_owned(), 1)]);
     let new = HashMap::from([("a", 1), ("a#inner", 1)]);
-    fit(&mut states, &old, &new, no_tables(), &[], MAX)
-        .expect("an operator's state, not channel state");
+    fit_by_count(&mut states, &old, &new, &[]).expect("an operator's state, not channel state");
 }
