@@ -1,5 +1,5 @@
 //! Backpressure and rate control, end to end and in real time: a fast source behind a sink of
-//! fixed capacity (records/s), read through `JobHandle::metrics()`.
+//! fixed capacity (records/s), read through `JobMonitor::metrics()`.
 //!
 //! The controller's arithmetic is tested in simulated time by the unit tests of
 //! `weir::rate`; these tests run real jobs on real threads on a shared, noisy machine, so they

@@ -74,7 +74,7 @@ pub struct EnvConfig {
     /// on at start, sampling runs at the shorter of this and its `update_interval`.
     pub metrics_interval: Duration,
     /// PID rate control of the sources (default off); changeable while the job runs with
-    /// `JobHandle::set_rate_control`.
+    /// `JobMonitor::set_rate_control`.
     pub rate_control: RateControlConfig,
     /// Checkpoints (default off: no interval).
     pub checkpoint: CheckpointConfig,

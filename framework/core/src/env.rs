@@ -67,7 +67,7 @@ impl Env {
     }
 
     /// Registers a version of the job's graph by name: the job started from this `Env` can
-    /// be switched to it while it runs ([`JobHandle::replace_with`], `POST
+    /// be switched to it while it runs ([`JobMonitor::replace_with`], `POST
     /// /jobs/{id}/replace {"graph": name}`). `build` adds the graph's operators to the `Env`
     /// it is given, as the app built the first version; operators keep their state by uid.
     pub fn register_graph(&self, name: &str, build: impl Fn(&Env) + Send + Sync + 'static) {
@@ -420,20 +420,6 @@ impl Env {
 }
 
 impl crate::JobMonitor {
-    /// Replaces the running job's graph by the one `build` adds to an `Env`; see
-    /// [`JobHandle::replace`].
-    pub fn replace(
-        &self,
-        build: impl FnOnce(&Env),
-        options: crate::ReplaceOptions,
-    ) -> Result<crate::ReplaceReport, crate::ReplaceError> {
-        let env = Env::with_config(self.build_config());
-        build(&env);
-        self.replace_graph(env.take_graph(), options)
-    }
-}
-
-impl JobHandle {
     /// Replaces the running job's graph by the one `build` adds to an `Env` (a fast restart):
     /// the sources pause at a savepoint barrier, every subtask snapshots at it and hands its
     /// state over in memory, the sinks commit, and the new graph is deployed in the same
@@ -457,9 +443,11 @@ impl JobHandle {
     /// ```
     pub fn replace(
         &self,
-        build: impl FnOnce(&crate::Env),
+        build: impl FnOnce(&Env),
         options: crate::ReplaceOptions,
     ) -> Result<crate::ReplaceReport, crate::ReplaceError> {
-        self.monitor().replace(build, options)
+        let env = Env::with_config(self.build_config());
+        build(&env);
+        self.replace_graph(env.take_graph(), options)
     }
 }

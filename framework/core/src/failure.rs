@@ -1,7 +1,7 @@
 //! What a job's failures are and how they are told: each failure is classified
 //! ([`FailureClass`]: deterministic ones fail the job at once, the rest restart under the
 //! restart strategy), recorded in the job's failure history ([`FailureRecord`], read with
-//! `JobHandle::failures`; a failure a backup took over is a [`PromotionRecord`], read with
+//! `JobMonitor::failures`; a failure a backup took over is a [`PromotionRecord`], read with
 //! `JobMonitor::promotions`), and announced on stderr with one line ([`Warnings`]) whether or not
 //! the app installed a `tracing` subscriber.
 //!
@@ -101,7 +101,7 @@ pub enum FailureOutcome {
     Failed,
 }
 
-/// One failure of a job that restarted it or ended it (`JobHandle::failures`). Failures a
+/// One failure of a job that restarted it or ended it (`JobMonitor::failures`). Failures a
 /// backup took over without a restart are not in the history.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]

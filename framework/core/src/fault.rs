@@ -64,8 +64,8 @@ pub enum FaultPoint {
     /// Operators and sinks (not sources).
     Snapshot,
     /// As [`Snapshot`](Self::Snapshot), at the snapshot of a checkpoint whose states are
-    /// handed over in memory: a live rescale's (`JobHandle::rescale`) or a fast restart's
-    /// (`JobHandle::replace`).
+    /// handed over in memory: a live rescale's (`JobMonitor::rescale`) or a fast restart's
+    /// (`JobMonitor::replace`).
     HandOver,
 }
 

@@ -1,8 +1,12 @@
-//! The handle of a running job ([`JobHandle`]) and how a job starts: planned, then run by its
-//! controller on a thread of its own with an actix `System`. The handle talks to the
-//! controller through its command channel (cancel, savepoints, rate control) and to subtasks
-//! through the system lanes the controller publishes (pings, live config, state snapshots).
-//! The job's lifecycle is the controller's (`controller`); planning is `plan`.
+//! The handle of a running job ([`JobHandle`]), the cloneable view of it every observer uses
+//! ([`JobMonitor`]), and how a job starts: planned, then run by its controller on a thread of
+//! its own with an actix `System`.
+//!
+//! The controller is the only writer of a job's state: every change (settings, operator
+//! config, rescale, rebalance, graph replacement, savepoint, rate control, cancel) is a
+//! command it answers, and what a monitor reads is the one immutable view it last published
+//! (`controller::view`). A monitor talks to subtasks directly only to read (pings, state
+//! snapshots). The job's lifecycle is the controller's (`controller`); planning is `plan`.
 
 use std::sync::mpsc as std_mpsc;
 use std::thread::JoinHandle;
@@ -12,7 +16,9 @@ use actix::prelude::*;
 use crate::backup::BackupMetrics;
 use crate::checkpoint::coordinator::CheckpointStats;
 use crate::config::EnvConfig;
-use crate::controller::{self, ActorEntry, Command, Commands, JobResult, JobStatus, Launch, Views};
+use crate::controller::{
+    self, ActorEntry, Command, Commands, JobResult, JobStatus, JobView, Launch, Views,
+};
 use crate::error::JobError;
 use crate::failure::FailureRecord;
 use crate::graph::Graph;
@@ -26,11 +32,10 @@ use crate::rescale::{RescaleError, RescaleReport};
 use crate::savepoint::SavepointRequest;
 use crate::settings::{ChangeRecord, PlannedChange, SettingError};
 use crate::sync::atomic::Ordering;
-use crate::sync::lock;
-use crate::task::{Configure, Ping, SnapshotState, SubtaskStatus};
+use crate::task::{Ping, SnapshotState, SubtaskStatus};
 
 /// How long a rebalance of an operator whose load was not being counted lets it count
-/// before it rebalances ([`JobHandle::rebalance`]).
+/// before it rebalances ([`JobMonitor::rebalance`]).
 const LOAD_OBSERVED_FOR: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Cancels a running job from any thread.
@@ -68,12 +73,12 @@ impl PendingPing {
     }
 }
 
-/// A running job.
+/// A running job: its owner's handle. It waits for the job's end ([`wait`](Self::wait),
+/// [`stop_with_savepoint`](Self::stop_with_savepoint)) and owns what lives as long as the
+/// job (its REST server); everything else — reading the job and steering it — is the
+/// [`JobMonitor`]'s, which the handle dereferences to (`job.rescale(..)`, `job.metrics()`)
+/// and hands out to other threads ([`monitor`](Self::monitor)).
 pub struct JobHandle {
-    name: String,
-    canceller: Canceller,
-    /// What the controller publishes: subtasks, metrics, checkpoint statistics, backups.
-    views: Views,
     monitor: JobMonitor,
     /// What lives as long as the handle (the REST server of `Env::serve_rest`).
     #[cfg_attr(not(feature = "rest"), allow(dead_code))]
@@ -81,10 +86,12 @@ pub struct JobHandle {
     thread: Option<JoinHandle<Result<JobResult, JobError>>>,
 }
 
-/// A cloneable, read-mostly view of a running job for observers on other threads (the REST
-/// server, dashboards, agents): its identity, vertices, status, metrics and checkpoint
-/// statistics, and the commands that steer it (cancel, savepoints). It stays valid after the
-/// job ends (it then reports the final status).
+/// A cloneable view of a running job for any thread (the REST server, dashboards, agents, the
+/// job's own [`JobHandle`]): what the job is now (identity, vertices, status, metrics,
+/// checkpoint statistics, settings — one consistent moment, as its controller last published
+/// it), and the commands that steer it (settings, rescale, replace, savepoints, cancel), each
+/// answered by the controller in the order it takes them. It stays valid after the job ends
+/// (it then reports the final status).
 #[derive(Clone)]
 pub struct JobMonitor {
     id: String,
@@ -107,6 +114,20 @@ impl std::fmt::Debug for JobMonitor {
     }
 }
 
+/// Sends a command built around its reply sender and waits for the answer; `ended` if the
+/// job ended before answering.
+fn ask<T>(
+    commands: &Commands,
+    command: impl FnOnce(std_mpsc::Sender<T>) -> Command,
+    ended: impl FnOnce() -> T,
+) -> T {
+    let (reply, answer) = std_mpsc::channel();
+    if !commands.send(command(reply)) {
+        return ended();
+    }
+    answer.recv().unwrap_or_else(|_| ended())
+}
+
 impl JobMonitor {
     /// The job's id: 32 hexadecimal digits, unique per start (as Flink's job ids).
     pub fn id(&self) -> &str {
@@ -123,9 +144,14 @@ impl JobMonitor {
         self.start_time_ms
     }
 
+    /// The job as its controller last published it: one consistent moment.
+    pub(crate) fn view(&self) -> std::sync::Arc<JobView> {
+        self.views.load()
+    }
+
     /// The job's vertices, in graph order, at their current parallelism.
     pub fn vertices(&self) -> Vec<VertexInfo> {
-        lock(&self.views.vertices).clone()
+        self.view().vertices.clone()
     }
 
     /// The readings operators publish beside their counters (a lookup's cache hits, misses,
@@ -133,9 +159,9 @@ impl JobMonitor {
     /// REST server only (feature `rest`).
     #[cfg(feature = "rest")]
     pub(crate) fn operator_gauges(&self) -> Vec<(String, usize, &'static str, String)> {
-        let gauges = lock(&self.views.gauges).clone();
+        let view = self.view();
         let mut out = Vec::new();
-        for (uid, g) in gauges {
+        for (uid, g) in &view.gauges {
             for (subtask, values) in g.read() {
                 for (name, value) in g.names().iter().zip(values) {
                     out.push((uid.clone(), subtask, *name, value));
@@ -147,52 +173,91 @@ impl JobMonitor {
 
     /// How often the job was rescaled, and what the last rescale did.
     pub fn rescale_stats(&self) -> crate::rescale::RescaleStats {
-        lock(&self.views.rescales).clone()
+        self.view().rescales.clone()
     }
 
-    /// Changes the parallelism of operator `uid` (and of the chain it runs in) while the job
-    /// runs; see [`JobHandle::rescale`].
-    pub fn rescale(
-        &self,
-        uid: &str,
-        parallelism: usize,
-    ) -> Result<crate::rescale::RescaleReport, crate::rescale::RescaleError> {
+    /// Changes the parallelism of operator `uid` while the job runs, and returns once the job
+    /// runs at the new parallelism.
+    ///
+    /// The change happens at a checkpoint barrier: the sources pause after emitting it, every
+    /// subtask snapshots at it (sinks commit what came before it), and the states are handed
+    /// to the controller in memory. A keyed operator's state is dealt to the new subtasks by
+    /// key group (no subtask gets more than ⌈groups / parallelism⌉ groups), a derived
+    /// operator's `#[weir(operator_state)]` fields are split or unioned, and the job's
+    /// subtasks are redeployed on new arbiters at once from those states, with the same
+    /// REST server, handle and metrics. Chains are re-planned: an operator chained to its
+    /// input at equal parallelism runs as its own vertex after the change. Nothing is lost
+    /// or duplicated, and records of one key keep their order. Backed-up operators get
+    /// backups for their new subtasks.
+    ///
+    /// Refused, with nothing changed: an unknown uid, parallelism 0 or above
+    /// `max_parallelism`, sources and sinks (their state belongs to one subtask), two-input
+    /// operators, a per-subtask field with no redistribution rule, a graph the new
+    /// parallelism makes invalid (an explicit `forward()` edge), unaligned checkpoints, and a
+    /// rescale while another rescale or a savepoint is in progress. If the rescale's
+    /// checkpoint fails, or the job fails before the new subtasks run, the job keeps (or
+    /// recovers at) its old parallelism and the error says so; if the new subtasks cannot be
+    /// built, it goes back to the old parallelism from the same checkpoint.
+    ///
+    /// ```no_run
+    /// # fn demo(job: &weir::JobHandle) -> Result<(), weir::RescaleError> {
+    /// let report = job.rescale("counts", 4)?;
+    /// println!("paused {:?}", report.pause);
+    /// # Ok(()) }
+    /// ```
+    pub fn rescale(&self, uid: &str, parallelism: usize) -> Result<RescaleReport, RescaleError> {
         self.rescale_to(crate::controller::RescaleTarget::Operators(vec![(
             uid.to_owned(),
             parallelism,
         )]))
     }
 
-    /// Changes the parallelism of several operators at once (uid, parallelism), at one
-    /// barrier.
+    /// Changes the parallelism of several operators at one barrier (uid, parallelism); see
+    /// [`rescale`](Self::rescale).
     pub fn rescale_operators(
         &self,
         changes: &[(String, usize)],
-    ) -> Result<crate::rescale::RescaleReport, crate::rescale::RescaleError> {
+    ) -> Result<RescaleReport, RescaleError> {
         self.rescale_to(crate::controller::RescaleTarget::Operators(
             changes.to_vec(),
         ))
     }
 
     /// Changes the parallelism of every operator that follows the job's default parallelism
-    /// and can be rescaled (sources and sinks keep theirs; the report says which and why).
-    pub fn rescale_job(
-        &self,
-        parallelism: usize,
-    ) -> Result<crate::rescale::RescaleReport, crate::rescale::RescaleError> {
+    /// and can be rescaled; sources and sinks keep theirs, and
+    /// [`RescaleReport::kept`] says which and why. See [`rescale`](Self::rescale).
+    pub fn rescale_job(&self, parallelism: usize) -> Result<RescaleReport, RescaleError> {
         self.rescale_to(crate::controller::RescaleTarget::Job(parallelism))
     }
 
-    /// Assigns keyed operator `uid`'s key groups again by observed load; see
-    /// [`JobHandle::rebalance`].
-    pub fn rebalance(
-        &self,
-        uid: &str,
-    ) -> Result<crate::rescale::RescaleReport, crate::rescale::RescaleError> {
+    /// Assigns the key groups of keyed operator `uid` to its subtasks again by observed load,
+    /// at the parallelism it has: the records its inputs sent to each key group since its
+    /// key groups were last assigned are dealt so that the hottest subtask carries as little
+    /// as the groups allow ([`balance_by_load`](crate::key_group::balance_by_load)). An
+    /// operator not set to [`key_groups_by_load`](crate::DataStream::key_groups_by_load) has
+    /// its load counted from its first rebalance on (counting costs its keyed edges an add
+    /// per record): that first call counts for a second before it rebalances. It moves
+    /// state the way a rescale does, at a checkpoint barrier, with nothing lost or duplicated
+    /// and each key's records in order; [`RescaleReport::rebalanced`] says what each subtask
+    /// carried before and carries now. The assignment is recorded in checkpoints and
+    /// savepoints: a restart keeps it, and a restore at another assignment deals the state
+    /// to it. Refused for an operator without keyed state and before any record arrived;
+    /// nothing changes when the assignment is already the best one.
+    ///
+    /// ```no_run
+    /// # fn demo(job: &weir::JobHandle) -> Result<(), weir::RescaleError> {
+    /// let report = job.rebalance("counts")?;
+    /// for r in &report.rebalanced {
+    ///     let (before, after) = r.hottest_share();
+    ///     println!("{}: hottest subtask {before:.2} -> {after:.2} of the load", r.uid);
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn rebalance(&self, uid: &str) -> Result<RescaleReport, RescaleError> {
         let target = || crate::controller::RescaleTarget::Rebalance(uid.to_owned());
         match self.rescale_to(target()) {
             // Its keyed edges count from now on: once more after they have seen some load.
-            Err(crate::rescale::RescaleError::LoadNotObserved { .. }) => {
+            Err(RescaleError::LoadNotObserved { .. }) => {
                 std::thread::sleep(LOAD_OBSERVED_FOR);
                 self.rescale_to(target())
             }
@@ -203,25 +268,17 @@ impl JobMonitor {
     fn rescale_to(
         &self,
         target: crate::controller::RescaleTarget,
-    ) -> Result<crate::rescale::RescaleReport, crate::rescale::RescaleError> {
-        let (reply, answer) = std_mpsc::channel();
-        if !self
-            .commands
-            .send(Command::Rescale(crate::controller::RescaleRequest {
-                target,
-                reply,
-            }))
-        {
-            return Err(crate::rescale::RescaleError::JobEnded);
-        }
-        answer
-            .recv()
-            .unwrap_or(Err(crate::rescale::RescaleError::JobEnded))
+    ) -> Result<RescaleReport, RescaleError> {
+        ask(
+            &self.commands,
+            |reply| Command::Rescale(crate::controller::RescaleRequest { target, reply }),
+            || Err(RescaleError::JobEnded),
+        )
     }
 
     /// The job's checkpoint settings now (they change live: [`update_settings`](Self::update_settings)).
     pub fn checkpoint_config(&self) -> crate::checkpoint::CheckpointConfig {
-        lock(&self.views.checkpoint_config).clone()
+        self.view().checkpoint_config.clone()
     }
 
     /// The names of the graph versions registered for the job ([`Env::register_graph`]).
@@ -231,8 +288,14 @@ impl JobMonitor {
         self.graphs.iter().map(|(n, _)| n.clone()).collect()
     }
 
-    /// Replaces the running job's graph by the version registered as `name`; see
-    /// [`JobHandle::replace_with`].
+    /// Replaces the graph by the version registered as `name` ([`Env::register_graph`]); see
+    /// [`replace`](Self::replace).
+    ///
+    /// A test that collects the output should give every graph version the same handle
+    /// ([`DataStream::collect_into`](crate::DataStream::collect_into)): a commit repeated
+    /// across the replacement is recognized within one handle, not across two.
+    ///
+    /// [`Env::register_graph`]: crate::Env::register_graph
     pub fn replace_with(
         &self,
         name: &str,
@@ -254,16 +317,18 @@ impl JobMonitor {
         graph: Graph,
         options: ReplaceOptions,
     ) -> Result<ReplaceReport, ReplaceError> {
-        let (reply, answer) = std_mpsc::channel();
-        let request = crate::controller::ReplaceRequest {
-            graph: Box::new(graph),
-            options,
-            reply,
-        };
-        if !self.commands.send(Command::Replace(request)) {
-            return Err(ReplaceError::JobEnded);
-        }
-        answer.recv().unwrap_or(Err(ReplaceError::JobEnded))
+        let graph = Box::new(graph);
+        ask(
+            &self.commands,
+            |reply| {
+                Command::Replace(crate::controller::ReplaceRequest {
+                    graph,
+                    options,
+                    reply,
+                })
+            },
+            || Err(ReplaceError::JobEnded),
+        )
     }
 
     /// The settings a replacement's graph is built with: the job's, with its checkpoint
@@ -276,12 +341,13 @@ impl JobMonitor {
 
     /// Every live setting's value now, by name (see [`crate::settings`]).
     pub fn settings(&self) -> std::collections::BTreeMap<String, String> {
-        lock(&self.views.settings).clone()
+        self.view().settings.clone()
     }
 
-    /// Every settings change asked for (applied or refused), oldest first.
+    /// Every settings change asked for (applied or refused), oldest first, in the order the
+    /// job took them.
     pub fn settings_history(&self) -> Vec<ChangeRecord> {
-        lock(&self.views.settings_history).clone()
+        self.view().settings_history.clone()
     }
 
     /// How each change would apply (live, and when; or why it needs a fast restart), without
@@ -290,10 +356,10 @@ impl JobMonitor {
         &self,
         changes: &[(String, String)],
     ) -> Result<Vec<PlannedChange>, SettingError> {
-        let current = self.settings();
+        let view = self.view();
         changes
             .iter()
-            .map(|(n, v)| crate::settings::plan_one(n, v, &current))
+            .map(|(n, v)| crate::settings::plan_one(n, v, &view.settings))
             .collect()
     }
 
@@ -303,200 +369,131 @@ impl JobMonitor {
     /// `#[weir(config)]` fields (`operator.<uid>.<key>`, between two batches). Every value is
     /// checked first, operator fields on a copy of the operator: one bad value changes
     /// nothing and names the setting. Nothing restarts. `caller` is recorded in the history.
+    /// The job's controller takes changes one at a time, in the order they arrive.
     ///
     /// ```no_run
     /// # fn demo(job: &weir::JobMonitor) -> Result<(), weir::settings::SettingError> {
-    /// job.update_settings(
+    /// job.update_settings_as(
     ///     &[("execution.checkpointing.interval".into(), "100ms".into())],
     ///     "ops",
     /// )?;
     /// # Ok(()) }
     /// ```
-    pub fn update_settings(
+    pub fn update_settings_as(
         &self,
         changes: &[(String, String)],
         caller: &str,
     ) -> Result<Vec<PlannedChange>, SettingError> {
-        let r = self.try_update_settings(changes);
-        let current = self.settings();
-        let record = ChangeRecord {
-            at_ms: now_ms(),
-            caller: caller.to_owned(),
-            changes: changes
-                .iter()
-                .map(|(n, v)| (n.clone(), current.get(n).cloned(), v.clone()))
-                .collect(),
-            outcome: match &r {
-                Ok(_) => "applied".into(),
-                Err(e) => e.to_string(),
-            },
+        let request = |reply| {
+            Command::Settings(crate::controller::SettingsRequest {
+                changes: changes.to_vec(),
+                caller: caller.to_owned(),
+                reply,
+            })
         };
-        lock(&self.views.settings_history).push(record);
-        r
+        ask(&self.commands, request, || {
+            Err(SettingError::Busy("the job has ended".into()))
+        })
     }
 
-    fn try_update_settings(
+    /// Changes live settings as the Rust API (recorded as caller `rust`); see
+    /// [`update_settings_as`](Self::update_settings_as).
+    pub fn update_settings(
         &self,
         changes: &[(String, String)],
     ) -> Result<Vec<PlannedChange>, SettingError> {
-        let planned = self.plan_settings(changes)?;
-        if let Some(p) = planned
-            .iter()
-            .find(|p| matches!(p.applies, crate::settings::Applies::FastRestart { .. }))
-        {
-            let why = match &p.applies {
-                crate::settings::Applies::FastRestart { why } => why.clone(),
-                _ => String::new(),
-            };
-            return Err(SettingError::NotLive {
-                name: p.name.clone(),
-                why,
-            });
-        }
-        let mut job_level = Vec::new();
-        let mut named = Vec::new();
-        let mut operator = Vec::new();
-        for (name, value) in changes {
-            match crate::settings::parse(name, value)? {
-                crate::settings::Parsed::Operator { uid, key } => {
-                    let vertices = self.vertices();
-                    let uids = vertices.iter().flat_map(|v| v.operators.iter());
-                    let (uid, key) =
-                        crate::settings::resolve_operator(&uid, &key, uids.map(String::as_str));
-                    operator.push((name.clone(), uid, key, value.clone()))
-                }
-                p => {
-                    job_level.push(p);
-                    named.push((name.clone(), value.clone()));
-                }
-            }
-        }
-        // Operator fields, on a copy of the first subtask's operator.
-        for (name, uid, key, value) in &operator {
-            let Some(entry) = subtasks_of(&self.views, uid).into_iter().next() else {
-                return Err(SettingError::Operator {
-                    name: name.clone(),
-                    message: format!("no running operator has uid `{uid}`"),
-                });
-            };
-            let answer =
-                futures::executor::block_on(entry.addr.send(crate::task::ValidateConfig {
-                    uid: uid.clone(),
-                    key: key.clone(),
-                    value: value.clone(),
-                }));
-            match answer {
-                Ok(Ok(())) => {}
-                Ok(Err(e)) => {
-                    return Err(SettingError::Operator {
-                        name: name.clone(),
-                        message: e.to_string(),
-                    })
-                }
-                Err(_) => return Err(SettingError::Busy("the job is stopping".into())),
-            }
-        }
-        if !job_level.is_empty() {
-            self.settings_command(job_level.clone(), named.clone(), false)?;
-        }
-        for (name, uid, key, value) in &operator {
-            configure(&self.views, uid, key, value).map_err(|e| SettingError::Operator {
-                name: name.clone(),
-                message: e.to_string(),
-            })?;
-            lock(&self.views.settings).insert(name.clone(), value.clone());
-        }
-        if !job_level.is_empty() {
-            self.settings_command(job_level, named, true)?;
-        }
-        Ok(planned)
-    }
-
-    fn settings_command(
-        &self,
-        changes: Vec<crate::settings::Parsed>,
-        named: Vec<(String, String)>,
-        apply: bool,
-    ) -> Result<(), SettingError> {
-        let (reply, answer) = std_mpsc::channel();
-        let sent = self
-            .commands
-            .send(Command::Settings(crate::controller::SettingsRequest {
-                changes,
-                named,
-                apply,
-                reply,
-            }));
-        if !sent {
-            return Err(SettingError::Busy("the job has ended".into()));
-        }
-        answer
-            .recv()
-            .unwrap_or_else(|_| Err(SettingError::Busy("the job has ended".into())))
+        self.update_settings_as(changes, "rust")
     }
 
     /// Returns every setting changed since the last completed checkpoint to its value then
     /// (recorded as caller `rollback`); settings with no earlier known value (an operator
     /// field first changed after that checkpoint) are listed as kept.
     pub fn rollback_settings(&self) -> Result<RollbackReport, SettingError> {
-        let good = lock(&self.views.good_settings).clone();
-        let now = self.settings();
-        let mut changes = Vec::new();
-        let mut kept = Vec::new();
-        for (name, value) in &now {
-            match good.get(name) {
-                // A controlled rate comes back through the `weir.rate-control.*` settings.
-                Some(v) if name == crate::settings::SOURCE_RATE && v == "controlled" => {}
-                Some(v) if v != value => changes.push((name.clone(), v.clone())),
-                Some(_) => {}
-                None => kept.push(name.clone()),
-            }
-        }
-        let applied = if changes.is_empty() {
-            Vec::new()
-        } else {
-            self.update_settings(&changes, "rollback")?
+        ask(&self.commands, Command::RollbackSettings, || {
+            Err(SettingError::Busy("the job has ended".into()))
+        })
+    }
+
+    /// Changes the `#[weir(config)]` field `key` of operator `uid` to `value` (parsed into the
+    /// field's type) in every subtask, between two batches, without stopping the job. A bad
+    /// key or value is refused by the first subtask, so no subtask changes.
+    pub fn update_config(&self, uid: &str, key: &str, value: &str) -> Result<(), ConfigError> {
+        let request = |reply| {
+            Command::Configure(crate::controller::ConfigureRequest {
+                uid: uid.to_owned(),
+                key: key.to_owned(),
+                value: value.to_owned(),
+                reply,
+            })
         };
-        Ok(RollbackReport { applied, kept })
+        ask(&self.commands, request, || {
+            Err(ConfigError::NoSuchOperator {
+                uid: uid.to_owned(),
+            })
+        })
+    }
+
+    /// Changes the sources' rate control while the job runs (enable, disable, rates, gains).
+    /// The new settings take effect at the next update; disabling lifts the limit at once.
+    pub fn set_rate_control(&self, config: RateControlConfig) -> Result<(), RateConfigError> {
+        config.validate()?;
+        // The controller answers once the change is applied; like a config change sent to a
+        // running job, this call does not wait for it.
+        let (reply, _applied) = std_mpsc::channel();
+        self.commands.send(Command::SetRateControl(config, reply));
+        Ok(())
     }
 
     /// The job's status now.
     pub fn status(&self) -> JobStatus {
-        *lock(&self.views.status)
+        self.view().status
     }
 
     /// When the job ended, in milliseconds since the Unix epoch (`None` while it runs).
     pub fn end_time_ms(&self) -> Option<u64> {
-        *lock(&self.views.ended_ms)
+        self.view().ended_ms
     }
 
-    /// The job's metrics over the last metrics interval.
+    /// The job's metrics over the last metrics interval (`None` before the first interval
+    /// has passed).
     pub fn metrics(&self) -> Option<JobMetrics> {
-        lock(&self.views.metrics).clone()
+        self.view().metrics.clone()
     }
 
-    /// The checkpoint statistics.
+    /// The checkpoint statistics: zero counts before the first checkpoint; with checkpoints
+    /// off, `None` until a savepoint or a restart.
     pub fn checkpoint_stats(&self) -> Option<CheckpointStats> {
-        lock(&self.views.checkpoints).clone()
+        self.view().checkpoints.clone()
     }
 
-    /// Metrics of every backed-up subtask.
+    /// Metrics of every backed-up subtask (buffer queue, promotions, failover time), in
+    /// operator then subtask order; empty when no operator is backed up.
     pub fn backup_metrics(&self) -> Vec<BackupMetrics> {
-        lock(&self.views.backups)
-            .iter()
-            .map(|g| g.metrics())
-            .collect()
+        self.view().backups.iter().map(|g| g.metrics()).collect()
     }
 
-    /// The job's failure history, oldest first: see [`JobHandle::failures`].
+    /// Every failure that restarted the job or ended it, oldest first: when, which attempt
+    /// (0 for the first deployment), the error's text, whether it was
+    /// [transient or deterministic](crate::FailureClass), and whether the job restarted (after what
+    /// delay) or failed. Empty while nothing has failed; failures a backup took over without
+    /// a restart are not in it ([`promotions`](Self::promotions)).
+    ///
+    /// ```
+    /// let env = weir::Env::new();
+    /// env.generate(10, |i| i).discard();
+    /// let job = env.start("no-failures").unwrap();
+    /// let history = job.failures();
+    /// job.wait().unwrap();
+    /// assert!(history.is_empty());
+    /// ```
     pub fn failures(&self) -> Vec<FailureRecord> {
-        lock(&self.views.failures).clone()
+        self.view().failures.clone()
     }
 
     /// Every backup promoted in place of its failed primary, oldest first: the failovers
     /// that restarted nothing (restarts are in [`failures`](Self::failures)).
     pub fn promotions(&self) -> Vec<crate::PromotionRecord> {
-        lock(&self.views.promotions).clone()
+        self.view().promotions.clone()
     }
 
     /// Asks the job to stop ([`JobError::Cancelled`]); does not wait.
@@ -531,63 +528,6 @@ impl JobMonitor {
             .send(Command::Savepoint(SavepointRequest { dir, stop, reply }));
         answer
     }
-}
-
-impl std::fmt::Debug for JobHandle {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("JobHandle")
-            .field("name", &self.name)
-            .field("subtasks", &lock(&self.views.actors).len())
-            .finish()
-    }
-}
-
-impl JobHandle {
-    /// The job's name.
-    pub fn name(&self) -> &str {
-        &self.name
-    }
-
-    /// The job's id (32 hexadecimal digits, as Flink's).
-    pub fn id(&self) -> &str {
-        self.monitor.id()
-    }
-
-    /// A cloneable view of the job for observers on other threads (e.g. the REST server).
-    pub fn monitor(&self) -> JobMonitor {
-        self.monitor.clone()
-    }
-
-    /// A handle that cancels this job from another thread.
-    pub fn canceller(&self) -> Canceller {
-        self.canceller.clone()
-    }
-
-    /// Cancels the job.
-    pub fn cancel(&self) {
-        self.canceller.cancel()
-    }
-
-    /// Sends a heartbeat ping through the system lane of the subtask that runs operator `uid`,
-    /// subtask `subtask`, and waits for its answer. `None` if there is no such subtask or it
-    /// has already stopped.
-    pub fn ping(&self, uid: &str, subtask: usize) -> Option<SubtaskStatus> {
-        self.send_ping(uid, subtask)?.wait()
-    }
-
-    /// Puts a ping in the system lane of that subtask now and returns without waiting; the
-    /// answer is read with [`PendingPing::wait`]. `None` if there is no such subtask.
-    pub fn send_ping(&self, uid: &str, subtask: usize) -> Option<PendingPing> {
-        let entry = self
-            .subtasks_of(uid)
-            .into_iter()
-            .find(|a| a.subtask == subtask)?;
-        // `Addr::send` enqueues the mail before it returns the reply future.
-        entry.counters.mails_sent.fetch_add(1, Ordering::Relaxed);
-        Some(PendingPing {
-            reply: Box::pin(entry.addr.send(Ping)),
-        })
-    }
 
     /// Takes a savepoint of the running job into `dir` (a directory that holds no savepoint)
     /// and returns its path once it is complete. A savepoint is a checkpoint in a place of
@@ -600,24 +540,12 @@ impl JobHandle {
         self.request_savepoint(dir.as_ref(), false)
     }
 
-    /// Takes a savepoint into `dir`, then stops the job; returns the savepoint's path and the
-    /// job's result. Output after the savepoint is not committed: a job started from the
-    /// savepoint produces it.
-    pub fn stop_with_savepoint(
-        self,
-        dir: impl AsRef<std::path::Path>,
-    ) -> Result<(std::path::PathBuf, JobResult), JobError> {
-        let path = self.request_savepoint(dir.as_ref(), true)?;
-        let result = self.wait()?;
-        Ok((path, result))
-    }
-
     fn request_savepoint(
         &self,
         dir: &std::path::Path,
         stop: bool,
     ) -> Result<std::path::PathBuf, JobError> {
-        let answer = self.monitor.trigger_savepoint(dir.to_owned(), stop);
+        let answer = self.trigger_savepoint(dir.to_owned(), stop);
         let message = match answer.recv() {
             Ok(Ok(path)) => return Ok(path),
             Ok(Err(message)) => message,
@@ -630,224 +558,32 @@ impl JobHandle {
         })
     }
 
-    /// The checkpoint statistics: zero counts before the first checkpoint; with checkpoints
-    /// off, `None` until a savepoint or a restart.
-    pub fn checkpoint_stats(&self) -> Option<CheckpointStats> {
-        lock(&self.views.checkpoints).clone()
+    /// Sends a heartbeat ping through the system lane of the subtask that runs operator `uid`,
+    /// subtask `subtask`, and waits for its answer. `None` if there is no such subtask or it
+    /// has already stopped.
+    pub fn ping(&self, uid: &str, subtask: usize) -> Option<SubtaskStatus> {
+        self.send_ping(uid, subtask)?.wait()
     }
 
-    /// Every failure that restarted the job or ended it, oldest first: when, which attempt
-    /// (0 for the first deployment), the error's text, whether it was
-    /// [transient or deterministic](crate::FailureClass), and whether the job restarted (after what
-    /// delay) or failed. Empty while nothing has failed; failures a backup took over without
-    /// a restart are not in it.
-    ///
-    /// ```
-    /// let env = weir::Env::new();
-    /// env.generate(10, |i| i).discard();
-    /// let job = env.start("no-failures").unwrap();
-    /// let history = job.failures();
-    /// job.wait().unwrap();
-    /// assert!(history.is_empty());
-    /// ```
-    pub fn failures(&self) -> Vec<FailureRecord> {
-        lock(&self.views.failures).clone()
-    }
-
-    /// The subtask actors that run operator `uid`, in subtask order.
-    fn subtasks_of(&self, uid: &str) -> Vec<ActorEntry> {
-        subtasks_of(&self.views, uid)
-    }
-}
-
-/// Builds a registered graph version with the job's settings (`Env::register_graph`).
-pub(crate) type GraphFactory = std::sync::Arc<dyn Fn(&EnvConfig) -> Graph + Send + Sync>;
-
-/// What [`JobMonitor::rollback_settings`] did.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct RollbackReport {
-    /// The changes made.
-    pub applied: Vec<PlannedChange>,
-    /// Settings changed since the last checkpoint with no earlier value known.
-    pub kept: Vec<String>,
-}
-
-/// The subtask actors that run operator `uid`, in subtask order.
-fn subtasks_of(views: &Views, uid: &str) -> Vec<ActorEntry> {
-    let mut v: Vec<ActorEntry> = lock(&views.actors)
-        .iter()
-        .filter(|a| a.uids.iter().any(|u| u == uid))
-        .cloned()
-        .collect();
-    v.sort_by_key(|e| e.subtask);
-    v
-}
-
-impl JobHandle {
-    /// Changes the parallelism of operator `uid` while the job runs, and returns once the job
-    /// runs at the new parallelism.
-    ///
-    /// The change happens at a checkpoint barrier: the sources pause after emitting it, every
-    /// subtask snapshots at it (sinks commit what came before it), and the states are handed
-    /// to the controller in memory. A keyed operator's state is dealt to the new subtasks by
-    /// key group (no subtask gets more than ⌈groups / parallelism⌉ groups), a derived
-    /// operator's `#[weir(operator_state)]` fields are split or unioned, and the job's
-    /// subtasks are redeployed on new arbiters at once from those states, with the same
-    /// REST server, handle and metrics. Chains are re-planned: an operator chained to its
-    /// input at equal parallelism runs as its own vertex after the change. Nothing is lost
-    /// or duplicated, and records of one key keep their order. Backed-up operators get
-    /// backups for their new subtasks.
-    ///
-    /// Refused, with nothing changed: an unknown uid, parallelism 0 or above
-    /// `max_parallelism`, sources and sinks (their state belongs to one subtask), two-input
-    /// operators, a per-subtask field with no redistribution rule, a graph the new
-    /// parallelism makes invalid (an explicit `forward()` edge), unaligned checkpoints, and a
-    /// rescale while another rescale or a savepoint is in progress. If the rescale's
-    /// checkpoint fails, or the job fails before the new subtasks run, the job keeps (or
-    /// recovers at) its old parallelism and the error says so; if the new subtasks cannot be
-    /// built, it goes back to the old parallelism from the same checkpoint.
-    ///
-    /// ```no_run
-    /// # fn demo(job: &weir::JobHandle) -> Result<(), weir::RescaleError> {
-    /// let report = job.rescale("counts", 4)?;
-    /// println!("paused {:?}", report.pause);
-    /// # Ok(()) }
-    /// ```
-    pub fn rescale(&self, uid: &str, parallelism: usize) -> Result<RescaleReport, RescaleError> {
-        self.monitor.rescale(uid, parallelism)
-    }
-
-    /// Changes the parallelism of several operators at one barrier (uid, parallelism); see
-    /// [`rescale`](Self::rescale).
-    pub fn rescale_operators(
-        &self,
-        changes: &[(String, usize)],
-    ) -> Result<RescaleReport, RescaleError> {
-        self.monitor.rescale_operators(changes)
-    }
-
-    /// Changes the parallelism of every operator that follows the job's default parallelism
-    /// and can be rescaled; sources and sinks keep theirs, and
-    /// [`RescaleReport::kept`] says which and why. See [`rescale`](Self::rescale).
-    pub fn rescale_job(&self, parallelism: usize) -> Result<RescaleReport, RescaleError> {
-        self.monitor.rescale_job(parallelism)
-    }
-
-    /// Assigns the key groups of keyed operator `uid` to its subtasks again by observed load,
-    /// at the parallelism it has: the records its inputs sent to each key group since its
-    /// key groups were last assigned are dealt so that the hottest subtask carries as little
-    /// as the groups allow ([`balance_by_load`](crate::key_group::balance_by_load)). An
-    /// operator not set to [`key_groups_by_load`](crate::DataStream::key_groups_by_load) has
-    /// its load counted from its first rebalance on (counting costs its keyed edges an add
-    /// per record): that first call counts for a second before it rebalances. It moves
-    /// state the way a rescale does, at a checkpoint barrier, with nothing lost or duplicated
-    /// and each key's records in order; [`RescaleReport::rebalanced`] says what each subtask
-    /// carried before and carries now. The assignment is recorded in checkpoints and
-    /// savepoints: a restart keeps it, and a restore at another assignment deals the state
-    /// to it. Refused for an operator without keyed state and before any record arrived;
-    /// nothing changes when the assignment is already the best one.
-    ///
-    /// ```no_run
-    /// # fn demo(job: &weir::JobHandle) -> Result<(), weir::RescaleError> {
-    /// let report = job.rebalance("counts")?;
-    /// for r in &report.rebalanced {
-    ///     let (before, after) = r.hottest_share();
-    ///     println!("{}: hottest subtask {before:.2} -> {after:.2} of the load", r.uid);
-    /// }
-    /// # Ok(()) }
-    /// ```
-    pub fn rebalance(&self, uid: &str) -> Result<RescaleReport, RescaleError> {
-        self.monitor.rebalance(uid)
-    }
-
-    /// How often the job was rescaled, and what the last rescale did.
-    pub fn rescale_stats(&self) -> crate::rescale::RescaleStats {
-        self.monitor.rescale_stats()
-    }
-
-    /// Changes live settings while the job runs, all or none; see
-    /// [`JobMonitor::update_settings`].
-    pub fn update_settings(
-        &self,
-        changes: &[(String, String)],
-    ) -> Result<Vec<PlannedChange>, SettingError> {
-        self.monitor.update_settings(changes, "rust")
-    }
-
-    /// How each change would apply, without applying anything; see
-    /// [`JobMonitor::plan_settings`].
-    pub fn plan_settings(
-        &self,
-        changes: &[(String, String)],
-    ) -> Result<Vec<PlannedChange>, SettingError> {
-        self.monitor.plan_settings(changes)
-    }
-
-    /// Returns the settings to their values at the last completed checkpoint; see
-    /// [`JobMonitor::rollback_settings`].
-    pub fn rollback_settings(&self) -> Result<RollbackReport, SettingError> {
-        self.monitor.rollback_settings()
-    }
-
-    /// Replaces the graph by the version registered as `name` ([`Env::register_graph`]).
-    ///
-    /// A test that collects the output should give every graph version the same handle
-    /// ([`DataStream::collect_into`](crate::DataStream::collect_into)): a commit repeated
-    /// across the replacement is recognized within one handle, not across two.
-    ///
-    /// [`Env::register_graph`]: crate::Env::register_graph
-    pub fn replace_with(
-        &self,
-        name: &str,
-        options: ReplaceOptions,
-    ) -> Result<ReplaceReport, ReplaceError> {
-        self.monitor.replace_with(name, options)
-    }
-
-    /// Every live setting's value now, by name.
-    pub fn settings(&self) -> std::collections::BTreeMap<String, String> {
-        self.monitor.settings()
-    }
-
-    /// The job's checkpoint settings now.
-    pub fn checkpoint_config(&self) -> crate::checkpoint::CheckpointConfig {
-        self.monitor.checkpoint_config()
-    }
-
-    /// Every settings change asked for, oldest first.
-    pub fn settings_history(&self) -> Vec<ChangeRecord> {
-        self.monitor.settings_history()
-    }
-
-    /// The job's vertices at their current parallelism.
-    pub fn vertices(&self) -> Vec<VertexInfo> {
-        self.monitor.vertices()
-    }
-
-    /// Changes the `#[weir(config)]` field `key` of operator `uid` to `value` (parsed into the
-    /// field's type) in every subtask, between two batches, without stopping the job. A bad
-    /// key or value is refused by the first subtask, so no subtask changes.
-    pub fn update_config(&self, uid: &str, key: &str, value: &str) -> Result<(), ConfigError> {
-        configure(&self.views, uid, key, value)?;
-        // The same change as a setting, for the history and a rollback.
-        let name = format!("{}{uid}.{key}", crate::settings::OPERATOR_PREFIX);
-        let old = lock(&self.views.settings).insert(name.clone(), value.to_owned());
-        lock(&self.views.settings_history).push(ChangeRecord {
-            at_ms: now_ms(),
-            caller: "rust".into(),
-            changes: vec![(name, old, value.to_owned())],
-            outcome: "applied".into(),
-        });
-        Ok(())
+    /// Puts a ping in the system lane of that subtask now and returns without waiting; the
+    /// answer is read with [`PendingPing::wait`]. `None` if there is no such subtask.
+    pub fn send_ping(&self, uid: &str, subtask: usize) -> Option<PendingPing> {
+        let entry = subtasks_of(&self.view().actors, uid)
+            .into_iter()
+            .find(|a| a.subtask == subtask)?;
+        // `Addr::send` enqueues the mail before it returns the reply future.
+        entry.counters.mails_sent.fetch_add(1, Ordering::Relaxed);
+        Some(PendingPing {
+            reply: Box::pin(entry.addr.send(Ping)),
+        })
     }
 
     /// Snapshots the `#[weir(state)]` fields of operator `uid` in every subtask (in subtask
     /// order), each between two of its batches. Give the result to
     /// [`DataStream::with_initial_state`](crate::DataStream::with_initial_state) to start a
-    /// job from it.
+    /// job from it. A read: it changes nothing in the job.
     pub fn snapshot_state(&self, uid: &str) -> Result<Vec<StateSnapshot>, StateError> {
-        let entries = self.subtasks_of(uid);
+        let entries = subtasks_of(&self.view().actors, uid);
         if entries.is_empty() {
             return Err(StateError::NoSuchOperator {
                 uid: uid.to_owned(),
@@ -870,33 +606,49 @@ impl JobHandle {
         }
         Ok(out)
     }
+}
 
-    /// The job's metrics over the last metrics interval (`None` before the first interval
-    /// has passed).
-    pub fn metrics(&self) -> Option<JobMetrics> {
-        lock(&self.views.metrics).clone()
+impl std::fmt::Debug for JobHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("JobHandle")
+            .field("name", &self.monitor.name)
+            .field("subtasks", &self.monitor.view().actors.len())
+            .finish()
+    }
+}
+
+/// A handle reads and steers its job through its monitor: one API, not two.
+impl std::ops::Deref for JobHandle {
+    type Target = JobMonitor;
+
+    fn deref(&self) -> &JobMonitor {
+        &self.monitor
+    }
+}
+
+impl JobHandle {
+    /// A cloneable view of the job for observers on other threads (e.g. the REST server).
+    pub fn monitor(&self) -> JobMonitor {
+        self.monitor.clone()
     }
 
-    /// Changes the sources' rate control while the job runs (enable, disable, rates, gains).
-    /// The new settings take effect at the next update; disabling lifts the limit at once.
-    pub fn set_rate_control(&self, config: RateControlConfig) -> Result<(), RateConfigError> {
-        config.validate()?;
-        // The controller answers once the change is applied; like a config change sent to a
-        // running job, this call does not wait for it.
-        let (reply, _applied) = std_mpsc::channel();
-        self.canceller
-            .commands
-            .send(Command::SetRateControl(config, reply));
-        Ok(())
+    /// A handle that cancels this job from another thread.
+    pub fn canceller(&self) -> Canceller {
+        Canceller {
+            commands: self.monitor.commands.clone(),
+        }
     }
 
-    /// Metrics of every backed-up subtask (buffer queue, promotions, failover time), in
-    /// operator then subtask order; empty when no operator is backed up.
-    pub fn backup_metrics(&self) -> Vec<BackupMetrics> {
-        lock(&self.views.backups)
-            .iter()
-            .map(|g| g.metrics())
-            .collect()
+    /// Takes a savepoint into `dir`, then stops the job; returns the savepoint's path and the
+    /// job's result. Output after the savepoint is not committed: a job started from the
+    /// savepoint produces it.
+    pub fn stop_with_savepoint(
+        self,
+        dir: impl AsRef<std::path::Path>,
+    ) -> Result<(std::path::PathBuf, JobResult), JobError> {
+        let path = self.monitor.request_savepoint(dir.as_ref(), true)?;
+        let result = self.wait()?;
+        Ok((path, result))
     }
 
     /// Whether the job has ended (its result is ready for [`JobHandle::wait`]).
@@ -910,11 +662,35 @@ impl JobHandle {
         match thread.join() {
             Ok(r) => r,
             Err(_) => Err(JobError::Runtime {
-                job: self.name.clone(),
+                job: self.monitor.name.clone(),
                 message: "the job thread panicked".into(),
             }),
         }
     }
+}
+
+/// Builds a registered graph version with the job's settings (`Env::register_graph`).
+pub(crate) type GraphFactory = std::sync::Arc<dyn Fn(&EnvConfig) -> Graph + Send + Sync>;
+
+/// What [`JobMonitor::rollback_settings`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RollbackReport {
+    /// The changes made.
+    pub applied: Vec<PlannedChange>,
+    /// Settings changed since the last checkpoint with no earlier value known.
+    pub kept: Vec<String>,
+}
+
+/// The subtask actors among `actors` that run operator `uid`, in subtask order.
+pub(crate) fn subtasks_of(actors: &[ActorEntry], uid: &str) -> Vec<ActorEntry> {
+    let mut v: Vec<ActorEntry> = actors
+        .iter()
+        .filter(|a| a.uids.iter().any(|u| u == uid))
+        .cloned()
+        .collect();
+    v.sort_by_key(|e| e.subtask);
+    v
 }
 
 /// Plans `graph` and starts it on a job thread; returns once every subtask is deployed.
@@ -937,22 +713,21 @@ pub(crate) fn start(
     let remote = check_directories(&graph, &cfg, &job)?;
     let (commands, inbox) = Commands::channel();
     let (deployed_tx, deployed_rx) = std_mpsc::channel::<()>();
-    let views = Views::default();
-    *lock(&views.vertices) = crate::plan::vertices(&graph, &plan, cfg.max_parallelism);
-    *lock(&views.gauges) = graph.gauges_by_uid(&plan.uids);
-    *lock(&views.checkpoint_config) = cfg.checkpoint.clone();
-    {
-        let mut settings = crate::settings::checkpoint_values(&cfg.checkpoint);
-        settings.extend(crate::settings::rate_values(&cfg.rate_control));
-        *lock(&views.good_settings) = settings.clone();
-        *lock(&views.settings) = settings;
-    }
+    let mut settings = crate::settings::checkpoint_values(&cfg.checkpoint);
+    settings.extend(crate::settings::rate_values(&cfg.rate_control));
+    let (writer, views) = controller::view::channel(JobView {
+        vertices: crate::plan::vertices(&graph, &plan, cfg.max_parallelism),
+        gauges: graph.gauges_by_uid(&plan.uids),
+        checkpoint_config: cfg.checkpoint.clone(),
+        settings,
+        ..JobView::default()
+    });
     let monitor = JobMonitor {
         id: new_job_id(),
         name: job.clone(),
         start_time_ms: now_ms(),
-        views: views.clone(),
-        commands: commands.clone(),
+        views,
+        commands,
         env_config: std::sync::Arc::new(cfg.clone()),
         graphs: std::sync::Arc::new(graphs),
     };
@@ -963,7 +738,7 @@ pub(crate) fn start(
         job: job.clone(),
         commands: inbox,
         deployed: deployed_tx,
-        views: views.clone(),
+        views: writer,
         remote,
     };
     let thread = std::thread::Builder::new()
@@ -979,9 +754,6 @@ pub(crate) fn start(
             message: format!("cannot spawn the job thread: {e}"),
         })?;
     let handle = JobHandle {
-        name: job,
-        canceller: Canceller { commands },
-        views,
         monitor,
         attached: Vec::new(),
         thread: Some(thread),
@@ -1069,35 +841,3 @@ pub(crate) fn unique_hex() -> String {
 }
 
 pub(crate) use crate::metrics::now_ms;
-
-/// Sets field `key` of operator `uid` in every subtask (the first to refuse stops it), and
-/// records it so restarted and promoted instances apply it too.
-fn configure(views: &Views, uid: &str, key: &str, value: &str) -> Result<(), ConfigError> {
-    let entries = subtasks_of(views, uid);
-    if entries.is_empty() {
-        return Err(ConfigError::NoSuchOperator {
-            uid: uid.to_owned(),
-        });
-    }
-    for entry in entries {
-        entry.counters.mails_sent.fetch_add(1, Ordering::Relaxed);
-        let reply = futures::executor::block_on(entry.addr.send(Configure {
-            uid: uid.to_owned(),
-            key: key.to_owned(),
-            value: value.to_owned(),
-        }));
-        match reply {
-            Ok(r) => r?,
-            Err(_) => {
-                return Err(ConfigError::NoSuchOperator {
-                    uid: uid.to_owned(),
-                })
-            }
-        }
-    }
-    let mut live = lock(&views.live_config);
-    let changes = live.entry(uid.to_owned()).or_default();
-    changes.retain(|(k, _)| k != key);
-    changes.push((key.to_owned(), value.to_owned()));
-    Ok(())
-}

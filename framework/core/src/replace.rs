@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-/// How a graph replacement may go ([`JobHandle::replace`](crate::JobHandle::replace)).
+/// How a graph replacement may go ([`JobMonitor::replace`](crate::JobMonitor::replace)).
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct ReplaceOptions {

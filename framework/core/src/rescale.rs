@@ -34,7 +34,7 @@ use crate::hooks::{Redistribution, StateField, StateScope};
 use crate::key_group::Owners;
 use crate::state::changes;
 
-/// What a rescale did ([`JobHandle::rescale`](crate::JobHandle::rescale)).
+/// What a rescale did ([`JobMonitor::rescale`](crate::JobMonitor::rescale)).
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct RescaleReport {
@@ -119,7 +119,7 @@ pub struct ParallelismChange {
 #[non_exhaustive]
 pub enum RescaleError {
     /// A rebalance by load of an operator whose load was not being counted: counting starts
-    /// now ([`JobHandle::rebalance`](crate::JobHandle::rebalance) asks again after a while).
+    /// now ([`JobMonitor::rebalance`](crate::JobMonitor::rebalance) asks again after a while).
     #[error("the load of operator `{uid}` was not being counted: counting starts now")]
     LoadNotObserved {
         /// The operator.

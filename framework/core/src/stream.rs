@@ -391,7 +391,7 @@ impl<T: Data> DataStream<T> {
     /// each key group since its key groups were last assigned are dealt so that the hottest
     /// subtask carries as little as the groups allow ([`balance_by_load`]). A running job
     /// can also rebalance any keyed operator at its parallelism now with
-    /// [`JobHandle::rebalance`](crate::JobHandle::rebalance). Refused when the job is planned
+    /// [`JobMonitor::rebalance`](crate::JobMonitor::rebalance). Refused when the job is planned
     /// for an operator without keyed state.
     ///
     /// ```no_run
@@ -695,13 +695,13 @@ impl<T: Data> DataStream<T> {
 
     /// Runs a user operator with derived hooks (`#[derive(Operator)]` on a
     /// [`ProcessFunction`]): like [`process`](Self::process), and its `#[weir(config)]` fields
-    /// can be changed while the job runs ([`JobHandle::update_config`]) and its
-    /// `#[weir(state)]` fields snapshotted ([`JobHandle::snapshot_state`]) and restored
+    /// can be changed while the job runs ([`JobMonitor::update_config`]) and its
+    /// `#[weir(state)]` fields snapshotted ([`JobMonitor::snapshot_state`]) and restored
     /// ([`with_initial_state`](Self::with_initial_state)). The node's default name is the
     /// operator's type name.
     ///
-    /// [`JobHandle::update_config`]: crate::JobHandle::update_config
-    /// [`JobHandle::snapshot_state`]: crate::JobHandle::snapshot_state
+    /// [`JobMonitor::update_config`]: crate::JobMonitor::update_config
+    /// [`JobMonitor::snapshot_state`]: crate::JobMonitor::snapshot_state
     pub fn apply<U, P>(self, op: P) -> DataStream<U>
     where
         U: Data,
@@ -724,7 +724,7 @@ impl<T: Data> DataStream<T> {
     }
 
     /// Starts the operator that produced this stream from these states, one per subtask (as
-    /// returned by [`JobHandle::snapshot_state`](crate::JobHandle::snapshot_state)).
+    /// returned by [`JobMonitor::snapshot_state`](crate::JobMonitor::snapshot_state)).
     pub fn with_initial_state(self, snapshots: Vec<StateSnapshot>) -> Self {
         self.set("with_initial_state", |n| n.initial_state = Some(snapshots));
         self
@@ -927,7 +927,7 @@ impl<T: Data> DataStream<T> {
     /// call timed out on every attempt ([`OnTimeout::SideOutput`]; empty otherwise). The node
     /// is named `lookup`; its live keys (`cache`, `cache.size`, `cache.ttl`, `timeout`,
     /// `capacity`, `retries`) change through
-    /// [`JobHandle::update_config`](crate::JobHandle::update_config) by its uid.
+    /// [`JobMonitor::update_config`](crate::JobMonitor::update_config) by its uid.
     ///
     /// [`OnTimeout::SideOutput`]: crate::lookup::OnTimeout::SideOutput
     pub fn lookup<L>(self, lookup: L, config: LookupConfig) -> (DataStream<L::Out>, DataStream<T>)

@@ -129,7 +129,7 @@ impl BackupPolicy {
     }
 }
 
-/// Metrics of one backed-up subtask ([`JobHandle::backup_metrics`](crate::JobHandle::backup_metrics)).
+/// Metrics of one backed-up subtask ([`JobMonitor::backup_metrics`](crate::JobMonitor::backup_metrics)).
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct BackupMetrics {

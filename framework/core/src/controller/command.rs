@@ -1,6 +1,8 @@
-//! Commands to a running job's controller from outside it — the Rust [`JobHandle`], and later
-//! REST, `weirctl` and the agent — through one typed channel. Each command carries the
-//! sender of its answer; the controller answers every command it takes, and a command it
+//! Commands to a running job's controller from outside it — the Rust [`JobHandle`] and its
+//! monitors, and through them REST, `weirctl` and the agent — through one typed channel.
+//! Every change to a job is one of these: the controller is the only writer of the job's
+//! state, and takes commands one at a time in the order they arrive. Each command carries
+//! the sender of its answer; the controller answers every command it takes, and a command it
 //! never takes (the job ended first) is answered by the dropped sender, which the caller sees
 //! as "the job ended".
 //!
@@ -30,8 +32,12 @@ pub(crate) enum Command {
     /// Change operators' parallelism; answered once the job runs at the new parallelism (or
     /// with why it does not).
     Rescale(RescaleRequest),
-    /// Check (and with `apply`, apply) live job settings, already parsed.
+    /// Change live settings, all or none (checked, then applied; recorded in the history).
     Settings(SettingsRequest),
+    /// Return the settings to their values at the last completed checkpoint.
+    RollbackSettings(Reply<Result<crate::job::RollbackReport, crate::settings::SettingError>>),
+    /// Change one `#[weir(config)]` field of an operator in every subtask.
+    Configure(ConfigureRequest),
     /// Replace the job's graph (fast restart); answered once the new graph committed its
     /// first checkpoint, or with why not.
     Replace(ReplaceRequest),
@@ -53,14 +59,22 @@ impl std::fmt::Debug for ReplaceRequest {
     }
 }
 
-/// A settings command (operator fields are changed by the caller, through the subtasks).
+/// A settings change: (name, value) pairs as asked for, and who asked (for the history).
 #[derive(Debug)]
 pub(crate) struct SettingsRequest {
-    pub(crate) changes: Vec<crate::settings::Parsed>,
-    /// The changes as asked for (name, value), recorded as the settings now once applied.
-    pub(crate) named: Vec<(String, String)>,
-    pub(crate) apply: bool,
-    pub(crate) reply: Reply<Result<(), crate::settings::SettingError>>,
+    pub(crate) changes: Vec<(String, String)>,
+    pub(crate) caller: String,
+    pub(crate) reply:
+        Reply<Result<Vec<crate::settings::PlannedChange>, crate::settings::SettingError>>,
+}
+
+/// An operator field change: `key` of operator `uid` set to `value` in every subtask.
+#[derive(Debug)]
+pub(crate) struct ConfigureRequest {
+    pub(crate) uid: String,
+    pub(crate) key: String,
+    pub(crate) value: String,
+    pub(crate) reply: Reply<Result<(), crate::hooks::ConfigError>>,
 }
 
 /// What to rescale.

@@ -44,6 +44,22 @@ impl ActorEntry {
         self.counters.mails_sent.fetch_add(1, Ordering::Relaxed);
         self.addr.do_send(msg);
     }
+
+    /// Puts a control mail in the subtask's system lane and waits for its answer, at most
+    /// `within`; `None` if the subtask stopped or did not answer in time (the controller
+    /// never waits on a hung subtask).
+    pub(crate) async fn ask<M>(&self, msg: M, within: Duration) -> Option<M::Result>
+    where
+        M: Message + Send + 'static,
+        M::Result: Send,
+        SubtaskActor: Handler<M>,
+    {
+        self.counters.mails_sent.fetch_add(1, Ordering::Relaxed);
+        match actix_rt::time::timeout(within, self.addr.send(msg)).await {
+            Ok(Ok(answer)) => Some(answer),
+            Ok(Err(_)) | Err(_) => None,
+        }
+    }
 }
 
 /// A backed-up subtask: its group, the arbiters of its primary and backup, and their

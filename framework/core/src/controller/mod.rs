@@ -20,6 +20,7 @@ pub(crate) mod deployment;
 mod failures;
 mod result;
 mod states;
+pub(crate) mod view;
 
 use std::path::PathBuf;
 use std::sync::mpsc as std_mpsc;
@@ -27,64 +28,28 @@ use std::time::Instant;
 
 use futures::channel::mpsc::{UnboundedReceiver, UnboundedSender};
 
-use crate::backup::BackupGroup;
 use crate::checkpoint::coordinator::Failed;
 use crate::checkpoint::coordinator::{CheckpointStats, Coordinator};
 use crate::config::EnvConfig;
 use crate::error::JobError;
 use crate::event::JobEvent;
-use crate::failure::{FailureClass, FailureRecord, Warnings};
+use crate::failure::{FailureClass, Warnings};
 use crate::graph::Graph;
-use crate::metrics::JobMetrics;
 use crate::plan::{OperatorRegistry, Plan};
 use crate::restart::{RestartStrategy, RestartTracker};
 use crate::sampler::RateController;
-use crate::sync::{lock, Arc, Mutex};
+use crate::sync::Arc;
 
 pub(crate) use command::{
-    Command, CommandInbox, Commands, ReplaceRequest, RescaleRequest, RescaleTarget, SettingsRequest,
+    Command, CommandInbox, Commands, ConfigureRequest, ReplaceRequest, RescaleRequest,
+    RescaleTarget, SettingsRequest,
 };
 pub(crate) use deployment::ActorEntry;
 pub use result::{JobResult, OperatorResult};
 
 use deployment::Deployment;
 use states::{Deploying, JobState};
-
-/// What the outside reads of a running job; the controller keeps it current.
-#[derive(Clone, Default)]
-pub(crate) struct Views {
-    /// The current deployment's subtasks (replaced on restart and promotion).
-    pub(crate) actors: Arc<Mutex<Vec<ActorEntry>>>,
-    pub(crate) metrics: Arc<Mutex<Option<JobMetrics>>>,
-    pub(crate) checkpoints: Arc<Mutex<Option<CheckpointStats>>>,
-    /// The backup groups of the current deployment.
-    pub(crate) backups: Arc<Mutex<Vec<std::sync::Arc<dyn BackupGroup>>>>,
-    /// The job's status, in Flink's words, updated at every transition.
-    pub(crate) status: Arc<Mutex<JobStatus>>,
-    /// When the job ended, ms since the Unix epoch.
-    pub(crate) ended_ms: Arc<Mutex<Option<u64>>>,
-    /// The config changes made while the job runs, which restarted and promoted instances
-    /// apply (shared with the operator registry).
-    pub(crate) live_config: crate::plan::LiveConfig,
-    /// Every failure that restarted or ended the job, oldest first.
-    pub(crate) failures: Arc<Mutex<Vec<FailureRecord>>>,
-    /// Every backup promoted in place of its failed primary, oldest first.
-    pub(crate) promotions: Arc<Mutex<Vec<crate::failure::PromotionRecord>>>,
-    /// The job's vertices at their current parallelism (replaced by a rescale).
-    pub(crate) vertices: Arc<Mutex<Vec<crate::plan::VertexInfo>>>,
-    /// Readings operators publish beside their counters (replaced with the graph).
-    pub(crate) gauges: Arc<Mutex<crate::metrics::GaugesByUid>>,
-    /// Rescales so far.
-    pub(crate) rescales: Arc<Mutex<crate::rescale::RescaleStats>>,
-    /// The job's checkpoint settings now (changed live).
-    pub(crate) checkpoint_config: Arc<Mutex<crate::checkpoint::CheckpointConfig>>,
-    /// Every live setting's value now, by name.
-    pub(crate) settings: Arc<Mutex<std::collections::BTreeMap<String, String>>>,
-    /// The settings when the last checkpoint completed (what a rollback returns to).
-    pub(crate) good_settings: Arc<Mutex<std::collections::BTreeMap<String, String>>>,
-    /// Every settings change asked for, oldest first.
-    pub(crate) settings_history: Arc<Mutex<Vec<crate::settings::ChangeRecord>>>,
-}
+pub(crate) use view::{JobView, ViewWriter, Views};
 
 /// A job's status as Flink names it (`/jobs/{id}` `state`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -130,11 +95,13 @@ impl JobStatus {
     }
 }
 
-impl Views {
+impl ViewWriter {
     /// Publishes a new deployment's subtasks and backup groups.
     fn publish_deployment(&self, dep: &Deployment) {
-        *lock(&self.actors) = dep.actors.clone();
-        *lock(&self.backups) = dep.backups.iter().map(|b| b.group.clone()).collect();
+        self.update(|v| {
+            v.actors = dep.actors.clone();
+            v.backups = dep.backups.iter().map(|b| b.group.clone()).collect();
+        });
     }
 }
 
@@ -147,7 +114,8 @@ pub(crate) struct Launch {
     pub(crate) commands: CommandInbox,
     /// Told once the first deployment is up (dropped unsent if it never is).
     pub(crate) deployed: std_mpsc::Sender<()>,
-    pub(crate) views: Views,
+    /// The controller's end of what the outside reads.
+    pub(crate) views: ViewWriter,
     /// The object store checkpoints go to, when the checkpoint directory is a URL.
     pub(crate) remote: Option<std::sync::Arc<crate::checkpoint::remote::Remote>>,
 }
@@ -163,7 +131,10 @@ pub(crate) struct JobContext {
     pub(crate) events_tx: UnboundedSender<JobEvent>,
     pub(crate) events: UnboundedReceiver<JobEvent>,
     pub(crate) commands: CommandInbox,
-    pub(crate) views: Views,
+    /// What the outside reads: the controller is its only writer.
+    pub(crate) views: ViewWriter,
+    /// The settings when the last checkpoint completed (what a rollback returns to).
+    pub(crate) good_settings: std::collections::BTreeMap<String, String>,
     deployed: Option<std_mpsc::Sender<()>>,
     /// This run's checkpoint directory: a new run restores another run's checkpoints only
     /// when asked to (`restore_from`, `restore_latest`). With checkpoints on an object store,
@@ -221,7 +192,7 @@ impl JobContext {
         let registry = OperatorRegistry::new(
             &plan,
             cfg.max_parallelism,
-            views.live_config.clone(),
+            crate::plan::LiveConfig::default(),
             crate::partition::AdaptBatches::new(&cfg),
         );
         registry.observe_load(&graph.by_load);
@@ -245,6 +216,7 @@ impl JobContext {
             failures: failures::FailureLog::default(),
             warnings: Warnings::new(&job, cfg.stderr_warnings),
             handover: Arc::new(crate::sync::atomic::AtomicU64::new(0)),
+            good_settings: views.load().settings.clone(),
             probation: None,
             follows_default: graph
                 .nodes
@@ -343,7 +315,23 @@ impl JobContext {
         {
             return;
         }
-        *lock(&self.views.checkpoints) = Some(stats.clone());
+        self.views.update(|v| v.checkpoints = Some(stats.clone()));
+    }
+
+    /// Publishes the job's vertices at their current parallelism.
+    pub(crate) fn publish_vertices(&self) {
+        let vertices = crate::plan::vertices(&self.graph, &self.plan, self.cfg.max_parallelism);
+        self.views.update(|v| v.vertices = vertices);
+    }
+
+    /// Publishes a new graph's vertices and operator readings.
+    pub(crate) fn publish_graph(&self) {
+        let vertices = crate::plan::vertices(&self.graph, &self.plan, self.cfg.max_parallelism);
+        let gauges = self.graph.gauges_by_uid(&self.plan.uids);
+        self.views.update(|v| {
+            v.vertices = vertices;
+            v.gauges = gauges;
+        });
     }
 
     /// The error of a subtask that is gone: `reason` says how.
@@ -398,21 +386,22 @@ impl JobContext {
         outcome: crate::failure::FailureOutcome,
     ) {
         let r = failures::record(self.attempt, error, class, outcome);
-        lock(&self.views.failures).push(r);
+        self.views.update(|v| v.failures.push(r));
     }
 
     /// A restarted job runs again: its last restart took from the failure to now.
     fn restarted(&self) {
         let now = crate::metrics::now_ms();
-        let mut failures = lock(&self.views.failures);
-        if let Some(r) = failures.last_mut().filter(|r| {
-            r.recovery.is_none()
-                && matches!(r.outcome, crate::failure::FailureOutcome::Restarted { .. })
-        }) {
-            r.recovery = Some(std::time::Duration::from_millis(
-                now.saturating_sub(r.time_ms),
-            ));
-        }
+        self.views.update(|v| {
+            if let Some(r) = v.failures.last_mut().filter(|r| {
+                r.recovery.is_none()
+                    && matches!(r.outcome, crate::failure::FailureOutcome::Restarted { .. })
+            }) {
+                r.recovery = Some(std::time::Duration::from_millis(
+                    now.saturating_sub(r.time_ms),
+                ));
+            }
+        });
     }
 }
 
@@ -442,10 +431,12 @@ pub(crate) async fn run(launch: Launch) -> Result<JobResult, JobError> {
             ctx.restarted();
         }
         let status = t.next().status();
-        *lock(&ctx.views.status) = status;
-        if status.is_terminal() {
-            *lock(&ctx.views.ended_ms) = Some(crate::metrics::now_ms());
-        }
+        ctx.views.update(|v| {
+            v.status = status;
+            if status.is_terminal() {
+                v.ended_ms = Some(crate::metrics::now_ms());
+            }
+        });
         state = t.into_next();
     }
 }

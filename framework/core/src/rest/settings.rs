@@ -25,7 +25,7 @@ pub(super) async fn patch_config(state: State, req: HttpRequest, body: web::Payl
     running(&job)?;
     let caller = caller_of(&req);
     let j = job.clone();
-    let r = web::block(move || j.update_settings(&changes, &caller))
+    let r = web::block(move || j.update_settings_as(&changes, &caller))
         .await
         .map_err(|e| ApiError::internal(e.to_string()))?;
     match r {

@@ -8,7 +8,6 @@ use crate::controller::deployment::{deploy, Deployment};
 use crate::controller::JobContext;
 use crate::error::JobError;
 use crate::plan::{instantiate, Restore};
-use crate::sync::lock;
 
 use super::{Finished, JobState, Running, Transition, TransitionTo};
 
@@ -374,8 +373,7 @@ fn keep_replaying_heads(
     heads.extend(chained);
     ctx.plan = crate::plan::plan_with_heads(&ctx.graph, &ctx.cfg, &heads)?;
     ctx.registry.resize(&ctx.plan);
-    *lock(&ctx.views.vertices) =
-        crate::plan::vertices(&ctx.graph, &ctx.plan, ctx.cfg.max_parallelism);
+    ctx.publish_vertices();
     Ok(())
 }
 

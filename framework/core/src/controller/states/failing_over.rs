@@ -14,9 +14,9 @@ use actix::Arbiter;
 use crate::controller::JobContext;
 use crate::error::{JobError, TaskError};
 use crate::event::SubtaskId;
-use crate::sync::lock;
 use crate::task::{AbortCheckpoint, Driver};
 
+use super::running::Failure;
 use super::{Recovering, Running, Transition, TransitionTo};
 
 /// A promotion to make.
@@ -167,11 +167,12 @@ fn promote(running: &mut Running, ctx: &mut JobContext, i: usize, why: &str) -> 
         promotion.waker,
         slot,
     );
-    *lock(&ctx.views.actors) = dep.actors.clone();
+    let actors = dep.actors.clone();
+    ctx.views.update(|v| v.actors = actors);
     swap_arbiters(running, ctx, i);
     let took = started.elapsed();
     group.promoted(took);
-    lock(&ctx.views.promotions).push(crate::failure::PromotionRecord {
+    let record = crate::failure::PromotionRecord {
         time_ms: started_ms,
         uid: old.head_uid.clone(),
         subtask: old.subtask,
@@ -180,7 +181,8 @@ fn promote(running: &mut Running, ctx: &mut JobContext, i: usize, why: &str) -> 
         batches_replayed: promotion.replayed as u64,
         records_replayed: promotion.replayed_records,
         batches_reprocessed: promotion.reprocessed as u64,
-    });
+    };
+    ctx.views.update(|v| v.promotions.push(record));
     tracing::warn!(uid = %old.head_uid, subtask = old.subtask, epoch = promotion.epoch, reprocessed = promotion.reprocessed, replayed = promotion.replayed, ?took, "backup promoted");
     Ok(())
 }
@@ -195,9 +197,9 @@ fn abort_checkpoints_in_flight(
 ) -> u64 {
     let (aborted, newest) = ctx.coordinator.abort_for_failover();
     for id in &aborted {
-        running.savepoints.fail(*id, || {
-            format!("savepoint {id} aborted: `{uid}` failed over")
-        });
+        running
+            .bound
+            .fail(ctx, &running.dep, *id, Failure::FailedOver(uid));
         for (a, entry) in running.dep.actors.iter().enumerate() {
             if a != k && !running.dep.finished[a] {
                 entry.mail(AbortCheckpoint(*id));

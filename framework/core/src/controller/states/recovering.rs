@@ -17,9 +17,8 @@ use crate::controller::JobContext;
 use crate::error::JobError;
 use crate::failure::{FailureClass, FailureOutcome};
 use crate::plan::Restore;
-use crate::sync::lock;
 
-use super::running::set_rate_control;
+use super::running::{record, set_rate_control};
 use super::{Deploying, Finished, Transition, TransitionTo};
 
 /// The job is recovering from `failure`.
@@ -59,9 +58,12 @@ impl Recovering {
         if restore.is_none() {
             tracing::warn!(root = %ctx.checkpoint_root.display(), "no readable complete checkpoint: starting from the beginning");
         }
-        if let Some(s) = lock(&ctx.views.checkpoints).as_mut() {
-            s.num_restarts = ctx.num_restarts;
-        }
+        let restarts = ctx.num_restarts;
+        ctx.views.update(|v| {
+            if let Some(s) = v.checkpoints.as_mut() {
+                s.num_restarts = restarts;
+            }
+        });
         let cause = match &restore {
             Some(r) => format!(
                 "restart {} from checkpoint {}",
@@ -143,9 +145,25 @@ async fn wait_answering(
                 )));
             }
             Some(Command::Settings(request)) => {
-                let _ = request.reply.send(Err(crate::settings::SettingError::Busy(
+                let why = crate::settings::SettingError::Busy(
+                    "the job is restarting after a failure".into(),
+                );
+                let before = ctx.views.load().settings.clone();
+                record(ctx, &before, &request.changes, &request.caller, Some(&why));
+                let _ = request.reply.send(Err(why));
+            }
+            Some(Command::RollbackSettings(reply)) => {
+                let _ = reply.send(Err(crate::settings::SettingError::Busy(
                     "the job is restarting after a failure".into(),
                 )));
+            }
+            // No subtask runs: nothing to configure (a restarted one applies what was set).
+            Some(Command::Configure(request)) => {
+                let _ = request
+                    .reply
+                    .send(Err(crate::hooks::ConfigError::NoSuchOperator {
+                        uid: request.uid,
+                    }));
             }
             Some(Command::Rescale(request)) => {
                 let _ = request.reply.send(Err(crate::rescale::RescaleError::Busy(

@@ -24,7 +24,6 @@ use crate::controller::JobContext;
 use crate::graph::Graph;
 use crate::plan::{OperatorRegistry, Plan, Restore};
 use crate::replace::{ReplaceError, ReplaceOptions, ReplaceReport};
-use crate::sync::lock;
 use crate::task::Resume;
 
 use super::deploying::deploy_from;
@@ -271,9 +270,7 @@ async fn forward(ctx: &mut JobContext, dep: Deployment, pending: PendingReplace)
                 committed_at: None,
             };
             tracing::info!(checkpoint = id, pause = ?report.pause, "the new graph runs, on probation until its first checkpoint");
-            *lock(&ctx.views.vertices) =
-                crate::plan::vertices(&ctx.graph, &ctx.plan, ctx.cfg.max_parallelism);
-            *lock(&ctx.views.gauges) = ctx.graph.gauges_by_uid(&ctx.plan.uids);
+            ctx.publish_graph();
             ctx.probation = Some(Box::new(probation(restore, report)));
             let cause = format!("replaced the graph at savepoint {id}");
             Replacing::to(Running::new(dep, ctx), cause)
@@ -322,9 +319,7 @@ fn roll_back(ctx: &mut JobContext, why: String) -> Transition {
     ctx.registry = registry;
     ctx.follows_default = follows_default;
     ctx.attempt += 1;
-    *lock(&ctx.views.vertices) =
-        crate::plan::vertices(&ctx.graph, &ctx.plan, ctx.cfg.max_parallelism);
-    *lock(&ctx.views.gauges) = ctx.graph.gauges_by_uid(&ctx.plan.uids);
+    ctx.publish_graph();
     let _ = reply.send(Err(ReplaceError::RolledBack(why.clone())));
     match deploy_from(ctx, Some(restore)) {
         Ok((dep, cause)) => Replacing::to(

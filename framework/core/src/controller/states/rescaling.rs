@@ -24,7 +24,6 @@ use crate::error::JobError;
 use crate::graph::NodeId;
 use crate::plan::{Plan, Restore};
 use crate::rescale::{ParallelismChange, Rebalanced, RescaleError, RescaleReport};
-use crate::sync::lock;
 use crate::task::{NotifyComplete, Resume};
 
 use super::deploying::deploy_from;
@@ -276,7 +275,7 @@ impl PendingRescale {
         tracing::warn!(checkpoint = self.id, reason = %why, "rescale abandoned");
         ctx.handover
             .store(0, crate::sync::atomic::Ordering::Release);
-        lock(&ctx.views.rescales).in_progress = None;
+        ctx.views.update(|v| v.rescales.in_progress = None);
         if resume {
             dep.mail_sources(|| Resume);
         }
@@ -370,7 +369,7 @@ impl Rescaling {
         let id = pending.id;
         ctx.handover
             .store(0, crate::sync::atomic::Ordering::Release);
-        lock(&ctx.views.rescales).in_progress = None;
+        ctx.views.update(|v| v.rescales.in_progress = None);
         // Every subtask learns the checkpoint is complete, and the sinks' commits are awaited:
         // nothing staged before the barrier may be lost when the subtasks stop.
         if let Err(e) = commit_all(ctx, &dep, id).await {
@@ -423,13 +422,11 @@ impl Rescaling {
                 }
                 let report = prepared.report(id, paused_at, Instant::now());
                 tracing::info!(checkpoint = id, changes = ?report.changes, pause = ?report.pause, duration = ?report.duration, "rescaled");
-                *lock(&ctx.views.vertices) =
-                    crate::plan::vertices(&ctx.graph, &ctx.plan, ctx.cfg.max_parallelism);
-                {
-                    let mut stats = lock(&ctx.views.rescales);
-                    stats.num_rescales += 1;
-                    stats.last = Some(report.clone());
-                }
+                ctx.publish_vertices();
+                ctx.views.update(|v| {
+                    v.rescales.num_rescales += 1;
+                    v.rescales.last = Some(report.clone());
+                });
                 let cause = format!(
                     "rescaled at checkpoint {id}: {}",
                     report
@@ -452,8 +449,7 @@ impl Rescaling {
                 saved.put_back(ctx);
                 ctx.plan = old_plan;
                 ctx.registry.resize(&ctx.plan);
-                *lock(&ctx.views.vertices) =
-                    crate::plan::vertices(&ctx.graph, &ctx.plan, ctx.cfg.max_parallelism);
+                ctx.publish_vertices();
                 ctx.attempt += 1;
                 let _ = reply.send(Err(RescaleError::RolledBack(e.to_string())));
                 match deploy_from(ctx, Some(restore)) {

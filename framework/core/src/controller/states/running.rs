@@ -20,32 +20,33 @@ use crate::controller::JobContext;
 use crate::detector::check_every;
 use crate::error::{JobError, TaskError};
 use crate::event::JobEvent;
-use crate::sampler::RateController;
-use crate::savepoint::{Completion, SavepointRequest, SavepointRequests};
+use crate::savepoint::{Completion, SavepointRequest};
 use crate::sync::lock;
 use crate::task::{NotifyComplete, Ping, Sample, TriggerCheckpoint};
 
 use super::failing_over::{Fallback, Promote};
 use super::replacing::{PendingReplace, Replacing};
 use super::rescaling::{PendingRescale, Rescaling};
+
+mod bound;
+mod settings;
+
 use super::stopping::StopReason;
 use super::{FailingOver, Recovering, Stopping, Transition, TransitionTo};
 use crate::replace::ReplaceError;
+pub(super) use bound::Failure;
+use bound::{Bound, Change};
+pub(super) use settings::{record, set_rate_control};
 
 /// The job runs its deployment.
 pub(crate) struct Running {
     pub(super) dep: Deployment,
-    pub(super) savepoints: SavepointRequests,
+    /// Savepoints, and a rescale or replacement, waiting for their checkpoints.
+    pub(super) bound: Bound,
     /// Subtasks that have not finished.
     remaining: usize,
     ticks: actix_rt::time::Interval,
     heartbeats: actix_rt::time::Interval,
-    /// A rescale waiting for its checkpoint.
-    rescale: Option<PendingRescale>,
-    /// A graph replacement waiting for its savepoint.
-    replace: Option<PendingReplace>,
-    /// The stopping savepoint whose barrier paused the sources (they read on if it fails).
-    stop_pause: Option<u64>,
     /// The settings each checkpoint in progress was triggered under.
     settings_at: std::collections::BTreeMap<u64, std::collections::BTreeMap<String, String>>,
     /// Checkpoints every subtask acknowledged whose `_metadata` is being put on the object
@@ -98,12 +99,9 @@ impl Running {
         );
         Running {
             remaining: dep.actors.len(),
-            savepoints: SavepointRequests::default(),
+            bound: Bound::default(),
             ticks: actix_rt::time::interval(tick_every),
             heartbeats: actix_rt::time::interval(hb_every),
-            rescale: None,
-            replace: None,
-            stop_pause: None,
             settings_at: Default::default(),
             storing: Default::default(),
             dep,
@@ -116,16 +114,20 @@ impl Running {
                 break exit;
             }
         };
-        if !matches!(exit, Exit::Replace(_)) {
-            if let Some(r) = self.replace.take() {
-                let why = match &exit {
-                    Exit::Failed(e) => format!("the job failed first ({e})"),
-                    Exit::Promote(_) => "a backup took over first".into(),
-                    _ => "the job is stopping".into(),
-                };
-                r.abandon(ctx, &self.dep, why, false);
+        // A change still waiting for its checkpoint will not happen.
+        let rescaling = self.bound.rescaling();
+        let why = match &exit {
+            Exit::Failed(e) if rescaling => {
+                format!("the job failed first ({e}); it recovers at its old parallelism")
             }
-        }
+            Exit::Failed(e) => format!("the job failed first ({e})"),
+            Exit::Promote(_) if rescaling => {
+                "a backup took over first; the job runs on at its old parallelism".into()
+            }
+            Exit::Promote(_) => "a backup took over first".into(),
+            _ => "the job is stopping".into(),
+        };
+        self.bound.abandon_change(ctx, &self.dep, why);
         // The new graph on probation fails: back to the old one, not a restart.
         let exit = match exit {
             Exit::Failed(e) if ctx.probation.is_some() => Exit::RollBack(format!(
@@ -136,20 +138,6 @@ impl Running {
         if let Exit::Stop(reason) = &exit {
             if let Some(fb) = ctx.probation.take() {
                 fb.ended(matches!(reason, StopReason::Finished));
-            }
-        }
-        if !matches!(exit, Exit::Rescale(_)) {
-            if let Some(r) = self.rescale.take() {
-                let why = match &exit {
-                    Exit::Failed(e) => {
-                        format!("the job failed first ({e}); it recovers at its old parallelism")
-                    }
-                    Exit::Promote(_) => {
-                        "a backup took over first; the job runs on at its old parallelism".into()
-                    }
-                    _ => "the job is stopping".into(),
-                };
-                r.abandon(ctx, &self.dep, why, false);
             }
         }
         match exit {
@@ -188,7 +176,8 @@ impl Running {
             Exit::Stop(reason) => {
                 let cause = reason.to_string();
                 if let StopReason::Finished = reason {
-                    self.savepoints
+                    self.bound
+                        .savepoints
                         .fail_all("the job finished before the savepoint completed");
                 }
                 Self::to(Stopping::new(self.dep, reason), cause)
@@ -215,7 +204,7 @@ impl Running {
                 job: ctx.job.clone(),
                 message: "the job's event channel closed".into(),
             })),
-            Wake::Command(Some(c)) => self.on_command(ctx, c),
+            Wake::Command(Some(c)) => self.on_command(ctx, c).await,
             // Every handle is gone: nobody can send commands any more.
             Wake::Command(None) => Continue(()),
             Wake::Heartbeat => self.on_heartbeat(ctx),
@@ -270,12 +259,7 @@ impl Running {
                 part,
             } if attempt == ctx.attempt => {
                 let subtask = dep.ids[actor].subtask;
-                let handed = match (&mut self.rescale, &mut self.replace) {
-                    (Some(r), _) if r.id == id => Some(&mut r.payloads),
-                    (_, Some(r)) if r.id == id => Some(&mut r.payloads),
-                    _ => None,
-                };
-                if let Some(into) = handed {
+                if let Some(into) = self.bound.handed_over(id) {
                     for (uid, payload) in payloads {
                         into.insert((uid, subtask), payload);
                     }
@@ -310,12 +294,8 @@ impl Running {
                 id,
                 reason,
             } if attempt == ctx.attempt => {
-                self.savepoints
-                    .fail(id, || format!("savepoint declined: {reason}"));
-                self.resume_after_failed_stop(id);
-                self.abandon_rescale(ctx, id, || {
-                    format!("its checkpoint {id} was declined: {reason}")
-                });
+                self.bound
+                    .fail(ctx, &self.dep, id, Failure::Declined(&reason));
                 failed_with(ctx.fail_checkpoint(id, format!("declined: {reason}")))
             }
             // Events of an earlier deployment, or of a fenced primary.
@@ -411,10 +391,8 @@ impl Running {
         id: u64,
         why: String,
     ) -> ControlFlow<Exit> {
-        self.savepoints
-            .fail(id, || format!("savepoint failed: {why}"));
-        self.resume_after_failed_stop(id);
-        self.abandon_rescale(ctx, id, || format!("its checkpoint failed: {why}"));
+        self.bound
+            .fail(ctx, &self.dep, id, Failure::NotDurable(&why));
         failed_with(ctx.fail_checkpoint(id, why))?;
         ctx.publish_stats();
         Continue(())
@@ -436,7 +414,7 @@ impl Running {
         }
         // A rollback returns to the settings the last completed checkpoint was taken under.
         if let Some(settings) = self.settings_at.remove(&done.id) {
-            *lock(&ctx.views.good_settings) = settings;
+            ctx.good_settings = settings;
         }
         self.settings_at = self.settings_at.split_off(&done.id);
         tracing::info!(checkpoint = done.id, duration = ?done.duration, size = done.size, "checkpoint complete");
@@ -454,21 +432,18 @@ impl Running {
                 fb.commit(Some(done.id));
             }
         }
-        if self.replace.as_ref().is_some_and(|r| r.id == done.id) {
+        if let Some(change) = self.bound.take_change(done.id) {
+            // The change tells the subtasks itself, and waits for their commits.
             ctx.publish_stats();
-            let pending = self.replace.take().expect("checked above");
-            return Break(Exit::Replace(Box::new(pending)));
-        }
-        if self.rescale.as_ref().is_some_and(|r| r.id == done.id) {
-            // The rescale tells the subtasks itself, and waits for their commits.
-            ctx.publish_stats();
-            let pending = self.rescale.take().expect("checked above");
-            return Break(Exit::Rescale(Box::new(pending)));
+            return Break(match change {
+                Change::Rescale(pending) => Exit::Rescale(pending),
+                Change::Replace(pending) => Exit::Replace(pending),
+            });
         }
         for a in &self.dep.actors {
             a.mail(NotifyComplete(done.id));
         }
-        let copied = match self.savepoints.take(done.id) {
+        let copied = match self.bound.take_savepoint(done.id) {
             Some(sp) => self.copy_savepoint(ctx, done.id, sp),
             None => Continue(()),
         };
@@ -492,13 +467,13 @@ impl Running {
             Completion::Done { stop: true } => Break(Exit::Stop(StopReason::Savepoint)),
             Completion::Done { stop: false } => Continue(()),
             Completion::Failed => {
-                self.resume_after_failed_stop(id);
+                self.bound.resume_after_failed_stop(&self.dep, id);
                 Continue(())
             }
         }
     }
 
-    fn on_command(&mut self, ctx: &mut JobContext, command: Command) -> ControlFlow<Exit> {
+    async fn on_command(&mut self, ctx: &mut JobContext, command: Command) -> ControlFlow<Exit> {
         match command {
             Command::Cancel(reply) => Break(Exit::Stop(StopReason::Cancelled(reply))),
             Command::Savepoint(request) => {
@@ -529,175 +504,24 @@ impl Running {
                 Continue(())
             }
             Command::Settings(request) => {
-                let r = self.settings(ctx, &request.changes, request.apply);
-                if r.is_ok() && request.apply {
-                    let mut s = lock(&ctx.views.settings);
-                    // Rate settings are written as the controller holds them (`settings`).
-                    for (name, value) in &request.named {
-                        if !crate::settings::is_rate(name) {
-                            s.insert(name.clone(), value.clone());
-                        }
-                    }
-                }
-                let _ = request.reply.send(r);
+                self.on_settings(ctx, request).await;
+                Continue(())
+            }
+            Command::RollbackSettings(reply) => {
+                self.on_rollback(ctx, reply).await;
+                Continue(())
+            }
+            Command::Configure(request) => {
+                self.on_configure(ctx, request).await;
                 Continue(())
             }
         }
     }
 
-    /// Checks live settings against the job (and with `apply`, applies them): checkpoint
-    /// settings go to the coordinator (the next trigger) and, for alignment, to every subtask
-    /// (between two checkpoints); a source rate to the sources.
-    fn settings(
-        &mut self,
-        ctx: &mut JobContext,
-        changes: &[crate::settings::Parsed],
-        apply: bool,
-    ) -> Result<(), crate::settings::SettingError> {
-        use crate::settings::{Parsed, SettingError};
-        let mut cp = ctx.cfg.checkpoint.clone();
-        let mut rate = None;
-        let mut rate_fields = Vec::new();
-        for c in changes {
-            match c {
-                Parsed::Interval(i) => cp.interval = *i,
-                Parsed::Timeout(d) => cp.timeout = *d,
-                Parsed::MinPause(d) => cp.min_pause = *d,
-                Parsed::Mode(m) => cp.mode = *m,
-                Parsed::Unaligned(u) => cp.unaligned = *u,
-                Parsed::AlignedTimeout(t) => cp.aligned_checkpoint_timeout = *t,
-                Parsed::Tolerable(n) => cp.tolerable_failed_checkpoints = *n,
-                Parsed::MaxConcurrent(n) => cp.max_concurrent = *n,
-                Parsed::SourceRate(r) => rate = Some(*r),
-                Parsed::Rate(f) => rate_fields.push(*f),
-                Parsed::Operator { .. } | Parsed::Backup { .. } => {}
-            }
-        }
-        // Backup policies: (node, interval, timeout) after the changes, checked.
-        let mut backups: Vec<(usize, Duration, Duration)> = Vec::new();
-        for c in changes {
-            let Parsed::Backup {
-                uid,
-                timeout,
-                value,
-            } = c
-            else {
-                continue;
-            };
-            let name = format!(
-                "{}{uid}.heartbeat-{}",
-                crate::settings::BACKUP_PREFIX,
-                if *timeout { "timeout" } else { "interval" }
-            );
-            let node = ctx
-                .plan
-                .uids
-                .iter()
-                .position(|u| u == uid)
-                .filter(|&n| ctx.graph.nodes[n].backup.is_some())
-                .ok_or_else(|| SettingError::BadValue {
-                    name: name.clone(),
-                    message: format!("no backed-up operator has uid `{uid}`"),
-                })?;
-            let entry = match backups.iter_mut().find(|(n, _, _)| *n == node) {
-                Some(e) => e,
-                None => {
-                    let p = ctx.graph.nodes[node].backup.clone().unwrap_or_default();
-                    backups.push((node, p.heartbeat_interval, p.heartbeat_timeout));
-                    backups.last_mut().expect("just pushed")
-                }
-            };
-            if *timeout {
-                entry.2 = *value;
-            } else {
-                entry.1 = *value;
-            }
-        }
-        for &(node, interval, timeout) in &backups {
-            let uid = &ctx.plan.uids[node];
-            if interval >= timeout || timeout >= ctx.cfg.heartbeat_timeout {
-                return Err(SettingError::BadValue {
-                    name: format!("{}{uid}.heartbeat-timeout", crate::settings::BACKUP_PREFIX),
-                    message: format!(
-                        "the heartbeat interval ({interval:?}) must be below the timeout ({timeout:?}), and the timeout below the job's heartbeat_timeout ({:?})",
-                        ctx.cfg.heartbeat_timeout
-                    ),
-                });
-            }
-        }
-        let mut cfg = ctx.cfg.clone();
-        cfg.checkpoint = cp.clone();
-        cfg.validate().map_err(|e| SettingError::BadValue {
-            name: "execution.checkpointing".into(),
-            message: e.to_string(),
-        })?;
-        // The rate: a fixed `weir.source.rate` first, then any `weir.rate-control.*` field.
-        let rate_control = (rate.is_some() || !rate_fields.is_empty()).then(|| {
-            let mut rc = match rate {
-                Some(Some(r)) => crate::rate::RateControlConfig::fixed(r),
-                Some(None) => crate::rate::RateControlConfig::default(),
-                None => ctx.cfg.rate_control.clone(),
-            };
-            for f in &rate_fields {
-                f.apply(&mut rc);
-            }
-            rc
-        });
-        if let Some(rc) = &rate_control {
-            rc.validate().map_err(|e| SettingError::BadValue {
-                name: crate::settings::rate_setting(e.field).into(),
-                message: e.message,
-            })?;
-        }
-        let unaligned = cp.unaligned || cp.aligned_checkpoint_timeout.is_some();
-        if unaligned && self.rescale.is_some() {
-            return Err(SettingError::Busy("a rescale is in progress".into()));
-        }
-        if !apply {
-            return Ok(());
-        }
-        for &(node, interval, timeout) in &backups {
-            // The graph's policy too: a restarted deployment keeps the change.
-            if let Some(p) = ctx.graph.nodes[node].backup.as_mut() {
-                p.heartbeat_interval = interval;
-                p.heartbeat_timeout = timeout;
-            }
-            let uid = ctx.plan.uids[node].clone();
-            for slot in self.dep.backups.iter_mut().filter(|s| s.group.uid() == uid) {
-                slot.heartbeats.set(interval, timeout);
-            }
-        }
-        if !backups.is_empty() {
-            let every = check_every(self.dep.backups.iter().map(|b| b.heartbeats.interval()));
-            self.heartbeats = actix_rt::time::interval(every);
-        }
-        let old = std::mem::replace(&mut ctx.cfg.checkpoint, cp.clone());
-        ctx.coordinator.reconfigure(&cp);
-        if (old.mode, old.unaligned, old.aligned_checkpoint_timeout)
-            != (cp.mode, cp.unaligned, cp.aligned_checkpoint_timeout)
-        {
-            let s = crate::task::AlignmentSettings::of(&cp);
-            self.dep.mail_running(|| crate::task::SetAlignment(s));
-        }
-        if let Some(config) = rate_control {
-            set_rate_control(ctx, config);
-            self.dep.set_rate(ctx.rate.as_ref().and_then(|c| c.current));
-        }
-        *lock(&ctx.views.checkpoint_config) = cp;
-        // The tick triggers checkpoints: it follows a new interval (or rate update) now.
-        let every = tick_every(ctx);
-        if every != self.ticks.period() {
-            self.ticks = actix_rt::time::interval(every);
-        }
-        tracing::info!(?changes, "live settings applied");
-        Ok(())
-    }
-
     /// Validates a rescale request (a bad one is answered at once, with nothing changed) and
     /// starts its checkpoint: the sources pause after its barrier.
     fn start_rescale(&mut self, ctx: &mut JobContext, request: crate::controller::RescaleRequest) {
-        let busy = self.busy(ctx);
-        if let Some(why) = busy {
+        if let Some(why) = self.bound.busy(ctx, &self.dep) {
             let _ = request
                 .reply
                 .send(Err(crate::rescale::RescaleError::Busy(why.into())));
@@ -719,8 +543,9 @@ impl Running {
                 tracing::info!(checkpoint = id, changes = ?prepared.changes, "rescale: triggering its checkpoint");
                 self.trigger(ctx, id, now, true);
                 ctx.publish_stats();
-                crate::sync::lock(&ctx.views.rescales).in_progress = Some(id);
-                self.rescale = Some(prepared.start(id, request.reply, now));
+                ctx.views.update(|v| v.rescales.in_progress = Some(id));
+                let pending = prepared.start(id, request.reply, now);
+                self.bound.add_change(Change::Rescale(Box::new(pending)));
             }
         }
     }
@@ -729,7 +554,7 @@ impl Running {
     /// remembering the settings it was triggered under (what a rollback returns to).
     fn trigger(&mut self, ctx: &JobContext, id: u64, now: Instant, pause: bool) {
         self.settings_at
-            .insert(id, lock(&ctx.views.settings).clone());
+            .insert(id, ctx.views.load().settings.clone());
         let cp = &ctx.cfg.checkpoint;
         let unaligned = cp.unaligned && cp.mode == crate::checkpoint::CheckpointMode::ExactlyOnce;
         self.dep.mail_sources(|| TriggerCheckpoint {
@@ -740,32 +565,10 @@ impl Running {
         });
     }
 
-    /// Checkpoint `id` will not complete: if a stopping savepoint paused the sources for it,
-    /// they read on (the job keeps running).
-    fn resume_after_failed_stop(&mut self, id: u64) {
-        if self.stop_pause == Some(id) {
-            self.stop_pause = None;
-            self.dep.mail_sources(|| crate::task::Resume);
-        }
-    }
-
-    /// Checkpoint `id` will not complete: the rescale or replacement waiting for it (if
-    /// any) is abandoned.
-    fn abandon_rescale(&mut self, ctx: &JobContext, id: u64, why: impl FnOnce() -> String) {
-        if self.rescale.as_ref().is_some_and(|r| r.id == id) {
-            let r = self.rescale.take().expect("checked above");
-            r.abandon(ctx, &self.dep, why(), true);
-        } else if self.replace.as_ref().is_some_and(|r| r.id == id) {
-            let r = self.replace.take().expect("checked above");
-            r.abandon(ctx, &self.dep, why(), true);
-        }
-    }
-
     /// Validates a graph replacement (a bad one is answered at once, nothing changed) and
     /// starts its savepoint: the sources pause after its barrier.
     fn start_replace(&mut self, ctx: &mut JobContext, request: crate::controller::ReplaceRequest) {
-        let busy = self.busy(ctx);
-        if let Some(why) = busy {
+        if let Some(why) = self.bound.busy(ctx, &self.dep) {
             let _ = request.reply.send(Err(ReplaceError::Busy(why.into())));
             return;
         }
@@ -785,25 +588,9 @@ impl Running {
                 );
                 self.trigger(ctx, id, now, true);
                 ctx.publish_stats();
-                self.replace = Some(prepared.start(id, request.reply, now));
+                let pending = prepared.start(id, request.reply, now);
+                self.bound.add_change(Change::Replace(Box::new(pending)));
             }
-        }
-    }
-
-    /// Why a rescale or replacement cannot start now, if it cannot.
-    fn busy(&self, ctx: &JobContext) -> Option<&'static str> {
-        if self.rescale.is_some() {
-            Some("another rescale is in progress")
-        } else if self.replace.is_some() {
-            Some("a graph replacement is in progress")
-        } else if ctx.probation.is_some() {
-            Some("a new graph is on probation until its first checkpoint")
-        } else if !self.savepoints.is_empty() {
-            Some("a savepoint is in progress")
-        } else if self.dep.finished.iter().any(|&f| f) {
-            Some("part of the job has already finished")
-        } else {
-            None
         }
     }
 
@@ -824,12 +611,8 @@ impl Running {
         tracing::info!(checkpoint = id, dir = %request.dir.display(), stop = request.stop, "triggering a savepoint");
         // Stopping: the sources read nothing after the savepoint's barrier, so the job's
         // output ends exactly at the savepoint (a job restored from it repeats nothing).
-        let pause = request.stop;
-        self.trigger(ctx, id, now, pause);
-        if pause {
-            self.stop_pause = Some(id);
-        }
-        self.savepoints.add(id, request);
+        self.trigger(ctx, id, now, request.stop);
+        self.bound.add_savepoint(id, request);
     }
 
     /// Checks the heartbeats of every backed-up subtask: hung primaries are promoted, hung
@@ -905,10 +688,7 @@ impl Running {
             }
         }
         for (id, why) in ctx.coordinator.timed_out(now) {
-            self.savepoints
-                .fail(id, || format!("savepoint {id} timed out"));
-            self.resume_after_failed_stop(id);
-            self.abandon_rescale(ctx, id, || format!("its checkpoint {id} timed out"));
+            self.bound.fail(ctx, &self.dep, id, Failure::TimedOut);
             failed_with(ctx.fail_checkpoint(id, why))?;
         }
         if let Some(id) = ctx.coordinator.maybe_trigger(now) {
@@ -935,7 +715,7 @@ impl Running {
                     }
                 }
             }
-            *lock(&ctx.views.metrics) = Some(m);
+            ctx.views.update(|v| v.metrics = Some(m));
         }
         for (i, probe) in dep.sampler.probes().iter().enumerate() {
             if let Some(t) = lock(&probe.slot).at {
@@ -973,20 +753,6 @@ fn tick_every(ctx: &JobContext) -> Duration {
         every = every.min(i);
     }
     every
-}
-
-/// Puts rate control `config` in force: the job's config and settings, a rate controller that
-/// keeps the current rate until the next estimate, and whether batches adapt (they do not
-/// while a source is rate-limited, `partition::AdaptBatches`).
-pub(super) fn set_rate_control(ctx: &mut JobContext, config: crate::rate::RateControlConfig) {
-    lock(&ctx.views.settings).extend(crate::settings::rate_values(&config));
-    let previous = ctx.rate.as_ref().and_then(|c| c.current);
-    ctx.rate = RateController::new(config.clone());
-    if let Some(c) = ctx.rate.as_mut() {
-        c.inherit(previous);
-    }
-    ctx.cfg.rate_control = config;
-    ctx.registry.adapt_batches.follow(&ctx.cfg);
 }
 
 /// The metadata that makes checkpoint `done` complete.

@@ -7,7 +7,6 @@ use crate::controller::deployment::Deployment;
 use crate::controller::result::result;
 use crate::controller::JobContext;
 use crate::error::JobError;
-use crate::sync::lock;
 
 use super::{Finished, Recovering, Transition, TransitionTo};
 
@@ -75,7 +74,7 @@ impl Stopping {
                 let mut r = finish(ctx);
                 r.backups = backups;
                 ctx.publish_stats();
-                r.checkpoints = lock(&ctx.views.checkpoints).clone().map(|mut s| {
+                r.checkpoints = ctx.views.load().checkpoints.clone().map(|mut s| {
                     s.num_restarts = ctx.num_restarts;
                     s
                 });
@@ -88,7 +87,7 @@ impl Stopping {
                 tracing::info!(elapsed = ?ctx.started.elapsed(), "job stopped with a savepoint");
                 let mut r = finish(ctx);
                 ctx.publish_stats();
-                r.checkpoints = lock(&ctx.views.checkpoints).clone();
+                r.checkpoints = ctx.views.load().checkpoints.clone();
                 Self::to(Finished::ok(r), "stopped after its savepoint")
             }
             StopReason::Cancelled(reply) => {

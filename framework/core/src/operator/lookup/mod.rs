@@ -14,7 +14,7 @@
 //! - the cache is `none`, `all` (every entry loaded at open by [`AsyncLookup::load_all`]) or
 //!   an LRU with a size and an optional time to live.
 //!
-//! While the job runs, `JobHandle::update_config(uid, key, value)` changes `cache`
+//! While the job runs, `JobMonitor::update_config(uid, key, value)` changes `cache`
 //! (`none|all|lru`), `cache.size`, `cache.ttl` (`30s`, `500ms`, `none`), `timeout`,
 //! `capacity` and `retries`, between two batches and without a restart; a bad key or value is
 //! refused with a [`ConfigError`](crate::ConfigError) naming it and changes nothing. A
