@@ -79,13 +79,35 @@ impl<T: Clone> Batch<T> {
     }
 }
 
+/// A checkpoint barrier and the options of its checkpoint, which every subtask it reaches
+/// learns from it (as Flink's `CheckpointBarrier` carries its `CheckpointOptions`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Barrier {
+    /// The checkpoint.
+    pub(crate) id: u64,
+    /// Every subtask also hands its states for this checkpoint over in memory, to the
+    /// controller (a rescale's or a graph replacement's checkpoint).
+    pub(crate) hand_over: bool,
+}
+
+impl Barrier {
+    /// The barrier of an ordinary checkpoint `id` (nothing handed over).
+    #[cfg(test)]
+    pub(crate) fn new(id: u64) -> Self {
+        Barrier {
+            id,
+            hand_over: false,
+        }
+    }
+}
+
 /// What travels on a channel.
 #[derive(Debug)]
 pub(crate) enum Event<T> {
     Batch(Batch<T>),
-    /// Checkpoint barrier: everything before it belongs to checkpoint `id`, everything after
+    /// Checkpoint barrier: everything before it belongs to its checkpoint, everything after
     /// it to the next.
-    Barrier(u64),
+    Barrier(Barrier),
     /// The sender's event-time watermark advanced, or the sender went idle.
     Watermark(crate::time::Watermark),
     EndOfInput,
@@ -253,7 +275,7 @@ struct Queue<T> {
 /// belong to the checkpoint before it: its channel state).
 #[derive(Debug, Clone, Copy)]
 struct Overtaking {
-    id: u64,
+    barrier: Barrier,
     before: usize,
 }
 
@@ -341,7 +363,7 @@ impl<T: Clone> Event<T> {
         match self {
             Event::Batch(Batch::Shared(a)) => Event::Batch(Batch::Shared(a.clone())),
             Event::Batch(Batch::Owned(v)) => Event::Batch(Batch::Owned(v.clone())),
-            Event::Barrier(id) => Event::Barrier(*id),
+            Event::Barrier(b) => Event::Barrier(*b),
             Event::Watermark(w) => Event::Watermark(*w),
             Event::EndOfInput => Event::EndOfInput,
         }
@@ -539,7 +561,7 @@ impl<T: Clone> Sender<T> {
     /// is handed back, for the caller to send in order with the barrier behind it.
     pub(crate) fn send_overtaking(
         &self,
-        id: u64,
+        barrier: Barrier,
         before: Vec<Event<T>>,
     ) -> Result<(), Vec<Event<T>>> {
         let Target::One { shared, epoch } = &self.target else {
@@ -558,7 +580,7 @@ impl<T: Clone> Sender<T> {
                 shared.note_barriers(&q);
             }
             let before = q.events.len();
-            q.overtaking = Some(Overtaking { id, before });
+            q.overtaking = Some(Overtaking { barrier, before });
             shared.overtaken.store(true, Ordering::Release);
         }
         shared.rx_waker.wake();
@@ -617,7 +639,7 @@ impl<T: Clone> Dual<T> {
                         Event::Batch(Batch::Shared(shared)),
                     )
                 }
-                Event::Barrier(id) => (Event::Barrier(id), Event::Barrier(id)),
+                Event::Barrier(b) => (Event::Barrier(b), Event::Barrier(b)),
                 Event::Watermark(w) => (Event::Watermark(w), Event::Watermark(w)),
                 Event::EndOfInput => (Event::EndOfInput, Event::EndOfInput),
             };
@@ -903,11 +925,11 @@ impl<T> Receiver<T> {
     /// ([`Sender::send_overtaking`], or one moved there by
     /// [`overtake_in_band`](Self::overtake_in_band)). One relaxed look while there is none.
     #[inline]
-    pub(crate) fn overtaking(&self) -> Option<u64> {
+    pub(crate) fn overtaking(&self) -> Option<Barrier> {
         if !self.shared.overtaken.load(Ordering::Acquire) {
             return None;
         }
-        lock(&self.shared.queue).overtaking.map(|o| o.id)
+        lock(&self.shared.queue).overtaking.map(|o| o.barrier)
     }
 
     /// Moves the first in-band barrier queued to the head, ahead of the events in front of
@@ -923,7 +945,7 @@ impl<T> Receiver<T> {
             .events
             .iter()
             .position(|e| matches!(e, Event::Barrier(_)))?;
-        let Some(Event::Barrier(id)) = q.events.remove(at) else {
+        let Some(Event::Barrier(barrier)) = q.events.remove(at) else {
             unreachable!("found above")
         };
         q.barriers -= 1;
@@ -931,17 +953,20 @@ impl<T> Receiver<T> {
         match q.overtaking.as_mut() {
             // A newer barrier overtakes already: this one is stale, and one event fewer is
             // in front of that one if it was.
-            Some(o) if o.id >= id => {
+            Some(o) if o.barrier.id >= barrier.id => {
                 if at < o.before {
                     o.before -= 1;
                 }
             }
             _ => {
-                q.overtaking = Some(Overtaking { id, before: at });
+                q.overtaking = Some(Overtaking {
+                    barrier,
+                    before: at,
+                });
                 self.shared.overtaken.store(true, Ordering::Release);
             }
         }
-        Some(id)
+        Some(barrier.id)
     }
 
     /// Takes the overtaking barrier of checkpoint `id`: copies of the events it overtook, in
@@ -953,7 +978,7 @@ impl<T> Receiver<T> {
         T: Clone,
     {
         let mut q = lock(&self.shared.queue);
-        if q.overtaking.is_none_or(|o| o.id != id) {
+        if q.overtaking.is_none_or(|o| o.barrier.id != id) {
             return None;
         }
         self.shared.overtaken.store(false, Ordering::Release);
@@ -1027,12 +1052,18 @@ mod tests {
         let waker = || Arc::new(AtomicWaker::new());
         let (tx, dual, primary, backup) = dual_channel::<u32>(4, waker(), waker());
         tx.try_send(batch(vec![1, 2])).unwrap();
-        tx.try_send(Event::Barrier(7)).unwrap();
+        tx.try_send(Event::Barrier(Barrier::new(7))).unwrap();
         tx.try_send(batch(vec![3])).unwrap();
         assert!(matches!(primary.try_recv_at(), Some((0, Event::Batch(_)))));
         assert!(matches!(
             primary.try_recv_at(),
-            Some((1, Event::Barrier(7)))
+            Some((
+                1,
+                Event::Barrier(Barrier {
+                    id: 7,
+                    hand_over: false
+                })
+            ))
         ));
         // The backup fails and is dropped while the primary looks at batch 1.
         drop(backup);
@@ -1064,7 +1095,7 @@ mod tests {
             .map(|e| match e {
                 Event::Batch(Batch::Shared(a)) => format!("b{}", a[0]),
                 Event::Batch(Batch::Owned(v)) => format!("o{}", v[0]),
-                Event::Barrier(id) => format!("|{id}"),
+                Event::Barrier(b) => format!("|{}", b.id),
                 Event::Watermark(_) => "w".into(),
                 Event::EndOfInput => "end".into(),
             })
@@ -1082,14 +1113,14 @@ mod tests {
         assert!(tx.try_send(batch(vec![3])).is_err(), "no credit");
         assert_eq!(rx.overtaking(), None);
         tx.send_overtaking(
-            7,
+            Barrier::new(7),
             vec![
                 batch(vec![3]),
                 Event::Watermark(crate::time::Watermark::At(5)),
             ],
         )
         .unwrap();
-        assert_eq!(rx.overtaking(), Some(7));
+        assert_eq!(rx.overtaking().map(|b| b.id), Some(7));
         assert_eq!(rx.queued(), 4, "the waiting output went in without credit");
         // One event is taken before the receiver looks: the barrier is ahead of one fewer.
         assert!(matches!(rx.try_recv(), Some(Event::Batch(_))));
@@ -1113,7 +1144,7 @@ mod tests {
     fn what_follows_an_overtaking_barrier_waits_for_it() {
         let (tx, rx) = channel::<u32>(4, Arc::new(AtomicWaker::new()));
         tx.try_send(batch(vec![1])).unwrap();
-        tx.send_overtaking(2, Vec::new()).unwrap();
+        tx.send_overtaking(Barrier::new(2), Vec::new()).unwrap();
         tx.try_send(batch(vec![3])).unwrap();
         tx.try_send(Event::EndOfInput).unwrap();
         assert!(
@@ -1136,18 +1167,18 @@ mod tests {
         let (tx, rx) = channel::<u32>(8, Arc::new(AtomicWaker::new()));
         assert_eq!(rx.overtake_in_band(), None);
         tx.try_send(batch(vec![1])).unwrap();
-        tx.try_send(Event::Barrier(3)).unwrap();
+        tx.try_send(Event::Barrier(Barrier::new(3))).unwrap();
         tx.try_send(batch(vec![2])).unwrap();
         assert_eq!(rx.overtake_in_band(), Some(3));
         assert_eq!(rx.overtake_in_band(), None, "it left the queue");
-        assert_eq!(rx.overtaking(), Some(3));
-        tx.send_overtaking(4, Vec::new()).unwrap();
-        assert_eq!(rx.overtaking(), Some(4));
+        assert_eq!(rx.overtaking().map(|b| b.id), Some(3));
+        tx.send_overtaking(Barrier::new(4), Vec::new()).unwrap();
+        assert_eq!(rx.overtaking().map(|b| b.id), Some(4));
         let copies = rx.take_overtaken(4).expect("the newer barrier");
         assert_eq!(ids(&copies), ["b1", "b2"]);
         let (tx, rx) = channel::<u32>(8, Arc::new(AtomicWaker::new()));
         tx.try_send(batch(vec![1])).unwrap();
-        tx.try_send(Event::Barrier(3)).unwrap();
+        tx.try_send(Event::Barrier(Barrier::new(3))).unwrap();
         tx.try_send(batch(vec![2])).unwrap();
         rx.overtake_in_band();
         let copies = rx.take_overtaken(3).expect("the barrier");
@@ -1166,12 +1197,12 @@ mod tests {
     fn a_stale_in_band_barrier_removed_from_under_an_overtaking_one_keeps_its_count() {
         let (tx, rx) = channel::<u32>(8, Arc::new(AtomicWaker::new()));
         tx.try_send(batch(vec![1])).unwrap();
-        tx.try_send(Event::Barrier(3)).unwrap();
+        tx.try_send(Event::Barrier(Barrier::new(3))).unwrap();
         tx.try_send(batch(vec![2])).unwrap();
-        tx.send_overtaking(4, Vec::new()).unwrap();
+        tx.send_overtaking(Barrier::new(4), Vec::new()).unwrap();
         tx.try_send(batch(vec![5])).unwrap();
         assert_eq!(rx.overtake_in_band(), Some(3));
-        assert_eq!(rx.overtaking(), Some(4));
+        assert_eq!(rx.overtaking().map(|b| b.id), Some(4));
         let copies = rx.take_overtaken(4).expect("the newer barrier");
         assert_eq!(ids(&copies), ["b1", "b2"], "5 is after the barrier");
     }
@@ -1183,7 +1214,7 @@ mod tests {
         let waker = || Arc::new(AtomicWaker::new());
         let (tx, _dual, primary, _backup) = dual_channel::<u32>(4, waker(), waker());
         let back = tx
-            .send_overtaking(1, vec![batch(vec![1])])
+            .send_overtaking(Barrier::new(1), vec![batch(vec![1])])
             .expect_err("in band");
         assert_eq!(back.len(), 1);
         assert_eq!(primary.overtaking(), None);

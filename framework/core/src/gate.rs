@@ -337,7 +337,7 @@ impl<T: Data> TypedGate<T> {
                         continue;
                     };
                     match event {
-                        Event::Barrier(id) if claims.is_stale(id) => continue,
+                        Event::Barrier(b) if claims.is_stale(b.id) => continue,
                         Event::Batch(_) if claims.is_claimed(idx, seq) => {
                             tracing::debug!(
                                 channel = idx,
@@ -398,7 +398,10 @@ impl<T: Data> TypedGate<T> {
                 }
                 Ok(GateStep::Batch(len))
             }
-            Event::Barrier(id) => Ok(GateStep::Barrier { channel: idx, id }),
+            Event::Barrier(barrier) => Ok(GateStep::Barrier {
+                channel: idx,
+                barrier,
+            }),
             Event::Watermark(w) => {
                 claims.log(Input::Mark(idx as u32, w))?;
                 self.on_watermark(idx, w)
@@ -481,7 +484,10 @@ impl<T: Data> InputGate for TypedGate<T> {
                     self.timed_push()?;
                     Ok(GateStep::Batch(len))
                 }
-                Event::Barrier(id) => Ok(GateStep::Barrier { channel: idx, id }),
+                Event::Barrier(barrier) => Ok(GateStep::Barrier {
+                    channel: idx,
+                    barrier,
+                }),
                 Event::Watermark(w) => {
                     if self.recording[idx] {
                         self.recorded.push(Recorded::Mark(idx as u32, w));
@@ -530,7 +536,7 @@ impl<T: Data> InputGate for TypedGate<T> {
     fn watermark(&self) -> crate::time::InputWatermark {
         self.marks.reading()
     }
-    fn overtaking(&mut self, in_band: bool) -> Option<(usize, u64)> {
+    fn overtaking(&mut self, in_band: bool) -> Option<(usize, crate::channel::Barrier)> {
         let n = self.receivers.len();
         // While a checkpoint records, only the channels that still owe its barrier.
         let recording = self.recorded_marks.is_some();
@@ -539,7 +545,7 @@ impl<T: Data> InputGate for TypedGate<T> {
             if in_band && (!recording || self.recording[c]) {
                 r.overtake_in_band();
             }
-            r.overtaking().map(|id| (c, id))
+            r.overtaking().map(|b| (c, b))
         })
     }
     fn take_overtaken(&mut self, channel: usize, id: u64, record: bool) -> bool {
@@ -638,7 +644,7 @@ impl<T: Data> InputGate for TypedGate<T> {
 #[cfg(all(test, not(weir_loom)))]
 mod tests {
     use super::*;
-    use crate::channel::{channel, Batch};
+    use crate::channel::{channel, Barrier, Batch};
     use crate::metrics::QueueUsage;
     use crate::operator::{Control, Output};
     use crate::sync::AtomicWaker;
@@ -759,8 +765,9 @@ mod tests {
         assert!(matches!(gate.try_step(&|_| false), Ok(GateStep::Batch(1))));
         tx1.try_send(batch(vec![1])).unwrap();
         tx1.try_send(batch(vec![2])).unwrap();
-        tx1.send_overtaking(9, vec![batch(vec![3])]).unwrap();
-        assert_eq!(gate.overtaking(false), Some((1, 9)));
+        tx1.send_overtaking(Barrier::new(9), vec![batch(vec![3])])
+            .unwrap();
+        assert_eq!(gate.overtaking(false), Some((1, Barrier::new(9))));
         let mut w = crate::checkpoint::StateWriter {
             unaligned: true,
             ..Default::default()

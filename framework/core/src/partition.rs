@@ -17,7 +17,7 @@
 use std::collections::VecDeque;
 use std::task::{Context, Poll};
 
-use crate::channel::{Batch, Event, Full, Sender};
+use crate::channel::{Barrier, Batch, Event, Full, Sender};
 use crate::error::TaskError;
 use crate::key_group::key_hash;
 use crate::metrics::QueueUsage;
@@ -477,15 +477,15 @@ impl<T: Clone> PendingQueue<T> {
     /// (an unaligned checkpoint): what waits here goes into its channel first, without
     /// credit, for the barrier to overtake (`Sender::send_overtaking`). A channel that keeps
     /// barriers in band (into a backed-up subtask) gets them back here, the barrier behind.
-    fn send_overtaking(&mut self, senders: &[Sender<T>], id: u64) {
+    fn send_overtaking(&mut self, senders: &[Sender<T>], barrier: Barrier) {
         let mut per_target: Vec<Vec<Event<T>>> = (0..senders.len()).map(|_| Vec::new()).collect();
         for (t, e) in self.queue.drain(..) {
             per_target[t].push(e);
         }
         for (t, before) in per_target.into_iter().enumerate() {
-            if let Err(before) = senders[t].send_overtaking(id, before) {
+            if let Err(before) = senders[t].send_overtaking(barrier, before) {
                 self.queue.extend(before.into_iter().map(|e| (t, e)));
-                self.queue.push_back((t, Event::Barrier(id)));
+                self.queue.push_back((t, Event::Barrier(barrier)));
             }
         }
     }
@@ -540,14 +540,18 @@ macro_rules! network_output_plumbing {
         ) -> Result<(), TaskError> {
             // Records before the barrier go before it, on every channel.
             self.flush_all();
+            let barrier = Barrier {
+                id,
+                hand_over: w.hand_over,
+            };
             if w.unaligned {
                 // It overtakes them (they are the checkpoint's channel state downstream).
-                self.pending.send_overtaking(&self.senders, id);
+                self.pending.send_overtaking(&self.senders, barrier);
                 self.publish_unsent();
                 return Ok(());
             }
             for t in 0..self.senders.len() {
-                self.pending.send(&self.senders, t, Event::Barrier(id));
+                self.pending.send(&self.senders, t, Event::Barrier(barrier));
             }
             self.publish_unsent();
             Ok(())

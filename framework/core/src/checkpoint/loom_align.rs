@@ -16,7 +16,7 @@
 
 use std::task::{Context, Wake, Waker};
 
-use crate::channel::{channel, Batch, Event, Full, Receiver, Sender};
+use crate::channel::{channel, Barrier, Batch, Event, Full, Receiver, Sender};
 use crate::checkpoint::align::{AlignMode, Alignment, BarrierAligner};
 use crate::sync::{Arc, AtomicWaker};
 
@@ -111,7 +111,7 @@ fn produce(p: u32, tx: Sender<u32>) {
     for b in pre_barrier(p) {
         send(&tx, &mut cx, &me, Event::Batch(Batch::Owned(b)));
     }
-    send(&tx, &mut cx, &me, Event::Barrier(1));
+    send(&tx, &mut cx, &me, Event::Barrier(Barrier::new(1)));
     for b in post_barrier(p) {
         send(&tx, &mut cx, &me, Event::Batch(Batch::Owned(b)));
     }
@@ -161,8 +161,8 @@ impl Consumer {
                     b.move_into(&mut records);
                     self.processed.extend(records);
                 }
-                Event::Barrier(id) => {
-                    let a = self.aligner.on_barrier(ch, id);
+                Event::Barrier(b) => {
+                    let a = self.aligner.on_barrier(ch, b.id);
                     self.on_alignment(a);
                 }
                 Event::Watermark(_) => {}

@@ -30,7 +30,7 @@
 use std::task::Context;
 
 use super::loom_align::{read_until_ended, send, sorted, waker};
-use crate::channel::{channel, Batch, Event, Receiver, Sender};
+use crate::channel::{channel, Barrier, Batch, Event, Receiver, Sender};
 use crate::sync::{Arc, AtomicWaker};
 
 /// One model's size: its producers, their batches and the channels' credit.
@@ -106,7 +106,7 @@ fn produce(shape: Shape, p: u32, tx: Sender<u32>) {
         send(&tx, &mut cx, &me, Event::Batch(Batch::Owned(b)));
     }
     assert!(
-        tx.send_overtaking(1, held).is_ok(),
+        tx.send_overtaking(Barrier::new(1), held).is_ok(),
         "a plain channel takes an overtaking barrier"
     );
     for b in post_barrier(shape, p) {
@@ -158,7 +158,7 @@ impl Consumer {
     fn poll(&mut self) -> bool {
         let mut progress = false;
         for ch in 0..self.rxs.len() {
-            let Some(id) = self.rxs[ch].overtaking() else {
+            let Some(id) = self.rxs[ch].overtaking().map(|b| b.id) else {
                 continue;
             };
             assert_eq!(id, 1, "only checkpoint 1 is in flight");

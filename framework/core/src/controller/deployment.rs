@@ -104,8 +104,6 @@ pub(crate) struct Placement<'a> {
     pub(crate) checkpoint_root: Option<PathBuf>,
     /// The object store checkpoints also go to.
     pub(crate) remote: Option<std::sync::Arc<crate::checkpoint::remote::Remote>>,
-    /// The checkpoint whose states subtasks hand over in memory (0: none).
-    pub(crate) handover: Arc<crate::sync::atomic::AtomicU64>,
 }
 
 impl Placement<'_> {
@@ -119,16 +117,15 @@ impl Placement<'_> {
         rx_waker: Arc<crate::sync::AtomicWaker>,
         slot: Arc<Mutex<SubtaskSample>>,
     ) -> Addr<SubtaskActor> {
-        let (events, linger, root, remote, handover) = (
+        let (events, linger, root, remote) = (
             self.events.clone(),
             self.cfg.linger,
             self.checkpoint_root.clone(),
             self.remote.clone(),
-            self.handover.clone(),
         );
         SubtaskActor::start_in_arbiter(&arbiter.handle(), move |_| {
             SubtaskActor::new(
-                id, driver, events, counters, rx_waker, linger, slot, root, remote, handover,
+                id, driver, events, counters, rx_waker, linger, slot, root, remote,
             )
         })
     }

@@ -38,7 +38,6 @@ use crate::graph::Graph;
 use crate::plan::{OperatorRegistry, Plan};
 use crate::restart::{RestartStrategy, RestartTracker};
 use crate::sampler::RateController;
-use crate::sync::Arc;
 
 pub(crate) use command::{
     Command, CommandInbox, Commands, ConfigureRequest, ReplaceRequest, RescaleRequest,
@@ -161,8 +160,6 @@ pub(crate) struct JobContext {
     pub(crate) failures: failures::FailureLog,
     /// The stderr warnings.
     pub(crate) warnings: Warnings,
-    /// The checkpoint whose states subtasks also hand over in memory (0: none), for a rescale.
-    pub(crate) handover: Arc<crate::sync::atomic::AtomicU64>,
     /// Per node: it follows the job's default parallelism (a job-wide rescale changes it).
     pub(crate) follows_default: Vec<bool>,
     /// The old graph while a new one is on probation (until its first checkpoint).
@@ -215,7 +212,6 @@ impl JobContext {
             degraded_before: false,
             failures: failures::FailureLog::default(),
             warnings: Warnings::new(&job, cfg.stderr_warnings),
-            handover: Arc::new(crate::sync::atomic::AtomicU64::new(0)),
             good_settings: views.load().settings.clone(),
             probation: None,
             follows_default: graph
@@ -301,7 +297,6 @@ impl JobContext {
             events: &self.events_tx,
             checkpoint_root: Some(self.checkpoint_root.clone()),
             remote: self.remote.clone(),
-            handover: self.handover.clone(),
         }
     }
 

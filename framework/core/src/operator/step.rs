@@ -23,8 +23,11 @@ pub(crate) enum GateStep {
     /// or the gate did other work that took no record (told a backed-up operator the time;
     /// sent its buffered output before a hand-off).
     Watermark,
-    /// Channel `channel` (of this input) delivered checkpoint barrier `id`.
-    Barrier { channel: usize, id: u64 },
+    /// Channel `channel` (of this input) delivered a checkpoint barrier.
+    Barrier {
+        channel: usize,
+        barrier: crate::channel::Barrier,
+    },
     /// Channel `channel` ended; `all`: every channel of this input has ended and the operator
     /// was told.
     ChannelEnded { channel: usize, all: bool },
@@ -40,9 +43,9 @@ pub(crate) trait InputGate: Send {
     /// Number of channels of this input.
     fn channels(&self) -> usize;
     /// A channel of this input whose checkpoint barrier overtook the events queued in front
-    /// of it, and the barrier's checkpoint. With `in_band`, a barrier queued in band is moved
-    /// to the head first (an unaligned checkpoint does not wait for what is before it).
-    fn overtaking(&mut self, in_band: bool) -> Option<(usize, u64)>;
+    /// of it, and the barrier. With `in_band`, a barrier queued in band is moved to the head
+    /// first (an unaligned checkpoint does not wait for what is before it).
+    fn overtaking(&mut self, in_band: bool) -> Option<(usize, crate::channel::Barrier)>;
     /// Takes `channel`'s overtaking barrier of checkpoint `id`; with `record`, the events it
     /// overtook become channel state (they stay queued, and are processed as usual). False if
     /// the barrier waiting there is no longer `id`'s (a newer one replaced it): nothing taken.

@@ -53,9 +53,9 @@ pub(crate) enum Driver {
 pub(crate) struct Recorder {
     state_uid: String,
     writer: Option<StateWriter>,
-    /// The checkpoint (if not 0) whose states are also handed over in memory (a rescale's or
-    /// a fast restart's; the subtask actor's).
-    handover: Option<Arc<crate::sync::atomic::AtomicU64>>,
+    /// Checkpoints whose barriers said to hand their states over in memory too (a rescale's
+    /// or a graph replacement's), not yet taken here.
+    handing_over: Vec<u64>,
 }
 
 impl Driver {
@@ -81,7 +81,7 @@ impl Driver {
             recorder: Recorder {
                 state_uid,
                 writer: None,
-                handover: None,
+                handing_over: Vec::new(),
             },
             aligned_next: None,
             ended: false,
@@ -105,16 +105,32 @@ impl Driver {
         self
     }
 
-    /// Where the subtask learns which checkpoint is handed over in memory: an unaligned one
-    /// takes its snapshot here, and says so to its operators (fault points, whole states).
-    pub(crate) fn set_handover(&mut self, handover: Arc<crate::sync::atomic::AtomicU64>) {
-        if let Driver::Inputs { recorder, .. } = self {
-            recorder.handover = Some(handover);
+    /// Whether checkpoint `id`'s barriers said to hand its states over in memory too; the
+    /// checkpoint is being taken here (older ones are forgotten).
+    pub(crate) fn hands_over(&mut self, id: u64) -> bool {
+        match self {
+            Driver::Inputs { recorder, .. } => recorder.hands_over(id),
+            // A source learns it from its trigger.
+            Driver::Source(_) => false,
         }
     }
 }
 
 impl Recorder {
+    /// A barrier arrived: its checkpoint's options are this subtask's too.
+    fn learn(&mut self, barrier: crate::channel::Barrier) {
+        if barrier.hand_over && !self.handing_over.contains(&barrier.id) {
+            self.handing_over.push(barrier.id);
+        }
+    }
+
+    /// Whether checkpoint `id` is handed over in memory; it is being taken (older ones are
+    /// forgotten: ids only grow).
+    fn hands_over(&mut self, id: u64) -> bool {
+        self.handing_over.retain(|&h| h >= id);
+        self.handing_over.contains(&id)
+    }
+
     /// Starts the unaligned checkpoint `s` says: the chain's states (and the barrier passed
     /// on), and recording on each channel that owes its barrier.
     fn start(
@@ -126,10 +142,7 @@ impl Recorder {
         if s.dropped {
             self.drop(gates);
         }
-        let hand_over = self
-            .handover
-            .as_ref()
-            .is_some_and(|h| h.load(Ordering::Acquire) == s.id);
+        let hand_over = self.hands_over(s.id);
         let mut writer = StateWriter {
             unaligned: true,
             ..StateWriter::new(hand_over)
@@ -385,8 +398,10 @@ impl Driver {
         barriers.take_settings();
         let mut progressed = false;
         for gi in 0..gates.len() {
-            while let Some((c, id)) = gates[gi].overtaking(barriers.overtakes_in_band()) {
+            while let Some((c, barrier)) = gates[gi].overtaking(barriers.overtakes_in_band()) {
                 progressed = true;
+                recorder.learn(barrier);
+                let id = barrier.id;
                 let global = offsets[gi] + c;
                 match barriers.on_overtaking(id) {
                     Overtaking::Record => {}
@@ -490,8 +505,10 @@ impl Driver {
                     *next = (i + 1) % n;
                     Ok(Some(Work::Progress))
                 }
-                GateStep::Barrier { channel, id } => {
+                GateStep::Barrier { channel, barrier } => {
                     let global = offset + channel;
+                    recorder.learn(barrier);
+                    let id = barrier.id;
                     match barriers.on_barrier(global, id, Instant::now()) {
                         InBand::Continue => Ok(Some(Work::Progress)),
                         InBand::Aligned(id) => Ok(Some(Work::Aligned(id))),
@@ -605,5 +622,47 @@ impl Driver {
                 Ok(Work::Idle)
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Recorder;
+    use crate::channel::Barrier;
+
+    fn recorder() -> Recorder {
+        Recorder {
+            state_uid: "op".into(),
+            writer: None,
+            handing_over: Vec::new(),
+        }
+    }
+
+    /// A subtask knows a checkpoint is handed over from its barriers alone, and forgets older
+    /// checkpoints once a newer one is taken.
+    #[test]
+    fn a_barrier_carries_its_checkpoint_s_hand_over() {
+        let mut r = recorder();
+        r.learn(Barrier::new(3));
+        r.learn(Barrier {
+            id: 4,
+            hand_over: true,
+        });
+        // Every channel's barrier of checkpoint 4 says so: learned once.
+        r.learn(Barrier {
+            id: 4,
+            hand_over: true,
+        });
+        assert!(!r.hands_over(3));
+        assert!(r.hands_over(4));
+        assert_eq!(r.handing_over, vec![4]);
+        r.learn(Barrier {
+            id: 6,
+            hand_over: true,
+        });
+        assert!(!r.hands_over(5));
+        assert!(r.hands_over(6));
+        assert!(!r.hands_over(7));
+        assert!(r.handing_over.is_empty(), "taken checkpoints are forgotten");
     }
 }

@@ -159,6 +159,9 @@ pub(crate) struct TriggerCheckpoint {
     pub(crate) pause: bool,
     /// An unaligned checkpoint: the source's barrier overtakes its waiting output.
     pub(crate) unaligned: bool,
+    /// Every subtask also hands its states over in memory (a rescale's or a graph
+    /// replacement's checkpoint); the barrier carries it downstream.
+    pub(crate) hand_over: bool,
 }
 
 impl Message for TriggerCheckpoint {
@@ -171,7 +174,7 @@ impl Handler<TriggerCheckpoint> for SubtaskActor {
     fn handle(&mut self, msg: TriggerCheckpoint, _ctx: &mut Self::Context) {
         self.counters.mails_handled.fetch_add(1, Ordering::Relaxed);
         let start_delay = msg.sent_at.elapsed();
-        let mut w = StateWriter::new(self.hands_over(msg.id));
+        let mut w = StateWriter::new(msg.hand_over);
         w.unaligned = msg.unaligned;
         let r = match &mut self.driver {
             Driver::Source(s) => s.checkpoint(msg.id, &mut w),

@@ -78,9 +78,6 @@ pub(crate) struct SubtaskActor {
     checkpoint_dir: Option<std::path::PathBuf>,
     /// The object store the state files also go to (the checkpoint directory is a URL).
     remote: Option<std::sync::Arc<crate::checkpoint::remote::Remote>>,
-    /// The checkpoint (if not 0) whose states are also handed to the controller in memory,
-    /// with the acknowledgement (a rescale deals them to the new subtasks).
-    handover: Arc<crate::sync::atomic::AtomicU64>,
     /// A source paused after a rescale's barrier ([`Resume`] wakes it).
     paused: bool,
     pause_waker: Option<std::task::Waker>,
@@ -98,13 +95,9 @@ impl SubtaskActor {
         sample: Arc<Mutex<SubtaskSample>>,
         checkpoint_dir: Option<std::path::PathBuf>,
         remote: Option<std::sync::Arc<crate::checkpoint::remote::Remote>>,
-        handover: Arc<crate::sync::atomic::AtomicU64>,
     ) -> Self {
         let now = Instant::now();
-        let mut driver = driver;
-        driver.set_handover(handover.clone());
         SubtaskActor {
-            handover,
             paused: false,
             pause_waker: None,
             time: TimeAccount::new(now),
@@ -261,7 +254,7 @@ impl SubtaskActor {
                 persisted,
             }) => self.unaligned_done(cx, id, writer, took, persisted),
             Ok(Work::Aligned(id)) => {
-                let hand_over = self.hands_over(id);
+                let hand_over = self.driver.hands_over(id);
                 let root = self.checkpoint_dir.as_deref();
                 let started = Instant::now();
                 match self.driver.snapshot_aligned(id, hand_over, root) {
@@ -298,12 +291,6 @@ impl SubtaskActor {
         (Poll::Pending, WaitState::Busy)
     }
 
-    /// Whether checkpoint `id`'s states are handed over in memory too (a rescale's or a fast
-    /// restart's).
-    pub(super) fn hands_over(&self, id: u64) -> bool {
-        id == self.handover.load(crate::sync::atomic::Ordering::Acquire)
-    }
-
     /// Writes this subtask's states for checkpoint `id` and acknowledges it.
     fn write_and_ack(
         &mut self,
@@ -316,7 +303,7 @@ impl SubtaskActor {
         let Some(root) = self.checkpoint_dir.clone() else {
             return;
         };
-        let hand_over = self.hands_over(id);
+        let hand_over = w.hand_over;
         let mut payloads = Vec::new();
         let mut envelopes = Vec::with_capacity(w.entries.len());
         let mut deferred = Vec::new();

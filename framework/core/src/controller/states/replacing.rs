@@ -149,10 +149,8 @@ impl PendingReplace {
     }
 
     /// The replacement will not happen: its caller is told why, the sources read on.
-    pub(crate) fn abandon(self, ctx: &JobContext, dep: &Deployment, why: String, resume: bool) {
+    pub(crate) fn abandon(self, dep: &Deployment, why: String, resume: bool) {
         tracing::warn!(checkpoint = self.id, reason = %why, "graph replacement abandoned");
-        ctx.handover
-            .store(0, crate::sync::atomic::Ordering::Release);
         if resume {
             dep.mail_sources(|| Resume);
         }
@@ -200,8 +198,6 @@ impl Replacing {
 
 async fn forward(ctx: &mut JobContext, dep: Deployment, pending: PendingReplace) -> Transition {
     let id = pending.id;
-    ctx.handover
-        .store(0, crate::sync::atomic::Ordering::Release);
     if let Err(e) = commit_all(ctx, &dep, id).await {
         let _ = pending.reply.send(Err(ReplaceError::Aborted(format!(
             "a subtask failed committing the savepoint ({e}); the job recovers with the old graph"

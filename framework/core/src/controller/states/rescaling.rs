@@ -273,8 +273,6 @@ impl PendingRescale {
     /// deployment runs on), nothing else changed.
     pub(crate) fn abandon(self, ctx: &JobContext, dep: &Deployment, why: String, resume: bool) {
         tracing::warn!(checkpoint = self.id, reason = %why, "rescale abandoned");
-        ctx.handover
-            .store(0, crate::sync::atomic::Ordering::Release);
         ctx.views.update(|v| v.rescales.in_progress = None);
         if resume {
             dep.mail_sources(|| Resume);
@@ -367,8 +365,6 @@ impl Rescaling {
     pub(crate) async fn run(self, ctx: &mut JobContext) -> Transition {
         let Rescaling { dep, pending } = self;
         let id = pending.id;
-        ctx.handover
-            .store(0, crate::sync::atomic::Ordering::Release);
         ctx.views.update(|v| v.rescales.in_progress = None);
         // Every subtask learns the checkpoint is complete, and the sinks' commits are awaited:
         // nothing staged before the barrier may be lost when the subtasks stop.

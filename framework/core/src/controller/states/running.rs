@@ -54,6 +54,19 @@ pub(crate) struct Running {
     storing: std::collections::BTreeMap<u64, (Completed, Vec<u8>)>,
 }
 
+/// What a checkpoint is triggered for; its trigger and barriers carry what follows from it.
+#[derive(Debug, Clone, Copy)]
+enum Purpose {
+    /// A checkpoint (periodic or asked for).
+    Checkpoint,
+    /// A savepoint; one that stops the job pauses the sources after its barrier (the job's
+    /// output ends exactly at it).
+    Savepoint { stop: bool },
+    /// A rescale's or graph replacement's: the sources pause after its barrier, and every
+    /// subtask also hands its states over in memory.
+    Change,
+}
+
 /// Why the job leaves `Running`: every handler returns `ControlFlow<Exit>`, `Continue` to
 /// stay, `Break` with where to go.
 enum Exit {
@@ -484,7 +497,7 @@ impl Running {
                 let now = Instant::now();
                 let id = ctx.coordinator.trigger_checkpoint(now);
                 tracing::info!(checkpoint = id, "triggering a checkpoint on request");
-                self.trigger(ctx, id, now, false);
+                self.trigger(ctx, id, now, Purpose::Checkpoint);
                 ctx.publish_stats();
                 let _ = reply.send(Ok(id));
                 Continue(())
@@ -538,10 +551,8 @@ impl Running {
             }
             Ok(prepared) => {
                 let id = ctx.coordinator.trigger_checkpoint(now);
-                ctx.handover
-                    .store(id, crate::sync::atomic::Ordering::Release);
                 tracing::info!(checkpoint = id, changes = ?prepared.changes, "rescale: triggering its checkpoint");
-                self.trigger(ctx, id, now, true);
+                self.trigger(ctx, id, now, Purpose::Change);
                 ctx.publish_stats();
                 ctx.views.update(|v| v.rescales.in_progress = Some(id));
                 let pending = prepared.start(id, request.reply, now);
@@ -552,16 +563,22 @@ impl Running {
 
     /// Starts checkpoint `id` at the sources (pausing them after its barrier if `pause`),
     /// remembering the settings it was triggered under (what a rollback returns to).
-    fn trigger(&mut self, ctx: &JobContext, id: u64, now: Instant, pause: bool) {
+    fn trigger(&mut self, ctx: &JobContext, id: u64, now: Instant, purpose: Purpose) {
         self.settings_at
             .insert(id, ctx.views.load().settings.clone());
         let cp = &ctx.cfg.checkpoint;
         let unaligned = cp.unaligned && cp.mode == crate::checkpoint::CheckpointMode::ExactlyOnce;
+        let (pause, hand_over) = match purpose {
+            Purpose::Checkpoint => (false, false),
+            Purpose::Savepoint { stop } => (stop, false),
+            Purpose::Change => (true, true),
+        };
         self.dep.mail_sources(|| TriggerCheckpoint {
             id,
             sent_at: now,
             pause,
             unaligned,
+            hand_over,
         });
     }
 
@@ -580,13 +597,11 @@ impl Running {
             }
             Ok(prepared) => {
                 let id = ctx.coordinator.trigger_savepoint(now);
-                ctx.handover
-                    .store(id, crate::sync::atomic::Ordering::Release);
                 tracing::info!(
                     checkpoint = id,
                     "graph replacement: triggering its savepoint"
                 );
-                self.trigger(ctx, id, now, true);
+                self.trigger(ctx, id, now, Purpose::Change);
                 ctx.publish_stats();
                 let pending = prepared.start(id, request.reply, now);
                 self.bound.add_change(Change::Replace(Box::new(pending)));
@@ -611,7 +626,7 @@ impl Running {
         tracing::info!(checkpoint = id, dir = %request.dir.display(), stop = request.stop, "triggering a savepoint");
         // Stopping: the sources read nothing after the savepoint's barrier, so the job's
         // output ends exactly at the savepoint (a job restored from it repeats nothing).
-        self.trigger(ctx, id, now, request.stop);
+        self.trigger(ctx, id, now, Purpose::Savepoint { stop: request.stop });
         self.bound.add_savepoint(id, request);
     }
 
@@ -693,7 +708,7 @@ impl Running {
         }
         if let Some(id) = ctx.coordinator.maybe_trigger(now) {
             tracing::debug!(checkpoint = id, "triggering checkpoint");
-            self.trigger(ctx, id, now, false);
+            self.trigger(ctx, id, now, Purpose::Checkpoint);
         }
         ctx.publish_stats();
         Continue(())

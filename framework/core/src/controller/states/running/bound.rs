@@ -42,7 +42,7 @@ impl Change {
     pub(super) fn abandon(self, ctx: &JobContext, dep: &Deployment, why: String, resume: bool) {
         match self {
             Change::Rescale(r) => r.abandon(ctx, dep, why, resume),
-            Change::Replace(r) => r.abandon(ctx, dep, why, resume),
+            Change::Replace(r) => r.abandon(dep, why, resume),
         }
     }
 }
