@@ -4,7 +4,7 @@
 use actix_web::{HttpRequest, HttpResponse};
 use serde_json::{json, Value};
 
-use super::api::*;
+use super::request::*;
 
 /// `GET /jobs/{id}/backups`.
 pub(super) async fn backups(state: State, req: HttpRequest) -> Answer {

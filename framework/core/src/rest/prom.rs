@@ -9,7 +9,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
-use super::api::ApiError;
+use super::request::ApiError;
 use crate::job::JobMonitor;
 
 type Labels = Vec<(String, String)>;

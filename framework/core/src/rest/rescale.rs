@@ -9,7 +9,10 @@
 use actix_web::{web, HttpRequest, HttpResponse};
 use serde_json::{json, Map, Value};
 
-use super::api::*;
+use super::request::{
+    authorize, job_of, json_body, ms, running, vertex_of, Answer, ApiError, State,
+};
+use crate::api_types::{self, KeptOperator, ParallelismChange, Rebalanced};
 use crate::job::JobMonitor;
 use crate::rescale::{RescaleError, RescaleReport};
 
@@ -147,19 +150,39 @@ fn stats_json(job: &JobMonitor) -> Value {
     })
 }
 
-fn report_json(r: &RescaleReport) -> Value {
-    json!({
-        "checkpoint": r.checkpoint,
-        "changes": r.changes.iter().map(|c| json!({
-            "uid": c.uid, "from": c.from, "to": c.to,
-        })).collect::<Vec<_>>(),
-        "kept": r.kept.iter().map(|(uid, why)| json!({ "uid": uid, "reason": why })).collect::<Vec<_>>(),
-        "rebalanced": r.rebalanced.iter().map(|b| json!({
-            "uid": b.uid, "loadBefore": b.load_before, "loadAfter": b.load_after, "moved": b.moved,
-        })).collect::<Vec<_>>(),
-        "durationMs": ms(r.duration),
-        "pauseMs": ms(r.pause),
-    })
+fn report_json(r: &RescaleReport) -> api_types::RescaleReport {
+    api_types::RescaleReport {
+        checkpoint: Some(r.checkpoint),
+        changes: r
+            .changes
+            .iter()
+            .map(|c| ParallelismChange {
+                uid: c.uid.clone(),
+                from: c.from as u64,
+                to: c.to as u64,
+            })
+            .collect(),
+        kept: r
+            .kept
+            .iter()
+            .map(|(uid, why)| KeptOperator {
+                uid: uid.clone(),
+                reason: why.clone(),
+            })
+            .collect(),
+        rebalanced: r
+            .rebalanced
+            .iter()
+            .map(|b| Rebalanced {
+                uid: b.uid.clone(),
+                load_before: b.load_before.clone(),
+                load_after: b.load_after.clone(),
+                moved: b.moved as u64,
+            })
+            .collect(),
+        duration_ms: Some(ms(r.duration)),
+        pause_ms: Some(ms(r.pause)),
+    }
 }
 
 /// A required positive integer field.
