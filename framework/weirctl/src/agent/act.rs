@@ -122,7 +122,9 @@ fn run_one(
             Ok(client.send(
                 "PATCH",
                 &path,
-                Some(to_json(&ParallelismRequest::new(parallelism.get() as usize))),
+                Some(to_json(
+                    &ParallelismRequest::new(parallelism.get() as usize),
+                )),
             )?)
         }
     }
