@@ -264,3 +264,45 @@ pub struct SubtaskAlignment {
     /// How long it aligned, ms.
     pub duration: u64,
 }
+
+/// `GET /jobs/{id}/checkpoints/config`: the checkpoint settings.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+#[non_exhaustive]
+pub struct CheckpointConfig {
+    /// `exactly_once` or `at_least_once`.
+    pub mode: String,
+    /// The interval, ms (the largest `i64` when periodic checkpoints are off).
+    pub interval: u64,
+    /// The timeout, ms.
+    pub timeout: u64,
+    /// The least pause between two, ms.
+    pub min_pause: u64,
+    /// The most at once.
+    pub max_concurrent: u64,
+    /// Whether checkpoints are kept after the job.
+    pub externalization: Externalization,
+    /// Whether checkpoints are unaligned.
+    pub unaligned_checkpoints: bool,
+    /// How long an aligned checkpoint waits before it goes unaligned, ms (0: never).
+    pub aligned_checkpoint_timeout: u64,
+    /// Failed checkpoints tolerated in a row.
+    pub tolerable_failed_checkpoints: u64,
+    /// (Flink's; false.)
+    pub checkpoints_after_tasks_finish: bool,
+    /// The state backend.
+    pub state_backend: String,
+    /// The checkpoint storage.
+    pub checkpoint_storage: String,
+}
+
+/// Whether checkpoints outlive the job.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+#[non_exhaustive]
+pub struct Externalization {
+    /// Whether they are kept.
+    pub enabled: bool,
+    /// Whether a cancel deletes them.
+    pub delete_on_cancellation: bool,
+}

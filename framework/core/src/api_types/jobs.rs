@@ -387,3 +387,137 @@ impl AggregatedMetric {
         }
     }
 }
+
+// ---- Failures and backups ----------------------------------------------------------------
+
+/// `GET /jobs/{id}/exceptions`: Flink's exception history, newest first.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, rename_all = "kebab-case")]
+#[non_exhaustive]
+pub struct JobExceptions {
+    /// The newest entry's message.
+    pub root_exception: Option<String>,
+    /// The newest entry's time, ms since the Unix epoch.
+    pub timestamp: Option<u64>,
+    /// (Flink's, deprecated; empty.)
+    pub all_exceptions: Vec<serde_json::Value>,
+    /// Whether older entries were left out.
+    pub truncated: bool,
+    /// The entries.
+    #[serde(rename = "exceptionHistory")]
+    pub exception_history: ExceptionHistory,
+}
+
+/// The entries of [`JobExceptions`].
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+#[non_exhaustive]
+pub struct ExceptionHistory {
+    /// Newest first.
+    pub entries: Vec<ExceptionEntry>,
+    /// Whether older entries were left out.
+    pub truncated: bool,
+}
+
+/// One failure of [`ExceptionHistory`], with how the job recovered (Weir's).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+#[non_exhaustive]
+pub struct ExceptionEntry {
+    /// The error's class (`weir.JobError`, `weir.TaskFailure`).
+    pub exception_name: String,
+    /// Its message.
+    pub stacktrace: String,
+    /// When, ms since the Unix epoch.
+    pub timestamp: u64,
+    /// The subtask that failed (`uid (i/n)`), if one did.
+    pub task_name: Option<String>,
+    /// (Flink's; null.)
+    pub endpoint: Option<String>,
+    /// (Flink's; null.)
+    pub task_manager_id: Option<String>,
+    /// The failure's labels (`class`: `transient`, ...).
+    pub failure_labels: BTreeMap<String, String>,
+    /// (Flink's; empty.)
+    pub concurrent_exceptions: Vec<serde_json::Value>,
+    /// Weir's: how the job recovered: `promotion`, `restart` or `failed`.
+    pub failover: Option<String>,
+    /// Weir's: how long recovery took, ms (null while a restart is under way); a whole
+    /// number for a restart, a fraction for a promotion.
+    pub recovery_ms: Option<serde_json::Number>,
+    /// Weir's: records a promoted backup replayed from its buffer queue (null for a
+    /// restart).
+    pub records_replayed: Option<u64>,
+    /// Weir's: what only a restart or only a promotion reports.
+    #[serde(flatten)]
+    pub recovery: Option<Recovery>,
+}
+
+/// What one kind of recovery reports beside the common fields of an [`ExceptionEntry`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged, rename_all_fields = "camelCase")]
+#[non_exhaustive]
+pub enum Recovery {
+    /// A backup of the failed subtask took over.
+    Promotion {
+        /// The failed subtask's operator.
+        uid: String,
+        /// Its index.
+        subtask: u64,
+        /// Batches replayed from the buffer queue.
+        batches_replayed: u64,
+        /// Batches processed again.
+        batches_reprocessed: u64,
+    },
+    /// The job restarted (or failed for good).
+    Restart {
+        /// The restart's attempt.
+        attempt: u64,
+        /// The pause before the restart, ms (null: no restart).
+        restart_delay_ms: Option<u64>,
+    },
+}
+
+/// `GET /jobs/{id}/backups`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+#[non_exhaustive]
+pub struct Backups {
+    /// Each backed-up subtask.
+    pub backups: Vec<Backup>,
+}
+
+/// One backed-up subtask of [`Backups`]: its buffer queue, filtering, promotions and lag.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+#[non_exhaustive]
+pub struct Backup {
+    /// The operator.
+    pub uid: String,
+    /// The subtask.
+    pub subtask: u64,
+    /// Entries in its buffer queue.
+    pub queue_entries: u64,
+    /// Their bytes.
+    pub queue_bytes: u64,
+    /// Batches filtered out of the queue.
+    pub filtered_batches: u64,
+    /// Records filtered out of the queue.
+    pub filtered_records: u64,
+    /// Entries added.
+    pub added: u64,
+    /// Entries claimed.
+    pub claimed: u64,
+    /// Promotions of its backup.
+    pub promotions: u64,
+    /// Backups replaced.
+    pub backup_replacements: u64,
+    /// The last failover's duration, ms.
+    pub last_failover_ms: Option<f64>,
+    /// Batches processed again in the last failover.
+    pub last_reprocessed_batches: u64,
+    /// How far the backup is behind.
+    pub backup_lag: u64,
+    /// Whether it runs without a backup.
+    pub degraded: bool,
+}

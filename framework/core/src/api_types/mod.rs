@@ -106,6 +106,34 @@ mod tests {
         assert!(seen >= 20, "only {seen} fixtures read");
     }
 
+    /// An exception entry of each kind reads back as it was written.
+    #[test]
+    fn exception_entries_round_trip() {
+        for recovery in [
+            Recovery::Promotion {
+                uid: "map".into(),
+                subtask: 1,
+                batches_replayed: 2,
+                batches_reprocessed: 3,
+            },
+            Recovery::Restart {
+                attempt: 1,
+                restart_delay_ms: None,
+            },
+        ] {
+            let entry = ExceptionEntry {
+                stacktrace: "boom".into(),
+                recovery: Some(recovery),
+                ..ExceptionEntry::default()
+            };
+            let json = serde_json::to_value(&entry).unwrap();
+            assert_eq!(
+                serde_json::from_value::<ExceptionEntry>(json).unwrap(),
+                entry
+            );
+        }
+    }
+
     /// The names are Flink's, field by field.
     #[test]
     fn field_names_are_flinks() {

@@ -326,3 +326,55 @@ pub struct SettingValueChange {
     /// Its new value.
     pub new: String,
 }
+
+/// `GET /jobs/{id}/rescales`: rescales so far, the one in progress, the last one's report,
+/// and each vertex's parallelism and key groups.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+#[non_exhaustive]
+pub struct Rescales {
+    /// Rescales completed.
+    pub num_rescales: u64,
+    /// The checkpoint of the rescale in progress.
+    pub in_progress: Option<u64>,
+    /// The last rescale's report.
+    pub last: Option<RescaleReport>,
+    /// Each vertex.
+    pub vertices: Vec<RescaleVertex>,
+}
+
+/// One vertex of [`Rescales`].
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+#[non_exhaustive]
+pub struct RescaleVertex {
+    /// The vertex's id.
+    pub id: String,
+    /// Its parallelism.
+    pub parallelism: u64,
+    /// Each subtask's key groups, `[start, end)` (keyed vertices).
+    pub key_groups: Option<Vec<[u64; 2]>>,
+    /// Each subtask's runs of key groups, when a rebalance split them.
+    pub key_group_runs: Option<Vec<Vec<[u64; 2]>>>,
+}
+
+/// One vertex's parallelism bounds in `/jobs/{id}/resource-requirements` (a map by vertex
+/// id).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+#[non_exhaustive]
+pub struct ResourceRequirement {
+    /// The bounds.
+    pub parallelism: ParallelismBounds,
+}
+
+/// Flink's lower and upper parallelism bounds.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+#[non_exhaustive]
+pub struct ParallelismBounds {
+    /// The least.
+    pub lower_bound: u64,
+    /// The most (Weir runs a vertex at exactly this).
+    pub upper_bound: u64,
+}

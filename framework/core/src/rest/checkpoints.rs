@@ -2,17 +2,16 @@
 //! the checkpoint settings, and a checkpoint triggered on request with its status.
 
 use actix_web::{web, HttpRequest, HttpResponse};
-use serde_json::json;
 
 use super::request::{
     authorize, job_of, json_body, ms, optional_string, running, Answer, ApiError, State,
 };
 use super::triggers::{accepted, Trigger};
 use crate::api_types::{
-    CheckpointCounts, CheckpointStatistics, CheckpointSummary, CheckpointVertexStatistics,
-    CheckpointingStatistics, FailureCause, LatestCheckpoints, MinMaxAvg, OperationResult,
-    OperationStatus, RestoredCheckpoint, SubtaskAlignment, SubtaskCheckpointDuration,
-    SubtaskCheckpointStatistics,
+    CheckpointConfig, CheckpointCounts, CheckpointStatistics, CheckpointSummary,
+    CheckpointVertexStatistics, CheckpointingStatistics, Externalization, FailureCause,
+    LatestCheckpoints, MinMaxAvg, OperationResult, OperationStatus, RestoredCheckpoint,
+    SubtaskAlignment, SubtaskCheckpointDuration, SubtaskCheckpointStatistics,
 };
 use crate::checkpoint::CheckpointMode;
 use crate::job::JobMonitor;
@@ -323,19 +322,26 @@ pub(super) async fn checkpoint_status(state: State, req: HttpRequest) -> Answer 
 pub(super) async fn checkpoint_config(state: State, req: HttpRequest) -> Answer {
     let job = job_of(&state, &req)?;
     let c = job.checkpoint_config();
-    Ok(HttpResponse::Ok().json(json!({
-        "mode": match c.mode { CheckpointMode::ExactlyOnce => "exactly_once", CheckpointMode::AtLeastOnce => "at_least_once" },
+    Ok(HttpResponse::Ok().json(CheckpointConfig {
+        mode: match c.mode {
+            CheckpointMode::ExactlyOnce => "exactly_once",
+            CheckpointMode::AtLeastOnce => "at_least_once",
+        }
+        .into(),
         // Flink reports a disabled periodic checkpoint as the largest interval.
-        "interval": c.interval.map_or(i64::MAX as u64, ms),
-        "timeout": ms(c.timeout),
-        "min_pause": ms(c.min_pause),
-        "max_concurrent": c.max_concurrent,
-        "externalization": { "enabled": true, "delete_on_cancellation": false },
-        "unaligned_checkpoints": c.unaligned,
-        "aligned_checkpoint_timeout": c.aligned_checkpoint_timeout.map_or(0, ms),
-        "tolerable_failed_checkpoints": c.tolerable_failed_checkpoints,
-        "checkpoints_after_tasks_finish": false,
-        "state_backend": "weir (CBOR files)",
-        "checkpoint_storage": "FileSystemCheckpointStorage",
-    })))
+        interval: c.interval.map_or(i64::MAX as u64, ms),
+        timeout: ms(c.timeout),
+        min_pause: ms(c.min_pause),
+        max_concurrent: c.max_concurrent as u64,
+        externalization: Externalization {
+            enabled: true,
+            delete_on_cancellation: false,
+        },
+        unaligned_checkpoints: c.unaligned,
+        aligned_checkpoint_timeout: c.aligned_checkpoint_timeout.map_or(0, ms),
+        tolerable_failed_checkpoints: c.tolerable_failed_checkpoints.into(),
+        checkpoints_after_tasks_finish: false,
+        state_backend: "weir (CBOR files)".into(),
+        checkpoint_storage: "FileSystemCheckpointStorage".into(),
+    }))
 }

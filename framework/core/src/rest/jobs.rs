@@ -3,15 +3,15 @@
 //! the failure history `/jobs/{id}/exceptions` (Flink's shape, with Weir's promotions).
 
 use actix_web::{web, HttpRequest, HttpResponse};
-use serde_json::{json, Value};
 
 use super::request::{
     authorize, end_and_duration, job_of, level, ms, running, vertex_of, Answer, ApiError, State,
 };
 use crate::api_types::{
-    AggregatedMetric, ClusterOverview, JobDetails, JobIdWithStatus, JobIdsWithStatus, JobOverview,
-    JobPlan, JobVertex, JobsOverview, Metric, PlanInput, PlanNode, SubtaskBackpressure, TaskCounts,
-    VertexBackpressure, VertexDetails, VertexIoMetrics, VertexSubtask,
+    AggregatedMetric, ClusterOverview, ExceptionEntry, ExceptionHistory, JobDetails, JobExceptions,
+    JobIdWithStatus, JobIdsWithStatus, JobOverview, JobPlan, JobVertex, JobsOverview, Metric,
+    PlanInput, PlanNode, Recovery, SubtaskBackpressure, TaskCounts, VertexBackpressure,
+    VertexDetails, VertexIoMetrics, VertexSubtask,
 };
 use crate::job::{now_ms, JobMonitor};
 use crate::metrics::BackpressureLevel;
@@ -429,66 +429,68 @@ pub(super) async fn exceptions(state: State, req: HttpRequest) -> Answer {
             ))
         }
     };
-    let mut entries: Vec<(u64, Value)> = job
-        .failures()
-        .iter()
-        .map(|f| {
-            let (failover, delay) = match f.outcome {
-                crate::FailureOutcome::Restarted { delay } => ("restart", Some(ms(delay))),
-                _ => ("failed", None),
-            };
-            let entry = json!({
-                "exceptionName": "weir.JobError",
-                "stacktrace": f.error,
-                "timestamp": f.time_ms,
-                "taskName": Value::Null,
-                "endpoint": Value::Null,
-                "taskManagerId": Value::Null,
-                "failureLabels": { "class": f.class.as_str() },
-                "concurrentExceptions": [],
-                "failover": failover,
-                "attempt": f.attempt,
-                "restartDelayMs": delay,
-                "recoveryMs": f.recovery.map(ms),
-                "recordsReplayed": Value::Null,
-            });
-            (f.time_ms, entry)
-        })
-        .collect();
+    let vertices = job.vertices();
+    let mut entries: Vec<ExceptionEntry> = job.failures().iter().map(failure_entry).collect();
     entries.extend(job.promotions().iter().map(|p| {
-        let entry = json!({
-            "exceptionName": "weir.TaskFailure",
-            "stacktrace": p.cause,
-            "timestamp": p.time_ms,
-            "taskName": format!("{} ({}/{})", p.uid, p.subtask + 1, job.vertices().iter().find(|v| v.id == p.uid).map_or(0, |v| v.parallelism)),
-            "endpoint": Value::Null,
-            "taskManagerId": Value::Null,
-            "failureLabels": { "class": "transient" },
-            "concurrentExceptions": [],
-            "failover": "promotion",
-            "uid": p.uid,
-            "subtask": p.subtask,
-            "recoveryMs": p.recovery.as_secs_f64() * 1000.0,
-            "recordsReplayed": p.records_replayed,
-            "batchesReplayed": p.batches_replayed,
-            "batchesReprocessed": p.batches_reprocessed,
-        });
-        (p.time_ms, entry)
+        let parallelism = vertices
+            .iter()
+            .find(|v| v.id == p.uid)
+            .map_or(0, |v| v.parallelism);
+        promotion_entry(p, parallelism)
     }));
-    entries.sort_by_key(|(t, _)| std::cmp::Reverse(*t));
+    entries.sort_by_key(|e| std::cmp::Reverse(e.timestamp));
     let truncated = entries.len() > max;
     entries.truncate(max);
-    let root = entries.first().map(|(_, e)| e.clone());
-    Ok(HttpResponse::Ok().json(json!({
-        "root-exception": root.as_ref().map(|e| e["stacktrace"].clone()),
-        "timestamp": root.as_ref().map(|e| e["timestamp"].clone()),
-        "all-exceptions": [],
-        "truncated": truncated,
-        "exceptionHistory": {
-            "entries": entries.into_iter().map(|(_, e)| e).collect::<Vec<_>>(),
-            "truncated": truncated,
-        },
-    })))
+    let root = entries.first();
+    Ok(HttpResponse::Ok().json(JobExceptions {
+        root_exception: root.map(|e| e.stacktrace.clone()),
+        timestamp: root.map(|e| e.timestamp),
+        all_exceptions: Vec::new(),
+        truncated,
+        exception_history: ExceptionHistory { entries, truncated },
+    }))
+}
+
+/// A failure of the job: how it recovered (`restart` or `failed`).
+fn failure_entry(f: &crate::FailureRecord) -> ExceptionEntry {
+    let (failover, delay) = match f.outcome {
+        crate::FailureOutcome::Restarted { delay } => ("restart", Some(ms(delay))),
+        _ => ("failed", None),
+    };
+    ExceptionEntry {
+        exception_name: "weir.JobError".into(),
+        stacktrace: f.error.clone(),
+        timestamp: f.time_ms,
+        failure_labels: [("class".to_owned(), f.class.as_str().to_owned())].into(),
+        failover: Some(failover.into()),
+        recovery_ms: f.recovery.map(|d| ms(d).into()),
+        recovery: Some(Recovery::Restart {
+            attempt: f.attempt,
+            restart_delay_ms: delay,
+        }),
+        ..ExceptionEntry::default()
+    }
+}
+
+/// A subtask's failure that its backup took over (of a vertex of `parallelism` subtasks).
+fn promotion_entry(p: &crate::PromotionRecord, parallelism: usize) -> ExceptionEntry {
+    ExceptionEntry {
+        exception_name: "weir.TaskFailure".into(),
+        stacktrace: p.cause.clone(),
+        timestamp: p.time_ms,
+        task_name: Some(format!("{} ({}/{parallelism})", p.uid, p.subtask + 1)),
+        failure_labels: [("class".to_owned(), "transient".to_owned())].into(),
+        failover: Some("promotion".into()),
+        recovery_ms: serde_json::Number::from_f64(p.recovery.as_secs_f64() * 1000.0),
+        records_replayed: Some(p.records_replayed),
+        recovery: Some(Recovery::Promotion {
+            uid: p.uid.clone(),
+            subtask: p.subtask as u64,
+            batches_replayed: p.batches_replayed,
+            batches_reprocessed: p.batches_reprocessed,
+        }),
+        ..ExceptionEntry::default()
+    }
 }
 
 /// The job-level metrics with Flink's names.
