@@ -9,9 +9,16 @@
 //! its default (`#[serde(default)]` on every answer type; `Option` where "absent" means
 //! something), and fields Flink sends that these types lack are ignored.
 //!
+//! The types are grouped by resource: the cluster, jobs, vertices, metrics, failures and
+//! backups (`jobs`); checkpoint statistics and settings (`checkpoints`); the calls that
+//! change a job, savepoints, rescale, replace and live settings (`operations`); all are
+//! re-exported here. The request bodies (`SavepointRequest`, `StopRequest`,
+//! `ParallelismRequest`, `ReplaceRequest`) are what clients send; the server reads the same
+//! fields one by one, to answer a bad one with a message that names it.
+//!
 //! It owns shapes only: no HTTP (the server is `rest`, behind the `rest` feature; this module
-//! compiles with serde alone), no route (`rest::ROUTES`), and no conversion from the job's
-//! types (the server's handlers build these values).
+//! compiles with serde alone), no route (the route table is `rest`'s, with `ROUTES`), and no
+//! conversion from the job's types (the server's handlers build these values).
 
 use serde::{Deserialize, Serialize};
 

@@ -1,7 +1,9 @@
 //! The route table, once: every method and path the server serves, the handler that answers
-//! it and what it does. The actix router ([`configure`]), the public list of paths and
-//! methods ([`ROUTES`]) and the check of the served OpenAPI description (`openapi.json`, whose
-//! paths, methods and summaries a test compares with [`TABLE`]) are all made from it.
+//! it and what it does. The actix router ([`configure`]) and the public list of paths and
+//! methods ([`ROUTES`]) are made from it, and the checked-in OpenAPI description
+//! (`openapi.json`, which adds the bodies' schemas) is held to it: a unit test here compares
+//! its paths, methods and summaries with [`TABLE`], and `tests/rest.rs` its paths and methods
+//! with [`ROUTES`] and the server's answers.
 //!
 //! It names the handlers, each in the file of its resource; the handlers import the shared
 //! helpers (`request`), never this module.
