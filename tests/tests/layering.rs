@@ -39,6 +39,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "rate",
             "fault",
             "erased",
+            "api_types",
         ],
     ),
     ("sync", &["sync"]),

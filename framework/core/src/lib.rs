@@ -57,6 +57,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod api_types;
 mod backup;
 mod channel;
 pub mod checkpoint;

@@ -17,9 +17,13 @@ use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 use serde_json::Value;
+use weir::api_types::{
+    CheckpointingStatistics, JobDetails, JobsOverview, Metric, ParallelismRequest, ReplaceReport,
+    ReplaceRequest, RescaleReport, SettingsChanges, SettingsHistory, VertexBackpressure,
+};
 
 use crate::agent::{Agent, AgentConfig, JobSelector};
-use crate::client::{ClientError, RestClient};
+use crate::client::{parse, to_json, ClientError, RestClient};
 
 /// Watch and steer running jobs over their REST API.
 #[derive(Parser, Debug)]
@@ -218,31 +222,7 @@ where
             id,
             parallelism,
             vertex,
-        } => {
-            let path = crate::client::parallelism_path(id, vertex.as_deref());
-            let body = serde_json::json!({ "parallelism": parallelism });
-            let r = client.send("PATCH", &path, Some(body))?;
-            for c in r["changes"].as_array().into_iter().flatten() {
-                writeln!(
-                    out,
-                    "{}: {} -> {}",
-                    s(&c["uid"]),
-                    s(&c["from"]),
-                    s(&c["to"])
-                )?;
-            }
-            for k in r["kept"].as_array().into_iter().flatten() {
-                writeln!(out, "{} kept: {}", s(&k["uid"]), s(&k["reason"]))?;
-            }
-            writeln!(
-                out,
-                "rescaled at checkpoint {} in {} ms (input paused {} ms)",
-                s(&r["checkpoint"]),
-                s(&r["durationMs"]),
-                s(&r["pauseMs"])
-            )?;
-            Ok(())
-        }
+        } => rescale(&client, id, *parallelism, vertex.as_deref(), out),
         Command::Config {
             id,
             changes,
@@ -256,77 +236,121 @@ where
             allow_dropping_state,
             grace_ms,
         } => {
-            let mut body = serde_json::json!({
-                "graph": graph,
-                "allowDroppingState": allow_dropping_state,
-            });
-            if let Some(g) = grace_ms {
-                body["graceMs"] = serde_json::json!(g);
-            }
-            let r = client.send("POST", &format!("/jobs/{id}/replace"), Some(body))?;
-            writeln!(
-                out,
-                "replaced by `{graph}` at savepoint {} in {} ms (input paused {} ms); committed at checkpoint {}",
-                s(&r["checkpoint"]),
-                s(&r["durationMs"]),
-                s(&r["pauseMs"]),
-                s(&r["committedAt"])
-            )?;
-            for d in r["droppedState"].as_array().into_iter().flatten() {
-                writeln!(out, "dropped the state of {}", s(d))?;
-            }
-            Ok(())
-        }
-        Command::Agent {
-            rules,
-            job,
-            job_name,
-            dry_run,
-            check,
-            looks,
-            status_every,
-        } => {
-            let rules = match rules {
-                Some(path) => crate::agent::Rules::from_file(path)?,
-                None => crate::agent::Rules::default(),
+            let body = ReplaceRequest {
+                graph: graph.clone(),
+                allow_dropping_state: *allow_dropping_state,
+                grace_ms: *grace_ms,
             };
-            if *check {
-                writeln!(out, "{rules:#?}")?;
-                return Ok(());
-            }
-            let selector = match (job, job_name) {
-                (Some(id), _) => JobSelector::Id(id.clone()),
-                (None, Some(name)) => JobSelector::Name(name.clone()),
-                (None, None) => JobSelector::Only,
-            };
-            let token = token_of(args.token.as_deref(), args.token_file.as_deref())?;
-            let mut agent = Agent::new(
-                AgentConfig::new(&args.url, rules)
-                    .job(selector)
-                    .token(token)
-                    .dry_run(*dry_run)
-                    .status_every(*status_every),
-            );
-            match looks {
-                None => agent.run(&std::sync::atomic::AtomicBool::new(false), out)?,
-                Some(n) => {
-                    for i in 0..*n {
-                        let wait = agent.look(out)?;
-                        if i + 1 < *n {
-                            std::thread::sleep(wait);
-                        }
-                    }
-                    agent.write_status(out)?;
-                }
-            }
-            Ok(())
+            replace(&client, id, &body, out)
         }
+        Command::Agent { .. } => agent(&args, out),
         Command::Cancel { id } => {
             client.send("PATCH", &format!("/jobs/{id}?mode=cancel"), None)?;
             writeln!(out, "cancelling job {id}")?;
             Ok(())
         }
     }
+}
+
+/// `weirctl rescale`.
+fn rescale(
+    client: &RestClient,
+    id: &str,
+    parallelism: usize,
+    vertex: Option<&str>,
+    out: &mut dyn Write,
+) -> Result<(), CliError> {
+    let path = crate::client::parallelism_path(id, vertex);
+    let body = to_json(&ParallelismRequest::new(parallelism));
+    let r: RescaleReport = client.send_as("PATCH", &path, Some(body))?;
+    for c in &r.changes {
+        writeln!(out, "{}: {} -> {}", c.uid, c.from, c.to)?;
+    }
+    for k in &r.kept {
+        writeln!(out, "{} kept: {}", k.uid, k.reason)?;
+    }
+    writeln!(
+        out,
+        "rescaled at checkpoint {} in {} ms (input paused {} ms)",
+        opt(&r.checkpoint),
+        opt(&r.duration_ms),
+        opt(&r.pause_ms)
+    )?;
+    Ok(())
+}
+
+/// `weirctl replace`.
+fn replace(
+    client: &RestClient,
+    id: &str,
+    body: &ReplaceRequest,
+    out: &mut dyn Write,
+) -> Result<(), CliError> {
+    let r: ReplaceReport =
+        client.send_as("POST", &format!("/jobs/{id}/replace"), Some(to_json(body)))?;
+    writeln!(
+        out,
+        "replaced by `{}` at savepoint {} in {} ms (input paused {} ms); committed at checkpoint {}",
+        body.graph,
+        opt(&r.checkpoint),
+        opt(&r.duration_ms),
+        opt(&r.pause_ms),
+        opt(&r.committed_at)
+    )?;
+    for d in &r.dropped_state {
+        writeln!(out, "dropped the state of {d}")?;
+    }
+    Ok(())
+}
+
+/// `weirctl agent`.
+fn agent(args: &Args, out: &mut dyn Write) -> Result<(), CliError> {
+    let Command::Agent {
+        rules,
+        job,
+        job_name,
+        dry_run,
+        check,
+        looks,
+        status_every,
+    } = &args.command
+    else {
+        return Ok(());
+    };
+    let rules = match rules {
+        Some(path) => crate::agent::Rules::from_file(path)?,
+        None => crate::agent::Rules::default(),
+    };
+    if *check {
+        writeln!(out, "{rules:#?}")?;
+        return Ok(());
+    }
+    let selector = match (job, job_name) {
+        (Some(id), _) => JobSelector::Id(id.clone()),
+        (None, Some(name)) => JobSelector::Name(name.clone()),
+        (None, None) => JobSelector::Only,
+    };
+    let token = token_of(args.token.as_deref(), args.token_file.as_deref())?;
+    let mut agent = Agent::new(
+        AgentConfig::new(&args.url, rules)
+            .job(selector)
+            .token(token)
+            .dry_run(*dry_run)
+            .status_every(*status_every),
+    );
+    match looks {
+        None => agent.run(&std::sync::atomic::AtomicBool::new(false), out)?,
+        Some(n) => {
+            for i in 0..*n {
+                let wait = agent.look(out)?;
+                if i + 1 < *n {
+                    std::thread::sleep(wait);
+                }
+            }
+            agent.write_status(out)?;
+        }
+    }
+    Ok(())
 }
 
 /// The REST client of `args`: its URL, and the token from `--token`, `--token-file` or
@@ -413,6 +437,7 @@ fn table(out: &mut dyn Write, header: &[&str], rows: &[Vec<String>]) -> Result<(
     Ok(())
 }
 
+/// A JSON value as a table shows it: a string without quotes, `-` for null.
 fn s(v: &Value) -> String {
     match v {
         Value::String(s) => s.clone(),
@@ -421,21 +446,40 @@ fn s(v: &Value) -> String {
     }
 }
 
-fn jobs(c: &RestClient, a: &Args, out: &mut dyn Write) -> Result<(), CliError> {
-    let v = c.get("/jobs/overview")?;
+/// An optional value as a table shows it: `-` for none.
+fn opt<T: std::fmt::Display>(v: &Option<T>) -> String {
+    v.as_ref().map_or_else(|| "-".to_owned(), T::to_string)
+}
+
+/// The answer to `GET path`: printed as the server's JSON with `--json` (`None`), else read
+/// as `T`.
+fn get_or_print<T: serde::de::DeserializeOwned>(
+    c: &RestClient,
+    a: &Args,
+    path: &str,
+    out: &mut dyn Write,
+) -> Result<Option<T>, CliError> {
+    let v = c.get(path)?;
     if a.json {
-        return print_json(out, &v);
+        print_json(out, &v)?;
+        return Ok(None);
     }
-    let rows: Vec<Vec<String>> = v["jobs"]
-        .as_array()
-        .into_iter()
-        .flatten()
+    Ok(Some(parse(&format!("GET {path}"), v)?))
+}
+
+fn jobs(c: &RestClient, a: &Args, out: &mut dyn Write) -> Result<(), CliError> {
+    let Some(v) = get_or_print::<JobsOverview>(c, a, "/jobs/overview", out)? else {
+        return Ok(());
+    };
+    let rows: Vec<Vec<String>> = v
+        .jobs
+        .iter()
         .map(|j| {
-            let secs = j["duration"].as_u64().unwrap_or(0) as f64 / 1000.0;
+            let secs = j.duration as f64 / 1000.0;
             vec![
-                s(&j["jid"]),
-                s(&j["name"]),
-                s(&j["state"]),
+                j.jid.clone(),
+                j.name.clone(),
+                j.state.clone(),
                 format!("{secs:.1}s"),
             ]
         })
@@ -444,29 +488,21 @@ fn jobs(c: &RestClient, a: &Args, out: &mut dyn Write) -> Result<(), CliError> {
 }
 
 fn job(c: &RestClient, a: &Args, id: &str, out: &mut dyn Write) -> Result<(), CliError> {
-    let v = c.get(&format!("/jobs/{id}"))?;
-    if a.json {
-        return print_json(out, &v);
-    }
-    writeln!(
-        out,
-        "{} ({}) {}",
-        s(&v["name"]),
-        s(&v["jid"]),
-        s(&v["state"])
-    )?;
-    let rows: Vec<Vec<String>> = v["vertices"]
-        .as_array()
-        .into_iter()
-        .flatten()
+    let Some(v) = get_or_print::<JobDetails>(c, a, &format!("/jobs/{id}"), out)? else {
+        return Ok(());
+    };
+    writeln!(out, "{} ({}) {}", v.name, v.jid, v.state)?;
+    let rows: Vec<Vec<String>> = v
+        .vertices
+        .iter()
         .map(|x| {
             vec![
-                s(&x["id"]),
-                s(&x["parallelism"]),
-                s(&x["status"]),
-                s(&x["metrics"]["read-records"]),
-                s(&x["metrics"]["write-records"]),
-                s(&x["name"]),
+                x.id.clone(),
+                x.parallelism.to_string(),
+                x.status.clone(),
+                x.metrics.read_records.to_string(),
+                x.metrics.write_records.to_string(),
+                x.name.clone(),
             ]
         })
         .collect();
@@ -485,53 +521,48 @@ fn job(c: &RestClient, a: &Args, id: &str, out: &mut dyn Write) -> Result<(), Cl
 }
 
 fn checkpoints(c: &RestClient, a: &Args, id: &str, out: &mut dyn Write) -> Result<(), CliError> {
-    let v = c.get(&format!("/jobs/{id}/checkpoints"))?;
-    if a.json {
-        return print_json(out, &v);
-    }
-    let n = &v["counts"];
+    let path = format!("/jobs/{id}/checkpoints");
+    let Some(v) = get_or_print::<CheckpointingStatistics>(c, a, &path, out)? else {
+        return Ok(());
+    };
+    let n = &v.counts;
     writeln!(
         out,
         "completed {}  failed {}  in progress {}  restored {}",
-        s(&n["completed"]),
-        s(&n["failed"]),
-        s(&n["in_progress"]),
-        s(&n["restored"])
+        n.completed, n.failed, n.in_progress, n.restored
     )?;
-    let l = &v["latest"]["completed"];
-    if l.is_object() {
-        writeln!(
+    match &v.latest.completed {
+        Some(l) => writeln!(
             out,
             "latest completed: #{}  {} ms end to end  {} bytes",
-            s(&l["id"]),
-            s(&l["end_to_end_duration"]),
-            s(&l["state_size"])
-        )?;
-    } else {
-        writeln!(out, "latest completed: none yet")?;
+            l.id, l.end_to_end_duration, l.state_size
+        )?,
+        None => writeln!(out, "latest completed: none yet")?,
     }
     Ok(())
 }
 
 fn backpressure(c: &RestClient, a: &Args, id: &str, out: &mut dyn Write) -> Result<(), CliError> {
-    let j = c.get(&format!("/jobs/{id}"))?;
+    let j: JobDetails = c.get_as(&format!("/jobs/{id}"))?;
     let mut all = Vec::new();
     let mut rows = Vec::new();
-    for vtx in j["vertices"].as_array().into_iter().flatten() {
-        let vid = s(&vtx["id"]);
-        let b = c.get(&format!("/jobs/{id}/vertices/{vid}/backpressure"))?;
-        for st in b["subtasks"].as_array().into_iter().flatten() {
-            let pct = |k: &str| format!("{:.0}%", st[k].as_f64().unwrap_or(0.0) * 100.0);
+    for vtx in &j.vertices {
+        let vid = &vtx.id;
+        let path = format!("/jobs/{id}/vertices/{vid}/backpressure");
+        let raw = c.get(&path)?;
+        let b: VertexBackpressure = parse(&format!("GET {path}"), raw.clone())?;
+        for st in &b.subtasks {
+            let pct = |r: f64| format!("{:.0}%", r * 100.0);
             rows.push(vec![
                 vid.clone(),
-                s(&st["subtask"]),
-                s(&st["backpressureLevel"]),
-                pct("ratio"),
-                pct("busyRatio"),
-                pct("idleRatio"),
+                st.subtask.to_string(),
+                st.backpressure_level.clone(),
+                pct(st.ratio),
+                pct(st.busy_ratio),
+                pct(st.idle_ratio),
             ]);
         }
-        all.push(serde_json::json!({ "vertex": vid, "backpressure": b }));
+        all.push(serde_json::json!({ "vertex": vid, "backpressure": raw }));
     }
     if a.json {
         return print_json(out, &Value::Array(all));
@@ -557,18 +588,17 @@ fn metrics(
     names: &[String],
     out: &mut dyn Write,
 ) -> Result<(), CliError> {
-    let v = c.get(&format!("/jobs/{id}/metrics?get={}", names.join(",")))?;
-    if a.json {
-        return print_json(out, &v);
-    }
-    let got: Vec<&Value> = v.as_array().into_iter().flatten().collect();
+    let path = format!("/jobs/{id}/metrics?get={}", names.join(","));
+    let Some(got) = get_or_print::<Vec<Metric>>(c, a, &path, out)? else {
+        return Ok(());
+    };
     let rows: Vec<Vec<String>> = names
         .iter()
         .map(|n| {
             let value = got
                 .iter()
-                .find(|m| m["id"] == n.as_str())
-                .map_or("(unknown)".to_owned(), |m| s(&m["value"]));
+                .find(|m| m.id == *n)
+                .map_or("(unknown)".to_owned(), |m| opt(&m.value));
             vec![n.clone(), value]
         })
         .collect();
@@ -601,9 +631,10 @@ fn savepoint(
             E::Unexpected { what, message } => CliError::Unexpected { what, message },
         })?;
     if a.json {
-        return print_json(out, &st);
+        return print_json(out, &to_json(&st));
     }
-    writeln!(out, "savepoint: {}", s(&st["operation"]["location"]))?;
+    let location = st.operation.and_then(|o| o.location);
+    writeln!(out, "savepoint: {}", opt(&location))?;
     if stop {
         writeln!(out, "job {id} stopped")?;
     }
@@ -622,30 +653,29 @@ fn config(
 ) -> Result<(), CliError> {
     let path = format!("/jobs/{id}/config");
     if history {
-        let h = client.get(&format!("{path}/history"))?;
-        for e in h["history"].as_array().into_iter().flatten() {
-            let what: Vec<String> = e["changes"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .map(|c| format!("{}: {} -> {}", s(&c["name"]), s(&c["old"]), s(&c["new"])))
+        let h: SettingsHistory = client.get_as(&format!("{path}/history"))?;
+        for e in &h.history {
+            let what: Vec<String> = e
+                .changes
+                .iter()
+                .map(|c| format!("{}: {} -> {}", c.name, opt(&c.old), c.new))
                 .collect();
             writeln!(
                 out,
                 "{} {} {} [{}]",
-                s(&e["timestamp"]),
-                s(&e["caller"]),
+                e.timestamp,
+                e.caller,
                 what.join(", "),
-                s(&e["outcome"])
+                e.outcome
             )?;
         }
         return Ok(());
     }
     if rollback {
-        let r = client.send("POST", &format!("{path}/rollback"), None)?;
+        let r: SettingsChanges = client.send_as("POST", &format!("{path}/rollback"), None)?;
         print_changes(&r, out)?;
-        for k in r["kept"].as_array().into_iter().flatten() {
-            writeln!(out, "{} kept (no earlier value known)", s(k))?;
+        for k in r.kept.iter().flatten() {
+            writeln!(out, "{k} kept (no earlier value known)")?;
         }
         return Ok(());
     }
@@ -668,24 +698,24 @@ fn config(
             Value::String(value.trim().to_owned()),
         );
     }
-    let r = if dry_run {
-        client.send("POST", &format!("{path}/plan"), Some(Value::Object(body)))?
+    let r: SettingsChanges = if dry_run {
+        client.send_as("POST", &format!("{path}/plan"), Some(Value::Object(body)))?
     } else {
-        client.send("PATCH", &path, Some(Value::Object(body)))?
+        client.send_as("PATCH", &path, Some(Value::Object(body)))?
     };
     print_changes(&r, out)
 }
 
-fn print_changes(r: &Value, out: &mut dyn Write) -> Result<(), CliError> {
-    for c in r["changes"].as_array().into_iter().flatten() {
+fn print_changes(r: &SettingsChanges, out: &mut dyn Write) -> Result<(), CliError> {
+    for c in &r.changes {
         writeln!(
             out,
             "{}: {} -> {} ({}: {})",
-            s(&c["name"]),
-            s(&c["old"]),
-            s(&c["new"]),
-            s(&c["applies"]),
-            s(&c["why"])
+            c.name,
+            opt(&c.old),
+            c.new,
+            c.applies,
+            c.why
         )?;
     }
     Ok(())

@@ -1,20 +1,28 @@
 //! A small blocking client of a job's REST API (Weir's, or a Flink cluster's for the calls
 //! both have), shared by `weirctl` (`cli`) and the control agent (`agent`). It owns the HTTP
-//! calls, the bearer token and the mapping of answers to [`ClientError`]; it knows nothing of
-//! any route's JSON beyond Flink's `{"errors": [...]}` error body.
+//! calls, the bearer token and the mapping of answers to [`ClientError`]. The JSON of every
+//! route is a type of [`weir::api_types`] (the server serializes the same types): the client
+//! reads answers into them ([`RestClient::get_as`], [`RestClient::send_as`]) and the savepoint
+//! protocol with them, and indexes no JSON by strings.
 //!
 //! ```no_run
 //! use std::time::Duration;
+//! use weir::api_types::JobsOverview;
 //! use weirctl::client::RestClient;
 //! let client = RestClient::new("http://127.0.0.1:8081", None, Duration::from_secs(5));
-//! let jobs = client.get("/jobs/overview")?;
-//! println!("{}", jobs["jobs"]);
+//! let overview: JobsOverview = client.get_as("/jobs/overview")?;
+//! for job in &overview.jobs {
+//!     println!("{} {}", job.jid, job.state);
+//! }
 //! # Ok::<(), weirctl::client::ClientError>(())
 //! ```
 
 use std::time::Duration;
 
+use serde::de::DeserializeOwned;
+use serde::Serialize;
 use serde_json::Value;
+use weir::api_types::{ErrorBody, OperationStatus, SavepointRequest, StopRequest, TriggerId};
 
 /// Why a REST call failed.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -169,53 +177,58 @@ impl RestClient {
     }
 
     /// Triggers a savepoint of job `id` into `dir` (`stop`: and stops the job after it) and
-    /// waits up to `timeout` for it; the completed status (`operation.location` is where it
-    /// went).
+    /// waits up to `timeout` for it; the completed status (its `operation.location` is where
+    /// it went).
     pub fn savepoint(
         &self,
         id: &str,
         dir: &str,
         stop: bool,
         timeout: Duration,
-    ) -> Result<Value, SavepointError> {
+    ) -> Result<OperationStatus, SavepointError> {
         let (path, body) = if stop {
-            (
-                format!("/jobs/{id}/stop"),
-                serde_json::json!({ "targetDirectory": dir, "drain": false }),
-            )
+            (format!("/jobs/{id}/stop"), to_json(&StopRequest::new(dir)))
         } else {
             (
                 format!("/jobs/{id}/savepoints"),
-                serde_json::json!({ "target-directory": dir, "cancel-job": false }),
+                to_json(&SavepointRequest::new(dir)),
             )
         };
-        let started = self.send("POST", &path, Some(body))?;
-        let Some(trigger) = started["request-id"].as_str() else {
+        let started: TriggerId = self.send_as("POST", &path, Some(body))?;
+        if started.request_id.is_empty() {
             return Err(SavepointError::Unexpected {
                 what: format!("POST {path}"),
-                message: format!("no request-id in {started}"),
+                message: "no request-id in the answer".into(),
             });
-        };
-        let status_path = format!("/jobs/{id}/savepoints/{trigger}");
+        }
+        let status_path = format!("/jobs/{id}/savepoints/{}", started.request_id);
         let deadline = std::time::Instant::now() + timeout;
         let mut pause = Duration::from_millis(10);
         loop {
-            let status = self.get(&status_path)?;
-            match status["status"]["id"].as_str() {
-                Some("COMPLETED") => {
-                    return match status["operation"].get("failure-cause") {
+            let status: OperationStatus = self.get_as(&status_path)?;
+            match status.status.id.as_str() {
+                "COMPLETED" => {
+                    let cause = status
+                        .operation
+                        .as_ref()
+                        .and_then(|o| o.failure_cause.as_ref());
+                    return match cause {
                         Some(cause) => Err(SavepointError::Failed(format!(
                             "the savepoint failed: {}",
-                            cause["stack-trace"].as_str().unwrap_or("no cause given")
+                            if cause.stack_trace.is_empty() {
+                                "no cause given"
+                            } else {
+                                &cause.stack_trace
+                            }
                         ))),
                         None => Ok(status),
                     };
                 }
-                Some("IN_PROGRESS") if std::time::Instant::now() < deadline => {
+                "IN_PROGRESS" if std::time::Instant::now() < deadline => {
                     std::thread::sleep(pause);
                     pause = (pause * 2).min(Duration::from_millis(500));
                 }
-                Some("IN_PROGRESS") => {
+                "IN_PROGRESS" => {
                     return Err(SavepointError::Failed(format!(
                         "the savepoint did not complete in {} s",
                         timeout.as_secs()
@@ -224,11 +237,27 @@ impl RestClient {
                 _ => {
                     return Err(SavepointError::Unexpected {
                         what: format!("GET {status_path}"),
-                        message: format!("no completion in {status}"),
+                        message: format!("no completion in {}", to_json(&status)),
                     })
                 }
             }
         }
+    }
+
+    /// `GET path`, its JSON read as `T` (a type of [`weir::api_types`]).
+    pub fn get_as<T: DeserializeOwned>(&self, path: &str) -> Result<T, ClientError> {
+        parse(&format!("GET {path}"), self.get(path)?)
+    }
+
+    /// `method path` with an optional JSON body (see [`RestClient::send`]), its answer read as
+    /// `T`.
+    pub fn send_as<T: DeserializeOwned>(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<Value>,
+    ) -> Result<T, ClientError> {
+        parse(&format!("{method} {path}"), self.send(method, path, body)?)
     }
 
     /// `GET path`, its JSON.
@@ -298,15 +327,15 @@ impl RestClient {
         if status >= 400 {
             let message = parsed
                 .ok()
-                .and_then(|json| {
+                .and_then(|json| serde_json::from_value::<ErrorBody>(json).ok())
+                .filter(|e| !e.errors.is_empty())
+                .map(|e| {
                     // The first line of each: Flink's errors carry Java stack traces.
-                    json["errors"].as_array().map(|e| {
-                        e.iter()
-                            .filter_map(Value::as_str)
-                            .map(|m| m.lines().next().unwrap_or(""))
-                            .collect::<Vec<_>>()
-                            .join("; ")
-                    })
+                    e.errors
+                        .iter()
+                        .map(|m| m.lines().next().unwrap_or(""))
+                        .collect::<Vec<_>>()
+                        .join("; ")
                 })
                 .unwrap_or_else(|| text.chars().take(200).collect());
             return Err(ClientError::Refused {
@@ -323,4 +352,17 @@ impl RestClient {
             ),
         })
     }
+}
+
+/// `value` read as `T`, or why it is not one (`what`: the request).
+pub fn parse<T: DeserializeOwned>(what: &str, value: Value) -> Result<T, ClientError> {
+    serde_json::from_value(value).map_err(|e| ClientError::Unexpected {
+        what: what.to_owned(),
+        message: format!("not the answer expected: {e}"),
+    })
+}
+
+/// A request body as JSON (the wire types always serialize).
+pub fn to_json(body: &impl Serialize) -> Value {
+    serde_json::to_value(body).unwrap_or(Value::Null)
 }

@@ -2,9 +2,17 @@
 //! the checkpoint settings, and a checkpoint triggered on request with its status.
 
 use actix_web::{web, HttpRequest, HttpResponse};
-use serde_json::{json, Value};
 
-use super::api::*;
+use super::request::{
+    authorize, job_of, json_body, ms, optional_string, running, Answer, ApiError, State,
+};
+use super::triggers::{accepted, Trigger};
+use crate::api_types::{
+    CheckpointConfig, CheckpointCounts, CheckpointStatistics, CheckpointSummary,
+    CheckpointVertexStatistics, CheckpointingStatistics, Externalization, FailureCause,
+    LatestCheckpoints, MinMaxAvg, OperationResult, OperationStatus, RestoredCheckpoint,
+    SubtaskAlignment, SubtaskCheckpointDuration, SubtaskCheckpointStatistics,
+};
 use crate::checkpoint::CheckpointMode;
 use crate::job::JobMonitor;
 
@@ -17,91 +25,95 @@ fn status_name(s: crate::CheckpointStatus) -> &'static str {
     }
 }
 
-pub(super) fn record_json(r: &crate::CheckpointRecord) -> Value {
-    let status = status_name(r.status);
-    let mut v = json!({
-        "id": r.id,
-        "status": status,
-        "is_savepoint": r.is_savepoint,
-        "savepointFormat": if r.is_savepoint { Value::from("CANONICAL") } else { Value::Null },
-        "trigger_timestamp": r.trigger_timestamp_ms,
-        "latest_ack_timestamp": r.latest_ack_timestamp_ms.map_or(-1, |t| t as i64),
-        "state_size": r.state_size,
-        "checkpointed_size": r.checkpointed_size,
+pub(super) fn record_json(r: &crate::CheckpointRecord) -> CheckpointStatistics {
+    let failed = r.failure_message.as_ref();
+    CheckpointStatistics {
+        id: r.id,
+        status: status_name(r.status).to_owned(),
+        is_savepoint: r.is_savepoint,
+        savepoint_format: r.is_savepoint.then(|| "CANONICAL".to_owned()),
+        trigger_timestamp: r.trigger_timestamp_ms,
+        latest_ack_timestamp: r.latest_ack_timestamp_ms.map_or(-1, |t| t as i64),
+        state_size: r.state_size,
+        checkpointed_size: r.checkpointed_size,
         // Weir's: the longest synchronous (data path stopped at the barrier) and asynchronous
         // (copied, encoded, written beside it) parts of a subtask; Flink has these per subtask.
-        "sync_duration": r.sync_duration_us / 1000,
-        "sync_duration_us": r.sync_duration_us,
-        "async_duration": r.async_duration_ms,
-        "end_to_end_duration": r.end_to_end_duration_ms,
-        "alignment_buffered": 0,
-        "processed_data": 0,
-        "persisted_data": r.persisted_data,
+        sync_duration: Some(r.sync_duration_us / 1000),
+        sync_duration_us: Some(r.sync_duration_us),
+        async_duration: Some(r.async_duration_ms),
+        end_to_end_duration: r.end_to_end_duration_ms,
+        alignment_buffered: 0,
+        processed_data: 0,
+        persisted_data: r.persisted_data,
         // Weir's: the longest alignment and start delay of a subtask (Flink has these per
         // subtask only, in the checkpoint's details).
-        "alignment_duration": r.alignment_ms,
-        "start_delay": r.start_delay_ms,
-        "num_subtasks": r.num_subtasks,
-        "num_acknowledged_subtasks": r.num_acknowledged_subtasks,
-        "checkpoint_type": match (r.is_savepoint, r.is_unaligned) {
+        alignment_duration: Some(r.alignment_ms),
+        start_delay: Some(r.start_delay_ms),
+        num_subtasks: r.num_subtasks as u64,
+        num_acknowledged_subtasks: r.num_acknowledged_subtasks as u64,
+        checkpoint_type: match (r.is_savepoint, r.is_unaligned) {
             (true, _) => "SAVEPOINT",
             (false, true) => "UNALIGNED_CHECKPOINT",
             (false, false) => "CHECKPOINT",
-        },
-        "is_unaligned": r.is_unaligned,
-        "mode": if r.at_least_once { "AT_LEAST_ONCE" } else { "EXACTLY_ONCE" },
-    });
-    if let Some(why) = &r.failure_message {
-        v["failure_message"] = Value::from(why.as_str());
-        v["failure_timestamp"] = Value::from(r.trigger_timestamp_ms + r.end_to_end_duration_ms);
+        }
+        .to_owned(),
+        is_unaligned: r.is_unaligned,
+        mode: Some(
+            if r.at_least_once {
+                "AT_LEAST_ONCE"
+            } else {
+                "EXACTLY_ONCE"
+            }
+            .to_owned(),
+        ),
+        failure_message: failed.cloned(),
+        failure_timestamp: failed.map(|_| r.trigger_timestamp_ms + r.end_to_end_duration_ms),
+        tasks: None,
     }
-    v
 }
 
-pub(super) fn min_max_avg(m: &crate::MinMaxAvg) -> Value {
-    json!({ "min": m.min, "max": m.max, "avg": m.avg })
+pub(super) fn min_max_avg(m: &crate::MinMaxAvg) -> MinMaxAvg {
+    MinMaxAvg::new(m.min, m.max, m.avg)
 }
 
 pub(super) async fn checkpoints(state: State, req: HttpRequest) -> Answer {
     let job = job_of(&state, &req)?;
     let s = job.checkpoint_stats().unwrap_or_default();
     let latest = |pred: &dyn Fn(&crate::CheckpointRecord) -> bool| {
-        s.history
-            .iter()
-            .rev()
-            .find(|r| pred(r))
-            .map_or(Value::Null, record_json)
+        s.history.iter().rev().find(|r| pred(r)).map(record_json)
     };
     let completed = crate::CheckpointStatus::Completed;
-    let restored = s
-        .last_restored_checkpoint_id
-        .map(|id| json!({ "id": id, "is_savepoint": false }));
+    let restored = s.last_restored_checkpoint_id.map(|id| RestoredCheckpoint {
+        id,
+        is_savepoint: false,
+    });
     let summary = s.completed_summary.unwrap_or_default();
-    let zero = json!({ "min": 0, "max": 0, "avg": 0.0 });
-    Ok(HttpResponse::Ok().json(json!({
-        "counts": {
-            "restored": s.num_restarts,
-            "total": s.number_of_completed_checkpoints + s.number_of_failed_checkpoints + s.number_of_in_progress_checkpoints,
-            "in_progress": s.number_of_in_progress_checkpoints,
-            "completed": s.number_of_completed_checkpoints,
-            "failed": s.number_of_failed_checkpoints,
+    Ok(HttpResponse::Ok().json(CheckpointingStatistics {
+        counts: CheckpointCounts {
+            restored: s.num_restarts,
+            total: s.number_of_completed_checkpoints
+                + s.number_of_failed_checkpoints
+                + s.number_of_in_progress_checkpoints,
+            in_progress: s.number_of_in_progress_checkpoints,
+            completed: s.number_of_completed_checkpoints,
+            failed: s.number_of_failed_checkpoints,
         },
-        "summary": {
-            "checkpointed_size": min_max_avg(&summary.checkpointed_size),
-            "state_size": min_max_avg(&summary.state_size),
-            "end_to_end_duration": min_max_avg(&summary.end_to_end_duration_ms),
-            "alignment_buffered": zero,
-            "processed_data": zero,
-            "persisted_data": min_max_avg(&summary.persisted_data),
+        summary: CheckpointSummary {
+            checkpointed_size: min_max_avg(&summary.checkpointed_size),
+            state_size: min_max_avg(&summary.state_size),
+            end_to_end_duration: min_max_avg(&summary.end_to_end_duration_ms),
+            alignment_buffered: MinMaxAvg::default(),
+            processed_data: MinMaxAvg::default(),
+            persisted_data: min_max_avg(&summary.persisted_data),
         },
-        "latest": {
-            "completed": latest(&|r| r.status == completed && !r.is_savepoint),
-            "savepoint": latest(&|r| r.status == completed && r.is_savepoint),
-            "failed": latest(&|r| r.status == crate::CheckpointStatus::Failed),
-            "restored": restored,
+        latest: LatestCheckpoints {
+            completed: latest(&|r| r.status == completed && !r.is_savepoint),
+            savepoint: latest(&|r| r.status == completed && r.is_savepoint),
+            failed: latest(&|r| r.status == crate::CheckpointStatus::Failed),
+            restored,
         },
-        "history": s.history.iter().rev().map(record_json).collect::<Vec<_>>(),
-    })))
+        history: s.history.iter().rev().map(record_json).collect(),
+    }))
 }
 
 pub(super) async fn checkpoint_details(state: State, req: HttpRequest) -> Answer {
@@ -109,7 +121,7 @@ pub(super) async fn checkpoint_details(state: State, req: HttpRequest) -> Answer
     let r = &checkpoint_in_path(&job, &req)?;
     let mut v = record_json(r);
     // Per vertex, as Flink's details: what its subtasks acknowledged so far.
-    let mut tasks = serde_json::Map::new();
+    let mut tasks = std::collections::BTreeMap::new();
     for vertex in job.vertices() {
         let mine: Vec<&crate::SubtaskCheckpoint> = r
             .subtasks
@@ -118,7 +130,7 @@ pub(super) async fn checkpoint_details(state: State, req: HttpRequest) -> Answer
             .collect();
         tasks.insert(vertex.id.clone(), vertex_json(r, &mine, vertex.parallelism));
     }
-    v["tasks"] = Value::Object(tasks);
+    v.tasks = Some(tasks);
     Ok(HttpResponse::Ok().json(v))
 }
 
@@ -146,22 +158,23 @@ fn vertex_json(
     r: &crate::CheckpointRecord,
     mine: &[&crate::SubtaskCheckpoint],
     parallelism: usize,
-) -> Value {
+) -> CheckpointVertexStatistics {
     let sum = |f: fn(&crate::SubtaskCheckpoint) -> u64| mine.iter().map(|s| f(s)).sum::<u64>();
     let max = |f: fn(&crate::SubtaskCheckpoint) -> u64| mine.iter().map(|s| f(s)).max();
-    json!({
-        "id": r.id,
-        "status": status_name(r.status),
-        "latest_ack_timestamp": max(|s| s.ack_timestamp_ms).map_or(-1, |t| t as i64),
-        "state_size": sum(|s| s.state_size),
-        "checkpointed_size": sum(|s| s.checkpointed_size),
-        "end_to_end_duration": max(|s| s.end_to_end_duration_ms).unwrap_or(0),
-        "alignment_buffered": 0,
-        "processed_data": 0,
-        "persisted_data": sum(|s| s.persisted_data),
-        "num_subtasks": parallelism,
-        "num_acknowledged_subtasks": mine.len(),
-    })
+    CheckpointVertexStatistics {
+        id: r.id,
+        status: status_name(r.status).to_owned(),
+        latest_ack_timestamp: max(|s| s.ack_timestamp_ms).map_or(-1, |t| t as i64),
+        state_size: sum(|s| s.state_size),
+        checkpointed_size: sum(|s| s.checkpointed_size),
+        end_to_end_duration: max(|s| s.end_to_end_duration_ms).unwrap_or(0),
+        alignment_buffered: 0,
+        processed_data: 0,
+        persisted_data: sum(|s| s.persisted_data),
+        num_subtasks: parallelism as u64,
+        num_acknowledged_subtasks: mine.len() as u64,
+        subtasks: None,
+    }
 }
 
 /// `/checkpoints/details/{cid}/subtasks/{vid}`: each subtask of vertex `vid` in checkpoint
@@ -187,32 +200,38 @@ pub(super) async fn checkpoint_subtasks(state: State, req: HttpRequest) -> Answe
     mine.sort_by_key(|s| s.subtask);
     let mut v = vertex_json(r, &mine, vertex.parallelism);
     let acked = |j: usize| mine.iter().find(|s| s.subtask == j);
-    v["subtasks"] = (0..vertex.parallelism)
-        .map(|j| match acked(j) {
-            Some(s) => json!({
-                "index": j,
-                "status": "completed",
-                "ack_timestamp": s.ack_timestamp_ms,
-                "end_to_end_duration": s.end_to_end_duration_ms,
-                "state_size": s.state_size,
-                "checkpointed_size": s.checkpointed_size,
-                "checkpoint": {
-                    "sync": s.sync_duration_us / 1000,
-                    "async": s.async_duration_ms,
+    v.subtasks = Some(
+        (0..vertex.parallelism)
+            .map(|j| match acked(j) {
+                Some(s) => SubtaskCheckpointStatistics {
+                    index: j as u64,
+                    status: "completed".into(),
+                    ack_timestamp: Some(s.ack_timestamp_ms),
+                    end_to_end_duration: Some(s.end_to_end_duration_ms),
+                    state_size: Some(s.state_size),
+                    checkpointed_size: Some(s.checkpointed_size),
+                    checkpoint: Some(SubtaskCheckpointDuration {
+                        sync: s.sync_duration_us / 1000,
+                        async_: s.async_duration_ms,
+                    }),
+                    alignment: Some(SubtaskAlignment {
+                        buffered: 0,
+                        processed: 0,
+                        persisted: s.persisted_data,
+                        duration: s.alignment_ms,
+                    }),
+                    start_delay: Some(s.start_delay_ms),
+                    unaligned_checkpoint: Some(s.unaligned),
+                    aborted: Some(false),
                 },
-                "alignment": {
-                    "buffered": 0,
-                    "processed": 0,
-                    "persisted": s.persisted_data,
-                    "duration": s.alignment_ms,
+                None => SubtaskCheckpointStatistics {
+                    index: j as u64,
+                    status: "pending_or_failed".into(),
+                    ..SubtaskCheckpointStatistics::default()
                 },
-                "start_delay": s.start_delay_ms,
-                "unaligned_checkpoint": s.unaligned,
-                "aborted": false,
-            }),
-            None => json!({ "index": j, "status": "pending_or_failed" }),
-        })
-        .collect();
+            })
+            .collect(),
+    );
     Ok(HttpResponse::Ok().json(v))
 }
 
@@ -271,22 +290,31 @@ pub(super) async fn checkpoint_status(state: State, req: HttpRequest) -> Answer 
     })?;
     let s = job.checkpoint_stats().unwrap_or_default();
     let record = s.history.iter().find(|r| r.id == id);
-    let done = json!({ "status": { "id": "COMPLETED" }, "operation": { "checkpointId": id } });
+    let done = || {
+        OperationStatus::completed(OperationResult {
+            checkpoint_id: Some(id),
+            ..OperationResult::default()
+        })
+    };
     let body = match record.map(|r| r.status) {
-        Some(crate::CheckpointStatus::InProgress) => json!({ "status": { "id": "IN_PROGRESS" } }),
+        Some(crate::CheckpointStatus::InProgress) => OperationStatus::in_progress(),
         Some(crate::CheckpointStatus::Failed) => {
             let why = record
                 .and_then(|r| r.failure_message.clone())
                 .unwrap_or_default();
-            json!({
-                "status": { "id": "COMPLETED" },
-                "operation": { "failure-cause": { "class": "weir.CheckpointError", "stack-trace": why } },
+            OperationStatus::completed(OperationResult {
+                failure_cause: Some(FailureCause {
+                    class: "weir.CheckpointError".into(),
+                    stack_trace: why,
+                    serialized_throwable: None,
+                }),
+                ..OperationResult::default()
             })
         }
-        Some(crate::CheckpointStatus::Completed) => done,
+        Some(crate::CheckpointStatus::Completed) => done(),
         // Out of the history: complete if it or a later one completed.
-        None if s.last_completed_checkpoint_id >= Some(id) => done,
-        None => json!({ "status": { "id": "IN_PROGRESS" } }),
+        None if s.last_completed_checkpoint_id >= Some(id) => done(),
+        None => OperationStatus::in_progress(),
     };
     Ok(HttpResponse::Ok().json(body))
 }
@@ -294,19 +322,26 @@ pub(super) async fn checkpoint_status(state: State, req: HttpRequest) -> Answer 
 pub(super) async fn checkpoint_config(state: State, req: HttpRequest) -> Answer {
     let job = job_of(&state, &req)?;
     let c = job.checkpoint_config();
-    Ok(HttpResponse::Ok().json(json!({
-        "mode": match c.mode { CheckpointMode::ExactlyOnce => "exactly_once", CheckpointMode::AtLeastOnce => "at_least_once" },
+    Ok(HttpResponse::Ok().json(CheckpointConfig {
+        mode: match c.mode {
+            CheckpointMode::ExactlyOnce => "exactly_once",
+            CheckpointMode::AtLeastOnce => "at_least_once",
+        }
+        .into(),
         // Flink reports a disabled periodic checkpoint as the largest interval.
-        "interval": c.interval.map_or(i64::MAX as u64, ms),
-        "timeout": ms(c.timeout),
-        "min_pause": ms(c.min_pause),
-        "max_concurrent": c.max_concurrent,
-        "externalization": { "enabled": true, "delete_on_cancellation": false },
-        "unaligned_checkpoints": c.unaligned,
-        "aligned_checkpoint_timeout": c.aligned_checkpoint_timeout.map_or(0, ms),
-        "tolerable_failed_checkpoints": c.tolerable_failed_checkpoints,
-        "checkpoints_after_tasks_finish": false,
-        "state_backend": "weir (CBOR files)",
-        "checkpoint_storage": "FileSystemCheckpointStorage",
-    })))
+        interval: c.interval.map_or(i64::MAX as u64, ms),
+        timeout: ms(c.timeout),
+        min_pause: ms(c.min_pause),
+        max_concurrent: c.max_concurrent as u64,
+        externalization: Externalization {
+            enabled: true,
+            delete_on_cancellation: false,
+        },
+        unaligned_checkpoints: c.unaligned,
+        aligned_checkpoint_timeout: c.aligned_checkpoint_timeout.map_or(0, ms),
+        tolerable_failed_checkpoints: c.tolerable_failed_checkpoints.into(),
+        checkpoints_after_tasks_finish: false,
+        state_backend: "weir (CBOR files)".into(),
+        checkpoint_storage: "FileSystemCheckpointStorage".into(),
+    }))
 }

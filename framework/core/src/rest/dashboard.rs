@@ -19,7 +19,7 @@
 use actix_web::http::header;
 use actix_web::{HttpRequest, HttpResponse};
 
-use super::api::{Answer, State};
+use super::request::{Answer, State};
 
 /// An embedded asset: its path, media type and text.
 struct Asset {
@@ -55,7 +55,7 @@ pub(super) async fn asset(_state: State, req: HttpRequest) -> Answer {
     let a = ASSETS
         .iter()
         .find(|a| a.path == req.path())
-        .ok_or_else(|| super::api::ApiError::internal(format!("no asset at {}", req.path())))?;
+        .ok_or_else(|| super::request::ApiError::internal(format!("no asset at {}", req.path())))?;
     Ok(HttpResponse::Ok()
         .insert_header((header::CONTENT_TYPE, a.content_type))
         .insert_header((header::CACHE_CONTROL, "no-cache"))

@@ -3,9 +3,16 @@
 //! the failure history `/jobs/{id}/exceptions` (Flink's shape, with Weir's promotions).
 
 use actix_web::{web, HttpRequest, HttpResponse};
-use serde_json::{json, Value};
 
-use super::api::*;
+use super::request::{
+    authorize, end_and_duration, job_of, level, ms, running, vertex_of, Answer, ApiError, State,
+};
+use crate::api_types::{
+    AggregatedMetric, ClusterOverview, ExceptionEntry, ExceptionHistory, JobDetails, JobExceptions,
+    JobIdWithStatus, JobIdsWithStatus, JobOverview, JobPlan, JobVertex, JobsOverview, Metric,
+    PlanInput, PlanNode, Recovery, SubtaskBackpressure, TaskCounts, VertexBackpressure,
+    VertexDetails, VertexIoMetrics, VertexSubtask,
+};
 use crate::job::{now_ms, JobMonitor};
 use crate::metrics::BackpressureLevel;
 
@@ -14,34 +21,37 @@ pub(super) async fn overview(state: State, _req: HttpRequest) -> Answer {
     let count = |s: &[&str]| {
         jobs.iter()
             .filter(|j| s.contains(&j.status().as_str()))
-            .count()
+            .count() as u64
     };
-    Ok(HttpResponse::Ok().json(json!({
-        "taskmanagers": 1,
-        "slots-total": jobs.len(),
-        "slots-available": 0,
-        "jobs-running": count(&["RUNNING", "RESTARTING", "INITIALIZING", "CANCELLING"]),
-        "jobs-finished": count(&["FINISHED"]),
-        "jobs-cancelled": count(&["CANCELED"]),
-        "jobs-failed": count(&["FAILED"]),
-        "flink-version": concat!("weir ", env!("CARGO_PKG_VERSION")),
-        "flink-commit": "",
-    })))
+    Ok(HttpResponse::Ok().json(ClusterOverview {
+        taskmanagers: 1,
+        slots_total: jobs.len() as u64,
+        slots_available: 0,
+        jobs_running: count(&["RUNNING", "RESTARTING", "INITIALIZING", "CANCELLING"]),
+        jobs_finished: count(&["FINISHED"]),
+        jobs_cancelled: count(&["CANCELED"]),
+        jobs_failed: count(&["FAILED"]),
+        flink_version: concat!("weir ", env!("CARGO_PKG_VERSION")).into(),
+        flink_commit: String::new(),
+    }))
 }
 
 pub(super) async fn jobs(state: State, _req: HttpRequest) -> Answer {
     let jobs = state.jobs.lock().unwrap_or_else(|e| e.into_inner()).clone();
-    let list: Vec<Value> = jobs
+    let jobs = jobs
         .iter()
-        .map(|j| json!({ "id": j.id(), "status": j.status().as_str() }))
+        .map(|j| JobIdWithStatus {
+            id: j.id().to_owned(),
+            status: j.status().as_str().to_owned(),
+        })
         .collect();
-    Ok(HttpResponse::Ok().json(json!({ "jobs": list })))
+    Ok(HttpResponse::Ok().json(JobIdsWithStatus { jobs }))
 }
 
-pub(super) fn tasks(job: &JobMonitor) -> Value {
-    let total: usize = job.vertices().iter().map(|v| v.parallelism).sum();
+pub(super) fn tasks(job: &JobMonitor) -> TaskCounts {
+    let total = job.vertices().iter().map(|v| v.parallelism).sum::<usize>() as u64;
     let status = job.status().as_str().to_ascii_lowercase();
-    let mut t = serde_json::Map::new();
+    let mut t = TaskCounts::new();
     for s in [
         "running",
         "canceling",
@@ -55,31 +65,29 @@ pub(super) fn tasks(job: &JobMonitor) -> Value {
         "initializing",
         "pending",
     ] {
-        t.insert(s.into(), json!(if s == status { total } else { 0 }));
+        t.insert(s.into(), if s == status { total } else { 0 });
     }
-    t.insert("total".into(), json!(total));
-    Value::Object(t)
+    t.insert("total".into(), total);
+    t
 }
 
 pub(super) async fn jobs_overview(state: State, _req: HttpRequest) -> Answer {
     let jobs = state.jobs.lock().unwrap_or_else(|e| e.into_inner()).clone();
     let now = now_ms();
-    let list: Vec<Value> = jobs
+    let jobs = jobs
         .iter()
-        .map(|j| {
-            json!({
-                "jid": j.id(),
-                "name": j.name(),
-                "state": j.status().as_str(),
-                "start-time": j.start_time_ms(),
-                "end-time": end_and_duration(j, now).0,
-                "duration": end_and_duration(j, now).1,
-                "last-modification": now,
-                "tasks": tasks(j),
-            })
+        .map(|j| JobOverview {
+            jid: j.id().to_owned(),
+            name: j.name().to_owned(),
+            state: j.status().as_str().to_owned(),
+            start_time: j.start_time_ms(),
+            end_time: end_and_duration(j, now).0,
+            duration: end_and_duration(j, now).1,
+            last_modification: now,
+            tasks: tasks(j),
         })
         .collect();
-    Ok(HttpResponse::Ok().json(json!({ "jobs": list })))
+    Ok(HttpResponse::Ok().json(JobsOverview { jobs }))
 }
 
 /// Records into and out of a vertex: its first operator's input, its last one's output.
@@ -98,33 +106,34 @@ pub(super) fn vertex_json(
     v: &crate::VertexInfo,
     m: Option<&crate::JobMetrics>,
     now: u64,
-) -> Value {
+) -> JobVertex {
     let (read, write) = vertex_records(v, m);
     let status = job.status().as_str();
     let first = m.and_then(|m| v.operators.first().and_then(|u| m.operator(u)));
     let last = m.and_then(|m| v.operators.last().and_then(|u| m.operator(u)));
-    json!({
-        "id": v.id,
-        "name": v.name,
-        "maxParallelism": crate::key_group::DEFAULT_MAX_PARALLELISM,
-        "parallelism": v.parallelism,
-        "status": status,
-        "start-time": job.start_time_ms(),
-        "end-time": end_and_duration(job, now).0,
-        "duration": end_and_duration(job, now).1,
-        "tasks": { status: v.parallelism },
-        "metrics": {
-            "read-bytes": 0, "read-bytes-complete": false,
-            "write-bytes": 0, "write-bytes-complete": false,
-            "read-records": read, "read-records-complete": true,
-            "write-records": write, "write-records-complete": true,
+    JobVertex {
+        id: v.id.clone(),
+        name: v.name.clone(),
+        max_parallelism: crate::key_group::DEFAULT_MAX_PARALLELISM as u64,
+        parallelism: v.parallelism as u64,
+        status: status.to_owned(),
+        start_time: job.start_time_ms(),
+        end_time: end_and_duration(job, now).0,
+        duration: end_and_duration(job, now).1,
+        tasks: TaskCounts::from([(status.to_owned(), v.parallelism as u64)]),
+        metrics: VertexIoMetrics {
+            read_records: read,
+            read_records_complete: true,
+            write_records: write,
+            write_records_complete: true,
+            ..VertexIoMetrics::default()
         },
         // Weir's: the worst backpressure level of its subtasks and its rates over the last
         // metrics interval, so one request draws the whole graph.
-        "backpressure-level": level(worst_level(v, m)),
-        "records-in-per-second": first.map_or(0.0, |o| o.num_records_in_per_second),
-        "records-out-per-second": last.map_or(0.0, |o| o.num_records_out_per_second),
-    })
+        backpressure_level: Some(level(worst_level(v, m)).to_owned()),
+        records_in_per_second: Some(first.map_or(0.0, |o| o.num_records_in_per_second)),
+        records_out_per_second: Some(last.map_or(0.0, |o| o.num_records_out_per_second)),
+    }
 }
 
 /// The worst backpressure level of `v`'s subtasks (`ok` before the first metrics).
@@ -141,43 +150,57 @@ pub(super) async fn job(state: State, req: HttpRequest) -> Answer {
     let job = job_of(&state, &req)?;
     let now = now_ms();
     let m = job.metrics();
-    let vertices: Vec<Value> = job
+    let vertices = job
         .vertices()
         .iter()
         .map(|v| vertex_json(&job, v, m.as_ref(), now))
         .collect();
-    let nodes: Vec<Value> = job
+    let nodes = job
         .vertices()
         .iter()
-        .map(|v| {
-            let inputs: Vec<Value> = v
+        .map(|v| PlanNode {
+            id: v.id.clone(),
+            parallelism: v.parallelism as u64,
+            description: v.name.clone(),
+            operator: String::new(),
+            operator_strategy: String::new(),
+            inputs: v
                 .inputs
                 .iter()
                 .enumerate()
-                .map(|(num, i)| json!({ "num": num, "id": i.id, "ship_strategy": i.ship_strategy, "exchange": "pipelined_bounded" }))
-                .collect();
-            json!({ "id": v.id, "parallelism": v.parallelism, "description": v.name, "operator": "", "operator_strategy": "", "inputs": inputs })
+                .map(|(num, i)| PlanInput {
+                    num: num as u64,
+                    id: i.id.clone(),
+                    ship_strategy: i.ship_strategy.to_string(),
+                    exchange: "pipelined_bounded".into(),
+                })
+                .collect(),
         })
         .collect();
-    let status = job.status().as_str();
-    Ok(HttpResponse::Ok().json(json!({
-        "jid": job.id(),
-        "name": job.name(),
-        "isStoppable": false,
-        "state": status,
-        "job-type": "STREAMING",
-        "start-time": job.start_time_ms(),
-        "end-time": end_and_duration(&job, now).0,
-        "duration": end_and_duration(&job, now).1,
-        "maxParallelism": -1,
-        "now": now,
-        "timestamps": { status: job.start_time_ms() },
-        "vertices": vertices,
-        "status-counts": { status: job.vertices().len() },
-        "plan": { "jid": job.id(), "name": job.name(), "type": "STREAMING", "nodes": nodes },
+    let status = job.status().as_str().to_owned();
+    Ok(HttpResponse::Ok().json(JobDetails {
+        jid: job.id().to_owned(),
+        name: job.name().to_owned(),
+        is_stoppable: false,
+        state: status.clone(),
+        job_type: "STREAMING".into(),
+        start_time: job.start_time_ms(),
+        end_time: end_and_duration(&job, now).0,
+        duration: end_and_duration(&job, now).1,
+        max_parallelism: -1,
+        now,
+        timestamps: [(status.clone(), job.start_time_ms())].into(),
+        vertices,
+        status_counts: [(status, job.vertices().len() as u64)].into(),
+        plan: JobPlan {
+            jid: job.id().to_owned(),
+            name: job.name().to_owned(),
+            kind: "STREAMING".into(),
+            nodes,
+        },
         // Weir's: the rate limit on each source subtask when rate control is on.
-        "source-rate-limit": m.as_ref().and_then(|m| m.source_rate_limit),
-    })))
+        source_rate_limit: m.as_ref().and_then(|m| m.source_rate_limit),
+    }))
 }
 
 pub(super) async fn patch_job(state: State, req: HttpRequest) -> Answer {
@@ -192,7 +215,7 @@ pub(super) async fn patch_job(state: State, req: HttpRequest) -> Answer {
         Some("cancel") | None => {
             running(&job)?;
             job.cancel();
-            Ok(HttpResponse::Accepted().json(json!({})))
+            Ok(HttpResponse::Accepted().json(serde_json::Map::new()))
         }
         Some("stop") => Err(ApiError::bad_request(
             "mode=stop is not supported: use POST /jobs/{id}/stop (stop with a savepoint)",
@@ -208,48 +231,51 @@ pub(super) async fn vertex(state: State, req: HttpRequest) -> Answer {
     let v = vertex_of(&job, &req)?;
     let now = now_ms();
     let status = job.status().as_str();
-    let subtasks: Vec<Value> = (0..v.parallelism)
-        .map(|i| {
-            json!({
-                "subtask": i, "status": status, "attempt": 0, "host": "localhost",
-                "start-time": job.start_time_ms(), "end-time": end_and_duration(&job, now).0,
-                "duration": end_and_duration(&job, now).1,
-            })
+    let subtasks = (0..v.parallelism)
+        .map(|i| VertexSubtask {
+            subtask: i as u64,
+            status: status.to_owned(),
+            attempt: 0,
+            host: "localhost".into(),
+            start_time: job.start_time_ms(),
+            end_time: end_and_duration(&job, now).0,
+            duration: end_and_duration(&job, now).1,
         })
         .collect();
-    Ok(HttpResponse::Ok().json(json!({
-        "id": v.id, "name": v.name, "parallelism": v.parallelism,
-        "maxParallelism": crate::key_group::DEFAULT_MAX_PARALLELISM,
-        "now": now, "subtasks": subtasks,
-    })))
+    Ok(HttpResponse::Ok().json(VertexDetails {
+        id: v.id,
+        name: v.name,
+        parallelism: v.parallelism as u64,
+        max_parallelism: crate::key_group::DEFAULT_MAX_PARALLELISM as u64,
+        now,
+        subtasks,
+    }))
 }
 
 pub(super) async fn backpressure(state: State, req: HttpRequest) -> Answer {
     let job = job_of(&state, &req)?;
     let v = vertex_of(&job, &req)?;
     let m = job.metrics();
-    let subtasks: Vec<Value> = m
+    let subtasks = m
         .iter()
         .flat_map(|m| m.subtasks.iter())
         .filter(|s| s.head_uid == v.id)
-        .map(|s| {
-            json!({
-                "subtask": s.subtask,
-                "attempt-number": 0,
-                "backpressureLevel": level(s.backpressure_level),
-                "ratio": s.back_pressured_time_ms_per_second / 1000.0,
-                "busyRatio": s.busy_time_ms_per_second / 1000.0,
-                "idleRatio": s.idle_time_ms_per_second / 1000.0,
-            })
+        .map(|s| SubtaskBackpressure {
+            subtask: s.subtask as u64,
+            attempt_number: 0,
+            backpressure_level: level(s.backpressure_level).to_owned(),
+            ratio: s.back_pressured_time_ms_per_second / 1000.0,
+            busy_ratio: s.busy_time_ms_per_second / 1000.0,
+            idle_ratio: s.idle_time_ms_per_second / 1000.0,
         })
         .collect();
     let worst = worst_level(&v, m.as_ref());
-    Ok(HttpResponse::Ok().json(json!({
-        "status": "ok",
-        "backpressureLevel": level(worst),
-        "end-timestamp": now_ms(),
-        "subtasks": subtasks,
-    })))
+    Ok(HttpResponse::Ok().json(VertexBackpressure {
+        status: "ok".into(),
+        backpressure_level: level(worst).to_owned(),
+        end_timestamp: now_ms(),
+        subtasks,
+    }))
 }
 
 /// The query's `name` parameter split at commas (empty: not given).
@@ -291,25 +317,25 @@ pub(super) async fn vertex_metrics(state: State, req: HttpRequest) -> Answer {
         .filter(|(uid, ..)| v.operators.contains(uid))
         .map(|(uid, i, name, value)| (format!("{i}.{uid}.{name}"), value))
         .collect();
-    let list: Vec<Value> = match query_list(&req, "get")? {
+    let list: Vec<Metric> = match query_list(&req, "get")? {
         None => (0..v.parallelism)
             .flat_map(|i| {
                 crate::SubtaskMetrics::NAMES
                     .iter()
-                    .map(move |n| json!({ "id": format!("{i}.{n}") }))
+                    .map(move |n| Metric::name(format!("{i}.{n}")))
             })
-            .chain(gauges.iter().map(|(id, _)| json!({ "id": id })))
+            .chain(gauges.iter().map(|(id, _)| Metric::name(id)))
             .collect(),
         Some(names) => names
             .iter()
             .filter_map(|full| {
                 if let Some((_, value)) = gauges.iter().find(|(id, _)| id == full) {
-                    return Some(json!({ "id": full, "value": value }));
+                    return Some(Metric::with_value(full, value));
                 }
                 let (i, name) = full.split_once('.')?;
                 let i: usize = i.parse().ok()?;
                 let value = subs.iter().find(|s| s.subtask == i)?.get(name)?;
-                Some(json!({ "id": full, "value": value.to_string() }))
+                Some(Metric::with_value(full, value.to_string()))
             })
             .collect(),
     };
@@ -345,13 +371,13 @@ pub(super) async fn subtask_metrics(state: State, req: HttpRequest) -> Answer {
         )));
     }
     let Some(names) = query_list(&req, "get")? else {
-        let list: Vec<Value> = crate::SubtaskMetrics::NAMES
+        let list: Vec<AggregatedMetric> = crate::SubtaskMetrics::NAMES
             .iter()
-            .map(|n| json!({ "id": n }))
+            .map(|n| AggregatedMetric::name(*n))
             .collect();
         return Ok(HttpResponse::Ok().json(list));
     };
-    let list: Vec<Value> = names
+    let list: Vec<AggregatedMetric> = names
         .iter()
         .filter_map(|name| {
             let xs: Vec<f64> = subs.iter().filter_map(|s| s.get(name)).collect();
@@ -361,26 +387,24 @@ pub(super) async fn subtask_metrics(state: State, req: HttpRequest) -> Answer {
             let sum: f64 = xs.iter().sum();
             let avg = sum / xs.len() as f64;
             let max = xs.iter().copied().fold(f64::MIN, f64::max);
-            let mut m = serde_json::Map::new();
-            m.insert("id".into(), json!(name));
+            let mut m = AggregatedMetric::name(name.as_str());
             for a in &aggs {
-                let x = match a.as_str() {
-                    "min" => xs.iter().copied().fold(f64::MAX, f64::min),
-                    "max" => max,
-                    "sum" => sum,
-                    "avg" => avg,
+                match a.as_str() {
+                    "min" => m.min = Some(xs.iter().copied().fold(f64::MAX, f64::min)),
+                    "max" => m.max = Some(max),
+                    "sum" => m.sum = Some(sum),
+                    "avg" => m.avg = Some(avg),
                     // Flink's skew: how far the largest is above the average, in percent.
                     _ => {
-                        if max > 0.0 {
+                        m.skew = Some(if max > 0.0 {
                             (max - avg) / max * 100.0
                         } else {
                             0.0
-                        }
+                        })
                     }
-                };
-                m.insert(a.clone(), json!(x));
+                }
             }
-            Some(Value::Object(m))
+            Some(m)
         })
         .collect();
     Ok(HttpResponse::Ok().json(list))
@@ -405,66 +429,68 @@ pub(super) async fn exceptions(state: State, req: HttpRequest) -> Answer {
             ))
         }
     };
-    let mut entries: Vec<(u64, Value)> = job
-        .failures()
-        .iter()
-        .map(|f| {
-            let (failover, delay) = match f.outcome {
-                crate::FailureOutcome::Restarted { delay } => ("restart", Some(ms(delay))),
-                _ => ("failed", None),
-            };
-            let entry = json!({
-                "exceptionName": "weir.JobError",
-                "stacktrace": f.error,
-                "timestamp": f.time_ms,
-                "taskName": Value::Null,
-                "endpoint": Value::Null,
-                "taskManagerId": Value::Null,
-                "failureLabels": { "class": f.class.as_str() },
-                "concurrentExceptions": [],
-                "failover": failover,
-                "attempt": f.attempt,
-                "restartDelayMs": delay,
-                "recoveryMs": f.recovery.map(ms),
-                "recordsReplayed": Value::Null,
-            });
-            (f.time_ms, entry)
-        })
-        .collect();
+    let vertices = job.vertices();
+    let mut entries: Vec<ExceptionEntry> = job.failures().iter().map(failure_entry).collect();
     entries.extend(job.promotions().iter().map(|p| {
-        let entry = json!({
-            "exceptionName": "weir.TaskFailure",
-            "stacktrace": p.cause,
-            "timestamp": p.time_ms,
-            "taskName": format!("{} ({}/{})", p.uid, p.subtask + 1, job.vertices().iter().find(|v| v.id == p.uid).map_or(0, |v| v.parallelism)),
-            "endpoint": Value::Null,
-            "taskManagerId": Value::Null,
-            "failureLabels": { "class": "transient" },
-            "concurrentExceptions": [],
-            "failover": "promotion",
-            "uid": p.uid,
-            "subtask": p.subtask,
-            "recoveryMs": p.recovery.as_secs_f64() * 1000.0,
-            "recordsReplayed": p.records_replayed,
-            "batchesReplayed": p.batches_replayed,
-            "batchesReprocessed": p.batches_reprocessed,
-        });
-        (p.time_ms, entry)
+        let parallelism = vertices
+            .iter()
+            .find(|v| v.id == p.uid)
+            .map_or(0, |v| v.parallelism);
+        promotion_entry(p, parallelism)
     }));
-    entries.sort_by_key(|(t, _)| std::cmp::Reverse(*t));
+    entries.sort_by_key(|e| std::cmp::Reverse(e.timestamp));
     let truncated = entries.len() > max;
     entries.truncate(max);
-    let root = entries.first().map(|(_, e)| e.clone());
-    Ok(HttpResponse::Ok().json(json!({
-        "root-exception": root.as_ref().map(|e| e["stacktrace"].clone()),
-        "timestamp": root.as_ref().map(|e| e["timestamp"].clone()),
-        "all-exceptions": [],
-        "truncated": truncated,
-        "exceptionHistory": {
-            "entries": entries.into_iter().map(|(_, e)| e).collect::<Vec<_>>(),
-            "truncated": truncated,
-        },
-    })))
+    let root = entries.first();
+    Ok(HttpResponse::Ok().json(JobExceptions {
+        root_exception: root.map(|e| e.stacktrace.clone()),
+        timestamp: root.map(|e| e.timestamp),
+        all_exceptions: Vec::new(),
+        truncated,
+        exception_history: ExceptionHistory { entries, truncated },
+    }))
+}
+
+/// A failure of the job: how it recovered (`restart` or `failed`).
+fn failure_entry(f: &crate::FailureRecord) -> ExceptionEntry {
+    let (failover, delay) = match f.outcome {
+        crate::FailureOutcome::Restarted { delay } => ("restart", Some(ms(delay))),
+        _ => ("failed", None),
+    };
+    ExceptionEntry {
+        exception_name: "weir.JobError".into(),
+        stacktrace: f.error.clone(),
+        timestamp: f.time_ms,
+        failure_labels: [("class".to_owned(), f.class.as_str().to_owned())].into(),
+        failover: Some(failover.into()),
+        recovery_ms: f.recovery.map(|d| ms(d).into()),
+        recovery: Some(Recovery::Restart {
+            attempt: f.attempt,
+            restart_delay_ms: delay,
+        }),
+        ..ExceptionEntry::default()
+    }
+}
+
+/// A subtask's failure that its backup took over (of a vertex of `parallelism` subtasks).
+fn promotion_entry(p: &crate::PromotionRecord, parallelism: usize) -> ExceptionEntry {
+    ExceptionEntry {
+        exception_name: "weir.TaskFailure".into(),
+        stacktrace: p.cause.clone(),
+        timestamp: p.time_ms,
+        task_name: Some(format!("{} ({}/{parallelism})", p.uid, p.subtask + 1)),
+        failure_labels: [("class".to_owned(), "transient".to_owned())].into(),
+        failover: Some("promotion".into()),
+        recovery_ms: serde_json::Number::from_f64(p.recovery.as_secs_f64() * 1000.0),
+        records_replayed: Some(p.records_replayed),
+        recovery: Some(Recovery::Promotion {
+            uid: p.uid.clone(),
+            subtask: p.subtask as u64,
+            batches_replayed: p.batches_replayed,
+            batches_reprocessed: p.batches_reprocessed,
+        }),
+        ..ExceptionEntry::default()
+    }
 }
 
 /// The job-level metrics with Flink's names.
@@ -510,13 +536,13 @@ pub(super) async fn job_metrics(state: State, req: HttpRequest) -> Answer {
     let query =
         web::Query::<std::collections::HashMap<String, String>>::from_query(req.query_string())
             .map_err(|e| ApiError::bad_request(format!("bad query: {e}")))?;
-    let list: Vec<Value> = match query.get("get") {
+    let list: Vec<Metric> = match query.get("get") {
         // As Flink: without `get`, the names; with it, the values (as strings) of the known ones.
-        None => JOB_METRICS.iter().map(|n| json!({ "id": n })).collect(),
+        None => JOB_METRICS.iter().map(|n| Metric::name(*n)).collect(),
         Some(names) => names
             .split(',')
             .map(str::trim)
-            .filter_map(|n| job_metric(&job, n).map(|v| json!({ "id": n, "value": v })))
+            .filter_map(|n| job_metric(&job, n).map(|v| Metric::with_value(n, v)))
             .collect(),
     };
     Ok(HttpResponse::Ok().json(list))

@@ -24,21 +24,27 @@
 //! let _ = job.wait();
 //! ```
 //!
-//! Routes and their JSON are `api`; this module owns the server's life and its settings. The
-//! jobs themselves are steered through their controllers' command channels (`controller`).
+//! The routes are one table (`routes`: the router, [`ROUTES`] and the check of `openapi.json`
+//! come from it); each handler is in the file named for its resource (`jobs`, `checkpoints`,
+//! `savepoints`, `rescale`, `replace`, `settings`, `backups`, `prom`, `dashboard`), and the
+//! JSON it answers is a type of [`crate::api_types`], which `weirctl` reads back. This module
+//! owns the server's life and its settings. The jobs themselves are steered through their
+//! controllers' command channels (`controller`).
 
-mod api;
 mod backups;
 mod checkpoints;
 mod dashboard;
 mod jobs;
 mod prom;
 mod replace;
+mod request;
 mod rescale;
+mod routes;
 mod savepoints;
 mod settings;
+mod triggers;
 
-pub use api::ROUTES;
+pub use routes::ROUTES;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -137,7 +143,7 @@ pub const TOKEN_ENV: &str = "WEIR_REST_TOKEN";
 /// What the routes share: the registered jobs, savepoint triggers, the token.
 pub(crate) struct Shared {
     pub(crate) jobs: Mutex<Vec<JobMonitor>>,
-    pub(crate) triggers: Mutex<std::collections::HashMap<String, api::Trigger>>,
+    pub(crate) triggers: Mutex<std::collections::HashMap<String, triggers::Trigger>>,
     pub(crate) token: String,
     pub(crate) max_body_bytes: usize,
 }
@@ -293,8 +299,8 @@ fn serve(
                 let server = actix_web::HttpServer::new(move || {
                     actix_web::App::new()
                         .app_data(data.clone())
-                        .configure(api::routes)
-                        .default_service(actix_web::web::to(api::not_found))
+                        .configure(routes::configure)
+                        .default_service(actix_web::web::to(routes::not_found))
                 })
                 .workers(1)
                 .disable_signals()

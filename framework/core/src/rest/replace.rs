@@ -2,9 +2,13 @@
 //! registered.
 
 use actix_web::{web, HttpRequest, HttpResponse};
-use serde_json::{json, Value};
+use serde_json::Value;
 
-use super::api::*;
+use super::request::{
+    authorize, job_of, json_body, ms, optional_bool, optional_string, running, Answer, ApiError,
+    State,
+};
+use crate::api_types::ReplaceReport;
 
 /// `POST /jobs/{id}/replace` with `{"graph": name, "allowDroppingState": bool,
 /// "graceMs": n}`: a fast restart with a graph version the app registered; answered once
@@ -41,13 +45,13 @@ pub(super) async fn replace(state: State, req: HttpRequest, body: web::Payload) 
         .map_err(|e| ApiError::internal(e.to_string()))?;
     use crate::replace::ReplaceError as E;
     match r {
-        Ok(report) => Ok(HttpResponse::Ok().json(json!({
-            "checkpoint": report.checkpoint,
-            "durationMs": ms(report.duration),
-            "pauseMs": ms(report.pause),
-            "droppedState": report.dropped_state,
-            "committedAt": report.committed_at,
-        }))),
+        Ok(report) => Ok(HttpResponse::Ok().json(ReplaceReport {
+            checkpoint: Some(report.checkpoint),
+            duration_ms: Some(ms(report.duration)),
+            pause_ms: Some(ms(report.pause)),
+            dropped_state: report.dropped_state,
+            committed_at: report.committed_at,
+        })),
         Err(e @ E::UnknownGraph { .. }) => Err(ApiError::not_found(e.to_string())),
         Err(e @ (E::Plan(_) | E::StateDoesNotFit { .. } | E::Unsupported(_))) => {
             Err(ApiError::bad_request(e.to_string()))

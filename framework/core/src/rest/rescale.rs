@@ -7,9 +7,17 @@
 //! an unknown vertex, 409 when the job cannot rescale now).
 
 use actix_web::{web, HttpRequest, HttpResponse};
-use serde_json::{json, Map, Value};
+use std::collections::BTreeMap;
 
-use super::api::*;
+use serde_json::{Map, Value};
+
+use super::request::{
+    authorize, job_of, json_body, ms, running, vertex_of, Answer, ApiError, State,
+};
+use crate::api_types::{
+    self, KeptOperator, ParallelismBounds, ParallelismChange, Rebalanced, RescaleVertex, Rescales,
+    ResourceRequirement,
+};
 use crate::job::JobMonitor;
 use crate::rescale::{RescaleError, RescaleReport};
 
@@ -63,14 +71,23 @@ async fn rescale_call(state: State, req: HttpRequest, body: web::Payload, vertex
 /// `GET /jobs/{id}/resource-requirements`: Flink's shape, one entry per vertex.
 pub(super) async fn resource_requirements(state: State, req: HttpRequest) -> Answer {
     let job = job_of(&state, &req)?;
-    let mut out = Map::new();
-    for v in job.vertices() {
-        out.insert(
-            v.id.clone(),
-            json!({ "parallelism": { "lowerBound": 1, "upperBound": v.parallelism } }),
-        );
-    }
-    Ok(HttpResponse::Ok().json(Value::Object(out)))
+    let out: BTreeMap<String, ResourceRequirement> = job
+        .vertices()
+        .into_iter()
+        .map(|v| {
+            let bounds = ParallelismBounds {
+                lower_bound: 1,
+                upper_bound: v.parallelism as u64,
+            };
+            (
+                v.id,
+                ResourceRequirement {
+                    parallelism: bounds,
+                },
+            )
+        })
+        .collect();
+    Ok(HttpResponse::Ok().json(out))
 }
 
 /// `PUT /jobs/{id}/resource-requirements`: each named vertex goes to its `upperBound` (Weir
@@ -120,7 +137,7 @@ pub(super) async fn put_resource_requirements(
     }
     running(&job)?;
     if changes.is_empty() {
-        return Ok(HttpResponse::Ok().json(json!({ "changes": [] })));
+        return Ok(HttpResponse::Ok().json(NoChanges::default()));
     }
     let j = job.clone();
     answer(web::block(move || j.rescale_operators(&changes)).await)
@@ -132,34 +149,70 @@ pub(super) async fn rescales(state: State, req: HttpRequest) -> Answer {
     Ok(HttpResponse::Ok().json(stats_json(&job)))
 }
 
-fn stats_json(job: &JobMonitor) -> Value {
+fn stats_json(job: &JobMonitor) -> Rescales {
     let s = job.rescale_stats();
-    json!({
-        "numRescales": s.num_rescales,
-        "inProgress": s.in_progress,
-        "last": s.last.as_ref().map(report_json),
-        "vertices": job.vertices().iter().map(|v| json!({
-            "id": v.id,
-            "parallelism": v.parallelism,
-            "keyGroups": v.key_groups.as_ref().map(|r| r.iter().map(|g| [g.start, g.end]).collect::<Vec<_>>()),
-            "keyGroupRuns": v.key_group_runs.as_ref().map(|per| per.iter().map(|runs| runs.iter().map(|g| [g.start, g.end]).collect::<Vec<_>>()).collect::<Vec<_>>()),
-        })).collect::<Vec<_>>(),
-    })
+    let ranges = |r: &[std::ops::Range<usize>]| -> Vec<[u64; 2]> {
+        r.iter().map(|g| [g.start as u64, g.end as u64]).collect()
+    };
+    Rescales {
+        num_rescales: s.num_rescales,
+        in_progress: s.in_progress,
+        last: s.last.as_ref().map(report_json),
+        vertices: job
+            .vertices()
+            .iter()
+            .map(|v| RescaleVertex {
+                id: v.id.clone(),
+                parallelism: v.parallelism as u64,
+                key_groups: v.key_groups.as_deref().map(ranges),
+                key_group_runs: v
+                    .key_group_runs
+                    .as_ref()
+                    .map(|per| per.iter().map(|runs| ranges(runs)).collect()),
+            })
+            .collect(),
+    }
 }
 
-fn report_json(r: &RescaleReport) -> Value {
-    json!({
-        "checkpoint": r.checkpoint,
-        "changes": r.changes.iter().map(|c| json!({
-            "uid": c.uid, "from": c.from, "to": c.to,
-        })).collect::<Vec<_>>(),
-        "kept": r.kept.iter().map(|(uid, why)| json!({ "uid": uid, "reason": why })).collect::<Vec<_>>(),
-        "rebalanced": r.rebalanced.iter().map(|b| json!({
-            "uid": b.uid, "loadBefore": b.load_before, "loadAfter": b.load_after, "moved": b.moved,
-        })).collect::<Vec<_>>(),
-        "durationMs": ms(r.duration),
-        "pauseMs": ms(r.pause),
-    })
+/// The answer to a call that changed nothing: `{"changes": []}`.
+#[derive(Default, serde::Serialize)]
+struct NoChanges {
+    changes: [(); 0],
+}
+
+fn report_json(r: &RescaleReport) -> api_types::RescaleReport {
+    api_types::RescaleReport {
+        checkpoint: Some(r.checkpoint),
+        changes: r
+            .changes
+            .iter()
+            .map(|c| ParallelismChange {
+                uid: c.uid.clone(),
+                from: c.from as u64,
+                to: c.to as u64,
+            })
+            .collect(),
+        kept: r
+            .kept
+            .iter()
+            .map(|(uid, why)| KeptOperator {
+                uid: uid.clone(),
+                reason: why.clone(),
+            })
+            .collect(),
+        rebalanced: r
+            .rebalanced
+            .iter()
+            .map(|b| Rebalanced {
+                uid: b.uid.clone(),
+                load_before: b.load_before.clone(),
+                load_after: b.load_after.clone(),
+                moved: b.moved as u64,
+            })
+            .collect(),
+        duration_ms: Some(ms(r.duration)),
+        pause_ms: Some(ms(r.pause)),
+    }
 }
 
 /// A required positive integer field.

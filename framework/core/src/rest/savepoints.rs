@@ -3,12 +3,14 @@
 
 use std::path::PathBuf;
 
-use actix_web::{web, HttpRequest, HttpResponse};
-use serde_json::json;
-
-use super::api::*;
+use super::request::{
+    authorize, job_of, json_body, optional_bool, optional_string, running, Answer, ApiError, State,
+};
+use super::triggers::{accepted, Trigger};
 use super::Shared;
+use crate::api_types::{FailureCause, OperationResult, OperationStatus};
 use crate::job::JobMonitor;
+use actix_web::{web, HttpRequest, HttpResponse};
 
 pub(super) fn start_savepoint(state: &Shared, job: &JobMonitor, dir: String, stop: bool) -> Answer {
     running(job)?;
@@ -106,13 +108,18 @@ pub(super) async fn savepoint_status(state: State, req: HttpRequest) -> Answer {
         return Err(missing());
     }
     let body = match &*outcome {
-        None => json!({ "status": { "id": "IN_PROGRESS" } }),
-        Some(Ok(path)) => {
-            json!({ "status": { "id": "COMPLETED" }, "operation": { "location": path.display().to_string() } })
-        }
-        Some(Err(why)) => json!({
-            "status": { "id": "COMPLETED" },
-            "operation": { "failure-cause": { "class": "weir.SavepointError", "stack-trace": why, "serialized-throwable": why } },
+        None => OperationStatus::in_progress(),
+        Some(Ok(path)) => OperationStatus::completed(OperationResult {
+            location: Some(path.display().to_string()),
+            ..OperationResult::default()
+        }),
+        Some(Err(why)) => OperationStatus::completed(OperationResult {
+            failure_cause: Some(FailureCause {
+                class: "weir.SavepointError".into(),
+                stack_trace: why.clone(),
+                serialized_throwable: Some(why.clone()),
+            }),
+            ..OperationResult::default()
         }),
     };
     Ok(HttpResponse::Ok().json(body))

@@ -6,15 +6,18 @@
 //! caller recorded in the history is the token's id (a checksum of it, never the token).
 
 use actix_web::{web, HttpRequest, HttpResponse};
-use serde_json::{json, Map, Value};
+use serde_json::{Map, Value};
 
-use super::api::*;
+use super::request::{authorize, job_of, json_body, running, Answer, ApiError, State};
+use crate::api_types::{
+    SettingChange, SettingValueChange, SettingsChanges, SettingsHistory, SettingsHistoryEntry,
+};
 use crate::settings::{Applies, PlannedChange, SettingError};
 
 /// `GET /jobs/{id}/config`.
 pub(super) async fn config(state: State, req: HttpRequest) -> Answer {
     let job = job_of(&state, &req)?;
-    Ok(HttpResponse::Ok().json(json!(job.settings())))
+    Ok(HttpResponse::Ok().json(job.settings()))
 }
 
 /// `PATCH /jobs/{id}/config`.
@@ -29,7 +32,7 @@ pub(super) async fn patch_config(state: State, req: HttpRequest, body: web::Payl
         .await
         .map_err(|e| ApiError::internal(e.to_string()))?;
     match r {
-        Ok(planned) => Ok(HttpResponse::Ok().json(json!({ "changes": plan_json(&planned) }))),
+        Ok(planned) => Ok(HttpResponse::Ok().json(changes_json(&planned, None))),
         Err(e) => Err(error_of(e)),
     }
 }
@@ -39,7 +42,7 @@ pub(super) async fn plan(state: State, req: HttpRequest, body: web::Payload) -> 
     let job = job_of(&state, &req)?;
     let changes = changes_of(json_body(body, state.max_body_bytes).await?)?;
     match job.plan_settings(&changes) {
-        Ok(planned) => Ok(HttpResponse::Ok().json(json!({ "changes": plan_json(&planned) }))),
+        Ok(planned) => Ok(HttpResponse::Ok().json(changes_json(&planned, None))),
         Err(e) => Err(error_of(e)),
     }
 }
@@ -47,21 +50,25 @@ pub(super) async fn plan(state: State, req: HttpRequest, body: web::Payload) -> 
 /// `GET /jobs/{id}/config/history`.
 pub(super) async fn history(state: State, req: HttpRequest) -> Answer {
     let job = job_of(&state, &req)?;
-    let entries: Vec<Value> = job
+    let history = job
         .settings_history()
         .iter()
-        .map(|r| {
-            json!({
-                "timestamp": r.at_ms,
-                "caller": r.caller,
-                "changes": r.changes.iter().map(|(n, old, new)| json!({
-                    "name": n, "old": old, "new": new,
-                })).collect::<Vec<_>>(),
-                "outcome": r.outcome,
-            })
+        .map(|r| SettingsHistoryEntry {
+            timestamp: r.at_ms,
+            caller: r.caller.clone(),
+            changes: r
+                .changes
+                .iter()
+                .map(|(n, old, new)| SettingValueChange {
+                    name: n.clone(),
+                    old: old.clone(),
+                    new: new.clone(),
+                })
+                .collect(),
+            outcome: r.outcome.clone(),
         })
         .collect();
-    Ok(HttpResponse::Ok().json(json!({ "history": entries })))
+    Ok(HttpResponse::Ok().json(SettingsHistory { history }))
 }
 
 /// `POST /jobs/{id}/config/rollback`.
@@ -74,10 +81,7 @@ pub(super) async fn rollback(state: State, req: HttpRequest) -> Answer {
         .await
         .map_err(|e| ApiError::internal(e.to_string()))?;
     match r {
-        Ok(report) => Ok(HttpResponse::Ok().json(json!({
-            "changes": plan_json(&report.applied),
-            "kept": report.kept,
-        }))),
+        Ok(report) => Ok(HttpResponse::Ok().json(changes_json(&report.applied, Some(report.kept)))),
         Err(e) => Err(error_of(e)),
     }
 }
@@ -106,23 +110,25 @@ fn changes_of(body: Map<String, Value>) -> Result<Vec<(String, String)>, ApiErro
         .collect()
 }
 
-fn plan_json(planned: &[PlannedChange]) -> Vec<Value> {
-    planned
+/// The answer naming each planned change (and, for a rollback, the settings kept).
+fn changes_json(planned: &[PlannedChange], kept: Option<Vec<String>>) -> SettingsChanges {
+    let changes = planned
         .iter()
         .map(|p| {
             let (applies, detail) = match &p.applies {
                 Applies::Live { at } => ("live", at.clone()),
                 Applies::FastRestart { why } => ("fast-restart", why.clone()),
             };
-            json!({
-                "name": p.name,
-                "old": p.old,
-                "new": p.new,
-                "applies": applies,
-                "why": detail,
-            })
+            SettingChange {
+                name: p.name.clone(),
+                old: p.old.clone(),
+                new: p.new.clone(),
+                applies: applies.to_owned(),
+                why: detail,
+            }
         })
-        .collect()
+        .collect();
+    SettingsChanges { changes, kept }
 }
 
 fn error_of(e: SettingError) -> ApiError {

@@ -8,8 +8,10 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
+use weir::api_types::{OperationStatus, ParallelismRequest, ReplaceRequest};
+
 use super::rules::Action;
-use crate::client::{ClientError, RestClient, SavepointError};
+use crate::client::{to_json, ClientError, RestClient, SavepointError};
 
 /// How one action went.
 #[derive(Debug, Clone, PartialEq)]
@@ -102,7 +104,10 @@ fn run_one(
         } => Ok(client.send(
             "POST",
             &format!("/jobs/{id}/replace"),
-            Some(json!({ "graph": graph, "allowDroppingState": allow_dropping_state })),
+            Some(to_json(&ReplaceRequest {
+                allow_dropping_state: *allow_dropping_state,
+                ..ReplaceRequest::new(graph.as_str())
+            })),
         )?),
         Action::Set { settings } => Ok(client.send(
             "PATCH",
@@ -117,13 +122,15 @@ fn run_one(
             Ok(client.send(
                 "PATCH",
                 &path,
-                Some(json!({ "parallelism": parallelism.get() })),
+                Some(to_json(
+                    &ParallelismRequest::new(parallelism.get() as usize),
+                )),
             )?)
         }
     }
 }
 
 /// What a completed savepoint's outcome reports: where it went.
-fn saved(status: Value) -> Value {
-    json!({ "location": status["operation"]["location"] })
+fn saved(status: OperationStatus) -> Value {
+    json!({ "location": status.operation.and_then(|o| o.location) })
 }

@@ -239,23 +239,9 @@ impl Engine {
             let rule = &self.rules.rules[i];
             let state = &mut self.state[i];
             let new_failures = if rule.when.reads_checkpoints() {
-                match state.seen {
-                    // First look: a baseline, nothing to judge yet.
-                    None => {
-                        state.seen = Some(outcomes);
-                        continue;
-                    }
-                    Some(seen) if seen == outcomes => continue,
-                    Some((c, f)) => {
-                        state.seen = Some(outcomes);
-                        // Counters that went back (a restarted server): judge only the
-                        // latest values.
-                        if outcomes.0 < c || outcomes.1 < f {
-                            0
-                        } else {
-                            outcomes.1 - f
-                        }
-                    }
+                match new_failures(&mut state.seen, outcomes) {
+                    Some(n) => n,
+                    None => continue,
                 }
             } else {
                 0
@@ -337,6 +323,23 @@ impl Engine {
             .filter(|t| now.saturating_sub(**t) < HOUR)
             .count() as u32
     }
+}
+
+/// The checkpoint failures since the outcomes (completed, failed) a rule last saw, which
+/// become `seen`; `None` when there is nothing new to judge (the first look, a baseline, or
+/// the same outcomes again). Counters that went back (a restarted server) give 0: only the
+/// latest values are judged.
+fn new_failures(seen: &mut Option<(u64, u64)>, outcomes: (u64, u64)) -> Option<u64> {
+    let before = seen.replace(outcomes)?;
+    if before == outcomes {
+        return None;
+    }
+    let (c, f) = before;
+    Some(if outcomes.0 < c || outcomes.1 < f {
+        0
+    } else {
+        outcomes.1 - f
+    })
 }
 
 fn conditions(rule: &Rule) -> usize {

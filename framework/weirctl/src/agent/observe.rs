@@ -1,10 +1,13 @@
 //! One look at a job over its REST API: which job to watch, and the [`Observation`] the
-//! engine judges. Only calls and fields Weir and Flink share are needed; where Flink reports
+//! engine judges, read into the REST API's types (`weir::api_types`). Only calls and fields
+//! Weir and Flink share are needed; where Flink reports
 //! a value elsewhere (the start delay and alignment time are task metrics in Flink, job
 //! metrics in Weir) both places are read. It owns reading, not judging (`engine`) or acting
 //! (`act`).
 
-use serde_json::Value;
+use weir::api_types::{
+    AggregatedMetric, CheckpointingStatistics, JobDetails, JobsOverview, Metric, VertexBackpressure,
+};
 
 use super::engine::Observation;
 use crate::client::{ClientError, RestClient};
@@ -36,27 +39,24 @@ pub enum LookError {
 /// The id of the running job `selector` names.
 pub fn find_job(client: &RestClient, selector: &JobSelector) -> Result<String, LookError> {
     if let JobSelector::Id(id) = selector {
-        let job = client.get(&format!("/jobs/{id}")).map_err(|e| match e {
+        let job: JobDetails = client.get_as(&format!("/jobs/{id}")).map_err(|e| match e {
             ClientError::Refused { status: 404, .. } => {
                 LookError::NoJob(format!("job {id} is not on the server"))
             }
             e => e.into(),
         })?;
-        return match job["state"].as_str() {
-            Some("RUNNING") => Ok(id.clone()),
-            state => Err(LookError::NoJob(format!(
-                "job {id} is {}",
-                state.unwrap_or("in an unknown state")
-            ))),
+        return match job.state.as_str() {
+            "RUNNING" => Ok(id.clone()),
+            "" => Err(LookError::NoJob(format!("job {id} is in an unknown state"))),
+            state => Err(LookError::NoJob(format!("job {id} is {state}"))),
         };
     }
-    let overview = client.get("/jobs/overview")?;
-    let running: Vec<(&str, &str)> = overview["jobs"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter(|j| j["state"] == "RUNNING")
-        .filter_map(|j| Some((j["jid"].as_str()?, j["name"].as_str().unwrap_or(""))))
+    let overview: JobsOverview = client.get_as("/jobs/overview")?;
+    let running: Vec<(&str, &str)> = overview
+        .jobs
+        .iter()
+        .filter(|j| j.state == "RUNNING" && !j.jid.is_empty())
+        .map(|j| (j.jid.as_str(), j.name.as_str()))
         .collect();
     let fitting: Vec<&str> = running
         .iter()
@@ -82,40 +82,41 @@ pub fn find_job(client: &RestClient, selector: &JobSelector) -> Result<String, L
 
 /// Looks at job `id`: `None` while it is not running but may again (restarting).
 pub fn observe(client: &RestClient, id: &str) -> Result<Option<Observation>, LookError> {
-    let job = client.get(&format!("/jobs/{id}")).map_err(|e| match e {
+    let job: JobDetails = client.get_as(&format!("/jobs/{id}")).map_err(|e| match e {
         ClientError::Refused { status: 404, .. } => {
             LookError::NoJob(format!("job {id} is no longer on the server"))
         }
         e => e.into(),
     })?;
-    match job["state"].as_str() {
-        Some("RUNNING") => {}
-        Some(s @ ("FINISHED" | "CANCELED" | "FAILED" | "SUSPENDED")) => {
+    match job.state.as_str() {
+        "RUNNING" => {}
+        s @ ("FINISHED" | "CANCELED" | "FAILED" | "SUSPENDED") => {
             return Err(LookError::NoJob(format!("job {id} is {s}")))
         }
         _ => return Ok(None),
     }
-    let checkpoints = client.get(&format!("/jobs/{id}/checkpoints"))?;
-    let metrics = client.get(&format!(
+    let checkpoints: CheckpointingStatistics = client.get_as(&format!("/jobs/{id}/checkpoints"))?;
+    let metrics: Vec<Metric> = client.get_as(&format!(
         "/jobs/{id}/metrics?get=lastCheckpointDuration,checkpointStartDelay,checkpointAlignmentTime"
     ))?;
     let metric = |name: &str| -> Option<u64> {
         metrics
-            .as_array()?
             .iter()
-            .find(|m| m["id"] == name)
-            .and_then(|m| number(&m["value"]))
+            .find(|m| m.id == name)
+            .and_then(Metric::number)
             .map(|v| v as u64)
     };
-    let latest = &checkpoints["latest"]["completed"];
     let mut obs = Observation {
         job_id: id.to_owned(),
-        completed_checkpoints: checkpoints["counts"]["completed"].as_u64(),
-        failed_checkpoints: checkpoints["counts"]["failed"].as_u64(),
+        completed_checkpoints: Some(checkpoints.counts.completed),
+        failed_checkpoints: Some(checkpoints.counts.failed),
         // From the same answer as the counts, so that the duration is the latest counted
         // checkpoint's; the job metric only where the answer has none.
-        last_checkpoint_duration_ms: latest["end_to_end_duration"]
-            .as_u64()
+        last_checkpoint_duration_ms: checkpoints
+            .latest
+            .completed
+            .as_ref()
+            .map(|c| c.end_to_end_duration)
             .or_else(|| metric("lastCheckpointDuration")),
         checkpoint_start_delay_ms: metric("checkpointStartDelay"),
         checkpoint_alignment_ms: metric("checkpointAlignmentTime"),
@@ -123,17 +124,19 @@ pub fn observe(client: &RestClient, id: &str) -> Result<Option<Observation>, Loo
     };
     let flink_task_metrics =
         obs.checkpoint_start_delay_ms.is_none() || obs.checkpoint_alignment_ms.is_none();
-    for vertex in job["vertices"].as_array().into_iter().flatten() {
-        let Some(vid) = vertex["id"].as_str() else {
-            continue;
+    for vertex in job.vertices.iter().filter(|v| !v.id.is_empty()) {
+        let vid = &vertex.id;
+        let name = if vertex.name.is_empty() {
+            vid
+        } else {
+            &vertex.name
         };
-        let name = vertex["name"].as_str().unwrap_or(vid);
-        let bp = client.get(&format!("/jobs/{id}/vertices/{vid}/backpressure"))?;
-        let ratio = bp["subtasks"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(|s| number(&s["ratio"]))
+        let bp: VertexBackpressure =
+            client.get_as(&format!("/jobs/{id}/vertices/{vid}/backpressure"))?;
+        let ratio = bp
+            .subtasks
+            .iter()
+            .map(|s| s.ratio)
             .fold(None, |m: Option<f64>, r| Some(m.map_or(r, |m| m.max(r))));
         if let Some(r) = ratio {
             if obs.backpressure.is_none_or(|b| r > b) {
@@ -142,38 +145,36 @@ pub fn observe(client: &RestClient, id: &str) -> Result<Option<Observation>, Loo
             }
         }
         if flink_task_metrics {
-            // Flink: task metrics in ns, the largest over the vertex's subtasks. One metric a
-            // call: Flink answers `[]` to the whole call when a vertex lacks one of them (a
-            // source has no alignment time).
-            for (metric, slot) in [
-                (
-                    "checkpointStartDelayNanos",
-                    &mut obs.checkpoint_start_delay_ms,
-                ),
-                ("checkpointAlignmentTime", &mut obs.checkpoint_alignment_ms),
-            ] {
-                let m = client.get(&format!(
-                    "/jobs/{id}/vertices/{vid}/subtasks/metrics?get={metric}&agg=max"
-                ));
-                let ns = m.ok().as_ref().and_then(Value::as_array).and_then(|all| {
-                    all.iter()
-                        .find(|m| m["id"] == metric)
-                        .and_then(|m| number(&m["max"]))
-                });
-                if let Some(ms) = ns.map(|ns| (ns / 1e6) as u64) {
-                    *slot = Some(slot.map_or(ms, |v| v.max(ms)));
-                }
-            }
+            flink_task_metrics_of(client, id, vid, &mut obs);
         }
     }
     Ok(Some(obs))
 }
 
-/// A JSON number, or a number in a string (Flink's metric values are strings).
-fn number(v: &Value) -> Option<f64> {
-    match v {
-        Value::Number(n) => n.as_f64(),
-        Value::String(s) => s.parse().ok(),
-        _ => None,
+/// Flink: the start delay and alignment time are task metrics in ns, the largest over the
+/// vertex's subtasks; each raises the observation's value to it. One metric a call: Flink
+/// answers `[]` to the whole call when a vertex lacks one of them (a source has no alignment
+/// time).
+fn flink_task_metrics_of(client: &RestClient, id: &str, vid: &str, obs: &mut Observation) {
+    for (metric, slot) in [
+        (
+            "checkpointStartDelayNanos",
+            &mut obs.checkpoint_start_delay_ms,
+        ),
+        ("checkpointAlignmentTime", &mut obs.checkpoint_alignment_ms),
+    ] {
+        let all: Option<Vec<AggregatedMetric>> = client
+            .get_as(&format!(
+                "/jobs/{id}/vertices/{vid}/subtasks/metrics?get={metric}&agg=max"
+            ))
+            .ok();
+        let ns = all
+            .iter()
+            .flatten()
+            .find(|m| m.id == metric)
+            .and_then(|m| m.max);
+        if let Some(ms) = ns.map(|ns| (ns / 1e6) as u64) {
+            *slot = Some(slot.map_or(ms, |v| v.max(ms)));
+        }
     }
 }
