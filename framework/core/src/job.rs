@@ -16,9 +16,8 @@ use actix::prelude::*;
 use crate::backup::BackupMetrics;
 use crate::checkpoint::coordinator::CheckpointStats;
 use crate::config::EnvConfig;
-use crate::controller::{
-    self, ActorEntry, Command, Commands, JobResult, JobStatus, JobView, Launch, Views,
-};
+use crate::controller::deployment::subtasks_of;
+use crate::controller::{self, Command, Commands, JobResult, JobStatus, JobView, Launch, Views};
 use crate::error::JobError;
 use crate::failure::FailureRecord;
 use crate::graph::Graph;
@@ -30,6 +29,7 @@ use crate::rate::{RateConfigError, RateControlConfig};
 use crate::replace::{ReplaceError, ReplaceOptions, ReplaceReport};
 use crate::rescale::{RescaleError, RescaleReport};
 use crate::savepoint::SavepointRequest;
+pub use crate::settings::RollbackReport;
 use crate::settings::{ChangeRecord, PlannedChange, SettingError};
 use crate::sync::atomic::Ordering;
 use crate::task::{Ping, SnapshotState, SubtaskStatus};
@@ -671,27 +671,6 @@ impl JobHandle {
 
 /// Builds a registered graph version with the job's settings (`Env::register_graph`).
 pub(crate) type GraphFactory = std::sync::Arc<dyn Fn(&EnvConfig) -> Graph + Send + Sync>;
-
-/// What [`JobMonitor::rollback_settings`] did.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct RollbackReport {
-    /// The changes made.
-    pub applied: Vec<PlannedChange>,
-    /// Settings changed since the last checkpoint with no earlier value known.
-    pub kept: Vec<String>,
-}
-
-/// The subtask actors among `actors` that run operator `uid`, in subtask order.
-pub(crate) fn subtasks_of(actors: &[ActorEntry], uid: &str) -> Vec<ActorEntry> {
-    let mut v: Vec<ActorEntry> = actors
-        .iter()
-        .filter(|a| a.uids.iter().any(|u| u == uid))
-        .cloned()
-        .collect();
-    v.sort_by_key(|e| e.subtask);
-    v
-}
 
 /// Plans `graph` and starts it on a job thread; returns once every subtask is deployed.
 pub(crate) fn start(

@@ -551,6 +551,16 @@ pub(crate) fn format_duration(d: Duration) -> String {
     }
 }
 
+/// What [`JobMonitor::rollback_settings`](crate::JobMonitor::rollback_settings) did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RollbackReport {
+    /// The changes made.
+    pub applied: Vec<PlannedChange>,
+    /// Settings changed since the last checkpoint with no earlier value known.
+    pub kept: Vec<String>,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -35,7 +35,7 @@ pub(crate) enum Command {
     /// Change live settings, all or none (checked, then applied; recorded in the history).
     Settings(SettingsRequest),
     /// Return the settings to their values at the last completed checkpoint.
-    RollbackSettings(Reply<Result<crate::job::RollbackReport, crate::settings::SettingError>>),
+    RollbackSettings(Reply<Result<crate::settings::RollbackReport, crate::settings::SettingError>>),
     /// Change one `#[weir(config)]` field of an operator in every subtask.
     Configure(ConfigureRequest),
     /// Replace the job's graph (fast restart); answered once the new graph committed its

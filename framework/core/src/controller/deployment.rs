@@ -409,3 +409,14 @@ fn stop_arbiters(arbiters: Vec<Arbiter>, job: &str) {
         );
     }
 }
+
+/// The subtask actors among `actors` that run operator `uid`, in subtask order.
+pub(crate) fn subtasks_of(actors: &[ActorEntry], uid: &str) -> Vec<ActorEntry> {
+    let mut v: Vec<ActorEntry> = actors
+        .iter()
+        .filter(|a| a.uids.iter().any(|u| u == uid))
+        .cloned()
+        .collect();
+    v.sort_by_key(|e| e.subtask);
+    v
+}

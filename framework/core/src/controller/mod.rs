@@ -43,7 +43,6 @@ pub(crate) use command::{
     Command, CommandInbox, Commands, ConfigureRequest, ReplaceRequest, RescaleRequest,
     RescaleTarget, SettingsRequest,
 };
-pub(crate) use deployment::ActorEntry;
 pub use result::{JobResult, OperatorResult};
 
 use deployment::Deployment;

@@ -52,6 +52,7 @@ mod replacing;
 mod rescaling;
 mod running;
 mod stopping;
+mod switch;
 mod transition;
 
 pub(crate) use deploying::Deploying;

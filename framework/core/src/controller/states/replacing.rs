@@ -26,8 +26,7 @@ use crate::plan::{OperatorRegistry, Plan, Restore};
 use crate::replace::{ReplaceError, ReplaceOptions, ReplaceReport};
 use crate::task::Resume;
 
-use super::deploying::deploy_from;
-use super::rescaling::commit_all;
+use super::switch;
 use super::{Finished, Recovering, Running, Transition, TransitionTo};
 
 type ReplaceReply = Reply<Result<ReplaceReport, ReplaceError>>;
@@ -197,17 +196,8 @@ impl Replacing {
 }
 
 async fn forward(ctx: &mut JobContext, dep: Deployment, pending: PendingReplace) -> Transition {
-    let id = pending.id;
-    if let Err(e) = commit_all(ctx, &dep, id).await {
-        let _ = pending.reply.send(Err(ReplaceError::Aborted(format!(
-            "a subtask failed committing the savepoint ({e}); the job recovers with the old graph"
-        ))));
-        let cause = e.to_string();
-        return Replacing::to(Recovering::new(dep, e), cause);
-    }
-    ctx.degraded_before |= dep.degraded();
-    dep.stop(&ctx.job, &ctx.cfg);
     let PendingReplace {
+        id,
         graph,
         plan,
         dropped,
@@ -216,17 +206,60 @@ async fn forward(ctx: &mut JobContext, dep: Deployment, pending: PendingReplace)
         requested,
         paused_at,
         mut payloads,
-        ..
     } = pending;
     payloads.retain(|(uid, _), _| !dropped.contains(uid));
-    let restore = Restore {
-        checkpoint: id,
-        states: payloads,
-        chains: Default::default(),
-        parallelism: ctx.plan.parallelism_by_uid().collect(),
-        key_groups: ctx.plan.key_groups_by_uid().collect(),
-        older: None,
+    let restore = match switch::stop_at(ctx, dep, id, payloads).await {
+        Ok(restore) => restore,
+        Err((dep, e)) => {
+            let _ = reply.send(Err(ReplaceError::Aborted(format!(
+                "a subtask failed committing the savepoint ({e}); the job recovers with the old graph"
+            ))));
+            let cause = e.to_string();
+            return Replacing::to(Recovering::new(dep, e), cause);
+        }
     };
+    let old = swap_graph(ctx, *graph, plan);
+    let probation = |restore: Restore, report: ReplaceReport| Probation {
+        graph: old.0,
+        plan: old.1,
+        registry: old.2,
+        follows_default: old.3,
+        restore,
+        deadline: Instant::now() + options.grace,
+        from_checkpoint: id,
+        reply,
+        report,
+    };
+    let report = |dropped| ReplaceReport {
+        checkpoint: id,
+        duration: requested.elapsed(),
+        pause: paused_at.elapsed(),
+        dropped_state: dropped,
+        committed_at: None,
+    };
+    match switch::deploy(ctx, restore.clone()) {
+        Ok(dep) => {
+            let report = report(dropped);
+            tracing::info!(checkpoint = id, pause = ?report.pause, "the new graph runs, on probation until its first checkpoint");
+            ctx.publish_graph();
+            ctx.probation = Some(Box::new(probation(restore, report)));
+            let cause = format!("replaced the graph at savepoint {id}");
+            Replacing::to(Running::new(dep, ctx), cause)
+        }
+        Err(e) => {
+            ctx.probation = Some(Box::new(probation(restore, report(dropped))));
+            roll_back(ctx, format!("the new graph cannot start: {e}"))
+        }
+    }
+}
+
+/// What [`swap_graph`] took out of the context: the old graph, plan, registry and which nodes
+/// followed the default parallelism.
+type OldGraph = (Graph, Plan, OperatorRegistry, Vec<bool>);
+
+/// Puts `graph` and its `plan` in the context (with a registry of their own), and returns
+/// what they replace.
+fn swap_graph(ctx: &mut JobContext, graph: Graph, plan: Plan) -> OldGraph {
     let registry = OperatorRegistry::new(
         &plan,
         ctx.cfg.max_parallelism,
@@ -239,50 +272,12 @@ async fn forward(ctx: &mut JobContext, dep: Deployment, pending: PendingReplace)
         .iter()
         .map(|n| n.parallelism.is_none())
         .collect();
-    let old_graph = std::mem::replace(&mut ctx.graph, *graph);
-    let old_plan = std::mem::replace(&mut ctx.plan, plan);
-    let old_registry = std::mem::replace(&mut ctx.registry, registry);
-    let old_follows = std::mem::replace(&mut ctx.follows_default, follows);
-    ctx.attempt += 1;
-    let probation = |restore: Restore, report: ReplaceReport| Probation {
-        graph: old_graph,
-        plan: old_plan,
-        registry: old_registry,
-        follows_default: old_follows,
-        restore,
-        deadline: Instant::now() + options.grace,
-        from_checkpoint: id,
-        reply,
-        report,
-    };
-    match deploy_from(ctx, Some(restore.clone())) {
-        Ok((dep, _)) => {
-            let now = Instant::now();
-            let report = ReplaceReport {
-                checkpoint: id,
-                duration: now.duration_since(requested),
-                pause: now.duration_since(paused_at),
-                dropped_state: dropped,
-                committed_at: None,
-            };
-            tracing::info!(checkpoint = id, pause = ?report.pause, "the new graph runs, on probation until its first checkpoint");
-            ctx.publish_graph();
-            ctx.probation = Some(Box::new(probation(restore, report)));
-            let cause = format!("replaced the graph at savepoint {id}");
-            Replacing::to(Running::new(dep, ctx), cause)
-        }
-        Err(e) => {
-            let report = ReplaceReport {
-                checkpoint: id,
-                duration: requested.elapsed(),
-                pause: paused_at.elapsed(),
-                dropped_state: dropped,
-                committed_at: None,
-            };
-            ctx.probation = Some(Box::new(probation(restore, report)));
-            roll_back(ctx, format!("the new graph cannot start: {e}"))
-        }
-    }
+    (
+        std::mem::replace(&mut ctx.graph, graph),
+        std::mem::replace(&mut ctx.plan, plan),
+        std::mem::replace(&mut ctx.registry, registry),
+        std::mem::replace(&mut ctx.follows_default, follows),
+    )
 }
 
 /// The new graph failed on probation: back to the old graph from the same states.
@@ -314,17 +309,7 @@ fn roll_back(ctx: &mut JobContext, why: String) -> Transition {
     ctx.plan = plan;
     ctx.registry = registry;
     ctx.follows_default = follows_default;
-    ctx.attempt += 1;
     ctx.publish_graph();
     let _ = reply.send(Err(ReplaceError::RolledBack(why.clone())));
-    match deploy_from(ctx, Some(restore)) {
-        Ok((dep, cause)) => Replacing::to(
-            Running::new(dep, ctx),
-            format!("rolled back ({why}): {cause}"),
-        ),
-        Err(e) => {
-            let cause = e.to_string();
-            Replacing::to(Finished::failed(e), cause)
-        }
-    }
+    switch::deploy_back::<Replacing>(ctx, restore, &format!("rolled back ({why})"))
 }

@@ -16,10 +16,9 @@ use crate::controller::command::{ConfigureRequest, Reply, SettingsRequest};
 use crate::controller::JobContext;
 use crate::detector::check_every;
 use crate::hooks::ConfigError;
-use crate::job::RollbackReport;
 use crate::rate::RateControlConfig;
 use crate::sampler::RateController;
-use crate::settings::{Applies, ChangeRecord, Parsed, PlannedChange, SettingError};
+use crate::settings::{Applies, ChangeRecord, Parsed, PlannedChange, RollbackReport, SettingError};
 
 use super::{tick_every, Running};
 
@@ -185,7 +184,7 @@ impl Running {
             name: name.clone(),
             message,
         };
-        let Some(entry) = crate::job::subtasks_of(&self.dep.actors, uid)
+        let Some(entry) = crate::controller::deployment::subtasks_of(&self.dep.actors, uid)
             .into_iter()
             .next()
         else {
@@ -218,7 +217,7 @@ impl Running {
         let gone = || ConfigError::NoSuchOperator {
             uid: uid.to_owned(),
         };
-        let entries = crate::job::subtasks_of(&self.dep.actors, uid);
+        let entries = crate::controller::deployment::subtasks_of(&self.dep.actors, uid);
         if entries.is_empty() {
             return Err(gone());
         }
