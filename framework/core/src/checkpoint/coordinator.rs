@@ -550,15 +550,16 @@ impl Coordinator {
 
     /// Checkpoint `done`, acknowledged by every subtask, is complete: its `_metadata` is
     /// written. (Until then it is in progress: if the metadata cannot be written it fails
-    /// with [`fail_one`](Self::fail_one) like any other.)
-    pub(crate) fn complete(&mut self, done: &Completed, now: Instant) {
+    /// with [`fail_one`](Self::fail_one) like any other.) Returns the older checkpoints still
+    /// in progress, which it subsumes: they will not complete.
+    pub(crate) fn complete(&mut self, done: &Completed, now: Instant) -> Vec<u64> {
         let Some(p) = self.pending.remove(&done.id) else {
-            return;
+            return Vec::new();
         };
         let (id, size, duration) = (done.id, done.size, done.duration);
         // Older checkpoints still pending are subsumed.
         let older: Vec<u64> = self.pending.range(..id).map(|(k, _)| *k).collect();
-        for k in older {
+        for &k in &older {
             self.pending.remove(&k);
             self.stats.number_of_failed_checkpoints += 1;
             self.record_failure(k, now, format!("subsumed by checkpoint {id}"));
@@ -589,6 +590,7 @@ impl Coordinator {
         // high for ever after one slow start, and an agent's rule on it would never recover.
         self.stats.checkpoint_start_delay_nanos = p.max_start_delay.as_nanos() as u64;
         self.stats.last_completed_checkpoint_id = Some(id);
+        older
     }
 
     /// The checkpoints in progress at `now` that are older than the timeout (the controller
@@ -794,6 +796,22 @@ mod tests {
             Failed::Tolerated { in_a_row: 1 },
             "a restart starts the count over"
         );
+    }
+
+    /// A checkpoint that completes subsumes the older ones in progress, and says which: what
+    /// waits for them (a savepoint, a rescale) learns they will not complete.
+    #[test]
+    fn a_completed_checkpoint_names_the_older_ones_it_subsumes() {
+        let t0 = Instant::now();
+        let mut c = Coordinator::new(&cfg(), 1, 1);
+        let change = c.trigger_savepoint(t0);
+        let savepoint = c.trigger_savepoint(t0);
+        let done = c
+            .ack(savepoint, 0, AckPart::files(vec![]), t0)
+            .expect("its only subtask acked");
+        assert_eq!(c.complete(&done, t0), vec![change]);
+        // Nothing is left to subsume, nor to complete.
+        assert!(c.ack(change, 0, AckPart::files(vec![]), t0).is_none());
     }
 
     #[test]

@@ -249,10 +249,7 @@ impl Wanted {
 
     /// The parallelism changes asked for (each node once, unchanged ones left out), each
     /// checked: the operator can move its state.
-    fn changes(
-        &self,
-        ctx: &JobContext,
-    ) -> Result<(Vec<ParallelismChange>, Nodes), RescaleError> {
+    fn changes(&self, ctx: &JobContext) -> Result<(Vec<ParallelismChange>, Nodes), RescaleError> {
         let (graph, plan) = (&ctx.graph, &ctx.plan);
         let mut changes = Vec::new();
         let mut nodes: Vec<(NodeId, usize)> = Vec::new();

@@ -419,7 +419,11 @@ impl Running {
         done: Completed,
     ) -> ControlFlow<Exit> {
         let root = ctx.checkpoint_root.clone();
-        ctx.coordinator.complete(&done, Instant::now());
+        for subsumed in ctx.coordinator.complete(&done, Instant::now()) {
+            // What waited for an older checkpoint learns it will not complete.
+            self.bound
+                .fail(ctx, &self.dep, subsumed, Failure::Subsumed(done.id));
+        }
         ctx.cfg.faults.checkpoint_completed();
         // Promoted primaries made progress: their failures count from zero again.
         for slot in &mut self.dep.backups {
@@ -618,6 +622,12 @@ impl Running {
             );
             tracing::warn!(reason = %why, "savepoint refused");
             ctx.warnings.savepoint_failed(&why);
+            let _ = request.reply.send(Err(why));
+            return;
+        }
+        if let Some(why) = self.bound.changing() {
+            let why = format!("no savepoint is taken while {why}; ask again once it is done");
+            tracing::warn!(reason = %why, "savepoint refused");
             let _ = request.reply.send(Err(why));
             return;
         }

@@ -55,6 +55,8 @@ pub(in crate::controller::states) enum Failure<'a> {
     NotDurable(&'a str),
     /// Aborted because this operator (uid) failed over to its backup.
     FailedOver(&'a str),
+    /// A newer checkpoint (this one) completed first.
+    Subsumed(u64),
 }
 
 impl Failure<'_> {
@@ -64,6 +66,7 @@ impl Failure<'_> {
             Failure::TimedOut => format!("savepoint {id} timed out"),
             Failure::NotDurable(why) => format!("savepoint failed: {why}"),
             Failure::FailedOver(uid) => format!("savepoint {id} aborted: `{uid}` failed over"),
+            Failure::Subsumed(by) => format!("savepoint {id} was subsumed by checkpoint {by}"),
         }
     }
 
@@ -73,6 +76,7 @@ impl Failure<'_> {
             Failure::TimedOut => format!("its checkpoint {id} timed out"),
             Failure::NotDurable(why) => format!("its checkpoint failed: {why}"),
             Failure::FailedOver(uid) => format!("its checkpoint {id} aborted: `{uid}` failed over"),
+            Failure::Subsumed(by) => format!("its checkpoint {id} was subsumed by checkpoint {by}"),
         }
     }
 }
@@ -99,6 +103,15 @@ impl Bound {
     /// `change` waits for its checkpoint.
     pub(super) fn add_change(&mut self, change: Change) {
         self.change = Some(change);
+    }
+
+    /// What change waits for its checkpoint, if one does.
+    pub(super) fn changing(&self) -> Option<&'static str> {
+        match &self.change {
+            Some(Change::Rescale(_)) => Some("a rescale is in progress"),
+            Some(Change::Replace(_)) => Some("a graph replacement is in progress"),
+            None => None,
+        }
     }
 
     /// Whether a rescale waits for its checkpoint.
