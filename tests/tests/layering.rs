@@ -364,3 +364,36 @@ fn the_path_reader_sees_imports_and_skips_comments_and_strings() {
     let found: Vec<String> = crate_paths(&code).into_iter().collect();
     assert_eq!(found, ["a", "c", "d", "g", "l", "o"]);
 }
+
+/// The layer table in the crate's documentation (`lib.rs`) places every module where this
+/// test does: the documentation cannot drift from what is checked.
+#[test]
+fn the_crate_doc_s_layer_table_is_the_one_checked() {
+    let lib = std::fs::read_to_string(src_dir().join("lib.rs")).expect("lib.rs is readable");
+    let documented: Vec<(String, BTreeSet<String>)> = lib
+        .lines()
+        .filter_map(|l| l.strip_prefix("//! | "))
+        .filter(|row| !row.starts_with("layer |") && !row.starts_with("---"))
+        .filter_map(|row| {
+            let mut cells = row.split(" | ");
+            let layer = cells.next()?.to_lowercase();
+            let modules = cells
+                .next()?
+                .split(", ")
+                .map(|m| {
+                    m.trim_matches(|c| c == '`' || c == '[' || c == ']')
+                        .to_owned()
+                })
+                .collect();
+            Some((layer, modules))
+        })
+        .collect();
+    let checked: Vec<(String, BTreeSet<String>)> = LAYERS
+        .iter()
+        .map(|(l, ms)| (l.to_string(), ms.iter().map(|m| m.to_string()).collect()))
+        .collect();
+    assert_eq!(
+        documented, checked,
+        "lib.rs's layer table and LAYERS differ"
+    );
+}

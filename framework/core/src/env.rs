@@ -67,7 +67,7 @@ impl Env {
     }
 
     /// Registers a version of the job's graph by name: the job started from this `Env` can
-    /// be switched to it while it runs ([`JobMonitor::replace_with`], `POST
+    /// be switched to it while it runs ([`JobMonitor::replace_with`](crate::JobMonitor::replace_with), `POST
     /// /jobs/{id}/replace {"graph": name}`). `build` adds the graph's operators to the `Env`
     /// it is given, as the app built the first version; operators keep their state by uid.
     pub fn register_graph(&self, name: &str, build: impl Fn(&Env) + Send + Sync + 'static) {

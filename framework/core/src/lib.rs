@@ -39,14 +39,14 @@
 //!
 //! | layer | modules | owns |
 //! |---|---|---|
-//! | API | `env`, `stream`, `windowed`, `job`, `rest` | building graphs, starting jobs, the [`JobHandle`], the REST control plane |
-//! | controller | `controller` | a job's lifecycle as typed states, its deployment, commands from outside |
+//! | API | `env`, `stream`, `windowed`, `job`, `rest` | building graphs, starting jobs, the [`JobHandle`] and [`JobMonitor`], the REST control plane |
+//! | controller | `controller` | a job's lifecycle as typed states, its deployment, the commands that change it, the view it publishes |
 //! | protocols | `sampler`, `savepoint`, `detector` | plain structs the controller drives: metrics and rate control, savepoint requests, failure detection |
 //! | physical plan | `plan` | uids, chaining, channels; building every subtask's chain |
 //! | logical graph | `graph` | nodes and edges, typed ports that build channels and gates |
 //! | subtask actors | `task`, `backup`, `gate` | the subtask actor and its two-lane mailbox, buffer-queue backups, input gates |
 //! | operators | `operator`, [`source`], [`sink`], `partition` | per-batch operator chains, sources, sinks, network outputs |
-//! | core | `config`, `restart`, `failure`, [`checkpoint`], `channel`, `metrics`, `event`, `state`, [`key_group`], `rescale`, `replace`, [`settings`], [`time`], [`error`], [`hooks`], [`rate`], `fault`, `erased` | settings, checkpoint protocol and store, credit channels, counters, the events subtasks report, shared vocabulary |
+//! | core | `config`, `restart`, `failure`, [`checkpoint`], `channel`, `metrics`, `event`, `state`, [`key_group`], `rescale`, `replace`, [`settings`], [`time`], [`error`], [`hooks`], [`rate`], `fault`, `erased`, [`api_types`] | settings, checkpoint protocol and store, credit channels, counters, the events subtasks report, shared vocabulary, the REST wire types |
 //! | sync | `sync` | std or loom primitives (the loom shim) |
 //!
 //! The order is the one imports take, not the order data is transformed in: the API builds

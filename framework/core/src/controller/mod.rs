@@ -2,15 +2,17 @@
 //! states (`states`: `Deploying`, `Running`, `FailingOver`, `Recovering`, `Stopping`,
 //! `Finished`) until it ends.
 //!
-//! The controller owns the deployment (`deployment`: arbiters, subtask actors, backup slots)
-//! and the job-wide context every state works in ([`JobContext`]): the graph and plan, the
-//! settings, the channel on which subtasks report ([`JobEvent`]), the command channel from
-//! outside ([`command`]), and the protocols it drives, each a plain struct in a module named
+//! The controller is the only owner of a job's state. It owns the deployment (`deployment`:
+//! arbiters, subtask actors, backup slots) and the job-wide context every state works in
+//! ([`JobContext`]): the graph and plan, the settings, the channel on which subtasks report
+//! ([`JobEvent`]), the command channel from outside ([`command`]: every change to a job —
+//! settings, operator config, rescale, replacement, savepoint, rate, cancel — is a command it
+//! answers, one at a time), and the protocols it drives, each a plain struct in a module named
 //! for it and tested without actors: checkpoint coordination (`checkpoint::coordinator`),
 //! failure detection (`detector`) and promotion (`backup`), the restart strategy (`restart`),
-//! savepoint requests (`savepoint`) and metrics sampling with rate control (`sampler`).
-//! What the outside reads while the job runs (subtasks, metrics, checkpoint statistics,
-//! backups) the controller publishes into [`Views`].
+//! savepoint requests (`savepoint`) and metrics sampling with rate control (`sampler`). What
+//! the outside reads (status, subtasks, metrics, checkpoint statistics, settings, vertices) it
+//! publishes as one immutable [`JobView`] (`view`), which it alone writes.
 //!
 //! It does not plan (`plan`), run operators (`task`, `operator`) or hand out the job's
 //! handle (`job`).
