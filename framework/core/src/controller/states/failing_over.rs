@@ -100,28 +100,35 @@ pub(crate) const MAX_PROMOTIONS_IN_A_ROW: u32 = 8;
 /// A promoted primary that ran this long without failing starts a new count.
 pub(crate) const PROMOTION_QUIET: std::time::Duration = std::time::Duration::from_secs(60);
 
+/// Counts one more promotion of `slot` (a quiet primary starts a new count); `Err` when its
+/// primary failed too often in a row.
+fn count_promotion(
+    slot: &mut crate::controller::deployment::BackupSlot,
+    now: Instant,
+) -> Result<(), String> {
+    if slot
+        .last_promotion
+        .is_some_and(|t| now.duration_since(t) > PROMOTION_QUIET)
+    {
+        slot.recent_promotions = 0;
+    }
+    if slot.recent_promotions >= MAX_PROMOTIONS_IN_A_ROW {
+        return Err(format!(
+            "its primary failed {} times in a row after a promotion, with no checkpoint completed in between (the failure repeats: the restart strategy decides)",
+            slot.recent_promotions + 1
+        ));
+    }
+    slot.recent_promotions += 1;
+    slot.last_promotion = Some(now);
+    Ok(())
+}
+
 /// Promotes the backup of slot `i`. `Err` when no promotion is possible.
 fn promote(running: &mut Running, ctx: &mut JobContext, i: usize, why: &str) -> Result<(), String> {
     let started = Instant::now();
     let started_ms = crate::metrics::now_ms();
+    count_promotion(&mut running.dep.backups[i], started)?;
     let dep = &mut running.dep;
-    {
-        let slot = &mut dep.backups[i];
-        if slot
-            .last_promotion
-            .is_some_and(|t| started.duration_since(t) > PROMOTION_QUIET)
-        {
-            slot.recent_promotions = 0;
-        }
-        if slot.recent_promotions >= MAX_PROMOTIONS_IN_A_ROW {
-            return Err(format!(
-                "its primary failed {} times in a row after a promotion, with no checkpoint completed in between (the failure repeats: the restart strategy decides)",
-                slot.recent_promotions + 1
-            ));
-        }
-        slot.recent_promotions += 1;
-        slot.last_promotion = Some(started);
-    }
     let (k, group) = (dep.backups[i].actor, dep.backups[i].group.clone());
     let old = dep.ids[k].clone();
     tracing::warn!(uid = %old.head_uid, subtask = old.subtask, reason = why, "primary failed: promoting its backup");

@@ -270,38 +270,12 @@ impl Running {
                 actor,
                 payloads,
                 part,
-            } if attempt == ctx.attempt => {
-                let subtask = dep.ids[actor].subtask;
-                if let Some(into) = self.bound.handed_over(id) {
-                    for (uid, payload) in payloads {
-                        into.insert((uid, subtask), payload);
-                    }
-                }
-                let now = Instant::now();
-                match ctx.coordinator.ack(id, actor, part, now) {
-                    Some(done) => self.on_checkpoint_acked(ctx, done),
-                    None => Continue(()),
-                }
-            }
+            } if attempt == ctx.attempt => self.on_ack(ctx, id, actor, payloads, part),
             JobEvent::MetadataStored {
                 attempt,
                 id,
                 result,
-            } if attempt == ctx.attempt => {
-                let Some((done, bytes)) = self.storing.remove(&id) else {
-                    return Continue(());
-                };
-                let stored = result
-                    .map_err(|e| format!("cannot put its metadata on the object store: {e}"))
-                    .and_then(|()| {
-                        store::write_metadata_bytes(&ctx.checkpoint_root, id, &bytes)
-                            .map_err(|e| format!("cannot write its metadata: {e}"))
-                    });
-                match stored {
-                    Ok(()) => self.on_checkpoint_complete(ctx, done),
-                    Err(why) => self.on_metadata_failed(ctx, done.id, why),
-                }
-            }
+            } if attempt == ctx.attempt => self.on_metadata_stored(ctx, id, result),
             JobEvent::Declined {
                 attempt,
                 id,
@@ -313,6 +287,51 @@ impl Running {
             }
             // Events of an earlier deployment, or of a fenced primary.
             _ => Continue(()),
+        }
+    }
+
+    /// Subtask `actor` acknowledged checkpoint `id` (with the states it hands over in memory,
+    /// if a change waits for it).
+    fn on_ack(
+        &mut self,
+        ctx: &mut JobContext,
+        id: u64,
+        actor: usize,
+        payloads: Vec<(String, Vec<u8>)>,
+        part: crate::checkpoint::coordinator::AckPart,
+    ) -> ControlFlow<Exit> {
+        let subtask = self.dep.ids[actor].subtask;
+        if let Some(into) = self.bound.handed_over(id) {
+            for (uid, payload) in payloads {
+                into.insert((uid, subtask), payload);
+            }
+        }
+        match ctx.coordinator.ack(id, actor, part, Instant::now()) {
+            Some(done) => self.on_checkpoint_acked(ctx, done),
+            None => Continue(()),
+        }
+    }
+
+    /// Checkpoint `id`'s `_metadata` was put on the object store (or could not be): written
+    /// locally, it makes the checkpoint complete.
+    fn on_metadata_stored(
+        &mut self,
+        ctx: &mut JobContext,
+        id: u64,
+        result: Result<(), String>,
+    ) -> ControlFlow<Exit> {
+        let Some((done, bytes)) = self.storing.remove(&id) else {
+            return Continue(());
+        };
+        let stored = result
+            .map_err(|e| format!("cannot put its metadata on the object store: {e}"))
+            .and_then(|()| {
+                store::write_metadata_bytes(&ctx.checkpoint_root, id, &bytes)
+                    .map_err(|e| format!("cannot write its metadata: {e}"))
+            });
+        match stored {
+            Ok(()) => self.on_checkpoint_complete(ctx, done),
+            Err(why) => self.on_metadata_failed(ctx, done.id, why),
         }
     }
 
