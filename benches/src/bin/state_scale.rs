@@ -299,10 +299,7 @@ impl Source<u64> for Rotating {
 
 /// A field of `/proc/self/status` in bytes (`VmRSS`, `VmHWM`), 0 where there is none.
 fn rss(field: &str) -> u64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| weir_benches::paper::proc::kb_field(&s, field))
-        .unwrap_or(0)
+    weir_benches::proc_status_bytes(field).unwrap_or(0)
 }
 
 fn percentile(mut v: Vec<u64>, p: f64) -> Option<u64> {

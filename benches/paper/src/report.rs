@@ -2,8 +2,8 @@
 
 use std::fmt::Write as _;
 
-use super::reference::{self, Quote};
-use super::results::Results;
+use crate::reference::{self, Quote};
+use crate::results::Results;
 
 fn ms(x: f64) -> String {
     if x >= 100.0 {
@@ -234,7 +234,7 @@ pub fn render(r: &Results) -> String {
     );
     let _ = writeln!(o, "|---|---|---|---|---|---|---|---|");
     for j in 0..rc.failures {
-        let get = |row: Option<&super::results::RecoveryRow>, cum: bool| {
+        let get = |row: Option<&crate::results::RecoveryRow>, cum: bool| {
             row.and_then(|r| {
                 if cum {
                     r.cumulative_ms.get(j)

@@ -10,13 +10,13 @@ use std::time::{Duration, Instant};
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde_json::Value;
 
-use super::analysis::{
-    column_medians, cpu_intervals, cumulative, merge_windows, pct_change, peak_rss, steady_rss,
-    weighted_cpu,
+use crate::analysis::{
+    column_medians, cpu_intervals, cumulative, median, merge_windows, pct_change, peak_rss,
+    steady_rss, weighted_cpu,
 };
-use super::charts::{self, Panel, Series};
-use super::proc::{self, ChildRun, Machine};
-use super::results::*;
+use crate::charts::{self, Panel, Series};
+use crate::proc::{self, ChildRun, Machine};
+use crate::results::*;
 
 /// The harness binaries.
 #[derive(Debug, Clone)]
@@ -258,7 +258,7 @@ fn u64_field(v: &Value, key: &str, who: &str) -> Result<u64, String> {
 
 fn med(xs: impl IntoIterator<Item = f64>) -> f64 {
     let v: Vec<f64> = xs.into_iter().collect();
-    crate::median(&v).unwrap_or(f64::NAN)
+    median(&v).unwrap_or(f64::NAN)
 }
 
 fn med_u64(xs: impl IntoIterator<Item = u64>) -> u64 {
@@ -267,7 +267,7 @@ fn med_u64(xs: impl IntoIterator<Item = u64>) -> u64 {
 
 fn med_opt(xs: impl IntoIterator<Item = Option<f64>>) -> Option<f64> {
     let v: Vec<f64> = xs.into_iter().flatten().collect();
-    crate::median(&v)
+    median(&v)
 }
 
 /// Runs every experiment, writes the charts, and returns what was measured (not yet written).

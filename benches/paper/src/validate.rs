@@ -5,7 +5,7 @@ use std::path::Path;
 
 use serde_json::Value;
 
-use super::results::SCHEMA;
+use crate::results::SCHEMA;
 
 /// Collects the problems found.
 struct Check<'a> {
