@@ -111,10 +111,8 @@ enum Built {
     Windowed(weir_examples::answers::WindowHandles),
 }
 
-fn run(args: Args) -> Result<(), String> {
-    if args.parallelism == 0 {
-        return Err("--parallelism must be at least 1".into());
-    }
+/// The input: the `--input` file or generated answers, with the `--levels` file if given.
+fn input_of(args: &Args) -> Result<Input, String> {
     let mut input = match &args.input {
         Some(path) => {
             // Checked here for a clear message; the job would fail on it too.
@@ -130,36 +128,28 @@ fn run(args: Args) -> Result<(), String> {
             .map_err(|e| format!("cannot read levels file {}: {e}", levels.display()))?;
         input = input.with_levels(levels);
     }
+    Ok(input)
+}
+
+/// The output directory, emptied unless the job resumes (a resumed job cuts its part files
+/// back to the checkpointed length itself).
+fn prepare_out_dir(args: &Args) -> Result<PathBuf, String> {
     let out_dir = args
         .output
         .clone()
         .unwrap_or_else(|| std::env::temp_dir().join("weir-answer-cleaning"));
-    // A resumed job cuts its part files back to the checkpointed length itself.
     let prepared = if args.restore_latest {
         std::fs::create_dir_all(&out_dir)
     } else {
         prepare_output_dir(&out_dir)
     };
     prepared.map_err(|e| format!("cannot prepare output directory {}: {e}", out_dir.display()))?;
+    Ok(out_dir)
+}
 
-    let env = Env::with_config(config(&args)?);
-    let built = match args.window {
-        None => Built::Cleaning(build_answer_cleaning(
-            &env,
-            &input,
-            &out_dir,
-            args.parallelism,
-        )),
-        Some(window) => Built::Windowed(build_windowed_level_counts(
-            &env,
-            &input,
-            &out_dir,
-            args.parallelism,
-            window,
-        )),
-    };
-    let job = env.start("answer-cleaning").map_err(|e| e.to_string())?;
-    let server = match args.rest {
+/// The REST server and dashboard with `--rest`, the job registered; their addresses printed.
+fn serve(args: &Args, job: &weir::JobHandle) -> Result<Option<RestServer>, String> {
+    Ok(match args.rest {
         None => None,
         Some(addr) => {
             let server =
@@ -175,36 +165,23 @@ fn run(args: Args) -> Result<(), String> {
             }
             Some(server)
         }
-    };
-    let canceller = job.canceller();
-    let stopped = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let flag = stopped.clone();
-    ctrlc::set_handler(move || {
-        flag.store(true, std::sync::atomic::Ordering::SeqCst);
-        canceller.cancel();
     })
-    .map_err(|e| format!("cannot install the Ctrl-C handler: {e}"))?;
-    let monitor = job.monitor();
-    let result = match job.wait() {
-        Ok(result) => result,
-        Err(weir::JobError::Cancelled { .. })
-            if stopped.load(std::sync::atomic::Ordering::SeqCst) =>
-        {
-            println!("stopped by Ctrl-C");
-            if let Some(m) = monitor.metrics() {
-                for o in &m.operators {
-                    println!(
-                        "{:<14} {:>12} in {:>12} out",
-                        o.uid, o.num_records_in, o.num_records_out
-                    );
-                }
-            }
-            drop(server);
-            return Ok(());
-        }
-        Err(e) => return Err(e.to_string()),
-    };
+}
 
+/// What each operator had done when Ctrl-C stopped the job.
+fn print_stopped(monitor: &weir::JobMonitor) {
+    if let Some(m) = monitor.metrics() {
+        for o in &m.operators {
+            println!(
+                "{:<14} {:>12} in {:>12} out",
+                o.uid, o.num_records_in, o.num_records_out
+            );
+        }
+    }
+}
+
+/// The summary of a finished job: its input, parallelism, counts and where its output is.
+fn print_summary(args: &Args, built: &Built, result: &weir::JobResult, out_dir: &std::path::Path) {
     match &args.input {
         Some(p) => println!("input:          {}", p.display()),
         None if args.forever => println!(
@@ -217,15 +194,15 @@ fn run(args: Args) -> Result<(), String> {
         ),
     }
     println!("parallelism:    {:>12}", args.parallelism);
-    let malformed = match &built {
+    let malformed = match built {
         Built::Cleaning(handles) => {
-            let summary = Summary::new(&result, handles);
+            let summary = Summary::new(result, handles);
             println!("{summary}");
             println!("output:         {}", out_dir.display());
             summary.malformed
         }
         Built::Windowed(handles) => {
-            let summary = WindowSummary::new(&result, handles);
+            let summary = WindowSummary::new(result, handles);
             println!("{summary}");
             println!(
                 "output:         {}/part-windows-* (window_start_ms,window_end_ms,level,count)",
@@ -246,6 +223,56 @@ fn run(args: Args) -> Result<(), String> {
             out_dir.display()
         );
     }
+}
+
+fn run(args: Args) -> Result<(), String> {
+    if args.parallelism == 0 {
+        return Err("--parallelism must be at least 1".into());
+    }
+    let input = input_of(&args)?;
+    let out_dir = prepare_out_dir(&args)?;
+
+    let env = Env::with_config(config(&args)?);
+    let built = match args.window {
+        None => Built::Cleaning(build_answer_cleaning(
+            &env,
+            &input,
+            &out_dir,
+            args.parallelism,
+        )),
+        Some(window) => Built::Windowed(build_windowed_level_counts(
+            &env,
+            &input,
+            &out_dir,
+            args.parallelism,
+            window,
+        )),
+    };
+    let job = env.start("answer-cleaning").map_err(|e| e.to_string())?;
+    let server = serve(&args, &job)?;
+    let canceller = job.canceller();
+    let stopped = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flag = stopped.clone();
+    ctrlc::set_handler(move || {
+        flag.store(true, std::sync::atomic::Ordering::SeqCst);
+        canceller.cancel();
+    })
+    .map_err(|e| format!("cannot install the Ctrl-C handler: {e}"))?;
+    let monitor = job.monitor();
+    let result = match job.wait() {
+        Ok(result) => result,
+        Err(weir::JobError::Cancelled { .. })
+            if stopped.load(std::sync::atomic::Ordering::SeqCst) =>
+        {
+            println!("stopped by Ctrl-C");
+            print_stopped(&monitor);
+            drop(server);
+            return Ok(());
+        }
+        Err(e) => return Err(e.to_string()),
+    };
+
+    print_summary(&args, &built, &result, &out_dir);
     if let (Some(server), true) = (&server, args.forever) {
         // A job stopped over REST: its clients still read the final status (and the
         // savepoint's location) until the user is done.

@@ -71,27 +71,22 @@
 //! panic a hung subtask ends with when the job restarts is not printed.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
-use weir::sink::{Sink, SinkContext};
-use weir::source::SourceContext;
-use weir::{Env, EnvConfig, RestartStrategy, SinkError};
-use weir_examples::answers::{
-    answer_json, clean_line, default_levels, uid, Answers, Thresholds, DEFAULT_SEED,
-};
-use weir_examples::rng::SplitMix64;
-use weir_testing::{clear_part_files, quiet_released_hangs, read_committed, Fault, FaultPlan};
+use weir_examples::answers::{uid, DEFAULT_SEED};
+use weir_testing::quiet_released_hangs;
 
+use crate::clock_ns;
+use crate::recovery_support::Expected;
 pub use crate::recovery_support::Kind;
-use crate::recovery_support::{
-    build_cleaning_job, install_fault_hook, tally, Expected, FlatMapSetup, KeptRecord, ProbedSink,
-    RecoveryProbe,
-};
-use crate::{clock_ns, median};
+
+mod placement;
+mod shot;
+
+use placement::{Injector, Layout};
+use shot::{run_one, summarize, Shot, WorkDirs};
 
 /// The job's name (its checkpoints go to `<checkpoint dir>/criticality/`).
 const JOB: &str = "criticality";
@@ -286,32 +281,7 @@ pub fn run(opts: &CriticalityOptions) -> Result<CriticalityReport, String> {
             });
             continue;
         }
-        let mut shots = Vec::with_capacity(positions.len());
-        for (n, &position) in positions.iter().enumerate() {
-            let place = layout.place(op, position)?;
-            let shot = run_one(opts, &dirs, &expected, op, injector, &place).map_err(|e| {
-                format!(
-                    "operator `{op}`, fault {} (input record {position}: subtask {} record {}): \
-                     {e}",
-                    n + 1,
-                    place.subtask,
-                    place.local_record
-                )
-            })?;
-            if !shot.fired {
-                if n == 0 {
-                    break;
-                }
-                return Err(format!(
-                    "operator `{op}`: fault {} (subtask {} record {}) did not fire although \
-                     earlier ones did",
-                    n + 1,
-                    place.subtask,
-                    place.local_record
-                ));
-            }
-            shots.push(shot);
-        }
+        let shots = shots_of(opts, &dirs, &expected, &layout, &positions, op, injector)?;
         if shots.is_empty() {
             skipped.push(SkippedOperator {
                 uid: op.clone(),
@@ -323,16 +293,7 @@ pub fn run(opts: &CriticalityOptions) -> Result<CriticalityReport, String> {
         }
         let c = summarize(op, injector, &shots);
         if opts.progress {
-            eprintln!(
-                "criticality: {op}: {} faults, mean recovery {:.1} ms, max {:.1} ms, {} \
-                 duplicates, {} missing ({:.1} s)",
-                c.faults,
-                c.mean_recovery_ms,
-                c.max_recovery_ms,
-                c.duplicates,
-                c.missing,
-                t.elapsed().as_secs_f64()
-            );
+            log_progress(&c, t.elapsed());
         }
         measured.push(c);
     }
@@ -359,6 +320,61 @@ pub fn run(opts: &CriticalityOptions) -> Result<CriticalityReport, String> {
         skipped,
         total_seconds: started.elapsed().as_secs_f64(),
     })
+}
+
+/// One operator's shots, a fault at each position: none if the first fault did not fire (the
+/// operator has no fault probe); an error if a later one did not.
+fn shots_of(
+    opts: &CriticalityOptions,
+    dirs: &WorkDirs,
+    expected: &Expected,
+    layout: &Layout,
+    positions: &[u64],
+    op: &str,
+    injector: Injector,
+) -> Result<Vec<Shot>, String> {
+    let mut shots = Vec::with_capacity(positions.len());
+    for (n, &position) in positions.iter().enumerate() {
+        let place = layout.place(op, position)?;
+        let shot = run_one(opts, dirs, expected, op, injector, &place).map_err(|e| {
+            format!(
+                "operator `{op}`, fault {} (input record {position}: subtask {} record {}): \
+                 {e}",
+                n + 1,
+                place.subtask,
+                place.local_record
+            )
+        })?;
+        if !shot.fired {
+            if n == 0 {
+                break;
+            }
+            return Err(format!(
+                "operator `{op}`: fault {} (subtask {} record {}) did not fire although \
+                 earlier ones did",
+                n + 1,
+                place.subtask,
+                place.local_record
+            ));
+        }
+        shots.push(shot);
+    }
+    Ok(shots)
+}
+
+/// The progress line of one measured operator.
+fn log_progress(c: &OperatorCriticality, took: Duration) {
+    eprintln!(
+        "criticality: {}: {} faults, mean recovery {:.1} ms, max {:.1} ms, {} \
+         duplicates, {} missing ({:.1} s)",
+        c.uid,
+        c.faults,
+        c.mean_recovery_ms,
+        c.max_recovery_ms,
+        c.duplicates,
+        c.missing,
+        took.as_secs_f64()
+    );
 }
 
 /// The options' operators (deduplicated, in the order given), or what is wrong.
@@ -393,484 +409,6 @@ fn check(opts: &CriticalityOptions) -> Result<Vec<String>, String> {
         }
     }
     Ok(ops)
-}
-
-/// Who injects an operator's fault.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Injector {
-    /// The framework's [`FaultPlan`].
-    Plan,
-    /// [`FaultySink`].
-    HarnessSink,
-}
-
-impl Injector {
-    fn of(op: &str) -> Self {
-        if op == uid::SINK {
-            Injector::HarnessSink
-        } else {
-            Injector::Plan
-        }
-    }
-
-    fn name(self) -> &'static str {
-        match self {
-            Injector::Plan => "fault_plan",
-            Injector::HarnessSink => "harness_sink",
-        }
-    }
-}
-
-// ---------------------------------------------------------------------------------------------
-// Fault positions
-// ---------------------------------------------------------------------------------------------
-
-/// What becomes of each input record.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Class {
-    Malformed,
-    Dropped,
-    Kept,
-}
-
-/// Which records an operator sees.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Sees {
-    All,
-    Parsed,
-    Kept,
-}
-
-impl Sees {
-    fn of(op: &str) -> Self {
-        match op {
-            uid::FILTER => Sees::Parsed,
-            uid::MAP | uid::SINK => Sees::Kept,
-            _ => Sees::All,
-        }
-    }
-
-    fn sees(self, c: Class) -> bool {
-        match self {
-            Sees::All => true,
-            Sees::Parsed => c != Class::Malformed,
-            Sees::Kept => c == Class::Kept,
-        }
-    }
-}
-
-/// The input: what becomes of each record, and which subtask reads it.
-struct Layout<'a> {
-    class: Vec<Class>,
-    expected: &'a Expected,
-    records: u64,
-    parallelism: usize,
-}
-
-/// Where one fault goes.
-#[derive(Debug, Clone, Copy)]
-struct Placement {
-    subtask: usize,
-    /// The operator's record (per subtask, from the start of the run) to fail at.
-    local_record: u64,
-    /// The answer id whose reprocessing ends recovery.
-    target_id: u64,
-}
-
-impl<'a> Layout<'a> {
-    fn new(opts: &CriticalityOptions, expected: &'a Expected) -> Result<Self, String> {
-        let mut class = vec![Class::Dropped; opts.records as usize];
-        for k in &expected.kept {
-            class[k.index as usize] = Class::Kept;
-        }
-        if expected.malformed > 0 {
-            let levels = Thresholds::from_vec(default_levels());
-            for (i, c) in class.iter_mut().enumerate() {
-                if *c != Class::Kept
-                    && clean_line(answer_json(opts.answers_seed, i as u64), &levels).is_err()
-                {
-                    *c = Class::Malformed;
-                }
-            }
-        }
-        if expected.kept.is_empty() {
-            return Err(format!(
-                "none of the {} generated answers reaches the sink: use more --records",
-                opts.records
-            ));
-        }
-        Ok(Layout {
-            class,
-            expected,
-            records: opts.records,
-            parallelism: opts.parallelism,
-        })
-    }
-
-    fn share(&self, subtask: usize) -> std::ops::Range<u64> {
-        SourceContext {
-            subtask,
-            parallelism: self.parallelism,
-        }
-        .share_of(self.records)
-    }
-
-    fn subtask_of(&self, i: u64) -> usize {
-        (0..self.parallelism)
-            .find(|&s| self.share(s).contains(&i))
-            .unwrap_or(0)
-    }
-
-    /// The first kept answer at or after input record `i`, read by the same subtask.
-    fn target_after(&self, i: u64) -> Option<&'a KeptRecord> {
-        let end = self.share(self.subtask_of(i)).end;
-        let kept = &self.expected.kept;
-        kept.get(kept.partition_point(|k| k.index < i))
-            .filter(|k| k.index < end)
-    }
-
-    /// `n` random input positions that have a kept answer after them in their subtask.
-    fn positions(&self, n: usize, seed: u64) -> Result<Vec<u64>, String> {
-        let mut rng = SplitMix64::new(seed);
-        let mut out = Vec::with_capacity(n);
-        let mut tries = 0u64;
-        while out.len() < n {
-            tries += 1;
-            if tries > 1000 + 100 * n as u64 {
-                return Err(format!(
-                    "cannot place {n} faults in {} records: too few kept answers",
-                    self.records
-                ));
-            }
-            let i = rng.below(self.records);
-            if self.target_after(i).is_some() {
-                out.push(i);
-            }
-        }
-        Ok(out)
-    }
-
-    /// Where a fault of `op` at input `position` goes: the first record at or after it that
-    /// `op` sees, as a record count of `op`'s subtask.
-    fn place(&self, op: &str, position: u64) -> Result<Placement, String> {
-        let sees = Sees::of(op);
-        let subtask = self.subtask_of(position);
-        let share = self.share(subtask);
-        let class = |i: u64| self.class[i as usize];
-        let at = (position..share.end)
-            .find(|&i| sees.sees(class(i)))
-            .ok_or_else(|| format!("no record after input record {position} reaches `{op}`"))?;
-        let before = (share.start..at).filter(|&i| sees.sees(class(i))).count() as u64;
-        // `connect` counts the broadcast thresholds too: all of them come first.
-        let offset = if op == uid::CONNECT {
-            default_levels().len() as u64
-        } else {
-            0
-        };
-        let target = self
-            .target_after(at)
-            .ok_or_else(|| format!("no kept answer after input record {position}"))?;
-        Ok(Placement {
-            subtask,
-            local_record: before + offset,
-            target_id: target.id,
-        })
-    }
-}
-
-// ---------------------------------------------------------------------------------------------
-// One run
-// ---------------------------------------------------------------------------------------------
-
-/// The output and checkpoint directories, deleted at the end.
-struct WorkDirs {
-    root: PathBuf,
-    out: PathBuf,
-    malformed: PathBuf,
-    checkpoints: PathBuf,
-}
-
-impl WorkDirs {
-    fn new() -> Result<Self, String> {
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.subsec_nanos());
-        let root =
-            std::env::temp_dir().join(format!("weir-criticality-{}-{nanos}", std::process::id()));
-        let out = root.join("out");
-        let dirs = WorkDirs {
-            malformed: out.join("malformed"),
-            checkpoints: root.join("checkpoints"),
-            out,
-            root,
-        };
-        std::fs::create_dir_all(&dirs.checkpoints)
-            .map_err(|e| format!("cannot create {}: {e}", dirs.checkpoints.display()))?;
-        Ok(dirs)
-    }
-}
-
-impl Drop for WorkDirs {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.root);
-    }
-}
-
-/// The figures of one run.
-#[derive(Debug)]
-struct Shot {
-    fired: bool,
-    recovery_ms: Option<f64>,
-    output_resume_ms: Option<f64>,
-    target_replayed: bool,
-    from_scratch: bool,
-    restarts: u64,
-    duplicates: u64,
-    missing: u64,
-    unexpected: u64,
-    wrong_lines: u64,
-}
-
-/// A panic of the harness's sink at its subtask's `at_record`-th record, once per run.
-#[derive(Debug, Clone)]
-struct SinkFault {
-    subtask: usize,
-    at_record: u64,
-    fired: Arc<AtomicBool>,
-}
-
-/// The exactly-once file sink, failing as a [`FaultPlan`] fault would (the framework does not
-/// inject faults into sinks): before the batch holding the fault's record.
-struct FaultySink {
-    inner: ProbedSink,
-    fault: Option<SinkFault>,
-    seen: u64,
-}
-
-impl Sink<String> for FaultySink {
-    fn write_batch(&mut self, batch: &mut Vec<String>) -> Result<(), SinkError> {
-        if let Some(f) = &self.fault {
-            let (from, to) = (self.seen, self.seen + batch.len() as u64);
-            self.seen = to;
-            if (from..to).contains(&f.at_record) && !f.fired.swap(true, Ordering::SeqCst) {
-                panic!(
-                    "injected fault: operator `{}` panics at record {}",
-                    uid::SINK,
-                    f.at_record
-                );
-            }
-        }
-        self.inner.write_batch(batch)
-    }
-
-    fn finish(&mut self) -> Result<(), SinkError> {
-        self.inner.finish()
-    }
-
-    fn pre_commit(&mut self, checkpoint: u64) -> Result<Option<Vec<u8>>, SinkError> {
-        self.inner.pre_commit(checkpoint)
-    }
-
-    fn commit(&mut self, checkpoint: u64) -> Result<(), SinkError> {
-        self.inner.commit(checkpoint)
-    }
-
-    fn initialize(&mut self, restored: Option<&[u8]>) -> Result<(), SinkError> {
-        self.inner.initialize(restored)
-    }
-}
-
-/// Whether the run's fault fired (readable from any thread).
-#[derive(Clone)]
-struct Fired {
-    plan: FaultPlan,
-    sink: Option<SinkFault>,
-}
-
-impl Fired {
-    fn get(&self) -> bool {
-        self.plan.fired() > 0
-            || self
-                .sink
-                .as_ref()
-                .is_some_and(|f| f.fired.load(Ordering::SeqCst))
-    }
-}
-
-/// Records the fault's time in `probe` if the panic hook did not (a hang or an arbiter stop).
-fn stamp_fault(probe: &RecoveryProbe) {
-    let _ =
-        probe
-            .fault_ns
-            .compare_exchange(0, clock_ns().max(1), Ordering::SeqCst, Ordering::SeqCst);
-}
-
-/// The graph of the `recovery` harness ([`build_cleaning_job`]): sink subtasks created after
-/// the fault report to `probe` (so only the restarted job's receipt of the target counts), and
-/// `sink_fault` makes the main sink fail.
-fn build(
-    env: &Env,
-    opts: &CriticalityOptions,
-    dirs: &WorkDirs,
-    probe: Arc<RecoveryProbe>,
-    fired: Fired,
-) {
-    let answers = Answers::Generated {
-        records: opts.records,
-        seed: opts.answers_seed,
-    };
-    let dir = dirs.out.clone();
-    build_cleaning_job(
-        env,
-        &answers,
-        opts.parallelism,
-        &dirs.out,
-        &FlatMapSetup::default(),
-        move |cx: &SinkContext| {
-            let restarted = fired.get();
-            if restarted {
-                // The watcher may not have seen an arbiter stop yet.
-                stamp_fault(&probe);
-            }
-            let inner = ProbedSink::create(&dir, cx, restarted.then(|| probe.clone()))?;
-            Ok(FaultySink {
-                inner,
-                fault: fired.sink.clone().filter(|f| f.subtask == cx.subtask),
-                seen: 0,
-            })
-        },
-    );
-}
-
-fn run_one(
-    opts: &CriticalityOptions,
-    dirs: &WorkDirs,
-    expected: &Expected,
-    op: &str,
-    injector: Injector,
-    place: &Placement,
-) -> Result<Shot, String> {
-    for d in [&dirs.out, &dirs.malformed] {
-        clear_part_files(d).map_err(|e| format!("cannot prepare {}: {e}", d.display()))?;
-    }
-    let probe = Arc::new(RecoveryProbe::new(Some(place.target_id)));
-    install_fault_hook(probe.clone());
-    let (plan, sink) = match injector {
-        Injector::Plan => (
-            FaultPlan::new(vec![Fault::new(
-                op,
-                opts.kind.fault_kind(),
-                place.local_record,
-            )
-            .in_subtask(place.subtask)]),
-            None,
-        ),
-        Injector::HarnessSink => (
-            FaultPlan::default(),
-            Some(SinkFault {
-                subtask: place.subtask,
-                at_record: place.local_record,
-                fired: Arc::new(AtomicBool::new(false)),
-            }),
-        ),
-    };
-    let fired = Fired {
-        plan: plan.clone(),
-        sink,
-    };
-
-    let mut cfg = EnvConfig::default();
-    if opts.checkpoint_interval_ms > 0 {
-        cfg.checkpoint.interval = Some(Duration::from_millis(opts.checkpoint_interval_ms));
-    }
-    cfg.checkpoint.directory = dirs.checkpoints.clone();
-    cfg.restart = Some(RestartStrategy::FixedDelay {
-        attempts: RESTART_ATTEMPTS,
-        delay: Duration::from_millis(opts.restart_delay_ms),
-    });
-    cfg.heartbeat_timeout = Duration::from_millis(opts.heartbeat_timeout_ms);
-    cfg.metrics_interval = Duration::from_millis((opts.heartbeat_timeout_ms / 5).max(10));
-    cfg.faults = plan;
-    let env = Env::with_config(cfg);
-    build(&env, opts, dirs, probe.clone(), fired.clone());
-
-    let done = AtomicBool::new(false);
-    let result = std::thread::scope(|scope| {
-        scope.spawn(|| {
-            while !done.load(Ordering::SeqCst) {
-                if fired.get() {
-                    stamp_fault(&probe);
-                    return;
-                }
-                std::thread::sleep(WATCH_INTERVAL);
-            }
-        });
-        let r = env.execute(JOB);
-        done.store(true, Ordering::SeqCst);
-        r
-    });
-    let job_dir = dirs.checkpoints.join(JOB);
-    if job_dir.exists() {
-        std::fs::remove_dir_all(&job_dir)
-            .map_err(|e| format!("cannot remove {}: {e}", job_dir.display()))?;
-    }
-    let result = result.map_err(|e| format!("the job failed: {e}"))?;
-
-    let committed = read_committed(&dirs.out)
-        .map_err(|e| format!("cannot read the output in {}: {e}", dirs.out.display()))?;
-    let t = tally(expected, &committed.lines);
-    let target = probe.ms_after_fault(&probe.target_after_fault_ns);
-    let resume = probe.ms_after_fault(&probe.first_write_after_fault_ns);
-    let restored = *probe
-        .restored_checkpoint
-        .lock()
-        .unwrap_or_else(|e| e.into_inner());
-    let fired = fired.get();
-    Ok(Shot {
-        fired,
-        recovery_ms: target.or(resume),
-        output_resume_ms: resume,
-        target_replayed: target.is_some(),
-        from_scratch: fired && restored.is_none(),
-        restarts: result.checkpoints.as_ref().map_or(0, |s| s.num_restarts),
-        duplicates: t.duplicates,
-        missing: t.missing,
-        unexpected: t.unexpected,
-        wrong_lines: t.wrong_lines,
-    })
-}
-
-fn mean(xs: &[f64]) -> f64 {
-    if xs.is_empty() {
-        0.0
-    } else {
-        xs.iter().sum::<f64>() / xs.len() as f64
-    }
-}
-
-fn summarize(op: &str, injector: Injector, shots: &[Shot]) -> OperatorCriticality {
-    let each: Vec<f64> = shots.iter().filter_map(|s| s.recovery_ms).collect();
-    let resume: Vec<f64> = shots.iter().filter_map(|s| s.output_resume_ms).collect();
-    let sum = |f: fn(&Shot) -> u64| shots.iter().map(f).sum::<u64>();
-    OperatorCriticality {
-        rank: 0,
-        uid: op.to_owned(),
-        injected_by: injector.name().into(),
-        faults: shots.len(),
-        mean_recovery_ms: mean(&each),
-        p50_recovery_ms: median(&each).unwrap_or(0.0),
-        min_recovery_ms: each.iter().copied().reduce(f64::min).unwrap_or(0.0),
-        max_recovery_ms: each.iter().copied().reduce(f64::max).unwrap_or(0.0),
-        mean_output_resume_ms: mean(&resume),
-        recovery_ms_each: each,
-        restarts_from_scratch: shots.iter().filter(|s| s.from_scratch).count(),
-        restarts: sum(|s| s.restarts),
-        target_not_replayed: shots.iter().filter(|s| !s.target_replayed).count(),
-        duplicates: sum(|s| s.duplicates),
-        missing: sum(|s| s.missing),
-        unexpected: sum(|s| s.unexpected),
-        wrong_lines: sum(|s| s.wrong_lines),
-    }
 }
 
 /// The report as a table (for a terminal).
@@ -940,6 +478,7 @@ pub fn table(r: &CriticalityReport) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use weir_examples::answers::default_levels;
 
     #[test]
     fn criticality_of_a_tiny_job_measures_every_operator_exactly_once() {

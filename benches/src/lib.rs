@@ -1,12 +1,13 @@
 //! Shared benchmark helpers: a monotonic clock as plain nanoseconds (so records can carry a
-//! timestamp), a fixed-bucket latency histogram, peak RSS, and medians.
+//! timestamp), a fixed-bucket latency histogram, peak RSS, and medians; and the jobs of the
+//! fault harnesses (`recovery_support`, `criticality`). The harness binaries are in `src/bin`.
+//! The report of the BQBS paper's experiments, which runs some of them, is the crate
+//! `weir-paper` (`benches/paper`); the chaos campaign is `weir-stress` (`tests/stress`).
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
-pub mod chaos;
 pub mod criticality;
-pub mod paper;
 pub mod recovery_support;
 
 use std::sync::OnceLock;
@@ -28,8 +29,16 @@ pub fn clock_ns() -> u64 {
 /// Peak resident set size of this process in bytes (`VmHWM` of `/proc/self/status`); `None`
 /// where that file does not exist.
 pub fn peak_rss_bytes() -> Option<u64> {
+    proc_status_bytes("VmHWM")
+}
+
+/// A size field of this process's `/proc/self/status` (`VmRSS`, `VmHWM`) in bytes; `None`
+/// where that file or the field does not exist.
+pub fn proc_status_bytes(field: &str) -> Option<u64> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let line = status
+        .lines()
+        .find(|l| l.split(':').next() == Some(field))?;
     let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
     Some(kb * 1024)
 }

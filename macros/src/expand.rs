@@ -55,37 +55,14 @@ pub(crate) fn derive_record_impl(input: DeriveInput) -> syn::Result<TokenStream>
     Ok(expand_record(&model))
 }
 
-fn expand_operator(input: &Input) -> TokenStream {
-    let fields: &[Field] = match &input.data {
-        Data::Struct(_, fields) => fields,
-        // `validate_operator` accepts named structs only.
-        Data::Enum(_) | Data::Union(_) => &[],
-    };
-    let ident = input.ident;
-    let (impl_generics, ty_generics, where_clause) = input.generics.split_for_impl();
-    let name = match &input.attrs.name {
-        Some(lit) => lit.clone(),
-        None => LitStr::new(&ident.unraw().to_string(), ident.span()),
-    };
-    let version = Literal::u32_unsuffixed(input.attrs.version.as_ref().map_or(1, |v| v.0));
-    // Snapshotted with the operator: per-subtask state. Keyed state is stored per key by the
-    // runtime (`KeyedFields`).
-    let state: Vec<&Field> = fields.iter().filter(|f| f.is_subtask_state()).collect();
-    let keyed: Vec<&Field> = fields.iter().filter(|f| f.is_keyed_state()).collect();
-    let config: Vec<&Field> = fields.iter().filter(|f| f.attrs.config.is_some()).collect();
-
-    // The bodies use the name and version as literals rather than `<Self as Operator>::..`,
-    // so that a struct that is not `Send` gets one error (at the struct), not one per use.
-    let operator = quote!(#name);
-    let state_version = quote!(#version);
-
-    let config_keys = config.iter().map(|f| {
-        let key = f.name();
-        let type_name = type_name(f.ty);
-        quote!(::weir::hooks::ConfigKey { name: #key, type_name: #type_name })
-    });
-
-    let snapshot_body = if state.is_empty() {
+/// `snapshot_state`'s body: the subtask-state fields, encoded with the operator's name and
+/// state version.
+fn snapshot_body(
+    state: &[&Field],
+    operator: &TokenStream,
+    state_version: &TokenStream,
+) -> TokenStream {
+    if state.is_empty() {
         quote! {
             ::weir::hooks::__private::encode(#operator, #state_version, ::std::vec::Vec::new())
         }
@@ -107,9 +84,16 @@ fn expand_operator(input: &Input) -> TokenStream {
             #(#puts)*
             ::weir::hooks::__private::encode(__weir_operator, #state_version, __weir_fields)
         }
-    };
+    }
+}
 
-    let restore_body = if state.is_empty() {
+/// `restore_state`'s body: every subtask-state field decoded before any is assigned.
+fn restore_body(
+    state: &[&Field],
+    operator: &TokenStream,
+    state_version: &TokenStream,
+) -> TokenStream {
+    if state.is_empty() {
         quote! {
             ::weir::hooks::__private::decode(#operator, #state_version, __weir_snapshot)?;
             ::core::result::Result::Ok(())
@@ -138,9 +122,12 @@ fn expand_operator(input: &Input) -> TokenStream {
             #(self.#members = #temps;)*
             ::core::result::Result::Ok(())
         }
-    };
+    }
+}
 
-    let on_config_body = if config.is_empty() {
+/// `on_config`'s body: a match of the key over the config fields, each value parsed.
+fn on_config_body(config: &[&Field], operator: &TokenStream) -> TokenStream {
+    if config.is_empty() {
         quote! {
             let _ = __weir_value;
             ::core::result::Result::Err(::weir::hooks::__private::unknown_key(
@@ -178,8 +165,33 @@ fn expand_operator(input: &Input) -> TokenStream {
                 )),
             }
         }
-    };
+    }
+}
 
+/// A field's entry in `state_fields()`: its name, type and scope; `None` if it is not state.
+fn state_field(f: &Field) -> Option<TokenStream> {
+    let (name, type_name) = (f.name(), type_name(f.ty));
+    let scope = if f.is_keyed_state() {
+        quote!(::weir::hooks::StateScope::Keyed)
+    } else if f.is_subtask_state() {
+        let rule = match &f.attrs.operator_state {
+            Some((_, Some(r))) if r == "union" => quote!(Union),
+            _ => quote!(Split),
+        };
+        let marked = f.attrs.operator_state.is_some();
+        quote!(::weir::hooks::StateScope::Subtask {
+            redistribution: ::weir::hooks::Redistribution::#rule,
+            marked: #marked,
+        })
+    } else {
+        return None;
+    };
+    Some(quote!(::weir::hooks::StateField { name: #name, type_name: #type_name, scope: #scope }))
+}
+
+/// The statements that check each state, keyed-state and config field's type where it is
+/// written (in a function never called).
+fn field_checks(state: &[&Field], keyed: &[&Field], config: &[&Field]) -> TokenStream {
     let state_checks = state.iter().map(|f| {
         let ty = f.ty;
         quote_spanned!(f.ty_span()=> ::weir::hooks::__private::assert_state_field::<#ty>();)
@@ -188,41 +200,63 @@ fn expand_operator(input: &Input) -> TokenStream {
         let ty = f.ty;
         quote_spanned!(f.ty_span()=> ::weir::hooks::__private::assert_keyed_field::<#ty>();)
     });
-    let state_fields = fields.iter().filter_map(|f| {
-        let (name, type_name) = (f.name(), type_name(f.ty));
-        let scope = if f.is_keyed_state() {
-            quote!(::weir::hooks::StateScope::Keyed)
-        } else if f.is_subtask_state() {
-            let rule = match &f.attrs.operator_state {
-                Some((_, Some(r))) if r == "union" => quote!(Union),
-                _ => quote!(Split),
-            };
-            let marked = f.attrs.operator_state.is_some();
-            quote!(::weir::hooks::StateScope::Subtask {
-                redistribution: ::weir::hooks::Redistribution::#rule,
-                marked: #marked,
-            })
-        } else {
-            return None;
-        };
-        Some(
-            quote!(::weir::hooks::StateField { name: #name, type_name: #type_name, scope: #scope }),
-        )
-    });
-    let keyed_impl = expand_keyed_fields(input, &keyed);
     let config_checks = config.iter().map(|f| {
         let ty = f.ty;
         quote_spanned!(f.ty_span()=> ::weir::hooks::__private::assert_config_field::<#ty>();)
     });
+    quote! {
+        #(#state_checks)*
+        #(#keyed_checks)*
+        #(#config_checks)*
+    }
+}
+
+fn expand_operator(input: &Input) -> TokenStream {
+    let fields: &[Field] = match &input.data {
+        Data::Struct(_, fields) => fields,
+        // `validate_operator` accepts named structs only.
+        Data::Enum(_) | Data::Union(_) => &[],
+    };
+    let ident = input.ident;
+    let (impl_generics, ty_generics, where_clause) = input.generics.split_for_impl();
+    let name = match &input.attrs.name {
+        Some(lit) => lit.clone(),
+        None => LitStr::new(&ident.unraw().to_string(), ident.span()),
+    };
+    let version = Literal::u32_unsuffixed(input.attrs.version.as_ref().map_or(1, |v| v.0));
+    // Snapshotted with the operator: per-subtask state. Keyed state is stored per key by the
+    // runtime (`KeyedFields`).
+    let state: Vec<&Field> = fields.iter().filter(|f| f.is_subtask_state()).collect();
+    let keyed: Vec<&Field> = fields.iter().filter(|f| f.is_keyed_state()).collect();
+    let config: Vec<&Field> = fields.iter().filter(|f| f.attrs.config.is_some()).collect();
+
+    // The bodies use the name and version as literals rather than `<Self as Operator>::..`,
+    // so that a struct that is not `Send` gets one error (at the struct), not one per use.
+    let operator = quote!(#name);
+    let state_version = quote!(#version);
+
+    let config_keys = config.iter().map(|f| {
+        let key = f.name();
+        let type_name = type_name(f.ty);
+        quote!(::weir::hooks::ConfigKey { name: #key, type_name: #type_name })
+    });
+
+    let snapshot_body = snapshot_body(&state, &operator, &state_version);
+
+    let restore_body = restore_body(&state, &operator, &state_version);
+
+    let on_config_body = on_config_body(&config, &operator);
+
+    let field_checks = field_checks(&state, &keyed, &config);
+    let state_fields = fields.iter().filter_map(state_field);
+    let keyed_impl = expand_keyed_fields(input, &keyed);
 
     quote! {
         const _: () = {
             // Never called: it makes the compiler check each field's type where it is written.
             #[allow(dead_code)]
             fn __weir_assert_fields #impl_generics () #where_clause {
-                #(#state_checks)*
-                #(#keyed_checks)*
-                #(#config_checks)*
+                #field_checks
             }
 
             const __WEIR_CONFIG_KEYS: &[::weir::hooks::ConfigKey] = &[#(#config_keys),*];

@@ -191,30 +191,7 @@ fn one(args: &Args, run: &str) -> serde_json::Value {
     let seconds = started.elapsed().as_secs_f64();
     let rows = out.take();
     let expected = expected(keying, args.records);
-    let (mut wrong, mut seen) = (0u64, 0u64);
-    // Per wrong key: (count off by, sum off by); one record too many says which record.
-    let mut off: Vec<(i64, u64)> = Vec::new();
-    for (k, n, sum) in &rows {
-        seen += 1;
-        let (want_n, want_sum) = expected.get(*k as usize).copied().unwrap_or((0, 0));
-        if (*n, *sum) != (want_n, want_sum) {
-            wrong += 1;
-            off.push((*n as i64 - want_n as i64, sum.wrapping_sub(want_sum)));
-        }
-    }
-    off.sort_unstable();
-    // Contiguous runs of records counted once too many (or other differences, as they are).
-    let mut runs: Vec<String> = Vec::new();
-    let mut i = 0;
-    while i < off.len() && runs.len() < 8 {
-        let (d, first) = off[i];
-        let mut j = i + 1;
-        while j < off.len() && d == 1 && off[j] == (1, off[j - 1].1 + 1) {
-            j += 1;
-        }
-        runs.push(format!("count{d:+} records {first}..={}", off[j - 1].1));
-        i = j;
-    }
+    let (wrong, seen, runs) = compare(&rows, &expected);
     let promotions: Vec<_> = result
         .backups
         .iter()
@@ -243,6 +220,37 @@ fn one(args: &Args, run: &str) -> serde_json::Value {
         "keys_missing": keys.min(args.records) - seen.min(keys.min(args.records)),
         "exactly_once": wrong == 0 && seen == keys.min(args.records),
     })
+}
+
+/// Compares the output rows `(key, count, sum)` with the expected ones: keys wrong, keys seen,
+/// and the first 8 contiguous runs of records counted once too many (or other differences,
+/// as they are).
+fn compare(rows: &[(u64, u64, u64)], expected: &[(u64, u64)]) -> (u64, u64, Vec<String>) {
+    let (mut wrong, mut seen) = (0u64, 0u64);
+    // Per wrong key: (count off by, sum off by); one record too many says which record.
+    let mut off: Vec<(i64, u64)> = Vec::new();
+    for (k, n, sum) in rows {
+        seen += 1;
+        let (want_n, want_sum) = expected.get(*k as usize).copied().unwrap_or((0, 0));
+        if (*n, *sum) != (want_n, want_sum) {
+            wrong += 1;
+            off.push((*n as i64 - want_n as i64, sum.wrapping_sub(want_sum)));
+        }
+    }
+    off.sort_unstable();
+    // Contiguous runs of records counted once too many (or other differences, as they are).
+    let mut runs: Vec<String> = Vec::new();
+    let mut i = 0;
+    while i < off.len() && runs.len() < 8 {
+        let (d, first) = off[i];
+        let mut j = i + 1;
+        while j < off.len() && d == 1 && off[j] == (1, off[j - 1].1 + 1) {
+            j += 1;
+        }
+        runs.push(format!("count{d:+} records {first}..={}", off[j - 1].1));
+        i = j;
+    }
+    (wrong, seen, runs)
 }
 
 /// Every key's count and sum of the records `i < records`, as the operator counts them

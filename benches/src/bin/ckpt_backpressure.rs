@@ -58,7 +58,10 @@ use std::time::{Duration, Instant};
 use clap::{Parser, ValueEnum};
 use serde_json::{json, Value};
 use weir::rate::RateControlConfig;
-use weir::{CheckpointRecord, CheckpointStatus, Collector, Env, EnvConfig, ValueState};
+use weir::{
+    CheckpointRecord, CheckpointStats, CheckpointStatus, Collector, Env, EnvConfig, JobHandle,
+    JobMetrics, ValueState,
+};
 use weir_testing::PacedSink;
 
 /// The job's name (its checkpoints go to `<checkpoint dir>/<name>/`).
@@ -223,13 +226,8 @@ fn median_of(v: &[f64]) -> Option<f64> {
     stats(v.iter().copied())["median"].as_f64()
 }
 
-fn main() -> Result<(), BenchError> {
-    let args = Args::parse();
-    if args.sink_parallelism == 0 || args.sink_rate == 0 || args.keys == 0 {
-        return Err(BenchError::BadArgs(
-            "--sink-parallelism, --sink-rate and --keys must be at least 1".into(),
-        ));
-    }
+/// The job's configuration from the flags, checkpointing into the returned directory.
+fn config(args: &Args) -> (EnvConfig, PathBuf) {
     let mut cfg = EnvConfig::default();
     if let Some(b) = args.batch_size {
         cfg.batch_size = b;
@@ -244,8 +242,6 @@ fn main() -> Result<(), BenchError> {
         cfg.arbiters = a;
     }
     cfg.adaptive_batch_size &= !args.no_adaptive_batch;
-    // As the job applies it: batches adapt only while rate control is off.
-    let adaptive_batch = cfg.adaptive_batch_size && !args.rate_control;
     if args.rate_control {
         let mut rc = RateControlConfig::default();
         rc.enabled = true;
@@ -262,14 +258,11 @@ fn main() -> Result<(), BenchError> {
     cfg.checkpoint.aligned_checkpoint_timeout = args.aligned_timeout_ms.map(Duration::from_millis);
     // A slow checkpoint is what is measured, not a reason to fail the job.
     cfg.checkpoint.tolerable_failed_checkpoints = u32::MAX;
-    let (batch_size, channel_capacity, linger, arbiters) = (
-        cfg.batch_size,
-        cfg.channel_capacity,
-        cfg.linger,
-        cfg.arbiters,
-    );
+    (cfg, dir)
+}
 
-    let env = Env::with_config(cfg);
+/// The job: a keyed count of an endless source into paced sinks.
+fn build(env: &Env, args: &Args) {
     let keys = args.keys;
     let per_sink = args.sink_rate as f64 / args.sink_parallelism as f64;
     env.generate(u64::MAX, |i| i)
@@ -288,71 +281,164 @@ fn main() -> Result<(), BenchError> {
         .add_sink("paced", move |_| Ok(PacedSink::new(per_sink)))
         .uid("sink")
         .set_parallelism(args.sink_parallelism);
-    let handle = env.start(JOB)?;
+}
 
-    let started = Instant::now();
-    let end = started + Duration::from_secs(args.seconds);
-    let mut next_second = started + Duration::from_secs(1);
-    let mut second = 0u64;
-    let mut sink_rates = Vec::new();
-    let mut emitted = std::collections::BTreeSet::new();
-    let mut seen: Vec<Seen> = Vec::new();
-    let mut failed = std::collections::BTreeSet::new();
-    let mut last_stats = None;
-    let mut queues = Queues::default();
-    while Instant::now() < end {
-        std::thread::sleep(POLL);
-        if let Some(s) = handle.checkpoint_stats() {
-            let delay_ms = s.checkpoint_start_delay_nanos as f64 / 1e6;
-            for r in &s.history {
-                match r.status {
-                    CheckpointStatus::Completed if emitted.insert(r.id) => {
-                        println!("{}", line(args.mode, r, delay_ms));
-                        seen.push(Seen {
-                            duration_ms: r.end_to_end_duration_ms,
-                            alignment_ms: r.alignment_ms,
-                            start_delay_ms: delay_ms,
-                            inflight_bytes: r.persisted_data,
-                            state_bytes: r.state_size,
-                        });
-                    }
-                    CheckpointStatus::Failed if failed.insert(r.id) => {
-                        eprintln!(
-                            "checkpoint {} failed: {}",
-                            r.id,
-                            r.failure_message.as_deref().unwrap_or("?")
-                        );
-                    }
-                    _ => {}
+/// What was seen of the running job.
+#[derive(Default)]
+struct Observed {
+    /// Completed checkpoints, in order (each printed as a line when seen).
+    seen: Vec<Seen>,
+    emitted: std::collections::BTreeSet<u64>,
+    failed: std::collections::BTreeSet<u64>,
+    last_stats: Option<CheckpointStats>,
+    /// The sink's rate, per second after the warm-up.
+    sink_rates: Vec<f64>,
+    queues: Queues,
+}
+
+impl Observed {
+    /// Watches the job for `args.seconds`: its checkpoints every [`POLL`], its metrics every
+    /// second.
+    fn watch(handle: &JobHandle, args: &Args) -> Observed {
+        let mut o = Observed::default();
+        let started = Instant::now();
+        let end = started + Duration::from_secs(args.seconds);
+        let mut next_second = started + Duration::from_secs(1);
+        let mut second = 0u64;
+        while Instant::now() < end {
+            std::thread::sleep(POLL);
+            if let Some(s) = handle.checkpoint_stats() {
+                o.checkpoints(args.mode, s);
+            }
+            if Instant::now() >= next_second {
+                next_second += Duration::from_secs(1);
+                second += 1;
+                if let Some(m) = handle.metrics().filter(|_| second > args.warmup as u64) {
+                    o.metrics(&m);
                 }
             }
-            last_stats = Some(s);
         }
-        if Instant::now() >= next_second {
-            next_second += Duration::from_secs(1);
-            second += 1;
-            if let Some(m) = handle.metrics().filter(|_| second > args.warmup as u64) {
-                if let Some(o) = m.operator("sink") {
-                    sink_rates.push(o.num_records_in_per_second);
+        o
+    }
+
+    /// Prints and keeps the checkpoints completed since the last look, and reports failed ones.
+    fn checkpoints(&mut self, mode: Mode, s: CheckpointStats) {
+        let delay_ms = s.checkpoint_start_delay_nanos as f64 / 1e6;
+        for r in &s.history {
+            match r.status {
+                CheckpointStatus::Completed if self.emitted.insert(r.id) => {
+                    println!("{}", line(mode, r, delay_ms));
+                    self.seen.push(Seen {
+                        duration_ms: r.end_to_end_duration_ms,
+                        alignment_ms: r.alignment_ms,
+                        start_delay_ms: delay_ms,
+                        inflight_bytes: r.persisted_data,
+                        state_bytes: r.state_size,
+                    });
                 }
-                for st in &m.subtasks {
-                    match st.head_uid.as_str() {
-                        "count" => {
-                            queues.count_records.push(st.input_queue_records as f64);
-                            queues.count_batches.push(st.input_queue_length as f64);
-                        }
-                        "source" => {
-                            queues
-                                .source_out_batches
-                                .push(st.output_queue_length as f64);
-                            queues.source_mailbox_ms.push(st.mailbox_latency_ms);
-                        }
-                        _ => {}
-                    }
+                CheckpointStatus::Failed if self.failed.insert(r.id) => {
+                    eprintln!(
+                        "checkpoint {} failed: {}",
+                        r.id,
+                        r.failure_message.as_deref().unwrap_or("?")
+                    );
                 }
+                _ => {}
+            }
+        }
+        self.last_stats = Some(s);
+    }
+
+    /// Keeps one second's sink rate and queues.
+    fn metrics(&mut self, m: &JobMetrics) {
+        if let Some(o) = m.operator("sink") {
+            self.sink_rates.push(o.num_records_in_per_second);
+        }
+        let queues = &mut self.queues;
+        for st in &m.subtasks {
+            match st.head_uid.as_str() {
+                "count" => {
+                    queues.count_records.push(st.input_queue_records as f64);
+                    queues.count_batches.push(st.input_queue_length as f64);
+                }
+                "source" => {
+                    queues
+                        .source_out_batches
+                        .push(st.output_queue_length as f64);
+                    queues.source_mailbox_ms.push(st.mailbox_latency_ms);
+                }
+                _ => {}
             }
         }
     }
+}
+
+/// The summary line.
+fn summary(
+    args: &Args,
+    cfg: &EnvConfig,
+    adaptive_batch: bool,
+    dir: &std::path::Path,
+    o: &Observed,
+) -> Value {
+    let tail: Vec<&Seen> = o.seen.iter().skip(args.warmup).collect();
+    let completed = o
+        .last_stats
+        .as_ref()
+        .map_or(0, |s| s.number_of_completed_checkpoints);
+    let queues = &o.queues;
+    json!({
+        "summary": "ckpt_backpressure",
+        "mode": args.mode.name(),
+        "seconds": args.seconds,
+        "sink_rate": args.sink_rate,
+        "sink_parallelism": args.sink_parallelism,
+        "interval_ms": args.interval_ms,
+        "warmup": args.warmup,
+        "keys": args.keys,
+        "batch_size": cfg.batch_size,
+        "channel_capacity": cfg.channel_capacity,
+        "linger_ms": cfg.linger.as_millis() as u64,
+        "arbiters": cfg.arbiters,
+        "aligned_timeout_ms": args.aligned_timeout_ms,
+        "rate_control": args.rate_control,
+        "adaptive_batch": adaptive_batch,
+        "checkpoint_dir": dir.parent().map(|p| p.display().to_string()),
+        "checkpoints_completed": completed,
+        "checkpoints_failed": o.last_stats.as_ref().map_or(0, |s| s.number_of_failed_checkpoints),
+        "checkpoints_summarized": tail.len(),
+        "duration_ms": stats(tail.iter().map(|s| s.duration_ms as f64)),
+        "alignment_ms": stats(tail.iter().map(|s| s.alignment_ms as f64)),
+        "start_delay_ms": stats(tail.iter().map(|s| s.start_delay_ms)),
+        "inflight_bytes": stats(tail.iter().map(|s| s.inflight_bytes as f64)),
+        "state_bytes": stats(tail.iter().map(|s| s.state_bytes as f64)),
+        "sink_records_per_second": stats(o.sink_rates.iter().copied()),
+        "count_input_queue_records": stats(queues.count_records.iter().copied()),
+        "count_input_queue_batches": stats(queues.count_batches.iter().copied()),
+        "source_output_queue_batches": stats(queues.source_out_batches.iter().copied()),
+        "source_mailbox_latency_ms": stats(queues.source_mailbox_ms.iter().copied()),
+        // What the median queue in front of a count subtask takes to drain at its share
+        // of the sink's rate (the count runs at parallelism 2): the wait of a barrier
+        // that enters behind it.
+        "count_queue_drain_ms_estimate": median_of(&queues.count_records)
+            .map(|r| r / (args.sink_rate as f64 / 2.0) * 1000.0),
+    })
+}
+
+fn main() -> Result<(), BenchError> {
+    let args = Args::parse();
+    if args.sink_parallelism == 0 || args.sink_rate == 0 || args.keys == 0 {
+        return Err(BenchError::BadArgs(
+            "--sink-parallelism, --sink-rate and --keys must be at least 1".into(),
+        ));
+    }
+    let (cfg, dir) = config(&args);
+    // As the job applies it: batches adapt only while rate control is off.
+    let adaptive_batch = cfg.adaptive_batch_size && !args.rate_control;
+    let env = Env::with_config(cfg.clone());
+    build(&env, &args);
+    let handle = env.start(JOB)?;
+    let observed = Observed::watch(&handle, &args);
     handle.cancel();
     let result = handle.wait();
     let _ = std::fs::remove_dir_all(&dir);
@@ -362,49 +448,6 @@ fn main() -> Result<(), BenchError> {
             return Err(e.into());
         }
     }
-
-    let tail: Vec<&Seen> = seen.iter().skip(args.warmup).collect();
-    let completed = last_stats
-        .as_ref()
-        .map_or(0, |s| s.number_of_completed_checkpoints);
-    println!(
-        "{}",
-        json!({
-            "summary": "ckpt_backpressure",
-            "mode": args.mode.name(),
-            "seconds": args.seconds,
-            "sink_rate": args.sink_rate,
-            "sink_parallelism": args.sink_parallelism,
-            "interval_ms": args.interval_ms,
-            "warmup": args.warmup,
-            "keys": args.keys,
-            "batch_size": batch_size,
-            "channel_capacity": channel_capacity,
-            "linger_ms": linger.as_millis() as u64,
-            "arbiters": arbiters,
-            "aligned_timeout_ms": args.aligned_timeout_ms,
-            "rate_control": args.rate_control,
-            "adaptive_batch": adaptive_batch,
-            "checkpoint_dir": dir.parent().map(|p| p.display().to_string()),
-            "checkpoints_completed": completed,
-            "checkpoints_failed": last_stats.as_ref().map_or(0, |s| s.number_of_failed_checkpoints),
-            "checkpoints_summarized": tail.len(),
-            "duration_ms": stats(tail.iter().map(|s| s.duration_ms as f64)),
-            "alignment_ms": stats(tail.iter().map(|s| s.alignment_ms as f64)),
-            "start_delay_ms": stats(tail.iter().map(|s| s.start_delay_ms)),
-            "inflight_bytes": stats(tail.iter().map(|s| s.inflight_bytes as f64)),
-            "state_bytes": stats(tail.iter().map(|s| s.state_bytes as f64)),
-            "sink_records_per_second": stats(sink_rates.iter().copied()),
-            "count_input_queue_records": stats(queues.count_records.iter().copied()),
-            "count_input_queue_batches": stats(queues.count_batches.iter().copied()),
-            "source_output_queue_batches": stats(queues.source_out_batches.iter().copied()),
-            "source_mailbox_latency_ms": stats(queues.source_mailbox_ms.iter().copied()),
-            // What the median queue in front of a count subtask takes to drain at its share
-            // of the sink's rate (the count runs at parallelism 2): the wait of a barrier
-            // that enters behind it.
-            "count_queue_drain_ms_estimate": median_of(&queues.count_records)
-                .map(|r| r / (args.sink_rate as f64 / 2.0) * 1000.0),
-        })
-    );
+    println!("{}", summary(&args, &cfg, adaptive_batch, &dir, &observed));
     Ok(())
 }

@@ -396,6 +396,18 @@ fn count(job: &weir::JobHandle, after: Duration) -> Result<(u64, Duration), Stri
     }
 }
 
+/// Opens the tab of a watched window: the dashboard, once it shows the job; with `--control`
+/// a blank page.
+fn watch(browser: &Browser, args: &Args, base: &str) -> Result<String, String> {
+    if args.control {
+        return browser.open_tab("about:blank");
+    }
+    let tab = browser.open_tab(&format!("{base}/"))?;
+    // The page found the job and shows it (its title is the job's name).
+    browser.wait_title(|t| t.starts_with("dashboard-cost"))?;
+    Ok(tab)
+}
+
 /// Toggle mode (see the module doc): one job, the dashboard's tab opened and closed.
 fn toggle(args: &Args) -> Result<serde_json::Value, String> {
     if args.windows == 0 || !args.windows.is_multiple_of(4) {
@@ -428,13 +440,8 @@ fn toggle(args: &Args) -> Result<serde_json::Value, String> {
     let mut last = Duration::ZERO;
     for w in 0..args.windows {
         let watched = matches!(w % 4, 1 | 2);
-        let tab = if watched && args.control {
-            Some(browser.open_tab("about:blank")?)
-        } else if watched {
-            let tab = browser.open_tab(&format!("{base}/"))?;
-            // The page found the job and shows it (its title is the job's name).
-            browser.wait_title(|t| t.starts_with("dashboard-cost"))?;
-            Some(tab)
+        let tab = if watched {
+            Some(watch(&browser, args, &base)?)
         } else {
             None
         };

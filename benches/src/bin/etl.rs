@@ -316,10 +316,9 @@ fn build(env: &Env, args: &Args, out_dir: &Path, merged: Arc<Mutex<(LatencyHisto
         .set_parallelism(p);
 }
 
-fn run(args: Args) -> Result<(), String> {
-    if args.parallelism == 0 {
-        return Err("--parallelism must be at least 1".into());
-    }
+/// Writes the input if asked to, checks it is there, and empties the output directory; the
+/// output directory.
+fn prepare(args: &Args) -> Result<PathBuf, String> {
     if let Some(n) = args.generate {
         let t = Instant::now();
         write_answers(&args.input, n, args.seed)
@@ -339,6 +338,14 @@ fn run(args: Args) -> Result<(), String> {
         .unwrap_or_else(|| std::env::temp_dir().join("weir-etl"));
     prepare_output_dir(&out_dir)
         .map_err(|e| format!("cannot prepare output directory {}: {e}", out_dir.display()))?;
+    Ok(out_dir)
+}
+
+fn run(args: Args) -> Result<(), String> {
+    if args.parallelism == 0 {
+        return Err("--parallelism must be at least 1".into());
+    }
+    let out_dir = prepare(&args)?;
 
     let mut cfg = EnvConfig::default();
     if let Some(b) = args.batch_size {

@@ -21,7 +21,7 @@ use clap::Parser;
 use serde_json::json;
 use weir::rate::RateControlConfig;
 use weir::sink::Sink;
-use weir::{Collector, Env, EnvConfig, ReplaceOptions, SinkError, ValueState};
+use weir::{Collector, Env, EnvConfig, JobHandle, ReplaceOptions, SinkError, ValueState};
 
 #[derive(Parser, Debug)]
 #[command(name = "hot_update")]
@@ -90,6 +90,31 @@ fn ms(d: Duration) -> f64 {
     (d.as_secs_f64() * 1e6).round() / 1e3
 }
 
+/// Ids received more than once, and ids below the largest received never received.
+fn duplicates_and_missing(log: &[(Duration, u64, u8)]) -> (u64, u64) {
+    let mut ids: Vec<u64> = log.iter().map(|&(_, id, _)| id).collect();
+    ids.sort_unstable();
+    let duplicates = ids.windows(2).filter(|w| w[0] == w[1]).count() as u64;
+    let max = ids.last().copied().unwrap_or(0);
+    let missing = (max + 1).saturating_sub(ids.len() as u64 - duplicates);
+    (duplicates, missing)
+}
+
+/// Over `window`: checkpoints every 100 ms at least once for half of it, then back to every
+/// second exactly once, all as live changes.
+fn change_checkpoints_live(job: &JobHandle, window: Duration) {
+    let set = |n: &str, v: &str| {
+        job.update_settings(&[(n.to_owned(), v.to_owned())])
+            .expect("a live change")
+    };
+    set("execution.checkpointing.interval", "100ms");
+    set("execution.checkpointing.mode", "AT_LEAST_ONCE");
+    std::thread::sleep(window / 2);
+    set("execution.checkpointing.mode", "EXACTLY_ONCE");
+    set("execution.checkpointing.interval", "1s");
+    std::thread::sleep(window / 2);
+}
+
 fn main() {
     let args = Args::parse();
     let window = Duration::from_secs_f64(args.window_secs);
@@ -112,16 +137,7 @@ fn main() {
     let baseline_from = arrivals.start.elapsed();
     std::thread::sleep(window);
     let change_from = arrivals.start.elapsed();
-    let set = |n: &str, v: &str| {
-        job.update_settings(&[(n.to_owned(), v.to_owned())])
-            .expect("a live change")
-    };
-    set("execution.checkpointing.interval", "100ms");
-    set("execution.checkpointing.mode", "AT_LEAST_ONCE");
-    std::thread::sleep(window / 2);
-    set("execution.checkpointing.mode", "EXACTLY_ONCE");
-    set("execution.checkpointing.interval", "1s");
-    std::thread::sleep(window / 2);
+    change_checkpoints_live(&job, window);
     let change_to = arrivals.start.elapsed();
 
     // A fast restart with a new graph (version 2).
@@ -162,11 +178,7 @@ fn main() {
         (Some(a), Some(b)) => Some(b.saturating_sub(a)),
         _ => None,
     };
-    let mut ids: Vec<u64> = log.iter().map(|&(_, id, _)| id).collect();
-    ids.sort_unstable();
-    let duplicates = ids.windows(2).filter(|w| w[0] == w[1]).count() as u64;
-    let max = ids.last().copied().unwrap_or(0);
-    let missing = (max + 1).saturating_sub(ids.len() as u64 - duplicates);
+    let (duplicates, missing) = duplicates_and_missing(&log);
     let _ = std::fs::remove_dir_all(&dir);
     println!(
         "{}",

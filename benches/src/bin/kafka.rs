@@ -537,8 +537,8 @@ fn run_loop(s: &Setup, input: &str, output: &str, transactional: bool) -> Res<Me
     })
 }
 
-fn main() -> Res<()> {
-    let args = Args::parse();
+/// The run's setup and the measurements to take, from the flags.
+fn setup(args: &Args) -> Res<(Setup, Vec<&'static str>)> {
     let brokers = args
         .brokers
         .clone()
@@ -579,17 +579,16 @@ fn main() -> Res<()> {
         batch_size: args.batch_size,
         run: format!("kb-{}-{stamp}", std::process::id()),
     };
+    Ok((s, only))
+}
 
-    let input = s.topic("input");
-    let mut topics = vec![input.clone()];
-    topics.extend(only.iter().map(|m| s.topic(m)));
-    eprintln!("kafka: creating topics {topics:?} on {}", s.brokers);
-    create_topics(&s, &topics)?;
+/// Writes the input topic and checks it holds every record; the seconds writing took.
+fn write_input(s: &Setup, input: &str) -> Res<f64> {
     eprintln!("kafka: writing {} records to {input}", s.records);
-    let input_secs = produce_input(&s, &input)?;
+    let input_secs = produce_input(s, input)?;
     let probe: BaseConsumer = s.client().create()?;
-    let (input_count, marks) = watermark_sum(&probe, &s, &input)?;
-    let input_check = check_output(&s, &input, 0)?;
+    let (input_count, marks) = watermark_sum(&probe, s, input)?;
+    let input_check = check_output(s, input, 0)?;
     eprintln!("kafka: input read back: {input_check}");
     if input_count != s.records as i64 || input_check["ok"] != json!(true) {
         eprintln!("kafka: input (low, high) per partition: {marks:?}");
@@ -602,44 +601,51 @@ fn main() -> Res<()> {
         )
         .into());
     }
+    Ok(input_secs)
+}
 
-    let mut out = serde_json::Map::new();
-    let mut all_ok = true;
-    for m in &only {
-        let output = s.topic(m);
-        eprintln!("kafka: {m} → {output}");
-        let measured = match *m {
-            "weir_at_least_once" => run_weir(&s, &input, &output, false),
-            "weir_exactly_once" => run_weir(&s, &input, &output, true),
-            "loop_plain" => run_loop(&s, &input, &output, false),
-            _ => run_loop(&s, &input, &output, true),
-        };
-        let measured = match measured {
-            Ok(x) => x,
-            Err(e) => {
-                eprintln!("kafka: {m} failed: {e}");
-                all_ok = false;
-                out.insert(format!("{m}_error"), json!(e.to_string()));
-                continue;
-            }
-        };
-        let rate = s.records as f64 / measured.seconds;
-        eprintln!(
-            "kafka: {m}: {:.2} s, {rate:.0} records/s; checking the output",
-            measured.seconds
-        );
-        let check = check_output(&s, &output, 1)?;
-        eprintln!("kafka: {m}: {check}");
-        all_ok &= check["ok"].as_bool().unwrap_or(false);
-        out.insert(format!("{m}_records_per_sec"), json!(rate));
-        out.insert(format!("{m}_seconds"), json!(measured.seconds));
-        out.insert(format!("{m}_run"), measured.extra);
-        out.insert(format!("{m}_check"), check);
-    }
-    if !args.keep_topics {
-        delete_topics(&s, &topics)?;
-    }
+/// Takes measurement `m` into `out` (its rate, seconds, run and output check, or its error);
+/// whether it ran and its output passed the check.
+fn measure(s: &Setup, input: &str, m: &str, out: &mut serde_json::Map<String, Value>) -> Res<bool> {
+    let output = s.topic(m);
+    eprintln!("kafka: {m} → {output}");
+    let measured = match m {
+        "weir_at_least_once" => run_weir(s, input, &output, false),
+        "weir_exactly_once" => run_weir(s, input, &output, true),
+        "loop_plain" => run_loop(s, input, &output, false),
+        _ => run_loop(s, input, &output, true),
+    };
+    let measured = match measured {
+        Ok(x) => x,
+        Err(e) => {
+            eprintln!("kafka: {m} failed: {e}");
+            out.insert(format!("{m}_error"), json!(e.to_string()));
+            return Ok(false);
+        }
+    };
+    let rate = s.records as f64 / measured.seconds;
+    eprintln!(
+        "kafka: {m}: {:.2} s, {rate:.0} records/s; checking the output",
+        measured.seconds
+    );
+    let check = check_output(s, &output, 1)?;
+    eprintln!("kafka: {m}: {check}");
+    let ok = check["ok"].as_bool().unwrap_or(false);
+    out.insert(format!("{m}_records_per_sec"), json!(rate));
+    out.insert(format!("{m}_seconds"), json!(measured.seconds));
+    out.insert(format!("{m}_run"), measured.extra);
+    out.insert(format!("{m}_check"), check);
+    Ok(ok)
+}
 
+/// The JSON line: the rates and ratios first, the setup, then every measurement's details.
+fn result_line(
+    args: &Args,
+    s: &Setup,
+    mut out: serde_json::Map<String, Value>,
+    input_secs: f64,
+    all_ok: bool,
+) -> Value {
     let rate = |m: &str| {
         out.get(&format!("{m}_records_per_sec"))
             .and_then(Value::as_f64)
@@ -673,7 +679,28 @@ fn main() -> Res<()> {
     );
     line.insert("ok".into(), json!(all_ok));
     line.extend(out);
-    println!("{}", Value::Object(line));
+    Value::Object(line)
+}
+
+fn main() -> Res<()> {
+    let args = Args::parse();
+    let (s, only) = setup(&args)?;
+    let input = s.topic("input");
+    let mut topics = vec![input.clone()];
+    topics.extend(only.iter().map(|m| s.topic(m)));
+    eprintln!("kafka: creating topics {topics:?} on {}", s.brokers);
+    create_topics(&s, &topics)?;
+    let input_secs = write_input(&s, &input)?;
+
+    let mut out = serde_json::Map::new();
+    let mut all_ok = true;
+    for m in &only {
+        all_ok &= measure(&s, &input, m, &mut out)?;
+    }
+    if !args.keep_topics {
+        delete_topics(&s, &topics)?;
+    }
+    println!("{}", result_line(&args, &s, out, input_secs, all_ok));
     if !all_ok {
         return Err("a measurement failed or its output check did not pass".into());
     }

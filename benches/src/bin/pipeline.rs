@@ -63,8 +63,8 @@ impl weir::ProcessFunction<u64, u64> for Count {
     }
 }
 
-fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let args = Args::parse();
+/// The job's configuration from the flags (without checkpoints).
+fn config(args: &Args) -> EnvConfig {
     let mut cfg = EnvConfig::default();
     cfg.default_parallelism = args.parallelism;
     cfg.batch_size = args.batch_size;
@@ -72,7 +72,6 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     if let Some(a) = args.arbiters {
         cfg.arbiters = a;
     }
-    let arbiters = cfg.arbiters;
     if let Some(c) = args.channel_capacity {
         cfg.channel_capacity = c;
     }
@@ -85,14 +84,27 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     if args.fixed_window {
         cfg.latency_target = None;
     }
-    let channel_capacity = cfg.channel_capacity;
-    let window = match cfg.latency_target {
+    cfg
+}
+
+/// The channels' window, as the JSON line shows it.
+fn window(cfg: &EnvConfig) -> String {
+    match cfg.latency_target {
         Some(t) => format!(
             "adaptive {}..={} for {:?}",
             cfg.channel_capacity, cfg.max_channel_capacity, t
         ),
         None => format!("fixed {}", cfg.channel_capacity),
-    };
+    }
+}
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let args = Args::parse();
+    let cfg = config(&args);
+    let arbiters = cfg.arbiters;
+    let channel_capacity = cfg.channel_capacity;
+    let window = window(&cfg);
+    let mut cfg = cfg;
     let checkpoint_dir = std::env::temp_dir().join(format!("weir-pipeline-{}", std::process::id()));
     if let Some(ms) = args.checkpoint_interval_ms {
         cfg.checkpoint.interval = Some(std::time::Duration::from_millis(ms));

@@ -299,10 +299,7 @@ impl Source<u64> for Rotating {
 
 /// A field of `/proc/self/status` in bytes (`VmRSS`, `VmHWM`), 0 where there is none.
 fn rss(field: &str) -> u64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| weir_benches::paper::proc::kb_field(&s, field))
-        .unwrap_or(0)
+    weir_benches::proc_status_bytes(field).unwrap_or(0)
 }
 
 fn percentile(mut v: Vec<u64>, p: f64) -> Option<u64> {
@@ -314,13 +311,13 @@ fn percentile(mut v: Vec<u64>, p: f64) -> Option<u64> {
     v.get(i).copied()
 }
 
-fn one(args: &Args, keys: u64, changed: f64, mode: &str) -> Value {
-    let interval = Duration::from_millis(args.checkpoint_interval_ms);
+/// The job's configuration: checkpoints (`mode` off, full or incremental) and the state
+/// backend, both under `dir`.
+fn config(args: &Args, mode: &str, interval: Duration, dir: &std::path::Path) -> EnvConfig {
     let mut cfg = EnvConfig::default();
-    let dir = std::env::temp_dir().join(format!("weir-state-scale-{}", std::process::id()));
     if mode != "off" {
         cfg.checkpoint.interval = Some(interval);
-        cfg.checkpoint.directory = dir.clone();
+        cfg.checkpoint.directory = dir.to_owned();
         cfg.checkpoint.incremental = mode == "incremental";
     }
     if args.backend == "disk" {
@@ -329,6 +326,48 @@ fn one(args: &Args, keys: u64, changed: f64, mode: &str) -> Value {
         disk.memory_budget = args.memory_budget_mb << 20;
         cfg.state_backend = weir::StateBackend::Disk(disk);
     }
+    cfg
+}
+
+/// The completed checkpoints triggered in the measured phase, collected from the job's history
+/// (which keeps the last few) until `done`; tells `shared` when that phase begins: once the
+/// state is loaded and, with `checkpoints`, a checkpoint of it completed.
+fn measured_checkpoints(
+    monitor: &weir::JobMonitor,
+    done: &AtomicBool,
+    shared: &Shared,
+    checkpoints: bool,
+) -> Vec<weir::CheckpointRecord> {
+    let mut seen: BTreeMap<u64, weir::CheckpointRecord> = BTreeMap::new();
+    // The newest checkpoint when the state was loaded, and when the measured phase began.
+    let (mut at_load, mut first_measured): (Option<u64>, Option<u64>) = (None, None);
+    while !done.load(Ordering::SeqCst) {
+        let s = monitor.checkpoint_stats().unwrap_or_default();
+        let newest = s.history.iter().map(|r| r.id).max().unwrap_or(0);
+        for r in s.history {
+            if r.status == weir::CheckpointStatus::Completed {
+                seen.insert(r.id, r);
+            }
+        }
+        if shared.loaded.load(Ordering::SeqCst) && first_measured.is_none() {
+            let load = *at_load.get_or_insert(newest);
+            if !checkpoints || seen.keys().any(|id| *id > load) {
+                first_measured = Some(newest);
+                shared.steady.store(true, Ordering::SeqCst);
+            }
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // Checkpoints triggered before the measured phase are left out.
+    seen.into_values()
+        .filter(|r| first_measured.is_some_and(|f| r.id > f))
+        .collect::<Vec<_>>()
+}
+
+fn one(args: &Args, keys: u64, changed: f64, mode: &str) -> Value {
+    let interval = Duration::from_millis(args.checkpoint_interval_ms);
+    let dir = std::env::temp_dir().join(format!("weir-state-scale-{}", std::process::id()));
+    let cfg = config(args, mode, interval, &dir);
     let env = Env::with_config(cfg);
     let shared = Arc::new(Shared::default());
     let span = ((keys as f64 * changed).round() as u64).clamp(1, keys);
@@ -363,32 +402,7 @@ fn one(args: &Args, keys: u64, changed: f64, mode: &str) -> Value {
     // measured phase on.
     let done = Arc::new(AtomicBool::new(false));
     let (d, sh, checkpoints) = (done.clone(), shared.clone(), mode != "off");
-    let watcher = std::thread::spawn(move || {
-        let mut seen: BTreeMap<u64, weir::CheckpointRecord> = BTreeMap::new();
-        // The newest checkpoint when the state was loaded, and when the measured phase began.
-        let (mut at_load, mut first_measured): (Option<u64>, Option<u64>) = (None, None);
-        while !d.load(Ordering::SeqCst) {
-            let s = monitor.checkpoint_stats().unwrap_or_default();
-            let newest = s.history.iter().map(|r| r.id).max().unwrap_or(0);
-            for r in s.history {
-                if r.status == weir::CheckpointStatus::Completed {
-                    seen.insert(r.id, r);
-                }
-            }
-            if sh.loaded.load(Ordering::SeqCst) && first_measured.is_none() {
-                let load = *at_load.get_or_insert(newest);
-                if !checkpoints || seen.keys().any(|id| *id > load) {
-                    first_measured = Some(newest);
-                    sh.steady.store(true, Ordering::SeqCst);
-                }
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        // Checkpoints triggered before the measured phase are left out.
-        seen.into_values()
-            .filter(|r| first_measured.is_some_and(|f| r.id > f))
-            .collect::<Vec<_>>()
-    });
+    let watcher = std::thread::spawn(move || measured_checkpoints(&monitor, &d, &sh, checkpoints));
     let result = handle.wait();
     done.store(true, Ordering::SeqCst);
     let records = watcher.join().unwrap_or_default();

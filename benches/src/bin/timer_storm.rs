@@ -198,16 +198,10 @@ impl AggregateFunction<(u64, i64), u64> for Count {
     }
 }
 
-fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let args = Args::parse();
-    let dir = std::env::temp_dir().join(format!("weir-timer-storm-{}", std::process::id()));
-    let mut cfg = EnvConfig::default();
-    cfg.batch_size = args.batch_size;
-    cfg.checkpoint.directory = dir.clone();
-    cfg.checkpoint.interval = Some(Duration::from_millis(args.checkpoint_interval_ms));
-    let env = Env::with_config(cfg);
+/// The job: one source of `args.timers` keys, keyed, into a timer or a window per key that
+/// fires at once in the storm, counted on `clock`.
+fn build(env: &Env, args: &Args, phase: &Phase, clock: &Clock) -> Result<(), String> {
     let n = args.timers;
-    let phase = Phase::default();
     let p = phase.clone();
     let stream = env
         .add_source("keys", move |_cx| {
@@ -225,7 +219,6 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         )
         .set_parallelism(1)
         .key_by(|r: &(u64, i64)| r.0);
-    let clock = Clock::default();
     let out = match args.kind.as_str() {
         "timers" => stream.process_with(Storm(clock.clone())).set_parallelism(1),
         "windows" => {
@@ -240,9 +233,28 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 })
                 .set_parallelism(1)
         }
-        other => return Err(format!("--kind must be `timers` or `windows`, got `{other}`").into()),
+        other => {
+            return Err(format!(
+                "--kind must be `timers` or `windows`, got `{other}`"
+            ))
+        }
     };
     out.discard();
+    Ok(())
+}
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let args = Args::parse();
+    let dir = std::env::temp_dir().join(format!("weir-timer-storm-{}", std::process::id()));
+    let mut cfg = EnvConfig::default();
+    cfg.batch_size = args.batch_size;
+    cfg.checkpoint.directory = dir.clone();
+    cfg.checkpoint.interval = Some(Duration::from_millis(args.checkpoint_interval_ms));
+    let env = Env::with_config(cfg);
+    let n = args.timers;
+    let phase = Phase::default();
+    let clock = Clock::default();
+    build(&env, &args, &phase, &clock)?;
     let started = Instant::now();
     let job = env.start("timer-storm")?;
     // Baseline: checkpoints of the same state with no storm, once every key is in.

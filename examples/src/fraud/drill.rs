@@ -72,6 +72,46 @@ impl DrillReport {
     }
 }
 
+/// The drill job's configuration: checkpoints, restarts, and `plan` (which releases hung
+/// subtasks).
+fn config(drill: &Drill, plan: FaultPlan) -> EnvConfig {
+    let mut cfg = EnvConfig::default();
+    cfg.checkpoint.interval = Some(drill.checkpoint_interval);
+    cfg.checkpoint.directory = drill.checkpoint_dir.clone();
+    cfg.restart = Some(RestartStrategy::FixedDelay {
+        attempts: 10,
+        delay: Duration::ZERO,
+    });
+    cfg.faults = plan;
+    cfg
+}
+
+/// The config change, once the source holds at `bound` and a checkpoint started after that
+/// completed: every transaction before the bound is judged with the old thresholds.
+fn change_thresholds(
+    job: &JobHandle,
+    release: &Release,
+    bound: u64,
+    th: Thresholds,
+) -> Result<(), String> {
+    wait_until("the source holds at the first bound", || {
+        release.is_waiting_at(bound)
+    })?;
+    // A checkpoint started after the source held has passed the detector behind every
+    // transaction before the bound (aligned barriers).
+    let done = completed(job);
+    wait_for_checkpoint(job, done + 2, STEP_TIMEOUT).map_err(|e| e.to_string())?;
+    for (key, value) in [
+        ("small_cents", th.small_cents),
+        ("large_cents", th.large_cents),
+        ("window_ms", th.window_ms),
+    ] {
+        job.update_config("detector", key, &value.to_string())
+            .map_err(|e| e.to_string())?;
+    }
+    Ok(())
+}
+
 /// Runs `drill`: the job, its faults and its config change; then compares with the reference.
 pub fn run(drill: &Drill) -> Result<DrillReport, String> {
     let plan = FaultPlan::new(Vec::new());
@@ -82,15 +122,7 @@ pub fn run(drill: &Drill) -> Result<DrillReport, String> {
             .map(|k| RecordFaults::new("detector", *k, vec![()]).released_by(&plan))
             .collect(),
     );
-    let mut cfg = EnvConfig::default();
-    cfg.checkpoint.interval = Some(drill.checkpoint_interval);
-    cfg.checkpoint.directory = drill.checkpoint_dir.clone();
-    cfg.restart = Some(RestartStrategy::FixedDelay {
-        attempts: 10,
-        delay: Duration::ZERO,
-    });
-    cfg.faults = plan;
-    let env = Env::with_config(cfg);
+    let env = Env::with_config(config(drill, plan));
     let release = Release::new(0);
     let (seed, cards, n, r) = (drill.seed, drill.cards, drill.transactions, release.clone());
     let detector = FraudDetector {
@@ -118,21 +150,7 @@ pub fn run(drill: &Drill) -> Result<DrillReport, String> {
     // Step 0: the config change, at a bound every earlier transaction has passed.
     release.release(bound(0));
     if let Some(th) = drill.change_to {
-        wait_until("the source holds at the first bound", || {
-            release.is_waiting_at(bound(0))
-        })?;
-        // A checkpoint started after the source held has passed the detector behind every
-        // transaction before the bound (aligned barriers).
-        let done = completed(&job);
-        wait_for_checkpoint(&job, done + 2, STEP_TIMEOUT).map_err(|e| e.to_string())?;
-        for (key, value) in [
-            ("small_cents", th.small_cents),
-            ("large_cents", th.large_cents),
-            ("window_ms", th.window_ms),
-        ] {
-            job.update_config("detector", key, &value.to_string())
-                .map_err(|e| e.to_string())?;
-        }
+        change_thresholds(&job, &release, bound(0), th)?;
         changed_at = Some(bound(0));
     }
     // One step per fault: a checkpoint completed, then the fault armed, then more input.

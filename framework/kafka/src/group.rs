@@ -268,118 +268,12 @@ impl<T: Data> KafkaGroup<T> {
             })?;
         let stop = Arc::new(AtomicBool::new(false));
         let flag = stop.clone();
-        {
-            let (shared, stop) = (shared.clone(), stop.clone());
-            std::thread::Builder::new()
-                .name(format!("weir-group-watchdog-{}", self.group))
-                .spawn(move || {
-                    while !stop.load(Ordering::Acquire) {
-                        shared.tick();
-                        std::thread::sleep(Duration::from_millis(50));
-                    }
-                })
-                .map_err(|e| weir::SourceError::Setup {
-                    source: format!("kafka group: cannot start its watchdog: {e}").into(),
-                })?;
-        }
-        let group = self.group.clone();
-        let grace = self.session_timeout;
+        start_watchdog(&self.group, shared.clone(), stop.clone())?;
+        let (group, grace) = (self.group.clone(), self.session_timeout);
         let topic = self.source.topic().to_owned();
-        let mut restarts = Restarts::default();
         let thread = std::thread::Builder::new()
             .name(format!("weir-group-{group}"))
-            .spawn(move || {
-                while !flag.load(Ordering::Acquire) {
-                    // Rebalances run their callbacks in here; the partitions are paused, so
-                    // no record comes (each partition's job reads with its own consumer).
-                    let shared = &consumer.context().shared;
-                    if shared.frozen() {
-                        // Frozen past the session (this thread had not polled for that
-                        // long): the partitions are others' by now. Stop their jobs here
-                        // at once, with no checkpoint, before they write on.
-                        let tasks = std::mem::take(
-                            &mut *shared
-                                .tasks
-                                .lock()
-                                .unwrap_or_else(std::sync::PoisonError::into_inner),
-                        );
-                        consumer.context().stop_all(tasks.into_iter().collect(), false);
-                        shared.rejoin.store(true, Ordering::Release);
-                    }
-                    if let Some(Err(e)) = consumer.poll(Duration::from_millis(100)) {
-                        tracing::warn!(group = %group, error = %e, "kafka group member");
-                    }
-                    let rejoin = consumer.context().shared.rejoin.swap(false, Ordering::AcqRel);
-                    let now = Instant::now();
-                    for p in consumer.context().reap_failed() {
-                        restarts.failed(p, now);
-                    }
-                    if !rejoin {
-                        // A partition's job failed (fenced by a member resumed after its
-                        // session ran out, a broker error) while this member holds the
-                        // partition: it was not frozen past its session, so the group has
-                        // not moved it. Restarted here, from its newest checkpoint, after a
-                        // delay that doubles while it keeps failing. (Leaving and joining
-                        // again instead made both members of such a pair leave at once,
-                        // which the test broker's coordinator never settled.)
-                        let assigned: Vec<i32> = consumer
-                            .assignment()
-                            .map(|a| a.elements().iter().map(|e| e.partition()).collect())
-                            .unwrap_or_default();
-                        for p in restarts.due(now) {
-                            if assigned.contains(&p) {
-                                consumer.context().start_task(p);
-                            }
-                        }
-                    } else {
-                        restarts.forget();
-                        // Frozen past its session: the partitions are others' by now, and
-                        // what the client has queued is stale. It leaves and joins again, and
-                        // the group hands partitions out anew, each moved with a final
-                        // checkpoint of its current owner.
-                        consumer.unsubscribe();
-                        // Polled at least until the client has handed back its assignment
-                        // (the revoke runs in a poll), not only until no job runs here: a
-                        // member whose jobs were already stopped (frozen) would otherwise
-                        // subscribe again before its leave was served.
-                        let deadline = Instant::now() + grace * 2;
-                        loop {
-                            let _ = consumer.poll(Duration::from_millis(50));
-                            let released = consumer
-                                .assignment()
-                                .map(|a| a.count() == 0)
-                                .unwrap_or(true);
-                            if Instant::now() >= deadline
-                                || (released && consumer.context().idle())
-                            {
-                                break;
-                            }
-                        }
-                        consumer.context().shared.froze.store(false, Ordering::Release);
-                        if let Err(e) = consumer.subscribe(&[topic.as_str()]) {
-                            tracing::error!(group = %group, error = %e, "kafka group: cannot join again");
-                        }
-                    }
-                }
-                // Leaving: the revoke checkpoints and stops every partition's job.
-                consumer.unsubscribe();
-                let deadline = Instant::now() + Duration::from_secs(30);
-                while Instant::now() < deadline {
-                    let _ = consumer.poll(Duration::from_millis(50));
-                    if consumer.context().idle() {
-                        break;
-                    }
-                }
-                let tasks = std::mem::take(
-                    &mut *consumer
-                        .context()
-                        .shared
-                        .tasks
-                        .lock()
-                        .unwrap_or_else(std::sync::PoisonError::into_inner),
-                );
-                consumer.context().stop_all(tasks.into_iter().collect(), true);
-            })
+            .spawn(move || member_loop(&consumer, &flag, &group, grace, &topic))
             .map_err(|e| weir::SourceError::Setup {
                 source: format!("kafka group: cannot start its thread: {e}").into(),
             })?;
@@ -389,6 +283,148 @@ impl<T: Data> KafkaGroup<T> {
             thread: Some(thread),
         })
     }
+}
+
+/// Ticks the member's session clock every 50 ms until `stop`, on a thread of its own.
+fn start_watchdog(
+    group: &str,
+    shared: Arc<Shared>,
+    stop: Arc<AtomicBool>,
+) -> Result<(), weir::SourceError> {
+    std::thread::Builder::new()
+        .name(format!("weir-group-watchdog-{group}"))
+        .spawn(move || {
+            while !stop.load(Ordering::Acquire) {
+                shared.tick();
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        })
+        .map(|_| ())
+        .map_err(|e| weir::SourceError::Setup {
+            source: format!("kafka group: cannot start its watchdog: {e}").into(),
+        })
+}
+
+/// The member's thread: polls the group (rebalances run their callbacks in here) until
+/// `stop`, restarting failed partition jobs and rejoining after a freeze, then leaves.
+fn member_loop(
+    consumer: &BaseConsumer<Membership>,
+    stop: &AtomicBool,
+    group: &str,
+    grace: Duration,
+    topic: &str,
+) {
+    let mut restarts = Restarts::default();
+    while !stop.load(Ordering::Acquire) {
+        // Rebalances run their callbacks in here; the partitions are paused, so no record
+        // comes (each partition's job reads with its own consumer).
+        stop_if_frozen(consumer);
+        if let Some(Err(e)) = consumer.poll(Duration::from_millis(100)) {
+            tracing::warn!(group = %group, error = %e, "kafka group member");
+        }
+        let rejoin = consumer
+            .context()
+            .shared
+            .rejoin
+            .swap(false, Ordering::AcqRel);
+        let now = Instant::now();
+        for p in consumer.context().reap_failed() {
+            restarts.failed(p, now);
+        }
+        if !rejoin {
+            // A partition's job failed (fenced by a member resumed after its session ran
+            // out, a broker error) while this member holds the partition: it was not frozen
+            // past its session, so the group has not moved it. Restarted here, from its
+            // newest checkpoint, after a delay that doubles while it keeps failing. (Leaving
+            // and joining again instead made both members of such a pair leave at once,
+            // which the test broker's coordinator never settled.)
+            let assigned: Vec<i32> = consumer
+                .assignment()
+                .map(|a| a.elements().iter().map(|e| e.partition()).collect())
+                .unwrap_or_default();
+            for p in restarts.due(now) {
+                if assigned.contains(&p) {
+                    consumer.context().start_task(p);
+                }
+            }
+        } else {
+            restarts.forget();
+            rejoin_group(consumer, group, grace, topic);
+        }
+    }
+    leave(consumer);
+}
+
+/// Frozen past the session (the member's thread had not polled for that long): the
+/// partitions are others' by now. Stops their jobs at once, with no checkpoint, before they
+/// write on, and asks for a rejoin.
+fn stop_if_frozen(consumer: &BaseConsumer<Membership>) {
+    let shared = &consumer.context().shared;
+    if shared.frozen() {
+        let tasks = std::mem::take(
+            &mut *shared
+                .tasks
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        );
+        consumer
+            .context()
+            .stop_all(tasks.into_iter().collect(), false);
+        shared.rejoin.store(true, Ordering::Release);
+    }
+}
+
+/// After a freeze past its session: the partitions are others' by now, and what the client
+/// has queued is stale. The member leaves and joins again, and the group hands partitions out
+/// anew, each moved with a final checkpoint of its current owner.
+fn rejoin_group(consumer: &BaseConsumer<Membership>, group: &str, grace: Duration, topic: &str) {
+    consumer.unsubscribe();
+    // Polled at least until the client has handed back its assignment (the revoke runs in a
+    // poll), not only until no job runs here: a member whose jobs were already stopped
+    // (frozen) would otherwise subscribe again before its leave was served.
+    let deadline = Instant::now() + grace * 2;
+    loop {
+        let _ = consumer.poll(Duration::from_millis(50));
+        let released = consumer
+            .assignment()
+            .map(|a| a.count() == 0)
+            .unwrap_or(true);
+        if Instant::now() >= deadline || (released && consumer.context().idle()) {
+            break;
+        }
+    }
+    consumer
+        .context()
+        .shared
+        .froze
+        .store(false, Ordering::Release);
+    if let Err(e) = consumer.subscribe(&[topic]) {
+        tracing::error!(group = %group, error = %e, "kafka group: cannot join again");
+    }
+}
+
+/// Leaving: the revoke checkpoints and stops every partition's job (waited for up to 30 s);
+/// what still runs then is stopped with a checkpoint.
+fn leave(consumer: &BaseConsumer<Membership>) {
+    consumer.unsubscribe();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while Instant::now() < deadline {
+        let _ = consumer.poll(Duration::from_millis(50));
+        if consumer.context().idle() {
+            break;
+        }
+    }
+    let tasks = std::mem::take(
+        &mut *consumer
+            .context()
+            .shared
+            .tasks
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner),
+    );
+    consumer
+        .context()
+        .stop_all(tasks.into_iter().collect(), true);
 }
 
 /// A running member of a group ([`KafkaGroup::start`]).

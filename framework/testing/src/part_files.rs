@@ -27,6 +27,10 @@
 //! Without checkpoints ([`SinkContext::checkpointing`] false) the sink writes through to
 //! `part-<s>-0`, created (truncated) when the subtask starts.
 //!
+//! The renames, fsyncs and clean-ups are the core's two-phase part files
+//! ([`weir::sink::staged::StagedFiles`], which the core's exactly-once line files use too);
+//! this sink gives them its names ([`part_name`]) and keeps its checkpoint state as JSON.
+//!
 //! ```
 //! use std::time::Duration;
 //! use weir_testing::{clear_part_files, read_committed, ExactlyOnce, TwoPhaseFileSink};
@@ -48,29 +52,23 @@
 //! std::fs::remove_dir_all(&dir).unwrap();
 //! ```
 
-use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::{BufRead, BufWriter, Write};
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use weir::sink::staged::{PartNames, StagedFiles};
 use weir::sink::{Sink, SinkContext};
 use weir::SinkError;
 
 /// The checkpoint id of the commit a job makes at the end of its input.
 pub const FINAL_COMMIT: u64 = weir::checkpoint::FINAL_COMMIT;
 
-/// Kinds of the sink's files.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum PartKind {
-    /// `part-<s>-<n>`: committed output.
-    Final,
-    /// `part-<s>-<n>.pending`: pre-committed at checkpoint `n`, waiting for it to complete.
-    Pending,
-    /// `part-<s>-<n>.inprogress`: being written.
-    InProgress,
-}
+/// Kinds of the sink's files: `part-<s>-<n>` is [`PartKind::Final`] (committed output),
+/// `part-<s>-<n>.pending` [`PartKind::Pending`] (pre-committed at checkpoint `n`, waiting for it
+/// to complete), `part-<s>-<n>.inprogress` [`PartKind::InProgress`] (being written).
+pub use weir::sink::staged::PartKind;
 
 /// Parses a file name of the sink: `(subtask, checkpoint, kind)`.
 ///
@@ -120,10 +118,26 @@ struct SinkState {
     pending: Vec<String>,
 }
 
-/// The open in-progress file.
-struct InProgress {
-    checkpoint: u64,
-    out: BufWriter<File>,
+/// The file names of one subtask of a [`TwoPhaseFileSink`] ([`part_name`]).
+struct SubtaskNames {
+    subtask: usize,
+}
+
+impl PartNames for SubtaskNames {
+    fn in_progress(&self, n: u64) -> String {
+        part_name(self.subtask, n, PartKind::InProgress)
+    }
+    fn pending(&self, checkpoint: u64) -> String {
+        part_name(self.subtask, checkpoint, PartKind::Pending)
+    }
+    fn committed(&self, checkpoint: u64) -> String {
+        part_name(self.subtask, checkpoint, PartKind::Final)
+    }
+    fn parse(&self, name: &str) -> Option<(u64, PartKind)> {
+        parse_part_name(name)
+            .filter(|(s, _, _)| *s == self.subtask)
+            .map(|(_, n, kind)| (n, kind))
+    }
 }
 
 /// Encodes one record as the bytes of its line (without the newline).
@@ -192,29 +206,30 @@ pub struct PartFileStats {
 /// std::fs::remove_dir_all(&dir).unwrap();
 /// ```
 pub struct TwoPhaseFileSink<T> {
-    dir: PathBuf,
+    /// The staged files (with checkpoints).
+    files: StagedFiles<SubtaskNames>,
     subtask: usize,
     transactional: bool,
     encode: Encode<T>,
-    current: Option<InProgress>,
+    /// Without checkpoints: `part-<s>-0`, written through.
+    through: Option<BufWriter<File>>,
     /// The checkpoint the next in-progress file most likely belongs to (only its name).
     next_checkpoint: u64,
-    /// Pre-committed files of this subtask not committed yet, by checkpoint.
-    pending: BTreeMap<u64, String>,
     /// Leftovers of earlier attempts were dealt with (by `initialize`, or at the first call).
     initialized: bool,
-    stats: PartFileStats,
+    committed_by_restore: u64,
+    restored_checkpoint: Option<u64>,
     line: Vec<u8>,
 }
 
 impl<T> std::fmt::Debug for TwoPhaseFileSink<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("TwoPhaseFileSink")
-            .field("dir", &self.dir)
+            .field("dir", &self.files.dir())
             .field("subtask", &self.subtask)
             .field("transactional", &self.transactional)
-            .field("pending", &self.pending)
-            .field("stats", &self.stats)
+            .field("pending", self.files.pending())
+            .field("stats", &self.stats())
             .finish()
     }
 }
@@ -255,33 +270,29 @@ impl<T> TwoPhaseFileSink<T> {
     /// std::fs::remove_dir_all(&dir).unwrap();
     /// ```
     pub fn create(dir: &Path, cx: &SinkContext, encode: Encode<T>) -> Result<Self, SinkError> {
-        weir::checkpoint::store::create_dir_durable(dir).map_err(|source| SinkError::Io {
-            path: dir.to_owned(),
-            source,
-        })?;
+        let names = SubtaskNames {
+            subtask: cx.subtask,
+        };
         let mut sink = TwoPhaseFileSink {
-            dir: dir.to_owned(),
+            files: StagedFiles::create(dir, names)?,
             subtask: cx.subtask,
             transactional: cx.checkpointing,
             encode,
-            current: None,
+            through: None,
             next_checkpoint: 1,
-            pending: BTreeMap::new(),
             initialized: !cx.checkpointing,
-            stats: PartFileStats::default(),
+            committed_by_restore: 0,
+            restored_checkpoint: None,
             line: Vec::with_capacity(256),
         };
         if sink.transactional {
             // In-progress data is never part of a complete checkpoint: it is the output of a
             // failed attempt (the job replays it).
-            sink.discard(|_, kind| kind == PartKind::InProgress)?;
+            sink.files.discard(|_, kind| kind == PartKind::InProgress)?;
         } else {
-            let path = dir.join(part_name(cx.subtask, 0, PartKind::Final));
+            let path = sink.through_path();
             let f = File::create(&path).map_err(|source| SinkError::Io { path, source })?;
-            sink.current = Some(InProgress {
-                checkpoint: 0,
-                out: BufWriter::with_capacity(256 * 1024, f),
-            });
+            sink.through = Some(BufWriter::with_capacity(256 * 1024, f));
         }
         Ok(sink)
     }
@@ -298,112 +309,50 @@ impl<T> TwoPhaseFileSink<T> {
     /// std::fs::remove_dir_all(&dir).unwrap();
     /// ```
     pub fn stats(&self) -> PartFileStats {
-        self.stats
-    }
-
-    fn io(&self, name: &str, source: std::io::Error) -> SinkError {
-        SinkError::Io {
-            path: self.dir.join(name),
-            source,
+        PartFileStats {
+            committed_files: self.files.committed_files(),
+            committed_by_restore: self.committed_by_restore,
+            discarded_files: self.files.discarded_files(),
+            restored_checkpoint: self.restored_checkpoint,
         }
     }
 
-    /// This subtask's files in the directory: `(checkpoint, kind, name)`.
-    fn own_files(&self) -> Result<Vec<(u64, PartKind, String)>, SinkError> {
-        let entries = std::fs::read_dir(&self.dir).map_err(|e| self.io("", e))?;
-        let mut files = Vec::new();
-        for entry in entries {
-            let entry = entry.map_err(|e| self.io("", e))?;
-            let Ok(name) = entry.file_name().into_string() else {
-                continue;
-            };
-            if let Some((s, n, kind)) = parse_part_name(&name) {
-                if s == self.subtask {
-                    files.push((n, kind, name));
-                }
-            }
-        }
-        Ok(files)
-    }
-
-    /// Deletes this subtask's files for which `which(checkpoint, kind)` holds.
-    fn discard(&mut self, which: impl Fn(u64, PartKind) -> bool) -> Result<(), SinkError> {
-        for (n, kind, name) in self.own_files()? {
-            if which(n, kind) {
-                std::fs::remove_file(self.dir.join(&name)).map_err(|e| self.io(&name, e))?;
-                self.stats.discarded_files += 1;
-            }
-        }
-        Ok(())
+    /// The file written through without checkpoints.
+    fn through_path(&self) -> PathBuf {
+        self.files
+            .dir()
+            .join(part_name(self.subtask, 0, PartKind::Final))
     }
 
     /// Without a restore, no pre-committed file belongs to a complete checkpoint.
     fn ensure_initialized(&mut self) -> Result<(), SinkError> {
         if !self.initialized {
             self.initialized = true;
-            self.discard(|_, kind| kind == PartKind::Pending)?;
+            self.files.discard(|_, kind| kind == PartKind::Pending)?;
         }
         Ok(())
     }
 
-    fn sync_dir(&self) -> Result<(), SinkError> {
-        File::open(&self.dir)
-            .and_then(|d| d.sync_all())
-            .map_err(|e| self.io("", e))
-    }
-
-    /// Flushes, fsyncs and closes the in-progress file; its checkpoint number.
-    fn close_current(&mut self) -> Result<Option<u64>, SinkError> {
-        let Some(mut cur) = self.current.take() else {
-            return Ok(None);
+    /// The end of the input: the in-progress data becomes pending under an unused number,
+    /// committed with the rest.
+    fn stage_last(&mut self) -> Result<(), SinkError> {
+        let Some(n) = self.files.close_current()? else {
+            return Ok(());
         };
-        let name = part_name(self.subtask, cur.checkpoint, PartKind::InProgress);
-        cur.out.flush().map_err(|e| self.io(&name, e))?;
-        cur.out
-            .get_ref()
-            .sync_all()
-            .map_err(|e| self.io(&name, e))?;
-        Ok(Some(cur.checkpoint))
-    }
-
-    fn rename(&self, from: &str, to: &str) -> Result<(), SinkError> {
-        std::fs::rename(self.dir.join(from), self.dir.join(to)).map_err(|e| self.io(from, e))
-    }
-
-    /// Renames the pending file `name` of checkpoint `n` to its final name; `false` if it was
-    /// already committed.
-    fn commit_file(&mut self, n: u64, name: &str) -> Result<bool, SinkError> {
-        let final_name = part_name(self.subtask, n, PartKind::Final);
-        if self.dir.join(name).exists() {
-            self.rename(name, &final_name)?;
-            self.stats.committed_files += 1;
-            return Ok(true);
+        let mut k = n;
+        while self.files.pending().contains_key(&k)
+            || self
+                .files
+                .dir()
+                .join(part_name(self.subtask, k, PartKind::Final))
+                .exists()
+        {
+            k += 1;
         }
-        if self.dir.join(&final_name).exists() {
-            return Ok(false);
-        }
-        Err(SinkError::Encode {
-            path: self.dir.join(name),
-            message: "a pending file of a complete checkpoint is gone (neither pending nor \
-                      committed): its records are lost"
-                .into(),
-        })
-    }
-
-    fn commit_up_to(&mut self, id: u64) -> Result<(), SinkError> {
-        let ready: Vec<(u64, String)> = self
-            .pending
-            .range(..=id)
-            .map(|(k, v)| (*k, v.clone()))
-            .collect();
-        let mut any = false;
-        for (k, name) in ready {
-            any |= self.commit_file(k, &name)?;
-            self.pending.remove(&k);
-        }
-        if any {
-            self.sync_dir()?;
-        }
+        let pending = part_name(self.subtask, k, PartKind::Pending);
+        self.files
+            .rename(&part_name(self.subtask, n, PartKind::InProgress), &pending)?;
+        self.files.add_pending(k, pending);
         Ok(())
     }
 }
@@ -414,77 +363,69 @@ impl<T: Send + 'static> Sink<T> for TwoPhaseFileSink<T> {
             return Ok(());
         }
         self.ensure_initialized()?;
-        if self.current.is_none() {
-            let n = self.next_checkpoint;
-            let name = part_name(self.subtask, n, PartKind::InProgress);
-            let f = File::create(self.dir.join(&name)).map_err(|e| self.io(&name, e))?;
-            self.current = Some(InProgress {
-                checkpoint: n,
-                out: BufWriter::with_capacity(256 * 1024, f),
-            });
-        }
-        let cur = self.current.as_mut().expect("opened above");
+        let out = match self.through.as_mut() {
+            Some(out) => out,
+            None => self.files.writer(self.next_checkpoint)?,
+        };
         let mut result = Ok(());
         for r in batch.drain(..) {
             self.line.clear();
             (self.encode)(&r, &mut self.line);
             self.line.push(b'\n');
-            if let Err(e) = cur.out.write_all(&self.line) {
+            if let Err(e) = out.write_all(&self.line) {
                 result = Err(e);
                 break;
             }
         }
-        if let Err(e) = result {
-            let name = part_name(self.subtask, cur.checkpoint, PartKind::InProgress);
-            return Err(self.io(&name, e));
-        }
-        Ok(())
+        result.map_err(|source| SinkError::Io {
+            path: if self.through.is_some() {
+                self.through_path()
+            } else {
+                self.files.current_path()
+            },
+            source,
+        })
     }
 
     fn finish(&mut self) -> Result<(), SinkError> {
         self.ensure_initialized()?;
         if !self.transactional {
-            self.close_current()?;
+            if let Some(mut out) = self.through.take() {
+                let r = out.flush().and_then(|()| out.get_ref().sync_all());
+                r.map_err(|source| SinkError::Io {
+                    path: self.through_path(),
+                    source,
+                })?;
+            }
             return Ok(());
         }
         // Kept in progress: the final commit makes it final. Made durable now.
-        if let Some(cur) = self.current.as_mut() {
-            let r = cur.out.flush().and_then(|()| cur.out.get_ref().sync_all());
-            let name = part_name(self.subtask, cur.checkpoint, PartKind::InProgress);
-            r.map_err(|e| self.io(&name, e))?;
-        }
-        Ok(())
+        self.files.sync_current()
     }
 
     fn pre_commit(&mut self, checkpoint: u64) -> Result<Option<Vec<u8>>, SinkError> {
         if !self.transactional {
-            if let Some(cur) = self.current.as_mut() {
-                let name = part_name(self.subtask, 0, PartKind::Final);
-                cur.out.flush().map_err(|e| SinkError::Io {
-                    path: self.dir.join(name),
-                    source: e,
+            if let Some(out) = self.through.as_mut() {
+                let r = out.flush();
+                r.map_err(|source| SinkError::Io {
+                    path: self.through_path(),
+                    source,
                 })?;
             }
             return Ok(None);
         }
         self.ensure_initialized()?;
-        if let Some(n) = self.close_current()? {
-            let from = part_name(self.subtask, n, PartKind::InProgress);
-            let to = part_name(self.subtask, checkpoint, PartKind::Pending);
-            self.rename(&from, &to)?;
-            self.sync_dir()?;
-            self.pending.insert(checkpoint, to);
-        }
+        self.files.pre_commit(checkpoint)?;
         self.next_checkpoint = checkpoint + 1;
         let state = SinkState {
             checkpoint,
             subtask: self.subtask,
-            pending: self.pending.values().cloned().collect(),
+            pending: self.files.pending().values().cloned().collect(),
         };
         serde_json::to_vec(&state)
             .map(Some)
             .map_err(|e| SinkError::Encode {
-                path: self.dir.clone(),
+                path: self.files.dir().to_owned(),
                 message: e.to_string(),
             })
     }
@@ -495,24 +436,9 @@ impl<T: Send + 'static> Sink<T> for TwoPhaseFileSink<T> {
         }
         self.ensure_initialized()?;
         if checkpoint == FINAL_COMMIT {
-            if let Some(n) = self.close_current()? {
-                // The end of the input: the last data becomes final under an unused number.
-                let mut k = n;
-                while self.pending.contains_key(&k)
-                    || self
-                        .dir
-                        .join(part_name(self.subtask, k, PartKind::Final))
-                        .exists()
-                {
-                    k += 1;
-                }
-                let from = part_name(self.subtask, n, PartKind::InProgress);
-                self.rename(&from, &part_name(self.subtask, k, PartKind::Pending))?;
-                self.pending
-                    .insert(k, part_name(self.subtask, k, PartKind::Pending));
-            }
+            self.stage_last()?;
         }
-        self.commit_up_to(checkpoint)
+        self.files.commit_up_to(checkpoint)
     }
 
     fn initialize(&mut self, restored: Option<&[u8]>) -> Result<(), SinkError> {
@@ -521,19 +447,19 @@ impl<T: Send + 'static> Sink<T> for TwoPhaseFileSink<T> {
             return self.ensure_initialized();
         };
         let state: SinkState = serde_json::from_slice(state).map_err(|e| SinkError::Encode {
-            path: self.dir.clone(),
+            path: self.files.dir().to_owned(),
             message: format!("bad sink state: {e}"),
         })?;
         // The restored checkpoint is complete: what it pre-committed is committed now.
         for name in &state.pending {
             let Some((_, n, PartKind::Pending)) = parse_part_name(name) else {
                 return Err(SinkError::Encode {
-                    path: self.dir.join(name),
+                    path: self.files.dir().join(name),
                     message: "not a pending file name".into(),
                 });
             };
-            if self.commit_file(n, name)? {
-                self.stats.committed_by_restore += 1;
+            if self.files.commit_pending(n, name)? {
+                self.committed_by_restore += 1;
             }
         }
         // Pre-committed for checkpoints after the restored one: they never completed. Final
@@ -542,18 +468,20 @@ impl<T: Send + 'static> Sink<T> for TwoPhaseFileSink<T> {
         // writes their records again, so they are taken back.
         let restored = state.checkpoint;
         let retracted = self
+            .files
             .own_files()?
             .iter()
             .filter(|(n, kind, _)| *kind == PartKind::Final && *n > restored)
             .count();
         if retracted > 0 {
-            tracing::warn!(dir = %self.dir.display(), subtask = self.subtask, restored, files = retracted, "deleting output committed after the restored checkpoint: it is written again");
+            tracing::warn!(dir = %self.files.dir().display(), subtask = self.subtask, restored, files = retracted, "deleting output committed after the restored checkpoint: it is written again");
         }
-        self.discard(|n, kind| kind == PartKind::InProgress || n > restored)?;
-        self.sync_dir()?;
+        self.files
+            .discard(|n, kind| kind == PartKind::InProgress || n > restored)?;
+        self.files.sync_dir()?;
         self.initialized = true;
         self.next_checkpoint = restored + 1;
-        self.stats.restored_checkpoint = Some(restored);
+        self.restored_checkpoint = Some(restored);
         Ok(())
     }
 }

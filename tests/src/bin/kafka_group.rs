@@ -14,6 +14,77 @@ use weir_kafka::KafkaStreamExt;
 use weir::EnvConfig;
 use weir_kafka::{KafkaConfig, KafkaGroup, KafkaSink, KafkaSource, TaskEvent};
 
+/// The optional flags.
+struct Flags {
+    rate: Option<f64>,
+    session: Duration,
+    parallelism: usize,
+}
+
+impl Flags {
+    /// Parses `args`; exits with the usage on a bad one.
+    fn parse(args: &[String], usage: &str) -> Flags {
+        let mut rate = None;
+        let mut session = Duration::from_secs(6);
+        let mut parallelism = 1;
+        let mut rest = args.iter();
+        while let Some(flag) = rest.next() {
+            let value = rest.next().and_then(|v| v.parse::<u64>().ok());
+            match (flag.as_str(), value) {
+                ("--rate", Some(v)) => rate = Some(v as f64),
+                ("--session-ms", Some(v)) => session = Duration::from_millis(v),
+                ("--parallelism", Some(v)) if v > 0 => parallelism = v as usize,
+                _ => {
+                    eprintln!("bad argument `{flag}`; usage: {usage}");
+                    std::process::exit(2);
+                }
+            }
+        }
+        Flags {
+            rate,
+            session,
+            parallelism,
+        }
+    }
+}
+
+/// Each partition's job: checkpoints every 200 ms on one arbiter, at `rate` if given.
+fn config(rate: Option<f64>) -> EnvConfig {
+    let mut cfg = EnvConfig::default();
+    cfg.checkpoint.interval = Some(Duration::from_millis(200));
+    cfg.arbiters = 1;
+    if let Some(r) = rate {
+        cfg.rate_control.enabled = true;
+        cfg.rate_control.initial_rate = Some(r);
+        cfg.rate_control.min_rate = r;
+        cfg.rate_control.max_rate = Some(r);
+    }
+    cfg
+}
+
+/// Prints the events after the first `printed` as lines, and counts them printed.
+fn print_events(events: &[TaskEvent], printed: &mut usize) {
+    let mut stdout = std::io::stdout().lock();
+    for e in &events[*printed..] {
+        let line = match e {
+            TaskEvent::Started { partition, at_ms } => {
+                format!("event started {partition} {at_ms}")
+            }
+            TaskEvent::Stopped { partition, at_ms } => {
+                format!("event stopped {partition} {at_ms}")
+            }
+            TaskEvent::Lost { partition, at_ms } => format!("event lost {partition} {at_ms}"),
+            TaskEvent::Failed { partition, at_ms } => {
+                format!("event failed {partition} {at_ms}")
+            }
+            _ => format!("event {e:?}"),
+        };
+        let _ = writeln!(stdout, "{line}");
+    }
+    let _ = stdout.flush();
+    *printed = events.len();
+}
+
 fn main() {
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
@@ -30,31 +101,11 @@ fn main() {
         std::process::exit(2);
     }
     let (brokers, input, output, dir, group) = (&args[0], &args[1], &args[2], &args[3], &args[4]);
-    let mut rate = None;
-    let mut session = Duration::from_secs(6);
-    let mut parallelism = 1;
-    let mut rest = args[5..].iter();
-    while let Some(flag) = rest.next() {
-        let value = rest.next().and_then(|v| v.parse::<u64>().ok());
-        match (flag.as_str(), value) {
-            ("--rate", Some(v)) => rate = Some(v as f64),
-            ("--session-ms", Some(v)) => session = Duration::from_millis(v),
-            ("--parallelism", Some(v)) if v > 0 => parallelism = v as usize,
-            _ => {
-                eprintln!("bad argument `{flag}`; usage: {usage}");
-                std::process::exit(2);
-            }
-        }
-    }
-    let mut cfg = EnvConfig::default();
-    cfg.checkpoint.interval = Some(Duration::from_millis(200));
-    cfg.arbiters = 1;
-    if let Some(r) = rate {
-        cfg.rate_control.enabled = true;
-        cfg.rate_control.initial_rate = Some(r);
-        cfg.rate_control.min_rate = r;
-        cfg.rate_control.max_rate = Some(r);
-    }
+    let Flags {
+        rate,
+        session,
+        parallelism,
+    } = Flags::parse(&args[5..], usage);
     let kafka = KafkaConfig::new(brokers.as_str());
     let source = KafkaSource::new(kafka.clone(), input.as_str(), |r| {
         let text = std::str::from_utf8(r.value.unwrap_or_default()).map_err(|e| e.to_string())?;
@@ -90,7 +141,7 @@ fn main() {
         },
     )
     .parallelism(parallelism)
-    .config(cfg)
+    .config(config(rate))
     .session_timeout(session)
     .start();
     let member = match member {
@@ -108,31 +159,10 @@ fn main() {
         let _ = done_tx.send(());
     });
     let mut printed = 0;
-    let print = |events: &[TaskEvent], printed: &mut usize| {
-        let mut stdout = std::io::stdout().lock();
-        for e in &events[*printed..] {
-            let line = match e {
-                TaskEvent::Started { partition, at_ms } => {
-                    format!("event started {partition} {at_ms}")
-                }
-                TaskEvent::Stopped { partition, at_ms } => {
-                    format!("event stopped {partition} {at_ms}")
-                }
-                TaskEvent::Lost { partition, at_ms } => format!("event lost {partition} {at_ms}"),
-                TaskEvent::Failed { partition, at_ms } => {
-                    format!("event failed {partition} {at_ms}")
-                }
-                _ => format!("event {e:?}"),
-            };
-            let _ = writeln!(stdout, "{line}");
-        }
-        let _ = stdout.flush();
-        *printed = events.len();
-    };
     while done_rx.recv_timeout(Duration::from_millis(20)).is_err() {
-        print(&member.events(), &mut printed);
+        print_events(&member.events(), &mut printed);
     }
     let events = member.stop();
-    print(&events, &mut printed);
+    print_events(&events, &mut printed);
     println!("kafka_group: left");
 }

@@ -46,6 +46,52 @@ impl<T, S: Sink<T>> Sink<T> for DieBeforeCommit<S> {
     }
 }
 
+/// The optional flags.
+struct Flags {
+    bounded: bool,
+    rate: Option<f64>,
+    die_at: Option<u64>,
+    parallelism: usize,
+}
+
+impl Flags {
+    /// Parses `args`; exits with the usage on a bad one.
+    fn parse(args: &[String], usage: &str) -> Flags {
+        let mut bounded = false;
+        let mut rate = None;
+        let mut die_at = None;
+        let mut parallelism = 2;
+        let mut rest = args.iter();
+        while let Some(flag) = rest.next() {
+            let mut value = |name: &str| -> u64 {
+                match rest.next().map(|v| v.parse::<u64>()) {
+                    Some(Ok(v)) => v,
+                    _ => {
+                        eprintln!("{name} needs a number; usage: {usage}");
+                        std::process::exit(2);
+                    }
+                }
+            };
+            match flag.as_str() {
+                "--bounded" => bounded = true,
+                "--rate" => rate = Some(value("--rate") as f64),
+                "--die-before-commit" => die_at = Some(value("--die-before-commit")),
+                "--parallelism" => parallelism = value("--parallelism") as usize,
+                other => {
+                    eprintln!("unknown argument `{other}`; usage: {usage}");
+                    std::process::exit(2);
+                }
+            }
+        }
+        Flags {
+            bounded,
+            rate,
+            die_at,
+            parallelism,
+        }
+    }
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let usage = "kafka_job BROKERS INPUT OUTPUT CHECKPOINT_DIR PREFIX [--bounded] [--rate N] \
@@ -55,32 +101,12 @@ fn main() {
         std::process::exit(2);
     }
     let (brokers, input, output, dir, prefix) = (&args[0], &args[1], &args[2], &args[3], &args[4]);
-    let mut bounded = false;
-    let mut rate = None;
-    let mut die_at = None;
-    let mut parallelism = 2;
-    let mut rest = args[5..].iter();
-    while let Some(flag) = rest.next() {
-        let mut value = |name: &str| -> u64 {
-            match rest.next().map(|v| v.parse::<u64>()) {
-                Some(Ok(v)) => v,
-                _ => {
-                    eprintln!("{name} needs a number; usage: {usage}");
-                    std::process::exit(2);
-                }
-            }
-        };
-        match flag.as_str() {
-            "--bounded" => bounded = true,
-            "--rate" => rate = Some(value("--rate") as f64),
-            "--die-before-commit" => die_at = Some(value("--die-before-commit")),
-            "--parallelism" => parallelism = value("--parallelism") as usize,
-            other => {
-                eprintln!("unknown argument `{other}`; usage: {usage}");
-                std::process::exit(2);
-            }
-        }
-    }
+    let Flags {
+        bounded,
+        rate,
+        die_at,
+        parallelism,
+    } = Flags::parse(&args[5..], usage);
 
     let mut cfg = EnvConfig::default();
     cfg.default_parallelism = parallelism;

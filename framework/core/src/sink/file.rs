@@ -13,6 +13,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
+use super::staged::{PartKind, PartNames, StagedFiles};
 use super::{Sink, SinkContext};
 use crate::error::SinkError;
 
@@ -236,7 +237,8 @@ fn line_error(path: &Path, e: LineError) -> SinkError {
     }
 }
 
-/// Exactly-once line files (two-phase commit), each record a line per its [`LineFormat`].
+/// Exactly-once line files (two-phase commit), each record a line per its [`LineFormat`],
+/// on the two-phase part files of [`super::staged`] named by [`LineNames`].
 /// Each checkpoint interval is written to a hidden staging file
 /// `.{uid}-{subtask}-{seq}.inprogress`; at the checkpoint's barrier it is fsynced and renamed
 /// `.{uid}-{subtask}-{checkpoint}.pending` and the directory is fsynced (its name goes into the
@@ -251,187 +253,158 @@ fn line_error(path: &Path, e: LineError) -> SinkError {
 /// directly at the end.
 pub(crate) struct StagedLineSink<L> {
     format: L,
-    dir: PathBuf,
-    prefix: String,
-    current: Option<(String, BufWriter<File>)>,
+    files: StagedFiles<LineNames>,
+    /// The number of the next staging file.
     seq: u64,
-    /// Pending file per checkpoint, not committed yet.
-    pending: std::collections::BTreeMap<u64, String>,
     /// The lines of the batch being written (reused).
     lines: Vec<u8>,
 }
 
+/// The file names of one subtask of a [`StagedLineSink`]: `prefix` is `{uid}-{subtask}`.
+pub(crate) struct LineNames {
+    prefix: String,
+}
+
+impl LineNames {
+    /// The visible file of the end of the input.
+    fn last(&self) -> String {
+        format!("part-{}-final", self.prefix)
+    }
+}
+
+impl PartNames for LineNames {
+    fn in_progress(&self, n: u64) -> String {
+        format!(".{}-{n}.inprogress", self.prefix)
+    }
+    fn pending(&self, checkpoint: u64) -> String {
+        format!(".{}-{checkpoint}.pending", self.prefix)
+    }
+    fn committed(&self, checkpoint: u64) -> String {
+        format!("part-{}-{checkpoint}", self.prefix)
+    }
+    /// Staging files by their number; visible ones by their checkpoint, the end of the
+    /// input's (`-final`) as [`FINAL_COMMIT`](crate::checkpoint::FINAL_COMMIT).
+    fn parse(&self, name: &str) -> Option<(u64, PartKind)> {
+        if let Some(tail) = name
+            .strip_prefix('.')
+            .and_then(|n| n.strip_prefix(self.prefix.as_str()))
+            .and_then(|n| n.strip_prefix('-'))
+        {
+            let (n, kind) = if let Some(n) = tail.strip_suffix(".inprogress") {
+                (n, PartKind::InProgress)
+            } else {
+                (tail.strip_suffix(".pending")?, PartKind::Pending)
+            };
+            return Some((n.parse().ok()?, kind));
+        }
+        let tail = name
+            .strip_prefix("part-")?
+            .strip_prefix(self.prefix.as_str())?
+            .strip_prefix('-')?;
+        if tail == "final" {
+            return Some((crate::checkpoint::FINAL_COMMIT, PartKind::Final));
+        }
+        Some((tail.parse().ok()?, PartKind::Final))
+    }
+}
+
 impl<L> StagedLineSink<L> {
     pub(crate) fn create(dir: &Path, cx: &SinkContext, format: L) -> Result<Self, SinkError> {
-        crate::checkpoint::store::create_dir_durable(dir).map_err(|source| SinkError::Io {
-            path: dir.to_owned(),
-            source,
-        })?;
+        let names = LineNames {
+            prefix: format!("{}-{}", cx.uid, cx.subtask),
+        };
         Ok(StagedLineSink {
             format,
-            dir: dir.to_owned(),
-            prefix: format!("{}-{}", cx.uid, cx.subtask),
-            current: None,
+            files: StagedFiles::create(dir, names)?,
             seq: 0,
-            pending: Default::default(),
             lines: Vec::new(),
         })
     }
 
-    fn io(&self, name: &str, source: std::io::Error) -> SinkError {
-        SinkError::Io {
-            path: self.dir.join(name),
-            source,
-        }
-    }
-
-    fn writer(&mut self) -> Result<&mut BufWriter<File>, SinkError> {
-        if self.current.is_none() {
-            let name = format!(".{}-{}.inprogress", self.prefix, self.seq);
-            self.seq += 1;
-            let f = File::create(self.dir.join(&name)).map_err(|e| self.io(&name, e))?;
-            self.current = Some((name, BufWriter::with_capacity(256 * 1024, f)));
-        }
-        Ok(&mut self.current.as_mut().expect("just set").1)
-    }
-
-    /// Closes the staging file (flushed, fsynced) and renames it to `to`.
-    fn close_as(&mut self, to: &str) -> Result<bool, SinkError> {
-        let Some((name, mut w)) = self.current.take() else {
-            return Ok(false);
-        };
-        w.flush().map_err(|e| self.io(&name, e))?;
-        w.get_ref().sync_all().map_err(|e| self.io(&name, e))?;
-        std::fs::rename(self.dir.join(&name), self.dir.join(to)).map_err(|e| self.io(to, e))?;
-        self.sync_dir()?;
-        Ok(true)
-    }
-
-    /// Fsyncs the directory: its renames and deletions become durable.
-    fn sync_dir(&self) -> Result<(), SinkError> {
-        crate::checkpoint::store::sync_dir(&self.dir).map_err(|e| self.io("", e))
-    }
-
-    /// Commits the pending files of checkpoints up to `id` (one directory fsync for all).
-    fn commit_up_to(&mut self, id: u64) -> Result<(), SinkError> {
-        let ready: Vec<u64> = self.pending.range(..=id).map(|(k, _)| *k).collect();
-        let mut renamed = false;
-        for k in ready {
-            let Some(name) = self.pending.remove(&k) else {
-                continue;
-            };
-            let to = format!("part-{}-{k}", self.prefix);
-            if self.dir.join(&name).exists() {
-                std::fs::rename(self.dir.join(&name), self.dir.join(&to))
-                    .map_err(|e| self.io(&to, e))?;
-                renamed = true;
-            } else if !self.dir.join(&to).exists() {
-                return Err(SinkError::Encode {
-                    path: self.dir.join(&name),
-                    message: "a pending file of a complete checkpoint is gone (neither pending \
-                              nor committed): its records are lost"
-                        .into(),
-                });
-            }
-        }
-        if renamed {
-            self.sync_dir()?;
-        }
-        Ok(())
-    }
-
     /// Deletes this subtask's visible files of checkpoints after `restored` (and of the end
     /// of the input): a restore of `restored` writes their records again.
-    fn retract_after(&self, restored: u64) -> Result<(), SinkError> {
-        let visible = format!("part-{}-", self.prefix);
-        for entry in std::fs::read_dir(&self.dir)
-            .map_err(|e| self.io("", e))?
-            .flatten()
-        {
-            let name = entry.file_name().to_string_lossy().into_owned();
-            let Some(tail) = name.strip_prefix(&visible) else {
-                continue;
-            };
-            let later = tail == "final" || tail.parse::<u64>().is_ok_and(|k| k > restored);
-            if later {
-                tracing::warn!(file = %entry.path().display(), restored, "deleting output committed after the restored checkpoint: it is written again");
-                std::fs::remove_file(entry.path()).map_err(|e| self.io(&name, e))?;
-            }
+    fn retract_after(&mut self, restored: u64) -> Result<(), SinkError> {
+        let deleted = self
+            .files
+            .discard(|n, kind| kind == PartKind::Final && n > restored)?;
+        for name in deleted {
+            tracing::warn!(file = %self.files.dir().join(name).display(), restored, "deleting output committed after the restored checkpoint: it is written again");
         }
         Ok(())
     }
 
-    /// Deletes this subtask's staging files, except those in `keep`.
-    fn clean(&self, keep: &[String]) -> Result<(), SinkError> {
-        let staged = format!(".{}-", self.prefix);
-        for entry in std::fs::read_dir(&self.dir)
-            .map_err(|e| self.io("", e))?
-            .flatten()
-        {
-            let name = entry.file_name().to_string_lossy().into_owned();
-            if name.starts_with(&staged) && !keep.contains(&name) {
-                std::fs::remove_file(entry.path()).map_err(|e| self.io(&name, e))?;
-            }
-        }
+    /// Deletes this subtask's staging files.
+    fn clean(&mut self) -> Result<(), SinkError> {
+        self.files.discard(|_, kind| kind != PartKind::Final)?;
         Ok(())
+    }
+
+    fn encode_state(&self, state: &StagedState) -> Result<Option<Vec<u8>>, SinkError> {
+        crate::checkpoint::encode(state)
+            .map(Some)
+            .map_err(|message| SinkError::Encode {
+                path: self.files.dir().to_owned(),
+                message,
+            })
     }
 }
 
 impl<T: Send + 'static, L: LineFormat<T>> Sink<T> for StagedLineSink<L> {
     fn write_batch(&mut self, batch: &mut Vec<T>) -> Result<(), SinkError> {
-        self.writer()?;
-        let Some((name, w)) = self.current.as_mut() else {
-            return Ok(());
-        };
-        format_batch(&mut self.format, batch, &mut self.lines)
-            .and_then(|()| w.write_all(&self.lines).map_err(LineError::Io))
-            .map_err(|e| line_error(&self.dir.join(name.as_str()), e))
+        // A staging file opened now takes the next number.
+        let n = self.seq;
+        if self.files.current().is_none() {
+            self.seq += 1;
+        }
+        let w = self.files.writer(n)?;
+        let written = format_batch(&mut self.format, batch, &mut self.lines)
+            .and_then(|()| w.write_all(&self.lines).map_err(LineError::Io));
+        written.map_err(|e| line_error(&self.files.current_path(), e))
     }
 
     fn pre_commit(&mut self, checkpoint: u64) -> Result<Option<Vec<u8>>, SinkError> {
-        let pending = format!(".{}-{checkpoint}.pending", self.prefix);
-        if self.close_as(&pending)? {
-            self.pending.insert(checkpoint, pending);
-        }
+        self.files.pre_commit(checkpoint)?;
         let state = StagedState {
             checkpoint: Some(checkpoint),
-            pending: self.pending.iter().map(|(k, v)| (*k, v.clone())).collect(),
+            pending: self
+                .files
+                .pending()
+                .iter()
+                .map(|(k, v)| (*k, v.clone()))
+                .collect(),
         };
-        crate::checkpoint::encode(&state)
-            .map(Some)
-            .map_err(|message| SinkError::Encode {
-                path: self.dir.clone(),
-                message,
-            })
+        self.encode_state(&state)
     }
 
     fn commit(&mut self, checkpoint: u64) -> Result<(), SinkError> {
         if checkpoint == crate::checkpoint::FINAL_COMMIT {
-            let last = format!("part-{}-final", self.prefix);
-            self.close_as(&last)?;
+            let last = self.files.names().last();
+            self.files.close_as(&last)?;
         }
-        self.commit_up_to(checkpoint)
+        self.files.commit_up_to(checkpoint)
     }
 
     fn initialize(&mut self, restored: Option<&[u8]>) -> Result<(), SinkError> {
         let Some(state) = restored else {
             // Nothing staged by an earlier attempt belongs to a complete checkpoint.
-            self.clean(&[])?;
-            return self.sync_dir();
+            self.clean()?;
+            return self.files.sync_dir();
         };
         let state = StagedState::decode(state).map_err(|message| SinkError::Encode {
-            path: self.dir.clone(),
+            path: self.files.dir().to_owned(),
             message,
         })?;
-        self.pending.extend(state.pending);
+        for (k, name) in state.pending {
+            self.files.add_pending(k, name);
+        }
         // The restored checkpoint is complete: what it lists is committed; the rest of the
         // failed attempt's staging is dropped, and so is what was committed after it.
-        self.commit_up_to(u64::MAX - 1)?;
+        self.files.commit_up_to(u64::MAX - 1)?;
         if let Some(restored) = state.checkpoint {
             self.retract_after(restored)?;
         }
-        self.clean(&[])?;
-        self.sync_dir()
+        self.clean()?;
+        self.files.sync_dir()
     }
 }
 

@@ -8,6 +8,7 @@
 
 pub mod collect;
 pub mod file;
+pub mod staged;
 
 use std::task::{Context, Poll};
 

@@ -84,7 +84,8 @@ pub fn panels_chart(path: &Path, panels: &[Panel]) -> Res {
     Ok(())
 }
 
-fn draw_panel(area: &DrawingArea<SVGBackend<'_>, Shift>, p: &Panel) -> Res {
+/// The panel's x range (its points and shaded bands, padded) and the top of its y axis.
+fn ranges(p: &Panel) -> (f64, f64, f64) {
     let pts = p.series.iter().flat_map(|s| s.points.iter());
     let (mut x0, mut x1, mut y1) = (f64::INFINITY, f64::NEG_INFINITY, 0.0f64);
     for &(x, y) in pts {
@@ -100,7 +101,11 @@ fn draw_panel(area: &DrawingArea<SVGBackend<'_>, Shift>, p: &Panel) -> Res {
         (x0, x1) = (0.0, 1.0);
     }
     let pad = ((x1 - x0) * 0.04).max(0.05);
-    let (x0, x1, y1) = (x0 - pad, x1 + pad, upper(y1));
+    (x0 - pad, x1 + pad, upper(y1))
+}
+
+fn draw_panel(area: &DrawingArea<SVGBackend<'_>, Shift>, p: &Panel) -> Res {
+    let (x0, x1, y1) = ranges(p);
     let mut chart = ChartBuilder::on(area)
         .caption(p.title.as_str(), ("sans-serif", 19))
         .margin(14)

@@ -2,8 +2,8 @@
 
 use std::fmt::Write as _;
 
-use super::reference::{self, Quote};
-use super::results::Results;
+use crate::reference::{self, Quote};
+use crate::results::{Recovery, RecoveryRow, Results};
 
 fn ms(x: f64) -> String {
     if x >= 100.0 {
@@ -56,6 +56,17 @@ fn quote(out: &mut String, q: &Quote) {
 /// The report as Markdown.
 pub fn render(r: &Results) -> String {
     let mut o = String::new();
+    header(&mut o, r);
+    table5(&mut o, r);
+    table6(&mut o, r);
+    table7(&mut o, r);
+    table8(&mut o, r);
+    the_rest(&mut o, r);
+    o
+}
+
+/// The title, the run and the machine.
+fn header(o: &mut String, r: &Results) {
     let m = &r.machine;
     let _ = writeln!(o, "# Weir and the BQBS paper: measured report\n");
     let _ = writeln!(
@@ -98,9 +109,11 @@ pub fn render(r: &Results) -> String {
          differ by orders of magnitude: compare the shapes (which operator is most critical, \
          how the modes compare), not the seconds.\n"
     );
-    quote(&mut o, &reference::SETUP);
+    quote(o, &reference::SETUP);
+}
 
-    // Table 5.
+/// Table 5: operator criticality.
+fn table5(o: &mut String, r: &Results) {
     let c = &r.criticality;
     let _ = writeln!(o, "## Table 5: operator criticality\n");
     let _ = writeln!(
@@ -145,12 +158,14 @@ pub fn render(r: &Results) -> String {
          same job from the same checkpoint, and what separates them is mostly where the fault's \
          record falls relative to the last checkpoint.\n"
     );
-    quote(&mut o, &reference::TABLE5);
+    quote(o, &reference::TABLE5);
     if r.charts.iter().any(|c| c == "criticality.svg") {
         let _ = writeln!(o, "![criticality](criticality.svg)\n");
     }
+}
 
-    // Table 6.
+/// Table 6: latency and throughput.
+fn table6(o: &mut String, r: &Results) {
     let l = &r.latency;
     let _ = writeln!(o, "## Table 6: latency and throughput\n");
     let _ = writeln!(
@@ -212,10 +227,12 @@ pub fn render(r: &Results) -> String {
          operator is not chained) and its input goes to the primary and the backup: that hop and \
          the second delivery are what the overhead measures.\n"
     );
-    quote(&mut o, &reference::TABLE6);
+    quote(o, &reference::TABLE6);
     let _ = writeln!(o, "![latency percentiles by size](latency.svg)\n");
+}
 
-    // Table 7.
+/// Table 7: recovery from successive failures.
+fn table7(o: &mut String, r: &Results) {
     let rc = &r.recovery;
     let _ = writeln!(o, "## Table 7: recovery from successive failures\n");
     let _ = writeln!(
@@ -228,54 +245,8 @@ pub fn render(r: &Results) -> String {
     );
     let ra = rc.summary.iter().find(|s| s.mode == "restart-all");
     let bq = rc.summary.iter().find(|s| s.mode == "bqbs");
-    let _ = writeln!(
-        o,
-        "| failure | restart-all ms | BQBS ms | restart-all cumulative ms | BQBS cumulative ms | paper: restart-all | paper: BQBS | paper: BQBS cumulative |"
-    );
-    let _ = writeln!(o, "|---|---|---|---|---|---|---|---|");
-    for j in 0..rc.failures {
-        let get = |row: Option<&super::results::RecoveryRow>, cum: bool| {
-            row.and_then(|r| {
-                if cum {
-                    r.cumulative_ms.get(j)
-                } else {
-                    r.recovery_ms_each.get(j)
-                }
-            })
-            .map_or("—".into(), |&x| ms(x))
-        };
-        let paper = reference::TABLE7_ROWS.get(j);
-        let _ = writeln!(
-            o,
-            "| {} | {} | {} | {} | {} | {} | {} | {} |",
-            j + 1,
-            get(ra, false),
-            get(bq, false),
-            get(ra, true),
-            get(bq, true),
-            paper.map_or("—", |p| p.1),
-            paper.map_or("—", |p| p.2),
-            paper.map_or("—", |p| p.3)
-        );
-    }
-    let _ = writeln!(
-        o,
-        "\n| mode | runs | duplicates | missing | promotions | restarts |"
-    );
-    let _ = writeln!(o, "|---|---|---|---|---|---|");
-    for mode in ["restart-all", "bqbs"] {
-        let runs: Vec<_> = rc.runs.iter().filter(|x| x.mode == mode).collect();
-        let _ = writeln!(
-            o,
-            "| {} | {} | {} | {} | {} | {} |",
-            mode,
-            runs.len(),
-            runs.iter().map(|x| x.duplicates).sum::<u64>(),
-            runs.iter().map(|x| x.missing).sum::<u64>(),
-            runs.iter().map(|x| x.promotions).sum::<u64>(),
-            runs.iter().map(|x| x.restarts).sum::<u64>()
-        );
-    }
+    per_failure(o, rc, ra, bq);
+    per_mode(o, rc);
     let _ = writeln!(
         o,
         "\nBQBS's first recovery is **{:.2}×** restart-all's (paper: 31 s / ≈70 s ≈ 0.44, \
@@ -305,11 +276,69 @@ pub fn render(r: &Results) -> String {
          paper's later failures were slower for a like reason (\"each later failure spends \
          about 30 s on replay\").\n"
     );
-    quote(&mut o, &reference::TABLE7);
-    quote(&mut o, &reference::RESTART_RATIO);
+    quote(o, &reference::TABLE7);
+    quote(o, &reference::RESTART_RATIO);
     let _ = writeln!(o, "![recovery time per failure](recovery.svg)\n");
+}
 
-    // Table 8.
+/// Table 7's rows: each failure's recovery and the cumulative, per mode, beside the paper's.
+fn per_failure(o: &mut String, rc: &Recovery, ra: Option<&RecoveryRow>, bq: Option<&RecoveryRow>) {
+    let _ = writeln!(
+        o,
+        "| failure | restart-all ms | BQBS ms | restart-all cumulative ms | BQBS cumulative ms | paper: restart-all | paper: BQBS | paper: BQBS cumulative |"
+    );
+    let _ = writeln!(o, "|---|---|---|---|---|---|---|---|");
+    for j in 0..rc.failures {
+        let get = |row: Option<&RecoveryRow>, cum: bool| {
+            row.and_then(|r| {
+                if cum {
+                    r.cumulative_ms.get(j)
+                } else {
+                    r.recovery_ms_each.get(j)
+                }
+            })
+            .map_or("—".into(), |&x| ms(x))
+        };
+        let paper = reference::TABLE7_ROWS.get(j);
+        let _ = writeln!(
+            o,
+            "| {} | {} | {} | {} | {} | {} | {} | {} |",
+            j + 1,
+            get(ra, false),
+            get(bq, false),
+            get(ra, true),
+            get(bq, true),
+            paper.map_or("—", |p| p.1),
+            paper.map_or("—", |p| p.2),
+            paper.map_or("—", |p| p.3)
+        );
+    }
+}
+
+/// The exactly-once check of each mode's runs, and their promotions and restarts.
+fn per_mode(o: &mut String, rc: &Recovery) {
+    let _ = writeln!(
+        o,
+        "\n| mode | runs | duplicates | missing | promotions | restarts |"
+    );
+    let _ = writeln!(o, "|---|---|---|---|---|---|");
+    for mode in ["restart-all", "bqbs"] {
+        let runs: Vec<_> = rc.runs.iter().filter(|x| x.mode == mode).collect();
+        let _ = writeln!(
+            o,
+            "| {} | {} | {} | {} | {} | {} |",
+            mode,
+            runs.len(),
+            runs.iter().map(|x| x.duplicates).sum::<u64>(),
+            runs.iter().map(|x| x.missing).sum::<u64>(),
+            runs.iter().map(|x| x.promotions).sum::<u64>(),
+            runs.iter().map(|x| x.restarts).sum::<u64>()
+        );
+    }
+}
+
+/// Table 8: CPU and memory.
+fn table8(o: &mut String, r: &Results) {
     let cpu = &r.cpu;
     let _ = writeln!(o, "## Table 8: CPU and memory\n");
     let _ = writeln!(o, "{}\n", cpu.definition);
@@ -371,11 +400,14 @@ pub fn render(r: &Results) -> String {
          modes, not the levels. The `recovery` runs also hold the expected output in memory for \
          the exactly-once check.\n"
     );
-    quote(&mut o, &reference::TABLE8);
+    quote(o, &reference::TABLE8);
     let _ = writeln!(o, "![CPU over time](cpu.svg)\n");
     let _ = writeln!(o, "![RSS over time](memory.svg)\n");
+}
 
-    // The rest.
+/// What was not measured, how the failure window is chosen, and the commands.
+fn the_rest(o: &mut String, r: &Results) {
+    let rc = &r.recovery;
     let _ = writeln!(o, "## Not measured\n");
     for u in &r.unavailable {
         let _ = writeln!(o, "- `{}`: {}", u.what, u.reason);
@@ -394,7 +426,6 @@ pub fn render(r: &Results) -> String {
         let _ = writeln!(o, "{c}");
     }
     let _ = writeln!(o, "```");
-    o
 }
 
 /// A checkpoint interval, as the report shows it.

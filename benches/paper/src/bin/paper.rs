@@ -1,8 +1,8 @@
 //! `paper`: runs the BQBS paper's experiments (its Tables 5 to 8) on Weir and writes a report:
 //!
 //! ```text
-//! cargo run --release -p weir-benches --bin paper -- --out target/paper-report
-//! cargo run --release -p weir-benches --bin paper -- --quick --out target/paper-quick
+//! cargo run --release -p weir-paper --bin paper -- --out target/paper-report
+//! cargo run --release -p weir-paper --bin paper -- --quick --out target/paper-quick
 //! ```
 //!
 //! It first builds the harness binaries it runs (`cargo build --release -p weir-benches
@@ -19,15 +19,15 @@
 //! records, one recovery run per mode at 200k records and 3 faults on 2 operators (well under
 //! 2 minutes on 2 cores, after the build). It then checks `results.json` (every field present
 //! and finite, exactly-once output in BQBS mode) and exits non-zero if a check fails. See
-//! `weir_benches::paper`.
+//! `weir_paper`.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
 
 use clap::Parser;
-use weir_benches::paper::experiments::{self, Bins, Options, Plan};
-use weir_benches::paper::{report, validate};
+use weir_paper::experiments::{self, Bins, Options, Plan};
+use weir_paper::{report, validate};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -152,7 +152,7 @@ fn invocation() -> String {
         })
         .collect();
     format!(
-        "cargo run --release -p weir-benches --bin paper -- {}",
+        "cargo run --release -p weir-paper --bin paper -- {}",
         args.join(" ")
     )
 }
@@ -165,8 +165,9 @@ fn run(args: Args) -> Result<(), String> {
         return Err("--repeats must be at least 1".into());
     }
     let workspace = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("benches/ is in the workspace")
+        .ancestors()
+        .nth(2)
+        .expect("benches/paper/ is in the workspace")
         .to_path_buf();
     let cwd = std::env::current_dir().map_err(|e| format!("no current directory: {e}"))?;
     let out = cwd.join(&args.out);

@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::proc::Sample;
+use crate::proc::Sample;
 
 /// CPU utilization between two consecutive samples.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -20,7 +20,7 @@ pub struct CpuInterval {
 /// The CPU utilization between consecutive samples (`clk_tck` ticks per second).
 ///
 /// ```
-/// use weir_benches::paper::{analysis::cpu_intervals, proc::Sample};
+/// use weir_paper::{analysis::cpu_intervals, proc::Sample};
 /// let s = |t_s, cpu_ticks| Sample { t_s, cpu_ticks, rss_bytes: 1, hwm_bytes: 1 };
 /// let iv = cpu_intervals(&[s(0.0, 0), s(0.1, 10), s(0.2, 15)], 100);
 /// assert_eq!(iv.len(), 2);
@@ -60,7 +60,7 @@ fn inside(iv: (f64, f64), range: (f64, f64), windows: &[(f64, f64)]) -> f64 {
 /// covers such a part. Windows must not overlap (see [`merge_windows`]).
 ///
 /// ```
-/// use weir_benches::paper::analysis::{weighted_cpu, CpuInterval};
+/// use weir_paper::analysis::{weighted_cpu, CpuInterval};
 /// let iv = |start_s, end_s, pct_core| CpuInterval { start_s, end_s, pct_core };
 /// let series = [iv(0.0, 1.0, 100.0), iv(1.0, 2.0, 200.0), iv(2.0, 3.0, 100.0)];
 /// let w = [(1.5, 2.5)];
@@ -91,7 +91,7 @@ pub fn weighted_cpu(
 /// Sorts windows and merges the ones that overlap.
 ///
 /// ```
-/// use weir_benches::paper::analysis::merge_windows;
+/// use weir_paper::analysis::merge_windows;
 /// assert_eq!(merge_windows(vec![(3.0, 4.0), (0.0, 1.0), (0.5, 2.0)]), vec![(0.0, 2.0), (3.0, 4.0)]);
 /// ```
 pub fn merge_windows(mut w: Vec<(f64, f64)>) -> Vec<(f64, f64)> {
@@ -106,6 +106,26 @@ pub fn merge_windows(mut w: Vec<(f64, f64)>) -> Vec<(f64, f64)> {
     out
 }
 
+/// The median of `xs` (the mean of the middle two for an even count); `None` if empty.
+///
+/// ```
+/// assert_eq!(weir_paper::analysis::median(&[3.0, 1.0, 2.0]), Some(2.0));
+/// assert_eq!(weir_paper::analysis::median(&[4.0, 1.0, 2.0, 3.0]), Some(2.5));
+/// ```
+pub fn median(xs: &[f64]) -> Option<f64> {
+    if xs.is_empty() {
+        return None;
+    }
+    let mut v = xs.to_vec();
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    Some(if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    })
+}
+
 /// The median `VmRSS` of the samples inside `range` and outside `windows`; `None` if there is
 /// none.
 pub fn steady_rss(samples: &[Sample], range: (f64, f64), windows: &[(f64, f64)]) -> Option<u64> {
@@ -115,7 +135,7 @@ pub fn steady_rss(samples: &[Sample], range: (f64, f64), windows: &[(f64, f64)])
         .filter(|s| !windows.iter().any(|w| s.t_s >= w.0 && s.t_s <= w.1))
         .map(|s| s.rss_bytes as f64)
         .collect();
-    crate::median(&v).map(|m| m as u64)
+    median(&v).map(|m| m as u64)
 }
 
 /// The largest `VmHWM` sampled (0 without samples).
@@ -130,7 +150,7 @@ pub fn peak_rss(samples: &[Sample]) -> u64 {
 /// The element-wise median of equally long rows (`None` where any row lacks a value).
 ///
 /// ```
-/// use weir_benches::paper::analysis::column_medians;
+/// use weir_paper::analysis::column_medians;
 /// let rows = vec![vec![1.0, 10.0], vec![3.0, 30.0], vec![2.0, 20.0]];
 /// assert_eq!(column_medians(&rows), vec![Some(2.0), Some(20.0)]);
 /// ```
@@ -140,7 +160,7 @@ pub fn column_medians(rows: &[Vec<f64>]) -> Vec<Option<f64>> {
         .map(|i| {
             let col: Vec<f64> = rows.iter().filter_map(|r| r.get(i).copied()).collect();
             if col.len() == rows.len() {
-                crate::median(&col)
+                median(&col)
             } else {
                 None
             }
@@ -151,7 +171,7 @@ pub fn column_medians(rows: &[Vec<f64>]) -> Vec<Option<f64>> {
 /// Running sums.
 ///
 /// ```
-/// assert_eq!(weir_benches::paper::analysis::cumulative(&[1.0, 2.0, 3.0]), vec![1.0, 3.0, 6.0]);
+/// assert_eq!(weir_paper::analysis::cumulative(&[1.0, 2.0, 3.0]), vec![1.0, 3.0, 6.0]);
 /// ```
 pub fn cumulative(xs: &[f64]) -> Vec<f64> {
     xs.iter()

@@ -5,9 +5,9 @@ use std::path::PathBuf;
 
 use serde_json::{json, Value};
 
-use super::proc::{Machine, Sample};
-use super::results::*;
-use super::{report, validate::validate};
+use crate::proc::{Machine, Sample};
+use crate::results::*;
+use crate::{report, validate::validate};
 
 fn sample(t_s: f64) -> Sample {
     Sample {
@@ -65,7 +65,7 @@ fn recovery_run(mode: &str) -> RecoveryRun {
     RecoveryRun {
         mode: mode.into(),
         rep: 0,
-        cumulative_ms: super::analysis::cumulative(&each),
+        cumulative_ms: crate::analysis::cumulative(&each),
         recovery_ms_each: each,
         duplicates: 0,
         missing: 0,
@@ -130,7 +130,7 @@ fn fixture() -> Results {
             rustc: "rustc".into(),
             clk_tck: 100,
         },
-        invocation: "cargo run --release -p weir-benches --bin paper -- --quick".into(),
+        invocation: "cargo run --release -p weir-paper --bin paper -- --quick".into(),
         sampling_interval_ms: 50,
         latency: Latency {
             sizes: vec![100_000],

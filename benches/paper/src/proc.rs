@@ -83,7 +83,7 @@ impl ChildRun {
 ///
 /// ```
 /// let stat = "42 (my (odd) name) S 1 42 42 0 -1 4194560 100 0 0 0 250 30 7 3 20 0 5 0 1 2 3";
-/// assert_eq!(weir_benches::paper::proc::stat_cpu_ticks(stat), Some(280));
+/// assert_eq!(weir_paper::proc::stat_cpu_ticks(stat), Some(280));
 /// ```
 pub fn stat_cpu_ticks(stat: &str) -> Option<u64> {
     let f = stat_fields(stat)?;
@@ -94,7 +94,7 @@ pub fn stat_cpu_ticks(stat: &str) -> Option<u64> {
 ///
 /// ```
 /// let stat = "42 (x) S 1 42 42 0 -1 4194560 100 0 0 0 250 30 7 3 20 0 5 0 1 2 3";
-/// assert_eq!(weir_benches::paper::proc::stat_children_ticks(stat), Some(10));
+/// assert_eq!(weir_paper::proc::stat_children_ticks(stat), Some(10));
 /// ```
 pub fn stat_children_ticks(stat: &str) -> Option<u64> {
     let f = stat_fields(stat)?;
@@ -111,8 +111,8 @@ fn stat_fields(stat: &str) -> Option<Vec<&str>> {
 ///
 /// ```
 /// let status = "Name:\tetl\nVmHWM:\t  9000 kB\nVmRSS:\t  8000 kB\n";
-/// assert_eq!(weir_benches::paper::proc::kb_field(status, "VmRSS"), Some(8000 * 1024));
-/// assert_eq!(weir_benches::paper::proc::kb_field(status, "VmSwap"), None);
+/// assert_eq!(weir_paper::proc::kb_field(status, "VmRSS"), Some(8000 * 1024));
+/// assert_eq!(weir_paper::proc::kb_field(status, "VmSwap"), None);
 /// ```
 pub fn kb_field(text: &str, key: &str) -> Option<u64> {
     let line = text.lines().find(|l| l.split(':').next() == Some(key))?;
@@ -322,8 +322,8 @@ pub fn utc_now() -> String {
 /// Unix seconds as `YYYY-MM-DD HH:MM:SS UTC` (proleptic Gregorian calendar).
 ///
 /// ```
-/// assert_eq!(weir_benches::paper::proc::utc_string(0), "1970-01-01 00:00:00 UTC");
-/// assert_eq!(weir_benches::paper::proc::utc_string(951_827_696), "2000-02-29 12:34:56 UTC");
+/// assert_eq!(weir_paper::proc::utc_string(0), "1970-01-01 00:00:00 UTC");
+/// assert_eq!(weir_paper::proc::utc_string(951_827_696), "2000-02-29 12:34:56 UTC");
 /// ```
 pub fn utc_string(secs: u64) -> String {
     let days = (secs / 86_400) as i64;

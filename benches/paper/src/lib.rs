@@ -2,7 +2,7 @@
 //! command that writes a report. The `paper` binary is its command line:
 //!
 //! ```text
-//! cargo run --release -p weir-benches --bin paper -- --out target/paper-report [--quick]
+//! cargo run --release -p weir-paper --bin paper -- --out target/paper-report [--quick]
 //! ```
 //!
 //! Each experiment runs one of the harness binaries (`etl`, `recovery`, `criticality`) as a
@@ -12,6 +12,13 @@
 //! `results.json` ([`results::Results`]), `report.md` ([`report`]: the measured tables beside
 //! what the paper's text states, [`reference`]) and SVG charts ([`charts`]); `results.json` is
 //! then checked ([`validate`]).
+//!
+//! The crate depends on no Weir crate: what it measures is what the harnesses of
+//! `weir-benches` print, and `paper` builds them (`cargo build --release -p weir-benches
+//! --bins`) before it runs them.
+
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
 
 pub mod analysis;
 pub mod charts;

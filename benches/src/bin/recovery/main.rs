@@ -107,20 +107,22 @@
 
 use std::path::PathBuf;
 use std::str::FromStr;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+mod report;
+
 use clap::Parser;
-use serde_json::{json, Value};
+use report::{details, summary, Finished};
+use serde_json::Value;
 use weir::sink::SinkContext;
-use weir::{BackupPolicy, Env, EnvConfig, RestartStrategy};
+use weir::{BackupPolicy, Env, EnvConfig, JobResult, RestartStrategy};
 use weir_benches::clock_ns;
 use weir_benches::recovery_support::{
     build_cleaning_job, input_lines_at, tally, Expected, FaultWatch, FlatMapFaults, FlatMapSetup,
     Kind, ProbedSink, RecoveryProbe,
 };
-use weir_examples::answers::{uid, Answers, DEFAULT_SEED};
+use weir_examples::answers::{Answers, DEFAULT_SEED};
 use weir_testing::{clear_part_files, quiet_injected_panics_with, read_committed, FaultPlan};
 
 /// The job's name (its checkpoints go to `<checkpoint dir>/<name>/`).
@@ -303,7 +305,8 @@ fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1e3
 }
 
-fn run(args: Args) -> Result<Value, String> {
+/// Checks the flags that need no input.
+fn check_args(args: &Args) -> Result<(), String> {
     if args.parallelism == 0 {
         return Err("--parallelism must be at least 1".into());
     }
@@ -315,7 +318,12 @@ fn run(args: Args) -> Result<Value, String> {
             "--heartbeat-ms must be at least 10 and --heartbeat-timeout-ms longer than it".into(),
         );
     }
-    let answers = match (&args.input, args.records) {
+    Ok(())
+}
+
+/// The input: the `--input` file, or `--records` generated answers.
+fn answers_of(args: &Args) -> Result<Answers, String> {
+    Ok(match (&args.input, args.records) {
         (Some(_), Some(_)) => {
             return Err(
                 "--records does not apply with --input (the file's records are read)".into(),
@@ -337,29 +345,30 @@ fn run(args: Args) -> Result<Value, String> {
             records: records.unwrap_or(1_000_000),
             seed: args.seed,
         },
-    };
-    clock_ns(); // fixes the clock's base: every time taken later is > 0
+    })
+}
 
-    // The expected output, before the job (so it does not compete with it).
-    let t = Instant::now();
-    let expected = match &answers {
-        Answers::Generated { records, seed } => Expected::generated(*records, *seed),
-        Answers::Lines(path) => Expected::from_file(path)
-            .map_err(|e| format!("cannot read input {}: {e}", path.display()))?,
-    };
-    let expect_seconds = t.elapsed().as_secs_f64();
+/// Where the faults go, and the watch that times their recovery.
+struct Placed {
+    failed: FailedSubtask,
+    /// The input records of the faults.
+    indices: Vec<u64>,
+    /// Their lines (each occurs once in the input).
+    lines: Vec<String>,
+    watch: FaultWatch,
+}
+
+/// Places `k` faults in the failed subtask's records from `fault_at` on, evenly; each must
+/// have a kept record before the next and a line of its own.
+fn place_faults(
+    answers: &Answers,
+    expected: &Expected,
+    p: usize,
+    k: usize,
+    fault_at: u64,
+) -> Result<Placed, String> {
     let records = expected.records;
-    let p = args.parallelism;
-    let k = args.failures;
-    let fault_at = args.fault_at.unwrap_or(records / 2);
-    if fault_at >= records {
-        return Err(format!(
-            "--fault-at {fault_at} is not a record of the input (it has {records})"
-        ));
-    }
-
-    // Where the faults go: the failed subtask's records from fault_at on, evenly.
-    let failed = FailedSubtask::of(&answers, records, p, fault_at);
+    let failed = FailedSubtask::of(answers, records, p, fault_at);
     let first = failed.local(fault_at);
     let rest = failed.count - first;
     if (rest as usize) < k {
@@ -392,8 +401,7 @@ fn run(args: Args) -> Result<Value, String> {
         ));
     }
     let indices: Vec<u64> = faults.iter().map(|f| f.0).collect();
-    let lines =
-        input_lines_at(&answers, &indices).map_err(|e| format!("cannot read input: {e}"))?;
+    let lines = input_lines_at(answers, &indices).map_err(|e| format!("cannot read input: {e}"))?;
     if let Some(((_, n), i)) = lines.iter().zip(&indices).find(|((_, n), _)| *n != 1) {
         return Err(format!(
             "the line of input record {i} occurs {n} times in the input: a fault is keyed by \
@@ -401,8 +409,23 @@ fn run(args: Args) -> Result<Value, String> {
         ));
     }
     let lines: Vec<String> = lines.into_iter().map(|(l, _)| l).collect();
+    Ok(Placed {
+        failed,
+        indices,
+        lines,
+        watch,
+    })
+}
 
-    // Directories.
+/// The output and checkpoint directories, emptied; temporary ones are deleted at the end.
+struct Dirs {
+    out: PathBuf,
+    malformed: PathBuf,
+    checkpoints: PathBuf,
+    _cleanup: Cleanup,
+}
+
+fn dirs(args: &Args) -> Result<Dirs, String> {
     let mut cleanup = Cleanup(Vec::new());
     let out_dir = match &args.output {
         Some(d) => d.clone(),
@@ -435,34 +458,38 @@ fn run(args: Args) -> Result<Value, String> {
         std::fs::remove_dir_all(&job_chk)
             .map_err(|e| format!("cannot remove {}: {e}", job_chk.display()))?;
     }
+    Ok(Dirs {
+        out: out_dir,
+        malformed: malformed_dir,
+        checkpoints: checkpoint_dir,
+        _cleanup: cleanup,
+    })
+}
 
-    quiet_injected_panics_with("recovery: ");
-    let probe = Arc::new(RecoveryProbe::with_watch(watch));
-    // No plan faults: the plan only carries the job's release of hung subtasks.
-    let plan = FaultPlan::new(Vec::new());
-    let injected = Arc::new(FlatMapFaults::new(
-        args.kind,
-        lines,
-        probe.clone(),
-        plan.clone(),
-    ));
+/// The job's configuration (checkpoints, restarts, failure detection) and `flat_map`'s
+/// setup (its faults; in BQBS mode its backup).
+fn config(
+    args: &Args,
+    checkpoint_dir: &std::path::Path,
+    plan: FaultPlan,
+    injected: Arc<FlatMapFaults>,
+    restart_attempts: u32,
+) -> (EnvConfig, FlatMapSetup) {
     let heartbeat = Duration::from_millis(args.heartbeat_ms);
     let heartbeat_timeout = Duration::from_millis(args.heartbeat_timeout_ms);
-    let restart_attempts = k as u32 + SPARE_RESTARTS;
-
     let mut cfg = EnvConfig::default();
     if args.checkpoint_interval_ms > 0 {
         cfg.checkpoint.interval = Some(Duration::from_millis(args.checkpoint_interval_ms));
     }
-    cfg.checkpoint.directory = checkpoint_dir.clone();
+    cfg.checkpoint.directory = checkpoint_dir.to_owned();
     cfg.restart = Some(RestartStrategy::FixedDelay {
         attempts: restart_attempts,
         delay: Duration::from_millis(args.restart_delay_ms),
     });
-    cfg.faults = plan.clone();
+    cfg.faults = plan;
     let mut setup = FlatMapSetup {
         backup: None,
-        faults: Some(injected.clone()),
+        faults: Some(injected),
     };
     match args.mode {
         Mode::RestartAll => {
@@ -473,8 +500,32 @@ fn run(args: Args) -> Result<Value, String> {
             setup.backup = Some(BackupPolicy::default().heartbeat(heartbeat, heartbeat_timeout));
         }
     }
-    let (batch_size, arbiters) = (cfg.batch_size, cfg.arbiters);
+    (cfg, setup)
+}
+
+/// The job's expected output, computed sequentially, and the seconds that took.
+fn expected_of(answers: &Answers) -> Result<(Expected, f64), String> {
+    let t = Instant::now();
+    let expected = match answers {
+        Answers::Generated { records, seed } => Expected::generated(*records, *seed),
+        Answers::Lines(path) => Expected::from_file(path)
+            .map_err(|e| format!("cannot read input {}: {e}", path.display()))?,
+    };
+    Ok((expected, t.elapsed().as_secs_f64()))
+}
+
+/// The line on stderr just before the job is built and started (`paper` places the job's
+/// start on its clock by it).
+fn announce(
+    args: &Args,
+    records: u64,
+    expect_seconds: f64,
+    failed_subtask: usize,
+    indices: &[u64],
+    probe: &RecoveryProbe,
+) {
     let first_target = probe.watch.as_ref().and_then(|w| w.faults[0].target());
+    let k = args.failures;
     eprintln!(
         "recovery: {records} records ({:.2} s to compute the expected output), mode {}, {k} \
          {} fault(s) in flat_map subtask {} at input records {indices:?}, first target id \
@@ -482,21 +533,32 @@ fn run(args: Args) -> Result<Value, String> {
         expect_seconds,
         args.mode,
         args.kind,
-        failed.subtask,
+        failed_subtask,
         first_target.map(|w| w.id),
         args.checkpoint_interval_ms,
         args.restart_delay_ms
     );
+}
 
+/// Builds the job (its sink writing to `out`, reporting to `probe`) and runs it: its result,
+/// its start on the clock, and the seconds it ran.
+fn execute(
+    args: &Args,
+    answers: &Answers,
+    cfg: EnvConfig,
+    setup: &FlatMapSetup,
+    out: &std::path::Path,
+    probe: &Arc<RecoveryProbe>,
+) -> Result<(JobResult, u64, f64), String> {
     let env = Env::with_config(cfg);
-    let dir = out_dir.clone();
+    let dir = out.to_owned();
     let sink_probe = probe.clone();
     build_cleaning_job(
         &env,
-        &answers,
-        p,
-        &out_dir,
-        &setup,
+        answers,
+        args.parallelism,
+        out,
+        setup,
         move |cx: &SinkContext| ProbedSink::create(&dir, cx, Some(sink_probe.clone())),
     );
     let started = Instant::now();
@@ -504,180 +566,85 @@ fn run(args: Args) -> Result<Value, String> {
     let result = env
         .execute(JOB)
         .map_err(|e| format!("the job failed: {e}"))?;
-    let total_seconds = started.elapsed().as_secs_f64();
+    Ok((result, started_ns, started.elapsed().as_secs_f64()))
+}
 
-    let main = read_committed(&out_dir)
-        .map_err(|e| format!("cannot read the output in {}: {e}", out_dir.display()))?;
-    let side = read_committed(&malformed_dir)
-        .map_err(|e| format!("cannot read the output in {}: {e}", malformed_dir.display()))?;
-    let t = tally(&expected, &main.lines);
+fn run(args: Args) -> Result<Value, String> {
+    check_args(&args)?;
+    let answers = answers_of(&args)?;
+    clock_ns(); // fixes the clock's base: every time taken later is > 0
 
-    let after_first = |slot| probe.ms_after_fault(slot);
-    let stats = result.checkpoints.clone();
-    let restored = *probe
-        .restored_checkpoint
-        .lock()
-        .unwrap_or_else(|e| e.into_inner());
-    let op_in = |u: &str| result.operator(u).map_or(0, |o| o.records_in);
-    let source_out = result.operator(uid::SOURCE).map_or(0, |o| o.records_out);
-    let watch = probe.watch.as_ref().expect("a watch");
-    let recovery_ms_each: Vec<Option<f64>> = watch.faults.iter().map(|f| f.recovery_ms()).collect();
-    let per_fault: Vec<Value> = watch
-        .faults
-        .iter()
-        .enumerate()
-        .map(|(j, f)| {
-            let target = f.target();
-            let fault_ns = f.fault_ns.load(Ordering::SeqCst);
-            let last_checkpoint = (fault_ns != 0)
-                .then(|| probe.last_checkpoint_before(fault_ns))
-                .flatten();
-            json!({
-                "n": j + 1,
-                "input_record": f.index,
-                "subtask_record": f.local,
-                "fired": fault_ns != 0,
-                "fault_after_start_ms": (fault_ns != 0)
-                    .then(|| fault_ns.saturating_sub(started_ns) as f64 / 1e6),
-                "processed_after_fault": f.processed_after.load(Ordering::SeqCst),
-                "replayed_to_fault": Some(f.replayed_to_fault.load(Ordering::SeqCst))
-                    .filter(|&n| n != u64::MAX),
-                "last_checkpoint_before_fault": last_checkpoint.map(|c| c.0),
-                "last_checkpoint_before_fault_ms": last_checkpoint
-                    .map(|c| fault_ns.saturating_sub(c.1) as f64 / 1e6),
-                "target_id": target.map(|w| w.id),
-                "target_index": target.map(|w| w.index),
-                "target_receipts_before_fault": target.map(|w| w.before.load(Ordering::SeqCst)),
-                "target_receipts_after_fault": target.map(|w| w.after.load(Ordering::SeqCst)),
-                "recovery_ms": f.recovery_ms(),
-            })
-        })
-        .collect();
-    let first = &watch.faults[0];
-    let target = first.target();
-    let promotions: u64 = result.backups.iter().map(|b| b.promotions).sum();
-    let restarts = stats.as_ref().map_or(0, |s| s.num_restarts);
-    let last_failover_ms = result
-        .backups
-        .iter()
-        .filter(|b| b.promotions > 0)
-        .filter_map(|b| b.last_failover)
-        .map(ms)
-        .reduce(f64::max);
-    let backups: Vec<Value> = result
-        .backups
-        .iter()
-        .map(|b| {
-            json!({
-                "uid": b.uid,
-                "subtask": b.subtask,
-                "promotions": b.promotions,
-                "last_failover_ms": b.last_failover.map(ms),
-                "backup_replacements": b.backup_replacements,
-                "queue_entries": b.queue_entries,
-                "queue_bytes": b.queue_bytes,
-                "filtered": b.filtered,
-                "added": b.added,
-                "claimed": b.claimed,
-                "backup_lag": b.backup_lag,
-                "degraded": b.degraded,
-            })
-        })
-        .collect();
-    let fired = injected.fired();
-    let mut out = json!({
-        "bench": "recovery",
-        "mode": args.mode.name(),
-        "kind": args.kind.name(),
-        "failures": k,
-        "input": match &answers {
-            Answers::Generated { .. } => "generated".to_string(),
-            Answers::Lines(p) => p.display().to_string(),
-        },
-        "seed": args.seed,
-        "records": records,
-        "parallelism": p,
-        "fault_at": fault_at,
-        "fault_subtask": failed.subtask,
-        "fault_subtask_record": first.local,
-        "fault_fired": fired == k,
-        "faults_fired": fired,
-        "checkpoint_interval_ms": args.checkpoint_interval_ms,
-        "restart_delay_ms": args.restart_delay_ms,
-        "restart_attempts": restart_attempts,
-        "heartbeat_ms": args.heartbeat_ms,
-        "heartbeat_timeout_ms": args.heartbeat_timeout_ms,
-        "batch_size": batch_size,
-        "arbiters": arbiters,
-        "recovery_ms": recovery_ms_each[0],
-        "recovery_ms_each": recovery_ms_each,
-        "recovery_ms_definition": "per fault: time from the injected flat_map fault (taken in \
-            the failing thread just before it panics, hangs or stops its arbiter) to the sink \
-            receiving the fault's target record: the first record of the failed subtask that \
-            passes parse, level and filter and that the failed instance did not process (at or \
-            after the fault's input record for a panic or a hang; after what it processed in \
-            its last poll for a stop). The failure kept it from the sink, so this is its first \
-            processing after the recovery. restart-all: detection, restart delay, redeploy, \
-            restore, replay from the restored checkpoint (or the start). bqbs: detection, \
-            promotion, replay of flat_map's input since its last checkpoint (output the \
-            downstream has is not sent again), one channel hop to split..sink. recovery_ms is \
-            the first fault's.",
-        "promotions": promotions,
-        "restarts": restarts,
-        "last_failover_ms": last_failover_ms,
-        "last_failover_ms_definition": "bqbs: from the failure's detection to the promoted \
-            backup running, of the last promotion (BackupMetrics::last_failover)",
-        "recovery_target_id": target.map(|w| w.id),
-        "recovery_target_index": target.map(|w| w.index),
-        "target_receipts_before_fault": target.map(|w| w.before.load(Ordering::SeqCst)),
-        "target_receipts_after_fault": target.map(|w| w.after.load(Ordering::SeqCst)),
-        "faults": per_fault,
-        "backups": backups,
-        "first_output_after_fault_ms": after_first(&probe.first_write_after_fault_ns),
-        "first_output_after_fault_ms_definition": "restart-all: first fault -> a sink subtask \
-            of the restarted job receives its first records (written to its in-progress file)",
-        "first_commit_after_fault_ms": after_first(&probe.first_commit_after_fault_ns),
-        "first_commit_after_fault_ms_definition": "restart-all: first fault -> a sink subtask \
-            of the restarted job first commits records it wrote (first checkpoint completed \
-            after the restart, or the end of the input)",
-        "redeploy_ms": after_first(&probe.first_sink_after_fault_ns),
-    });
-    let more = json!({
-        "restored_checkpoint": restored,
-        "restarted_from_scratch": restarts > 0 && restored.is_none(),
-        "total_seconds": total_seconds,
-        "job_seconds": result.duration.as_secs_f64(),
-        "source_records_out": source_out,
-        "replayed_records": source_out.saturating_sub(records),
-        "checkpoints_completed": stats.as_ref().map(|s| s.number_of_completed_checkpoints),
-        "checkpoints_failed": stats.as_ref().map(|s| s.number_of_failed_checkpoints),
-        "num_restarts": stats.as_ref().map(|s| s.num_restarts),
-        "sink_instances": probe.sink_instances.load(Ordering::SeqCst),
-        "files_committed_by_restore": probe.committed_by_restore.load(Ordering::SeqCst),
-        "uncommitted_files_discarded": probe.discarded_files.load(Ordering::SeqCst),
-        "expected": expected.kept.len(),
-        "committed": t.committed,
-        "committed_files": main.files,
-        "uncommitted_files_left": main.uncommitted_files + side.uncommitted_files,
-        "duplicates": t.duplicates,
-        "missing": t.missing,
-        "unexpected": t.unexpected,
-        "wrong_lines": t.wrong_lines,
-        "unparsable": t.unparsable,
-        "duplicate_examples": t.duplicate_examples,
-        "missing_examples": t.missing_examples,
-        "sink_records_in": op_in(uid::SINK),
-        "flat_map_records_in": op_in(uid::FLAT_MAP),
-        "malformed_expected": expected.malformed,
-        "malformed_committed": side.lines.len(),
-        "dropped_expected": expected.dropped,
-        "output_dir": args.output.as_ref().map(|d| d.display().to_string()),
-        "checkpoint_dir": args.checkpoint_dir.as_ref().map(|d| d.display().to_string()),
-    });
-    if let (Value::Object(a), Value::Object(b)) = (&mut out, more) {
+    // The expected output, before the job (so it does not compete with it).
+    let (expected, expect_seconds) = expected_of(&answers)?;
+    let records = expected.records;
+    let k = args.failures;
+    let fault_at = args.fault_at.unwrap_or(records / 2);
+    if fault_at >= records {
+        return Err(format!(
+            "--fault-at {fault_at} is not a record of the input (it has {records})"
+        ));
+    }
+    let placed = place_faults(&answers, &expected, args.parallelism, k, fault_at)?;
+    let dirs = dirs(&args)?;
+
+    quiet_injected_panics_with("recovery: ");
+    let probe = Arc::new(RecoveryProbe::with_watch(placed.watch));
+    // No plan faults: the plan only carries the job's release of hung subtasks.
+    let plan = FaultPlan::new(Vec::new());
+    let injected = Arc::new(FlatMapFaults::new(
+        args.kind,
+        placed.lines,
+        probe.clone(),
+        plan.clone(),
+    ));
+    let restart_attempts = k as u32 + SPARE_RESTARTS;
+    let (cfg, setup) = config(
+        &args,
+        &dirs.checkpoints,
+        plan,
+        injected.clone(),
+        restart_attempts,
+    );
+    let (batch_size, arbiters) = (cfg.batch_size, cfg.arbiters);
+    announce(
+        &args,
+        records,
+        expect_seconds,
+        placed.failed.subtask,
+        &placed.indices,
+        &probe,
+    );
+
+    let (result, started_ns, total_seconds) =
+        execute(&args, &answers, cfg, &setup, &dirs.out, &probe)?;
+
+    let read = |d: &std::path::Path| {
+        read_committed(d).map_err(|e| format!("cannot read the output in {}: {e}", d.display()))
+    };
+    let (main, side) = (read(&dirs.out)?, read(&dirs.malformed)?);
+    let finished = Finished {
+        args: &args,
+        answers: &answers,
+        expected: &expected,
+        fault_at,
+        failed_subtask: placed.failed.subtask,
+        restart_attempts,
+        batch_size,
+        arbiters,
+        probe: &probe,
+        faults_fired: injected.fired(),
+        result,
+        started_ns,
+        total_seconds,
+        tally: tally(&expected, &main.lines),
+        main,
+        side,
+    };
+    let mut out = summary(&finished);
+    if let (Value::Object(a), Value::Object(b)) = (&mut out, details(&finished)) {
         a.extend(b);
     }
-    drop(cleanup);
+    drop(dirs);
     Ok(out)
 }
 
@@ -697,6 +664,7 @@ fn main() -> std::process::ExitCode {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     fn run_with(extra: &[&str]) -> Value {
         let mut argv = vec!["recovery", "--records", "20000"];

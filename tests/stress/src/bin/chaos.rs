@@ -4,12 +4,12 @@
 //! restart), fault kind (panic, hang, arbiter stop, pause: a zombie primary) and moment (after a checkpoint, during a checkpoint, at a
 //! record, two faults close together, during a promoted backup's replay, at and after a
 //! rescale's or replacement's hand-over); each run checks every record id at the sink and
-//! every key's state (`weir_benches::chaos`).
+//! every key's state (`weir_stress::chaos`).
 //!
 //! ```text
-//! cargo run --release -p weir-benches --bin chaos -- --runs 1000 --seed 1
-//! cargo run --release -p weir-benches --bin chaos -- --replay 417
-//! cargo run --release -p weir-benches --bin chaos -- --runs 200 --mode FastRestart
+//! cargo run --release -p weir-stress --bin chaos -- --runs 1000 --seed 1
+//! cargo run --release -p weir-stress --bin chaos -- --replay 417
+//! cargo run --release -p weir-stress --bin chaos -- --runs 200 --mode FastRestart
 //! ```
 //!
 //! `WEIR_CHAOS_WARNINGS=1` prints the jobs' warnings (restarts and why) on stderr.
@@ -23,7 +23,7 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use clap::Parser;
-use weir_benches::chaos::{campaign, Mode, Run, Scenario, Verdict};
+use weir_stress::chaos::{campaign, Mode, Run, Scenario, Verdict};
 
 #[derive(Parser, Debug)]
 #[command(name = "chaos")]

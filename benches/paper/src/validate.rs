@@ -5,7 +5,7 @@ use std::path::Path;
 
 use serde_json::Value;
 
-use super::results::SCHEMA;
+use crate::results::SCHEMA;
 
 /// Collects the problems found.
 struct Check<'a> {
@@ -84,13 +84,8 @@ impl<'a> Check<'a> {
     }
 }
 
-/// Checks `results` (the parsed `results.json`); `out` is the directory its charts are in.
-/// Returns every problem found.
-pub fn validate(results: &Value, out: &Path) -> Result<(), Vec<String>> {
-    let mut c = Check {
-        root: results,
-        problems: Vec::new(),
-    };
+/// The run: the schema, where and when it ran, and the sampling.
+fn run(c: &mut Check) {
     if c.get("schema").and_then(Value::as_u64) != Some(u64::from(SCHEMA)) {
         c.fail(format!("schema: expected {SCHEMA}"));
     }
@@ -108,8 +103,10 @@ pub fn validate(results: &Value, out: &Path) -> Result<(), Vec<String>> {
     c.num("machine.mem_total_bytes", 1.0);
     c.num("machine.clk_tck", 1.0);
     c.num("sampling_interval_ms", 1.0);
+}
 
-    // Latency.
+/// Table 6: every latency row, run and overhead.
+fn latency(c: &mut Check) {
     let sizes = c.array("latency.sizes");
     let intervals = c.array("latency.checkpoint_intervals_ms");
     let rows = c.array("latency.summary");
@@ -178,8 +175,10 @@ pub fn validate(results: &Value, out: &Path) -> Result<(), Vec<String>> {
             c.num(&format!("latency.overhead[{i}].{f}"), f64::NEG_INFINITY);
         }
     }
+}
 
-    // Recovery.
+/// Table 7: every recovery run and row; exactly once in BQBS mode.
+fn recovery(c: &mut Check) {
     let failures = c.num("recovery.failures", 1.0).unwrap_or(0.0) as usize;
     c.num("recovery.records", 1.0);
     let runs = c.array("recovery.runs");
@@ -256,8 +255,10 @@ pub fn validate(results: &Value, out: &Path) -> Result<(), Vec<String>> {
     }
     c.num("recovery.bqbs_over_restart_all_first", 0.0);
     c.num("recovery.bqbs_over_restart_all_cumulative", 0.0);
+}
 
-    // CPU and memory.
+/// Table 8: the CPU and memory rows.
+fn cpu_and_memory(c: &mut Check) {
     let rows = c.array("cpu.rows");
     for i in 0..rows {
         let r = format!("cpu.rows[{i}]");
@@ -279,8 +280,10 @@ pub fn validate(results: &Value, out: &Path) -> Result<(), Vec<String>> {
             c.num(&format!("memory.rows[{i}].{f}"), f64::MIN_POSITIVE);
         }
     }
+}
 
-    // Criticality.
+/// Table 5: the ranking.
+fn criticality(c: &mut Check) {
     c.num("criticality.faults", 1.0);
     let rows = c.array("criticality.ranking");
     for i in 0..rows {
@@ -300,8 +303,10 @@ pub fn validate(results: &Value, out: &Path) -> Result<(), Vec<String>> {
         }
         c.num(&format!("{r}.faults"), 1.0);
     }
+}
 
-    // Charts.
+/// Every chart named is an SVG file in `out`.
+fn charts(c: &mut Check, out: &Path) {
     let n = c.array("charts");
     for i in 0..n {
         let name = c.str_at(&format!("charts[{i}]"));
@@ -311,6 +316,21 @@ pub fn validate(results: &Value, out: &Path) -> Result<(), Vec<String>> {
             c.fail(format!("charts[{i}]: {name} is missing or not an SVG"));
         }
     }
+}
+
+/// Checks `results` (the parsed `results.json`); `out` is the directory its charts are in.
+/// Returns every problem found.
+pub fn validate(results: &Value, out: &Path) -> Result<(), Vec<String>> {
+    let mut c = Check {
+        root: results,
+        problems: Vec::new(),
+    };
+    run(&mut c);
+    latency(&mut c);
+    recovery(&mut c);
+    cpu_and_memory(&mut c);
+    criticality(&mut c);
+    charts(&mut c, out);
 
     if c.problems.is_empty() {
         Ok(())

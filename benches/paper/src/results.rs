@@ -4,7 +4,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::proc::{Machine, Sample};
+use crate::proc::{Machine, Sample};
 
 /// The version of this layout.
 pub const SCHEMA: u32 = 1;
