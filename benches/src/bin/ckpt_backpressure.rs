@@ -7,7 +7,7 @@
 //! are taken every `--interval-ms`, aligned or unaligned (`--mode`).
 //!
 //! Prints one JSON line per completed checkpoint, read from the framework's checkpoint
-//! statistics (`JobHandle::checkpoint_stats`, its `history` records), nothing timed here:
+//! statistics (`JobMonitor::checkpoint_stats`, its `history` records), nothing timed here:
 //!
 //! ```text
 //! {"bench":"ckpt_backpressure","mode":"aligned","id":3,"duration_ms":..,"alignment_ms":..,

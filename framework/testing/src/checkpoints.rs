@@ -97,7 +97,7 @@ impl std::error::Error for CheckpointWaitError {}
 
 /// Waits until `job` has completed at least `n` checkpoints (counted over every restart
 /// attempt: `CheckpointStats::number_of_completed_checkpoints`) and returns its statistics
-/// then; gives up after `timeout`. It reads [`JobHandle::checkpoint_stats`] every
+/// then; gives up after `timeout`. It reads [`JobMonitor::checkpoint_stats`](weir::JobMonitor::checkpoint_stats) every
 /// [`POLL_INTERVAL`]. A job that ends first is [`CheckpointWaitError::JobEnded`] (as soon as it
 /// has ended); one that runs without checkpoints times out.
 ///

@@ -11,8 +11,8 @@
 //! count, at-least-once barriers); a buffer-queue backup of the stateless `map` or of the
 //! stateful count; and two that change
 //! the job while it runs, restart-all with aligned barriers: a live rescale of the count to
-//! another parallelism ([`JobHandle::rescale`](weir::JobHandle::rescale)), and a fast restart
-//! to an equal graph ([`JobHandle::replace`](weir::JobHandle::replace)). A rescale or
+//! another parallelism ([`JobMonitor::rescale`](weir::JobMonitor::rescale)), and a fast restart
+//! to an equal graph ([`JobMonitor::replace`](weir::JobMonitor::replace)). A rescale or
 //! replacement that a fault abandons is tried once more after the job recovered.
 //!
 //! Moments are events, not times: a fault fires once a checkpoint completed
