@@ -1,5 +1,6 @@
 use super::*;
 use futures::task::noop_waker;
+use std::time::Duration;
 
 fn batch(v: Vec<u32>) -> Event<u32> {
     Event::Batch(Batch::Owned(v))
