@@ -1,3 +1,4 @@
+use super::load::States;
 use super::*;
 
 /// [`load_latest`]'s checkpoint and (whole) states.
