@@ -1,3 +1,4 @@
+use super::merge::merge_payload;
 use super::*;
 
 type Payload = Vec<(usize, Vec<(u64, String)>)>;
