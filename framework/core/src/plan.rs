@@ -113,6 +113,32 @@ pub(crate) fn plan_with_heads(
     cfg: &EnvConfig,
     heads: &HashSet<String>,
 ) -> Result<Plan, PlanError> {
+    check_graph(graph, cfg)?;
+    let uids = resolve_uids(graph)?;
+    let parallelism = resolve_parallelism(graph, cfg, &uids)?;
+    check_initial_states(graph, &uids, &parallelism)?;
+    let (kinds, chained) = resolve_edges(graph, cfg, heads, &uids, &parallelism)?;
+    check_backups(graph, cfg, &uids)?;
+    let head_of = chain_heads(graph, &chained);
+    let heads = (0..graph.nodes.len())
+        .filter(|&id| head_of[id] == id)
+        .collect();
+    check_by_load(graph, &uids)?;
+    let key_groups = key_group_tables(graph, cfg, &uids, &parallelism, &head_of)?;
+    Ok(Plan {
+        uids,
+        parallelism,
+        kinds,
+        chained,
+        heads,
+        head_of,
+        key_groups,
+    })
+}
+
+/// The checks before any node is resolved: the config, the errors the graph recorded while
+/// it was built, the connectors' config checks, and a source.
+fn check_graph(graph: &Graph, cfg: &EnvConfig) -> Result<(), PlanError> {
     cfg.validate()?;
     if let Some(e) = graph.errors.first() {
         return Err(e.clone());
@@ -123,9 +149,13 @@ pub(crate) fn plan_with_heads(
     if !graph.nodes.iter().any(|n| n.is_source) {
         return Err(PlanError::NoSource);
     }
-    let n = graph.nodes.len();
-    // Uids: user-set or `{name}-{id}`; parts are named after their owner.
-    let mut uids = Vec::with_capacity(n);
+    Ok(())
+}
+
+/// Each node's uid: user-set or `{name}-{id}`; parts are named after their owner. Uids are
+/// unique.
+fn resolve_uids(graph: &Graph) -> Result<Vec<String>, PlanError> {
+    let mut uids = Vec::with_capacity(graph.nodes.len());
     for (id, node) in graph.nodes.iter().enumerate() {
         let uid = match (node.part_of, &node.uid) {
             (_, Some(u)) => u.clone(),
@@ -140,7 +170,17 @@ pub(crate) fn plan_with_heads(
             return Err(PlanError::DuplicateUid(uid.clone()));
         }
     }
-    let mut parallelism = Vec::with_capacity(n);
+    Ok(uids)
+}
+
+/// Each node's parallelism: its own, its owner's for a part, or the job's default; between 1
+/// and the job's maximum.
+fn resolve_parallelism(
+    graph: &Graph,
+    cfg: &EnvConfig,
+    uids: &[String],
+) -> Result<Vec<usize>, PlanError> {
+    let mut parallelism = Vec::with_capacity(graph.nodes.len());
     for (id, node) in graph.nodes.iter().enumerate() {
         let p = match node.part_of {
             Some(owner) => parallelism[owner],
@@ -155,6 +195,15 @@ pub(crate) fn plan_with_heads(
         }
         parallelism.push(p);
     }
+    Ok(parallelism)
+}
+
+/// An operator's initial states are one per subtask.
+fn check_initial_states(
+    graph: &Graph,
+    uids: &[String],
+    parallelism: &[usize],
+) -> Result<(), PlanError> {
     for (id, node) in graph.nodes.iter().enumerate() {
         if let Some(states) = &node.initial_state {
             if states.len() != parallelism[id] {
@@ -166,7 +215,20 @@ pub(crate) fn plan_with_heads(
             }
         }
     }
-    let mut in_degree = vec![0usize; n];
+    Ok(())
+}
+
+/// Each edge's partitioning (`Auto` resolved by the parallelism at its ends) and whether it
+/// is chained; refuses a forward edge between unequal parallelism and backups that cannot
+/// be (of an operator with side outputs, or of two adjacent operators).
+fn resolve_edges(
+    graph: &Graph,
+    cfg: &EnvConfig,
+    heads: &HashSet<String>,
+    uids: &[String],
+    parallelism: &[usize],
+) -> Result<(Vec<PartitionKind>, Vec<bool>), PlanError> {
+    let mut in_degree = vec![0usize; graph.nodes.len()];
     for e in &graph.edges {
         in_degree[e.to] += 1;
     }
@@ -216,6 +278,12 @@ pub(crate) fn plan_with_heads(
         );
         kinds.push(kind);
     }
+    Ok((kinds, chained))
+}
+
+/// Every backed-up operator can be: a valid policy, a checkpoint to replay from if it has
+/// state, a heartbeat timeout within the job's, an operator a backup can follow, one input.
+fn check_backups(graph: &Graph, cfg: &EnvConfig, uids: &[String]) -> Result<(), PlanError> {
     for (id, node) in graph.nodes.iter().enumerate() {
         if let Some(policy) = &node.backup {
             policy.validate()?;
@@ -250,14 +318,23 @@ pub(crate) fn plan_with_heads(
             }
         }
     }
+    Ok(())
+}
+
+/// The head of each node's chain: a node chained to its input has that input's head.
+fn chain_heads(graph: &Graph, chained: &[bool]) -> Vec<NodeId> {
     // Nodes are created after their inputs, so graph order is a topological order.
-    let mut head_of: Vec<NodeId> = (0..n).collect();
+    let mut head_of: Vec<NodeId> = (0..graph.nodes.len()).collect();
     for (i, e) in graph.edges.iter().enumerate() {
         if chained[i] {
             head_of[e.to] = head_of[e.from];
         }
     }
-    let heads = (0..n).filter(|&id| head_of[id] == id).collect();
+    head_of
+}
+
+/// Only operators with keyed state are assigned key groups by load.
+fn check_by_load(graph: &Graph, uids: &[String]) -> Result<(), PlanError> {
     for &id in &graph.by_load {
         if !matches!(graph.nodes[id].rescale, crate::rescale::Rule::Keyed { .. }) {
             return Err(PlanError::KeyGroups {
@@ -268,7 +345,19 @@ pub(crate) fn plan_with_heads(
             });
         }
     }
-    let mut key_groups = vec![None; n];
+    Ok(())
+}
+
+/// The key-group tables the graph was given, per node: each must fit its operator (one
+/// entry per key group, subtasks within its parallelism) and the operator head its chain.
+fn key_group_tables(
+    graph: &Graph,
+    cfg: &EnvConfig,
+    uids: &[String],
+    parallelism: &[usize],
+    head_of: &[NodeId],
+) -> Result<Vec<Option<std::sync::Arc<[u32]>>>, PlanError> {
+    let mut key_groups = vec![None; graph.nodes.len()];
     for (&id, table) in &graph.key_groups {
         let fits = table.len() == cfg.max_parallelism
             && table.iter().all(|&s| (s as usize) < parallelism[id]);
@@ -286,15 +375,7 @@ pub(crate) fn plan_with_heads(
         }
         key_groups[id] = Some(table.clone());
     }
-    Ok(Plan {
-        uids,
-        parallelism,
-        kinds,
-        chained,
-        heads,
-        head_of,
-        key_groups,
-    })
+    Ok(key_groups)
 }
 
 /// A subtask ready to be started as an actor.

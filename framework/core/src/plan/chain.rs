@@ -91,6 +91,47 @@ impl ChainBuilder<'_> {
     /// Builds node `n` of subtask `j` with everything chained after it.
     pub(super) fn build(&mut self, n: NodeId, j: usize) -> Result<Built, TaskError> {
         let node = &self.graph.nodes[n];
+        let mut outputs = self.outputs(n, j)?;
+        // Side output ports come after the operator's own: its builder sees only those.
+        let first_side = node
+            .side_outputs
+            .iter()
+            .flatten()
+            .map(|t| t.port)
+            .min()
+            .unwrap_or(outputs.len());
+        let side_outs = outputs.split_off(first_side);
+        let sides = node
+            .side_outputs
+            .iter()
+            .flatten()
+            .zip(side_outs)
+            .map(|(t, out)| node.ports[t.port].side(t.name.clone(), out))
+            .collect();
+        let env = self.op_env(n, j, crate::operator::side::SideOutputs::new(sides));
+        // The builder runs user factories (sources, sinks): a panic there names the operator.
+        let built = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            node.builder.build(&env, outputs)
+        }));
+        if matches!(built, Ok(Ok(_))) && env.take_promoted_image().is_some() {
+            // Only a keyed operator hands its backup changes, and takes the image back.
+            return Err(env.restore_error(
+                "internal error: the promoted operator did not take its backup's state image",
+            ));
+        }
+        built.unwrap_or_else(|payload| {
+            Err(TaskError::Panic {
+                uid: self.plan.uids[n].clone(),
+                subtask: j,
+                message: crate::error::panic_message(&*payload),
+            })
+        })
+    }
+
+    /// The output of each port of node `n` in subtask `j`: the operators chained to it (built
+    /// now) and the partitioned outputs of its networked edges, teed.
+    fn outputs(&mut self, n: NodeId, j: usize) -> Result<Vec<AnyBox>, TaskError> {
+        let node = &self.graph.nodes[n];
         let mut outputs = Vec::with_capacity(node.ports.len());
         for (p, port) in node.ports.iter().enumerate() {
             let mut outs = Vec::new();
@@ -126,24 +167,15 @@ impl ChainBuilder<'_> {
             }
             outputs.push(port.tee(outs));
         }
-        // Side output ports come after the operator's own: its builder sees only those.
-        let first_side = node
-            .side_outputs
-            .iter()
-            .flatten()
-            .map(|t| t.port)
-            .min()
-            .unwrap_or(outputs.len());
-        let side_outs = outputs.split_off(first_side);
-        let sides = node
-            .side_outputs
-            .iter()
-            .flatten()
-            .zip(side_outs)
-            .map(|(t, out)| node.ports[t.port].side(t.name.clone(), out))
-            .collect();
-        let env = OpEnv {
-            sides: std::sync::Mutex::new(Some(crate::operator::side::SideOutputs::new(sides))),
+        Ok(outputs)
+    }
+
+    /// The environment node `n`'s builder sees in subtask `j`: its info, counters, config,
+    /// the state it starts from, and its `sides` outputs.
+    fn op_env(&mut self, n: NodeId, j: usize, sides: crate::operator::side::SideOutputs) -> OpEnv {
+        let node = &self.graph.nodes[n];
+        OpEnv {
+            sides: std::sync::Mutex::new(Some(sides)),
             info: Arc::new(OperatorInfo {
                 uid: self.plan.uids[n].clone(),
                 name: node.name.clone(),
@@ -179,23 +211,6 @@ impl ChainBuilder<'_> {
                 .backup
                 .as_ref()
                 .is_some_and(|p| p.state_interval.is_some()),
-        };
-        // The builder runs user factories (sources, sinks): a panic there names the operator.
-        let built = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            node.builder.build(&env, outputs)
-        }));
-        if matches!(built, Ok(Ok(_))) && env.take_promoted_image().is_some() {
-            // Only a keyed operator hands its backup changes, and takes the image back.
-            return Err(env.restore_error(
-                "internal error: the promoted operator did not take its backup's state image",
-            ));
         }
-        built.unwrap_or_else(|payload| {
-            Err(TaskError::Panic {
-                uid: self.plan.uids[n].clone(),
-                subtask: j,
-                message: crate::error::panic_message(&*payload),
-            })
-        })
     }
 }

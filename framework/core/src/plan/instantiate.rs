@@ -3,6 +3,8 @@
 //! input gate ([`instantiate`]). Not the building of one chain's operators (`chain`), nor
 //! starting the actors (`controller`).
 
+use std::collections::HashMap;
+
 use crate::sync::AtomicWaker;
 
 use crate::backup::{BackupGroup, GroupSpec};
@@ -12,6 +14,7 @@ use crate::error::TaskError;
 use crate::event::SubtaskId;
 use crate::graph::{Built, EdgeOutput, Graph, NodeId};
 use crate::metrics::SubtaskCounters;
+use crate::operator::connect::SelectionCell;
 use crate::operator::step::InputGate;
 use crate::partition::PartitionKind;
 use crate::sync::Arc;
@@ -29,17 +32,104 @@ pub(crate) fn instantiate(
     restore: Option<&Restore>,
     attempt: u64,
 ) -> Result<Vec<SubtaskSpec>, TaskError> {
-    // One actor per (head, subtask).
-    let mut actor_of = vec![Vec::new(); graph.nodes.len()];
-    let mut wakers = Vec::new();
+    let actors = Actors::of(graph, plan);
+    let Channels {
+        senders,
+        mut receivers,
+        backups,
+    } = channels(graph, plan, cfg, &actors);
+    let Groups {
+        mut groups,
+        mut claims,
+    } = backup_groups(graph, plan, cfg, restore, backups);
+    let mut builder = ChainBuilder {
+        graph,
+        plan,
+        cfg,
+        senders,
+        registry,
+        restore,
+        fault_offset: 0,
+        routed_before: Default::default(),
+        promoted: false,
+        image: None,
+    };
+    let gates = Gates {
+        graph,
+        plan,
+        cfg,
+        restore,
+    };
+    let mut specs = Vec::new();
     for &h in &plan.heads {
-        for _ in 0..plan.parallelism[h] {
-            actor_of[h].push(wakers.len());
-            wakers.push(Arc::new(AtomicWaker::new()));
+        for j in 0..plan.parallelism[h] {
+            let actor = actors.of[h][j];
+            let driver = match builder.build(h, j)? {
+                Built::Source(step) => Driver::Source(step),
+                Built::Inputs { heads, selection } => {
+                    // A backed-up operator has one input (`plan` refuses others).
+                    let claim = claims.remove(&(h, j));
+                    let inputs = &mut receivers[h];
+                    gates.driver(h, j, heads, selection, inputs, claim)?
+                }
+            };
+            specs.push(SubtaskSpec {
+                id: SubtaskId {
+                    actor,
+                    attempt,
+                    epoch: 0,
+                    head: h,
+                    head_uid: plan.uids[h].clone(),
+                    subtask: j,
+                },
+                driver,
+                counters: Arc::new(SubtaskCounters {
+                    head: registry.counters[h][j].clone(),
+                    ..SubtaskCounters::default()
+                }),
+                rx_waker: actors.wakers[actor].clone(),
+                backup: groups.remove(&(h, j)),
+            });
         }
     }
-    // Channels of every networked edge: senders by (edge, upstream subtask), receivers by
-    // (node, input, downstream subtask).
+    Ok(specs)
+}
+
+/// One actor per (chain head, subtask), and its receive waker.
+struct Actors {
+    /// By node (chain heads only) and subtask: the actor's index.
+    of: Vec<Vec<usize>>,
+    /// By actor: the waker of its inputs.
+    wakers: Vec<Arc<AtomicWaker>>,
+}
+
+impl Actors {
+    fn of(graph: &Graph, plan: &Plan) -> Self {
+        let mut of = vec![Vec::new(); graph.nodes.len()];
+        let mut wakers = Vec::new();
+        for &h in &plan.heads {
+            for _ in 0..plan.parallelism[h] {
+                of[h].push(wakers.len());
+                wakers.push(Arc::new(AtomicWaker::new()));
+            }
+        }
+        Actors { of, wakers }
+    }
+}
+
+/// The channels of every networked edge.
+struct Channels {
+    /// Senders by (edge, upstream subtask); none for a chained edge.
+    senders: Vec<Vec<Option<Vec<AnyBox>>>>,
+    /// Receivers by (node, input, downstream subtask).
+    receivers: Vec<Vec<Vec<Vec<AnyBox>>>>,
+    /// Backed-up subtasks: their dual channels in, their output channels, by (node, subtask).
+    backups: HashMap<(NodeId, usize), BackupParts>,
+}
+
+/// Makes the channels of every networked edge: dual channels into a backed-up subtask, and
+/// the fences of a backed-up subtask's output channels.
+fn channels(graph: &Graph, plan: &Plan, cfg: &EnvConfig, actors: &Actors) -> Channels {
     let mut senders: Vec<Vec<Option<Vec<AnyBox>>>> = Vec::new();
     let mut receivers: Vec<Vec<Vec<Vec<AnyBox>>>> = graph
         .nodes
@@ -51,8 +141,7 @@ pub(crate) fn instantiate(
                 .collect()
         })
         .collect();
-    // Backed-up subtasks: their dual channels in, their output channels, by (node, subtask).
-    let mut backups: std::collections::HashMap<(NodeId, usize), BackupParts> = Default::default();
+    let mut backups: HashMap<(NodeId, usize), BackupParts> = Default::default();
     for (id, node) in graph.nodes.iter().enumerate() {
         if node.backup.is_some() {
             for j in 0..plan.parallelism[id] {
@@ -75,7 +164,7 @@ pub(crate) fn instantiate(
             };
             let mut txs = Vec::with_capacity(targets.len());
             for j in targets {
-                let waker = wakers[actor_of[e.to][j]].clone();
+                let waker = actors.wakers[actors.of[e.to][j]].clone();
                 match backups.get_mut(&(e.to, j)) {
                     Some(parts) => {
                         let bw = parts.waker.clone();
@@ -101,10 +190,30 @@ pub(crate) fn instantiate(
         }
         senders.push(per_up);
     }
-    // The groups, and the first primaries' claims.
-    let mut groups: std::collections::HashMap<(NodeId, usize), std::sync::Arc<dyn BackupGroup>> =
-        Default::default();
-    let mut claims: std::collections::HashMap<(NodeId, usize), AnyBox> = Default::default();
+    Channels {
+        senders,
+        receivers,
+        backups,
+    }
+}
+
+/// The backup groups of the backed-up subtasks, and the first primaries' claims, by (node,
+/// subtask).
+struct Groups {
+    groups: HashMap<(NodeId, usize), std::sync::Arc<dyn BackupGroup>>,
+    claims: HashMap<(NodeId, usize), AnyBox>,
+}
+
+/// Makes the group of each backed-up subtask from the parts its channels gathered.
+fn backup_groups(
+    graph: &Graph,
+    plan: &Plan,
+    cfg: &EnvConfig,
+    restore: Option<&Restore>,
+    backups: HashMap<(NodeId, usize), BackupParts>,
+) -> Groups {
+    let mut groups: HashMap<(NodeId, usize), std::sync::Arc<dyn BackupGroup>> = Default::default();
+    let mut claims: HashMap<(NodeId, usize), AnyBox> = Default::default();
     for ((id, j), parts) in backups {
         let node = &graph.nodes[id];
         let port = input_port(graph, id, 0);
@@ -127,104 +236,87 @@ pub(crate) fn instantiate(
         groups.insert((id, j), group);
         claims.insert((id, j), first);
     }
+    Groups { groups, claims }
+}
 
-    let mut builder = ChainBuilder {
-        graph,
-        plan,
-        cfg,
-        senders,
-        registry,
-        restore,
-        fault_offset: 0,
-        routed_before: Default::default(),
-        promoted: false,
-        image: None,
-    };
-    let mut specs = Vec::new();
-    for &h in &plan.heads {
-        for j in 0..plan.parallelism[h] {
-            let actor = actor_of[h][j];
-            let driver = match builder.build(h, j)? {
-                Built::Source(step) => Driver::Source(step),
-                Built::Inputs { heads, selection } => {
-                    let mut gates: Vec<Box<dyn InputGate>> = Vec::new();
-                    // A backed-up operator has one input (`plan` refuses others).
-                    let mut claim = claims.remove(&(h, j));
-                    let backed_up = claim.is_some();
-                    debug_assert!(!backed_up || heads.len() == 1, "one input when backed up");
-                    for (input, head) in heads.into_iter().enumerate() {
-                        let rxs = std::mem::take(&mut receivers[h][input][j]);
-                        let port = input_port(graph, h, input);
-                        let key = (format!("{}#in{input}", plan.uids[h]), j);
-                        let replay = restore
-                            .and_then(|r| r.states.get(&key))
-                            .map(|v| v.as_slice());
-                        if let Some(c) = claim.take() {
-                            // A backed-up subtask's checkpoints are aligned (no channel state
-                            // of its own); one taken unaligned before it was backed up is
-                            // refused rather than its in-flight records dropped.
-                            if replay.is_some_and(crate::rescale::channels::carries_records) {
-                                return Err(TaskError::Checkpoint {
-                                    uid: plan.uids[h].clone(),
-                                    subtask: j,
-                                    message: "the checkpoint holds records in flight into \
-                                              this operator (taken unaligned before it was \
-                                              backed up), which a backed-up operator cannot \
-                                              replay: restore without the backup, or from a \
-                                              checkpoint or savepoint taken with unaligned \
-                                              checkpoints and aligned_checkpoint_timeout off"
-                                        .into(),
-                                });
-                            }
-                            gates.push(port.claimed_gate(rxs, head, c));
-                            continue;
-                        }
-                        let owned = replay.and_then(|_| {
-                            keyed_input(graph, h, input)
-                                .and_then(|e| e.owned_by(&plan.owners(h, cfg.max_parallelism), j))
-                        });
-                        let gate = port.gate(rxs, head, replay, owned).map_err(|message| {
-                            TaskError::Checkpoint {
-                                uid: plan.uids[h].clone(),
-                                subtask: j,
-                                message: format!("cannot restore channel state: {message}"),
-                            }
-                        })?;
-                        gates.push(gate);
-                    }
-                    let driver = Driver::inputs(
-                        gates,
-                        selection,
-                        crate::task::AlignmentSettings::of(&cfg.checkpoint),
-                        plan.uids[h].clone(),
-                    );
-                    if backed_up {
-                        driver.force_aligned()
-                    } else {
-                        driver
-                    }
+/// What the input gates of a chain head's subtasks are made from.
+struct Gates<'a> {
+    graph: &'a Graph,
+    plan: &'a Plan,
+    cfg: &'a EnvConfig,
+    restore: Option<&'a Restore>,
+}
+
+impl Gates<'_> {
+    /// The driver of subtask `j` of chain head `h`, whose operators take `heads` (one per
+    /// input): a gate per input over its receivers (`inputs`, by input and subtask), the
+    /// claimed gate of a backed-up subtask (`claim`), restoring each input's channel state.
+    fn driver(
+        &self,
+        h: NodeId,
+        j: usize,
+        heads: Vec<AnyBox>,
+        selection: Option<Arc<SelectionCell>>,
+        inputs: &mut [Vec<Vec<AnyBox>>],
+        mut claim: Option<AnyBox>,
+    ) -> Result<Driver, TaskError> {
+        let (graph, plan) = (self.graph, self.plan);
+        let mut gates: Vec<Box<dyn InputGate>> = Vec::new();
+        let backed_up = claim.is_some();
+        debug_assert!(!backed_up || heads.len() == 1, "one input when backed up");
+        for (input, head) in heads.into_iter().enumerate() {
+            let rxs = std::mem::take(&mut inputs[input][j]);
+            let port = input_port(graph, h, input);
+            let key = (format!("{}#in{input}", plan.uids[h]), j);
+            let replay = self
+                .restore
+                .and_then(|r| r.states.get(&key))
+                .map(|v| v.as_slice());
+            if let Some(c) = claim.take() {
+                // A backed-up subtask's checkpoints are aligned (no channel state of its
+                // own); one taken unaligned before it was backed up is refused rather than
+                // its in-flight records dropped.
+                if replay.is_some_and(crate::rescale::channels::carries_records) {
+                    return Err(TaskError::Checkpoint {
+                        uid: plan.uids[h].clone(),
+                        subtask: j,
+                        message: "the checkpoint holds records in flight into \
+                                  this operator (taken unaligned before it was \
+                                  backed up), which a backed-up operator cannot \
+                                  replay: restore without the backup, or from a \
+                                  checkpoint or savepoint taken with unaligned \
+                                  checkpoints and aligned_checkpoint_timeout off"
+                            .into(),
+                    });
                 }
-            };
-            specs.push(SubtaskSpec {
-                id: SubtaskId {
-                    actor,
-                    attempt,
-                    epoch: 0,
-                    head: h,
-                    head_uid: plan.uids[h].clone(),
-                    subtask: j,
-                },
-                driver,
-                counters: Arc::new(SubtaskCounters {
-                    head: registry.counters[h][j].clone(),
-                    ..SubtaskCounters::default()
-                }),
-                rx_waker: wakers[actor].clone(),
-                backup: groups.remove(&(h, j)),
+                gates.push(port.claimed_gate(rxs, head, c));
+                continue;
+            }
+            let owned = replay.and_then(|_| {
+                keyed_input(graph, h, input)
+                    .and_then(|e| e.owned_by(&plan.owners(h, self.cfg.max_parallelism), j))
             });
+            let gate =
+                port.gate(rxs, head, replay, owned)
+                    .map_err(|message| TaskError::Checkpoint {
+                        uid: plan.uids[h].clone(),
+                        subtask: j,
+                        message: format!("cannot restore channel state: {message}"),
+                    })?;
+            gates.push(gate);
         }
+        let driver = Driver::inputs(
+            gates,
+            selection,
+            crate::task::AlignmentSettings::of(&self.cfg.checkpoint),
+            plan.uids[h].clone(),
+        );
+        Ok(if backed_up {
+            driver.force_aligned()
+        } else {
+            driver
+        })
     }
-    Ok(specs)
 }
 
 /// The parts of a backed-up subtask gathered while its channels are made.
