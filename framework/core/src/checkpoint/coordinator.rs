@@ -34,6 +34,30 @@ struct Pending {
     with_inputs: usize,
 }
 
+impl Pending {
+    /// A subtask took its part as `taken`: counts it among those with inputs, and as aligned
+    /// (exactly once). Returns the in-flight data it persisted (an unaligned part's).
+    fn count_taken(&mut self, taken: Taken) -> u64 {
+        match taken {
+            Taken::Source => 0,
+            Taken::Aligned => {
+                self.aligned = true;
+                self.with_inputs += 1;
+                0
+            }
+            Taken::AtLeastOnce => {
+                self.with_inputs += 1;
+                0
+            }
+            Taken::Unaligned { persisted } => {
+                self.aligned = true;
+                self.with_inputs += 1;
+                persisted
+            }
+        }
+    }
+}
+
 /// What failing a checkpoint did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Failed {
@@ -485,23 +509,7 @@ impl Coordinator {
         p.files.extend(files);
         p.max_alignment = p.max_alignment.max(alignment);
         p.max_start_delay = p.max_start_delay.max(start_delay);
-        let persisted = match taken {
-            Taken::Source => 0,
-            Taken::Aligned => {
-                p.aligned = true;
-                p.with_inputs += 1;
-                0
-            }
-            Taken::AtLeastOnce => {
-                p.with_inputs += 1;
-                0
-            }
-            Taken::Unaligned { persisted } => {
-                p.aligned = true;
-                p.with_inputs += 1;
-                persisted
-            }
-        };
+        let persisted = p.count_taken(taken);
         let (acked, align, done) = (
             subtasks - p.waiting.len(),
             p.max_alignment.as_millis() as u64,
