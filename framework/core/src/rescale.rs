@@ -556,20 +556,7 @@ pub(crate) fn fit(
     let mut moved = Vec::new();
     for (uid, new_owners, rule) in operators {
         let new_p = &new_owners.parallelism();
-        let mut old: Vec<(usize, Vec<u8>)> = Vec::new();
-        let keys: Vec<(String, usize)> = states.keys().filter(|(u, _)| u == uid).cloned().collect();
-        for key in keys {
-            if let Some(p) = states.remove(&key) {
-                old.push((key.1, p));
-            }
-        }
-        let keys: Vec<(String, usize)> = chains.keys().filter(|(u, _)| u == uid).cloned().collect();
-        let mut chained: Vec<(usize, Chained)> = keys
-            .into_iter()
-            .filter_map(|key| chains.remove(&key).map(|c| (key.1, c)))
-            .collect();
-        chained.sort_by_key(|(s, _)| *s);
-        old.sort_by_key(|(s, _)| *s);
+        let (mut old, chained) = take_states(states, &mut chains, uid);
         let highest = old
             .last()
             .map(|(s, _)| *s)
@@ -633,6 +620,60 @@ pub(crate) fn fit(
             }
         }
     }
+    moved.extend(fit_channels(
+        states,
+        old_parallelism,
+        old_key_groups,
+        operators,
+        inputs,
+        max_parallelism,
+    )?);
+    Ok(moved)
+}
+
+/// The states of operator `uid` taken out of `states` and `chains` (not read yet), each by
+/// subtask in subtask order.
+#[allow(clippy::type_complexity)]
+fn take_states(
+    states: &mut HashMap<(String, usize), Vec<u8>>,
+    chains: &mut Chains,
+    uid: &str,
+) -> (Vec<(usize, Vec<u8>)>, Vec<(usize, Chained)>) {
+    let mut old: Vec<(usize, Vec<u8>)> = Vec::new();
+    let keys: Vec<(String, usize)> = states
+        .keys()
+        .filter(|(u, _)| u.as_str() == uid)
+        .cloned()
+        .collect();
+    for key in keys {
+        if let Some(p) = states.remove(&key) {
+            old.push((key.1, p));
+        }
+    }
+    let keys: Vec<(String, usize)> = chains
+        .keys()
+        .filter(|(u, _)| u.as_str() == uid)
+        .cloned()
+        .collect();
+    let mut chained: Vec<(usize, Chained)> = keys
+        .into_iter()
+        .filter_map(|key| chains.remove(&key).map(|c| (key.1, c)))
+        .collect();
+    chained.sort_by_key(|(s, _)| *s);
+    old.sort_by_key(|(s, _)| *s);
+    (old, chained)
+}
+
+/// The channel state of each of `inputs` whose operator or senders changed, dealt to the
+/// new subtasks (see [`fit`], and `channels::fit`); returns the inputs dealt (by state uid).
+fn fit_channels(
+    states: &mut HashMap<(String, usize), Vec<u8>>,
+    old_parallelism: &HashMap<String, usize>,
+    old_key_groups: &HashMap<String, std::sync::Arc<[u32]>>,
+    operators: &[(String, Owners, &Rule)],
+    inputs: &[ChannelInput],
+    max_parallelism: usize,
+) -> Result<Vec<String>, String> {
     let now: HashMap<&str, usize> = operators
         .iter()
         .map(|(uid, o, _)| (uid.as_str(), o.parallelism()))
@@ -645,15 +686,14 @@ pub(crate) fn fit(
         old: old_key_groups,
         new: &tables,
     };
-    moved.extend(channels::fit(
+    channels::fit(
         states,
         old_parallelism,
         &now,
         tables,
         inputs,
         max_parallelism,
-    )?);
-    Ok(moved)
+    )
 }
 
 #[cfg(test)]
