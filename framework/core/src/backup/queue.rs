@@ -95,6 +95,37 @@ struct StepLog {
     epoch: u64,
 }
 
+impl StepLog {
+    /// Where a stateless operator's replay starts, given how far each output channel got
+    /// (`delivered`): the first step whose output did not all get through, and the output
+    /// positions before it.
+    fn first_undelivered(&self, delivered: &[u64]) -> (u64, Box<[u64]>) {
+        let mut start = self.first + self.steps.len() as u64;
+        let mut positions = self.base.clone();
+        let mut before = self.base.clone();
+        for (k, s) in self.steps.iter().enumerate() {
+            let through = s
+                .after
+                .as_ref()
+                .is_some_and(|after| after.iter().zip(delivered).all(|(a, d)| a <= d));
+            if !through {
+                start = self.first + k as u64;
+                positions = before;
+                break;
+            }
+            if let Some(after) = &s.after {
+                before = after.clone();
+                positions = after.clone();
+            }
+        }
+        (start, positions)
+    }
+}
+
+/// An item of a replay with where it goes: (position, channel, watermark first, offer
+/// order), item.
+type Ordered<P> = ((u64, u32, u8, usize), Item<P>);
+
 /// The state a promoted backup starts from (stateful operators): the last completed
 /// checkpoint of the primary, held in memory.
 #[derive(Debug, Clone)]
@@ -547,6 +578,26 @@ impl<P: Clone> BufferQueue<P> {
         log.epoch
     }
 
+    /// What only the backup had, in replay order: the batches offered and neither claimed
+    /// nor `listed` (in the replay already), and the watermarks at or past their channel's
+    /// claim position. Per channel in position order, a watermark before the batch it
+    /// preceded. A watermark the primary took already is taken again: it moves nothing.
+    fn unclaimed(&self, listed: &std::collections::HashSet<BatchId>) -> Vec<Ordered<P>> {
+        let mut unclaimed: Vec<Ordered<P>> = Vec::new();
+        self.entries.for_each(|id, e| {
+            if !e.claimed && !listed.contains(id) {
+                unclaimed.push(((id.1, id.0, 1, 0), Item::Batch(*id, e.payload.clone())));
+            }
+        });
+        for (k, (c, at, mark)) in lock(&self.marks).iter().enumerate() {
+            if *at >= self.claimed_upto[*c as usize].load(Ordering::Acquire) {
+                unclaimed.push(((*at, *c, 0, k), Item::Mark(*c, *mark)));
+            }
+        }
+        unclaimed.sort_by_key(|(order, _)| *order);
+        unclaimed
+    }
+
     /// What a promoted backup replays, given how far each output channel got (`delivered`:
     /// its position when the old primary was fenced). Call after [`fence`](Self::fence) and
     /// once the backup stopped offering. The replayed steps are taken off the log: the new
@@ -569,25 +620,7 @@ impl<P: Clone> BufferQueue<P> {
             };
             (r.step, r.positions.clone(), restore, r.marks.clone())
         } else {
-            // The first step whose output did not all get through.
-            let mut start = log.first + log.steps.len() as u64;
-            let mut positions = log.base.clone();
-            let mut before = log.base.clone();
-            for (k, s) in log.steps.iter().enumerate() {
-                let through = s
-                    .after
-                    .as_ref()
-                    .is_some_and(|after| after.iter().zip(delivered).all(|(a, d)| a <= d));
-                if !through {
-                    start = log.first + k as u64;
-                    positions = before;
-                    break;
-                }
-                if let Some(after) = &s.after {
-                    before = after.clone();
-                    positions = after.clone();
-                }
-            }
+            let (start, positions) = log.first_undelivered(delivered);
             (start, positions, None, None)
         };
         let skip = (start - log.first) as usize;
@@ -614,23 +647,7 @@ impl<P: Clone> BufferQueue<P> {
                 _ => None,
             })
             .collect();
-        // Per channel in position order, a watermark before the batch it preceded. A
-        // watermark the primary took already is taken again: it moves nothing.
-        // (position, channel, watermark first, offer order), item.
-        type Ordered<P> = ((u64, u32, u8, usize), Item<P>);
-        let mut unclaimed: Vec<Ordered<P>> = Vec::new();
-        self.entries.for_each(|id, e| {
-            if !e.claimed && !listed.contains(id) {
-                unclaimed.push(((id.1, id.0, 1, 0), Item::Batch(*id, e.payload.clone())));
-            }
-        });
-        for (k, (c, at, mark)) in lock(&self.marks).iter().enumerate() {
-            if *at >= self.claimed_upto[*c as usize].load(Ordering::Acquire) {
-                unclaimed.push(((*at, *c, 0, k), Item::Mark(*c, *mark)));
-            }
-        }
-        unclaimed.sort_by_key(|(order, _)| *order);
-        items.extend(unclaimed.into_iter().map(|(_, i)| i));
+        items.extend(self.unclaimed(&listed).into_iter().map(|(_, i)| i));
         log.replaying = items
             .iter()
             .map(|i| match i {
