@@ -76,7 +76,7 @@ impl Source<Result<String, BadLine>> for SkippingLines {
 /// `Env::read_located_lines_skipping`.
 ///
 /// The lines of a batch are copied into one buffer that their [`Text`]s share (see
-/// [`text`](super::text)); a batch ends early once that buffer holds
+/// [`text`](crate::source::text)); a batch ends early once that buffer holds
 /// [`TEXT_BATCH_BYTES`], so a batch of long lines stays bounded.
 pub struct LocatedLines {
     reader: LineReader,
