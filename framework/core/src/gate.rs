@@ -7,6 +7,7 @@
 //! primary's gate.
 
 use std::collections::VecDeque;
+use std::ops::ControlFlow;
 use std::task::{Context, Poll};
 
 use crate::backup::queue::Input;
@@ -292,112 +293,21 @@ impl<T: Data> TypedGate<T> {
         if !records && claims.replay_starts_with_batch() {
             return Ok(GateStep::Empty);
         }
-        let (idx, seq, event, peeked) = match claims.next_replay() {
-            Some(Replay::Batch(id, payload)) => (
-                id.0 as usize,
-                id.1,
-                Event::Batch(crate::channel::Batch::Shared(payload)),
-                false,
-            ),
-            Some(Replay::Mark(c, w)) => (c as usize, 0, Event::Watermark(w), false),
-            Some(Replay::End(c)) => (c as usize, 0, Event::EndOfInput, false),
-            Some(Replay::Time(t)) => {
-                claims.log(Input::Time(t))?;
-                self.head.advance_processing_time(t)?;
-                return Ok(GateStep::Watermark);
-            }
-            None => {
-                // The wall clock, where the operator uses it: logged first, so a replay
-                // tells the operator the same time at the same place.
-                if let Some(due) = self.head.next_processing_time() {
-                    let now = crate::operator::timers::now_ms();
-                    if due <= now {
-                        claims.log(Input::Time(now))?;
-                        self.head.advance_processing_time(now)?;
-                        return Ok(GateStep::Watermark);
-                    }
-                }
-                let n = self.receivers.len();
-                let mut found = None;
-                for k in 0..n {
-                    let idx = (self.next + k) % n;
-                    if self.ended[idx] || blocked(idx) {
-                        continue;
-                    }
-                    // A batch is claimed before it leaves the channel (see
-                    // `Receiver::try_recv_or_peek`).
-                    let taken = if records {
-                        self.receivers[idx].try_recv_or_peek()
-                    } else {
-                        self.receivers[idx]
-                            .try_recv_unless_batch_at()
-                            .map(|(at, e)| (at, e, false))
-                    };
-                    let Some((seq, event, peeked)) = taken else {
-                        continue;
-                    };
-                    match event {
-                        Event::Barrier(b) if claims.is_stale(b.id) => continue,
-                        Event::Batch(_) if claims.is_claimed(idx, seq) => {
-                            tracing::debug!(
-                                channel = idx,
-                                seq,
-                                "skipping a batch claimed before the promotion"
-                            );
-                            self.receivers[idx].take_peeked(seq);
-                            continue;
-                        }
-                        // A watermark before a batch the promotion replays or skipped: taken
-                        // already (by the old primary, logged, or kept from the backup and in
-                        // the replay). Taken again after the replay, an idle mark would make
-                        // the channel idle behind records the replay just gave it.
-                        Event::Watermark(_) if claims.is_claimed(idx, seq) => continue,
-                        _ => {}
-                    }
-                    self.next = (idx + 1) % n;
-                    found = Some((idx, seq, event, peeked));
-                    break;
-                }
-                match found {
-                    Some(f) => f,
-                    None => {
-                        claims.settle();
-                        return Ok(GateStep::Empty);
-                    }
-                }
-            }
+        let taken = match self.next_claimed(records, blocked)? {
+            ControlFlow::Continue(taken) => taken,
+            ControlFlow::Break(step) => return Ok(step),
         };
+        let Some(claims) = self.claims.as_mut() else {
+            unreachable!("internal error: claimed step without claims")
+        };
+        let Claimed {
+            idx,
+            seq,
+            event,
+            peeked,
+        } = taken;
         match event {
-            Event::Batch(batch) => {
-                let payload = match batch {
-                    crate::channel::Batch::Shared(a) => a,
-                    crate::channel::Batch::Owned(v) => std::sync::Arc::new(v),
-                };
-                claims.claim((idx as u32, seq), &payload)?;
-                if peeked {
-                    self.receivers[idx].take_peeked(seq);
-                }
-                self.marks.activate(idx);
-                let len = payload.len();
-                if self.recording[idx] {
-                    self.recorded
-                        .push(Recorded::Batch(idx as u32, payload.clone()));
-                }
-                // The buffer queue keeps the batch: the operator gets copies, a slice at a
-                // time, so a whole second copy of the batch never exists at once.
-                for chunk in payload.chunks(CLAIMED_CHUNK) {
-                    self.scratch.extend_from_slice(chunk);
-                    self.head.push(&mut self.scratch)?;
-                }
-                drop(payload);
-                self.head.flush();
-                // Output all out: the step can be released now (not at the next one). An
-                // error is the lane's to report, at its next poll.
-                if claims.drained(&mut self.head) {
-                    claims.settle();
-                }
-                Ok(GateStep::Batch(len))
-            }
+            Event::Batch(batch) => self.push_claimed(idx, seq, batch, peeked),
             Event::Barrier(barrier) => Ok(GateStep::Barrier {
                 channel: idx,
                 barrier,
@@ -412,6 +322,163 @@ impl<T: Data> TypedGate<T> {
             }
         }
     }
+
+    /// What a backed-up primary takes next: the replay's next input, else the wall clock's
+    /// time if a timer is due, else the next event of its channels. A step already done (a
+    /// time advanced, nothing to take) breaks.
+    fn next_claimed(
+        &mut self,
+        records: bool,
+        blocked: &dyn Fn(usize) -> bool,
+    ) -> Result<ControlFlow<GateStep, Claimed<T>>, TaskError> {
+        let Some(claims) = self.claims.as_mut() else {
+            unreachable!("internal error: claimed step without claims")
+        };
+        let (idx, seq, event) = match claims.next_replay() {
+            Some(Replay::Batch(id, payload)) => (
+                id.0 as usize,
+                id.1,
+                Event::Batch(crate::channel::Batch::Shared(payload)),
+            ),
+            Some(Replay::Mark(c, w)) => (c as usize, 0, Event::Watermark(w)),
+            Some(Replay::End(c)) => (c as usize, 0, Event::EndOfInput),
+            Some(Replay::Time(t)) => {
+                claims.log(Input::Time(t))?;
+                self.head.advance_processing_time(t)?;
+                return Ok(ControlFlow::Break(GateStep::Watermark));
+            }
+            None => {
+                // The wall clock, where the operator uses it: logged first, so a replay
+                // tells the operator the same time at the same place.
+                if let Some(due) = self.head.next_processing_time() {
+                    let now = crate::operator::timers::now_ms();
+                    if due <= now {
+                        claims.log(Input::Time(now))?;
+                        self.head.advance_processing_time(now)?;
+                        return Ok(ControlFlow::Break(GateStep::Watermark));
+                    }
+                }
+                return Ok(self.poll_claimed(records, blocked));
+            }
+        };
+        Ok(ControlFlow::Continue(Claimed {
+            idx,
+            seq,
+            event,
+            peeked: false,
+        }))
+    }
+
+    /// The next event a backed-up primary takes from its channels, round robin from the one
+    /// after the last taken, passing over the stale barriers and what was claimed before a
+    /// promotion; none: the step settles its claims and is empty.
+    fn poll_claimed(
+        &mut self,
+        records: bool,
+        blocked: &dyn Fn(usize) -> bool,
+    ) -> ControlFlow<GateStep, Claimed<T>> {
+        let Some(claims) = self.claims.as_mut() else {
+            unreachable!("internal error: claimed step without claims")
+        };
+        let n = self.receivers.len();
+        for k in 0..n {
+            let idx = (self.next + k) % n;
+            if self.ended[idx] || blocked(idx) {
+                continue;
+            }
+            // A batch is claimed before it leaves the channel (see
+            // `Receiver::try_recv_or_peek`).
+            let taken = if records {
+                self.receivers[idx].try_recv_or_peek()
+            } else {
+                self.receivers[idx]
+                    .try_recv_unless_batch_at()
+                    .map(|(at, e)| (at, e, false))
+            };
+            let Some((seq, event, peeked)) = taken else {
+                continue;
+            };
+            match event {
+                Event::Barrier(b) if claims.is_stale(b.id) => continue,
+                Event::Batch(_) if claims.is_claimed(idx, seq) => {
+                    tracing::debug!(
+                        channel = idx,
+                        seq,
+                        "skipping a batch claimed before the promotion"
+                    );
+                    self.receivers[idx].take_peeked(seq);
+                    continue;
+                }
+                // A watermark before a batch the promotion replays or skipped: taken
+                // already (by the old primary, logged, or kept from the backup and in
+                // the replay). Taken again after the replay, an idle mark would make
+                // the channel idle behind records the replay just gave it.
+                Event::Watermark(_) if claims.is_claimed(idx, seq) => continue,
+                _ => {}
+            }
+            self.next = (idx + 1) % n;
+            return ControlFlow::Continue(Claimed {
+                idx,
+                seq,
+                event,
+                peeked,
+            });
+        }
+        claims.settle();
+        ControlFlow::Break(GateStep::Empty)
+    }
+
+    /// A backed-up primary's batch from channel `idx` at position `seq`: claimed (then taken
+    /// from its channel if it was `peeked` there), pushed to the operator a slice at a time,
+    /// and its output flushed.
+    fn push_claimed(
+        &mut self,
+        idx: usize,
+        seq: u64,
+        batch: crate::channel::Batch<T>,
+        peeked: bool,
+    ) -> Result<GateStep, TaskError> {
+        let Some(claims) = self.claims.as_mut() else {
+            unreachable!("internal error: claimed step without claims")
+        };
+        let payload = match batch {
+            crate::channel::Batch::Shared(a) => a,
+            crate::channel::Batch::Owned(v) => std::sync::Arc::new(v),
+        };
+        claims.claim((idx as u32, seq), &payload)?;
+        if peeked {
+            self.receivers[idx].take_peeked(seq);
+        }
+        self.marks.activate(idx);
+        let len = payload.len();
+        if self.recording[idx] {
+            self.recorded
+                .push(Recorded::Batch(idx as u32, payload.clone()));
+        }
+        // The buffer queue keeps the batch: the operator gets copies, a slice at a
+        // time, so a whole second copy of the batch never exists at once.
+        for chunk in payload.chunks(CLAIMED_CHUNK) {
+            self.scratch.extend_from_slice(chunk);
+            self.head.push(&mut self.scratch)?;
+        }
+        drop(payload);
+        self.head.flush();
+        // Output all out: the step can be released now (not at the next one). An
+        // error is the lane's to report, at its next poll.
+        if claims.drained(&mut self.head) {
+            claims.settle();
+        }
+        Ok(GateStep::Batch(len))
+    }
+}
+
+/// What a backed-up primary's step takes: an event of channel `idx` at batch position `seq`
+/// (`peeked`: a batch left at the head of its channel until it is claimed).
+struct Claimed<T> {
+    idx: usize,
+    seq: u64,
+    event: Event<T>,
+    peeked: bool,
 }
 
 impl<T: Data> InputGate for TypedGate<T> {

@@ -14,18 +14,24 @@ use std::collections::{HashMap, HashSet};
 
 use crate::sync::AtomicWaker;
 
-use crate::backup::{BackupGroup, GroupSpec};
+use crate::backup::BackupGroup;
 use crate::config::EnvConfig;
-use crate::erased::AnyBox;
-use crate::error::{PlanError, TaskError};
+use crate::error::PlanError;
 use crate::event::SubtaskId;
-use crate::graph::{Built, EdgeOutput, Graph, NodeId, OpEnv};
+use crate::graph::{Graph, NodeId};
 use crate::metrics::{OperatorCounters, SubtaskCounters};
-use crate::operator::step::InputGate;
-use crate::operator::OperatorInfo;
-use crate::partition::{OutputConfig, PartitionKind};
+use crate::partition::PartitionKind;
 use crate::sync::Arc;
 use crate::task::Driver;
+
+mod chain;
+mod instantiate;
+mod vertices;
+
+pub(crate) use chain::build_promoted;
+pub(crate) use instantiate::{instantiate, keyed_input};
+pub(crate) use vertices::vertices;
+pub use vertices::{VertexInfo, VertexInput};
 
 /// The resolved shape of a job.
 #[derive(Debug, Clone)]
@@ -107,6 +113,32 @@ pub(crate) fn plan_with_heads(
     cfg: &EnvConfig,
     heads: &HashSet<String>,
 ) -> Result<Plan, PlanError> {
+    check_graph(graph, cfg)?;
+    let uids = resolve_uids(graph)?;
+    let parallelism = resolve_parallelism(graph, cfg, &uids)?;
+    check_initial_states(graph, &uids, &parallelism)?;
+    let (kinds, chained) = resolve_edges(graph, cfg, heads, &uids, &parallelism)?;
+    check_backups(graph, cfg, &uids)?;
+    let head_of = chain_heads(graph, &chained);
+    let heads = (0..graph.nodes.len())
+        .filter(|&id| head_of[id] == id)
+        .collect();
+    check_by_load(graph, &uids)?;
+    let key_groups = key_group_tables(graph, cfg, &uids, &parallelism, &head_of)?;
+    Ok(Plan {
+        uids,
+        parallelism,
+        kinds,
+        chained,
+        heads,
+        head_of,
+        key_groups,
+    })
+}
+
+/// The checks before any node is resolved: the config, the errors the graph recorded while
+/// it was built, the connectors' config checks, and a source.
+fn check_graph(graph: &Graph, cfg: &EnvConfig) -> Result<(), PlanError> {
     cfg.validate()?;
     if let Some(e) = graph.errors.first() {
         return Err(e.clone());
@@ -117,9 +149,13 @@ pub(crate) fn plan_with_heads(
     if !graph.nodes.iter().any(|n| n.is_source) {
         return Err(PlanError::NoSource);
     }
-    let n = graph.nodes.len();
-    // Uids: user-set or `{name}-{id}`; parts are named after their owner.
-    let mut uids = Vec::with_capacity(n);
+    Ok(())
+}
+
+/// Each node's uid: user-set or `{name}-{id}`; parts are named after their owner. Uids are
+/// unique.
+fn resolve_uids(graph: &Graph) -> Result<Vec<String>, PlanError> {
+    let mut uids = Vec::with_capacity(graph.nodes.len());
     for (id, node) in graph.nodes.iter().enumerate() {
         let uid = match (node.part_of, &node.uid) {
             (_, Some(u)) => u.clone(),
@@ -134,7 +170,17 @@ pub(crate) fn plan_with_heads(
             return Err(PlanError::DuplicateUid(uid.clone()));
         }
     }
-    let mut parallelism = Vec::with_capacity(n);
+    Ok(uids)
+}
+
+/// Each node's parallelism: its own, its owner's for a part, or the job's default; between 1
+/// and the job's maximum.
+fn resolve_parallelism(
+    graph: &Graph,
+    cfg: &EnvConfig,
+    uids: &[String],
+) -> Result<Vec<usize>, PlanError> {
+    let mut parallelism = Vec::with_capacity(graph.nodes.len());
     for (id, node) in graph.nodes.iter().enumerate() {
         let p = match node.part_of {
             Some(owner) => parallelism[owner],
@@ -149,6 +195,15 @@ pub(crate) fn plan_with_heads(
         }
         parallelism.push(p);
     }
+    Ok(parallelism)
+}
+
+/// An operator's initial states are one per subtask.
+fn check_initial_states(
+    graph: &Graph,
+    uids: &[String],
+    parallelism: &[usize],
+) -> Result<(), PlanError> {
     for (id, node) in graph.nodes.iter().enumerate() {
         if let Some(states) = &node.initial_state {
             if states.len() != parallelism[id] {
@@ -160,7 +215,20 @@ pub(crate) fn plan_with_heads(
             }
         }
     }
-    let mut in_degree = vec![0usize; n];
+    Ok(())
+}
+
+/// Each edge's partitioning (`Auto` resolved by the parallelism at its ends) and whether it
+/// is chained; refuses a forward edge between unequal parallelism and backups that cannot
+/// be (of an operator with side outputs, or of two adjacent operators).
+fn resolve_edges(
+    graph: &Graph,
+    cfg: &EnvConfig,
+    heads: &HashSet<String>,
+    uids: &[String],
+    parallelism: &[usize],
+) -> Result<(Vec<PartitionKind>, Vec<bool>), PlanError> {
+    let mut in_degree = vec![0usize; graph.nodes.len()];
     for e in &graph.edges {
         in_degree[e.to] += 1;
     }
@@ -210,6 +278,12 @@ pub(crate) fn plan_with_heads(
         );
         kinds.push(kind);
     }
+    Ok((kinds, chained))
+}
+
+/// Every backed-up operator can be: a valid policy, a checkpoint to replay from if it has
+/// state, a heartbeat timeout within the job's, an operator a backup can follow, one input.
+fn check_backups(graph: &Graph, cfg: &EnvConfig, uids: &[String]) -> Result<(), PlanError> {
     for (id, node) in graph.nodes.iter().enumerate() {
         if let Some(policy) = &node.backup {
             policy.validate()?;
@@ -244,14 +318,23 @@ pub(crate) fn plan_with_heads(
             }
         }
     }
+    Ok(())
+}
+
+/// The head of each node's chain: a node chained to its input has that input's head.
+fn chain_heads(graph: &Graph, chained: &[bool]) -> Vec<NodeId> {
     // Nodes are created after their inputs, so graph order is a topological order.
-    let mut head_of: Vec<NodeId> = (0..n).collect();
+    let mut head_of: Vec<NodeId> = (0..graph.nodes.len()).collect();
     for (i, e) in graph.edges.iter().enumerate() {
         if chained[i] {
             head_of[e.to] = head_of[e.from];
         }
     }
-    let heads = (0..n).filter(|&id| head_of[id] == id).collect();
+    head_of
+}
+
+/// Only operators with keyed state are assigned key groups by load.
+fn check_by_load(graph: &Graph, uids: &[String]) -> Result<(), PlanError> {
     for &id in &graph.by_load {
         if !matches!(graph.nodes[id].rescale, crate::rescale::Rule::Keyed { .. }) {
             return Err(PlanError::KeyGroups {
@@ -262,7 +345,19 @@ pub(crate) fn plan_with_heads(
             });
         }
     }
-    let mut key_groups = vec![None; n];
+    Ok(())
+}
+
+/// The key-group tables the graph was given, per node: each must fit its operator (one
+/// entry per key group, subtasks within its parallelism) and the operator head its chain.
+fn key_group_tables(
+    graph: &Graph,
+    cfg: &EnvConfig,
+    uids: &[String],
+    parallelism: &[usize],
+    head_of: &[NodeId],
+) -> Result<Vec<Option<std::sync::Arc<[u32]>>>, PlanError> {
+    let mut key_groups = vec![None; graph.nodes.len()];
     for (&id, table) in &graph.key_groups {
         let fits = table.len() == cfg.max_parallelism
             && table.iter().all(|&s| (s as usize) < parallelism[id]);
@@ -280,15 +375,7 @@ pub(crate) fn plan_with_heads(
         }
         key_groups[id] = Some(table.clone());
     }
-    Ok(Plan {
-        uids,
-        parallelism,
-        kinds,
-        chained,
-        heads,
-        head_of,
-        key_groups,
-    })
+    Ok(key_groups)
 }
 
 /// A subtask ready to be started as an actor.
@@ -406,535 +493,4 @@ impl Restore {
         self.older = Some(root.to_owned());
         self
     }
-}
-
-/// Builds every subtask's chain and every channel (restoring `restore` if given).
-pub(crate) fn instantiate(
-    graph: &Graph,
-    plan: &Plan,
-    cfg: &EnvConfig,
-    registry: &OperatorRegistry,
-    restore: Option<&Restore>,
-    attempt: u64,
-) -> Result<Vec<SubtaskSpec>, TaskError> {
-    // One actor per (head, subtask).
-    let mut actor_of = vec![Vec::new(); graph.nodes.len()];
-    let mut wakers = Vec::new();
-    for &h in &plan.heads {
-        for _ in 0..plan.parallelism[h] {
-            actor_of[h].push(wakers.len());
-            wakers.push(Arc::new(AtomicWaker::new()));
-        }
-    }
-    // Channels of every networked edge: senders by (edge, upstream subtask), receivers by
-    // (node, input, downstream subtask).
-    let mut senders: Vec<Vec<Option<Vec<AnyBox>>>> = Vec::new();
-    let mut receivers: Vec<Vec<Vec<Vec<AnyBox>>>> = graph
-        .nodes
-        .iter()
-        .enumerate()
-        .map(|(id, node)| {
-            (0..node.n_inputs)
-                .map(|_| (0..plan.parallelism[id]).map(|_| Vec::new()).collect())
-                .collect()
-        })
-        .collect();
-    // Backed-up subtasks: their dual channels in, their output channels, by (node, subtask).
-    let mut backups: std::collections::HashMap<(NodeId, usize), BackupParts> = Default::default();
-    for (id, node) in graph.nodes.iter().enumerate() {
-        if node.backup.is_some() {
-            for j in 0..plan.parallelism[id] {
-                backups.insert((id, j), BackupParts::default());
-            }
-        }
-    }
-    for (ei, e) in graph.edges.iter().enumerate() {
-        let mut per_up = Vec::new();
-        if plan.chained[ei] {
-            senders.push(per_up);
-            continue;
-        }
-        let port = &graph.nodes[e.from].ports[e.port];
-        for i in 0..plan.parallelism[e.from] {
-            let targets: Vec<usize> = if plan.kinds[ei] == PartitionKind::Forward {
-                vec![i]
-            } else {
-                (0..plan.parallelism[e.to]).collect()
-            };
-            let mut txs = Vec::with_capacity(targets.len());
-            for j in targets {
-                let waker = wakers[actor_of[e.to][j]].clone();
-                match backups.get_mut(&(e.to, j)) {
-                    Some(parts) => {
-                        let bw = parts.waker.clone();
-                        let (tx, dual, rx, rx_b) =
-                            port.dual_channel(crate::channel::Credit::of(cfg), waker, bw);
-                        txs.push(tx);
-                        receivers[e.to][e.input][j].push(rx);
-                        parts.duals.push(dual);
-                        parts.backup_rx.push(rx_b);
-                    }
-                    None => {
-                        let (tx, rx) = port.channel(crate::channel::Credit::of(cfg), waker);
-                        txs.push(tx);
-                        receivers[e.to][e.input][j].push(rx);
-                    }
-                }
-            }
-            if let Some(parts) = backups.get_mut(&(e.from, i)) {
-                let fences = txs.iter().map(|tx| port.output_fence(tx)).collect();
-                parts.outputs.push((ei, fences));
-            }
-            per_up.push(Some(txs));
-        }
-        senders.push(per_up);
-    }
-    // The groups, and the first primaries' claims.
-    let mut groups: std::collections::HashMap<(NodeId, usize), std::sync::Arc<dyn BackupGroup>> =
-        Default::default();
-    let mut claims: std::collections::HashMap<(NodeId, usize), AnyBox> = Default::default();
-    for ((id, j), parts) in backups {
-        let node = &graph.nodes[id];
-        let port = input_port(graph, id, 0);
-        let spec = GroupSpec {
-            uid: plan.uids[id].clone(),
-            subtask: j,
-            policy: node.backup.clone().unwrap_or_default(),
-            stateful: !node.stateless,
-            credit: crate::channel::Credit::of(cfg),
-            initial: restore.and_then(|r| r.states.get(&(plan.uids[id].clone(), j)).cloned()),
-            faults: cfg.faults.clone(),
-        };
-        let (group, first) = port.backup_group(
-            spec,
-            parts.duals,
-            parts.backup_rx,
-            parts.waker,
-            parts.outputs,
-        );
-        groups.insert((id, j), group);
-        claims.insert((id, j), first);
-    }
-
-    let mut builder = ChainBuilder {
-        graph,
-        plan,
-        cfg,
-        senders,
-        registry,
-        restore,
-        fault_offset: 0,
-        routed_before: Default::default(),
-        promoted: false,
-        image: None,
-    };
-    let mut specs = Vec::new();
-    for &h in &plan.heads {
-        for j in 0..plan.parallelism[h] {
-            let actor = actor_of[h][j];
-            let driver = match builder.build(h, j)? {
-                Built::Source(step) => Driver::Source(step),
-                Built::Inputs { heads, selection } => {
-                    let mut gates: Vec<Box<dyn InputGate>> = Vec::new();
-                    // A backed-up operator has one input (`plan` refuses others).
-                    let mut claim = claims.remove(&(h, j));
-                    let backed_up = claim.is_some();
-                    debug_assert!(!backed_up || heads.len() == 1, "one input when backed up");
-                    for (input, head) in heads.into_iter().enumerate() {
-                        let rxs = std::mem::take(&mut receivers[h][input][j]);
-                        let port = input_port(graph, h, input);
-                        let key = (format!("{}#in{input}", plan.uids[h]), j);
-                        let replay = restore
-                            .and_then(|r| r.states.get(&key))
-                            .map(|v| v.as_slice());
-                        if let Some(c) = claim.take() {
-                            // A backed-up subtask's checkpoints are aligned (no channel state
-                            // of its own); one taken unaligned before it was backed up is
-                            // refused rather than its in-flight records dropped.
-                            if replay.is_some_and(crate::rescale::channels::carries_records) {
-                                return Err(TaskError::Checkpoint {
-                                    uid: plan.uids[h].clone(),
-                                    subtask: j,
-                                    message: "the checkpoint holds records in flight into \
-                                              this operator (taken unaligned before it was \
-                                              backed up), which a backed-up operator cannot \
-                                              replay: restore without the backup, or from a \
-                                              checkpoint or savepoint taken with unaligned \
-                                              checkpoints and aligned_checkpoint_timeout off"
-                                        .into(),
-                                });
-                            }
-                            gates.push(port.claimed_gate(rxs, head, c));
-                            continue;
-                        }
-                        let owned = replay.and_then(|_| {
-                            keyed_input(graph, h, input)
-                                .and_then(|e| e.owned_by(&plan.owners(h, cfg.max_parallelism), j))
-                        });
-                        let gate = port.gate(rxs, head, replay, owned).map_err(|message| {
-                            TaskError::Checkpoint {
-                                uid: plan.uids[h].clone(),
-                                subtask: j,
-                                message: format!("cannot restore channel state: {message}"),
-                            }
-                        })?;
-                        gates.push(gate);
-                    }
-                    let driver = Driver::inputs(
-                        gates,
-                        selection,
-                        crate::task::AlignmentSettings::of(&cfg.checkpoint),
-                        plan.uids[h].clone(),
-                    );
-                    if backed_up {
-                        driver.force_aligned()
-                    } else {
-                        driver
-                    }
-                }
-            };
-            specs.push(SubtaskSpec {
-                id: SubtaskId {
-                    actor,
-                    attempt,
-                    epoch: 0,
-                    head: h,
-                    head_uid: plan.uids[h].clone(),
-                    subtask: j,
-                },
-                driver,
-                counters: Arc::new(SubtaskCounters {
-                    head: registry.counters[h][j].clone(),
-                    ..SubtaskCounters::default()
-                }),
-                rx_waker: wakers[actor].clone(),
-                backup: groups.remove(&(h, j)),
-            });
-        }
-    }
-    Ok(specs)
-}
-
-/// Records per batch on edge `e`: smaller into and out of a backed-up operator (see
-/// [`BackupPolicy::batch_size`](crate::BackupPolicy)), the job's elsewhere.
-fn edge_batch_size(graph: &Graph, cfg: &EnvConfig, e: &crate::graph::Edge) -> usize {
-    [e.from, e.to]
-        .iter()
-        .filter_map(|&n| graph.nodes[n].backup.as_ref().and_then(|b| b.batch_size))
-        .fold(cfg.batch_size, usize::min)
-}
-
-/// The parts of a backed-up subtask gathered while its channels are made.
-#[derive(Default)]
-struct BackupParts {
-    duals: Vec<AnyBox>,
-    backup_rx: Vec<AnyBox>,
-    waker: Arc<AtomicWaker>,
-    outputs: Vec<(usize, Vec<Box<dyn crate::backup::OutputFence>>)>,
-}
-
-/// The record type of input `input` of node `n` (the port of an edge into it).
-fn input_port(graph: &Graph, n: NodeId, input: usize) -> &dyn crate::graph::PortType {
-    graph
-        .edges
-        .iter()
-        .find(|e| e.to == n && e.input == input)
-        .map(|e| &*graph.nodes[e.from].ports[e.port])
-        .expect("every input of a planned node has an edge")
-}
-
-/// An edge into `n`'s `input` when every edge into it is keyed (one `key_by`, after a union
-/// one edge per stream, all with its key selector): restored channel state of that input is
-/// dealt by key group (`rescale::channels`), and each subtask keeps the records of its own
-/// key groups.
-pub(crate) fn keyed_input(graph: &Graph, n: NodeId, input: usize) -> Option<&dyn EdgeOutput> {
-    let mut edges = graph
-        .edges
-        .iter()
-        .filter(|e| e.to == n && e.input == input)
-        .peekable();
-    let first = edges.peek().map(|e| &*e.partition)?;
-    edges
-        .all(|e| e.partition.kind() == PartitionKind::Hash)
-        .then_some(first)
-}
-
-/// The operator of a promoted backup: node `n`, subtask `j`, over the reopened `senders` of
-/// its outgoing edges, restoring `restored` (or what it was deployed with). Returns its head
-/// (`BoxOutput<In>`, erased).
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn build_promoted(
-    graph: &Graph,
-    plan: &Plan,
-    cfg: &EnvConfig,
-    registry: &OperatorRegistry,
-    n: NodeId,
-    j: usize,
-    senders: Vec<(usize, Vec<AnyBox>)>,
-    routed_before: Vec<(usize, u64)>,
-    restored: Option<crate::state::changes::Restored>,
-    fault_offset: u64,
-) -> Result<AnyBox, TaskError> {
-    let mut table: Vec<Vec<Option<Vec<AnyBox>>>> = graph.edges.iter().map(|_| Vec::new()).collect();
-    for (ei, txs) in senders {
-        table[ei] = (0..plan.parallelism[n]).map(|_| None).collect();
-        table[ei][j] = Some(txs);
-    }
-    let (restored, image) = match restored {
-        Some(crate::state::changes::Restored::Payload(bytes)) => (Some(bytes), None),
-        Some(crate::state::changes::Restored::Image(image)) => (None, Some(image)),
-        None => (None, None),
-    };
-    let restore = restored.map(|bytes| Restore {
-        checkpoint: 0,
-        states: [((plan.uids[n].clone(), j), bytes)].into_iter().collect(),
-        ..Default::default()
-    });
-    let mut builder = ChainBuilder {
-        graph,
-        plan,
-        cfg,
-        senders: table,
-        registry,
-        restore: restore.as_ref(),
-        fault_offset,
-        routed_before: routed_before.into_iter().collect(),
-        promoted: true,
-        image: image.map(|i| (n, i)),
-    };
-    match builder.build(n, j)? {
-        Built::Inputs { mut heads, .. } if heads.len() == 1 => Ok(heads.remove(0)),
-        _ => unreachable!("internal error: a backed-up operator has one input"),
-    }
-}
-
-struct ChainBuilder<'a> {
-    graph: &'a Graph,
-    plan: &'a Plan,
-    cfg: &'a EnvConfig,
-    senders: Vec<Vec<Option<Vec<AnyBox>>>>,
-    registry: &'a OperatorRegistry,
-    restore: Option<&'a Restore>,
-    fault_offset: u64,
-    /// Per edge: records already sent on it by the subtask being built (a promotion).
-    routed_before: std::collections::HashMap<usize, u64>,
-    /// Building a promoted backup (its `restore` is its primary's state, not a checkpoint).
-    promoted: bool,
-    /// The keyed state image a promoted backup's node starts from (instead of `restore`).
-    image: Option<(NodeId, crate::state::changes::KeyedImage)>,
-}
-
-impl ChainBuilder<'_> {
-    /// Builds node `n` of subtask `j` with everything chained after it.
-    fn build(&mut self, n: NodeId, j: usize) -> Result<Built, TaskError> {
-        let node = &self.graph.nodes[n];
-        let mut outputs = Vec::with_capacity(node.ports.len());
-        for (p, port) in node.ports.iter().enumerate() {
-            let mut outs = Vec::new();
-            for (ei, e) in self.graph.edges.iter().enumerate() {
-                if e.from != n || e.port != p {
-                    continue;
-                }
-                if self.plan.chained[ei] {
-                    match self.build(e.to, j)? {
-                        Built::Inputs { mut heads, .. } if heads.len() == 1 => {
-                            outs.push(heads.remove(0))
-                        }
-                        _ => unreachable!("internal error: only one-input operators are chained"),
-                    }
-                } else {
-                    let txs = self.senders[ei][j]
-                        .take()
-                        .expect("each upstream subtask's senders are used once");
-                    let cfg = OutputConfig {
-                        batch_size: edge_batch_size(self.graph, self.cfg, e),
-                        subtask: j,
-                        max_parallelism: self.cfg.max_parallelism,
-                        owners: self.plan.owners(e.to, self.cfg.max_parallelism),
-                        load: self.registry.loads.get(e.to).cloned(),
-                        load_when_single: self.graph.by_load.contains(&e.to),
-                        counts_unsent: node.backup.is_some(),
-                        target_uid: std::sync::Arc::new(self.plan.uids[e.to].clone()),
-                        routed_before: self.routed_before.get(&ei).copied().unwrap_or(0),
-                        adaptive_batch: self.registry.adapt_batches.clone(),
-                    };
-                    outs.push(e.partition.output(self.plan.kinds[ei], txs, cfg));
-                }
-            }
-            outputs.push(port.tee(outs));
-        }
-        // Side output ports come after the operator's own: its builder sees only those.
-        let first_side = node
-            .side_outputs
-            .iter()
-            .flatten()
-            .map(|t| t.port)
-            .min()
-            .unwrap_or(outputs.len());
-        let side_outs = outputs.split_off(first_side);
-        let sides = node
-            .side_outputs
-            .iter()
-            .flatten()
-            .zip(side_outs)
-            .map(|(t, out)| node.ports[t.port].side(t.name.clone(), out))
-            .collect();
-        let env = OpEnv {
-            sides: std::sync::Mutex::new(Some(crate::operator::side::SideOutputs::new(sides))),
-            info: Arc::new(OperatorInfo {
-                uid: self.plan.uids[n].clone(),
-                name: node.name.clone(),
-                subtask: j,
-                parallelism: self.plan.parallelism[n],
-                key_groups: matches!(node.rescale, crate::rescale::Rule::Keyed { .. })
-                    .then(|| self.plan.owners(n, self.cfg.max_parallelism).range_of(j))
-                    .flatten(),
-            }),
-            counters: self.registry.counters[n][j].clone(),
-            config: self.cfg.clone(),
-            initial_state: node.initial_state.as_ref().and_then(|v| v.get(j).cloned()),
-            restored: self
-                .restore
-                .and_then(|r| r.states.get(&(self.plan.uids[n].clone(), j)).cloned()),
-            start: match self.restore {
-                _ if self.promoted => crate::checkpoint::StartPoint::Promoted,
-                Some(r) => crate::checkpoint::StartPoint::Checkpoint(r.checkpoint),
-                None => crate::checkpoint::StartPoint::Fresh,
-            },
-            promoted_image: std::sync::Mutex::new(
-                self.image
-                    .take_if(|(node, _)| *node == n)
-                    .map(|(_, image)| image),
-            ),
-            fault_offset: self.fault_offset,
-            live_config: crate::sync::lock(&self.registry.live_config)
-                .get(&self.plan.uids[n])
-                .cloned()
-                .unwrap_or_default(),
-            backed_up: node.backup.is_some(),
-            hands_state: node
-                .backup
-                .as_ref()
-                .is_some_and(|p| p.state_interval.is_some()),
-        };
-        // The builder runs user factories (sources, sinks): a panic there names the operator.
-        let built = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            node.builder.build(&env, outputs)
-        }));
-        if matches!(built, Ok(Ok(_))) && env.take_promoted_image().is_some() {
-            // Only a keyed operator hands its backup changes, and takes the image back.
-            return Err(env.restore_error(
-                "internal error: the promoted operator did not take its backup's state image",
-            ));
-        }
-        built.unwrap_or_else(|payload| {
-            Err(TaskError::Panic {
-                uid: self.plan.uids[n].clone(),
-                subtask: j,
-                message: crate::error::panic_message(&*payload),
-            })
-        })
-    }
-}
-
-/// One vertex of a running job: a chain of operators that runs as one actor per subtask
-/// (Flink's job vertex). Its id is the uid of the chain's first operator.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct VertexInfo {
-    /// The uid of the chain's first operator.
-    pub id: String,
-    /// The names of the chained operators, joined by ` -> ` (as Flink names vertices).
-    pub name: String,
-    /// Its parallelism.
-    pub parallelism: usize,
-    /// The uids of the operators in the chain, first to last.
-    pub operators: Vec<String>,
-    /// For a vertex with keyed state whose subtasks each own one range of key groups (by
-    /// count, the default): each subtask's range, in subtask order. `None` when rebalanced by
-    /// load into several ranges: see [`key_group_runs`](Self::key_group_runs).
-    pub key_groups: Option<Vec<std::ops::Range<usize>>>,
-    /// For a vertex with keyed state: the key groups each subtask owns as runs of consecutive
-    /// groups, in subtask order.
-    pub key_group_runs: Option<Vec<Vec<std::ops::Range<usize>>>>,
-    /// The edges into it from other vertices, in the order of its inputs (a source has none).
-    pub inputs: Vec<VertexInput>,
-}
-
-/// An edge into a vertex from another vertex (Flink's plan node `inputs`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct VertexInput {
-    /// The id of the vertex the records come from.
-    pub id: String,
-    /// How records are spread over the subtasks, in Flink's words: `FORWARD`, `REBALANCE`,
-    /// `BROADCAST` or `HASH`.
-    pub ship_strategy: &'static str,
-}
-
-/// The vertices of a planned graph: one per chain head, in graph order.
-pub(crate) fn vertices(graph: &Graph, plan: &Plan, max_parallelism: usize) -> Vec<VertexInfo> {
-    plan.heads
-        .iter()
-        .map(|&h| {
-            let members: Vec<usize> = (0..plan.uids.len())
-                .filter(|&n| plan.head_of[n] == h)
-                .collect();
-            let runs: Option<Vec<Vec<std::ops::Range<usize>>>> = members
-                .iter()
-                .any(|&n| matches!(graph.nodes[n].rescale, crate::rescale::Rule::Keyed { .. }))
-                .then(|| {
-                    let owners = plan.owners(h, max_parallelism);
-                    (0..plan.parallelism[h])
-                        .map(|s| owners.runs_of(s))
-                        .collect()
-                });
-            VertexInfo {
-                id: plan.uids[h].clone(),
-                name: members
-                    .iter()
-                    .map(|&n| graph.nodes[n].name.as_str())
-                    .collect::<Vec<_>>()
-                    .join(" -> "),
-                parallelism: plan.parallelism[h],
-                key_groups: runs.as_ref().and_then(|runs| {
-                    runs.iter()
-                        .map(|r| match r.as_slice() {
-                            [] => Some(0..0),
-                            [one] => Some(one.clone()),
-                            _ => None,
-                        })
-                        .collect()
-                }),
-                key_group_runs: runs,
-                operators: members.iter().map(|&n| plan.uids[n].clone()).collect(),
-                inputs: inputs_of(graph, plan, h),
-            }
-        })
-        .collect()
-}
-
-/// The edges into the vertex headed by `h` from other vertices, in input order (a chained
-/// edge stays inside a vertex and is not one).
-fn inputs_of(graph: &Graph, plan: &Plan, h: NodeId) -> Vec<VertexInput> {
-    let mut edges: Vec<(usize, usize)> = graph
-        .edges
-        .iter()
-        .enumerate()
-        .filter(|&(e, edge)| plan.head_of[edge.to] == h && !plan.chained[e])
-        .map(|(e, edge)| (edge.input, e))
-        .collect();
-    edges.sort();
-    edges
-        .into_iter()
-        .map(|(_, e)| VertexInput {
-            id: plan.uids[plan.head_of[graph.edges[e].from]].clone(),
-            ship_strategy: match plan.kinds[e] {
-                PartitionKind::Auto | PartitionKind::Forward => "FORWARD",
-                PartitionKind::Rebalance => "REBALANCE",
-                PartitionKind::Broadcast => "BROADCAST",
-                PartitionKind::Hash => "HASH",
-            },
-        })
-        .collect()
 }

@@ -126,6 +126,20 @@ impl Sampler {
         }
         let now = Instant::now();
         let interval = self.last_at.duration_since(self.prev_at);
+        let subtasks = self.subtask_metrics();
+        let operators = self.operator_metrics(now, interval, &subtasks);
+        Some(JobMetrics {
+            at: now.duration_since(self.started),
+            interval,
+            subtasks,
+            operators,
+            source_rate_limit,
+        })
+    }
+
+    /// Each subtask's metrics over its own span between its last two samples; the last
+    /// sample becomes the one the next window starts from.
+    fn subtask_metrics(&mut self) -> Vec<SubtaskMetrics> {
         let mut subtasks = Vec::with_capacity(self.subtasks.len());
         for (i, probe) in self.subtasks.iter().enumerate() {
             let cur = lock(&probe.slot).clone();
@@ -167,6 +181,17 @@ impl Sampler {
             });
             self.prev_samples[i] = cur;
         }
+        subtasks
+    }
+
+    /// Each operator's metrics over `interval`, its times the highest of its chain's
+    /// `subtasks`.
+    fn operator_metrics(
+        &self,
+        now: Instant,
+        interval: Duration,
+        subtasks: &[SubtaskMetrics],
+    ) -> Vec<OperatorMetrics> {
         let mut operators = Vec::with_capacity(self.operators.len());
         let (now_us, started_us) = (
             crate::metrics::poll_clock_us(now),
@@ -214,13 +239,7 @@ impl Sampler {
                 backpressure_level: BackpressureLevel::from_ms_per_second(bp),
             });
         }
-        Some(JobMetrics {
-            at: now.duration_since(self.started),
-            interval,
-            subtasks,
-            operators,
-            source_rate_limit,
-        })
+        operators
     }
 
     /// What the sampler knows of each subtask.

@@ -296,30 +296,69 @@ impl Parsed {
 
 /// Reads one setting; nothing is applied.
 pub(crate) fn parse(name: &str, value: &str) -> Result<Parsed, SettingError> {
-    let bad = |message: String| SettingError::BadValue {
-        name: name.to_owned(),
-        message,
+    let s = Setting {
+        name,
+        value: value.trim(),
     };
-    let value = value.trim();
-    let duration = |v: &str| parse_duration(v).map_err(bad);
-    let optional = |v: &str| -> Result<Option<Duration>, SettingError> {
+    if let Some(parsed) = checkpoint_setting(&s)? {
+        return Ok(parsed);
+    }
+    if let Some(parsed) = rate_control_setting(&s)? {
+        return Ok(parsed);
+    }
+    prefixed_setting(&s)
+}
+
+/// A setting being read: its name and its trimmed value.
+struct Setting<'a> {
+    name: &'a str,
+    value: &'a str,
+}
+
+impl Setting<'_> {
+    /// The value is refused, for `message`.
+    fn bad(&self, message: String) -> SettingError {
+        SettingError::BadValue {
+            name: self.name.to_owned(),
+            message,
+        }
+    }
+
+    /// The value as a duration.
+    fn duration(&self) -> Result<Duration, SettingError> {
+        parse_duration(self.value).map_err(|m| self.bad(m))
+    }
+
+    /// The value as a duration, or `off` / `none`.
+    fn optional(&self) -> Result<Option<Duration>, SettingError> {
+        let v = self.value;
         if v.eq_ignore_ascii_case("off") || v.eq_ignore_ascii_case("none") {
             Ok(None)
         } else {
-            duration(v).map(Some)
+            self.duration().map(Some)
         }
-    };
-    let positive = |d: Option<Duration>| match d {
-        Some(d) if d.is_zero() => Err(bad("must be above zero (or `off`)".into())),
-        d => Ok(d),
-    };
-    Ok(match name {
-        INTERVAL => Parsed::Interval(positive(optional(value)?)?),
-        TIMEOUT => match duration(value)? {
+    }
+
+    /// `d`, unless it is zero.
+    fn positive(&self, d: Option<Duration>) -> Result<Option<Duration>, SettingError> {
+        match d {
+            Some(d) if d.is_zero() => Err(self.bad("must be above zero (or `off`)".into())),
+            d => Ok(d),
+        }
+    }
+}
+
+/// A checkpoint setting (`checkpoint.*`); `None` if `s` names none.
+fn checkpoint_setting(s: &Setting<'_>) -> Result<Option<Parsed>, SettingError> {
+    let (name, value) = (s.name, s.value);
+    let bad = |message: String| s.bad(message);
+    Ok(Some(match name {
+        INTERVAL => Parsed::Interval(s.positive(s.optional()?)?),
+        TIMEOUT => match s.duration()? {
             d if d.is_zero() => return Err(bad("must be above zero".into())),
             d => Parsed::Timeout(d),
         },
-        MIN_PAUSE => Parsed::MinPause(duration(value)?),
+        MIN_PAUSE => Parsed::MinPause(s.duration()?),
         MODE => Parsed::Mode(
             match value.to_ascii_uppercase().replace('-', "_").as_str() {
                 "EXACTLY_ONCE" => CheckpointMode::ExactlyOnce,
@@ -336,7 +375,7 @@ pub(crate) fn parse(name: &str, value: &str) -> Result<Parsed, SettingError> {
             "false" => false,
             _ => return Err(bad(format!("must be true or false, got `{value}`"))),
         }),
-        ALIGNED_TIMEOUT => Parsed::AlignedTimeout(positive(optional(value)?)?),
+        ALIGNED_TIMEOUT => Parsed::AlignedTimeout(s.positive(s.optional()?)?),
         TOLERABLE => Parsed::Tolerable(
             value
                 .parse()
@@ -346,6 +385,15 @@ pub(crate) fn parse(name: &str, value: &str) -> Result<Parsed, SettingError> {
             Ok(n) if n > 0 => Parsed::MaxConcurrent(n),
             _ => return Err(bad(format!("must be a whole number ≥ 1, got `{value}`"))),
         },
+        _ => return Ok(None),
+    }))
+}
+
+/// A source rate or rate-controller setting; `None` if `s` names none.
+fn rate_control_setting(s: &Setting<'_>) -> Result<Option<Parsed>, SettingError> {
+    let (name, value) = (s.name, s.value);
+    let bad = |message: String| s.bad(message);
+    Ok(Some(match name {
         SOURCE_RATE => {
             if value.eq_ignore_ascii_case("off") {
                 Parsed::SourceRate(None)
@@ -383,50 +431,57 @@ pub(crate) fn parse(name: &str, value: &str) -> Result<Parsed, SettingError> {
                 _ => RateChange::Derivative(g),
             })
         }
-        RATE_INTERVAL => match duration(value)? {
+        RATE_INTERVAL => match s.duration()? {
             d if d < Duration::from_millis(1) => return Err(bad("must be at least 1 ms".into())),
             d => Parsed::Rate(RateChange::UpdateInterval(d)),
         },
-        _ => {
-            if let Some(rest) = name.strip_prefix(BACKUP_PREFIX) {
-                let (uid, timeout) = match rest.rsplit_once('.') {
-                    Some((uid, "heartbeat-timeout")) if !uid.is_empty() => (uid, true),
-                    Some((uid, "heartbeat-interval")) if !uid.is_empty() => (uid, false),
-                    _ => {
-                        return Err(bad(
-                            "backup settings are `backup.<uid>.heartbeat-interval` and `backup.<uid>.heartbeat-timeout`".into(),
-                        ))
-                    }
-                };
-                match duration(value)? {
-                    d if d.is_zero() => return Err(bad("must be above zero".into())),
-                    d => Parsed::Backup {
-                        uid: uid.to_owned(),
-                        timeout,
-                        value: d,
-                    },
-                }
-            } else if let Some(rest) = name.strip_prefix(OPERATOR_PREFIX) {
-                // Keys may have dots (`cache.size`); a uid with dots is found by the job,
-                // which knows its uids (`resolve_operator`).
-                match rest.split_once('.') {
-                    Some((uid, key)) if !uid.is_empty() && !key.is_empty() => Parsed::Operator {
-                        uid: uid.to_owned(),
-                        key: key.to_owned(),
-                    },
-                    _ => return Err(bad("operator settings are `operator.<uid>.<key>`".into())),
-                }
-            } else if let Some((_, why)) = NOT_LIVE.iter().find(|(n, _)| *n == name) {
-                return Err(SettingError::NotLive {
-                    name: name.to_owned(),
-                    why: (*why).to_owned(),
-                });
-            } else {
-                return Err(SettingError::Unknown {
-                    name: name.to_owned(),
-                });
+        _ => return Ok(None),
+    }))
+}
+
+/// A setting of one backed-up operator (`backup.<uid>.*`) or one operator
+/// (`operator.<uid>.<key>`); otherwise a setting that cannot change while the job runs, or
+/// an unknown one.
+fn prefixed_setting(s: &Setting<'_>) -> Result<Parsed, SettingError> {
+    let name = s.name;
+    let bad = |message: String| s.bad(message);
+    Ok(if let Some(rest) = name.strip_prefix(BACKUP_PREFIX) {
+        let (uid, timeout) = match rest.rsplit_once('.') {
+            Some((uid, "heartbeat-timeout")) if !uid.is_empty() => (uid, true),
+            Some((uid, "heartbeat-interval")) if !uid.is_empty() => (uid, false),
+            _ => {
+                return Err(bad(
+                    "backup settings are `backup.<uid>.heartbeat-interval` and `backup.<uid>.heartbeat-timeout`".into(),
+                ))
             }
+        };
+        match s.duration()? {
+            d if d.is_zero() => return Err(bad("must be above zero".into())),
+            d => Parsed::Backup {
+                uid: uid.to_owned(),
+                timeout,
+                value: d,
+            },
         }
+    } else if let Some(rest) = name.strip_prefix(OPERATOR_PREFIX) {
+        // Keys may have dots (`cache.size`); a uid with dots is found by the job,
+        // which knows its uids (`resolve_operator`).
+        match rest.split_once('.') {
+            Some((uid, key)) if !uid.is_empty() && !key.is_empty() => Parsed::Operator {
+                uid: uid.to_owned(),
+                key: key.to_owned(),
+            },
+            _ => return Err(bad("operator settings are `operator.<uid>.<key>`".into())),
+        }
+    } else if let Some((_, why)) = NOT_LIVE.iter().find(|(n, _)| *n == name) {
+        return Err(SettingError::NotLive {
+            name: name.to_owned(),
+            why: (*why).to_owned(),
+        });
+    } else {
+        return Err(SettingError::Unknown {
+            name: name.to_owned(),
+        });
     })
 }
 

@@ -212,29 +212,7 @@ where
                 self.writer.hand(part);
             }
         } else if let Entries::Disk(d) = &mut state.map {
-            for k in copy.keys.by_ref().take(budget) {
-                match d.cache.get_mut(&k) {
-                    Some(t) if t.logged == g => {
-                        t.logged = 0;
-                        chunk.push((k, Some(t.state.clone())));
-                    }
-                    Some(_) => {}
-                    // Written back since the barrier: the store has it as it was then, unless
-                    // it was written since (and copied then).
-                    None => match d.stored(&k) {
-                        Ok(Some(t)) if t.logged == g => chunk.push((k, Some(t.state))),
-                        Ok(Some(_)) => {}
-                        Ok(None) => chunk.push((k, None)),
-                        Err(e) => {
-                            // The operator fails with it at its next step; this copy's
-                            // checkpoint never completes.
-                            d.fail(e);
-                            copy.keys = Vec::new().into_iter();
-                            break;
-                        }
-                    },
-                }
-            }
+            copy_from_disk(d, &mut copy.keys, g, budget, &mut chunk);
         } else {
             copy.keys = Vec::new().into_iter();
         }
@@ -266,6 +244,41 @@ where
     ) {
         while self.copy.is_some() {
             self.copy_some(state, STEP, encode);
+        }
+    }
+}
+
+/// Copies up to `budget` of the `keys` left from the disk backend `d` into `chunk`, each as
+/// it was at the barrier (generation `g`). A read that fails fails the operator (at its next
+/// step) and ends the copy: its checkpoint never completes.
+fn copy_from_disk<K: crate::Key, S: crate::Data>(
+    d: &mut crate::state::disk::DiskEntries<K, S>,
+    keys: &mut std::vec::IntoIter<K>,
+    g: crate::state::changes::Generation,
+    budget: usize,
+    chunk: &mut Vec<(K, Option<S>)>,
+) {
+    for k in keys.by_ref().take(budget) {
+        match d.cache.get_mut(&k) {
+            Some(t) if t.logged == g => {
+                t.logged = 0;
+                chunk.push((k, Some(t.state.clone())));
+            }
+            Some(_) => {}
+            // Written back since the barrier: the store has it as it was then, unless it was
+            // written since (and copied then).
+            None => match d.stored(&k) {
+                Ok(Some(t)) if t.logged == g => chunk.push((k, Some(t.state))),
+                Ok(Some(_)) => {}
+                Ok(None) => chunk.push((k, None)),
+                Err(e) => {
+                    // The operator fails with it at its next step; this copy's checkpoint
+                    // never completes.
+                    d.fail(e);
+                    *keys = Vec::new().into_iter();
+                    break;
+                }
+            },
         }
     }
 }

@@ -20,6 +20,10 @@ use crate::state::{KeyedState, ValueState};
 use crate::time::{EventTime, Timestamps, Watermark};
 use crate::Data;
 
+mod run;
+
+use run::KeyedRun;
+
 /// A keyed operator: per-key state, one required method.
 ///
 /// ```
@@ -615,105 +619,24 @@ where
             promoted,
         } = &mut self.state;
         let (ts, timers) = (&self.ts, &mut self.timers);
-        self.core
-            .run_with_sides(batch.len(), |out, sides| match map {
-                crate::state::Entries::Plain(map) => {
-                    for r in batch.drain(..) {
-                        let k = key_fn(&r);
-                        let t = ts.as_ref().map(|ts| ts(&r));
-                        if let Some(s) = map.get_mut(&k) {
-                            f.process_with_ctx(
-                                &k,
-                                s,
-                                r,
-                                &mut KeyedContext::new(&k, t, timers, sides),
-                                out,
-                            );
-                        } else {
-                            let mut s = P::State::default();
-                            let ctx = &mut KeyedContext::new(&k, t, timers, sides);
-                            f.process_with_ctx(&k, &mut s, r, ctx, out);
-                            map.insert(k, s);
-                        }
-                    }
-                }
+        self.core.run_with_sides(batch.len(), |out, sides| {
+            let mut run = KeyedRun {
+                key_fn,
+                f,
+                ts,
+                timers,
+                sides,
+                out,
+                _k: PhantomData,
+            };
+            match map {
+                crate::state::Entries::Plain(map) => run.plain(batch, map),
                 crate::state::Entries::Logged(map) => {
-                    for r in batch.drain(..) {
-                        let k = key_fn(&r);
-                        let t = ts.as_ref().map(|ts| ts(&r));
-                        if let Some(e) = map.get_mut(&k) {
-                            if changes.touch(&k, &mut e.logged) {
-                                // A checkpoint's copy has yet to take it: copied first.
-                                saved.push((k.clone(), e.state.clone()));
-                            }
-                            let ctx = &mut KeyedContext::new(&k, t, timers, sides);
-                            f.process_with_ctx(&k, &mut e.state, r, ctx, out);
-                        } else {
-                            // A promoted backup's key not read in yet: its state at the promotion.
-                            let restored = match promoted.as_deref_mut() {
-                                Some(p) => match p.get::<K, P::State>(&k) {
-                                    Ok(s) => s,
-                                    Err(e) => {
-                                        // The subtask fails with it (below), as on disk.
-                                        p.fail(e);
-                                        break;
-                                    }
-                                },
-                                None => None,
-                            };
-                            let ctx = &mut KeyedContext::new(&k, t, timers, sides);
-                            let e = match restored {
-                                Some(mut state) => {
-                                    let mut logged = 0;
-                                    if changes.touch(&k, &mut logged) {
-                                        saved.push((k.clone(), state.clone()));
-                                    }
-                                    f.process_with_ctx(&k, &mut state, r, ctx, out);
-                                    crate::state::Tracked { state, logged }
-                                }
-                                None => {
-                                    let mut state = P::State::default();
-                                    f.process_with_ctx(&k, &mut state, r, ctx, out);
-                                    let logged = changes.inserted(&k);
-                                    crate::state::Tracked { state, logged }
-                                }
-                            };
-                            map.insert(k, e);
-                        }
-                    }
+                    run.logged(batch, map, changes, saved, promoted)
                 }
-                crate::state::Entries::Disk(d) => {
-                    for r in batch.drain(..) {
-                        let k = key_fn(&r);
-                        let t = ts.as_ref().map(|ts| ts(&r));
-                        if let Some(e) = d.cache.get_mut(&k) {
-                            if changes.touch(&k, &mut e.logged) {
-                                saved.push((k.clone(), e.state.clone()));
-                            }
-                            let ctx = &mut KeyedContext::new(&k, t, timers, sides);
-                            f.process_with_ctx(&k, &mut e.state, r, ctx, out);
-                        } else {
-                            // Not cached: read from the store, or new.
-                            let mut e = match d.load(&k, changes, P::State::default) {
-                                Ok(e) => e,
-                                Err(err) => {
-                                    // The subtask fails with it (below); the batch's other
-                                    // records go with the drain, and are replayed from the
-                                    // checkpoint the restart restores.
-                                    d.fail(err);
-                                    break;
-                                }
-                            };
-                            if changes.touch(&k, &mut e.logged) {
-                                saved.push((k.clone(), e.state.clone()));
-                            }
-                            let ctx = &mut KeyedContext::new(&k, t, timers, sides);
-                            f.process_with_ctx(&k, &mut e.state, r, ctx, out);
-                            d.insert(k, e);
-                        }
-                    }
-                }
-            })?;
+                crate::state::Entries::Disk(d) => run.disk(batch, d, changes, saved),
+            }
+        })?;
         if self.state.promoted.is_some() {
             // The rest of a promoted backup's state, read in a part at a time: twice the
             // batch's records, so it is all in after the records of about half the keys, and

@@ -51,11 +51,17 @@ use std::sync::Arc;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-use super::text::{Text, TextBatch};
-use super::{Source, SourceContext, SourceStatus};
+use super::text::Text;
+use super::SourceContext;
 use crate::error::SourceError;
 
 pub use crate::config::DEFAULT_MAX_LINE_BYTES;
+
+mod sources;
+
+pub use sources::{
+    FailingJsonl, LocatedLines, SkippingJsonl, SkippingLines, TextLines, TEXT_BATCH_BYTES,
+};
 
 /// How much of an over-long line a [`BadLine`] keeps as its `text`: its first 1 KiB.
 pub const OVERLONG_PREVIEW_BYTES: usize = 1024;
@@ -525,6 +531,7 @@ impl LineReader {
     }
 
     /// The current line as text, or why it is malformed (too long, a NUL byte, not UTF-8).
+    #[inline]
     pub fn text(&self) -> Result<&str, (BadLineKind, String)> {
         if let Some(len) = self.too_long {
             return Err((
@@ -548,6 +555,7 @@ impl LineReader {
 
     /// Moves to the next non-blank line and returns it as text; `None` after the last file.
     /// A malformed line is an error naming its file, line and byte offset.
+    #[inline]
     pub fn next_text(&mut self) -> Result<Option<&str>, SourceError> {
         if !self.advance()? {
             return Ok(None);
@@ -721,292 +729,5 @@ impl<T: DeserializeOwned> JsonlReader<T> {
     }
 }
 
-/// Text lines as `String`s (the `Fail` policy): a malformed line fails the job. The source
-/// of `Env::read_lines`.
-pub struct TextLines(pub LineReader);
-
-impl Source<String> for TextLines {
-    fn poll_batch(
-        &mut self,
-        out: &mut Vec<String>,
-        max: usize,
-    ) -> Result<SourceStatus, SourceError> {
-        for _ in 0..max {
-            match self.0.next_text()? {
-                None => return Ok(SourceStatus::End),
-                Some(line) => out.push(line.to_owned()),
-            }
-        }
-        Ok(SourceStatus::More)
-    }
-
-    fn position(&self) -> Option<Vec<u8>> {
-        self.0.encoded_position()
-    }
-
-    fn seek(&mut self, position: &[u8]) -> Result<(), SourceError> {
-        self.0.seek_encoded(position)
-    }
-}
-
-/// Text lines (the `Skip` policy): malformed lines travel as `Err` to the side output split.
-/// The source of `Env::read_lines_skipping`.
-pub struct SkippingLines(pub LineReader);
-
-impl Source<Result<String, BadLine>> for SkippingLines {
-    fn poll_batch(
-        &mut self,
-        out: &mut Vec<Result<String, BadLine>>,
-        max: usize,
-    ) -> Result<SourceStatus, SourceError> {
-        for _ in 0..max {
-            if !self.0.advance()? {
-                return Ok(SourceStatus::End);
-            }
-            out.push(match self.0.text() {
-                Ok(s) => Ok(s.to_owned()),
-                Err((kind, e)) => Err(self.0.bad_line(kind, e)?),
-            });
-        }
-        Ok(SourceStatus::More)
-    }
-
-    fn position(&self) -> Option<Vec<u8>> {
-        self.0.encoded_position()
-    }
-
-    fn seek(&mut self, position: &[u8]) -> Result<(), SourceError> {
-        self.0.seek_encoded(position)
-    }
-}
-
-/// Text lines with their coordinates (the `Skip` policy). The source of
-/// `Env::read_located_lines_skipping`.
-///
-/// The lines of a batch are copied into one buffer that their [`Text`]s share (see
-/// [`text`](super::text)); a batch ends early once that buffer holds
-/// [`TEXT_BATCH_BYTES`], so a batch of long lines stays bounded.
-pub struct LocatedLines {
-    reader: LineReader,
-    batch: TextBatch,
-    /// The batch being read, before its buffer is shared.
-    pending: Vec<Result<PendingLine, BadLine>>,
-}
-
-/// The bytes of text after which a line source ends its batch (unless it holds one line).
-pub const TEXT_BATCH_BYTES: usize = 1024 * 1024;
-
-/// A line of the batch being read: its coordinates and its range in the batch's buffer.
-struct PendingLine {
-    path: Arc<str>,
-    line: u64,
-    byte_offset: u64,
-    range: std::ops::Range<usize>,
-}
-
-impl LocatedLines {
-    /// The lines `reader` reads.
-    pub fn new(reader: LineReader) -> Self {
-        LocatedLines {
-            reader,
-            batch: TextBatch::default(),
-            pending: Vec::new(),
-        }
-    }
-}
-
-impl Source<Result<Line, BadLine>> for LocatedLines {
-    fn poll_batch(
-        &mut self,
-        out: &mut Vec<Result<Line, BadLine>>,
-        max: usize,
-    ) -> Result<SourceStatus, SourceError> {
-        let mut status = SourceStatus::More;
-        let mut error = None;
-        let r = &mut self.reader;
-        while self.pending.len() < max && self.batch.len() < TEXT_BATCH_BYTES {
-            match r.advance() {
-                Ok(true) => {}
-                Ok(false) => {
-                    status = SourceStatus::End;
-                    break;
-                }
-                // The lines read before stay in `out`, as when they were pushed one by one.
-                Err(e) => {
-                    error = Some(e);
-                    break;
-                }
-            }
-            let located = match r.text() {
-                Ok(s) => r.line_number().map(|line| {
-                    Ok(PendingLine {
-                        path: r.shown_path(),
-                        line,
-                        byte_offset: r.start,
-                        range: self.batch.push(s),
-                    })
-                }),
-                Err((kind, e)) => r.bad_line(kind, e).map(Err),
-            };
-            match located {
-                Ok(p) => self.pending.push(p),
-                Err(e) => {
-                    error = Some(e);
-                    break;
-                }
-            }
-        }
-        let buf = self.batch.share();
-        out.extend(self.pending.drain(..).map(|p| {
-            p.map(|p| Line {
-                path: p.path,
-                line: p.line,
-                byte_offset: p.byte_offset,
-                text: Text::new(&buf, p.range),
-            })
-        }));
-        match error {
-            Some(e) => Err(e),
-            None => Ok(status),
-        }
-    }
-
-    fn position(&self) -> Option<Vec<u8>> {
-        self.reader.encoded_position()
-    }
-
-    fn seek(&mut self, position: &[u8]) -> Result<(), SourceError> {
-        self.reader.seek_encoded(position)
-    }
-}
-
-/// JSON Lines records (the `Fail` policy): a malformed line is an error. The source of
-/// `Env::read_jsonl`.
-pub struct FailingJsonl<T>(pub JsonlReader<T>);
-
-impl<T: DeserializeOwned + Send + 'static> Source<T> for FailingJsonl<T> {
-    fn poll_batch(&mut self, out: &mut Vec<T>, max: usize) -> Result<SourceStatus, SourceError> {
-        for _ in 0..max {
-            match self.0.next_record()? {
-                None => return Ok(SourceStatus::End),
-                Some(Ok(v)) => out.push(v),
-                Some(Err(bad)) => return Err(self.0.lines.malformed(bad.error)),
-            }
-        }
-        Ok(SourceStatus::More)
-    }
-
-    fn position(&self) -> Option<Vec<u8>> {
-        self.0.lines.encoded_position()
-    }
-
-    fn seek(&mut self, position: &[u8]) -> Result<(), SourceError> {
-        self.0.lines.seek_encoded(position)
-    }
-}
-
-/// JSON Lines records (the `Skip` policy): malformed lines travel as `Err` to the side
-/// output split. The source of `Env::read_jsonl_skipping`.
-pub struct SkippingJsonl<T>(pub JsonlReader<T>);
-
-impl<T: DeserializeOwned + Send + 'static> Source<Result<T, BadLine>> for SkippingJsonl<T> {
-    fn poll_batch(
-        &mut self,
-        out: &mut Vec<Result<T, BadLine>>,
-        max: usize,
-    ) -> Result<SourceStatus, SourceError> {
-        for _ in 0..max {
-            match self.0.next_record()? {
-                None => return Ok(SourceStatus::End),
-                Some(r) => out.push(r),
-            }
-        }
-        Ok(SourceStatus::More)
-    }
-
-    fn position(&self) -> Option<Vec<u8>> {
-        self.0.lines.encoded_position()
-    }
-
-    fn seek(&mut self, position: &[u8]) -> Result<(), SourceError> {
-        self.0.lines.seek_encoded(position)
-    }
-}
-
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn file(name: &str, bytes: &[u8]) -> PathBuf {
-        let dir = std::env::temp_dir().join(format!("weir-jsonl-{}-{name}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let f = dir.join("in.txt");
-        std::fs::write(&f, bytes).unwrap();
-        f
-    }
-
-    fn cx(subtask: usize, parallelism: usize) -> SourceContext {
-        SourceContext {
-            subtask,
-            parallelism,
-        }
-    }
-
-    fn texts(r: &mut LineReader) -> Vec<(u64, u64, String)> {
-        let mut out = Vec::new();
-        while let Some(s) = r.next_text().unwrap() {
-            let s = s.to_owned();
-            out.push((r.line_number().unwrap(), r.byte_offset(), s));
-        }
-        out
-    }
-
-    #[test]
-    fn each_subtask_reads_the_lines_that_start_in_its_range() {
-        // 30 bytes: ranges of 3 subtasks are [0, 10), [10, 20), [20, 30).
-        let f = file("ranges", b"aaaaaaaa\nbbbbbbbbb\ncccc\n\ndd\nee");
-        let got: Vec<_> = (0..3)
-            .map(|k| texts(&mut LineReader::new(&f, cx(k, 3)).unwrap()))
-            .collect();
-        let owned = |v: &[(u64, u64, &str)]| {
-            v.iter()
-                .map(|(l, o, s)| (*l, *o, s.to_string()))
-                .collect::<Vec<_>>()
-        };
-        // "bbbbbbbbb" starts at 9 and runs past 10: subtask 0's, and subtask 1 passes over
-        // its end; "cccc" (19..23) is subtask 1's; the blank line 4 at 24 is passed over.
-        assert_eq!(
-            got,
-            [
-                owned(&[(1, 0, "aaaaaaaa"), (2, 9, "bbbbbbbbb")]),
-                owned(&[(3, 19, "cccc")]),
-                owned(&[(5, 25, "dd"), (6, 28, "ee")]),
-            ]
-        );
-        std::fs::remove_dir_all(f.parent().unwrap()).unwrap();
-    }
-
-    #[test]
-    fn a_position_of_another_parallelism_is_refused() {
-        let f = file("other-p", b"a\nb\nc\nd\n");
-        let mut r = LineReader::new(&f, cx(1, 2)).unwrap();
-        r.next_text().unwrap();
-        let position = r.encoded_position().unwrap();
-        let mut other = LineReader::new(&f, cx(1, 3)).unwrap();
-        assert!(matches!(
-            other.seek_encoded(&position),
-            Err(SourceError::BadPosition { .. })
-        ));
-        // A position of the older line source (whole files dealt round robin) means the same
-        // at parallelism 1, and nothing certain at another.
-        let old = crate::checkpoint::encode(&(0u64, 4u64, 2u64)).unwrap();
-        let mut one = LineReader::new(&f, cx(0, 1)).unwrap();
-        one.seek_encoded(&old).unwrap();
-        assert_eq!(texts(&mut one), [(3, 4, "c".into()), (4, 6, "d".into())]);
-        assert!(matches!(
-            LineReader::new(&f, cx(0, 2)).unwrap().seek_encoded(&old),
-            Err(SourceError::BadPosition { .. })
-        ));
-        std::fs::remove_dir_all(f.parent().unwrap()).unwrap();
-    }
-}
+mod tests;

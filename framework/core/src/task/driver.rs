@@ -205,6 +205,15 @@ impl Recorder {
     }
 }
 
+/// Where a gate's step came from: gate `gate`'s channel `channel`, `global` among all the
+/// subtask's input channels.
+#[derive(Debug, Clone, Copy)]
+struct ChannelAt {
+    gate: usize,
+    channel: usize,
+    global: usize,
+}
+
 /// Channel `c` of gate `gi` (`global`) delivered the recorded checkpoint's barrier or ended:
 /// the gate records it no more.
 fn channel_done(
@@ -506,56 +515,87 @@ impl Driver {
                     Ok(Some(Work::Progress))
                 }
                 GateStep::Barrier { channel, barrier } => {
-                    let global = offset + channel;
-                    recorder.learn(barrier);
-                    let id = barrier.id;
-                    match barriers.on_barrier(global, id, Instant::now()) {
-                        InBand::Continue => Ok(Some(Work::Progress)),
-                        InBand::Aligned(id) => Ok(Some(Work::Aligned(id))),
-                        InBand::Start(s) => {
-                            recorder.start(&s, gates, offsets)?;
-                            Ok(Some(
-                                recorder
-                                    .complete(barriers, gates)?
-                                    .unwrap_or(Work::Progress),
-                            ))
-                        }
-                        InBand::Recorded => {
-                            channel_done(barriers, gates, i, channel, global);
-                            Ok(Some(
-                                recorder
-                                    .complete(barriers, gates)?
-                                    .unwrap_or(Work::Progress),
-                            ))
-                        }
-                    }
+                    let at = ChannelAt {
+                        gate: i,
+                        channel,
+                        global: offset + channel,
+                    };
+                    Self::on_barrier(gates, barriers, offsets, recorder, at, barrier).map(Some)
                 }
                 GateStep::ChannelEnded { channel, all } => {
-                    let global = offset + channel;
-                    if barriers.records(global) {
-                        gates[i].set_recording(channel, false);
-                    }
-                    let aligned = barriers.on_end(global);
-                    let all = all && gates.iter().all(|g| g.is_ended());
-                    if let Some(w) = recorder.complete(barriers, gates)? {
-                        // An aligned checkpoint it completed too, and the end, come next.
-                        *aligned_next = aligned;
-                        *ended = all;
-                        return Ok(Some(w));
-                    }
-                    Ok(Some(match aligned {
-                        // A barrier completed by this end is taken before the end.
-                        Some(id) => {
-                            *ended = all;
-                            Work::Aligned(id)
-                        }
-                        None if all => Work::Ended,
-                        None => Work::Progress,
-                    }))
+                    let at = ChannelAt {
+                        gate: i,
+                        channel,
+                        global: offset + channel,
+                    };
+                    Self::on_channel_end(gates, barriers, recorder, at, all, (aligned_next, ended))
+                        .map(Some)
                 }
             };
         }
         Ok(None)
+    }
+
+    /// The in-band `barrier` came from channel `at`: aligned, started, recorded or taken on.
+    fn on_barrier(
+        gates: &mut [Box<dyn InputGate>],
+        barriers: &mut BarrierHandler,
+        offsets: &[usize],
+        recorder: &mut Recorder,
+        at: ChannelAt,
+        barrier: crate::channel::Barrier,
+    ) -> Result<Work, TaskError> {
+        recorder.learn(barrier);
+        let id = barrier.id;
+        match barriers.on_barrier(at.global, id, Instant::now()) {
+            InBand::Continue => Ok(Work::Progress),
+            InBand::Aligned(id) => Ok(Work::Aligned(id)),
+            InBand::Start(s) => {
+                recorder.start(&s, gates, offsets)?;
+                Ok(recorder
+                    .complete(barriers, gates)?
+                    .unwrap_or(Work::Progress))
+            }
+            InBand::Recorded => {
+                channel_done(barriers, gates, at.gate, at.channel, at.global);
+                Ok(recorder
+                    .complete(barriers, gates)?
+                    .unwrap_or(Work::Progress))
+            }
+        }
+    }
+
+    /// Channel `at` ended (`all`: its gate's last): the checkpoints it completes, then the
+    /// end of the input when every gate ended. What comes after the work returned goes in
+    /// `aligned_next` and `ended`.
+    fn on_channel_end(
+        gates: &mut [Box<dyn InputGate>],
+        barriers: &mut BarrierHandler,
+        recorder: &mut Recorder,
+        at: ChannelAt,
+        all: bool,
+        (aligned_next, ended): (&mut Option<u64>, &mut bool),
+    ) -> Result<Work, TaskError> {
+        if barriers.records(at.global) {
+            gates[at.gate].set_recording(at.channel, false);
+        }
+        let aligned = barriers.on_end(at.global);
+        let all = all && gates.iter().all(|g| g.is_ended());
+        if let Some(w) = recorder.complete(barriers, gates)? {
+            // An aligned checkpoint it completed too, and the end, come next.
+            *aligned_next = aligned;
+            *ended = all;
+            return Ok(w);
+        }
+        Ok(match aligned {
+            // A barrier completed by this end is taken before the end.
+            Some(id) => {
+                *ended = all;
+                Work::Aligned(id)
+            }
+            None if all => Work::Ended,
+            None => Work::Progress,
+        })
     }
 
     pub(super) fn step(

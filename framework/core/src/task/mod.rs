@@ -47,6 +47,10 @@ use crate::metrics::{SubtaskCounters, SubtaskSample, TimeAccount, WaitState};
 use crate::sync::Arc;
 use crate::sync::{lock, Mutex};
 
+/// What a poll of the data lane says: whether the subtask is done (or failed), and what it
+/// waits for next.
+type DataPoll = (Poll<Result<(), TaskError>>, WaitState);
+
 /// The actor of one subtask.
 pub(crate) struct SubtaskActor {
     id: SubtaskId,
@@ -137,26 +141,38 @@ impl SubtaskActor {
 
     /// One poll of the data lane: at most one unit of work. Says what the subtask waits for
     /// next, for the time accounting.
-    fn poll_data(
-        &mut self,
-        cx: &mut TaskContext<'_>,
-        now: Instant,
-    ) -> (Poll<Result<(), TaskError>>, WaitState) {
+    fn poll_data(&mut self, cx: &mut TaskContext<'_>, now: Instant) -> DataPoll {
+        if let Some(waits) = self.before_step(cx) {
+            return waits;
+        }
+        let work = self.driver.step(cx, now, &self.rx_waker, &self.counters);
+        if !matches!(work, Ok(Work::Idle)) {
+            self.spin.found_work(now);
+        }
+        self.after_step(cx, now, work)
+    }
+
+    /// What comes before a step of the data lane, and what keeps it from one: a throttled
+    /// source's pause, a barrier that overtook the queues (taken first, whatever waits for
+    /// credit), output waiting for credit, the drained end, a pause, an idle source's wait.
+    /// `None`: the lane may step.
+    #[inline]
+    fn before_step(&mut self, cx: &mut TaskContext<'_>) -> Option<DataPoll> {
         if let Some(sleep) = self.throttle.as_mut() {
             if sleep.as_mut().poll(cx).is_pending() {
-                return (Poll::Pending, WaitState::Idle);
+                return Some((Poll::Pending, WaitState::Idle));
             }
             self.throttle = None;
         }
         // A barrier that overtook the queues is taken first, whatever waits for credit.
         match self.driver.overtake() {
-            Err(e) => return (Poll::Ready(Err(e)), WaitState::Busy),
+            Err(e) => return Some((Poll::Ready(Err(e)), WaitState::Busy)),
             Ok(Some(Work::Checkpointed {
                 id,
                 writer,
                 took,
                 persisted,
-            })) => return self.unaligned_done(cx, id, writer, took, persisted),
+            })) => return Some(self.unaligned_done(cx, id, writer, took, persisted)),
             Ok(_) => {}
         }
         match self.driver.poll_pending(cx) {
@@ -166,20 +182,20 @@ impl SubtaskActor {
                 self.rx_waker.register(cx.waker());
                 if self.driver.overtaking_waits() {
                     self.run_on(cx);
-                    return (Poll::Pending, WaitState::Busy);
+                    return Some((Poll::Pending, WaitState::Busy));
                 }
                 self.driver.release_inputs();
-                return (Poll::Pending, WaitState::BackPressured);
+                return Some((Poll::Pending, WaitState::BackPressured));
             }
-            Poll::Ready(Err(e)) => return (Poll::Ready(Err(e)), WaitState::Busy),
+            Poll::Ready(Err(e)) => return Some((Poll::Ready(Err(e)), WaitState::Busy)),
             Poll::Ready(Ok(())) => {}
         }
         if self.draining {
-            return (Poll::Ready(Ok(())), WaitState::Busy);
+            return Some((Poll::Ready(Ok(())), WaitState::Busy));
         }
         if self.paused {
             self.pause_waker = Some(cx.waker().clone());
-            return (Poll::Pending, WaitState::Idle);
+            return Some((Poll::Pending, WaitState::Idle));
         }
         // After the output moved (an idle source's flushed batch, a checkpoint barrier sent
         // from the system lane still go out while it waits).
@@ -190,14 +206,22 @@ impl SubtaskActor {
                     .as_mut()
                     .is_some_and(|t| t.as_mut().poll(cx).is_ready());
             if !due {
-                return (Poll::Pending, WaitState::Idle);
+                return Some((Poll::Pending, WaitState::Idle));
             }
             self.source_idle = None;
         }
-        let work = self.driver.step(cx, now, &self.rx_waker, &self.counters);
-        if !matches!(work, Ok(Work::Idle)) {
-            self.spin.found_work(now);
-        }
+        None
+    }
+
+    /// The data lane after a step that did `work`: flushes as its linger and its sources
+    /// say, takes an aligned checkpoint's states, and runs on or parks.
+    #[inline]
+    fn after_step(
+        &mut self,
+        cx: &mut TaskContext<'_>,
+        now: Instant,
+        work: Result<Work, TaskError>,
+    ) -> DataPoll {
         match work {
             Err(e) => (Poll::Ready(Err(e)), WaitState::Busy),
             Ok(Work::Idle) => {
@@ -303,50 +327,15 @@ impl SubtaskActor {
         let Some(root) = self.checkpoint_dir.clone() else {
             return;
         };
-        let hand_over = w.hand_over;
-        let mut payloads = Vec::new();
-        let mut envelopes = Vec::with_capacity(w.entries.len());
-        let mut deferred = Vec::new();
-        let mut chains = Vec::new();
-        for mut e in w.entries {
-            if let Some(c) = e.chain.take() {
-                // Only a checkpoint that is not handed over is written incrementally.
-                chains.push((envelopes.len(), c));
-            }
-            if let Some(d) = e.deferred.take() {
-                if hand_over {
-                    // Needed now: made here (the gate does not defer such checkpoints).
-                    match (d.0)() {
-                        Ok(p) => e.payload = p,
-                        Err(reason) => {
-                            let reason = format!("cannot make the state of `{}`: {reason}", e.uid);
-                            tracing::warn!(uid = %self.id.head_uid, subtask = self.id.subtask, checkpoint = id, %reason, "checkpoint declined");
-                            let _ = self.events.unbounded_send(JobEvent::Declined {
-                                attempt: self.id.attempt,
-                                id,
-                                reason,
-                            });
-                            return;
-                        }
-                    }
-                } else {
-                    deferred.push((envelopes.len(), d));
-                }
-            }
-            if hand_over {
-                payloads.push((e.uid.clone(), e.payload.clone()));
-            }
-            envelopes.push(SnapshotEnvelope {
-                format_version: crate::checkpoint::store::FORMAT_VERSION,
-                uid: e.uid,
-                subtask: self.id.subtask,
-                checkpoint_id: id,
-                key_groups: e.key_groups,
-                payload_crc32: Some(crc32fast::hash(&e.payload)),
-                payload: e.payload,
-                chain: None,
-            });
-        }
+        let Some(Envelopes {
+            envelopes,
+            deferred,
+            chains,
+            payloads,
+        }) = self.envelopes(id, w)
+        else {
+            return;
+        };
         let write = StateWrite {
             root,
             remote: self.remote.clone(),
@@ -373,9 +362,72 @@ impl SubtaskActor {
             },
             started: Instant::now(),
         };
-        // Flink's asynchronous phase: the states are taken (above, on the data path); writing
-        // and syncing them to disk happens beside it, and the acknowledgement follows the
-        // write. A synced write can take tens of ms on a slow disk, all of it lost to the
+        self.spawn_write(write);
+    }
+
+    /// The envelopes of the states in `w` for checkpoint `id`, with those made later (off the
+    /// data path) or handed later (chains of runs) by index, and the payloads handed over in
+    /// memory. A deferred payload needed now that cannot be made declines the checkpoint:
+    /// `None`.
+    fn envelopes(&mut self, id: u64, w: StateWriter) -> Option<Envelopes> {
+        let hand_over = w.hand_over;
+        let mut payloads = Vec::new();
+        let mut envelopes = Vec::with_capacity(w.entries.len());
+        let mut deferred = Vec::new();
+        let mut chains = Vec::new();
+        for mut e in w.entries {
+            if let Some(c) = e.chain.take() {
+                // Only a checkpoint that is not handed over is written incrementally.
+                chains.push((envelopes.len(), c));
+            }
+            if let Some(d) = e.deferred.take() {
+                if hand_over {
+                    // Needed now: made here (the gate does not defer such checkpoints).
+                    match (d.0)() {
+                        Ok(p) => e.payload = p,
+                        Err(reason) => {
+                            let reason = format!("cannot make the state of `{}`: {reason}", e.uid);
+                            tracing::warn!(uid = %self.id.head_uid, subtask = self.id.subtask, checkpoint = id, %reason, "checkpoint declined");
+                            let _ = self.events.unbounded_send(JobEvent::Declined {
+                                attempt: self.id.attempt,
+                                id,
+                                reason,
+                            });
+                            return None;
+                        }
+                    }
+                } else {
+                    deferred.push((envelopes.len(), d));
+                }
+            }
+            if hand_over {
+                payloads.push((e.uid.clone(), e.payload.clone()));
+            }
+            envelopes.push(SnapshotEnvelope {
+                format_version: crate::checkpoint::store::FORMAT_VERSION,
+                uid: e.uid,
+                subtask: self.id.subtask,
+                checkpoint_id: id,
+                key_groups: e.key_groups,
+                payload_crc32: Some(crc32fast::hash(&e.payload)),
+                payload: e.payload,
+                chain: None,
+            });
+        }
+        Some(Envelopes {
+            envelopes,
+            deferred,
+            chains,
+            payloads,
+        })
+    }
+
+    /// Runs `write` on a thread of its own (Flink's asynchronous phase), or here if no thread
+    /// can be started.
+    fn spawn_write(&mut self, write: StateWrite) {
+        // Flink's asynchronous phase: the states are taken (by write_and_ack, on the data
+        // path); writing and syncing them to disk happens beside it, and the acknowledgement
+        // follows the write. A synced write can take tens of ms on a slow disk, all of it lost to the
         // records otherwise. If no thread can be started, the write is done here.
         let pending = std::sync::Arc::new(std::sync::Mutex::new(Some(write)));
         let theirs = pending.clone();
@@ -460,6 +512,18 @@ impl Actor for SubtaskActor {
         tracing::debug!(uid = %self.id.head_uid, subtask = self.id.subtask, "subtask started");
         ctx.spawn(DataLane);
     }
+}
+
+/// A subtask's states for a checkpoint, as `SubtaskActor::write_and_ack` hands them to
+/// their write.
+struct Envelopes {
+    envelopes: Vec<SnapshotEnvelope>,
+    /// Envelopes whose payload is made by the write, off the data path (by index).
+    deferred: Vec<(usize, crate::checkpoint::DeferredPayload)>,
+    /// Envelopes whose state is a chain of runs (by index).
+    chains: Vec<(usize, crate::checkpoint::incremental::ChainPart)>,
+    /// uid -> payload, of a checkpoint handed over in memory.
+    payloads: Vec<(String, Vec<u8>)>,
 }
 
 /// A subtask's part of a checkpoint, taken and not yet on disk: written and acknowledged

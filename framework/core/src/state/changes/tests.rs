@@ -1,0 +1,214 @@
+use super::*;
+
+type Payload = Vec<(usize, Vec<(u64, String)>)>;
+
+fn decode(bytes: &[u8]) -> Payload {
+    let mut p: Payload = ciborium::from_reader(bytes).expect("the image's payload decodes");
+    for (_, entries) in &mut p {
+        entries.sort();
+    }
+    p
+}
+
+fn delta(full: bool, entries: &[(usize, u64, Option<&str>)]) -> KeyedDelta {
+    let mut d = KeyedDelta::new(full);
+    for (g, k, v) in entries {
+        d.push(*g, k, v.map(|v| (*k, v.to_owned())).as_ref())
+            .expect("encodes");
+    }
+    d
+}
+
+#[test]
+fn skip_steps_over_nested_and_indefinite_items_whole() {
+    // [_ 1, [2, "ab"], {_ "a": [_ ], "b": tag(1) 5}], then a trailing 0.
+    let item: &[u8] = &[
+        0x9f, 0x01, 0x82, 0x02, 0x62, b'a', b'b', 0xbf, 0x61, b'a', 0x9f, 0xff, 0x61, b'b', 0xc1,
+        0x05, 0xff, 0xff,
+    ];
+    let mut bytes = item.to_vec();
+    bytes.push(0x00);
+    let mut r = Reader { b: &bytes, at: 0 };
+    r.skip().expect("skips");
+    assert_eq!(r.at, item.len());
+    r.skip().expect("skips the trailing 0");
+    assert_eq!(r.at, bytes.len());
+    // Cut short anywhere inside, it is an error, never a success.
+    for cut in 1..item.len() {
+        let mut r = Reader {
+            b: &item[..cut],
+            at: 0,
+        };
+        assert!(r.skip().is_err(), "cut at {cut}");
+    }
+    // [[_ 1], 3]: a level of indefinite length inside a definite one, items after it.
+    let mut r = Reader {
+        b: &[0x82, 0x9f, 0x01, 0xff, 0x03, 0x00],
+        at: 0,
+    };
+    r.skip().expect("skips");
+    assert_eq!(r.at, 5);
+    // An array that says it holds 2^64 - 1 items, with none: an error, not a long loop.
+    let huge = [0x9b, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff];
+    assert!(Reader { b: &huge, at: 0 }.skip().is_err());
+    // 100,000 arrays deep: no stack overflow.
+    let mut deep = vec![0x81; 100_000];
+    deep.push(0x00);
+    let mut r = Reader { b: &deep, at: 0 };
+    r.skip().expect("skips");
+    assert_eq!(r.at, deep.len());
+}
+
+#[test]
+fn heads_are_what_ciborium_writes() {
+    for n in [0u64, 1, 23, 24, 255, 256, 65_535, 65_536, 1 << 32, u64::MAX] {
+        let mut ours = Vec::new();
+        head(&mut ours, UNSIGNED, n);
+        let mut theirs = Vec::new();
+        ciborium::into_writer(&n, &mut theirs).expect("encodes");
+        assert_eq!(ours, theirs, "{n}");
+    }
+    let v: Vec<u8> = vec![1; 300];
+    let mut ours = Vec::new();
+    head(&mut ours, ARRAY, 300);
+    for x in &v {
+        ciborium::into_writer(x, &mut ours).expect("encodes");
+    }
+    let mut theirs = Vec::new();
+    ciborium::into_writer(&v, &mut theirs).expect("encodes");
+    assert_eq!(ours, theirs);
+}
+
+#[test]
+fn an_image_applies_deltas_in_order_and_reads_as_the_payload() {
+    let mut image = KeyedImage::default();
+    image.apply(delta(
+        true,
+        &[(0, 1, Some("a")), (0, 2, Some("b")), (300, 3, Some("c"))],
+    ));
+    image.apply(delta(false, &[(0, 1, Some("a2")), (7, 4, Some("d"))]));
+    image.apply(delta(false, &[(0, 2, None), (7, 4, Some("d2"))]));
+    assert_eq!(
+        decode(&image.payload()),
+        vec![
+            (0, vec![(1, "a2".into())]),
+            (7, vec![(4, "d2".into())]),
+            (300, vec![(3, "c".into())]),
+        ]
+    );
+    assert_eq!(image.keys(), 3);
+    // A full delta replaces everything.
+    image.apply(delta(true, &[(1, 5, Some("e"))]));
+    assert_eq!(decode(&image.payload()), vec![(1, vec![(5, "e".into())])]);
+    // An empty state reads as an empty payload.
+    image.apply(delta(true, &[]));
+    assert_eq!(decode(&image.payload()), vec![]);
+}
+
+#[test]
+fn a_snapshot_loads_as_the_image_it_was_written_from() {
+    // Written by serde, as the keyed operator writes its snapshot: entries with a
+    // nested value of every kind the reader must step over.
+    type Entry = (
+        String,
+        (
+            Vec<u8>,
+            std::collections::BTreeMap<String, i64>,
+            Option<f64>,
+        ),
+        Vec<(i64, bool)>,
+    );
+    let entry = |k: &str| -> Entry {
+        (
+            k.to_owned(),
+            (vec![1, 2, 3], [("x".to_owned(), -5i64)].into(), Some(1.5)),
+            vec![(-1, true)],
+        )
+    };
+    type Groups = Vec<(usize, Vec<Entry>)>;
+    let groups: Groups = vec![
+        (3, vec![entry("a"), entry("b")]),
+        (70_000, vec![entry(&"long".repeat(30))]),
+    ];
+    let mut bytes = Vec::new();
+    ciborium::into_writer(&groups, &mut bytes).expect("encodes");
+    let mut image = KeyedImage::default();
+    image.load(&bytes, false).expect("loads");
+    assert_eq!(image.keys(), 3);
+    let mut back: Groups = ciborium::from_reader(image.payload().as_slice()).expect("decodes");
+    for (_, e) in &mut back {
+        e.sort_by(|a, b| a.0.cmp(&b.0));
+    }
+    assert_eq!(back, groups);
+    // A delta on a loaded image replaces one key's entry.
+    let mut d = KeyedDelta::new(false);
+    let changed = entry("b");
+    d.push(
+        3,
+        &changed.0,
+        Some(&(
+            changed.0.clone(),
+            (
+                vec![9u8],
+                std::collections::BTreeMap::<String, i64>::new(),
+                None::<f64>,
+            ),
+            Vec::<(i64, bool)>::new(),
+        )),
+    )
+    .expect("encodes");
+    image.apply(d);
+    assert_eq!(image.keys(), 3);
+    // With the operator's own fields first.
+    let mut with_own = Vec::new();
+    ciborium::into_writer(&(("own", 1u8), &groups), &mut with_own).expect("encodes");
+    image.load(&with_own, true).expect("loads");
+    let (own, mut back): ((String, u8), Groups) =
+        ciborium::from_reader(image.payload().as_slice()).expect("decodes");
+    for (_, e) in &mut back {
+        e.sort_by(|a, b| a.0.cmp(&b.0));
+    }
+    assert_eq!((own, back), (("own".to_owned(), 1), groups));
+    // Bad input is an error, and the image is then empty.
+    assert!(image.load(&with_own[..with_own.len() - 1], true).is_err());
+    assert_eq!(image.keys(), 0);
+    assert!(image.load(&[0xff], false).is_err());
+    assert!(
+        image.load(&with_own, false).is_err(),
+        "own fields read as a group"
+    );
+}
+
+#[test]
+fn own_fields_come_first_as_a_pair() {
+    let mut d = delta(true, &[(2, 1, Some("x"))]);
+    let mut own = Vec::new();
+    ciborium::into_writer(&("fields", 7u32), &mut own).expect("encodes");
+    d.own = Some(own);
+    let mut image = KeyedImage::default();
+    image.apply(d);
+    let (own, groups): ((String, u32), Payload) =
+        ciborium::from_reader(image.payload().as_slice()).expect("decodes");
+    assert_eq!(own, ("fields".into(), 7));
+    assert_eq!(groups, vec![(2, vec![(1, "x".into())])]);
+}
+
+#[test]
+fn a_log_takes_each_written_key_once_per_generation() {
+    let mut log = ChangeLog::<u64>::default();
+    let mut at = [0 as Generation; 3];
+    let _ = log.touch(&0, &mut at[0]);
+    assert_eq!(log.take(false), None, "the first take is everything");
+    let _ = log.touch(&0, &mut at[0]);
+    let _ = log.touch(&0, &mut at[0]);
+    let _ = log.touch(&2, &mut at[2]);
+    assert_eq!(log.take(false), Some(vec![0, 2]));
+    assert_eq!(log.take(false), Some(vec![]));
+    let _ = log.touch(&1, &mut at[1]);
+    log.lose_track();
+    assert_eq!(log.take(false), None);
+    let _ = log.touch(&1, &mut at[1]);
+    assert_eq!(log.take(true), None, "asked for everything");
+    assert_eq!(log.inserted(&5), log.generation);
+    assert_eq!(log.take(false), Some(vec![5]));
+}
