@@ -234,6 +234,18 @@ pub enum StateError {
         /// The uid asked for.
         uid: String,
     },
+    /// A subtask of the operator did not answer in time (it may be hung, and is then
+    /// replaced). The change was sent: it applies there when the subtask reads it, and a
+    /// restarted or promoted instance applies it too.
+    #[error("subtask {subtask} of operator `{uid}` did not answer within {within:?}; the change was sent and is kept")]
+    NoAnswer {
+        /// The operator's uid.
+        uid: String,
+        /// The subtask that did not answer.
+        subtask: usize,
+        /// How long the job waited.
+        within: std::time::Duration,
+    },
 }
 
 /// A live configuration change that was refused; nothing was changed.
@@ -277,6 +289,18 @@ pub enum ConfigError {
     NoSuchOperator {
         /// The uid asked for.
         uid: String,
+    },
+    /// A subtask of the operator did not answer in time (it may be hung, and is then
+    /// replaced). The change was sent: it applies there when the subtask reads it, and a
+    /// restarted or promoted instance applies it too.
+    #[error("subtask {subtask} of operator `{uid}` did not answer within {within:?}; the change was sent and is kept")]
+    NoAnswer {
+        /// The operator's uid.
+        uid: String,
+        /// The subtask that did not answer.
+        subtask: usize,
+        /// How long the job waited.
+        within: std::time::Duration,
     },
 }
 

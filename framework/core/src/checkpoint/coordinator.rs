@@ -603,6 +603,11 @@ impl Coordinator {
 
     /// The checkpoints in progress at `now` that are older than the timeout (the controller
     /// fails each with [`fail_one`](Self::fail_one)), with the reason.
+    /// Whether checkpoint `id` is in progress (not complete, failed, subsumed or aborted).
+    pub(crate) fn is_pending(&self, id: u64) -> bool {
+        self.pending.contains_key(&id)
+    }
+
     pub(crate) fn timed_out(&self, now: Instant) -> Vec<(u64, String)> {
         let timeout = self.cfg.timeout;
         self.pending

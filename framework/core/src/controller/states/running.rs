@@ -140,7 +140,10 @@ impl Running {
             Exit::Promote(_) => "a backup took over first".into(),
             _ => "the job is stopping".into(),
         };
-        self.bound.abandon_change(ctx, &self.dep, why);
+        // After a promotion the same deployment runs on: its sources, paused for the change's
+        // barrier, read on.
+        let resume = matches!(exit, Exit::Promote(_));
+        self.bound.abandon_change(ctx, &self.dep, why, resume);
         // The new graph on probation fails: back to the old one, not a restart.
         let exit = match exit {
             Exit::Failed(e) if ctx.probation.is_some() => Exit::RollBack(format!(
@@ -323,6 +326,10 @@ impl Running {
         let Some((done, bytes)) = self.storing.remove(&id) else {
             return Continue(());
         };
+        if !ctx.coordinator.is_pending(id) {
+            // It failed meanwhile (timed out, subsumed, aborted by a failover): it stays failed.
+            return Continue(());
+        }
         let stored = result
             .map_err(|e| format!("cannot put its metadata on the object store: {e}"))
             .and_then(|()| {
@@ -517,6 +524,13 @@ impl Running {
                 Continue(())
             }
             Command::TriggerCheckpoint(reply) => {
+                if let Some(why) = self.bound.changing() {
+                    // A newer checkpoint completing first would subsume the change's.
+                    let _ = reply.send(Err(format!(
+                        "no checkpoint is triggered while {why}; ask again once it is done"
+                    )));
+                    return Continue(());
+                }
                 let now = Instant::now();
                 let id = ctx.coordinator.trigger_checkpoint(now);
                 tracing::info!(checkpoint = id, "triggering a checkpoint on request");
@@ -735,7 +749,13 @@ impl Running {
             self.bound.fail(ctx, &self.dep, id, Failure::TimedOut);
             failed_with(ctx.fail_checkpoint(id, why))?;
         }
-        if let Some(id) = ctx.coordinator.maybe_trigger(now) {
+        // While a change waits for its checkpoint, no other starts (a newer one completing
+        // first would subsume it).
+        let periodic = self.bound.changing().is_none();
+        if let Some(id) = periodic
+            .then(|| ctx.coordinator.maybe_trigger(now))
+            .flatten()
+        {
             tracing::debug!(checkpoint = id, "triggering checkpoint");
             self.trigger(ctx, id, now, Purpose::Checkpoint);
         }

@@ -182,10 +182,18 @@ impl Bound {
         }
     }
 
-    /// The job leaves `Running` without the change: its caller is told `why`.
-    pub(super) fn abandon_change(&mut self, ctx: &JobContext, dep: &Deployment, why: String) {
+    /// The change will not happen (the job leaves `Running`, or a backup takes over and the
+    /// deployment runs on): its caller is told `why`; the sources paused for it read on if
+    /// `resume` (the deployment runs on).
+    pub(super) fn abandon_change(
+        &mut self,
+        ctx: &JobContext,
+        dep: &Deployment,
+        why: String,
+        resume: bool,
+    ) {
         if let Some(change) = self.change.take() {
-            change.abandon(ctx, dep, why, false);
+            change.abandon(ctx, dep, why, resume);
         }
     }
 }

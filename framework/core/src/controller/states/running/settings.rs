@@ -3,8 +3,10 @@
 //! `#[weir(config)]` field, and rate control. The controller takes them one at a time, so
 //! two changes never interleave, and records each in the settings history (applied or
 //! refused) in the order it took them. Operator fields are checked on a copy of the first
-//! subtask's operator, then set in every subtask through its system lane; the controller
-//! waits for a subtask's answer at most the job's heartbeat timeout.
+//! subtask's operator, then set in every subtask at once through their system lanes; the
+//! controller waits for the answers at most half the shortest heartbeat timeout that watches
+//! those subtasks (its loop does not serve heartbeats meanwhile, so a longer wait could make
+//! a healthy subtask look hung).
 //!
 //! What each setting means and how it parses is `crate::settings`'s.
 
@@ -195,18 +197,33 @@ impl Running {
             key: key.clone(),
             value: value.clone(),
         };
-        match entry.ask(validate, ctx.cfg.heartbeat_timeout).await {
+        let within = self.ask_within(ctx);
+        match entry.ask(validate, within).await {
             Some(Ok(())) => Ok(()),
             Some(Err(e)) => Err(refused(e.to_string())),
             None => Err(SettingError::Busy(format!(
-                "operator `{uid}` did not answer within {:?}",
-                ctx.cfg.heartbeat_timeout
+                "operator `{uid}` did not answer within {within:?}"
             ))),
         }
     }
 
-    /// Sets field `key` of operator `uid` in every subtask (the first to refuse stops it), and
-    /// records it so restarted and promoted instances apply it too.
+    /// How long the controller waits for subtasks' answers: half the shortest heartbeat
+    /// timeout watching them.
+    fn ask_within(&self, ctx: &JobContext) -> Duration {
+        let shortest = self
+            .dep
+            .backups
+            .iter()
+            .map(|b| b.heartbeats.timeout())
+            .fold(ctx.cfg.heartbeat_timeout, Duration::min);
+        shortest / 2
+    }
+
+    /// Sets field `key` of operator `uid` in every subtask at once. A bad key or value is
+    /// refused by every subtask alike (none changes); otherwise the change is recorded so that
+    /// restarted and promoted instances apply it too — also when a subtask did not answer in
+    /// time (it was sent, and applies there when the subtask reads it): that is
+    /// [`ConfigError::NoAnswer`], with the change kept.
     async fn configure(
         &self,
         ctx: &JobContext,
@@ -214,29 +231,47 @@ impl Running {
         key: &str,
         value: &str,
     ) -> Result<(), ConfigError> {
-        let gone = || ConfigError::NoSuchOperator {
-            uid: uid.to_owned(),
-        };
         let entries = crate::controller::deployment::subtasks_of(&self.dep.actors, uid);
         if entries.is_empty() {
-            return Err(gone());
+            return Err(ConfigError::NoSuchOperator {
+                uid: uid.to_owned(),
+            });
         }
-        for entry in entries {
+        let within = self.ask_within(ctx);
+        let answers = futures::future::join_all(entries.iter().map(|entry| {
             let configure = crate::task::Configure {
                 uid: uid.to_owned(),
                 key: key.to_owned(),
                 value: value.to_owned(),
             };
-            entry
-                .ask(configure, ctx.cfg.heartbeat_timeout)
-                .await
-                .ok_or_else(gone)??;
+            entry.ask(configure, within)
+        }))
+        .await;
+        let mut applied = false;
+        let mut first_error = None;
+        for (entry, answer) in entries.iter().zip(answers) {
+            match answer {
+                Some(Ok(())) => applied = true,
+                Some(Err(e)) => {
+                    first_error.get_or_insert(e);
+                }
+                None => {
+                    applied = true;
+                    first_error.get_or_insert(ConfigError::NoAnswer {
+                        uid: uid.to_owned(),
+                        subtask: entry.subtask,
+                        within,
+                    });
+                }
+            }
         }
-        let mut live = crate::sync::lock(&ctx.registry.live_config);
-        let changes = live.entry(uid.to_owned()).or_default();
-        changes.retain(|(k, _)| k != key);
-        changes.push((key.to_owned(), value.to_owned()));
-        Ok(())
+        if applied {
+            let mut live = crate::sync::lock(&ctx.registry.live_config);
+            let changes = live.entry(uid.to_owned()).or_default();
+            changes.retain(|(k, _)| k != key);
+            changes.push((key.to_owned(), value.to_owned()));
+        }
+        first_error.map_or(Ok(()), Err)
     }
 
     /// Checks job-level changes against the job: the checkpoint settings they make, backed-up
@@ -290,8 +325,8 @@ impl Running {
             })?;
         }
         let unaligned = cp.unaligned || cp.aligned_checkpoint_timeout.is_some();
-        if unaligned && self.bound.rescaling() {
-            return Err(SettingError::Busy("a rescale is in progress".into()));
+        if let Some(why) = self.bound.changing().filter(|_| unaligned) {
+            return Err(SettingError::Busy(why.into()));
         }
         Ok(Checked {
             checkpoint: cp,
