@@ -93,15 +93,10 @@ impl Running {
         let r = self.configure(ctx, &uid, &key, &value).await;
         if r.is_ok() {
             let name = format!("{}{uid}.{key}", crate::settings::OPERATOR_PREFIX);
-            ctx.views.update(|v| {
-                let old = v.settings.insert(name.clone(), value.clone());
-                v.settings_history.push(ChangeRecord {
-                    at_ms: crate::metrics::now_ms(),
-                    caller: "rust".into(),
-                    changes: vec![(name, old, value)],
-                    outcome: "applied".into(),
-                });
-            });
+            let before = ctx.views.load().settings.clone();
+            ctx.views
+                .update(|v| v.settings.insert(name.clone(), value.clone()));
+            record(ctx, &before, &[(name, value)], "rust", None);
         }
         let _ = reply.send(r);
     }
