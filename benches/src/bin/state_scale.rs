@@ -18,8 +18,8 @@
 //! Per run: records/s in the measured phase, per checkpoint the synchronous pause (p50, max),
 //! end-to-end duration (p50, max), bytes written (p50, mean) and state covered, and the peak
 //! RSS; the summary line gives the throughput cost of checkpoints and the peak RSS over the
-//! state's own (the `off` run's RSS at its end). Each run is a process of its own (so peak
-//! RSS is the run's).
+//! state's own (the `off` run's RSS at its end), from the medians of `--repeat` runs of each
+//! mode, taken in turn. Each run is a process of its own (so peak RSS is the run's).
 //!
 //! ```text
 //! cargo run --release -p weir-benches --bin state_scale -- --keys 1000000,10000000 --changed 0.01,0.1,1
@@ -59,6 +59,10 @@ struct Args {
     /// Checkpoint interval (ms).
     #[arg(long, default_value_t = 1000)]
     checkpoint_interval_ms: u64,
+    /// Runs of each mode per (keys, changed), taken in turn (off, incremental, off, ...) so
+    /// that a slow spell of a shared machine falls on every mode; the summary compares medians.
+    #[arg(long, default_value_t = 1)]
+    repeat: usize,
     /// Run one configuration in this process: `<keys>,<changed>,<mode>` (what the parent
     /// process starts each run with).
     #[arg(long, hide = true)]
@@ -81,10 +85,12 @@ fn main() {
     for keys in list(&args.keys) {
         for changed in list(&args.changed) {
             let mut lines = Vec::new();
-            for mode in list(&args.modes) {
-                let line = child(&args, &format!("{keys},{changed},{mode}"));
-                println!("{line}");
-                lines.push(line);
+            for _ in 0..args.repeat.max(1) {
+                for mode in list(&args.modes) {
+                    let line = child(&args, &format!("{keys},{changed},{mode}"));
+                    println!("{line}");
+                    lines.push(line);
+                }
             }
             if let Some(s) = summary(&lines) {
                 println!("{s}");
@@ -124,34 +130,31 @@ fn child(args: &Args, only: &str) -> Value {
     }
 }
 
-/// The cost of checkpoints against the run without them.
+/// The cost of checkpoints against the runs without them, from the medians of each mode's
+/// runs.
 fn summary(lines: &[Value]) -> Option<Value> {
-    let rps = |mode: &str| {
-        lines
+    let median_of = |mode: &str, field: &str| {
+        let mut v: Vec<f64> = lines
             .iter()
-            .find(|l| l["mode"] == mode)
-            .and_then(|l| l["records_per_second"].as_f64())
+            .filter(|l| l["mode"] == mode)
+            .filter_map(|l| l[field].as_f64())
+            .collect();
+        v.sort_by(f64::total_cmp);
+        (!v.is_empty()).then(|| v[v.len() / 2])
     };
-    let off = rps("off")?;
-    let cost = |mode: &str| rps(mode).map(|r| 1.0 - r / off);
-    // The state's own memory: the process at the end of the run without checkpoints.
-    let own = lines
-        .iter()
-        .find(|l| l["mode"] == "off")
-        .and_then(|l| l["rss_end_mb"].as_f64())
-        .filter(|m| *m > 0.0)?;
-    let peak = |mode: &str| {
-        lines
-            .iter()
-            .find(|l| l["mode"] == mode)
-            .and_then(|l| l["rss_peak_mb"].as_f64())
-            .map(|p| p / own)
-    };
+    let off = median_of("off", "records_per_second")?;
+    let cost = |mode: &str| median_of(mode, "records_per_second").map(|r| 1.0 - r / off);
+    // The state's own memory: the process at the end of the runs without checkpoints.
+    let own = median_of("off", "rss_end_mb").filter(|m| *m > 0.0)?;
+    let peak = |mode: &str| median_of(mode, "rss_peak_mb").map(|p| p / own);
     Some(json!({
         "bench": "state_scale",
         "summary": true,
         "keys": lines.first()?["keys"],
         "changed": lines.first()?["changed"],
+        "runs_per_mode": lines.iter().filter(|l| l["mode"] == "off").count(),
+        "records_per_second_off": off,
+        "records_per_second_incremental": median_of("incremental", "records_per_second"),
         "throughput_cost_incremental": cost("incremental"),
         "throughput_cost_full": cost("full"),
         "peak_rss_over_state_incremental": peak("incremental"),

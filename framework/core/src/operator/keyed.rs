@@ -385,11 +385,9 @@ where
                 }
             }),
             (Some(_), Some(Err(e))) => Err(e),
-            (Some(keys), None) => keys.iter().try_for_each(|k| {
-                self.state.read(k, |s| match s {
-                    Some(s) => push(&mut delta, k, s),
-                    None => gone(&mut delta, k),
-                })?
+            (Some(keys), None) => self.state.read_each(keys, |k, s| match s {
+                Some(s) => push(&mut delta, k, s),
+                None => gone(&mut delta, k),
             }),
         };
         pushed.map_err(|e| self.core.state_error(e))?;

@@ -75,7 +75,7 @@ fn stored_key<K: Serialize>(group: usize, key: &K, out: &mut Vec<u8>) -> Result<
 /// A state's stored form: the generation it was logged in, then its CBOR.
 fn stored_value<S: Serialize>(t: &Tracked<S>) -> Result<Vec<u8>, String> {
     let mut v = Vec::with_capacity(64);
-    v.extend_from_slice(&t.logged.to_le_bytes());
+    v.extend_from_slice(&t.logged.get().to_le_bytes());
     ciborium::into_writer(&t.state, &mut v).map_err(|e| format!("cannot encode a state: {e}"))?;
     Ok(v)
 }
@@ -87,7 +87,7 @@ fn decode_value<S: DeserializeOwned>(bytes: &[u8]) -> Result<Tracked<S>, String>
     let state = ciborium::from_reader(state).map_err(|e| format!("cannot decode a state: {e}"))?;
     Ok(Tracked {
         state,
-        logged: Generation::from_le_bytes(*logged),
+        logged: std::cell::Cell::new(Generation::from_le_bytes(*logged)),
     })
 }
 
@@ -245,7 +245,7 @@ where
                 self.count += 1;
                 Ok(Tracked {
                     state: new(),
-                    logged: changes.inserted(key),
+                    logged: std::cell::Cell::new(changes.inserted(key)),
                 })
             }
         }
@@ -358,8 +358,8 @@ where
     pub(crate) fn restore(&mut self, key: K, state: S) {
         let group = crate::key_group::key_group_of(&key, self.max_parallelism);
         let mut k = Vec::new();
-        let encoded = stored_key(group, &key, &mut k)
-            .and_then(|()| stored_value(&Tracked { state, logged: 0 }));
+        let encoded =
+            stored_key(group, &key, &mut k).and_then(|()| stored_value(&Tracked::new(state, 0)));
         match encoded {
             Ok(v) => {
                 self.restored.push((k, v));

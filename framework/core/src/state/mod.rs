@@ -493,7 +493,18 @@ pub(crate) enum Entries<K, S> {
 #[derive(Debug)]
 pub(crate) struct Tracked<S> {
     pub(crate) state: S,
-    pub(crate) logged: changes::Generation,
+    /// In a cell, so that a checkpoint's copy marks what it copied through the shared
+    /// references it looked the entries up with (`checkpoint::copy`).
+    pub(crate) logged: std::cell::Cell<changes::Generation>,
+}
+
+impl<S> Tracked<S> {
+    pub(crate) fn new(state: S, logged: changes::Generation) -> Self {
+        Tracked {
+            state,
+            logged: std::cell::Cell::new(logged),
+        }
+    }
 }
 
 /// A tracked entry's key and state (one function for every map that holds tracked entries,
@@ -630,14 +641,14 @@ where
                     let Some(state) = restored else {
                         let logged = changes.inserted(key);
                         let state = new();
-                        map.insert(key.clone(), Tracked { state, logged });
+                        map.insert(key.clone(), Tracked::new(state, logged));
                         return map.get_mut(key).map(|t| &mut t.state);
                     };
                     // Restored, read in now: written below as any held entry.
-                    map.insert(key.clone(), Tracked { state, logged: 0 });
+                    map.insert(key.clone(), Tracked::new(state, 0));
                 }
                 let t = map.get_mut(key)?;
-                if changes.touch(key, &mut t.logged) {
+                if changes.touch(key, t.logged.get_mut()) {
                     saved.push((key.clone(), t.state.clone()));
                 }
                 Some(&mut t.state)
@@ -653,7 +664,7 @@ where
                     }
                 }
                 let t = d.cache.get_mut(key)?;
-                if changes.touch(key, &mut t.logged) {
+                if changes.touch(key, t.logged.get_mut()) {
                     saved.push((key.clone(), t.state.clone()));
                 }
                 Some(&mut t.state)
@@ -670,7 +681,7 @@ where
             Entries::Logged(_) if self.promoted.is_some() => self.changes.lose_track(),
             Entries::Logged(map) => self
                 .changes
-                .log_all(map.iter_mut().map(|(k, t)| (k, &mut t.logged))),
+                .log_all(map.iter_mut().map(|(k, t)| (k, t.logged.get_mut()))),
             // Every key would be read from disk to be logged: the next copy takes the whole
             // state instead, as one taken where the log cannot see.
             Entries::Disk(_) => self.changes.lose_track(),
@@ -685,7 +696,7 @@ where
                 m.insert(key, state);
             }
             Entries::Logged(m) => {
-                m.insert(key, Tracked { state, logged: 0 });
+                m.insert(key, Tracked::new(state, 0));
             }
             Entries::Disk(d) => d.restore(key, state),
         }
@@ -752,7 +763,7 @@ where
         let mut n = 0;
         let scanned = map
             .iter()
-            .filter(|(_, t)| t.logged == g)
+            .filter(|(_, t)| t.logged.get() == g)
             .try_for_each(|(k, t)| {
                 n += 1;
                 f(k, &t.state)
@@ -778,7 +789,7 @@ where
             return Ok(());
         };
         let done = p.read_in(n, |k: K, state: S| {
-            map.entry(k).or_insert(Tracked { state, logged: 0 });
+            map.entry(k).or_insert(Tracked::new(state, 0));
         })?;
         if done {
             // An error met looking a key up goes with the operator, not with the reader.
@@ -816,6 +827,32 @@ where
                 },
             },
             Entries::Plain(map) => Ok(f(map.get(key))),
+        }
+    }
+
+    /// [`read`](Self::read)s each of `keys` in turn, stopping at `f`'s first error. In memory,
+    /// a chunk of keys is looked up before any of them is given to `f`: the lookups are then
+    /// independent, so the processor waits for their cache misses together (a lookup between
+    /// two calls of `f` waited for its own; at a million keys most of a hand-off's time).
+    pub(crate) fn read_each(
+        &mut self,
+        keys: &[K],
+        mut f: impl FnMut(&K, Option<&S>) -> Result<(), String>,
+    ) -> Result<(), String> {
+        const CHUNK: usize = 1024;
+        match &self.map {
+            Entries::Logged(map) if self.promoted.is_none() => {
+                let mut found: Vec<Option<&S>> = Vec::with_capacity(CHUNK.min(keys.len()));
+                for chunk in keys.chunks(CHUNK) {
+                    found.clear();
+                    found.extend(chunk.iter().map(|k| map.get(k).map(|t| &t.state)));
+                    for (k, s) in chunk.iter().zip(&found) {
+                        f(k, *s)?;
+                    }
+                }
+                Ok(())
+            }
+            _ => keys.iter().try_for_each(|k| self.read(k, |s| f(k, s))?),
         }
     }
 

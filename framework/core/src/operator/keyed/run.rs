@@ -83,7 +83,7 @@ where
         for r in batch.drain(..) {
             let (k, t) = self.key_of(&r);
             if let Some(e) = map.get_mut(&k) {
-                if changes.touch(&k, &mut e.logged) {
+                if changes.touch(&k, e.logged.get_mut()) {
                     // A checkpoint's copy has yet to take it: copied first.
                     saved.push((k.clone(), e.state.clone()));
                 }
@@ -108,13 +108,13 @@ where
                             saved.push((k.clone(), state.clone()));
                         }
                         self.process(&k, t, &mut state, r);
-                        crate::state::Tracked { state, logged }
+                        crate::state::Tracked::new(state, logged)
                     }
                     None => {
                         let mut state = P::State::default();
                         self.process(&k, t, &mut state, r);
                         let logged = changes.inserted(&k);
-                        crate::state::Tracked { state, logged }
+                        crate::state::Tracked::new(state, logged)
                     }
                 };
                 map.insert(k, e);
@@ -134,7 +134,7 @@ where
         for r in batch.drain(..) {
             let (k, t) = self.key_of(&r);
             if let Some(e) = d.cache.get_mut(&k) {
-                if changes.touch(&k, &mut e.logged) {
+                if changes.touch(&k, e.logged.get_mut()) {
                     saved.push((k.clone(), e.state.clone()));
                 }
                 self.process(&k, t, &mut e.state, r);
@@ -150,7 +150,7 @@ where
                         break;
                     }
                 };
-                if changes.touch(&k, &mut e.logged) {
+                if changes.touch(&k, e.logged.get_mut()) {
                     saved.push((k.clone(), e.state.clone()));
                 }
                 self.process(&k, t, &mut e.state, r);
