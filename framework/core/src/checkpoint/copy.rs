@@ -31,6 +31,10 @@ use crate::state::{Entries, KeyedState, Tracked};
 /// Entries copied per step: about a fifth of a millisecond of clones for small states.
 pub(crate) const STEP: usize = 4096;
 
+/// Entries looked up before any of them is encoded: enough lookups under way at once to
+/// overlap their cache misses, few enough that the entries are still in the cache after.
+pub(crate) const LOOKAHEAD: usize = 128;
+
 /// A keyed subtask's incremental checkpoints: its chain's thread and the copy under way.
 pub(crate) struct Incremental<K> {
     writer: ChainWriter,
@@ -189,29 +193,31 @@ where
                 for (k, s) in &saved {
                     encode(&mut part, group(k), k, Some(s))?;
                 }
-                // The chunk's entries are looked up first, all of them, then encoded: lookups
-                // one after another are independent, so the processor waits for their cache
-                // misses together; a lookup between two encodings waited for its own (two
-                // misses in a large table, most of a copy's cost).
-                let found: Vec<Found<'_, S>> = keys
-                    .iter()
-                    .map(|k| match map.get(k) {
+                // A few hundred entries are looked up first, then encoded: lookups one after
+                // another are independent, so the processor waits for their cache misses
+                // together (a lookup between two encodings waited for its own: two misses in
+                // a large table, most of a copy's cost), and the entries are still in the
+                // cache when they are encoded.
+                let mut found: Vec<Found<'_, S>> = Vec::with_capacity(LOOKAHEAD);
+                for keys in keys.chunks(LOOKAHEAD) {
+                    found.clear();
+                    found.extend(keys.iter().map(|k| match map.get(k) {
                         Some(t) if t.logged.get() == g => Found::Changed(t),
                         // Written since the barrier: copied then (`saved`).
                         Some(_) => Found::Copied,
                         None => Found::Removed,
-                    })
-                    .collect();
-                for (k, t) in keys.iter().zip(found) {
-                    match t {
-                        // A key logged twice is copied once.
-                        Found::Changed(t) if t.logged.get() == g => {
-                            // Copied: a later write is logged as any other.
-                            t.logged.set(0);
-                            encode(&mut part, group(k), k, Some(&t.state))?;
+                    }));
+                    for (k, t) in keys.iter().zip(&found) {
+                        match t {
+                            // A key logged twice is copied once.
+                            Found::Changed(t) if t.logged.get() == g => {
+                                // Copied: a later write is logged as any other.
+                                t.logged.set(0);
+                                encode(&mut part, group(k), k, Some(&t.state))?;
+                            }
+                            Found::Changed(_) | Found::Copied => {}
+                            Found::Removed => encode(&mut part, group(k), k, None)?,
                         }
-                        Found::Changed(_) | Found::Copied => {}
-                        Found::Removed => encode(&mut part, group(k), k, None)?,
                     }
                 }
                 Ok::<(), String>(())

@@ -831,7 +831,7 @@ where
     }
 
     /// [`read`](Self::read)s each of `keys` in turn, stopping at `f`'s first error. In memory,
-    /// a chunk of keys is looked up before any of them is given to `f`: the lookups are then
+    /// a few keys are looked up before any of them is given to `f`: the lookups are then
     /// independent, so the processor waits for their cache misses together (a lookup between
     /// two calls of `f` waited for its own; at a million keys most of a hand-off's time).
     pub(crate) fn read_each(
@@ -839,11 +839,11 @@ where
         keys: &[K],
         mut f: impl FnMut(&K, Option<&S>) -> Result<(), String>,
     ) -> Result<(), String> {
-        const CHUNK: usize = 1024;
+        use crate::checkpoint::copy::LOOKAHEAD;
         match &self.map {
             Entries::Logged(map) if self.promoted.is_none() => {
-                let mut found: Vec<Option<&S>> = Vec::with_capacity(CHUNK.min(keys.len()));
-                for chunk in keys.chunks(CHUNK) {
+                let mut found: Vec<Option<&S>> = Vec::with_capacity(LOOKAHEAD.min(keys.len()));
+                for chunk in keys.chunks(LOOKAHEAD) {
                     found.clear();
                     found.extend(chunk.iter().map(|k| map.get(k).map(|t| &t.state)));
                     for (k, s) in chunk.iter().zip(&found) {
