@@ -669,9 +669,9 @@ impl<T: Data> InputGate for TypedGate<T> {
             Some(full) if !w.hand_over => self.claims.as_ref().map(|c| (c.uid().to_owned(), full)),
             _ => None,
         };
-        if changes.is_some() {
-            w.progress = self.claims.as_ref().and_then(|c| c.progress());
-        }
+        // A backed-up primary says it works while it writes a large state, so that its
+        // supervisor does not take it for hung.
+        w.progress = self.claims.as_ref().and_then(|c| c.progress());
         w.changes_of = changes;
         if w.unaligned {
             self.begin_recording();
@@ -688,6 +688,7 @@ impl<T: Data> InputGate for TypedGate<T> {
                 // (the operator's entry, left without changes or payload, is replaced).
                 let uid = c.uid().to_owned();
                 let mut whole = crate::checkpoint::StateWriter::new(w.hand_over);
+                whole.progress = c.progress();
                 self.head.snapshot_state(&mut whole)?;
                 if let Some(made) = whole.entries.into_iter().find(|e| e.uid == uid) {
                     match w.entries.iter().position(|e| e.uid == uid) {

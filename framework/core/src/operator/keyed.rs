@@ -252,6 +252,49 @@ where
     groups.into_iter().collect()
 }
 
+/// What a long encoding calls now and then (`StateWriter::progress`).
+type Progress = std::sync::Arc<dyn Fn() + Send + Sync>;
+
+/// Calls `progress` every few thousand entries encoded.
+struct Saying<'p> {
+    progress: Option<&'p Progress>,
+    encoded: std::cell::Cell<usize>,
+}
+
+impl<'p> Saying<'p> {
+    const EVERY: usize = 64;
+
+    fn new(progress: Option<&'p Progress>) -> Self {
+        Saying {
+            progress,
+            encoded: std::cell::Cell::new(0),
+        }
+    }
+
+    fn tick(&self) {
+        if let Some(p) = self.progress {
+            p();
+        }
+    }
+
+    fn one(&self) {
+        let n = self.encoded.get() + 1;
+        self.encoded.set(n);
+        if n.is_multiple_of(Self::EVERY) {
+            self.tick();
+        }
+    }
+}
+
+/// A slice encoded as a `Vec` of it is (the same bytes), saying it works as it goes.
+struct SaidSeq<'a, 'p, E>(&'a [E], &'a Saying<'p>);
+
+impl<E: serde::Serialize> serde::Serialize for SaidSeq<'_, '_, E> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_seq(self.0.iter().inspect(|_| self.1.one()))
+    }
+}
+
 /// The key groups a keyed subtask's state file says it covers: its range, if it has one.
 fn envelope_range(info: &super::OperatorInfo) -> Option<(usize, usize)> {
     info.key_groups.as_ref().map(|r| (r.start, r.end))
@@ -404,14 +447,18 @@ where
 
     /// The whole state's snapshot payload: entries by key group, with their timers, after
     /// the function's own fields if it has hooks.
-    fn whole_payload(&mut self) -> Result<Vec<u8>, TaskError> {
+    /// `progress` is called now and then while a large state is encoded (a backed-up
+    /// primary's: its supervisor must not take it for hung meanwhile).
+    fn whole_payload(&mut self, progress: Option<&Progress>) -> Result<Vec<u8>, TaskError> {
         if self.state.on_disk() {
             return self.whole_payload_from_disk();
         }
         self.state
             .load_all()
             .map_err(|e| self.core.state_error(e))?;
+        let said = Saying::new(progress);
         let timers = self.timers.by_key();
+        said.tick();
         let groups: Grouped<EntryRef<'_, K, P::State>> =
             by_key_group(self.state.iter(), self.max_parallelism)
                 .into_iter()
@@ -424,6 +471,11 @@ where
                     (g, entries.collect())
                 })
                 .collect();
+        said.tick();
+        let groups: Vec<(usize, SaidSeq<'_, '_, _>)> = groups
+            .iter()
+            .map(|(g, entries)| (*g, SaidSeq(entries, &said)))
+            .collect();
         match &self.hooks {
             None => crate::checkpoint::encode(&groups),
             Some(h) => {
@@ -519,7 +571,7 @@ where
         let part = match inc.begin(id, root, &mut self.state, has_timers, own, encode) {
             Some(part) => part,
             None => {
-                let payload = self.whole_payload()?;
+                let payload = self.whole_payload(w.progress.as_ref())?;
                 let own = self.hooks.is_some();
                 match self.incremental.as_mut() {
                     // A run addresses its entries with 32 bits: a larger state is written as
@@ -682,7 +734,7 @@ where
             // starts again at the next checkpoint.
             inc.taken_whole();
         }
-        let payload = self.whole_payload()?;
+        let payload = self.whole_payload(w.progress.as_ref())?;
         put_keyed(w, &self.core.info, payload);
         Ok(())
     }
