@@ -26,14 +26,10 @@ use std::path::{Path, PathBuf};
 
 use super::incremental::{ChainPart, ChainWriter};
 use crate::state::changes::KeyedDelta;
-use crate::state::{Entries, KeyedState, Tracked};
+use crate::state::{Entries, KeyedState, Tracked, LOOKAHEAD};
 
 /// Entries copied per step: about a fifth of a millisecond of clones for small states.
 pub(crate) const STEP: usize = 4096;
-
-/// Entries looked up before any of them is encoded: enough lookups under way at once to
-/// overlap their cache misses, few enough that the entries are still in the cache after.
-pub(crate) const LOOKAHEAD: usize = 128;
 
 /// A keyed subtask's incremental checkpoints: its chain's thread and the copy under way.
 pub(crate) struct Incremental<K> {

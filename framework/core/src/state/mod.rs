@@ -489,6 +489,11 @@ pub(crate) enum Entries<K, S> {
     Disk(Box<disk::DiskEntries<K, S>>),
 }
 
+/// Entries looked up before any of them is read (a checkpoint's copy, a hand-off): enough
+/// lookups under way at once to overlap their cache misses, few enough that the entries are
+/// still in the cache when they are encoded.
+pub(crate) const LOOKAHEAD: usize = 128;
+
 /// A key's state and the generation of the change log it was last logged in.
 #[derive(Debug)]
 pub(crate) struct Tracked<S> {
@@ -839,7 +844,6 @@ where
         keys: &[K],
         mut f: impl FnMut(&K, Option<&S>) -> Result<(), String>,
     ) -> Result<(), String> {
-        use crate::checkpoint::copy::LOOKAHEAD;
         match &self.map {
             Entries::Logged(map) if self.promoted.is_none() => {
                 let mut found: Vec<Option<&S>> = Vec::with_capacity(LOOKAHEAD.min(keys.len()));
