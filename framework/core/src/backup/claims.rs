@@ -125,7 +125,7 @@ impl<T: Data> Claims<T> {
     }
 
     /// What to call while working long (see `BackupGroup::on_progress`).
-    pub(crate) fn progress(&self) -> Option<std::sync::Arc<dyn Fn() + Send + Sync>> {
+    pub(crate) fn progress(&self) -> Option<super::group::Progress> {
         lock(&self.group.progress).clone()
     }
 

@@ -68,7 +68,7 @@ pub(crate) trait BackupGroup: Send + Sync {
 }
 
 /// See [`BackupGroup::on_progress`].
-pub(crate) type Progress = StdArc<dyn Fn() + Send + Sync>;
+pub(crate) use crate::checkpoint::Progress;
 
 /// What the job needs to build a promoted primary.
 pub(crate) struct Promotion {

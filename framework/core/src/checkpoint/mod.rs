@@ -29,6 +29,10 @@ pub mod store;
 
 use std::path::PathBuf;
 
+/// What an operator that works long on a state calls now and then, so that its supervisor
+/// does not take it for hung (a backed-up primary's heartbeat answer).
+pub(crate) type Progress = std::sync::Arc<dyn Fn() + Send + Sync>;
+
 /// The states an operator chain contributes to one checkpoint, in chain order.
 #[derive(Default)]
 pub(crate) struct StateWriter {
@@ -40,7 +44,7 @@ pub(crate) struct StateWriter {
     pub(crate) changes_of: Option<(String, bool)>,
     /// Called now and then by an operator that works long on this writer (a large hand-off),
     /// so its supervisor does not take it for hung.
-    pub(crate) progress: Option<std::sync::Arc<dyn Fn() + Send + Sync>>,
+    pub(crate) progress: Option<Progress>,
     /// The checkpoint's id and the job run's directory, when operators may hand this
     /// checkpoint their state incrementally (`incremental`): a checkpoint on disk, not
     /// handed over in memory.

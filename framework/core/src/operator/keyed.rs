@@ -8,7 +8,7 @@ use std::marker::PhantomData;
 
 use super::timers::{Entry, EntryRef, KeyedContext, TimeDomain, Timers};
 use super::{Collector, Control, OpCore, Output};
-use crate::checkpoint::StateWriter;
+use crate::checkpoint::{Progress, StateWriter};
 use crate::error::TaskError;
 use crate::hooks::{StateError, StateSnapshot};
 use crate::key_group::key_group_of;
@@ -252,10 +252,7 @@ where
     groups.into_iter().collect()
 }
 
-/// What a long encoding calls now and then (`StateWriter::progress`).
-type Progress = std::sync::Arc<dyn Fn() + Send + Sync>;
-
-/// Calls `progress` every few thousand entries encoded.
+/// Calls `progress` every [`EVERY`](Self::EVERY) entries encoded.
 struct Saying<'p> {
     progress: Option<&'p Progress>,
     encoded: std::cell::Cell<usize>,
