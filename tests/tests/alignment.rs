@@ -213,3 +213,148 @@ fn the_plan_refuses_alignment_it_cannot_honour() {
         "{msg}"
     );
 }
+
+/// What the split-level run watched: the ahead split's lead over the behind one after each
+/// batch (past the first) that read it, and the sets of splits the driver paused.
+#[derive(Default)]
+struct SplitWatch {
+    max_lead: AtomicI64,
+    pauses: std::sync::Mutex<Vec<Vec<u64>>>,
+}
+
+/// One subtask reading two splits in turn, record by record: split 0 from 0, split 1 from
+/// `AHEAD_MS`. Pauses splits if `can_pause`; ends split 0 when it is read, and says `Idle`
+/// (not woken by anyone) while its only unread split is paused.
+struct TwoSplits {
+    next: [i64; 2],
+    paused: Vec<u64>,
+    splits: weir::source::Splits,
+    can_pause: bool,
+    batches: u64,
+    watch: Arc<SplitWatch>,
+}
+
+impl TwoSplits {
+    fn ts(split: usize, i: i64) -> i64 {
+        (if split == 1 { AHEAD_MS } else { 0 }) + i * STEP_MS
+    }
+}
+
+impl Source<(usize, i64)> for TwoSplits {
+    fn poll_batch(
+        &mut self,
+        out: &mut Vec<(usize, i64)>,
+        max: usize,
+    ) -> Result<SourceStatus, SourceError> {
+        self.splits.start_batch();
+        let ahead_before = self.next[1];
+        let readable = |me: &Self, s: usize| me.next[s] < N && !me.paused.contains(&(s as u64));
+        while out.len() < max && (readable(self, 0) || readable(self, 1)) {
+            for s in 0..2 {
+                if out.len() < max && readable(self, s) {
+                    out.push((s, Self::ts(s, self.next[s])));
+                    self.splits.record_from(s as u64);
+                    self.next[s] += 1;
+                }
+            }
+        }
+        if self.next[0] == N {
+            self.splits.end(0);
+        }
+        self.batches += 1;
+        // How far ahead the ahead split's reads in this batch went (not the first batch's,
+        // read before any watermark was known).
+        if self.batches > 1 && self.next[0] < N && self.next[1] > ahead_before {
+            let lead = Self::ts(1, self.next[1] - 1) - Self::ts(0, self.next[0] - 1);
+            self.watch.max_lead.fetch_max(lead, Ordering::SeqCst);
+        }
+        Ok(if self.next == [N, N] {
+            SourceStatus::End
+        } else if readable(self, 0) || readable(self, 1) {
+            SourceStatus::More
+        } else {
+            SourceStatus::Idle { until: None }
+        })
+    }
+
+    fn splits(&self) -> Option<&weir::source::Splits> {
+        Some(&self.splits)
+    }
+
+    fn pause_splits(&mut self, paused: &[u64]) -> Result<bool, SourceError> {
+        if !self.can_pause {
+            return Ok(false);
+        }
+        self.paused = paused.to_vec();
+        self.watch
+            .pauses
+            .lock()
+            .expect("not poisoned")
+            .push(paused.to_vec());
+        Ok(true)
+    }
+}
+
+/// Runs one subtask of two splits into per-minute counts per split.
+fn run_splits(can_pause: bool) -> (Vec<(usize, i64, u64)>, Arc<SplitWatch>) {
+    let mut cfg = EnvConfig::default();
+    cfg.batch_size = BATCH;
+    let env = Env::with_config(cfg);
+    let watch = Arc::new(SplitWatch::default());
+    let w = watch.clone();
+    let counts = env
+        .add_source_with_watermarks(
+            "splits",
+            move |_cx: SourceContext| {
+                Ok(TwoSplits {
+                    next: [0, 0],
+                    paused: Vec::new(),
+                    splits: weir::source::Splits::new([0, 1]),
+                    can_pause,
+                    batches: 0,
+                    watch: w.clone(),
+                })
+            },
+            strategy().with_watermark_alignment("splits", DRIFT, Duration::from_millis(2)),
+        )
+        .set_parallelism(1)
+        .key_by(|r: &(usize, i64)| r.0)
+        .window(TumblingEventTimeWindows::of(Duration::from_secs(60)))
+        .aggregate_window(Count, |s: &usize, f: &Fired, n| (*s, f.window.start, n))
+        .set_parallelism(1)
+        .collect();
+    common::execute_within(&env, "split alignment").expect("the job runs");
+    (common::sorted(counts.take()), watch)
+}
+
+#[test]
+fn a_split_ten_minutes_ahead_inside_a_subtask_is_paused_until_the_other_catches_up() {
+    let (counts, watch) = run_splits(true);
+    assert_eq!(counts, reference());
+    // The subtask's own watermark is its behind split's, so it is never paused whole: the
+    // ahead split alone is, and reads a batch only while within the drift of the lowest.
+    let lead = watch.max_lead.load(Ordering::SeqCst);
+    let bound = DRIFT.as_millis() as i64 + BATCH as i64 * STEP_MS;
+    assert!(
+        lead <= bound,
+        "the ahead split read {lead} ms ahead of the other (bound {bound} ms)"
+    );
+    let pauses = watch.pauses.lock().expect("not poisoned").clone();
+    assert_eq!(
+        pauses.first(),
+        Some(&vec![1]),
+        "the ahead split is paused first"
+    );
+    assert_eq!(pauses.last(), Some(&vec![]), "and resumed in the end");
+
+    // A source that cannot pause splits: the subtask reads on (the windows still agree,
+    // since its watermark is its lowest split's), but the ahead split runs 10 minutes ahead.
+    let (counts, watch) = run_splits(false);
+    assert_eq!(counts, reference());
+    let lead = watch.max_lead.load(Ordering::SeqCst);
+    assert!(
+        lead > AHEAD_MS / 2,
+        "without split pausing it read on: {lead} ms"
+    );
+    assert!(watch.pauses.lock().expect("not poisoned").is_empty());
+}

@@ -651,3 +651,115 @@ fn a_pattern_source_picks_up_a_matching_topic_created_while_it_runs() {
 fn regex_escape(name: &str) -> String {
     name.replace('.', "\\.")
 }
+
+/// Split-level watermark alignment: one subtask reads two partitions, one with a backlog 10
+/// minutes of event time ahead of the other, whose records arrive while the job runs. Aligned
+/// with a drift of 30 s, the ahead partition is paused while the other reads on (the subtask's
+/// own watermark is its lowest partition's, so the subtask is never paused whole): after the
+/// first batch, no record of it arrives further ahead of the other's newest than the drift and
+/// a batch (without split pausing its whole backlog is read at once); the per-minute windows
+/// equal a reference.
+#[test]
+#[cfg_attr(
+    not(feature = "kafka-broker"),
+    ignore = "needs the Kafka test broker: tests/run starts it (feature kafka-broker)"
+)]
+fn a_partition_ten_minutes_ahead_is_paused_inside_its_subtask() {
+    use std::sync::{Arc, Mutex};
+    const N: i64 = 6_000;
+    const STEP_MS: i64 = 100;
+    const AHEAD_MS: i64 = 600_000;
+    const BATCH: usize = 64;
+    // After the records: one per partition that moves the watermark past every window.
+    const END_MS: i64 = 3_000_000;
+    let drift = Duration::from_secs(30);
+    let brokers = required_brokers();
+    let input = unique_topic("wm-split-align");
+    create_topic(&brokers, &input, 2).expect("create the topic");
+    let ts = |p: i64, i: i64| p * AHEAD_MS + i * STEP_MS;
+    produce_timestamps(&brokers, &input, 1, (0..N).map(|i| ts(1, i)));
+    produce_timestamps(&brokers, &input, 0, (0..100).map(|i| ts(0, i)));
+
+    let mut cfg = EnvConfig::default();
+    cfg.batch_size = BATCH;
+    let env = Env::with_config(cfg);
+    let decode = |r: &weir_kafka::RecordView<'_>| Ok((r.partition, decode_ts(r)?));
+    let source = KafkaSource::new(KafkaConfig::new(brokers.as_str()), input.clone(), decode);
+    let wm = WatermarkStrategy::for_monotonous_timestamps()
+        .with_timestamp_assigner(|r: &(i32, i64)| r.1)
+        .with_watermark_interval(Duration::ZERO)
+        .with_watermark_alignment("kafka-split", drift, Duration::from_millis(2));
+    // Records in the order the source read them: (partition, timestamp).
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let seen = order.clone();
+    let got = env
+        .kafka_source_with_watermarks("timestamps", source, wm)
+        .set_parallelism(1)
+        .filter(move |r: &(i32, i64)| {
+            seen.lock().expect("not poisoned").push(*r);
+            true
+        })
+        .key_by(|r: &(i32, i64)| (r.0, r.1.div_euclid(60_000)))
+        .window(TumblingEventTimeWindows::of(Duration::from_secs(60)))
+        .aggregate_window(CountPairs, |k: &(i32, i64), _: &_, n: u64| (k.0, k.1, n))
+        .collect();
+    let job = env.start("kafka-split-align").expect("the job starts");
+    // The behind partition's records arrive while the job runs (the pace is not asserted).
+    for chunk in (100..N).step_by(500) {
+        std::thread::sleep(Duration::from_millis(10));
+        let to = (chunk + 500).min(N);
+        produce_timestamps(&brokers, &input, 0, (chunk..to).map(|i| ts(0, i)));
+    }
+    produce_timestamps(&brokers, &input, 0, [END_MS].into_iter());
+    produce_timestamps(&brokers, &input, 1, [END_MS].into_iter());
+    let per_minute = (60_000 / STEP_MS) as u64;
+    let reference: Vec<(i32, i64, u64)> = (0..2)
+        .flat_map(|p| (0..N * STEP_MS / 60_000).map(move |m| (p, p as i64 * 10 + m, per_minute)))
+        .collect();
+    common::wait_until("every window below the end fired", || {
+        got.len() >= reference.len()
+    });
+    job.cancel();
+    let _ = job.wait();
+    let mut got = got.take();
+    got.sort_unstable();
+    assert_eq!(got, reference, "every record in its window");
+
+    // Records of the ahead partition read further ahead of the other's newest than the drift
+    // and a batch, while the other still had records to read: at most the first batch (read
+    // before any watermark was known).
+    let order = order.lock().expect("not poisoned").clone();
+    let bound = drift.as_millis() as i64 + BATCH as i64 * STEP_MS;
+    let (mut newest0, mut read0, mut too_far) = (i64::MIN, 0, 0);
+    for (p, t) in &order {
+        if *p == 0 {
+            newest0 = *t;
+            read0 += 1;
+        } else if read0 < N && *t > newest0.saturating_add(bound) {
+            too_far += 1;
+        }
+    }
+    assert_eq!(order.len(), 2 * N as usize + 2, "each record read once");
+    assert!(
+        too_far <= BATCH,
+        "{too_far} records of the ahead partition were read more than {bound} ms ahead of \
+         the other"
+    );
+}
+
+/// Counts a window's records.
+#[derive(Clone)]
+struct CountPairs;
+
+impl AggregateFunction<(i32, i64), u64> for CountPairs {
+    type Acc = u64;
+    fn add(&self, acc: &mut u64, _: (i32, i64)) {
+        *acc += 1;
+    }
+    fn merge(&self, acc: &mut u64, other: &u64) {
+        *acc += other;
+    }
+    fn result(&self, acc: &u64) -> u64 {
+        *acc
+    }
+}

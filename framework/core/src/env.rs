@@ -251,7 +251,9 @@ impl Env {
                     .faults
                     .for_instance(&env.info.uid, env.info.subtask),
                 watermarks: strategy.as_ref().and_then(|s| s.generator()),
-                align: align.as_ref().map(|(group, every)| (group.join(), *every)),
+                align: align
+                    .as_ref()
+                    .map(|(group, every)| crate::source::Aligned::new(group.join(), *every)),
             })))
         });
         let id = self.graph.borrow_mut().add_node(Node {

@@ -147,6 +147,11 @@ impl<T> WatermarkStrategy<T> {
     /// [`Env::add_source_with_watermarks`](crate::Env::add_source_with_watermarks) (a
     /// strategy inside a stream cannot pause its source).
     ///
+    /// Inside a subtask, a split (a Kafka partition) whose own watermark is more than
+    /// `max_drift` ahead of the group's lowest is paused while the subtask's other splits
+    /// read on, if the source can pause splits
+    /// ([`Source::pause_splits`](crate::source::Source::pause_splits); the Kafka source can).
+    ///
     /// ```
     /// use std::time::Duration;
     /// use weir::time::WatermarkStrategy;
@@ -358,6 +363,33 @@ impl<T> WatermarkGenerator<T> {
         };
         busy(&mut self.whole);
         self.splits.iter_mut().flatten().for_each(|(_, m)| busy(m));
+    }
+
+    /// The open splits whose own watermark is beyond `limit` (watermark alignment pauses
+    /// them), into `out` (cleared first), in increasing order. None while the source names no
+    /// splits.
+    pub(crate) fn splits_beyond(&self, limit: EventTime, out: &mut Vec<u64>) {
+        out.clear();
+        out.extend(
+            self.splits
+                .iter()
+                .flatten()
+                .filter(|(_, m)| m.max_seen.saturating_sub(self.bound) > limit)
+                .map(|(id, _)| *id),
+        );
+    }
+
+    /// The splits `paused` (sorted) were paused by watermark alignment, not silent: their
+    /// pause does not count towards their idleness.
+    pub(crate) fn splits_paused_at(&mut self, now: Instant, paused: &[u64]) {
+        let idleness = self.idleness.unwrap_or(Duration::MAX);
+        for (id, m) in self.splits.iter_mut().flatten() {
+            if paused.binary_search(id).is_ok()
+                && now.saturating_duration_since(m.last_record) < idleness
+            {
+                m.last_record = now;
+            }
+        }
     }
 
     /// How long until the next split (or the subtask) that is not idle becomes idle.

@@ -150,6 +150,43 @@ pub trait Source<T>: Send + 'static {
     fn splits(&self) -> Option<&Splits> {
         None
     }
+
+    /// Watermark alignment by split (Flink's `pauseOrResumeSplits`): stop reading the splits
+    /// in `paused` (ids of [`Splits`], sorted) and read every other open split again. Called
+    /// between batches when the set changes. A record of a paused split already in hand may
+    /// still come in the next batch; none after it until the split is resumed, and a resumed
+    /// split goes on from where it stopped.
+    ///
+    /// Returns whether the source pauses splits: `false` (the default) leaves alignment to
+    /// pause the whole subtask only, when its lowest split is ahead; a split ahead of the
+    /// group inside a subtask whose other splits lag then reads on (a warning says so once).
+    fn pause_splits(&mut self, _paused: &[u64]) -> Result<bool, SourceError> {
+        Ok(false)
+    }
+}
+
+/// A source subtask's place in a watermark alignment group, and the splits it paused.
+pub(crate) struct Aligned {
+    member: crate::time::alignment::Member,
+    /// How often a paused subtask (or one with paused splits) looks again.
+    every: Duration,
+    /// The splits the source was told to pause, sorted.
+    paused: Vec<u64>,
+    scratch: Vec<u64>,
+    /// The source pauses splits (until it said it cannot).
+    by_split: bool,
+}
+
+impl Aligned {
+    pub(crate) fn new(member: crate::time::alignment::Member, every: Duration) -> Self {
+        Aligned {
+            member,
+            every,
+            paused: Vec::new(),
+            scratch: Vec::new(),
+            by_split: true,
+        }
+    }
 }
 
 /// A source instance and the chain it feeds: one step reads one batch.
@@ -170,21 +207,64 @@ pub(crate) struct SourceDriver<T> {
     pub(crate) waker: SourceWaker,
     /// Event-time watermarks, for a source added with a watermark strategy.
     pub(crate) watermarks: Option<crate::time::WatermarkGenerator<T>>,
-    /// Its place in a watermark alignment group, and how often to look again while paused.
-    pub(crate) align: Option<(crate::time::alignment::Member, std::time::Duration)>,
+    /// Its place in a watermark alignment group, and the splits it paused.
+    pub(crate) align: Option<Aligned>,
 }
 
-impl<T> SourceDriver<T> {
-    /// Whether watermark alignment lets the source read now (publishing its watermark).
-    fn may_read(&mut self, now: std::time::Instant) -> bool {
-        let (Some((member, _)), Some(g)) = (self.align.as_mut(), self.watermarks.as_mut()) else {
-            return true;
+impl<T: 'static> SourceDriver<T> {
+    /// Whether watermark alignment lets the source read now (publishing its watermark); if
+    /// it does, the splits beyond the group's limit are paused (those back within it
+    /// resumed) where the source can pause splits.
+    fn may_read(&mut self, now: std::time::Instant) -> Result<bool, crate::error::TaskError> {
+        let (Some(a), Some(g)) = (self.align.as_mut(), self.watermarks.as_mut()) else {
+            return Ok(true);
         };
-        if member.may_read(g.current(now)) {
-            return true;
+        if !a.member.may_read(g.current(now)) {
+            g.paused_at(now);
+            return Ok(false);
         }
-        g.paused_at(now);
-        false
+        if !a.by_split || self.source.splits().is_none() {
+            return Ok(true);
+        }
+        match a.member.limit() {
+            Some(limit) => g.splits_beyond(limit, &mut a.scratch),
+            None => a.scratch.clear(),
+        }
+        if a.scratch != a.paused {
+            match self.source.pause_splits(&a.scratch) {
+                Ok(true) => std::mem::swap(&mut a.paused, &mut a.scratch),
+                Ok(false) => {
+                    a.by_split = false;
+                    a.paused.clear();
+                    tracing::warn!(
+                        uid = %self.info.uid,
+                        subtask = self.info.subtask,
+                        "watermark alignment: the source cannot pause splits \
+                         (Source::pause_splits); only the whole subtask is paused, when its \
+                         lowest split is ahead"
+                    );
+                }
+                Err(source) => {
+                    return Err(crate::error::TaskError::Source {
+                        uid: self.info.uid.clone(),
+                        subtask: self.info.subtask,
+                        source,
+                    })
+                }
+            }
+        }
+        if !a.paused.is_empty() {
+            g.splits_paused_at(now, &a.paused);
+        }
+        Ok(true)
+    }
+
+    /// How soon a subtask with paused splits looks again (they may be resumed by then).
+    fn split_recheck(&self) -> Option<Duration> {
+        self.align
+            .as_ref()
+            .filter(|a| !a.paused.is_empty())
+            .map(|a| a.every)
     }
 }
 
@@ -195,8 +275,8 @@ impl<T: Send + 'static> crate::operator::step::SourceStep for SourceDriver<T> {
     ) -> Result<crate::operator::step::SourceProgress, crate::error::TaskError> {
         use crate::error::{panic_message, TaskError};
         use crate::operator::step::SourceProgress;
-        if !self.may_read(now) {
-            let again = self.align.as_ref().map(|(_, d)| *d);
+        if !self.may_read(now)? {
+            let again = self.align.as_ref().map(|a| a.every);
             return Ok(SourceProgress::Idle(again));
         }
         let max = match self.limiter.as_mut() {
@@ -261,6 +341,9 @@ impl<T: Send + 'static> crate::operator::step::SourceStep for SourceDriver<T> {
                     if let Some(left) = left {
                         until = Some(until.map_or(left, |u| u.min(left)));
                     }
+                }
+                if let Some(again) = self.split_recheck() {
+                    until = Some(until.map_or(again, |u| u.min(again)));
                 }
                 SourceProgress::Idle(until)
             }

@@ -7,9 +7,11 @@
 //!
 //! This module owns the group (who published what) and the decision to pause; the source
 //! driver (`source`) asks before each read, and the watermark generator (`time`) says what
-//! the subtask's watermark is. A subtask is the unit paused: splits of one subtask are not
-//! paused one by one (a subtask's watermark is already the lowest of its splits', so it never
-//! pauses a split the others wait for).
+//! the subtask's watermark is. A subtask whose own watermark (the lowest of its splits') is
+//! ahead pauses whole; one that may read hands the group's limit ([`Member::limit`]) to its
+//! source driver, which pauses the splits whose own watermark is beyond it (Flink's split-level
+//! alignment, FLIP-217) if the source can pause splits
+//! ([`Source::pause_splits`](crate::source::Source::pause_splits)).
 
 use std::time::Duration;
 
@@ -67,6 +69,7 @@ impl Group {
             group: self.clone(),
             id,
             paused: false,
+            limit: None,
         }
     }
 }
@@ -76,6 +79,9 @@ pub(crate) struct Member {
     group: Arc<Group>,
     id: u64,
     paused: bool,
+    /// The highest watermark the group allows now (its lowest plus the drift), as of the
+    /// last [`may_read`](Self::may_read); `None` while every member is idle.
+    limit: Option<EventTime>,
 }
 
 impl Member {
@@ -89,8 +95,9 @@ impl Member {
             }
             members.iter().filter_map(|m| m.watermark).min()
         };
-        let ahead = match (watermark, lowest) {
-            (Some(w), Some(low)) => w > low.saturating_add(self.group.max_drift),
+        self.limit = lowest.map(|low| low.saturating_add(self.group.max_drift));
+        let ahead = match (watermark, self.limit) {
+            (Some(w), Some(limit)) => w > limit,
             _ => false,
         };
         if ahead != self.paused {
@@ -103,6 +110,13 @@ impl Member {
             );
         }
         !ahead
+    }
+
+    /// The highest watermark a split of this subtask may have and go on reading (the group's
+    /// lowest plus the drift), as of the last [`may_read`](Self::may_read); `None`: no limit
+    /// (every member idle).
+    pub(crate) fn limit(&self) -> Option<EventTime> {
+        self.limit
     }
 
     /// Whether the last [`may_read`](Self::may_read) said no.
@@ -167,6 +181,7 @@ mod tests {
         assert!(b.may_read(Some(900)));
         assert!(a.may_read(Some(1_000)));
         assert!(!a.paused());
+        assert_eq!(a.limit(), Some(1_000), "the lowest (900) plus the drift");
     }
 
     #[test]

@@ -93,6 +93,9 @@ struct TopicState {
     next: BTreeMap<i32, i64>,
     /// Partitions read to their end (bounded): the client reported it.
     done: BTreeSet<i32>,
+    /// Partitions paused by watermark alignment: unassigned from the consumer, read again
+    /// from `next` when resumed.
+    paused: BTreeSet<i32>,
 }
 
 impl TopicState {
@@ -254,6 +257,7 @@ impl<T> Reader<T> {
                         index: self.topics.len() as u64,
                         next: BTreeMap::new(),
                         done: BTreeSet::new(),
+                        paused: BTreeSet::new(),
                     });
                     self.topics.len() - 1
                 }
@@ -313,7 +317,7 @@ impl<T> Reader<T> {
     fn assign(&mut self) -> Result<(), SourceError> {
         let mut tpl = TopicPartitionList::new();
         for t in &self.topics {
-            for (&p, &o) in &t.next {
+            for (&p, &o) in t.next.iter().filter(|(p, _)| !t.paused.contains(p)) {
                 tpl.add_partition_offset(&t.name, p, Offset::Offset(o))
                     .map_err(|e| SourceError::External {
                         what: self.at(format!("bad offset {o} for {} partition {p}", t.name)),
@@ -365,6 +369,59 @@ impl<T> Reader<T> {
                 }
             }
         }
+    }
+
+    /// Watermark alignment: the partitions of the splits in `paused` are unassigned from
+    /// the consumer (what it fetched of them is dropped), every other paused one is assigned
+    /// again at its next offset. Unassigning rather than pausing the consumer's fetch keeps
+    /// nothing of a paused partition buffered in the client.
+    fn pause_partitions(&mut self, paused: &[u64]) -> Result<(), SourceError> {
+        let (mut stop, mut resume) = (TopicPartitionList::new(), TopicPartitionList::new());
+        for topic in &mut self.topics {
+            let wanted: BTreeSet<i32> = paused
+                .iter()
+                .filter(|id| *id >> 32 == topic.index)
+                .filter_map(|id| i32::try_from(*id & 0xffff_ffff).ok())
+                .filter(|p| topic.next.contains_key(p) && !topic.done.contains(p))
+                .collect();
+            for p in wanted.difference(&topic.paused) {
+                stop.add_partition(&topic.name, *p);
+            }
+            for p in topic.paused.difference(&wanted) {
+                let o = topic.next.get(p).copied().unwrap_or_default();
+                resume
+                    .add_partition_offset(&topic.name, *p, Offset::Offset(o))
+                    .map_err(|e| SourceError::External {
+                        what: format!(
+                            "kafka source `{}`: bad offset {o} for {} partition {p}",
+                            self.label, topic.name
+                        ),
+                        source: boxed(e),
+                    })?;
+            }
+            topic.paused = wanted;
+        }
+        if !self.assigned {
+            // Assigned at the first poll, without the paused ones.
+            return Ok(());
+        }
+        if stop.count() > 0 {
+            self.consumer
+                .incremental_unassign(&stop)
+                .map_err(|e| SourceError::External {
+                    what: self.at("cannot pause partitions (watermark alignment)".into()),
+                    source: boxed(e),
+                })?;
+        }
+        if resume.count() > 0 {
+            self.consumer
+                .incremental_assign(&resume)
+                .map_err(|e| SourceError::External {
+                    what: self.at("cannot resume partitions (watermark alignment)".into()),
+                    source: boxed(e),
+                })?;
+        }
+        Ok(())
     }
 
     /// Partition `p` of topic `t` is read to its end: stop fetching it (bounded).
@@ -428,8 +485,12 @@ impl<T: Data> Source<T> for Reader<T> {
                 },
             };
             let topic = &self.topics[t];
-            // Not ours, already read (a fetch from before a reassignment), or finished.
-            if topic.next.get(&p).is_none_or(|next| o < *next) || topic.done.contains(&p) {
+            // Not ours, already read (a fetch from before a reassignment), finished, or
+            // paused (fetched before the pause: read again from `next` when resumed).
+            if topic.next.get(&p).is_none_or(|next| o < *next)
+                || topic.done.contains(&p)
+                || topic.paused.contains(&p)
+            {
                 continue;
             }
             let view = RecordView {
@@ -477,6 +538,11 @@ impl<T: Data> Source<T> for Reader<T> {
 
     fn set_waker(&mut self, waker: SourceWaker) {
         self.consumer.set_nonempty_callback(move || waker.wake());
+    }
+
+    fn pause_splits(&mut self, paused: &[u64]) -> Result<bool, SourceError> {
+        self.pause_partitions(paused)?;
+        Ok(true)
     }
 
     fn position(&self) -> Option<Vec<u8>> {
