@@ -209,17 +209,74 @@ impl S3Server {
         self.proxy.generation.fetch_add(1, Ordering::SeqCst);
     }
 
+    /// Object `key` of `bucket` and its ETag.
+    pub fn get_object(&self, bucket: &str, key: &str) -> Result<(Vec<u8>, String), String> {
+        let (status, head, body) =
+            self.exchange_with("GET", &format!("/{bucket}/{key}"), "", b"")?;
+        if status != 200 {
+            return Err(format!("reading {bucket}/{key}: HTTP {status}"));
+        }
+        let etag = head
+            .lines()
+            .find_map(|l| {
+                let (name, value) = l.split_once(':')?;
+                name.eq_ignore_ascii_case("etag")
+                    .then(|| value.trim().to_owned())
+            })
+            .ok_or_else(|| format!("reading {bucket}/{key}: no ETag in the answer"))?;
+        Ok((body, etag))
+    }
+
+    /// Writes object `key` of `bucket` if its ETag is still `etag` (a conditional write,
+    /// `If-Match`): `Ok(false)` if it changed since (HTTP 412), to read it again.
+    pub fn put_object_if_match(
+        &self,
+        bucket: &str,
+        key: &str,
+        body: &[u8],
+        etag: &str,
+    ) -> Result<bool, String> {
+        let (status, _, _) = self.exchange_with(
+            "PUT",
+            &format!("/{bucket}/{key}"),
+            &format!("If-Match: {etag}\r\n"),
+            body,
+        )?;
+        match status {
+            200..=299 => Ok(true),
+            412 => Ok(false),
+            _ => Err(format!("writing {bucket}/{key}: HTTP {status}")),
+        }
+    }
+
     fn request(&self, method: &str, path: &str, body: &[u8]) -> Result<u16, String> {
         self.exchange(method, path, body).map(|(s, _)| s)
     }
 
     /// One HTTP/1.0 request to the server through the proxy: status and body.
     fn exchange(&self, method: &str, path: &str, body: &[u8]) -> Result<(u16, Vec<u8>), String> {
+        self.exchange_with(method, path, "", body)
+            .map(|(status, _, body)| (status, body))
+    }
+
+    /// [`exchange`](Self::exchange) with more header lines (each ending in CRLF); the
+    /// answer's status, head and body.
+    fn exchange_with(
+        &self,
+        method: &str,
+        path: &str,
+        headers: &str,
+        body: &[u8],
+    ) -> Result<(u16, String, Vec<u8>), String> {
         let mut s = TcpStream::connect(("127.0.0.1", self.port)).map_err(|e| e.to_string())?;
         s.set_read_timeout(Some(Duration::from_secs(10)))
             .map_err(|e| e.to_string())?;
+        // moto checks no signature, but an object's private ACL keeps an anonymous
+        // request out: the request names the test's access key.
         let head = format!(
-            "{method} {path} HTTP/1.0\r\nHost: 127.0.0.1\r\nContent-Length: {}\r\n\r\n",
+            "{method} {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n{headers}\
+             Authorization: AWS4-HMAC-SHA256 Credential=weir-test/20260101/us-east-1/s3/aws4_request, \
+             SignedHeaders=host, Signature=0\r\nContent-Length: {}\r\n\r\n",
             body.len()
         );
         s.write_all(head.as_bytes()).map_err(|e| e.to_string())?;
@@ -236,7 +293,8 @@ impl S3Server {
             .windows(4)
             .position(|w| w == b"\r\n\r\n")
             .map_or(answer.len(), |p| p + 4);
-        Ok((status, answer[at..].to_vec()))
+        let head = String::from_utf8_lossy(&answer[..at]).into_owned();
+        Ok((status, head, answer[at..].to_vec()))
     }
 }
 
