@@ -160,6 +160,47 @@ pub trait Source<T>: Send + 'static {
     /// Returns whether the source pauses splits: `false` (the default) leaves alignment to
     /// pause the whole subtask only, when its lowest split is ahead; a split ahead of the
     /// group inside a subtask whose other splits lag then reads on (a warning says so once).
+    ///
+    /// ```
+    /// use weir::source::{Source, SourceStatus, Splits};
+    /// use weir::SourceError;
+    ///
+    /// /// Two logs of `(split, timestamp)` records, read in turn unless paused.
+    /// struct TwoLogs { logs: [Vec<i64>; 2], at: [usize; 2], splits: Splits, paused: Vec<u64> }
+    ///
+    /// impl Source<(u64, i64)> for TwoLogs {
+    ///     fn poll_batch(&mut self, out: &mut Vec<(u64, i64)>, max: usize) -> Result<SourceStatus, SourceError> {
+    ///         self.splits.start_batch();
+    ///         for s in 0..2 {
+    ///             if self.paused.contains(&(s as u64)) {
+    ///                 continue;
+    ///             }
+    ///             while out.len() < max && self.at[s] < self.logs[s].len() {
+    ///                 out.push((s as u64, self.logs[s][self.at[s]]));
+    ///                 self.splits.record_from(s as u64);
+    ///                 self.at[s] += 1;
+    ///             }
+    ///         }
+    ///         let done = (0..2).all(|s| self.at[s] == self.logs[s].len());
+    ///         Ok(if done {
+    ///             SourceStatus::End
+    ///         } else if out.is_empty() {
+    ///             // Only paused splits have records: the driver looks again (and resumes
+    ///             // them) every alignment update interval.
+    ///             SourceStatus::Idle { until: None }
+    ///         } else {
+    ///             SourceStatus::More
+    ///         })
+    ///     }
+    ///     fn splits(&self) -> Option<&Splits> {
+    ///         Some(&self.splits)
+    ///     }
+    ///     fn pause_splits(&mut self, paused: &[u64]) -> Result<bool, SourceError> {
+    ///         self.paused = paused.to_vec();
+    ///         Ok(true)
+    ///     }
+    /// }
+    /// ```
     fn pause_splits(&mut self, _paused: &[u64]) -> Result<bool, SourceError> {
         Ok(false)
     }
