@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use weir::time::WatermarkStrategy;
 use weir::window::{
-    AggregateFunction, EventTimeSessionWindows, Fired, SlidingEventTimeWindows,
+    AggregateFunction, EventTimeSessionWindows, EventTimeTrigger, Fired, SlidingEventTimeWindows,
     TumblingEventTimeWindows, WindowAssigner,
 };
 use weir::{Env, EnvConfig, LateData};
@@ -180,16 +180,26 @@ fn sessions_of(records: &[(u64, u64, i64)], k: u64, gap: i64) -> Vec<(i64, i64)>
     out
 }
 
+/// A window's result: (key, start, end, count).
+fn counted(k: &u64, f: &Fired, n: u64) -> (u64, i64, i64, u64) {
+    (*k, f.window.start, f.window.end, n)
+}
+
+/// `triggered`: the windows are given Flink's default trigger explicitly, which runs them as
+/// a keyed process function through the state backend, not in the slicing operator.
 fn run_windows<W: WindowAssigner>(
     ev: &[(u64, u64, i64)],
     assigner: W,
     parallelism: usize,
     faults: Option<(FaultPlan, Recovery)>,
+    triggered: bool,
 ) -> Outcome {
+    // Tests run at once in this process: each run its own directory.
+    static RUNS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let dir = std::env::temp_dir().join(format!(
-        "weir-windows-{}-{parallelism}-{:?}",
+        "weir-windows-{}-{}",
         std::process::id(),
-        faults.as_ref().map(|f| f.1)
+        RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
     ));
     let mut cfg = EnvConfig::default();
     cfg.batch_size = 1;
@@ -231,12 +241,15 @@ fn run_windows<W: WindowAssigner>(
         .set_parallelism(1)
         .key_by(|r: &(u64, u64, i64)| r.1)
         .window(assigner)
-        .side_output_late_data(&late)
-        .aggregate_window(Count, |k: &u64, f: &Fired, n: u64| {
-            (*k, f.window.start, f.window.end, n)
-        })
-        .uid("windows")
-        .set_parallelism(parallelism);
+        .side_output_late_data(&late);
+    let counts = if triggered {
+        counts
+            .trigger(EventTimeTrigger::create())
+            .aggregate_window(Count, counted)
+    } else {
+        counts.aggregate_window(Count, counted)
+    };
+    let counts = counts.uid("windows").set_parallelism(parallelism);
     let counts = match recovery {
         Some(Recovery::Promote { handed }) => counts.with_backup_policy(
             common::replaying_backup().state_interval(handed.then(|| Duration::from_millis(20))),
@@ -275,6 +288,16 @@ fn run_windows<W: WindowAssigner>(
 }
 
 fn check(kind: Kind, parallelism: usize, seed: u64, faults: Option<(FaultPlan, Recovery)>) {
+    check_path(kind, parallelism, seed, faults, false)
+}
+
+fn check_path(
+    kind: Kind,
+    parallelism: usize,
+    seed: u64,
+    faults: Option<(FaultPlan, Recovery)>,
+    triggered: bool,
+) {
     let ev = events(3_000, seed, 5_000);
     let (want, want_late) = reference(&ev, kind);
     assert!(!want_late.is_empty(), "the input has late records");
@@ -284,6 +307,7 @@ fn check(kind: Kind, parallelism: usize, seed: u64, faults: Option<(FaultPlan, R
             TumblingEventTimeWindows::of(Duration::from_millis(size as u64)),
             parallelism,
             faults,
+            triggered,
         ),
         Kind::Sliding(size, slide) => run_windows(
             &ev,
@@ -293,17 +317,19 @@ fn check(kind: Kind, parallelism: usize, seed: u64, faults: Option<(FaultPlan, R
             ),
             parallelism,
             faults,
+            triggered,
         ),
         Kind::Session(gap) => run_windows(
             &ev,
             EventTimeSessionWindows::with_gap(Duration::from_millis(gap as u64)),
             parallelism,
             faults,
+            triggered,
         ),
     };
     assert_eq!(
         late, want_late,
-        "{kind:?} p={parallelism} seed={seed}: the late set"
+        "{kind:?} p={parallelism} seed={seed} triggered={triggered}: the late set"
     );
     if got != want {
         let missing: Vec<_> = want
@@ -316,7 +342,10 @@ fn check(kind: Kind, parallelism: usize, seed: u64, faults: Option<(FaultPlan, R
             .filter(|(w, n)| want.get(w) != Some(n))
             .take(5)
             .collect();
-        panic!("{kind:?} p={parallelism} seed={seed}: want {missing:?}, got {extra:?}");
+        panic!(
+            "{kind:?} p={parallelism} seed={seed} triggered={triggered}: want {missing:?}, \
+             got {extra:?}"
+        );
     }
 }
 
@@ -334,6 +363,29 @@ fn windows_equal_the_reference_at_parallelism_one_two_and_four() {
             for seed in 1..=3 {
                 check(kind, p, seed, None);
             }
+        }
+    }
+}
+
+/// The same windows run by their trigger (Flink's default, given explicitly: a keyed process
+/// function whose windows are keyed state) keep the same late records apart and fire the same
+/// counts, at p = 1 and 2, and through a restart and a promotion mid-window.
+#[test]
+fn triggered_windows_keep_the_same_late_records_apart() {
+    quiet_injected_panics();
+    for kind in KINDS {
+        for p in [1, 2] {
+            check_path(kind, p, 31, None, true);
+        }
+        for (seed, recovery) in [
+            (32, Recovery::Restart),
+            (33, Recovery::Promote { handed: true }),
+        ] {
+            let plan = FaultPlan::new(vec![
+                Fault::new("windows", FaultKind::Panic, 1_000).after_checkpoints(2)
+            ]);
+            check_path(kind, 2, seed, Some((plan.clone(), recovery)), true);
+            assert_eq!(plan.fired(), 1, "{kind:?}, {recovery:?}: the fault fired");
         }
     }
 }
@@ -394,6 +446,12 @@ fn windows_promoted_to_their_backup_mid_window_fire_once_with_the_same_late_set(
 /// metrics (`numLateRecordsDropped`) while it runs, and in its result.
 #[test]
 fn late_records_without_a_late_output_are_counted_in_the_metrics() {
+    late_records_counted(false);
+    // The same windows run by their trigger count the same.
+    late_records_counted(true);
+}
+
+fn late_records_counted(triggered: bool) {
     let mut cfg = EnvConfig::default();
     cfg.metrics_interval = Duration::from_millis(10);
     // One record per batch, a watermark after each.
@@ -414,10 +472,14 @@ fn late_records_without_a_late_output_are_counted_in_the_metrics() {
                 .with_watermark_interval(Duration::ZERO),
         )
         .key_by(|r: &(u64, u64, i64)| r.1)
-        .window(TumblingEventTimeWindows::of(Duration::from_secs(1)))
-        .aggregate(Count)
-        .uid("windows")
-        .collect();
+        .window(TumblingEventTimeWindows::of(Duration::from_secs(1)));
+    let out = if triggered {
+        out.trigger(EventTimeTrigger::create()).aggregate(Count)
+    } else {
+        out.aggregate(Count)
+    }
+    .uid("windows")
+    .collect();
     let job = env.start("late-metrics").expect("the job starts");
     common::wait_until("the late record counted in the metrics", || {
         job.metrics().and_then(|m| {

@@ -271,14 +271,12 @@ where
         g: G,
     ) -> DataStream<R> {
         let stream = self.keyed.stream.clone();
-        if self.late.is_some() {
-            stream.graph.borrow_mut().errors.push(PlanError::BadConfig {
-                key: "window",
-                message: "side_output_late_data: late records are kept apart for event-time \
-                          windows without a trigger or an evictor only"
-                    .into(),
-            });
-        }
+        // Late records leave through a side output of the process function (a name no
+        // user tag of a window function is likely to take).
+        let late_tag = self
+            .late
+            .as_ref()
+            .map(|_| crate::OutputTag::<T>::new("weir::late-data"));
         let f = Triggered {
             assign,
             g,
@@ -286,9 +284,16 @@ where
             evictor: self.evictor,
             ts: stream.timestamps.clone(),
             lateness: i64::try_from(self.lateness.as_millis()).unwrap_or(i64::MAX),
+            late: late_tag.clone(),
             _p: PhantomData,
         };
-        self.keyed.process_with(f).name(name)
+        let out = self.keyed.process_with(f).name(name);
+        if let (Some(handle), Some(tag)) = (self.late, late_tag) {
+            let mut late = out.get_side_output(&tag);
+            late.timestamps = stream.timestamps.clone();
+            *handle.stream.borrow_mut() = Some(late);
+        }
+        out
     }
 
     /// Event-time windows with their own trigger: the slicing window operator.

@@ -684,6 +684,12 @@ where
                 crate::state::Entries::Disk(d) => run.disk(batch, d, changes, saved),
             }
         })?;
+        if self.timers.late_dropped > 0 {
+            self.core.counters.late_dropped.fetch_add(
+                std::mem::take(&mut self.timers.late_dropped),
+                crate::sync::atomic::Ordering::Relaxed,
+            );
+        }
         if self.state.promoted.is_some() {
             // The rest of a promoted backup's state, read in a part at a time: twice the
             // batch's records, so it is all in after the records of about half the keys, and

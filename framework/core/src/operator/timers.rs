@@ -198,6 +198,9 @@ pub(crate) struct Timers<K> {
     pub(crate) told: Option<EventTime>,
     /// Wakes the subtask for the earliest processing-time timer.
     wake: Option<(EventTime, Pin<Box<actix_rt::time::Sleep>>)>,
+    /// Records a window function run as a keyed process function dropped as late since the
+    /// operator last counted them (`numLateRecordsDropped`).
+    pub(crate) late_dropped: u64,
 }
 
 impl<K> Default for Timers<K> {
@@ -210,6 +213,7 @@ impl<K> Default for Timers<K> {
             backed_up: false,
             told: None,
             wake: None,
+            late_dropped: 0,
         }
     }
 }
@@ -354,6 +358,12 @@ pub struct KeyedContext<'a, K> {
 }
 
 impl<'a, K: crate::Key> KeyedContext<'a, K> {
+    /// A window run by its trigger dropped a late record: counted in the operator's
+    /// `numLateRecordsDropped`.
+    pub(crate) fn count_late_dropped(&mut self) {
+        self.timers.late_dropped += 1;
+    }
+
     pub(crate) fn new(
         key: &'a K,
         timestamp: Option<EventTime>,

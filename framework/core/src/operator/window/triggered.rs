@@ -51,15 +51,16 @@ impl Assign {
         match self.windowing {
             None => out.push(GLOBAL),
             Some(Windowing::Sliding { size, slide, .. }) => {
-                let last = ts - ts.rem_euclid(slide);
-                let mut start = last - size + slide;
+                // Windows [s, s + size) with s a multiple of the slide and s <= ts < s +
+                // size (a size that is not a multiple of the slide too).
+                let last = super::floor_to(ts, slide, 0);
+                let mut start =
+                    super::floor_to(ts.saturating_sub(size).saturating_add(slide), slide, 0);
                 while start <= last {
-                    if start + size > ts {
-                        out.push(TimeWindow {
-                            start,
-                            end: start.saturating_add(size),
-                        });
-                    }
+                    out.push(TimeWindow {
+                        start,
+                        end: start.saturating_add(size),
+                    });
                     start += slide;
                 }
             }
@@ -122,6 +123,9 @@ pub(crate) struct Triggered<K, I, R, G, Tr, Ev> {
     pub(crate) evictor: Option<Ev>,
     pub(crate) ts: Option<Timestamps<I>>,
     pub(crate) lateness: i64,
+    /// Where records late for every window they would go to go (`side_output_late_data`);
+    /// dropped without it.
+    pub(crate) late: Option<crate::OutputTag<I>>,
     pub(crate) _p: PhantomData<fn(K) -> R>,
 }
 
@@ -134,6 +138,7 @@ impl<K, I, R, G: Clone, Tr: Clone, Ev: Clone> Clone for Triggered<K, I, R, G, Tr
             evictor: self.evictor.clone(),
             ts: self.ts.clone(),
             lateness: self.lateness,
+            late: self.late.clone(),
             _p: PhantomData,
         }
     }
@@ -453,8 +458,17 @@ where
         let mut windows = Vec::new();
         self.assign.windows(ts, &mut windows);
         if self.assign.domain == Domain::Event {
-            // Late for every window it would go to: dropped, as in Flink.
+            // Late for every window it would go to: to the late-data output if there is
+            // one, else dropped, as in Flink (late for some of its windows only: dropped
+            // from those).
             windows.retain(|w| w.max_timestamp().saturating_add(self.lateness) > watermark);
+            if windows.is_empty() {
+                match &self.late {
+                    Some(tag) => ctx.output(tag, x),
+                    None => ctx.count_late_dropped(),
+                }
+                return;
+            }
         }
         let mut requests = Vec::new();
         for window in windows {
@@ -526,5 +540,39 @@ where
                 );
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn windows(a: &Assign, ts: EventTime) -> Vec<(i64, i64)> {
+        let mut out = Vec::new();
+        a.windows(ts, &mut out);
+        out.iter().map(|w| (w.start, w.end)).collect()
+    }
+
+    #[test]
+    fn sliding_windows_start_at_multiples_of_the_slide_whatever_the_size() {
+        let sliding = |size, slide| Assign {
+            domain: Domain::Event,
+            windowing: Some(Windowing::Sliding {
+                size,
+                slide,
+                pane: 1,
+            }),
+        };
+        // A size that is not a multiple of the slide (Flink's: starts at multiples of the
+        // slide, each window holding what is in [start, start + size)).
+        let a = sliding(900, 600);
+        assert_eq!(windows(&a, 700), [(0, 900), (600, 1_500)]);
+        assert_eq!(windows(&a, 1_000), [(600, 1_500)]);
+        assert_eq!(windows(&a, -1), [(-600, 300)]);
+        let a = sliding(1_000, 250);
+        assert_eq!(
+            windows(&a, 1_000),
+            [(250, 1_250), (500, 1_500), (750, 1_750), (1_000, 2_000)]
+        );
     }
 }
