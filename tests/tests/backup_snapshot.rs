@@ -1,7 +1,7 @@
 //! A backed-up keyed operator whose whole snapshot takes longer than its heartbeat timeout
 //! (a large state, handed to its backup only at checkpoints) says it works while it writes
 //! it: its supervisor does not take it for hung, nothing is promoted, and every key's count
-//! is the sequential one.
+//! is the sequential one. With the state in memory and on disk.
 
 mod common;
 
@@ -59,8 +59,23 @@ impl KeyedProcessFunction<u64, u64, (u64, u64)> for Count {
 
 #[test]
 fn a_backed_up_primary_writing_a_slow_snapshot_is_not_taken_for_hung() {
+    slow_snapshot(false);
+}
+
+/// The same with the state on disk (its whole snapshot is read from the store).
+#[test]
+fn a_backed_up_primary_writing_a_slow_snapshot_from_disk_is_not_taken_for_hung() {
+    slow_snapshot(true);
+}
+
+fn slow_snapshot(on_disk: bool) {
     let dir = TempDir::new("backup-slow-snapshot");
     let mut cfg = EnvConfig::default();
+    if on_disk {
+        let mut d = weir::DiskBackend::default();
+        d.directory = dir.path().join("state");
+        cfg.state_backend = weir::StateBackend::Disk(d);
+    }
     cfg.arbiters = 4;
     cfg.restart = None;
     cfg.checkpoint.directory = dir.path().to_owned();

@@ -414,7 +414,9 @@ where
             None
         };
         let pushed = match (&keys, scanned) {
-            (None, _) => self.state.try_for_each(|k, s| push(&mut delta, k, s)),
+            (None, _) => self
+                .state
+                .try_for_each(|k, s| push(&mut delta, k, s), &|| w.progress()),
             (Some(keys), Some(Ok(n))) if n == keys.len() => Ok(()),
             // Fewer entries than keys logged: the others are gone (or were logged twice).
             (Some(keys), Some(Ok(_))) => keys.iter().try_for_each(|k| {
@@ -448,7 +450,7 @@ where
     /// primary's: its supervisor must not take it for hung meanwhile).
     fn whole_payload(&mut self, progress: Option<&Progress>) -> Result<Vec<u8>, TaskError> {
         if self.state.on_disk() {
-            return self.whole_payload_from_disk();
+            return self.whole_payload_from_disk(progress);
         }
         self.state
             .load_all()
@@ -485,9 +487,15 @@ where
     }
 
     /// [`whole_payload`](Self::whole_payload) of a state on disk: the same CBOR, written as
-    /// the store gives the entries (by key group ascending), one entry decoded at a time.
-    fn whole_payload_from_disk(&mut self) -> Result<Vec<u8>, TaskError> {
+    /// the store gives the entries (by key group ascending), one entry decoded at a time,
+    /// saying it works (`progress`) every few entries.
+    fn whole_payload_from_disk(
+        &mut self,
+        progress: Option<&Progress>,
+    ) -> Result<Vec<u8>, TaskError> {
+        let said = Saying::new(progress);
         let timers = self.timers.by_key();
+        said.tick();
         let max_parallelism = self.max_parallelism;
         // `[group, [entry...]]` per key group, back to back; the groups' array head last.
         let mut body = Vec::new();
@@ -500,25 +508,29 @@ where
             body.extend_from_slice(&entries);
         };
         self.state
-            .try_for_each(|key, state| {
-                let g = key_group_of(key, max_parallelism);
-                if group.as_ref().is_none_or(|(at, _, _)| *at != g) {
-                    if let Some(done) = group.take() {
-                        close(&mut body, done);
+            .try_for_each(
+                |key, state| {
+                    let g = key_group_of(key, max_parallelism);
+                    if group.as_ref().is_none_or(|(at, _, _)| *at != g) {
+                        if let Some(done) = group.take() {
+                            close(&mut body, done);
+                        }
+                        groups += 1;
+                        group = Some((g, 0, Vec::new()));
                     }
-                    groups += 1;
-                    group = Some((g, 0, Vec::new()));
-                }
-                let (_, n, entries) = group.as_mut().ok_or("no group")?;
-                let entry = EntryRef {
-                    key,
-                    state,
-                    timers: timers.get(key).map(Vec::as_slice),
-                };
-                ciborium::into_writer(&entry, &mut *entries).map_err(|e| e.to_string())?;
-                *n += 1;
-                Ok(())
-            })
+                    let (_, n, entries) = group.as_mut().ok_or("no group")?;
+                    let entry = EntryRef {
+                        key,
+                        state,
+                        timers: timers.get(key).map(Vec::as_slice),
+                    };
+                    ciborium::into_writer(&entry, &mut *entries).map_err(|e| e.to_string())?;
+                    *n += 1;
+                    said.one();
+                    Ok(())
+                },
+                &|| said.tick(),
+            )
             .map_err(|e| self.core.state_error(e))?;
         if let Some(done) = group.take() {
             close(&mut body, done);

@@ -31,6 +31,8 @@ use super::Tracked;
 
 /// Entries written back per batch at most (a batch is built in memory first).
 const WRITE_BATCH: usize = 4096;
+/// Entries written between two calls of a flush's `tick`.
+const TICK_EVERY: usize = 64;
 
 /// One keyed subtask's states on disk.
 pub(crate) struct DiskEntries<K, S> {
@@ -308,12 +310,21 @@ where
 
     /// Writes every cached entry to the store (they stay cached), and the restored ones.
     pub(crate) fn flush(&mut self) -> Result<(), String> {
+        self.flush_saying(&|| {})
+    }
+
+    /// [`flush`](Self::flush), calling `tick` every few entries written (encoding them may
+    /// take a while: a backed-up primary must say it works meanwhile).
+    fn flush_saying(&mut self, tick: &dyn Fn()) -> Result<(), String> {
         self.write_restored()?;
         let mut batch = self.db.batch();
         let mut n = 0;
         for (k, t) in &self.cache {
             self.put(&mut batch, k, t)?;
             n += 1;
+            if n % TICK_EVERY == 0 {
+                tick();
+            }
             if n % WRITE_BATCH == 0 {
                 std::mem::replace(&mut batch, self.db.batch())
                     .commit()
@@ -328,8 +339,9 @@ where
     pub(crate) fn for_each(
         &mut self,
         mut f: impl FnMut(&K, &S) -> Result<(), String>,
+        tick: &dyn Fn(),
     ) -> Result<(), String> {
-        self.flush()?;
+        self.flush_saying(tick)?;
         for kv in self.keys.iter() {
             let (k, v) = kv.into_inner().map_err(store_error)?;
             let key: K = decode_key(&k)?;
@@ -425,15 +437,18 @@ mod tests {
         }
         let mut seen = Vec::new();
         let mut last_group = 0;
-        d.for_each(|k, s| {
+        let each = |k: &u64, s: &String| {
             let g = crate::key_group::key_group_of(k, 128);
             assert!(g >= last_group, "by key group ascending");
             last_group = g;
             assert_eq!(s, &format!("value of {k}"));
             seen.push(*k);
             Ok(())
-        })
-        .expect("iterates");
+        };
+        let ticks = std::cell::Cell::new(0);
+        d.for_each(each, &|| ticks.set(ticks.get() + 1))
+            .expect("iterates");
+        assert!(ticks.get() > 0, "it said it works while it flushed");
         seen.sort_unstable();
         assert_eq!(seen, (0..50_000).collect::<Vec<_>>());
         drop(d);

@@ -745,10 +745,11 @@ where
     pub(crate) fn try_for_each(
         &mut self,
         mut f: impl FnMut(&K, &S) -> Result<(), String>,
+        tick: &dyn Fn(),
     ) -> Result<(), String> {
         self.read_in_all()?;
         match &mut self.map {
-            Entries::Disk(d) => d.for_each(f),
+            Entries::Disk(d) => d.for_each(f, tick),
             _ => self.iter().try_for_each(|(k, s)| f(k, s)),
         }
     }
