@@ -114,7 +114,8 @@ impl ChainBuilder<'_> {
             node.builder.build(&env, outputs)
         }));
         if matches!(built, Ok(Ok(_))) && env.take_promoted_image().is_some() {
-            // Only a keyed operator hands its backup changes, and takes the image back.
+            // Only keyed and window operators hand their backup changes, and take the image
+            // back.
             return Err(env.restore_error(
                 "internal error: the promoted operator did not take its backup's state image",
             ));

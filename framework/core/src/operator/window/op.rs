@@ -1,6 +1,8 @@
 //! The keyed event-time window operator: slices per key, the windows still to fire, firing
 //! on the watermark, late records, and its checkpointed form.
 
+mod handoff;
+
 use std::collections::{BTreeMap, HashMap, VecDeque};
 
 use super::{Fired, TimeWindow, WindowFn, Windowing};
@@ -222,6 +224,8 @@ struct Inner<K, I, R, G: WindowFn<K, I, R>> {
     late_attached: bool,
     late_dropped: u64,
     ends: Vec<i64>,
+    /// With a buffer-queue backup: the keys written since the last hand-off (`handoff`).
+    changed: Option<handoff::Changed<K>>,
     _r: std::marker::PhantomData<fn() -> R>,
 }
 
@@ -325,6 +329,7 @@ where
         if (last - 1).saturating_add(lateness) <= wm {
             return self.on_late(x);
         }
+        handoff::mark(&mut self.changed, &key);
         let entry = self.keys.entry(key.clone()).or_default();
         let first = entry.pending.first().copied();
         let mut created = false;
@@ -385,6 +390,7 @@ where
         };
         let (wm, lateness) = (self.watermark, self.lateness);
         let (mut start, mut end) = (ts, ts.saturating_add(gap));
+        handoff::mark(&mut self.changed, &key);
         let entry = self.keys.entry(key.clone()).or_default();
         let first = entry.pending.first().copied();
         // Sessions overlapping or touching [start, end) merge into it (as in Flink: two
@@ -489,6 +495,7 @@ where
             if w.pending.first() != Some(&(t + 1)) {
                 continue; // merged away, or fired already: not the key's entry any more
             }
+            handoff::mark(&mut self.changed, &key);
             let up_to = if canonical { t } else { wm };
             while n < budget {
                 let Some(&end) = w.pending.first() else {
@@ -550,6 +557,7 @@ where
         if first_live && w.fired.is_empty() {
             return;
         }
+        handoff::mark(&mut self.changed, key);
         // A slice goes once its last window is past the lateness and none of its windows is
         // still to fire (one watermark can pass several windows of a key).
         let pending = &w.pending;
@@ -629,6 +637,7 @@ where
                 late_attached: spec.late_attached,
                 late_dropped: 0,
                 ends: Vec::new(),
+                changed: spec.backed_up.then(handoff::Changed::default),
                 _r: std::marker::PhantomData,
             },
             core,
@@ -744,16 +753,10 @@ where
         self.late_next.barrier(id, w)
     }
     fn snapshot_state(&mut self, w: &mut StateWriter) -> Result<(), TaskError> {
-        use crate::hooks::__private as p;
-        let mut fields = Vec::new();
-        let own = p::put_field(
-            &mut fields,
-            STATE_NAME,
-            WATERMARK_FIELD,
-            &vec![self.inner.watermark],
-        )
-        .and_then(|()| p::encode(STATE_NAME, STATE_VERSION, fields))
-        .map_err(|e| self.core.state_error(e.to_string()))?;
+        if self.inner.changed.is_some() && w.changes_of(&self.core.info.uid).is_some() {
+            return self.hand_changes(w);
+        }
+        let own = self.own_fields()?;
         let groups = by_key_group(&self.inner.keys, self.max_parallelism);
         let payload =
             crate::checkpoint::encode(&(own, groups)).map_err(|e| self.core.state_error(e))?;
