@@ -17,6 +17,7 @@ use std::marker::PhantomData;
 use indexmap::IndexMap;
 use rustc_hash::FxBuildHasher;
 
+use super::handoff::{hand_changes, mark, Changed};
 use super::keyed::{by_key_group, put_keyed, KeyedPayload};
 use super::process::ProcessFunction;
 use super::{Control, OpCore, Output};
@@ -40,6 +41,8 @@ pub(crate) struct KeyedApplyOp<KF, K, P: KeyedFields, I, O> {
     has_ttl: bool,
     /// Where incremental cleanup goes on.
     cursor: usize,
+    /// With a buffer-queue backup: the keys written since the last hand-off.
+    changed: Option<Changed<K>>,
     core: OpCore<O>,
     max_parallelism: usize,
     _in: PhantomData<fn(I)>,
@@ -59,10 +62,18 @@ where
             has_ttl: ttls.iter().any(Option::is_some),
             ttls,
             cursor: 0,
+            changed: None,
             core,
             max_parallelism,
             _in: PhantomData,
         }
+    }
+
+    /// With a buffer-queue backup (`backed_up`), hand-offs carry the keys written since the
+    /// last one, not every entry.
+    pub(crate) fn backed_up(mut self, backed_up: bool) -> Self {
+        self.changed = backed_up.then(Changed::default);
+        self
     }
 
     /// Loads a checkpointed payload: the operator's fields and every key's entry (expired
@@ -91,7 +102,9 @@ where
                 return;
             };
             if P::prune_keyed(entry, &self.ttls, now_ms) {
-                self.table.swap_remove_index(self.cursor);
+                if let Some((k, _)) = self.table.swap_remove_index(self.cursor) {
+                    mark(&mut self.changed, &k);
+                }
             } else {
                 self.cursor += 1;
             }
@@ -116,10 +129,12 @@ where
         };
         let n = batch.len();
         let (key_fn, f, table, ttls) = (&mut self.key_fn, &mut self.f, &mut self.table, &self.ttls);
+        let changed = &mut self.changed;
         self.core.run_with_sides(n, |out, sides| {
             let ctx = &mut crate::ProcessContext::new(sides);
             for r in batch.drain(..) {
                 let k = key_fn(&r);
+                mark(changed, &k);
                 match table.get_full_mut(&k) {
                     Some((i, _, entry)) => {
                         f.load_keyed(entry, ttls, now);
@@ -162,8 +177,28 @@ where
         if self.has_ttl {
             // Expired values are left out of snapshots: clean them all now.
             let now = crate::metrics::now_ms();
-            let ttls = &self.ttls;
-            self.table.retain(|_, e| !P::prune_keyed(e, ttls, now));
+            let (ttls, changed) = (&self.ttls, &mut self.changed);
+            self.table.retain(|k, e| {
+                let expired = P::prune_keyed(e, ttls, now);
+                if expired {
+                    mark(changed, k);
+                }
+                !expired
+            });
+        }
+        if self.changed.is_some() && w.changes_of(&core.info.uid).is_some() {
+            let own = crate::checkpoint::encode(&own).map_err(|e| core.state_error(e))?;
+            let table = &self.table;
+            return hand_changes(
+                w,
+                &core.info,
+                self.max_parallelism,
+                &mut self.changed,
+                own,
+                table.keys(),
+                |k| table.get(k),
+            )
+            .map_err(|e| core.state_error(e));
         }
         let groups = by_key_group(&self.table, self.max_parallelism);
         let payload =

@@ -17,6 +17,7 @@ pub(crate) mod apply;
 pub(crate) mod connect;
 pub(crate) mod filter;
 pub(crate) mod flat_map;
+pub(crate) mod handoff;
 pub(crate) mod keyed;
 pub(crate) mod keyed_apply;
 pub(crate) mod local;

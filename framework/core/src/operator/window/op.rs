@@ -225,7 +225,7 @@ struct Inner<K, I, R, G: WindowFn<K, I, R>> {
     late_dropped: u64,
     ends: Vec<i64>,
     /// With a buffer-queue backup: the keys written since the last hand-off (`handoff`).
-    changed: Option<handoff::Changed<K>>,
+    changed: Option<crate::operator::handoff::Changed<K>>,
     _r: std::marker::PhantomData<fn() -> R>,
 }
 
@@ -329,7 +329,7 @@ where
         if (last - 1).saturating_add(lateness) <= wm {
             return self.on_late(x);
         }
-        handoff::mark(&mut self.changed, &key);
+        crate::operator::handoff::mark(&mut self.changed, &key);
         let entry = self.keys.entry(key.clone()).or_default();
         let first = entry.pending.first().copied();
         let mut created = false;
@@ -390,7 +390,7 @@ where
         };
         let (wm, lateness) = (self.watermark, self.lateness);
         let (mut start, mut end) = (ts, ts.saturating_add(gap));
-        handoff::mark(&mut self.changed, &key);
+        crate::operator::handoff::mark(&mut self.changed, &key);
         let entry = self.keys.entry(key.clone()).or_default();
         let first = entry.pending.first().copied();
         // Sessions overlapping or touching [start, end) merge into it (as in Flink: two
@@ -495,7 +495,7 @@ where
             if w.pending.first() != Some(&(t + 1)) {
                 continue; // merged away, or fired already: not the key's entry any more
             }
-            handoff::mark(&mut self.changed, &key);
+            crate::operator::handoff::mark(&mut self.changed, &key);
             let up_to = if canonical { t } else { wm };
             while n < budget {
                 let Some(&end) = w.pending.first() else {
@@ -557,7 +557,7 @@ where
         if first_live && w.fired.is_empty() {
             return;
         }
-        handoff::mark(&mut self.changed, key);
+        crate::operator::handoff::mark(&mut self.changed, key);
         // A slice goes once its last window is past the lateness and none of its windows is
         // still to fire (one watermark can pass several windows of a key).
         let pending = &w.pending;
@@ -637,7 +637,9 @@ where
                 late_attached: spec.late_attached,
                 late_dropped: 0,
                 ends: Vec::new(),
-                changed: spec.backed_up.then(handoff::Changed::default),
+                changed: spec
+                    .backed_up
+                    .then(crate::operator::handoff::Changed::default),
                 _r: std::marker::PhantomData,
             },
             core,
