@@ -17,8 +17,8 @@ use weir::time::WatermarkStrategy;
 use weir::window::{AggregateFunction, TumblingEventTimeWindows};
 use weir::{Env, EnvConfig, JobError};
 use weir_kafka::testing::{
-    assert_no_transaction_left_open, create_topic, ids, partition_offsets, produce_ids,
-    read_committed, required_brokers, unique_topic,
+    assert_no_transaction_left_open, create_topic, decode_id, encode_id, ids, partition_offsets,
+    produce_ids, read_committed, required_brokers, unique_topic,
 };
 use weir_kafka::{KafkaConfig, KafkaSink, KafkaSource, Malformed, StartFrom};
 use weir_testing::{quiet_injected_panics, ExactlyOnce, Fault, FaultKind, FaultPlan};
@@ -34,16 +34,6 @@ fn topics(brokers: &str, tag: &str, n: u64) -> (String, String) {
     create_topic(brokers, &output, PARTITIONS).expect("create the output topic");
     produce_ids(brokers, &input, PARTITIONS, 0..n).expect("produce the input");
     (input, output)
-}
-
-fn decode_id(r: &weir_kafka::RecordView<'_>) -> Result<u64, String> {
-    let text = std::str::from_utf8(r.value.unwrap_or_default()).map_err(|e| e.to_string())?;
-    text.parse::<u64>().map_err(|e| format!("`{text}`: {e}"))
-}
-
-fn encode_id(id: &u64, out: &mut Vec<u8>) -> Result<(), String> {
-    out.extend_from_slice(id.to_string().as_bytes());
-    Ok(())
 }
 
 /// Every id of `0..n` once in `output`, as a read_committed reader applying the markers

@@ -20,8 +20,8 @@ use std::time::{Duration, Instant};
 
 use weir::{Env, EnvConfig};
 use weir_kafka::testing::{
-    assert_no_transaction_left_open, create_topic, ids, partition_offsets, produce_ids,
-    read_committed, unique_topic,
+    assert_no_transaction_left_open, create_topic, decode_id, encode_id, ids, partition_offsets,
+    produce_ids, read_committed, unique_topic,
 };
 use weir_kafka::{KafkaConfig, KafkaEnvExt, KafkaSink, KafkaSource, KafkaStreamExt};
 use weir_testing::s3::S3Server;
@@ -112,16 +112,6 @@ impl Drop for TansuOnS3 {
 /// The partitions the broker shows for `topic` (by Metadata).
 fn partitions_of(brokers: &str, topic: &str) -> usize {
     partition_offsets(brokers, topic).map_or(0, |p| p.len())
-}
-
-fn decode_id(r: &weir_kafka::RecordView<'_>) -> Result<u64, String> {
-    let text = std::str::from_utf8(r.value.unwrap_or_default()).map_err(|e| e.to_string())?;
-    text.parse::<u64>().map_err(|e| format!("`{text}`: {e}"))
-}
-
-fn encode_id(id: &u64, out: &mut Vec<u8>) -> Result<(), String> {
-    out.extend_from_slice(id.to_string().as_bytes());
-    Ok(())
 }
 
 /// Two partitions, ids 0..2,000; a job (p = 2, checkpoints every 200 ms, discovery every

@@ -334,6 +334,19 @@ pub fn produce_ids(
     )
 }
 
+/// An id of [`produce_ids`] read back: the record's value, decimal ASCII (a source's
+/// decoder).
+pub fn decode_id(r: &crate::RecordView<'_>) -> Result<u64, String> {
+    let text = std::str::from_utf8(r.value.unwrap_or_default()).map_err(|e| e.to_string())?;
+    text.parse::<u64>().map_err(|e| format!("`{text}`: {e}"))
+}
+
+/// An id written as [`produce_ids`] writes it, decimal ASCII (a sink's encoder).
+pub fn encode_id(id: &u64, out: &mut Vec<u8>) -> Result<(), String> {
+    out.extend_from_slice(id.to_string().as_bytes());
+    Ok(())
+}
+
 /// Produces `values` to partition `partition` of `topic`, without keys, not in a
 /// transaction (a malformed record among good ones, say); returns once every one is
 /// delivered.
