@@ -16,6 +16,9 @@
 //!   way): the backup is promoted; the line reports the promotion's recovery time and checks
 //!   every key's count and sum against the sequential answer (nothing lost, nothing twice).
 //!
+//! With `--operator window` the operator is an event-time window per key instead, open for the
+//! whole input (a count and a sum), so its state is every key's window.
+//!
 //! ```text
 //! cargo run --release -p weir-benches --bin bqbs_state -- --keys 1000000 --records 20000000
 //! ```
@@ -24,6 +27,8 @@ use std::time::{Duration, Instant};
 
 use clap::Parser;
 use serde_json::json;
+use weir::time::WatermarkStrategy;
+use weir::window::{AggregateFunction, Fired, TumblingEventTimeWindows};
 use weir::{BackupPolicy, Collector, Env, EnvConfig, KeyedProcessFunction, KeyedState};
 use weir_testing::{quiet_injected_panics, Fault, FaultKind, FaultPlan};
 
@@ -64,6 +69,11 @@ struct Args {
     /// Records written to one window of keys before it moves on (with `--changed` below 1).
     #[arg(long, default_value_t = 1_000_000)]
     dwell: u64,
+    /// The operator: `keyed` (a keyed process function, the state above) or `window` (an
+    /// event-time tumbling window per key longer than the input, aggregating a count and a
+    /// sum; record `i` at `i` ms: every key's window is open until the input ends).
+    #[arg(long, default_value = "keyed")]
+    operator: String,
 }
 
 /// Which key record `i` has (see the module doc).
@@ -116,6 +126,25 @@ impl KeyedProcessFunction<u64, u64, Row> for Tally {
     }
 }
 
+/// A count and a (wrapping) sum per window.
+#[derive(Clone)]
+struct CountSum;
+
+impl AggregateFunction<u64, (u64, u64)> for CountSum {
+    type Acc = (u64, u64);
+    fn add(&self, acc: &mut (u64, u64), x: u64) {
+        acc.0 += 1;
+        acc.1 = acc.1.wrapping_add(x);
+    }
+    fn merge(&self, acc: &mut (u64, u64), other: &(u64, u64)) {
+        acc.0 += other.0;
+        acc.1 = acc.1.wrapping_add(other.1);
+    }
+    fn result(&self, acc: &(u64, u64)) -> (u64, u64) {
+        *acc
+    }
+}
+
 fn main() {
     let args = Args::parse();
     if std::env::var_os("RUST_LOG").is_some() {
@@ -153,11 +182,27 @@ fn one(args: &Args, run: &str) -> serde_json::Value {
     let env = Env::with_config(cfg);
     let keys = args.keys;
     let keying = Keying::of(args);
-    let tallied = env
-        .generate(args.records, |i| i)
-        .key_by(move |x: &u64| keying.key(*x))
-        .process_with(Tally)
-        .uid("tally");
+    let tallied = match args.operator.as_str() {
+        "window" => env
+            .generate(args.records, |i| i)
+            .assign_timestamps_and_watermarks(
+                WatermarkStrategy::for_monotonous_timestamps()
+                    .with_timestamp_assigner(|x: &u64| *x as i64),
+            )
+            .key_by(move |x: &u64| keying.key(*x))
+            .window(TumblingEventTimeWindows::of(Duration::from_secs(1 << 40)))
+            .aggregate_window(CountSum, |k: &u64, _: &Fired, (n, sum): (u64, u64)| {
+                (*k, n, sum)
+            }),
+        "keyed" => env
+            .generate(args.records, |i| i)
+            .key_by(move |x: &u64| keying.key(*x))
+            .process_with(Tally),
+        other => {
+            return json!({"bench": "bqbs_state", "run": run, "error": format!("--operator {other}: not keyed or window")})
+        }
+    }
+    .uid("tally");
     let tallied = if run == "plain" {
         tallied
     } else {
@@ -203,6 +248,7 @@ fn one(args: &Args, run: &str) -> serde_json::Value {
     json!({
         "bench": "bqbs_state",
         "run": run,
+        "operator": args.operator,
         "keys": keys,
         "records": args.records,
         "state_interval_ms": args.state_interval_ms,
