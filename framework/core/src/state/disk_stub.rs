@@ -48,6 +48,7 @@ impl<K, S> DiskEntries<K, S> {
     pub(crate) fn for_each(
         &mut self,
         _: impl FnMut(&K, &S) -> Result<(), String>,
+        _: &dyn Fn(),
     ) -> Result<(), String> {
         match self.never {}
     }
