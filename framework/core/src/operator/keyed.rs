@@ -253,7 +253,7 @@ where
 }
 
 /// Calls `progress` every [`EVERY`](Self::EVERY) entries encoded.
-struct Saying<'p> {
+pub(crate) struct Saying<'p> {
     progress: Option<&'p Progress>,
     encoded: std::cell::Cell<usize>,
 }
@@ -261,14 +261,14 @@ struct Saying<'p> {
 impl<'p> Saying<'p> {
     const EVERY: usize = 64;
 
-    fn new(progress: Option<&'p Progress>) -> Self {
+    pub(crate) fn new(progress: Option<&'p Progress>) -> Self {
         Saying {
             progress,
             encoded: std::cell::Cell::new(0),
         }
     }
 
-    fn tick(&self) {
+    pub(crate) fn tick(&self) {
         if let Some(p) = self.progress {
             p();
         }
@@ -284,7 +284,7 @@ impl<'p> Saying<'p> {
 }
 
 /// A slice encoded as a `Vec` of it is (the same bytes), saying it works as it goes.
-struct SaidSeq<'a, 'p, E>(&'a [E], &'a Saying<'p>);
+pub(crate) struct SaidSeq<'a, 'p, E>(pub(crate) &'a [E], pub(crate) &'a Saying<'p>);
 
 impl<E: serde::Serialize> serde::Serialize for SaidSeq<'_, '_, E> {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {

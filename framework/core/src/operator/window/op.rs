@@ -9,7 +9,7 @@ use super::{Fired, TimeWindow, WindowFn, Windowing};
 use crate::checkpoint::StateWriter;
 use crate::error::TaskError;
 use crate::metrics::QueueUsage;
-use crate::operator::keyed::{by_key_group, put_keyed, KeyedPayload};
+use crate::operator::keyed::{put_keyed, KeyedPayload};
 use crate::operator::side::SideOutputs;
 use crate::operator::timers::{advance_forwarded, pop_first_due, DueOrder};
 use crate::operator::{BoxOutput, Collector, Control, OpCore, Output};
@@ -758,10 +758,7 @@ where
         if self.inner.changed.is_some() && w.changes_of(&self.core.info.uid).is_some() {
             return self.hand_changes(w);
         }
-        let own = self.own_fields()?;
-        let groups = by_key_group(&self.inner.keys, self.max_parallelism);
-        let payload =
-            crate::checkpoint::encode(&(own, groups)).map_err(|e| self.core.state_error(e))?;
+        let payload = self.whole_payload(w.progress.as_ref())?;
         put_keyed(w, &self.core.info, payload);
         Ok(())
     }

@@ -27,6 +27,26 @@ where
         .map_err(|e| self.core.state_error(e.to_string()))
     }
 
+    /// The whole snapshot: the operator's own fields, then every key's windows by key group.
+    /// `progress` is called now and then while a large state is encoded (a backed-up
+    /// primary's: its supervisor must not take it for hung meanwhile).
+    pub(super) fn whole_payload(
+        &self,
+        progress: Option<&crate::checkpoint::Progress>,
+    ) -> Result<Vec<u8>, TaskError> {
+        use crate::operator::keyed::{by_key_group, SaidSeq, Saying};
+        let own = self.own_fields()?;
+        let said = Saying::new(progress);
+        said.tick();
+        let groups = by_key_group(&self.inner.keys, self.max_parallelism);
+        said.tick();
+        let groups: Vec<(usize, SaidSeq<'_, '_, _>)> = groups
+            .iter()
+            .map(|(g, entries)| (*g, SaidSeq(entries, &said)))
+            .collect();
+        crate::checkpoint::encode(&(own, groups)).map_err(|e| self.core.state_error(e))
+    }
+
     /// Hands what changed since the last hand-off to `w`: each changed key's windows, or
     /// its removal.
     pub(super) fn hand_changes(&mut self, w: &mut StateWriter) -> Result<(), TaskError> {
