@@ -69,6 +69,17 @@ impl OpEnv {
             .take()
     }
 
+    /// The snapshot payload the operator restores: a promoted backup's image (its backup's
+    /// copy of the entries the primary handed, taken here) as a payload, else the
+    /// checkpoint's. For operators that restore whole payloads; the keyed operator reads its
+    /// image key by key (`take_promoted_image`).
+    pub(crate) fn take_restored_payload(&self) -> Option<std::borrow::Cow<'_, [u8]>> {
+        match self.take_promoted_image() {
+            Some(image) => Some(std::borrow::Cow::Owned(image.payload())),
+            None => self.restored.as_deref().map(std::borrow::Cow::Borrowed),
+        }
+    }
+
     /// An error restoring this operator's checkpointed state.
     pub(crate) fn restore_error(&self, message: impl std::fmt::Display) -> TaskError {
         TaskError::Checkpoint {

@@ -319,9 +319,7 @@ where
         let builder = Box::new(move |env: &OpEnv, mut outputs: Vec<AnyBox>| {
             let late = unbox::<BoxOutput<T>>(outputs.remove(1));
             let next = unbox::<BoxOutput<R>>(outputs.remove(0));
-            // A promoted backup starts from the image of the windows its backup kept (the
-            // changes the primary handed), which is the operator's snapshot payload.
-            let image = env.take_promoted_image().map(|i| i.payload());
+            let restored = env.take_restored_payload();
             let op = WindowOp::new(
                 key_fn.clone(),
                 g.clone(),
@@ -332,7 +330,7 @@ where
                 core(env, next),
                 late,
                 &env.config,
-                image.as_deref().or(env.restored.as_deref()),
+                restored.as_deref(),
             )
             .map_err(|e| env.restore_error(e))?;
             Ok(Built::Inputs {

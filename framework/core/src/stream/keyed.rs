@@ -339,12 +339,9 @@ where
                 env.config.max_parallelism,
             )
             .backed_up(env.backed_up);
-            // A promoted backup starts from the image of the entries its backup kept (the
-            // changes the primary handed), which is the operator's snapshot payload.
-            let image = env.take_promoted_image().map(|i| i.payload());
-            if let Some(payload) = image.as_ref().or(env.restored.as_ref()) {
+            if let Some(payload) = env.take_restored_payload() {
                 // A checkpoint being restored wins over the job's initial state.
-                op.restore(payload).map_err(|e| env.restore_error(e))?;
+                op.restore(&payload).map_err(|e| env.restore_error(e))?;
                 apply_live_config(op.function_mut(), env)?;
             } else {
                 restore_initial(op.function_mut(), env)?;

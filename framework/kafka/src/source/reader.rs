@@ -102,6 +102,13 @@ impl TopicState {
     fn split(&self, p: i32) -> u64 {
         (self.index << 32) | u64::from(p.unsigned_abs())
     }
+
+    /// The partition of this topic that split `id` names, if it is one of this topic's.
+    fn partition_of(&self, id: u64) -> Option<i32> {
+        (id >> 32 == self.index)
+            .then(|| i32::try_from(id & 0xffff_ffff).ok())
+            .flatten()
+    }
 }
 
 /// One subtask's reader.
@@ -380,8 +387,7 @@ impl<T> Reader<T> {
         for topic in &mut self.topics {
             let wanted: BTreeSet<i32> = paused
                 .iter()
-                .filter(|id| *id >> 32 == topic.index)
-                .filter_map(|id| i32::try_from(*id & 0xffff_ffff).ok())
+                .filter_map(|id| topic.partition_of(*id))
                 .filter(|p| topic.next.contains_key(p) && !topic.done.contains(p))
                 .collect();
             for p in wanted.difference(&topic.paused) {
