@@ -140,6 +140,11 @@ struct TypedGate<T> {
     rest_from: usize,
     /// Moving average of the operators' time per record, ns (0: none yet).
     record_ns: u64,
+    /// Every channel ended while the operator held work the `MAX` watermark made due (every
+    /// window left): it is told the end once that work is done, a budget at a time from its
+    /// `poll_pending`, so that its mailbox (heartbeats, barriers of other inputs) is served
+    /// meanwhile.
+    finishing: bool,
 }
 
 /// Records a backed-up primary copies out of a claimed batch at a time.
@@ -181,6 +186,7 @@ impl<T: Data> TypedGate<T> {
             rest: Vec::new(),
             rest_from: 0,
             record_ns: 0,
+            finishing: false,
         }
     }
 
@@ -250,10 +256,27 @@ impl<T: Data> TypedGate<T> {
         if let Some(w) = self.marks.end(idx) {
             self.head.watermark(w)?;
         }
+        if all && self.head.holds_records() {
+            self.finishing = true;
+            return Ok(GateStep::ChannelEnded {
+                channel: idx,
+                all: false,
+            });
+        }
         if all {
             self.head.finish()?;
         }
         Ok(GateStep::ChannelEnded { channel: idx, all })
+    }
+
+    /// Every channel ended: the operator is told so once the work it holds is done.
+    fn finish_when_free(&mut self) -> Result<GateStep, TaskError> {
+        if self.head.holds_records() {
+            return Ok(GateStep::Empty);
+        }
+        self.finishing = false;
+        self.head.finish()?;
+        Ok(GateStep::Finished)
     }
 
     /// Channel `idx` delivered watermark `w`: the operator gets this input's, if it moved.
@@ -283,6 +306,11 @@ impl<T: Data> TypedGate<T> {
         // again at once).
         if !claims.drained(&mut self.head) {
             return Ok(GateStep::Watermark);
+        }
+        // No hand-off after the end was logged: a replay from a hand-off before it takes the
+        // end again, and finishes the same way.
+        if self.finishing {
+            return self.finish_when_free();
         }
         // The state is between two batches: a hand-off may go to the backup.
         if claims.maybe_hand_state(&mut self.head, &self.marks)? {
@@ -486,6 +514,9 @@ impl<T: Data> InputGate for TypedGate<T> {
         if self.claims.is_some() {
             return self.try_step_claimed(blocked);
         }
+        if self.finishing {
+            return self.finish_when_free();
+        }
         // An operator busy with work its input must wait for (event-time timers the
         // watermark made due) takes no records; barriers, watermarks and ends still come.
         let records = !self.head.holds_records();
@@ -573,7 +604,7 @@ impl<T: Data> InputGate for TypedGate<T> {
         self.head.poll_pending(cx)
     }
     fn is_ended(&self) -> bool {
-        self.n_ended == self.receivers.len()
+        self.n_ended == self.receivers.len() && !self.finishing
     }
     fn release(&self) {
         self.receivers.iter().for_each(Receiver::release)
@@ -710,166 +741,4 @@ impl<T: Data> InputGate for TypedGate<T> {
 }
 
 #[cfg(all(test, not(weir_loom)))]
-mod tests {
-    use super::*;
-    use crate::channel::{channel, Barrier, Batch};
-    use crate::metrics::QueueUsage;
-    use crate::operator::{Control, Output};
-    use crate::sync::AtomicWaker;
-    use crate::time::Watermark;
-
-    /// Notes what reaches it: each record as `r{x}`, each watermark as `w{t}` or `idle`.
-    #[derive(Clone, Default)]
-    struct Seen(std::sync::Arc<std::sync::Mutex<Vec<String>>>);
-
-    impl Seen {
-        fn take(&self) -> Vec<String> {
-            std::mem::take(&mut *self.0.lock().unwrap_or_else(|p| p.into_inner()))
-        }
-        fn note(&self, s: String) {
-            self.0.lock().unwrap_or_else(|p| p.into_inner()).push(s);
-        }
-    }
-
-    impl Output<u64> for Seen {
-        fn push(&mut self, batch: &mut Vec<u64>) -> Result<(), TaskError> {
-            for x in batch.drain(..) {
-                self.note(format!("r{x}"));
-            }
-            Ok(())
-        }
-        fn flush(&mut self) {}
-        fn finish(&mut self) -> Result<(), TaskError> {
-            Ok(())
-        }
-        fn poll_pending(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), TaskError>> {
-            Poll::Ready(Ok(()))
-        }
-        fn usage(&self, _usage: &mut QueueUsage) {}
-        fn control(&mut self, c: &mut Control<'_>) {
-            c.unsupported()
-        }
-        fn barrier(
-            &mut self,
-            _id: u64,
-            _w: &mut crate::checkpoint::StateWriter,
-        ) -> Result<(), TaskError> {
-            Ok(())
-        }
-        fn notify_complete(&mut self, _id: u64) -> Result<(), TaskError> {
-            Ok(())
-        }
-        fn watermark(&mut self, w: Watermark) -> Result<(), TaskError> {
-            self.note(match w {
-                Watermark::At(t) => format!("w{t}"),
-                Watermark::Idle => "idle".into(),
-            });
-            Ok(())
-        }
-    }
-
-    fn batch(v: Vec<u64>) -> Event<u64> {
-        Event::Batch(Batch::Owned(v))
-    }
-
-    /// Two channels; an unaligned checkpoint records channel 1's batches and watermarks
-    /// after the snapshot. A gate restored from that state merges the channels' watermarks
-    /// from where they were at the snapshot and takes the recorded watermarks at their place
-    /// among the records.
-    #[test]
-    fn an_unaligned_checkpoint_keeps_the_watermarks_in_flight_in_place() {
-        let waker = || std::sync::Arc::new(AtomicWaker::new());
-        let (tx0, rx0) = channel::<u64>(16, waker());
-        let (tx1, rx1) = channel::<u64>(16, waker());
-        let seen = Seen::default();
-        let mut gate = typed_gate(vec![rx0, rx1], Box::new(seen.clone()), None);
-        let run = |gate: &mut Box<dyn InputGate>| {
-            while !matches!(gate.try_step(&|_| false), Ok(GateStep::Empty)) {}
-        };
-        // Before the snapshot: channel 0 at 100, channel 1 at 50.
-        tx0.try_send(Event::Watermark(Watermark::At(100))).unwrap();
-        tx1.try_send(Event::Watermark(Watermark::At(50))).unwrap();
-        run(&mut gate);
-        assert_eq!(seen.take(), ["w50"]);
-        // The snapshot; channel 1 still owes its barrier.
-        gate.set_recording(1, true);
-        tx1.try_send(batch(vec![1])).unwrap();
-        tx1.try_send(Event::Watermark(Watermark::At(80))).unwrap();
-        tx1.try_send(batch(vec![2])).unwrap();
-        run(&mut gate);
-        assert_eq!(seen.take(), ["r1", "w80", "r2"]);
-        gate.set_recording(1, false);
-        let bytes = gate.take_channel_state().expect("encodes");
-
-        let state = ChannelState::<u64>::decode(&bytes).expect("decodes");
-        let (_t0, rx0) = channel::<u64>(16, waker());
-        let (_t1, rx1) = channel::<u64>(16, waker());
-        let seen = Seen::default();
-        let mut restored = replaying_gate(vec![rx0, rx1], Box::new(seen.clone()), state);
-        run(&mut restored);
-        // Channel 0's 100 came from the snapshot's merge: 80 passes at once.
-        assert_eq!(seen.take(), ["r1", "w80", "r2"]);
-    }
-
-    /// An overtaking barrier on channel 1 while channel 0 owes its barrier: the checkpoint's
-    /// channel state is what channel 0 delivered after the snapshot, then the events the
-    /// barrier overtook on channel 1 (taken at once, processed later as usual); restored
-    /// channel state not yet replayed goes first. A restore replays it in that order.
-    #[test]
-    fn an_overtaking_barrier_records_what_it_overtook_and_what_is_left_to_replay() {
-        let waker = || std::sync::Arc::new(AtomicWaker::new());
-        let (tx0, rx0) = channel::<u64>(2, waker());
-        let (tx1, rx1) = channel::<u64>(2, waker());
-        let seen = Seen::default();
-        let restored = ChannelState {
-            marks: None,
-            in_flight: vec![InFlight::Batch(0, vec![100]), InFlight::Batch(1, vec![101])],
-        };
-        let mut gate = replaying_gate(vec![rx0, rx1], Box::new(seen.clone()), restored);
-        let run = |gate: &mut Box<dyn InputGate>| {
-            while !matches!(gate.try_step(&|_| false), Ok(GateStep::Empty)) {}
-        };
-        // One replayed batch is processed before the checkpoint, one after.
-        assert!(matches!(gate.try_step(&|_| false), Ok(GateStep::Batch(1))));
-        tx1.try_send(batch(vec![1])).unwrap();
-        tx1.try_send(batch(vec![2])).unwrap();
-        tx1.send_overtaking(Barrier::new(9), vec![batch(vec![3])])
-            .unwrap();
-        assert_eq!(gate.overtaking(false), Some((1, Barrier::new(9))));
-        let mut w = crate::checkpoint::StateWriter {
-            unaligned: true,
-            ..Default::default()
-        };
-        gate.barrier(9, &mut w).expect("snapshot");
-        gate.set_recording(0, true);
-        gate.set_recording(1, true);
-        assert!(gate.take_overtaken(1, 9, true));
-        gate.set_recording(1, false);
-        assert_eq!(gate.overtaking(false), None);
-        tx0.try_send(batch(vec![4])).unwrap();
-        run(&mut gate);
-        assert_eq!(seen.take(), ["r100", "r101", "r4", "r1", "r2", "r3"]);
-        gate.set_recording(0, false);
-        let state = ChannelState::<u64>::decode(&gate.take_channel_state().expect("encodes"))
-            .expect("decodes");
-        let (_t0, rx0) = channel::<u64>(2, waker());
-        let (_t1, rx1) = channel::<u64>(2, waker());
-        let seen = Seen::default();
-        let mut again = replaying_gate(vec![rx0, rx1], Box::new(seen.clone()), state);
-        run(&mut again);
-        assert_eq!(seen.take(), ["r101", "r1", "r2", "r3", "r4"]);
-    }
-
-    /// Channel state written before watermarks were kept (the batches alone) still reads.
-    #[test]
-    fn channel_state_of_the_batches_alone_still_reads() {
-        let old: Vec<Vec<u64>> = vec![vec![1, 2], vec![3]];
-        let bytes = crate::checkpoint::encode(&old).expect("encodes");
-        let state = ChannelState::<u64>::decode(&bytes).expect("decodes");
-        assert!(state.marks.is_none());
-        assert!(matches!(
-            state.in_flight.as_slice(),
-            [InFlight::Batch(0, a), InFlight::Batch(0, b)] if a == &[1, 2] && b == &[3]
-        ));
-    }
-}
+mod tests;

@@ -31,6 +31,9 @@ pub(crate) enum GateStep {
     /// Channel `channel` ended; `all`: every channel of this input has ended and the operator
     /// was told.
     ChannelEnded { channel: usize, all: bool },
+    /// Every channel of this input had ended, and the operator, done with the work the end
+    /// made due, was now told.
+    Finished,
     /// Nothing available now.
     Empty,
 }

@@ -522,6 +522,8 @@ impl Driver {
                     };
                     Self::on_barrier(gates, barriers, offsets, recorder, at, barrier).map(Some)
                 }
+                GateStep::Finished if gates.iter().all(|g| g.is_ended()) => Ok(Some(Work::Ended)),
+                GateStep::Finished => Ok(Some(Work::Progress)),
                 GateStep::ChannelEnded { channel, all } => {
                     let at = ChannelAt {
                         gate: i,
