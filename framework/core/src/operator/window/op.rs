@@ -3,7 +3,10 @@
 
 mod handoff;
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
+
+use griddle::HashMap;
+use rustc_hash::FxBuildHasher;
 
 use super::{Fired, TimeWindow, WindowFn, Windowing};
 use crate::checkpoint::StateWriter;
@@ -209,7 +212,7 @@ struct Inner<K, I, R, G: WindowFn<K, I, R>> {
     windowing: Windowing,
     lateness: i64,
     f: G,
-    keys: HashMap<K, KeyWindows<G::Acc>>,
+    keys: HashMap<K, KeyWindows<G::Acc>, FxBuildHasher>,
     /// Fire time (a window's max timestamp) -> keys with a window ending then.
     fire: BTreeMap<EventTime, Vec<K>>,
     /// Cleanup time (max timestamp + allowed lateness) -> keys to purge then.
@@ -626,7 +629,7 @@ where
                 windowing: spec.windowing,
                 lateness: spec.lateness,
                 f,
-                keys: HashMap::new(),
+                keys: HashMap::default(),
                 fire: BTreeMap::new(),
                 cleanup: BTreeMap::new(),
                 fire_order: DueOrder::new(spec.backed_up),
