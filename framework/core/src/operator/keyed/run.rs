@@ -71,11 +71,7 @@ where
     pub(super) fn logged(
         &mut self,
         batch: &mut Vec<I>,
-        map: &mut std::collections::HashMap<
-            K,
-            crate::state::Tracked<P::State>,
-            rustc_hash::FxBuildHasher,
-        >,
+        map: &mut crate::state::TrackedMap<K, P::State>,
         changes: &mut crate::state::changes::ChangeLog<K>,
         saved: &mut Vec<(K, P::State)>,
         promoted: &mut Option<Box<Promoted>>,
