@@ -74,6 +74,10 @@ struct Args {
     /// sum; record `i` at `i` ms: every key's window is open until the input ends).
     #[arg(long, default_value = "keyed")]
     operator: String,
+    /// Incremental checkpoints (`CheckpointConfig::incremental`; the operator without a
+    /// backup writes what changed since its previous checkpoint).
+    #[arg(long)]
+    incremental: bool,
 }
 
 /// Which key record `i` has (see the module doc).
@@ -171,6 +175,7 @@ fn main() {
 fn one(args: &Args, run: &str) -> serde_json::Value {
     let mut cfg = EnvConfig::default();
     cfg.checkpoint.interval = Some(Duration::from_millis(args.checkpoint_interval_ms));
+    cfg.checkpoint.incremental = args.incremental;
     let faults = FaultPlan::new(vec![Fault::new(
         "tally",
         FaultKind::Panic,
@@ -245,9 +250,20 @@ fn one(args: &Args, run: &str) -> serde_json::Value {
                 .map(|d| (b.promotions, d.as_secs_f64() * 1e3))
         })
         .collect();
+    let history = result
+        .checkpoints
+        .as_ref()
+        .map(|c| c.history.clone())
+        .unwrap_or_default();
+    let p50 = |f: fn(&weir::CheckpointRecord) -> u64| median(history.iter().map(f).collect());
     json!({
         "bench": "bqbs_state",
         "run": run,
+        "incremental": args.incremental,
+        "checkpointed_size_p50": p50(|r| r.checkpointed_size),
+        "state_size_p50": p50(|r| r.state_size),
+        "sync_pause_us_p50": p50(|r| r.sync_duration_us),
+        "sync_pause_us_max": history.iter().map(|r| r.sync_duration_us).max(),
         "operator": args.operator,
         "keys": keys,
         "records": args.records,
@@ -266,6 +282,12 @@ fn one(args: &Args, run: &str) -> serde_json::Value {
         "keys_missing": keys.min(args.records) - seen.min(keys.min(args.records)),
         "exactly_once": wrong == 0 && seen == keys.min(args.records),
     })
+}
+
+/// The middle value (none of nothing).
+fn median(mut v: Vec<u64>) -> Option<u64> {
+    v.sort_unstable();
+    v.get(v.len() / 2).copied()
 }
 
 /// Compares the output rows `(key, count, sum)` with the expected ones: keys wrong, keys seen,

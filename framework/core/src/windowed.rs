@@ -329,10 +329,9 @@ where
                 },
                 core(env, next),
                 late,
-                &env.config,
+                env,
                 restored.as_deref(),
-            )
-            .map_err(|e| env.restore_error(e))?;
+            )?;
             Ok(Built::Inputs {
                 heads: vec![Box::new(Box::new(op) as BoxOutput<T>) as AnyBox],
                 selection: None,

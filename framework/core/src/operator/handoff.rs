@@ -16,6 +16,7 @@ use rustc_hash::FxBuildHasher;
 
 use crate::checkpoint::StateWriter;
 use crate::key_group::key_group_of;
+use crate::state::changes::KeyedDelta;
 
 /// The keys written since the last hand-off; before the first, everything is to hand (a
 /// restored operator's keys were not written here).
@@ -59,6 +60,33 @@ where
     K: crate::Key + 'a,
     E: serde::Serialize + 'a,
 {
+    let full = w.changes_of(&info.uid) == Some(true);
+    let delta = delta(w, max_parallelism, changed, full, own, keys, get)?;
+    w.put_changes(
+        &info.uid,
+        info.key_groups.as_ref().map(|r| (r.start, r.end)),
+        delta,
+    );
+    Ok(())
+}
+
+/// What changed since `changed` started (everything if `full`, or at the first), as a delta
+/// of `(key, entry)` items and removals with the operator's own fields `own` (encoded), each
+/// entry encoded on its own; `w` is told of the progress now and then. `changed` starts
+/// again. An incremental checkpoint's delta (`window::op`) and a hand-off's are this.
+pub(crate) fn delta<'a, K, E>(
+    w: &StateWriter,
+    max_parallelism: usize,
+    changed: &mut Option<Changed<K>>,
+    full: bool,
+    own: Vec<u8>,
+    keys: impl Iterator<Item = &'a K>,
+    get: impl Fn(&K) -> Option<&'a E>,
+) -> Result<KeyedDelta, String>
+where
+    K: crate::Key + 'a,
+    E: serde::Serialize + 'a,
+{
     let changed = std::mem::replace(
         changed.get_or_insert_with(Changed::default),
         Changed {
@@ -66,8 +94,8 @@ where
             all: false,
         },
     );
-    let full = changed.all || w.changes_of(&info.uid) == Some(true);
-    let mut delta = crate::state::changes::KeyedDelta::new(full);
+    let full = full || changed.all;
+    let mut delta = KeyedDelta::new(full);
     let mut n = 0usize;
     let mut push = |key: &K| -> Result<(), String> {
         n += 1;
@@ -86,10 +114,5 @@ where
         changed.keys.iter().try_for_each(&mut push)?;
     }
     delta.own = Some(own);
-    w.put_changes(
-        &info.uid,
-        info.key_groups.as_ref().map(|r| (r.start, r.end)),
-        delta,
-    );
-    Ok(())
+    Ok(delta)
 }

@@ -1,6 +1,7 @@
 //! The keyed event-time window operator: slices per key, the windows still to fire, firing
 //! on the watermark, late records, and its checkpointed form.
 
+mod chain;
 mod handoff;
 
 use std::collections::{BTreeMap, VecDeque};
@@ -241,6 +242,8 @@ pub(crate) struct WindowOp<KF, K, I, R, G: WindowFn<K, I, R>> {
     /// Windows fired in one run before the subtask takes other work (a barrier, control
     /// mail); no record is taken while some are due.
     budget: usize,
+    /// Its incremental checkpoints, if on.
+    chain: Option<chain::Chain>,
 }
 
 /// How the operator is configured (what the stream API hands the builder).
@@ -618,10 +621,12 @@ where
         spec: WindowSpec<I>,
         core: OpCore<R>,
         late_next: BoxOutput<I>,
-        cfg: &crate::EnvConfig,
+        env: &crate::graph::OpEnv,
         restored: Option<&[u8]>,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, TaskError> {
+        let cfg = &env.config;
         let (max_parallelism, budget) = (cfg.max_parallelism, cfg.batch_size.max(1));
+        let chain = chain::Chain::start(env)?;
         let mut op = WindowOp {
             key_fn,
             inner: Inner {
@@ -640,8 +645,8 @@ where
                 late_attached: spec.late_attached,
                 late_dropped: 0,
                 ends: Vec::new(),
-                changed: spec
-                    .backed_up
+                // Logged for a backup's hand-offs or for incremental checkpoints.
+                changed: (spec.backed_up || chain.is_some())
                     .then(crate::operator::handoff::Changed::default),
                 _r: std::marker::PhantomData,
             },
@@ -649,9 +654,10 @@ where
             late_next,
             max_parallelism,
             budget,
+            chain,
         };
         if let Some(payload) = restored {
-            op.restore(payload)?;
+            op.restore(payload).map_err(|e| env.restore_error(e))?;
         }
         Ok(op)
     }
@@ -761,6 +767,12 @@ where
         if self.inner.changed.is_some() && w.changes_of(&self.core.info.uid).is_some() {
             return self.hand_changes(w);
         }
+        if let (Some(_), Some((id, root))) = (&self.chain, w.incremental.clone()) {
+            return self.snapshot_incremental(id, &root, w);
+        }
+        // Taken whole (an unaligned checkpoint, one handed over, a query): a chain starts
+        // again at the next checkpoint.
+        self.taken_whole();
         let payload = self.whole_payload(w.progress.as_ref())?;
         put_keyed(w, &self.core.info, payload);
         Ok(())
