@@ -49,6 +49,7 @@ use std::time::Duration;
 use crate::erased::{unbox, AnyBox};
 use crate::error::PlanError;
 use crate::graph::{Built, OpEnv};
+use crate::operator::window::op::chain::Chain;
 use crate::operator::window::op::{WindowOp, WindowSpec, WATERMARK_FIELD};
 use crate::operator::window::triggered::{Assign, Triggered};
 use crate::operator::window::{
@@ -320,6 +321,7 @@ where
             let late = unbox::<BoxOutput<T>>(outputs.remove(1));
             let next = unbox::<BoxOutput<R>>(outputs.remove(0));
             let restored = env.take_restored_payload();
+            let chain = Chain::start(&env.info, &env.config, env.backed_up)?;
             let op = WindowOp::new(
                 key_fn.clone(),
                 g.clone(),
@@ -329,9 +331,11 @@ where
                 },
                 core(env, next),
                 late,
-                env,
+                &env.config,
                 restored.as_deref(),
-            )?;
+            )
+            .map_err(|e| env.restore_error(e))?
+            .with_chain(chain);
             Ok(Built::Inputs {
                 heads: vec![Box::new(Box::new(op) as BoxOutput<T>) as AnyBox],
                 selection: None,

@@ -34,6 +34,26 @@ impl<K> Default for Changed<K> {
     }
 }
 
+/// The keys written since `changed` started, and whether everything is to hand (before the
+/// first hand-off); `changed` starts again.
+pub(crate) fn take<K>(changed: &mut Option<Changed<K>>) -> (HashSet<K, FxBuildHasher>, bool) {
+    let c = std::mem::replace(
+        changed.get_or_insert_with(Changed::default),
+        Changed {
+            keys: HashSet::default(),
+            all: false,
+        },
+    );
+    (c.keys, c.all)
+}
+
+impl<K> Changed<K> {
+    /// Everything is to hand (nothing was handed since the operator started).
+    pub(crate) fn all(&self) -> bool {
+        self.all
+    }
+}
+
 /// Logs `key` as written (with a backup; nothing without one).
 #[inline]
 pub(crate) fn mark<K: crate::Key>(changed: &mut Option<Changed<K>>, key: &K) {
@@ -87,14 +107,8 @@ where
     K: crate::Key + 'a,
     E: serde::Serialize + 'a,
 {
-    let changed = std::mem::replace(
-        changed.get_or_insert_with(Changed::default),
-        Changed {
-            keys: HashSet::default(),
-            all: false,
-        },
-    );
-    let full = full || changed.all;
+    let (changed, all) = take(changed);
+    let full = full || all;
     let mut delta = KeyedDelta::new(full);
     let mut n = 0usize;
     let mut push = |key: &K| -> Result<(), String> {
@@ -111,7 +125,7 @@ where
     if full {
         keys.into_iter().try_for_each(&mut push)?;
     } else {
-        changed.keys.iter().try_for_each(&mut push)?;
+        changed.iter().try_for_each(&mut push)?;
     }
     delta.own = Some(own);
     Ok(delta)

@@ -1,7 +1,7 @@
 //! The keyed event-time window operator: slices per key, the windows still to fire, firing
 //! on the watermark, late records, and its checkpointed form.
 
-mod chain;
+pub(crate) mod chain;
 mod handoff;
 
 use std::collections::{BTreeMap, VecDeque};
@@ -228,8 +228,12 @@ struct Inner<K, I, R, G: WindowFn<K, I, R>> {
     late_attached: bool,
     late_dropped: u64,
     ends: Vec<i64>,
-    /// With a buffer-queue backup: the keys written since the last hand-off (`handoff`).
+    /// With a buffer-queue backup: the keys written since the last hand-off (`handoff`); with
+    /// incremental checkpoints, since the last checkpoint.
     changed: Option<crate::operator::handoff::Changed<K>>,
+    /// An incremental checkpoint's copy under way (`chain`): a key it has still to copy is
+    /// copied before it is written.
+    copying: Option<Box<chain::Copying<K>>>,
     _r: std::marker::PhantomData<fn() -> R>,
 }
 
@@ -335,6 +339,7 @@ where
         if (last - 1).saturating_add(lateness) <= wm {
             return self.on_late(x);
         }
+        self.cow(&key);
         crate::operator::handoff::mark(&mut self.changed, &key);
         let entry = self.keys.entry(key.clone()).or_default();
         let first = entry.pending.first().copied();
@@ -396,6 +401,7 @@ where
         };
         let (wm, lateness) = (self.watermark, self.lateness);
         let (mut start, mut end) = (ts, ts.saturating_add(gap));
+        self.cow(&key);
         crate::operator::handoff::mark(&mut self.changed, &key);
         let entry = self.keys.entry(key.clone()).or_default();
         let first = entry.pending.first().copied();
@@ -495,6 +501,7 @@ where
             let Some((t, key)) = pop_first_due(&mut self.fire, wm, &mut self.fire_order) else {
                 break;
             };
+            self.cow(&key);
             let Some(w) = self.keys.get_mut(&key) else {
                 continue;
             };
@@ -550,6 +557,7 @@ where
     /// Drops the slices of `key` no window can use any more, and the key when nothing is left.
     fn purge(&mut self, key: &K) {
         let (wm, lateness, windowing) = (self.watermark, self.lateness, self.windowing);
+        self.cow(key);
         let Some(w) = self.keys.get_mut(key) else {
             return;
         };
@@ -621,12 +629,10 @@ where
         spec: WindowSpec<I>,
         core: OpCore<R>,
         late_next: BoxOutput<I>,
-        env: &crate::graph::OpEnv,
+        cfg: &crate::EnvConfig,
         restored: Option<&[u8]>,
-    ) -> Result<Self, TaskError> {
-        let cfg = &env.config;
+    ) -> Result<Self, String> {
         let (max_parallelism, budget) = (cfg.max_parallelism, cfg.batch_size.max(1));
-        let chain = chain::Chain::start(env)?;
         let mut op = WindowOp {
             key_fn,
             inner: Inner {
@@ -645,19 +651,21 @@ where
                 late_attached: spec.late_attached,
                 late_dropped: 0,
                 ends: Vec::new(),
-                // Logged for a backup's hand-offs or for incremental checkpoints.
-                changed: (spec.backed_up || chain.is_some())
+                // Logged for a backup's hand-offs (or incremental checkpoints: `with_chain`).
+                changed: spec
+                    .backed_up
                     .then(crate::operator::handoff::Changed::default),
+                copying: None,
                 _r: std::marker::PhantomData,
             },
             core,
             late_next,
             max_parallelism,
             budget,
-            chain,
+            chain: None,
         };
         if let Some(payload) = restored {
-            op.restore(payload).map_err(|e| env.restore_error(e))?;
+            op.restore(payload)?;
         }
         Ok(op)
     }
@@ -747,6 +755,7 @@ where
         self.inner.due()
     }
     fn finish(&mut self) -> Result<(), TaskError> {
+        self.finish_copy();
         // The end of input came with the `MAX` watermark: what is left fires now, a budget
         // at a time (no one batch of every window).
         while self.inner.due() {
@@ -764,6 +773,8 @@ where
         self.late_next.barrier(id, w)
     }
     fn snapshot_state(&mut self, w: &mut StateWriter) -> Result<(), TaskError> {
+        // A checkpoint's copy still under way (a barrier came before it was done) ends here.
+        self.finish_copy();
         if self.inner.changed.is_some() && w.changes_of(&self.core.info.uid).is_some() {
             return self.hand_changes(w);
         }
@@ -796,6 +807,10 @@ where
             if self.inner.due() {
                 cx.waker().wake_by_ref();
             }
+        }
+        // A checkpoint's copy goes on a budget of keys at a time, between units of input.
+        if self.inner.copying.is_some() && !self.copy_step(false) {
+            cx.waker().wake_by_ref();
         }
         crate::operator::all_ready([
             self.core.next.poll_pending(cx),
