@@ -9,8 +9,8 @@ mod common;
 mod counting;
 
 use counting::{
-    end_and_check, inject_panic, job, rescale_two_three_one_with_panics, two_panics_then_end,
-    wait_checkpoints, Controls,
+    assert_incremental, config, end_and_check, inject_panic, job,
+    rescale_two_three_one_with_panics, two_panics_then_end, wait_checkpoints, Controls,
 };
 
 use std::path::{Path, PathBuf};
@@ -19,8 +19,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use weir::{
-    CollectSink, Collector, Env, EnvConfig, KeyedContext, KeyedProcessFunction, RestartStrategy,
-    ValueState,
+    CollectSink, Collector, Env, KeyedContext, KeyedProcessFunction, RestartStrategy, ValueState,
 };
 
 const KEYS: u64 = 3_000;
@@ -29,22 +28,6 @@ fn tmp(name: &str) -> PathBuf {
     let d = std::env::temp_dir().join(format!("weir-incr-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&d);
     d
-}
-
-fn config(dir: &Path, incremental: bool) -> EnvConfig {
-    let mut cfg = EnvConfig::default();
-    cfg.batch_size = 64;
-    cfg.arbiters = 2;
-    cfg.heartbeat_timeout = common::TIMEOUT;
-    cfg.checkpoint.interval = Some(Duration::from_millis(10));
-    cfg.checkpoint.directory = dir.to_owned();
-    cfg.checkpoint.retained = 2;
-    cfg.checkpoint.incremental = incremental;
-    cfg.restart = Some(RestartStrategy::FixedDelay {
-        attempts: 3,
-        delay: Duration::ZERO,
-    });
-    cfg
 }
 
 /// A running count per key that also registers, for every hundredth key, a processing-time
@@ -117,22 +100,7 @@ fn a_panic_restores_exactly_from_a_chain_of_a_hundred_incremental_checkpoints() 
     job(&env, KEYS, 2, &c, &out);
     let handle = env.start("incremental-chain").expect("starts");
     wait_checkpoints(&handle, 100);
-    // Most checkpoints wrote less than the state they cover: they are incremental.
-    let stats = handle.checkpoint_stats().expect("checkpoint stats");
-    let smaller = stats
-        .history
-        .iter()
-        .filter(|r| r.checkpointed_size > 0 && r.checkpointed_size < r.state_size)
-        .count();
-    assert!(
-        smaller >= stats.history.len() / 2,
-        "incremental checkpoints write less than they cover: {:?}",
-        stats
-            .history
-            .iter()
-            .map(|r| (r.id, r.checkpointed_size, r.state_size))
-            .collect::<Vec<_>>()
-    );
+    assert_incremental(&handle);
     assert!(runs_on_disk(&dir) > 0, "runs under shared/");
     inject_panic(&handle, &c);
     end_and_check(handle, &c, &out, KEYS);

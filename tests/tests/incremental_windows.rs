@@ -8,17 +8,16 @@ mod common;
 #[path = "common/counting.rs"]
 mod counting;
 
-use counting::{completed, wait_checkpoints};
+use counting::{assert_incremental, completed, config, inject_panic, wait_checkpoints, Controls};
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use weir::time::WatermarkStrategy;
 use weir::window::{AggregateFunction, Fired, TumblingEventTimeWindows};
-use weir::{CollectSink, Env, EnvConfig, JobHandle, RestartStrategy};
+use weir::{CollectSink, Env, JobHandle};
 
 /// Keys, and the window size in ids (an id is its own event time, in ms): at the source's 64
 /// ids per ms a window stays open for several checkpoints, each adding to a few hundred keys.
@@ -32,22 +31,6 @@ fn tmp(name: &str) -> PathBuf {
     let d = std::env::temp_dir().join(format!("weir-incr-win-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&d);
     d
-}
-
-fn config(dir: &Path) -> EnvConfig {
-    let mut cfg = EnvConfig::default();
-    cfg.batch_size = 64;
-    cfg.arbiters = 2;
-    cfg.heartbeat_timeout = common::TIMEOUT;
-    cfg.checkpoint.interval = Some(Duration::from_millis(10));
-    cfg.checkpoint.directory = dir.to_owned();
-    cfg.checkpoint.retained = 2;
-    cfg.checkpoint.incremental = true;
-    cfg.restart = Some(RestartStrategy::FixedDelay {
-        attempts: 3,
-        delay: Duration::ZERO,
-    });
-    cfg
 }
 
 #[derive(Clone)]
@@ -65,14 +48,7 @@ impl AggregateFunction<u64, u64> for Count {
     }
 }
 
-#[derive(Clone, Default)]
-struct Controls {
-    stop: Arc<AtomicBool>,
-    ended_at: Arc<AtomicU64>,
-    panic_once: Arc<AtomicBool>,
-}
-
-/// Endless ids -> a pass-through at p = 2 (it panics when told) -> event time = id, the
+/// Endless ids -> a pass-through at p = 2 (it panics when told, `Controls::panic_once`) -> event time = id, the
 /// watermark two windows behind (with none, a run without faults and without incremental
 /// checkpoints dropped some records as late: the order in which the two pass-throughs'
 /// records and watermarks reach a window subtask is not the ids') ->
@@ -100,42 +76,6 @@ fn job(env: &Env, p: usize, keys: u64, c: &Controls, out: &CollectSink<(u64, i64
         .uid("windows")
         .set_parallelism(p)
         .collect_into(out);
-}
-
-/// Makes the operator before the windows panic once, and waits until the job restored the
-/// newest complete checkpoint (or a later one) and completed two more.
-fn inject_panic(job: &JobHandle, c: &Controls) {
-    let before = job.checkpoint_stats().unwrap_or_default();
-    let newest = before.last_completed_checkpoint_id.unwrap_or(0);
-    c.panic_once.store(true, Ordering::SeqCst);
-    common::wait_until(
-        "a restore from the newest checkpoint after the panic",
-        || {
-            let s = job.checkpoint_stats().unwrap_or_default();
-            s.num_restarts > before.num_restarts
-                && s.last_restored_checkpoint_id.unwrap_or(0) >= newest
-        },
-    );
-    wait_checkpoints(job, completed(job) + 2);
-}
-
-/// Most checkpoints wrote less than the state they cover: they are incremental.
-fn assert_incremental(job: &JobHandle) {
-    let stats = job.checkpoint_stats().expect("checkpoint stats");
-    let smaller = stats
-        .history
-        .iter()
-        .filter(|r| r.checkpointed_size > 0 && r.checkpointed_size < r.state_size)
-        .count();
-    assert!(
-        smaller >= stats.history.len() / 2,
-        "incremental checkpoints write less than they cover: {:?}",
-        stats
-            .history
-            .iter()
-            .map(|r| (r.id, r.checkpointed_size, r.state_size))
-            .collect::<Vec<_>>()
-    );
 }
 
 /// Ends the source, waits for the job, and checks every window: each (key, window start)
@@ -172,7 +112,7 @@ fn end_and_check(job: JobHandle, c: &Controls, out: &CollectSink<(u64, i64, u64)
 #[test]
 fn a_panic_restores_the_windows_exactly_from_a_chain_of_incremental_checkpoints() {
     let dir = tmp("chain");
-    let env = Env::with_config(config(&dir));
+    let env = Env::with_config(config(&dir, true));
     let (c, out) = (Controls::default(), CollectSink::default());
     job(&env, 2, KEYS, &c, &out);
     let handle = env.start("incremental-windows").expect("starts");
@@ -188,7 +128,7 @@ fn a_panic_restores_the_windows_exactly_from_a_chain_of_incremental_checkpoints(
 #[test]
 fn windows_rescaled_two_three_one_restore_exactly_from_incremental_chains() {
     let dir = tmp("rescale");
-    let env = Env::with_config(config(&dir));
+    let env = Env::with_config(config(&dir, true));
     let (c, out) = (Controls::default(), CollectSink::default());
     job(&env, 2, KEYS, &c, &out);
     let handle = env.start("incremental-windows-rescale").expect("starts");
@@ -209,7 +149,7 @@ fn windows_rescaled_two_three_one_restore_exactly_from_incremental_chains() {
 #[test]
 fn keys_written_while_their_checkpoint_copies_them_restore_as_at_the_barrier() {
     let dir = tmp("cow");
-    let env = Env::with_config(config(&dir));
+    let env = Env::with_config(config(&dir, true));
     let (c, out) = (Controls::default(), CollectSink::default());
     job(&env, 1, FEW_KEYS, &c, &out);
     let handle = env.start("incremental-windows-cow").expect("starts");

@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use weir::{CollectSink, Collector, Env, JobHandle, ValueState};
+use weir::{CollectSink, Collector, Env, EnvConfig, JobHandle, RestartStrategy, ValueState};
 
 use super::common;
 
@@ -197,4 +197,42 @@ pub fn end_and_check(
     c.stop.store(true, Ordering::SeqCst);
     handle.wait().expect("the job ends");
     check_exactly_once(keys, c.ended_at.load(Ordering::SeqCst), &out.take());
+}
+
+/// A job's config for these tests: batches of 64, two arbiters, checkpoints every 10 ms in
+/// `dir` (two retained), `incremental` or not, three restarts without delay.
+pub fn config(dir: &std::path::Path, incremental: bool) -> EnvConfig {
+    let mut cfg = EnvConfig::default();
+    cfg.batch_size = 64;
+    cfg.arbiters = 2;
+    cfg.heartbeat_timeout = common::TIMEOUT;
+    cfg.checkpoint.interval = Some(Duration::from_millis(10));
+    cfg.checkpoint.directory = dir.to_owned();
+    cfg.checkpoint.retained = 2;
+    cfg.checkpoint.incremental = incremental;
+    cfg.restart = Some(RestartStrategy::FixedDelay {
+        attempts: 3,
+        delay: Duration::ZERO,
+    });
+    cfg
+}
+
+/// Most of the job's checkpoints so far wrote less than the state they cover: they are
+/// incremental.
+pub fn assert_incremental(job: &JobHandle) {
+    let stats = job.checkpoint_stats().expect("checkpoint stats");
+    let smaller = stats
+        .history
+        .iter()
+        .filter(|r| r.checkpointed_size > 0 && r.checkpointed_size < r.state_size)
+        .count();
+    assert!(
+        smaller >= stats.history.len() / 2,
+        "incremental checkpoints write less than they cover: {:?}",
+        stats
+            .history
+            .iter()
+            .map(|r| (r.id, r.checkpointed_size, r.state_size))
+            .collect::<Vec<_>>()
+    );
 }

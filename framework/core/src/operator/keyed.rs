@@ -293,7 +293,7 @@ impl<E: serde::Serialize> serde::Serialize for SaidSeq<'_, '_, E> {
 }
 
 /// The key groups a keyed subtask's state file says it covers: its range, if it has one.
-fn envelope_range(info: &super::OperatorInfo) -> Option<(usize, usize)> {
+pub(crate) fn envelope_range(info: &super::OperatorInfo) -> Option<(usize, usize)> {
     info.key_groups.as_ref().map(|r| (r.start, r.end))
 }
 

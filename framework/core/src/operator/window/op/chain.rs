@@ -25,7 +25,7 @@ use crate::checkpoint::incremental::ChainWriter;
 use crate::checkpoint::StateWriter;
 use crate::error::TaskError;
 use crate::key_group::key_group_of;
-use crate::operator::keyed::put_keyed;
+use crate::operator::keyed::{envelope_range, put_keyed};
 use crate::operator::window::WindowFn;
 use crate::state::changes::KeyedDelta;
 
@@ -149,13 +149,8 @@ where
                 max_parallelism: self.max_parallelism,
                 failed: None,
             }));
-            let part = chain.writer.part(id);
             let info = &self.core.info;
-            w.put_chain(
-                &info.uid,
-                info.key_groups.as_ref().map(|r| (r.start, r.end)),
-                part,
-            );
+            w.put_chain(&info.uid, envelope_range(info), chain.writer.part(id));
             return Ok(());
         }
         let keys = &self.inner.keys;
@@ -181,13 +176,8 @@ where
         chain.writer.begin(id, root);
         chain.writer.hand(Ok(delta));
         chain.writer.seal(id, root, full);
-        let part = chain.writer.part(id);
         let info = &self.core.info;
-        w.put_chain(
-            &info.uid,
-            info.key_groups.as_ref().map(|r| (r.start, r.end)),
-            part,
-        );
+        w.put_chain(&info.uid, envelope_range(info), chain.writer.part(id));
         Ok(())
     }
 
