@@ -204,7 +204,8 @@ where
             n += 1;
         };
         if let Some(e) = c.failed.take() {
-            // This checkpoint fails; the next one starts a new chain (`needs_base`).
+            // This checkpoint fails; the next one starts a new chain.
+            chain.restart = true;
             chain.writer.hand(Err(e));
             chain.writer.seal(c.id, &c.root, false);
             self.inner.copying = None;
