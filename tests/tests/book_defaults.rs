@@ -220,6 +220,13 @@ fn quotes() -> Vec<(&'static str, String)> {
                 dur(b.heartbeat_timeout)
             ),
         ),
+        (
+            "backup.md",
+            format!(
+                "hung at the default {} heartbeat timeout",
+                dur(b.heartbeat_timeout)
+            ),
+        ),
         // Derived operators.
         (
             "defining-operators.md",
