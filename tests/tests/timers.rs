@@ -1,7 +1,8 @@
 //! Timers of keyed process functions: event-time timers against a sequential reference at
 //! parallelism 1, 2 and 4 and after a restore; a timer storm that lets a checkpoint through
 //! while it fires; processing-time timers that wake an idle subtask; event-time and
-//! processing-time timers in a backed-up operator whose backup is promoted.
+//! processing-time timers in a backed-up operator whose backup is promoted; the watermark a
+//! restored or promoted keyed function meets its first records at.
 
 mod common;
 
@@ -136,6 +137,22 @@ fn run_with(
     faults: Option<FaultPlan>,
     promote: bool,
 ) -> Vec<(u64, i64, u64)> {
+    let backup = promote.then(common::replaying_backup);
+    run_fn(ev, parallelism, faults, backup, Quiet)
+}
+
+/// [`run_with`] with another keyed function in `Quiet`'s place (under its uid).
+fn run_fn<F>(
+    ev: &[(u64, u64, i64)],
+    parallelism: usize,
+    faults: Option<FaultPlan>,
+    backup: Option<weir::BackupPolicy>,
+    f: F,
+) -> Vec<(u64, i64, u64)>
+where
+    F: KeyedProcessFunction<u64, (u64, u64, i64), (u64, i64, u64)> + Clone,
+{
+    let promote = backup.is_some();
     let mut cfg = EnvConfig::default();
     // One record per batch and a watermark after each: the watermark every record meets is
     // the reference's.
@@ -169,13 +186,12 @@ fn run_with(
         .map(move |i: u64| all[i as usize])
         .assign_timestamps_and_watermarks(wm)
         .key_by(|r: &(u64, u64, i64)| r.1)
-        .process_with(Quiet)
+        .process_with(f)
         .uid("quiet")
         .set_parallelism(parallelism);
-    let out = if promote {
-        out.with_backup_policy(common::replaying_backup())
-    } else {
-        out
+    let out = match backup {
+        Some(policy) => out.with_backup_policy(policy),
+        None => out,
     }
     .collect();
     let job = env.start("timers").expect("the job starts");
@@ -239,6 +255,74 @@ fn timers_of_a_promoted_backup_fire_once() {
         let got = run_with(&ev, 2, Some(plan.clone()), true);
         assert_eq!(plan.fired(), 1, "seed {seed}: the fault fired");
         assert_eq!(got, reference(&ev), "seed {seed}");
+    }
+}
+
+/// Emits, for each record, `(id, the watermark it met, key)`.
+#[derive(Clone)]
+struct SeenWatermark;
+impl KeyedProcessFunction<u64, (u64, u64, i64), (u64, i64, u64)> for SeenWatermark {
+    type State = ValueState<()>;
+    fn process_with_ctx(
+        &mut self,
+        key: &u64,
+        _s: &mut Self::State,
+        x: (u64, u64, i64),
+        ctx: &mut KeyedContext<'_, u64>,
+        out: &mut Collector<(u64, i64, u64)>,
+    ) {
+        out.collect((x.0, ctx.current_watermark(), *key));
+    }
+}
+
+/// A keyed function restored from a checkpoint (restart-all), or promoted from its backup
+/// (from a checkpoint, or from the state handed to it since), meets each record at the
+/// watermark its primary met it at: the watermark it had when its state was taken goes
+/// before the first record after the restore, not `MIN` (which would take late records as
+/// on time, and leave timers due at the restart point unfired before them) until the next
+/// watermark. (The window operator keeps its watermark in its own state; a keyed function
+/// does not: its subtask keeps the watermark its input had passed on.)
+#[test]
+fn a_restored_keyed_function_meets_each_record_at_its_primary_s_watermark() {
+    quiet_injected_panics();
+    // Timestamps that move on every fourth record: the watermark too, so most records
+    // follow another record with no watermark between them, and so do most restart points.
+    let ev: Vec<(u64, u64, i64)> = (0..1_500)
+        .map(|i| (i, i % KEYS, i as i64 / 4 * 10))
+        .collect();
+    let mut max_seen = EventTime::MIN;
+    let want: Vec<(u64, i64, u64)> = ev
+        .iter()
+        .map(|&(id, k, ts)| {
+            let wm = max_seen.saturating_sub(BOUND_MS);
+            max_seen = max_seen.max(ts);
+            (id, wm, k)
+        })
+        .collect();
+    // Restart-all; a promotion from a checkpoint; one from a hand-off (every 1 ms: most
+    // come between a record and its watermark).
+    let handing = common::replaying_backup().state_interval(Some(Duration::from_millis(1)));
+    for (how, backup) in [
+        ("restart", None),
+        (
+            "promoted from a checkpoint",
+            Some(common::replaying_backup()),
+        ),
+        ("promoted from a hand-off", Some(handing)),
+    ] {
+        let plan = FaultPlan::new(vec![
+            Fault::new("quiet", FaultKind::Panic, 300).after_checkpoints(2)
+        ]);
+        let got = run_fn(&ev, 2, Some(plan.clone()), backup, SeenWatermark);
+        assert_eq!(plan.fired(), 1, "{how}: the fault fired");
+        let wrong: Vec<_> = got
+            .iter()
+            .zip(&want)
+            .filter(|(g, w)| g != w)
+            .take(3)
+            .collect();
+        assert_eq!(got.len(), want.len(), "{how}: every record once");
+        assert!(wrong.is_empty(), "{how}: (got, want) {wrong:?}");
     }
 }
 

@@ -108,6 +108,7 @@ pub(crate) fn replaying_gate<T: Data>(
     gate.replay = replay.in_flight.into();
     if let Some(m) = replay.marks.filter(|m| m.inputs() == gate.receivers.len()) {
         gate.marks = m;
+        gate.tell_restored = true;
     }
     Box::new(gate)
 }
@@ -145,6 +146,13 @@ struct TypedGate<T> {
     /// `poll_pending`, so that its mailbox (heartbeats, barriers of other inputs) is served
     /// meanwhile.
     finishing: bool,
+    /// The channels' watermarks were restored (a promoted primary's, from its restart point;
+    /// an unaligned checkpoint's): the operator is told the watermark they had passed on
+    /// before anything else, as the operator they were restored from had been. Without it
+    /// an operator that does not keep its watermark in its state (a keyed process function)
+    /// would take the records before the next watermark as on time, and not fire the timers
+    /// that were due at its restart point before them.
+    tell_restored: bool,
 }
 
 /// Records a backed-up primary copies out of a claimed batch at a time.
@@ -165,11 +173,12 @@ impl<T: Data> TypedGate<T> {
         let n = receivers.len();
         // A promoted primary merges its channels' watermarks from where the state it
         // restarts from had them, as the primary before it did.
-        let marks = claims
+        let restored = claims
             .as_mut()
             .and_then(|c| c.take_marks())
-            .filter(|m| m.inputs() == n)
-            .unwrap_or_else(|| crate::time::WatermarkMerge::new(n));
+            .filter(|m| m.inputs() == n);
+        let tell_restored = restored.is_some();
+        let marks = restored.unwrap_or_else(|| crate::time::WatermarkMerge::new(n));
         TypedGate {
             receivers,
             ended: vec![false; n],
@@ -187,6 +196,22 @@ impl<T: Data> TypedGate<T> {
             rest_from: 0,
             record_ns: 0,
             finishing: false,
+            tell_restored,
+        }
+    }
+
+    /// Tells the operator the restored channels' watermark, once, before its first input
+    /// (see `tell_restored`); `None` if there is nothing to tell.
+    fn tell_restored_mark(&mut self) -> Result<Option<GateStep>, TaskError> {
+        if !std::mem::take(&mut self.tell_restored) {
+            return Ok(None);
+        }
+        match self.marks.said() {
+            Some(t) => {
+                self.head.watermark(crate::time::Watermark::At(t))?;
+                Ok(Some(GateStep::Watermark))
+            }
+            None => Ok(None),
         }
     }
 
@@ -511,6 +536,9 @@ struct Claimed<T> {
 
 impl<T: Data> InputGate for TypedGate<T> {
     fn try_step(&mut self, blocked: &dyn Fn(usize) -> bool) -> Result<GateStep, TaskError> {
+        if let Some(step) = self.tell_restored_mark()? {
+            return Ok(step);
+        }
         if self.claims.is_some() {
             return self.try_step_claimed(blocked);
         }
@@ -673,6 +701,17 @@ impl<T: Data> InputGate for TypedGate<T> {
             self.begin_recording();
         }
         self.recording[channel] = on;
+    }
+    fn aligned_channel_state(&self) -> Option<Result<Vec<u8>, String>> {
+        // A backed-up primary's promoted backup takes the watermarks from its restart point.
+        if self.claims.is_some() || !self.head.restores_watermark() {
+            return None;
+        }
+        self.marks.said()?;
+        Some(crate::checkpoint::encode(&ChannelStateRef::<T> {
+            marks: Some(self.marks.clone()),
+            in_flight: Vec::new(),
+        }))
     }
     fn take_channel_state(&mut self) -> Result<Vec<u8>, String> {
         let recorded = std::mem::take(&mut self.recorded);

@@ -591,6 +591,11 @@ impl WatermarkMerge {
         self.combined()
     }
 
+    /// The last watermark passed on, if one was (what the operator behind it has seen).
+    pub(crate) fn said(&self) -> Option<EventTime> {
+        (self.emitted > EventTime::MIN).then_some(self.emitted)
+    }
+
     /// What a subtask's metrics show: the watermark passed on (`None`: none yet), whether
     /// every open input is idle, and the active input with the lowest watermark (the one
     /// holding it back), if any.

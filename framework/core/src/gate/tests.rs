@@ -62,9 +62,9 @@ fn batch(v: Vec<u64>) -> Event<u64> {
 }
 
 /// Two channels; an unaligned checkpoint records channel 1's batches and watermarks
-/// after the snapshot. A gate restored from that state merges the channels' watermarks
-/// from where they were at the snapshot and takes the recorded watermarks at their place
-/// among the records.
+/// after the snapshot. A gate restored from that state tells its operator the watermark it
+/// had passed on at the snapshot, merges the channels' watermarks from where they were then,
+/// and takes the recorded watermarks at their place among the records.
 #[test]
 fn an_unaligned_checkpoint_keeps_the_watermarks_in_flight_in_place() {
     let waker = || std::sync::Arc::new(AtomicWaker::new());
@@ -96,8 +96,11 @@ fn an_unaligned_checkpoint_keeps_the_watermarks_in_flight_in_place() {
     let seen = Seen::default();
     let mut restored = replaying_gate(vec![rx0, rx1], Box::new(seen.clone()), state);
     run(&mut restored);
-    // Channel 0's 100 came from the snapshot's merge: 80 passes at once.
-    assert_eq!(seen.take(), ["r1", "w80", "r2"]);
+    // The operator learns the watermark it had seen at the snapshot (50) before the first
+    // record (an operator that does not keep it in its state would take the records up to
+    // the next watermark as on time); channel 0's 100 came from the snapshot's merge: 80
+    // passes at once.
+    assert_eq!(seen.take(), ["w50", "r1", "w80", "r2"]);
 }
 
 /// An overtaking barrier on channel 1 while channel 0 owes its barrier: the checkpoint's

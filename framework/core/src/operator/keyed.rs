@@ -759,6 +759,9 @@ where
     fn holds_records(&self) -> bool {
         self.timers.event_due()
     }
+    fn restores_watermark(&self) -> bool {
+        true
+    }
     fn watermark(&mut self, w: Watermark) -> Result<(), TaskError> {
         match w {
             Watermark::At(t) if t > self.timers.watermark => {

@@ -96,6 +96,13 @@ pub(crate) trait Output<T>: Send {
     fn holds_records(&self) -> bool {
         false
     }
+    /// Whether the operator reads its input watermark and does not keep it in its own
+    /// state (a keyed process function: its timers, `current_watermark`): its subtask's
+    /// aligned checkpoints then keep the watermark its input had passed on, and a restore
+    /// tells it that watermark before the first record. Asked of the head of a gate's chain.
+    fn restores_watermark(&self) -> bool {
+        false
+    }
 }
 
 /// A control request for one operator of a chain (by uid), answered in place.

@@ -57,6 +57,9 @@ pub(crate) trait InputGate: Send {
     fn set_recording(&mut self, channel: usize, on: bool);
     /// The recorded channel state (encoded), and stops recording.
     fn take_channel_state(&mut self) -> Result<Vec<u8>, String>;
+    /// An aligned checkpoint's channel state: none in flight, but the watermark the input
+    /// passed on, if its operator is to be told it on restore (`Output::restores_watermark`).
+    fn aligned_channel_state(&self) -> Option<Result<Vec<u8>, String>>;
     /// Passes checkpoint barrier `id` to the operators behind this input.
     fn barrier(&mut self, id: u64, w: &mut StateWriter) -> Result<(), TaskError>;
     /// Checkpoint `id` is complete.

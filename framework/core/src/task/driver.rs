@@ -325,10 +325,22 @@ impl Driver {
         match self {
             Driver::Source(_) => Ok((w, Duration::ZERO, Taken::Source)),
             Driver::Inputs {
-                gates, barriers, ..
+                gates,
+                barriers,
+                recorder,
+                ..
             } => {
-                for g in gates.iter_mut() {
+                for (gi, g) in gates.iter_mut().enumerate() {
                     g.barrier(id, &mut w)?;
+                    // The input's watermark, for an operator told it on restore.
+                    if let Some(state) = g.aligned_channel_state() {
+                        let state = state.map_err(|message| TaskError::Checkpoint {
+                            uid: recorder.state_uid.clone(),
+                            subtask: 0,
+                            message,
+                        })?;
+                        w.put(&format!("{}#in{gi}", recorder.state_uid), None, state);
+                    }
                 }
                 let took = barriers.take_alignment_time();
                 let taken = match barriers.mode() {
