@@ -174,6 +174,17 @@ fn main() {
 
 fn one(args: &Args, run: &str) -> serde_json::Value {
     let mut cfg = EnvConfig::default();
+    // Each run's checkpoints in a directory of its own, removed after it (the default
+    // directory kept every run's: gigabytes over a few sittings).
+    let dir = std::env::temp_dir().join(format!("weir-bqbs-state-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    cfg.checkpoint.directory = dir.clone();
+    let result = one_in(args, run, cfg);
+    let _ = std::fs::remove_dir_all(&dir);
+    result
+}
+
+fn one_in(args: &Args, run: &str, mut cfg: EnvConfig) -> serde_json::Value {
     cfg.checkpoint.interval = Some(Duration::from_millis(args.checkpoint_interval_ms));
     cfg.checkpoint.incremental = args.incremental;
     let faults = FaultPlan::new(vec![Fault::new(
