@@ -299,8 +299,8 @@ fn a_restored_keyed_function_meets_each_record_at_its_primary_s_watermark() {
             (id, wm, k)
         })
         .collect();
-    // Restart-all; a promotion from a checkpoint; one from a hand-off (every 1 ms: most
-    // come between a record and its watermark).
+    // Restart-all; a promotion from a checkpoint; one from a hand-off (every 1 ms, so the
+    // restart point is the last hand-off before the fault, wherever it fell).
     let handing = common::replaying_backup().state_interval(Some(Duration::from_millis(1)));
     for (how, backup) in [
         ("restart", None),

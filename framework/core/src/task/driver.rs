@@ -117,6 +117,15 @@ impl Driver {
 }
 
 impl Recorder {
+    /// A gate's channel state could not be encoded: the checkpoint fails, naming the head.
+    fn channel_state_error(&self, message: String) -> TaskError {
+        TaskError::Checkpoint {
+            uid: self.state_uid.clone(),
+            subtask: 0,
+            message,
+        }
+    }
+
     /// A barrier arrived: its checkpoint's options are this subtask's too.
     fn learn(&mut self, barrier: crate::channel::Barrier) {
         if barrier.hand_over && !self.handing_over.contains(&barrier.id) {
@@ -188,11 +197,7 @@ impl Recorder {
         for (gi, g) in gates.iter_mut().enumerate() {
             let state = g
                 .take_channel_state()
-                .map_err(|message| TaskError::Checkpoint {
-                    uid: self.state_uid.clone(),
-                    subtask: 0,
-                    message,
-                })?;
+                .map_err(|message| self.channel_state_error(message))?;
             persisted += state.len() as u64;
             writer.put(&format!("{}#in{gi}", self.state_uid), None, state);
         }
@@ -334,11 +339,8 @@ impl Driver {
                     g.barrier(id, &mut w)?;
                     // The input's watermark, for an operator told it on restore.
                     if let Some(state) = g.aligned_channel_state() {
-                        let state = state.map_err(|message| TaskError::Checkpoint {
-                            uid: recorder.state_uid.clone(),
-                            subtask: 0,
-                            message,
-                        })?;
+                        let state =
+                            state.map_err(|message| recorder.channel_state_error(message))?;
                         w.put(&format!("{}#in{gi}", recorder.state_uid), None, state);
                     }
                 }
