@@ -189,11 +189,11 @@ where
                 for (k, s) in &saved {
                     encode(&mut part, group(k), k, Some(s))?;
                 }
-                // A few hundred entries are looked up first, then encoded: lookups one after
-                // another are independent, so the processor waits for their cache misses
-                // together (a lookup between two encodings waited for its own: two misses in
-                // a large table, most of a copy's cost), and the entries are still in the
-                // cache when they are encoded.
+                // A few hundred entries are looked up (and their states touched) first, then
+                // encoded: lookups one after another are independent, so the processor waits
+                // for their cache misses together (a lookup between two encodings waited for
+                // its own: two misses in a large table, most of a copy's cost), and the
+                // entries are still in the cache when they are encoded.
                 let mut found: Vec<Found<'_, S>> = Vec::with_capacity(LOOKAHEAD);
                 for keys in keys.chunks(LOOKAHEAD) {
                     found.clear();
@@ -203,6 +203,13 @@ where
                         Some(_) => Found::Copied,
                         None => Found::Removed,
                     }));
+                    // And their heap parts (`state::touch`): the encodings below find them
+                    // in the cache too.
+                    for t in &found {
+                        if let Found::Changed(t) = t {
+                            crate::state::touch::touch(&t.state);
+                        }
+                    }
                     for (k, t) in keys.iter().zip(&found) {
                         match t {
                             // A key logged twice is copied once.

@@ -24,6 +24,7 @@ pub(crate) mod disk;
 #[path = "disk_stub.rs"]
 pub(crate) mod disk;
 pub(crate) mod promoted;
+pub(crate) mod touch;
 mod ttl;
 
 use std::collections::HashMap;
@@ -773,14 +774,28 @@ where
         };
         let g = self.changes.taken_generation();
         let mut n = 0;
-        let scanned = map
-            .iter()
-            .filter(|(_, t)| t.logged.get() == g)
-            .try_for_each(|(k, t)| {
-                n += 1;
-                f(k, &t.state)
+        // The changed entries a group at a time, their states touched before any of them is
+        // given to `f` (`touch`: their heap parts' misses under way together).
+        let mut group: Vec<(&K, &S)> = Vec::with_capacity(LOOKAHEAD);
+        let mut give = |group: &mut Vec<(&K, &S)>| {
+            group.iter().for_each(|(_, s)| {
+                touch::touch(*s);
             });
-        Some(scanned.map(|()| n))
+            group.drain(..).try_for_each(|(k, s)| {
+                n += 1;
+                f(k, s)
+            })
+        };
+        for (k, t) in map.iter().filter(|(_, t)| t.logged.get() == g) {
+            group.push((k, &t.state));
+            if group.len() == LOOKAHEAD {
+                if let Err(e) = give(&mut group) {
+                    return Some(Err(e));
+                }
+            }
+        }
+        let last = give(&mut group);
+        Some(last.map(|()| n))
     }
 
     /// Whether `key` has an entry (in memory, or not read in yet from a promoted backup's).
@@ -857,6 +872,10 @@ where
                 for chunk in keys.chunks(LOOKAHEAD) {
                     found.clear();
                     found.extend(chunk.iter().map(|k| map.get(k).map(|t| &t.state)));
+                    // Their heap parts too (`touch`), before the first is given to `f`.
+                    found.iter().flatten().for_each(|s| {
+                        touch::touch(*s);
+                    });
                     for (k, s) in chunk.iter().zip(&found) {
                         f(k, *s)?;
                     }
