@@ -288,7 +288,20 @@ pub(crate) struct SaidSeq<'a, 'p, E>(pub(crate) &'a [E], pub(crate) &'a Saying<'
 
 impl<E: serde::Serialize> serde::Serialize for SaidSeq<'_, '_, E> {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.collect_seq(self.0.iter().inspect(|_| self.1.one()))
+        use serde::ser::SerializeSeq;
+        let mut seq = serializer.serialize_seq(Some(self.0.len()))?;
+        // A few hundred entries touched before any of them is encoded (`state::touch`): their
+        // misses (the map's buckets, the states' heap parts) under way together.
+        for chunk in self.0.chunks(crate::state::LOOKAHEAD) {
+            chunk.iter().for_each(|e| {
+                crate::state::touch::touch(e);
+            });
+            for e in chunk {
+                self.1.one();
+                seq.serialize_element(e)?;
+            }
+        }
+        seq.end()
     }
 }
 
