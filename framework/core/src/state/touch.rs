@@ -212,39 +212,31 @@ impl ser::SerializeMap for Sum {
     }
 }
 
-impl ser::SerializeStruct for Sum {
-    type Ok = usize;
-    type Error = Never;
-    #[inline]
-    fn serialize_field<T: Serialize + ?Sized>(
-        &mut self,
-        _: &'static str,
-        v: &T,
-    ) -> Result<(), Never> {
-        self.0 += v.serialize(Touch)?;
-        Ok(())
-    }
-    fn end(self) -> Result<usize, Never> {
-        Ok(self.0)
-    }
+/// The fields of a struct (or struct variant), each walked as a value.
+macro_rules! fields {
+    ($($trait:ident),* $(,)?) => {
+        $(
+            impl ser::$trait for Sum {
+                type Ok = usize;
+                type Error = Never;
+                #[inline]
+                fn serialize_field<T: Serialize + ?Sized>(
+                    &mut self,
+                    _: &'static str,
+                    v: &T,
+                ) -> Result<(), Never> {
+                    self.0 += v.serialize(Touch)?;
+                    Ok(())
+                }
+                fn end(self) -> Result<usize, Never> {
+                    Ok(self.0)
+                }
+            }
+        )*
+    };
 }
 
-impl ser::SerializeStructVariant for Sum {
-    type Ok = usize;
-    type Error = Never;
-    #[inline]
-    fn serialize_field<T: Serialize + ?Sized>(
-        &mut self,
-        _: &'static str,
-        v: &T,
-    ) -> Result<(), Never> {
-        self.0 += v.serialize(Touch)?;
-        Ok(())
-    }
-    fn end(self) -> Result<usize, Never> {
-        Ok(self.0)
-    }
-}
+fields!(SerializeStruct, SerializeStructVariant);
 
 #[cfg(test)]
 mod tests {
