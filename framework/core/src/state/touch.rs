@@ -8,38 +8,61 @@
 //! misses under way together, and the encoding that follows finds them in the cache (what the
 //! lookups of a checkpoint's copy already do for the map's buckets, `LOOKAHEAD`).
 //!
+//! A state walks [`LIMIT`] numbers and strings at most: a large one (a long list) would not
+//! stay in the cache until it is encoded anyway, and walking all of it would read it twice.
+//!
 //! This module owns the walk, not when it is worth it (the copies and hand-offs that call it).
+
+use std::cell::Cell;
 
 use serde::ser::{self, Serialize};
 
+/// Numbers and strings read of one state at most.
+pub(crate) const LIMIT: usize = 64;
+
 /// Reads `value` as serde walks it, so that its heap parts are in the cache (see the module);
-/// the numbers, strings and byte strings it read.
+/// the numbers, strings and byte strings it read ([`LIMIT`] at most).
 #[inline]
 pub(crate) fn touch<T: Serialize + ?Sized>(value: &T) -> usize {
-    value.serialize(Touch).unwrap_or(0)
+    let left = Cell::new(LIMIT);
+    // `Err`: the walk stopped at its limit.
+    let _ = value.serialize(Touch(&left));
+    LIMIT - left.get()
 }
 
-/// The walk: a serializer that writes nothing; each value's answer is what it read.
-struct Touch;
+/// The walk: a serializer that writes nothing, with what is left of its limit.
+#[derive(Clone, Copy)]
+struct Touch<'a>(&'a Cell<usize>);
 
-/// The items of a compound value walked so far: what they read.
-struct Sum(usize);
-
-/// [`Touch`] never fails; serde asks for an error type all the same.
-#[derive(Debug)]
-struct Never;
-
-impl std::fmt::Display for Never {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("touch")
+impl Touch<'_> {
+    /// Counts one value read; `Err` once the limit is reached (the walk stops).
+    #[inline]
+    fn one(self) -> Result<(), Stop> {
+        match self.0.get() {
+            0 => Err(Stop),
+            n => {
+                self.0.set(n - 1);
+                Ok(())
+            }
+        }
     }
 }
 
-impl std::error::Error for Never {}
+/// The walk reached its limit.
+#[derive(Debug)]
+struct Stop;
 
-impl ser::Error for Never {
+impl std::fmt::Display for Stop {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("the walk reached its limit")
+    }
+}
+
+impl std::error::Error for Stop {}
+
+impl ser::Error for Stop {
     fn custom<M: std::fmt::Display>(_: M) -> Self {
-        Never
+        Stop
     }
 }
 
@@ -47,24 +70,25 @@ macro_rules! read {
     ($($name:ident: $ty:ty),* $(,)?) => {
         $(
             #[inline]
-            fn $name(self, v: $ty) -> Result<usize, Never> {
+            fn $name(self, v: $ty) -> Result<(), Stop> {
+                self.one()?;
                 std::hint::black_box(v);
-                Ok(1)
+                Ok(())
             }
         )*
     };
 }
 
-impl ser::Serializer for Touch {
-    type Ok = usize;
-    type Error = Never;
-    type SerializeSeq = Sum;
-    type SerializeTuple = Sum;
-    type SerializeTupleStruct = Sum;
-    type SerializeTupleVariant = Sum;
-    type SerializeMap = Sum;
-    type SerializeStruct = Sum;
-    type SerializeStructVariant = Sum;
+impl<'a> ser::Serializer for Touch<'a> {
+    type Ok = ();
+    type Error = Stop;
+    type SerializeSeq = Self;
+    type SerializeTuple = Self;
+    type SerializeTupleStruct = Self;
+    type SerializeTupleVariant = Self;
+    type SerializeMap = Self;
+    type SerializeStruct = Self;
+    type SerializeStructVariant = Self;
 
     read!(
         serialize_bool: bool,
@@ -84,42 +108,38 @@ impl ser::Serializer for Touch {
     );
 
     #[inline]
-    fn serialize_str(self, v: &str) -> Result<usize, Never> {
+    fn serialize_str(self, v: &str) -> Result<(), Stop> {
         self.serialize_bytes(v.as_bytes())
     }
     #[inline]
-    fn serialize_bytes(self, v: &[u8]) -> Result<usize, Never> {
+    fn serialize_bytes(self, v: &[u8]) -> Result<(), Stop> {
+        self.one()?;
         // The first byte: the line it is on is the miss; the rest are read in order.
         std::hint::black_box(v.first().copied());
-        Ok(1)
+        Ok(())
     }
-    fn serialize_none(self) -> Result<usize, Never> {
-        Ok(0)
+    fn serialize_none(self) -> Result<(), Stop> {
+        Ok(())
     }
     #[inline]
-    fn serialize_some<T: Serialize + ?Sized>(self, v: &T) -> Result<usize, Never> {
+    fn serialize_some<T: Serialize + ?Sized>(self, v: &T) -> Result<(), Stop> {
         v.serialize(self)
     }
-    fn serialize_unit(self) -> Result<usize, Never> {
-        Ok(0)
+    fn serialize_unit(self) -> Result<(), Stop> {
+        Ok(())
     }
-    fn serialize_unit_struct(self, _: &'static str) -> Result<usize, Never> {
-        Ok(0)
+    fn serialize_unit_struct(self, _: &'static str) -> Result<(), Stop> {
+        Ok(())
     }
-    fn serialize_unit_variant(
-        self,
-        _: &'static str,
-        _: u32,
-        _: &'static str,
-    ) -> Result<usize, Never> {
-        Ok(0)
+    fn serialize_unit_variant(self, _: &'static str, _: u32, _: &'static str) -> Result<(), Stop> {
+        Ok(())
     }
     #[inline]
     fn serialize_newtype_struct<T: Serialize + ?Sized>(
         self,
         _: &'static str,
         v: &T,
-    ) -> Result<usize, Never> {
+    ) -> Result<(), Stop> {
         v.serialize(self)
     }
     #[inline]
@@ -129,17 +149,17 @@ impl ser::Serializer for Touch {
         _: u32,
         _: &'static str,
         v: &T,
-    ) -> Result<usize, Never> {
+    ) -> Result<(), Stop> {
         v.serialize(self)
     }
-    fn serialize_seq(self, _: Option<usize>) -> Result<Sum, Never> {
-        Ok(Sum(0))
+    fn serialize_seq(self, _: Option<usize>) -> Result<Self, Stop> {
+        Ok(self)
     }
-    fn serialize_tuple(self, _: usize) -> Result<Sum, Never> {
-        Ok(Sum(0))
+    fn serialize_tuple(self, _: usize) -> Result<Self, Stop> {
+        Ok(self)
     }
-    fn serialize_tuple_struct(self, _: &'static str, _: usize) -> Result<Sum, Never> {
-        Ok(Sum(0))
+    fn serialize_tuple_struct(self, _: &'static str, _: usize) -> Result<Self, Stop> {
+        Ok(self)
     }
     fn serialize_tuple_variant(
         self,
@@ -147,14 +167,14 @@ impl ser::Serializer for Touch {
         _: u32,
         _: &'static str,
         _: usize,
-    ) -> Result<Sum, Never> {
-        Ok(Sum(0))
+    ) -> Result<Self, Stop> {
+        Ok(self)
     }
-    fn serialize_map(self, _: Option<usize>) -> Result<Sum, Never> {
-        Ok(Sum(0))
+    fn serialize_map(self, _: Option<usize>) -> Result<Self, Stop> {
+        Ok(self)
     }
-    fn serialize_struct(self, _: &'static str, _: usize) -> Result<Sum, Never> {
-        Ok(Sum(0))
+    fn serialize_struct(self, _: &'static str, _: usize) -> Result<Self, Stop> {
+        Ok(self)
     }
     fn serialize_struct_variant(
         self,
@@ -162,8 +182,8 @@ impl ser::Serializer for Touch {
         _: u32,
         _: &'static str,
         _: usize,
-    ) -> Result<Sum, Never> {
-        Ok(Sum(0))
+    ) -> Result<Self, Stop> {
+        Ok(self)
     }
 }
 
@@ -171,16 +191,15 @@ impl ser::Serializer for Touch {
 macro_rules! compound {
     ($($trait:ident :: $method:ident),* $(,)?) => {
         $(
-            impl ser::$trait for Sum {
-                type Ok = usize;
-                type Error = Never;
+            impl ser::$trait for Touch<'_> {
+                type Ok = ();
+                type Error = Stop;
                 #[inline]
-                fn $method<T: Serialize + ?Sized>(&mut self, v: &T) -> Result<(), Never> {
-                    self.0 += v.serialize(Touch)?;
-                    Ok(())
+                fn $method<T: Serialize + ?Sized>(&mut self, v: &T) -> Result<(), Stop> {
+                    v.serialize(*self)
                 }
-                fn end(self) -> Result<usize, Never> {
-                    Ok(self.0)
+                fn end(self) -> Result<(), Stop> {
+                    Ok(())
                 }
             }
         )*
@@ -194,21 +213,19 @@ compound!(
     SerializeTupleVariant::serialize_field,
 );
 
-impl ser::SerializeMap for Sum {
-    type Ok = usize;
-    type Error = Never;
+impl ser::SerializeMap for Touch<'_> {
+    type Ok = ();
+    type Error = Stop;
     #[inline]
-    fn serialize_key<T: Serialize + ?Sized>(&mut self, k: &T) -> Result<(), Never> {
-        self.0 += k.serialize(Touch)?;
-        Ok(())
+    fn serialize_key<T: Serialize + ?Sized>(&mut self, k: &T) -> Result<(), Stop> {
+        k.serialize(*self)
     }
     #[inline]
-    fn serialize_value<T: Serialize + ?Sized>(&mut self, v: &T) -> Result<(), Never> {
-        self.0 += v.serialize(Touch)?;
-        Ok(())
+    fn serialize_value<T: Serialize + ?Sized>(&mut self, v: &T) -> Result<(), Stop> {
+        v.serialize(*self)
     }
-    fn end(self) -> Result<usize, Never> {
-        Ok(self.0)
+    fn end(self) -> Result<(), Stop> {
+        Ok(())
     }
 }
 
@@ -216,20 +233,19 @@ impl ser::SerializeMap for Sum {
 macro_rules! fields {
     ($($trait:ident),* $(,)?) => {
         $(
-            impl ser::$trait for Sum {
-                type Ok = usize;
-                type Error = Never;
+            impl ser::$trait for Touch<'_> {
+                type Ok = ();
+                type Error = Stop;
                 #[inline]
                 fn serialize_field<T: Serialize + ?Sized>(
                     &mut self,
                     _: &'static str,
                     v: &T,
-                ) -> Result<(), Never> {
-                    self.0 += v.serialize(Touch)?;
-                    Ok(())
+                ) -> Result<(), Stop> {
+                    v.serialize(*self)
                 }
-                fn end(self) -> Result<usize, Never> {
-                    Ok(self.0)
+                fn end(self) -> Result<(), Stop> {
+                    Ok(())
                 }
             }
         )*
@@ -280,5 +296,12 @@ mod tests {
         assert_eq!(touch(&String::new()), 1);
         assert_eq!(touch(&Vec::<String>::new()), 0);
         assert_eq!(touch(&None::<u64>), 0);
+    }
+
+    #[test]
+    fn a_large_state_is_walked_up_to_the_limit() {
+        let long: Vec<(u64, String)> = (0..1000).map(|i| (i, format!("{i}"))).collect();
+        assert_eq!(touch(&long), LIMIT);
+        assert_eq!(touch(&(1u8, long)), LIMIT);
     }
 }
