@@ -393,6 +393,10 @@ impl std::fmt::Debug for KeyBytes {
     }
 }
 
+/// Entries of a hand-off looked up together before they are applied (see
+/// [`KeyedImage::apply_part`]).
+const APPLY_LOOKAHEAD: usize = 32;
+
 /// Whether an encoded keyed entry carries timers: `[key, state, timers]`, not `[key, state]`.
 pub(crate) fn is_timed(entry: &[u8]) -> bool {
     entry.first() == Some(&(0x80 | 3))
@@ -414,7 +418,39 @@ impl KeyedImage {
             }
             self.own = d.own.clone();
         }
-        for e in d.index.get(from..to).unwrap_or_default() {
+        for chunk in d
+            .index
+            .get(from..to)
+            .unwrap_or_default()
+            .chunks(APPLY_LOOKAHEAD)
+        {
+            self.touch(d, chunk);
+            self.apply_entries(d, chunk);
+        }
+    }
+
+    /// Finds the entries of `chunk` already held and reads a byte of each (and of the
+    /// delta's), all before any is written: the lookups do not depend on each other, so
+    /// their cache misses overlap, where one entry's apply after another waited for each in
+    /// turn. The writes after it find everything in cache.
+    fn touch(&self, d: &KeyedDelta, chunk: &[DeltaEntry]) {
+        let mut sum = 0u8;
+        // First the delta's bytes (the keys, hashed next), in a loop of loads alone: many
+        // are in flight at once; in the lookups' loop, only as many as fit beside them.
+        for e in chunk {
+            sum ^= d.bytes[e.key.0 as usize];
+        }
+        for e in chunk {
+            let key = &d.bytes[e.key.0 as usize..e.key.1 as usize];
+            if let Some(v) = self.groups.get(&e.group).and_then(|g| g.get(key)) {
+                sum ^= v.first().copied().unwrap_or(0);
+            }
+        }
+        std::hint::black_box(sum);
+    }
+
+    fn apply_entries(&mut self, d: &KeyedDelta, entries: &[DeltaEntry]) {
+        for e in entries {
             let key = &d.bytes[e.key.0 as usize..e.key.1 as usize];
             let group = Arc::make_mut(self.groups.entry(e.group).or_default());
             match e.entry {
