@@ -24,6 +24,7 @@ pub(crate) mod disk;
 #[path = "disk_stub.rs"]
 pub(crate) mod disk;
 pub(crate) mod promoted;
+pub(crate) mod sharded;
 pub(crate) mod touch;
 mod ttl;
 
@@ -495,11 +496,12 @@ pub(crate) enum Entries<K, S> {
 /// still in the cache when they are encoded.
 pub(crate) const LOOKAHEAD: usize = 128;
 
-/// Tracked entries by key: the map of a backed-up operator's state (and of the disk backend's
-/// cache). griddle's map grows a few entries per insert, not all at once: std's stopped a
-/// keyed operator for 190 ms at 1.8M keys, and a backed-up primary so stopped past its
-/// heartbeat timeout (250 ms by default) is taken for hung.
-pub(crate) type TrackedMap<K, S> = griddle::HashMap<K, Tracked<S>, FxBuildHasher>;
+/// Tracked entries by key: the map of an operator whose changes are logged (a backed-up one's,
+/// or one with incremental checkpoints). In tables that grow one at a time ([`sharded`]):
+/// one table of the whole stopped a keyed operator for 190 ms at 1.8M keys (a backed-up
+/// primary so stopped past its heartbeat timeout is taken for hung), and held twice the
+/// table while it grew.
+pub(crate) type TrackedMap<K, S> = sharded::ShardedMap<K, Tracked<S>>;
 
 /// A key's state and the generation of the change log it was last logged in.
 #[derive(Debug)]
@@ -816,7 +818,7 @@ where
             return Ok(());
         };
         let done = p.read_in(n, |k: K, state: S| {
-            map.entry(k).or_insert(Tracked::new(state, 0));
+            map.get_or_insert_with(k, || Tracked::new(state, 0));
         })?;
         if done {
             // An error met looking a key up goes with the operator, not with the reader.
