@@ -18,7 +18,7 @@ use std::collections::{BTreeMap, VecDeque};
 use crate::state::changes::{KeyedDelta, KeyedImage};
 use std::sync::Arc;
 
-use crate::sync::atomic::{AtomicU64, Ordering};
+use crate::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use crate::sync::{lock, try_lock, Mutex};
 
 /// What is applied to the image, in order.
@@ -68,7 +68,17 @@ pub(crate) struct StateImage {
     /// Time spent applying, in all (ns), whoever applied: the primary paces its handoffs by
     /// what they cost on both sides ([`applying_ns`](Self::applying_ns)).
     spent_ns: AtomicU64,
+    /// A promotion is taking the whole state: a checkpoint's writer applying under the
+    /// lock stops (its checkpoint fails: the promotion passes its held point anyway).
+    promoting: AtomicBool,
 }
+
+/// Entries a checkpoint's writer applies between two looks at [`StateImage::promoting`]
+/// (about 2 ms): what a promotion waits for the lock at most.
+const RESOLVE_PART: usize = 16_384;
+
+/// What is left of a hand-off at a promotion beyond which it is applied on two threads.
+const PARALLEL_MIN: usize = 65_536;
 
 impl StateImage {
     pub(crate) fn new() -> Self {
@@ -77,6 +87,7 @@ impl StateImage {
             log: Mutex::new(Log::default()),
             holds: Mutex::new(BTreeMap::new()),
             spent_ns: AtomicU64::new(0),
+            promoting: AtomicBool::new(false),
         }
     }
 
@@ -117,24 +128,40 @@ impl StateImage {
         let Some(mut applied) = try_lock(&self.applied) else {
             return false;
         };
-        self.apply_locked(&mut applied, Upto::Held, budget)
+        self.apply_locked(&mut applied, Upto::Held, budget, false)
     }
 
-    /// Applies up to `upto`, about `budget` entries at most; returns whether it stopped for
-    /// its budget.
-    fn apply_locked(&self, applied: &mut Applied, upto: Upto, budget: usize) -> bool {
+    /// Applies up to `upto`, about `budget` entries at most (a large part on two threads if
+    /// `parallel`); returns whether it stopped for its budget.
+    fn apply_locked(
+        &self,
+        applied: &mut Applied,
+        upto: Upto,
+        budget: usize,
+        parallel: bool,
+    ) -> bool {
         let started = std::time::Instant::now();
-        let more = self.apply_some(applied, upto, budget);
+        let more = self.apply_some(applied, upto, budget, parallel);
         let spent = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
         self.spent_ns.fetch_add(spent, Ordering::Relaxed);
         more
     }
 
-    fn apply_some(&self, applied: &mut Applied, upto: Upto, mut budget: usize) -> bool {
+    fn apply_some(
+        &self,
+        applied: &mut Applied,
+        upto: Upto,
+        mut budget: usize,
+        parallel: bool,
+    ) -> bool {
         loop {
             if let Some((delta, at)) = applied.current.take() {
                 let to = delta.index.len().min(at.saturating_add(budget));
-                applied.image.apply_part(&delta, at, to);
+                if parallel && to - at >= PARALLEL_MIN {
+                    applied.image.apply_part_parallel(&delta, at, to);
+                } else {
+                    applied.image.apply_part(&delta, at, to);
+                }
                 budget -= to - at;
                 if to < delta.index.len() {
                     applied.current = Some((delta, to));
@@ -191,10 +218,14 @@ impl StateImage {
 
     /// The whole state after everything appended, as a clone of the image (its key groups
     /// shared: no copy of the state): what a promoted backup starts from. A checkpoint held
-    /// before it then finds the image moved on, and fails.
+    /// before it then finds the image moved on, and fails; one whose writer is applying
+    /// under the lock stops within a part, and fails. What the backup had not applied yet
+    /// is applied here, a large hand-off on two threads (the primary's no longer runs).
     pub(crate) fn snapshot(&self) -> Result<KeyedImage, String> {
+        self.promoting.store(true, Ordering::SeqCst);
         let mut applied = lock(&self.applied);
-        self.apply_locked(&mut applied, Upto::Point(u64::MAX), usize::MAX);
+        self.promoting.store(false, Ordering::SeqCst);
+        self.apply_locked(&mut applied, Upto::Point(u64::MAX), usize::MAX, true);
         match &applied.broken {
             Some(e) => Err(e.clone()),
             None => Ok(applied.image.clone()),
@@ -253,21 +284,30 @@ pub(crate) struct Held {
 
 impl Held {
     /// The state at the held point, as the keyed operator's snapshot payload. The image is
-    /// locked while what the backup had not applied yet is applied (in one go: a later
-    /// checkpoint's resolve must not apply past this point between two parts; the backup
-    /// actor does not wait for the lock) and cloned (its key groups shared); the payload is
-    /// built from the clone with the lock free (the hold keeps the backup from writing to
-    /// the shared groups meanwhile).
+    /// locked while what the backup had not applied yet is applied (the lock held between
+    /// parts: a later checkpoint's resolve must not apply past this point between two; the
+    /// backup actor does not wait for the lock; a promotion stops it) and cloned (its key
+    /// groups shared); the payload is built from the clone with the lock free (the hold
+    /// keeps the backup from writing to the shared groups meanwhile).
     pub(crate) fn resolve(self) -> Result<Vec<u8>, String> {
+        let came_between = |at: u64| {
+            format!(
+                "the backup's copy of the state is at hand-off {at} and the checkpoint's at {} (a promotion came between)",
+                self.at
+            )
+        };
         let image = {
             let mut applied = lock(&self.image.applied);
-            self.image
-                .apply_locked(&mut applied, Upto::Point(self.at), usize::MAX);
+            while self
+                .image
+                .apply_locked(&mut applied, Upto::Point(self.at), RESOLVE_PART, false)
+            {
+                if self.image.promoting.load(Ordering::SeqCst) {
+                    return Err(came_between(applied.applied));
+                }
+            }
             if applied.applied != self.at {
-                return Err(format!(
-                    "the backup's copy of the state is at hand-off {} and the checkpoint's at {} (a promotion came between)",
-                    applied.applied, self.at
-                ));
+                return Err(came_between(applied.applied));
             }
             if let Some(e) = &applied.broken {
                 return Err(e.clone());
@@ -361,6 +401,27 @@ mod tests {
             vec![(1, "d".into())]
         );
         assert!(held.resolve().is_err());
+    }
+
+    #[test]
+    fn a_promotion_stops_a_checkpoints_writer_applying_and_takes_everything() {
+        let image = Arc::new(StateImage::new());
+        let mut big = KeyedDelta::new(true);
+        for k in 0..(RESOLVE_PART as u64 * 2 + 10) {
+            big.push(0, &k, Some(&(k, "v".to_string())))
+                .expect("encodes");
+        }
+        let at = image.push(big);
+        let held = image.hold(at);
+        // What `snapshot` says while it waits for the lock.
+        image.promoting.store(true, Ordering::SeqCst);
+        let e = held.resolve().expect_err("a promotion came between");
+        assert!(e.contains("promotion came between"), "{e}");
+        image.promoting.store(false, Ordering::SeqCst);
+        image.push(delta(false, &[(1, "later")]));
+        let whole = state(image.snapshot().expect("whole").payload());
+        assert_eq!(whole.len(), RESOLVE_PART * 2 + 10);
+        assert_eq!(whole[1], (1, "later".into()));
     }
 
     #[test]

@@ -397,69 +397,26 @@ impl std::fmt::Debug for KeyBytes {
 /// [`KeyedImage::apply_part`]).
 const APPLY_LOOKAHEAD: usize = 32;
 
-/// Whether an encoded keyed entry carries timers: `[key, state, timers]`, not `[key, state]`.
-pub(crate) fn is_timed(entry: &[u8]) -> bool {
-    entry.first() == Some(&(0x80 | 3))
-}
-
-impl KeyedImage {
-    /// Applies `d`: its entries replace the keys' (a full delta replaces everything).
-    #[cfg(test)]
-    pub(crate) fn apply(&mut self, d: KeyedDelta) {
-        self.apply_part(&d, 0, d.index.len());
-    }
-
-    /// Applies entries `from..to` of `d` (all of them, in parts, make [`apply`](Self::apply)).
-    pub(crate) fn apply_part(&mut self, d: &KeyedDelta, from: usize, to: usize) {
-        if from == 0 {
-            if d.full {
-                self.groups.clear();
-                self.timed = 0;
-            }
-            self.own = d.own.clone();
-        }
-        for chunk in d
-            .index
-            .get(from..to)
-            .unwrap_or_default()
-            .chunks(APPLY_LOOKAHEAD)
-        {
-            self.touch(d, chunk);
-            self.apply_entries(d, chunk);
-        }
-    }
-
-    /// Finds the entries of `chunk` already held and reads a byte of each (and of the
-    /// delta's), all before any is written: the lookups do not depend on each other, so
-    /// their cache misses overlap, where one entry's apply after another waited for each in
-    /// turn. The writes after it find everything in cache.
-    fn touch(&self, d: &KeyedDelta, chunk: &[DeltaEntry]) {
-        let mut sum = 0u8;
-        // First the delta's bytes (the keys, hashed next), in a loop of loads alone: many
-        // are in flight at once; in the lookups' loop, only as many as fit beside them.
-        for e in chunk {
-            sum ^= d.bytes[e.key.0 as usize];
-        }
+/// Applies `entries` of `d` to `groups`, a few at a time (see [`touch_entries`]); returns the
+/// change in the number of entries that carry timers.
+fn apply_to(
+    groups: &mut BTreeMap<u32, Arc<Entries>>,
+    d: &KeyedDelta,
+    entries: &[DeltaEntry],
+) -> isize {
+    let mut timed = 0isize;
+    for chunk in entries.chunks(APPLY_LOOKAHEAD) {
+        touch_entries(groups, d, chunk);
         for e in chunk {
             let key = &d.bytes[e.key.0 as usize..e.key.1 as usize];
-            if let Some(v) = self.groups.get(&e.group).and_then(|g| g.get(key)) {
-                sum ^= v.first().copied().unwrap_or(0);
-            }
-        }
-        std::hint::black_box(sum);
-    }
-
-    fn apply_entries(&mut self, d: &KeyedDelta, entries: &[DeltaEntry]) {
-        for e in entries {
-            let key = &d.bytes[e.key.0 as usize..e.key.1 as usize];
-            let group = Arc::make_mut(self.groups.entry(e.group).or_default());
+            let group = Arc::make_mut(groups.entry(e.group).or_default());
             match e.entry {
                 Some((a, b)) => {
                     let entry = &d.bytes[a as usize..b as usize];
-                    self.timed += usize::from(is_timed(entry));
+                    timed += isize::from(is_timed(entry));
                     match group.get_mut(key) {
                         Some(v) => {
-                            self.timed -= usize::from(is_timed(v));
+                            timed -= isize::from(is_timed(v));
                             if v.len() == entry.len() {
                                 // Most updates keep the entry's size: no allocation.
                                 v.copy_from_slice(entry);
@@ -474,14 +431,104 @@ impl KeyedImage {
                 }
                 None => {
                     if let Some(v) = group.remove(key) {
-                        self.timed -= usize::from(is_timed(&v));
+                        timed -= isize::from(is_timed(&v));
                     }
                     if group.is_empty() {
-                        self.groups.remove(&e.group);
+                        groups.remove(&e.group);
                     }
                 }
             }
         }
+    }
+    timed
+}
+
+/// Finds the entries of `chunk` already held and reads a byte of each (and of the delta's),
+/// all before any is written: the lookups do not depend on each other, so their cache misses
+/// overlap, where one entry's apply after another waited for each in turn. The writes after
+/// it find everything in cache.
+fn touch_entries(groups: &BTreeMap<u32, Arc<Entries>>, d: &KeyedDelta, chunk: &[DeltaEntry]) {
+    let mut sum = 0u8;
+    // First the delta's bytes (the keys, hashed next), in a loop of loads alone: many are in
+    // flight at once; in the lookups' loop, only as many as fit beside them.
+    for e in chunk {
+        sum ^= d.bytes[e.key.0 as usize];
+    }
+    for e in chunk {
+        let key = &d.bytes[e.key.0 as usize..e.key.1 as usize];
+        if let Some(v) = groups.get(&e.group).and_then(|g| g.get(key)) {
+            sum ^= v.first().copied().unwrap_or(0);
+        }
+    }
+    std::hint::black_box(sum);
+}
+
+/// Whether an encoded keyed entry carries timers: `[key, state, timers]`, not `[key, state]`.
+pub(crate) fn is_timed(entry: &[u8]) -> bool {
+    entry.first() == Some(&(0x80 | 3))
+}
+
+impl KeyedImage {
+    /// Applies `d`: its entries replace the keys' (a full delta replaces everything).
+    #[cfg(test)]
+    pub(crate) fn apply(&mut self, d: KeyedDelta) {
+        self.apply_part(&d, 0, d.index.len());
+    }
+
+    /// Applies entries `from..to` of `d` (all of them, in parts, make [`apply`](Self::apply)).
+    pub(crate) fn apply_part(&mut self, d: &KeyedDelta, from: usize, to: usize) {
+        self.begin_part(d, from);
+        let entries = d.index.get(from..to).unwrap_or_default();
+        let timed = apply_to(&mut self.groups, d, entries);
+        self.add_timed(timed);
+    }
+
+    /// [`apply_part`](Self::apply_part) on two threads, each applying its own key groups
+    /// (`d`'s entries are ordered by key group, as the backup orders a hand-off): for a
+    /// promotion, which waits for what its backup had not applied yet while the primary's
+    /// thread no longer runs.
+    pub(crate) fn apply_part_parallel(&mut self, d: &KeyedDelta, from: usize, to: usize) {
+        self.begin_part(d, from);
+        let entries = d.index.get(from..to).unwrap_or_default();
+        // Split between two key groups, near the middle: the right half's groups (and only
+        // they) are taken out of the image, applied beside the left's, and put back.
+        let Some(g) = entries.get(entries.len() / 2).map(|e| e.group) else {
+            return;
+        };
+        let split = entries.partition_point(|e| e.group < g);
+        if split == 0 || entries[split..].iter().any(|e| e.group < g) {
+            // One group, or not ordered by group: one thread.
+            let timed = apply_to(&mut self.groups, d, entries);
+            self.add_timed(timed);
+            return;
+        }
+        let (left, right) = entries.split_at(split);
+        let mut right_groups = self.groups.split_off(&g);
+        let (l, r) = std::thread::scope(|s| {
+            let other = s.spawn(|| apply_to(&mut right_groups, d, right));
+            let l = apply_to(&mut self.groups, d, left);
+            (l, other.join())
+        });
+        self.groups.append(&mut right_groups);
+        match r {
+            Ok(r) => self.add_timed(l + r),
+            Err(p) => std::panic::resume_unwind(p),
+        }
+    }
+
+    /// The start of a delta's application: a full delta replaces everything.
+    fn begin_part(&mut self, d: &KeyedDelta, from: usize) {
+        if from == 0 {
+            if d.full {
+                self.groups.clear();
+                self.timed = 0;
+            }
+            self.own = d.own.clone();
+        }
+    }
+
+    fn add_timed(&mut self, change: isize) {
+        self.timed = self.timed.saturating_add_signed(change);
     }
 
     /// The encoded entry of the key whose encoding is `key`, in key group `group`.

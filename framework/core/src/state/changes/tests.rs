@@ -212,3 +212,52 @@ fn a_log_takes_each_written_key_once_per_generation() {
     assert_eq!(log.inserted(&5), log.generation);
     assert_eq!(log.take(false), Some(vec![5]));
 }
+
+#[test]
+fn a_handoff_applied_on_two_threads_is_the_one_applied_on_one() {
+    let mut base = KeyedImage::default();
+    let all: Vec<(usize, u64, Option<&str>)> = (0..4000u64)
+        .map(|k| ((k % 40) as usize, k, Some("base")))
+        .collect();
+    base.apply(delta(true, &all));
+    // Updates (one longer than before), removals (all of group 7's keys), new keys and
+    // new groups, ordered by group as the backup orders a hand-off.
+    let mut changes: Vec<(usize, u64, Option<&str>)> = Vec::new();
+    for k in 0..6000u64 {
+        // The base's keys in their groups; new keys in new groups too.
+        let g = if k < 4000 { k % 40 } else { 40 + k % 10 } as usize;
+        let v = match k % 5 {
+            _ if g == 7 => None,
+            0 => Some("changed"),
+            1 => None,
+            _ => Some("x"),
+        };
+        changes.push((g, k, v));
+    }
+    changes.sort_by_key(|c| c.0);
+    let d = delta(false, &changes);
+    let held = base.clone();
+    let mut one = base.clone();
+    one.apply_part(&d, 0, d.index.len());
+    let mut two = base.clone();
+    two.apply_part_parallel(&d, 0, 1000);
+    two.apply_part_parallel(&d, 1000, d.index.len());
+    assert_eq!(two, one);
+    assert!(!two.groups.contains_key(&7), "a group emptied is dropped");
+    assert_eq!(decode(&two.payload()), decode(&one.payload()));
+    assert_eq!(base, held, "a clone sharing the groups is not written");
+    // One group only, or entries not ordered by group: one thread, the same result.
+    let d = delta(
+        false,
+        &[(3, 1, Some("a")), (3, 2, None), (3, 5000, Some("b"))],
+    );
+    let (mut one, mut two) = (base.clone(), base.clone());
+    one.apply_part(&d, 0, 3);
+    two.apply_part_parallel(&d, 0, 3);
+    assert_eq!(two, one);
+    let d = delta(false, &[(9, 1, Some("a")), (2, 2, None), (9, 3, Some("b"))]);
+    let (mut one, mut two) = (base.clone(), base.clone());
+    one.apply_part(&d, 0, 3);
+    two.apply_part_parallel(&d, 0, 3);
+    assert_eq!(two, one);
+}
