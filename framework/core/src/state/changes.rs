@@ -333,63 +333,84 @@ pub(crate) struct KeyedImage {
 }
 
 /// One key group's entries: encoded key -> encoded entry.
-type Entries = HashMap<KeyBytes, Box<[u8]>, FxBuildHasher>;
-
-/// Keys this long or shorter, encoded, are kept in the table itself.
-const INLINE_KEY: usize = 22;
+type Entries = HashMap<KeyBytes, EntryBytes, FxBuildHasher>;
 
 /// An encoded key, kept in the table itself when short (a number, a short string: most
-/// keys), so that finding a key reads no memory but the table's and its entry's, and a new
-/// key costs one allocation (its entry's), not two. It hashes and compares as its bytes.
+/// keys), so that finding a key reads no memory but the table's and its entry's. It hashes
+/// and compares as its bytes.
+type KeyBytes = SmallBytes<22>;
+
+/// An encoded entry, kept in the table itself when short (a key's few numbers and a short
+/// string: 25-30 bytes), so that applying a hand-off's entry to it misses the cache once (the
+/// table), not twice (the table, then the entry's own allocation), and a new key costs no
+/// allocation. With a short key, a table slot is 64 bytes.
+type EntryBytes = SmallBytes<38>;
+
+/// Bytes kept inline when `N` or fewer, else on the heap. Hashes, compares and derefs as its
+/// bytes.
 #[derive(Clone)]
-enum KeyBytes {
-    Inline(u8, [u8; INLINE_KEY]),
+enum SmallBytes<const N: usize> {
+    Inline(u8, [u8; N]),
     Heap(Box<[u8]>),
 }
 
-impl KeyBytes {
-    fn new(key: &[u8]) -> Self {
-        if key.len() <= INLINE_KEY {
-            let mut inline = [0u8; INLINE_KEY];
-            inline[..key.len()].copy_from_slice(key);
-            KeyBytes::Inline(key.len() as u8, inline)
-        } else {
-            KeyBytes::Heap(key.into())
+impl<const N: usize> SmallBytes<N> {
+    fn new(bytes: &[u8]) -> Self {
+        match u8::try_from(bytes.len()) {
+            Ok(len) if bytes.len() <= N => {
+                let mut inline = [0u8; N];
+                inline[..bytes.len()].copy_from_slice(bytes);
+                SmallBytes::Inline(len, inline)
+            }
+            _ => SmallBytes::Heap(bytes.into()),
         }
     }
+}
 
-    fn bytes(&self) -> &[u8] {
+impl<const N: usize> std::ops::Deref for SmallBytes<N> {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
         match self {
-            KeyBytes::Inline(len, inline) => &inline[..usize::from(*len)],
-            KeyBytes::Heap(key) => key,
+            SmallBytes::Inline(len, inline) => &inline[..usize::from(*len)],
+            SmallBytes::Heap(bytes) => bytes,
         }
     }
 }
 
-impl std::borrow::Borrow<[u8]> for KeyBytes {
-    fn borrow(&self) -> &[u8] {
-        self.bytes()
+impl<const N: usize> std::ops::DerefMut for SmallBytes<N> {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        match self {
+            SmallBytes::Inline(len, inline) => &mut inline[..usize::from(*len)],
+            SmallBytes::Heap(bytes) => bytes,
+        }
     }
 }
 
-impl std::hash::Hash for KeyBytes {
+impl<const N: usize> std::borrow::Borrow<[u8]> for SmallBytes<N> {
+    fn borrow(&self) -> &[u8] {
+        self
+    }
+}
+
+impl<const N: usize> std::hash::Hash for SmallBytes<N> {
     fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
         // As the bytes hash: the table is searched with them (`Borrow<[u8]>`).
-        self.bytes().hash(state)
+        (**self).hash(state)
     }
 }
 
-impl PartialEq for KeyBytes {
+impl<const N: usize> PartialEq for SmallBytes<N> {
     fn eq(&self, other: &Self) -> bool {
-        self.bytes() == other.bytes()
+        **self == **other
     }
 }
 
-impl Eq for KeyBytes {}
+impl<const N: usize> Eq for SmallBytes<N> {}
 
-impl std::fmt::Debug for KeyBytes {
+impl<const N: usize> std::fmt::Debug for SmallBytes<N> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        self.bytes().fmt(f)
+        (**self).fmt(f)
     }
 }
 
@@ -397,57 +418,65 @@ impl std::fmt::Debug for KeyBytes {
 /// [`KeyedImage::apply_part`]).
 const APPLY_LOOKAHEAD: usize = 32;
 
-/// Applies `entries` of `d` to `groups`, a few at a time (see [`touch_entries`]); returns the
-/// change in the number of entries that carry timers.
+/// Applies `entries` of `d` to `groups`, a key group's run of them at a time (a hand-off is
+/// ordered by group: its table is found once, and stays in cache while they are applied), a
+/// few at a time within it (see [`touch_entries`]); returns the change in the number of
+/// entries that carry timers.
 fn apply_to(
     groups: &mut BTreeMap<u32, Arc<Entries>>,
     d: &KeyedDelta,
     entries: &[DeltaEntry],
 ) -> isize {
     let mut timed = 0isize;
-    for chunk in entries.chunks(APPLY_LOOKAHEAD) {
-        touch_entries(groups, d, chunk);
-        for e in chunk {
-            let key = &d.bytes[e.key.0 as usize..e.key.1 as usize];
-            let group = Arc::make_mut(groups.entry(e.group).or_default());
-            match e.entry {
-                Some((a, b)) => {
-                    let entry = &d.bytes[a as usize..b as usize];
-                    timed += isize::from(is_timed(entry));
-                    match group.get_mut(key) {
-                        Some(v) => {
-                            timed -= isize::from(is_timed(v));
-                            if v.len() == entry.len() {
-                                // Most updates keep the entry's size: no allocation.
-                                v.copy_from_slice(entry);
-                            } else {
-                                *v = entry.into();
-                            }
-                        }
-                        None => {
-                            group.insert(KeyBytes::new(key), entry.into());
-                        }
-                    }
-                }
-                None => {
-                    if let Some(v) = group.remove(key) {
-                        timed -= isize::from(is_timed(&v));
-                    }
-                    if group.is_empty() {
-                        groups.remove(&e.group);
-                    }
-                }
+    for run in entries.chunk_by(|a, b| a.group == b.group) {
+        let g = run[0].group;
+        let group = Arc::make_mut(groups.entry(g).or_default());
+        for chunk in run.chunks(APPLY_LOOKAHEAD) {
+            touch_entries(group, d, chunk);
+            for e in chunk {
+                timed += apply_entry(group, d, e);
             }
+        }
+        if group.is_empty() {
+            groups.remove(&g);
         }
     }
     timed
 }
 
-/// Finds the entries of `chunk` already held and reads a byte of each (and of the delta's),
-/// all before any is written: the lookups do not depend on each other, so their cache misses
-/// overlap, where one entry's apply after another waited for each in turn. The writes after
-/// it find everything in cache.
-fn touch_entries(groups: &BTreeMap<u32, Arc<Entries>>, d: &KeyedDelta, chunk: &[DeltaEntry]) {
+/// Applies entry `e` of `d` to its key group's `group`; returns the change in the number of
+/// entries that carry timers.
+#[inline]
+fn apply_entry(group: &mut Entries, d: &KeyedDelta, e: &DeltaEntry) -> isize {
+    let key = &d.bytes[e.key.0 as usize..e.key.1 as usize];
+    let Some((a, b)) = e.entry else {
+        return group.remove(key).map_or(0, |v| -isize::from(is_timed(&v)));
+    };
+    let entry = &d.bytes[a as usize..b as usize];
+    let added = isize::from(is_timed(entry));
+    match group.get_mut(key) {
+        Some(v) => {
+            let removed = isize::from(is_timed(v));
+            if v.len() == entry.len() {
+                // Most updates keep the entry's size: no allocation.
+                v.copy_from_slice(entry);
+            } else {
+                *v = EntryBytes::new(entry);
+            }
+            added - removed
+        }
+        None => {
+            group.insert(KeyBytes::new(key), EntryBytes::new(entry));
+            added
+        }
+    }
+}
+
+/// Finds the entries of `chunk` (of one key group) already held and reads a byte of each
+/// (and of the delta's), all before any is written: the lookups do not depend on each other,
+/// so their cache misses overlap, where one entry's apply after another waited for each in
+/// turn. The writes after it find everything in cache.
+fn touch_entries(group: &Entries, d: &KeyedDelta, chunk: &[DeltaEntry]) {
     let mut sum = 0u8;
     // First the delta's bytes (the keys, hashed next), in a loop of loads alone: many are in
     // flight at once; in the lookups' loop, only as many as fit beside them.
@@ -456,7 +485,7 @@ fn touch_entries(groups: &BTreeMap<u32, Arc<Entries>>, d: &KeyedDelta, chunk: &[
     }
     for e in chunk {
         let key = &d.bytes[e.key.0 as usize..e.key.1 as usize];
-        if let Some(v) = groups.get(&e.group).and_then(|g| g.get(key)) {
+        if let Some(v) = group.get(key) {
             sum ^= v.first().copied().unwrap_or(0);
         }
     }
@@ -590,8 +619,10 @@ impl KeyedImage {
         let (groups, timed) = (&mut self.groups, &mut self.timed);
         let own_at = entries_of(payload, own, |group, key, entry| {
             *timed += usize::from(is_timed(&payload[entry.clone()]));
-            Arc::make_mut(groups.entry(group).or_default())
-                .insert(KeyBytes::new(&payload[key]), payload[entry].into());
+            Arc::make_mut(groups.entry(group).or_default()).insert(
+                KeyBytes::new(&payload[key]),
+                EntryBytes::new(&payload[entry]),
+            );
             Ok(())
         })?;
         self.own = own_at.map(|r| payload[r].to_vec());
