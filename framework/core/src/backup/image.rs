@@ -68,14 +68,22 @@ pub(crate) struct StateImage {
     /// Time spent applying, in all (ns), whoever applied: the primary paces its handoffs by
     /// what they cost on both sides ([`applying_ns`](Self::applying_ns)).
     spent_ns: AtomicU64,
-    /// A promotion is taking the whole state: a checkpoint's writer applying under the
-    /// lock stops (its checkpoint fails: the promotion passes its held point anyway).
+    /// A promotion waits for `applied`: a checkpoint's writer applying under that lock lets
+    /// it go first ([`Held::resolve`]).
     promoting: AtomicBool,
+    /// Held by a promotion from before it raises `promoting` until it has the whole state:
+    /// one promotion at a time, and what a writer that let one go first waits on. Locked
+    /// before `applied`.
+    promotion: Mutex<()>,
 }
 
 /// Entries a checkpoint's writer applies between two looks at [`StateImage::promoting`]
 /// (about 2 ms): what a promotion waits for the lock at most.
+#[cfg(not(weir_loom))]
 const RESOLVE_PART: usize = 16_384;
+/// One entry at a time in the loom models, so that a promotion can come between two.
+#[cfg(weir_loom)]
+const RESOLVE_PART: usize = 1;
 
 /// What is left of a hand-off at a promotion beyond which it is applied on two threads.
 const PARALLEL_MIN: usize = 65_536;
@@ -88,6 +96,7 @@ impl StateImage {
             holds: Mutex::new(BTreeMap::new()),
             spent_ns: AtomicU64::new(0),
             promoting: AtomicBool::new(false),
+            promotion: Mutex::new(()),
         }
     }
 
@@ -218,10 +227,11 @@ impl StateImage {
 
     /// The whole state after everything appended, as a clone of the image (its key groups
     /// shared: no copy of the state): what a promoted backup starts from. A checkpoint held
-    /// before it then finds the image moved on, and fails; one whose writer is applying
-    /// under the lock stops within a part, and fails. What the backup had not applied yet
+    /// before it then finds the image moved on, and fails; a checkpoint's writer applying
+    /// under the lock lets it go first (within a part). What the backup had not applied yet
     /// is applied here, a large hand-off on two threads (the primary's no longer runs).
     pub(crate) fn snapshot(&self) -> Result<KeyedImage, String> {
+        let _one = lock(&self.promotion);
         self.promoting.store(true, Ordering::SeqCst);
         let mut applied = lock(&self.applied);
         self.promoting.store(false, Ordering::SeqCst);
@@ -286,35 +296,49 @@ impl Held {
     /// The state at the held point, as the keyed operator's snapshot payload. The image is
     /// locked while what the backup had not applied yet is applied (the lock held between
     /// parts: a later checkpoint's resolve must not apply past this point between two; the
-    /// backup actor does not wait for the lock; a promotion stops it) and cloned (its key
-    /// groups shared); the payload is built from the clone with the lock free (the hold
-    /// keeps the backup from writing to the shared groups meanwhile).
+    /// backup actor does not wait for the lock) and cloned (its key groups shared); the
+    /// payload is built from the clone with the lock free (the hold keeps the backup from
+    /// writing to the shared groups meanwhile). A promotion waiting for the lock goes first:
+    /// the writer lets the lock go, waits for the promotion to have the whole state, and
+    /// goes on; its checkpoint fails only if the promotion passed its point.
     pub(crate) fn resolve(self) -> Result<Vec<u8>, String> {
-        let came_between = |at: u64| {
-            format!(
-                "the backup's copy of the state is at hand-off {at} and the checkpoint's at {} (a promotion came between)",
-                self.at
-            )
-        };
-        let image = {
+        let image = loop {
             let mut applied = lock(&self.image.applied);
-            while self
-                .image
-                .apply_locked(&mut applied, Upto::Point(self.at), RESOLVE_PART, false)
-            {
-                if self.image.promoting.load(Ordering::SeqCst) {
-                    return Err(came_between(applied.applied));
-                }
+            if !self.apply_to_point(&mut applied) {
+                drop(applied);
+                // The promotion holds this until it has the whole state.
+                drop(lock(&self.image.promotion));
+                continue;
             }
             if applied.applied != self.at {
-                return Err(came_between(applied.applied));
+                return Err(format!(
+                    "the backup's copy of the state is at hand-off {} and the checkpoint's at {} (a promotion came between)",
+                    applied.applied, self.at
+                ));
             }
             if let Some(e) = &applied.broken {
                 return Err(e.clone());
             }
-            applied.image.clone()
+            break applied.image.clone();
         };
         Ok(image.payload())
+    }
+
+    /// Applies up to the held point, a part at a time; `false` if it stopped for a
+    /// promotion waiting for the lock.
+    fn apply_to_point(&self, applied: &mut Applied) -> bool {
+        while self
+            .image
+            .apply_locked(applied, Upto::Point(self.at), RESOLVE_PART, false)
+        {
+            if applied.applied >= self.at {
+                break;
+            }
+            if self.image.promoting.load(Ordering::SeqCst) {
+                return false;
+            }
+        }
+        true
     }
 }
 
@@ -404,7 +428,7 @@ mod tests {
     }
 
     #[test]
-    fn a_promotion_stops_a_checkpoints_writer_applying_and_takes_everything() {
+    fn a_checkpoints_writer_lets_a_waiting_promotion_go_first() {
         let image = Arc::new(StateImage::new());
         let mut big = KeyedDelta::new(true);
         for k in 0..(RESOLVE_PART as u64 * 2 + 10) {
@@ -413,15 +437,37 @@ mod tests {
         }
         let at = image.push(big);
         let held = image.hold(at);
-        // What `snapshot` says while it waits for the lock.
+        // What `snapshot` does before it waits for the lock: the writer stops after its
+        // first part and lets the lock go.
+        let promotion = lock(&image.promotion);
         image.promoting.store(true, Ordering::SeqCst);
-        let e = held.resolve().expect_err("a promotion came between");
-        assert!(e.contains("promotion came between"), "{e}");
+        let mut applied = lock(&image.applied);
+        assert!(
+            !held.apply_to_point(&mut applied),
+            "stopped for the promotion"
+        );
+        assert_eq!(applied.applied, 0, "the hand-off is applied in part");
+        drop(applied);
         image.promoting.store(false, Ordering::SeqCst);
+        drop(promotion);
+        // Nothing came after the held point: the writer goes on and its checkpoint is whole.
+        let payload = held
+            .resolve()
+            .expect("the promotion did not pass the point");
+        assert_eq!(state(payload).len(), RESOLVE_PART * 2 + 10);
+        // A promotion that passes the held point fails the checkpoint.
+        let at = image.push(delta(false, &[(1, "barrier")]));
+        let held = image.hold(at);
         image.push(delta(false, &[(1, "later")]));
         let whole = state(image.snapshot().expect("whole").payload());
         assert_eq!(whole.len(), RESOLVE_PART * 2 + 10);
         assert_eq!(whole[1], (1, "later".into()));
+        let e = held.resolve().expect_err("the promotion passed the point");
+        assert!(e.contains("promotion came between"), "{e}");
+        assert!(
+            !image.promoting.load(Ordering::SeqCst),
+            "lowered after a promotion"
+        );
     }
 
     #[test]

@@ -418,6 +418,21 @@ impl<const N: usize> std::fmt::Debug for SmallBytes<N> {
 /// [`KeyedImage::apply_part`]).
 const APPLY_LOOKAHEAD: usize = 32;
 
+/// Where `entries` (ordered by key group) split in two halves of whole key groups, near the
+/// middle; `None` if they are of one group, or not ordered by group.
+fn split_by_group(entries: &[DeltaEntry]) -> Option<usize> {
+    let g = entries.get(entries.len() / 2)?.group;
+    if !entries.is_sorted_by_key(|e| e.group) {
+        return None;
+    }
+    // Before the middle's group; or after it, if that group is the first.
+    let split = match entries.partition_point(|e| e.group < g) {
+        0 => entries.partition_point(|e| e.group <= g),
+        split => split,
+    };
+    (split < entries.len()).then_some(split)
+}
+
 /// Applies `entries` of `d` to `groups`, a key group's run of them at a time (a hand-off is
 /// ordered by group: its table is found once, and stays in cache while they are applied), a
 /// few at a time within it (see [`touch_entries`]); returns the change in the number of
@@ -519,25 +534,40 @@ impl KeyedImage {
     pub(crate) fn apply_part_parallel(&mut self, d: &KeyedDelta, from: usize, to: usize) {
         self.begin_part(d, from);
         let entries = d.index.get(from..to).unwrap_or_default();
-        // Split between two key groups, near the middle: the right half's groups (and only
-        // they) are taken out of the image, applied beside the left's, and put back.
-        let Some(g) = entries.get(entries.len() / 2).map(|e| e.group) else {
-            return;
-        };
-        let split = entries.partition_point(|e| e.group < g);
-        if split == 0 || entries[split..].iter().any(|e| e.group < g) {
+        let Some(split) = split_by_group(entries) else {
             // One group, or not ordered by group: one thread.
             let timed = apply_to(&mut self.groups, d, entries);
             self.add_timed(timed);
             return;
-        }
+        };
+        // The right half's groups (and only they) are taken out of the image, applied beside
+        // the left's, and put back. They are handed over through a lock (uncontended: one
+        // thread holds it at a time) so that if no thread can be started, this one applies
+        // them and none is lost.
         let (left, right) = entries.split_at(split);
-        let mut right_groups = self.groups.split_off(&g);
+        let right_groups = std::sync::Mutex::new(self.groups.split_off(&right[0].group));
+        let apply_right = || {
+            let mut groups = match right_groups.lock() {
+                Ok(g) => g,
+                Err(poisoned) => poisoned.into_inner(),
+            };
+            apply_to(&mut groups, d, right)
+        };
         let (l, r) = std::thread::scope(|s| {
-            let other = s.spawn(|| apply_to(&mut right_groups, d, right));
+            let other = std::thread::Builder::new()
+                .name("weir-backup-apply".into())
+                .spawn_scoped(s, apply_right);
             let l = apply_to(&mut self.groups, d, left);
-            (l, other.join())
+            let r = match other {
+                Ok(h) => h.join(),
+                Err(_) => Ok(apply_right()),
+            };
+            (l, r)
         });
+        let mut right_groups = match right_groups.into_inner() {
+            Ok(g) => g,
+            Err(poisoned) => poisoned.into_inner(),
+        };
         self.groups.append(&mut right_groups);
         match r {
             Ok(r) => self.add_timed(l + r),

@@ -255,11 +255,27 @@ fn a_handoff_applied_on_two_threads_is_the_one_applied_on_one() {
     one.apply_part(&d, 0, 3);
     two.apply_part_parallel(&d, 0, 3);
     assert_eq!(two, one);
-    let d = delta(false, &[(9, 1, Some("a")), (2, 2, None), (9, 3, Some("b"))]);
-    let (mut one, mut two) = (base.clone(), base.clone());
-    one.apply_part(&d, 0, 3);
-    two.apply_part_parallel(&d, 0, 3);
-    assert_eq!(two, one);
+    for unordered in [
+        [
+            (9, 1, Some("a")),
+            (2, 2, None),
+            (9, 3, Some("b")),
+            (1, 5, Some("c")),
+        ],
+        // A middle the halves would split at, with a larger group before it.
+        [
+            (30, 30, Some("a")),
+            (2, 2, None),
+            (5, 5, Some("b")),
+            (9, 9, Some("c")),
+        ],
+    ] {
+        let d = delta(false, &unordered);
+        let (mut one, mut two) = (base.clone(), base.clone());
+        one.apply_part(&d, 0, 4);
+        two.apply_part_parallel(&d, 0, 4);
+        assert_eq!(two, one);
+    }
 }
 
 #[test]
@@ -278,4 +294,43 @@ fn small_bytes_keep_short_ones_inline_and_long_ones_on_the_heap_alike() {
         assert!(e.iter().zip(&bytes).all(|(a, b)| *a == !*b));
         assert_eq!(KeyBytes::new(&bytes), k, "equal as bytes");
     }
+}
+
+#[test]
+fn timers_are_counted_alike_on_two_threads() {
+    // Entries with timers are 3-item arrays; every third key has them, before and after.
+    let entry = |d: &mut KeyedDelta, g: usize, k: u64, v: &str, timed: bool| {
+        if timed {
+            d.push(g, &k, Some(&(k, v, 1u64))).expect("encodes");
+        } else {
+            d.push(g, &k, Some(&(k, v))).expect("encodes");
+        }
+    };
+    let mut base = KeyedDelta::new(true);
+    for k in 0..3000u64 {
+        entry(&mut base, (k / 100) as usize, k, "a", k % 3 == 0);
+    }
+    let mut image = KeyedImage::default();
+    image.apply(base);
+    assert_eq!(image.timed, 1000);
+    // Keys 0..1500 change: the timed ones lose their timers, every fifth gains them; keys
+    // 1500..1800 are removed (100 of them timed); 3000..3300 are new, all timed.
+    let mut d = KeyedDelta::new(false);
+    for k in 0..3300u64 {
+        let g = (k / 100) as usize;
+        match k {
+            0..1500 => entry(&mut d, g, k, "b", k % 5 == 0),
+            1500..1800 => d.push::<u64, (u64, &str)>(g, &k, None).expect("encodes"),
+            1800..3000 => {}
+            _ => entry(&mut d, g, k, "c", true),
+        }
+    }
+    let want = 1000 - 500 + 300 - 100 + 300;
+    let mut one = image.clone();
+    one.apply_part(&d, 0, d.index.len());
+    assert_eq!(one.timed, want);
+    let mut two = image.clone();
+    two.apply_part_parallel(&d, 0, d.index.len());
+    assert_eq!(two.timed, want);
+    assert_eq!(two, one);
 }
