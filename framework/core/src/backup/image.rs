@@ -53,8 +53,11 @@ struct Log {
 enum Upto {
     /// Up to the first held point (the backup actor's applying).
     Held,
-    /// Up to this point, whatever is held (a checkpoint's own held point, a promotion).
+    /// Up to this point, whatever is held (a checkpoint's own held point).
     Point(u64),
+    /// Everything appended, whatever is held (a promotion): a large part on two threads
+    /// (the primary's no longer runs).
+    All,
 }
 
 /// See the module doc.
@@ -137,32 +140,21 @@ impl StateImage {
         let Some(mut applied) = try_lock(&self.applied) else {
             return false;
         };
-        self.apply_locked(&mut applied, Upto::Held, budget, false)
+        self.apply_locked(&mut applied, Upto::Held, budget)
     }
 
-    /// Applies up to `upto`, about `budget` entries at most (a large part on two threads if
-    /// `parallel`); returns whether it stopped for its budget.
-    fn apply_locked(
-        &self,
-        applied: &mut Applied,
-        upto: Upto,
-        budget: usize,
-        parallel: bool,
-    ) -> bool {
+    /// Applies up to `upto`, about `budget` entries at most; returns whether it stopped for
+    /// its budget.
+    fn apply_locked(&self, applied: &mut Applied, upto: Upto, budget: usize) -> bool {
         let started = std::time::Instant::now();
-        let more = self.apply_some(applied, upto, budget, parallel);
+        let more = self.apply_some(applied, upto, budget);
         let spent = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
         self.spent_ns.fetch_add(spent, Ordering::Relaxed);
         more
     }
 
-    fn apply_some(
-        &self,
-        applied: &mut Applied,
-        upto: Upto,
-        mut budget: usize,
-        parallel: bool,
-    ) -> bool {
+    fn apply_some(&self, applied: &mut Applied, upto: Upto, mut budget: usize) -> bool {
+        let parallel = matches!(upto, Upto::All);
         loop {
             if let Some((delta, at)) = applied.current.take() {
                 let to = delta.index.len().min(at.saturating_add(budget));
@@ -190,6 +182,7 @@ impl StateImage {
                 let upto = match upto {
                     Upto::Held => lock(&self.holds).keys().next().copied().unwrap_or(u64::MAX),
                     Upto::Point(at) => at,
+                    Upto::All => u64::MAX,
                 };
                 if applied.applied >= upto {
                     return false;
@@ -235,7 +228,7 @@ impl StateImage {
         self.promoting.store(true, Ordering::SeqCst);
         let mut applied = lock(&self.applied);
         self.promoting.store(false, Ordering::SeqCst);
-        self.apply_locked(&mut applied, Upto::Point(u64::MAX), usize::MAX, true);
+        self.apply_locked(&mut applied, Upto::All, usize::MAX);
         match &applied.broken {
             Some(e) => Err(e.clone()),
             None => Ok(applied.image.clone()),
@@ -329,7 +322,7 @@ impl Held {
     fn apply_to_point(&self, applied: &mut Applied) -> bool {
         while self
             .image
-            .apply_locked(applied, Upto::Point(self.at), RESOLVE_PART, false)
+            .apply_locked(applied, Upto::Point(self.at), RESOLVE_PART)
         {
             if applied.applied >= self.at {
                 break;
