@@ -14,14 +14,9 @@ use common::{endless_ids, promotions, within_timeout, TempDir, TIMEOUT};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use weir::{BackupPolicy, Collector, Env, EnvConfig, KeyedProcessFunction, KeyedState};
 
-const KEYS: u64 = 2_000;
+const KEYS: u64 = 600;
 
-/// The supervisor's heartbeat timeout: long enough that a busy machine's scheduling stalls
-/// (a test beside loom models on two cores once stalled a primary past 150 ms) do not look
-/// like a hang, which this test would take for the fault it checks.
-const HEARTBEAT_TIMEOUT: Duration = Duration::from_millis(500);
-
-/// A count whose encoding takes half a millisecond: 2,000 of them take a second, twice the
+/// A count whose encoding takes half a millisecond: 600 of them take 300 ms, twice the
 /// heartbeat timeout, however fast the machine.
 #[derive(Clone, Default)]
 struct SlowCount(u64);
@@ -92,7 +87,7 @@ fn slow_snapshot(on_disk: bool) {
     );
     // Handed over only at checkpoints: each barrier writes the whole state.
     let policy = BackupPolicy::default()
-        .heartbeat(Duration::from_millis(20), HEARTBEAT_TIMEOUT)
+        .heartbeat(Duration::from_millis(20), Duration::from_millis(150))
         .state_interval(None);
     let seen = Arc::new(AtomicU64::new(0));
     let out = endless_ids(&env, &stop, &ended_at)
