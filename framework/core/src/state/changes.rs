@@ -20,11 +20,9 @@
 //! backup's claims and buffer queue), nor the entry's form (the keyed operator's: only
 //! whether an entry carries timers, its array's length, is read here).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::ops::Range;
 use std::sync::Arc;
-
-use rustc_hash::FxBuildHasher;
 
 /// The generation a key entry was last logged in, kept beside its state.
 pub(crate) type Generation = u64;
@@ -332,19 +330,13 @@ pub(crate) struct KeyedImage {
     timed: usize,
 }
 
-/// One key group's entries: encoded key -> encoded entry.
-type Entries = HashMap<KeyBytes, EntryBytes, FxBuildHasher>;
+/// One key group's entries: encoded key -> encoded entry ([`group`]).
+type Entries = group::GroupEntries;
 
 /// An encoded key, kept in the table itself when short (a number, a short string: most
 /// keys), so that finding a key reads no memory but the table's and its entry's. It hashes
 /// and compares as its bytes.
 type KeyBytes = SmallBytes<22>;
-
-/// An encoded entry, kept in the table itself when short (a key's few numbers and a short
-/// string: 25-30 bytes), so that applying a hand-off's entry to it misses the cache once (the
-/// table), not twice (the table, then the entry's own allocation), and a new key costs no
-/// allocation. With a short key, a table slot is 64 bytes.
-type EntryBytes = SmallBytes<38>;
 
 /// Bytes kept inline when `N` or fewer, else on the heap. Hashes, compares and derefs as its
 /// bytes.
@@ -465,26 +457,12 @@ fn apply_to(
 fn apply_entry(group: &mut Entries, d: &KeyedDelta, e: &DeltaEntry) -> isize {
     let key = &d.bytes[e.key.0 as usize..e.key.1 as usize];
     let Some((a, b)) = e.entry else {
-        return group.remove(key).map_or(0, |v| -isize::from(is_timed(&v)));
+        return group.remove(key, is_timed).map_or(0, |t| -isize::from(t));
     };
     let entry = &d.bytes[a as usize..b as usize];
     let added = isize::from(is_timed(entry));
-    match group.get_mut(key) {
-        Some(v) => {
-            let removed = isize::from(is_timed(v));
-            if v.len() == entry.len() {
-                // Most updates keep the entry's size: no allocation.
-                v.copy_from_slice(entry);
-            } else {
-                *v = EntryBytes::new(entry);
-            }
-            added - removed
-        }
-        None => {
-            group.insert(KeyBytes::new(key), EntryBytes::new(entry));
-            added
-        }
-    }
+    let removed = group.put(key, entry, is_timed).map_or(0, isize::from);
+    added - removed
 }
 
 /// Finds the entries of `chunk` (of one key group) already held and reads a byte of each
@@ -592,7 +570,7 @@ impl KeyedImage {
 
     /// The encoded entry of the key whose encoding is `key`, in key group `group`.
     pub(crate) fn get(&self, group: u32, key: &[u8]) -> Option<&[u8]> {
-        self.groups.get(&group)?.get(key).map(|e| &e[..])
+        self.groups.get(&group)?.get(key)
     }
 
     /// The operator's own fields, encoded, if it has them.
@@ -620,10 +598,7 @@ impl KeyedImage {
     /// The encoded entries of key group `group`, in an order that stays the same while the
     /// image is not written.
     pub(crate) fn entries_in(&self, group: u32) -> impl Iterator<Item = &[u8]> + '_ {
-        self.groups
-            .get(&group)
-            .into_iter()
-            .flat_map(|g| g.values().map(|e| &e[..]))
+        self.groups.get(&group).into_iter().flat_map(|g| g.values())
     }
 
     /// Number of keys.
@@ -649,10 +624,14 @@ impl KeyedImage {
         let (groups, timed) = (&mut self.groups, &mut self.timed);
         let own_at = entries_of(payload, own, |group, key, entry| {
             *timed += usize::from(is_timed(&payload[entry.clone()]));
-            Arc::make_mut(groups.entry(group).or_default()).insert(
-                KeyBytes::new(&payload[key]),
-                EntryBytes::new(&payload[entry]),
+            // A key twice (not in a payload Weir writes): the later entry replaces the
+            // earlier, and so does its count.
+            let replaced = Arc::make_mut(groups.entry(group).or_default()).put(
+                &payload[key],
+                &payload[entry],
+                is_timed,
             );
+            *timed -= usize::from(replaced == Some(true));
             Ok(())
         })?;
         self.own = own_at.map(|r| payload[r].to_vec());
@@ -875,5 +854,6 @@ impl Reader<'_> {
     }
 }
 
+mod group;
 #[cfg(test)]
 mod tests;
