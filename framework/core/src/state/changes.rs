@@ -348,15 +348,21 @@ enum SmallBytes<const N: usize> {
 
 impl<const N: usize> SmallBytes<N> {
     fn new(bytes: &[u8]) -> Self {
-        match u8::try_from(bytes.len()) {
-            Ok(len) if bytes.len() <= N => {
-                let mut inline = [0u8; N];
-                inline[..bytes.len()].copy_from_slice(bytes);
-                SmallBytes::Inline(len, inline)
-            }
-            _ => SmallBytes::Heap(bytes.into()),
+        match inline(bytes) {
+            Some((len, inline)) => SmallBytes::Inline(len, inline),
+            None => SmallBytes::Heap(bytes.into()),
         }
     }
+}
+
+/// `bytes` as a length and an array of `N` (the rest zeros), if they fit.
+fn inline<const N: usize>(bytes: &[u8]) -> Option<(u8, [u8; N])> {
+    let len = u8::try_from(bytes.len())
+        .ok()
+        .filter(|_| bytes.len() <= N)?;
+    let mut inline = [0u8; N];
+    inline[..bytes.len()].copy_from_slice(bytes);
+    Some((len, inline))
 }
 
 impl<const N: usize> std::ops::Deref for SmallBytes<N> {

@@ -121,14 +121,10 @@ impl GroupEntries {
     /// Where `entry` goes: in a slot if short, else appended to the buffer (compacted first
     /// if dead bytes outweigh live ones).
     fn place(&mut self, entry: &[u8]) -> Place {
-        if let Ok(len) = u8::try_from(entry.len()) {
-            if entry.len() <= INLINE {
-                let mut inline = [0u8; INLINE];
-                inline[..entry.len()].copy_from_slice(entry);
-                return Place::Inline(len, inline);
-            }
+        if let Some((len, inline)) = super::inline(entry) {
+            return Place::Inline(len, inline);
         }
-        if self.dead > COMPACT_MIN && self.dead > self.bytes.len() / 2 {
+        if self.wants_compaction() {
             self.compact();
         }
         let start = self.bytes.len();
@@ -148,7 +144,7 @@ impl GroupEntries {
             // Nothing left in the buffer.
             self.bytes = Vec::new();
             self.dead = 0;
-        } else if self.dead > COMPACT_MIN && self.dead > self.bytes.len() / 2 {
+        } else if self.wants_compaction() {
             self.compact();
         }
         Some(old)
@@ -157,6 +153,11 @@ impl GroupEntries {
     /// Every entry, in an order that stays the same while the group is not written.
     pub(super) fn values(&self) -> impl Iterator<Item = &[u8]> + '_ {
         self.index.values().map(|p| bytes_at(&self.bytes, p))
+    }
+
+    /// Whether dead bytes pass [`COMPACT_MIN`] and outweigh live ones.
+    fn wants_compaction(&self) -> bool {
+        self.dead > COMPACT_MIN && self.dead > self.bytes.len() / 2
     }
 
     /// Moves the live entries of the buffer together into a new one, dropping the dead bytes
