@@ -32,7 +32,7 @@ pub(crate) struct OpEnv {
     pub(crate) restored: Option<Vec<u8>>,
     /// A promoted backup's keyed state as its backup kept it (instead of `restored`): taken
     /// by the keyed operator that reads it in key by key (`state::promoted`).
-    pub(crate) promoted_image: std::sync::Mutex<Option<crate::state::changes::KeyedImage>>,
+    pub(crate) promoted_image: std::sync::Mutex<Option<crate::state::changes::PromotedImage>>,
     /// Where this instance starts from.
     pub(crate) start: crate::checkpoint::StartPoint,
     /// Input records this subtask processed before this instance (a promoted backup):
@@ -62,7 +62,7 @@ impl OpEnv {
     }
 
     /// Takes the image a promoted backup's keyed operator starts from, if it has one.
-    pub(crate) fn take_promoted_image(&self) -> Option<crate::state::changes::KeyedImage> {
+    pub(crate) fn take_promoted_image(&self) -> Option<crate::state::changes::PromotedImage> {
         self.promoted_image
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)

@@ -251,7 +251,7 @@ pub fn balance_by_load(loads: &[u64], parallelism: usize, current: Option<&Owner
 }
 
 #[inline]
-fn fmix64(mut k: u64) -> u64 {
+pub(crate) fn fmix64(mut k: u64) -> u64 {
     k ^= k >> 33;
     k = k.wrapping_mul(0xff51_afd7_ed55_8ccd);
     k ^= k >> 33;

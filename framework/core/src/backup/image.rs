@@ -3,7 +3,8 @@
 //!
 //! The primary only appends ([`StateImage::push`]); the backup actor applies what was
 //! appended between its batches ([`StateImage::apply`]); a promotion takes the whole state
-//! ([`StateImage::snapshot`]: a clone sharing the image's key groups). A checkpoint of a
+//! ([`StateImage::snapshot`]: a clone sharing the image's key groups, and the hand-offs not
+//! applied yet, shared, to be read without applying them: `changes::pending`). A checkpoint of a
 //! backed-up keyed operator is written from the image too: the primary hands its changes at
 //! the barrier and holds the image at that point
 //! ([`StateImage::hold`]); the checkpoint's writer thread builds the snapshot from the image
@@ -15,7 +16,7 @@
 
 use std::collections::{BTreeMap, VecDeque};
 
-use crate::state::changes::{KeyedDelta, KeyedImage};
+use crate::state::changes::{KeyedDelta, KeyedImage, Pending, PromotedImage};
 use std::sync::Arc;
 
 use crate::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -26,15 +27,16 @@ use crate::sync::{lock, try_lock, Mutex};
 enum Item {
     /// The image becomes this snapshot, with the operator's own fields first if `own`.
     Base { payload: Vec<u8>, own: bool },
-    /// Changes (everything, if `full`).
-    Changes(KeyedDelta),
+    /// Changes (everything, if `full`), shared with a promoted backup that reads them
+    /// before they are applied here.
+    Changes(Arc<KeyedDelta>),
 }
 
 #[derive(Debug, Default)]
 struct Applied {
     image: KeyedImage,
     /// Changes taken off the log and applied in part: the entries before the cursor.
-    current: Option<(KeyedDelta, usize)>,
+    current: Option<(Arc<KeyedDelta>, usize)>,
     /// Items applied: the image is the state after item `applied - 1`.
     applied: u64,
     /// A base could not be read: the image is not the primary's state.
@@ -116,7 +118,7 @@ impl StateImage {
 
     /// Appends changes; returns the point just after them (for [`hold`](Self::hold)).
     pub(crate) fn push(&self, delta: KeyedDelta) -> u64 {
-        self.push_item(Item::Changes(delta))
+        self.push_item(Item::Changes(Arc::new(delta)))
     }
 
     fn push_item(&self, item: Item) -> u64 {
@@ -203,7 +205,8 @@ impl StateImage {
                     // order the primary found them, every entry would miss it. A delta's
                     // entries are the state at one point, each key once at most or alike
                     // (read at the same time): their order does not matter.
-                    by_group(&mut delta.index);
+                    // Not shared unless a promotion read it (then copied once).
+                    by_group(&mut Arc::make_mut(&mut delta).index);
                     applied.current = Some((delta, 0));
                 }
                 Item::Base { payload, own } => {
@@ -219,20 +222,80 @@ impl StateImage {
     }
 
     /// The whole state after everything appended, as a clone of the image (its key groups
-    /// shared: no copy of the state): what a promoted backup starts from. A checkpoint held
-    /// before it then finds the image moved on, and fails; a checkpoint's writer applying
-    /// under the lock lets it go first (within a part). What the backup had not applied yet
-    /// is applied here, a large hand-off on two threads (the primary's no longer runs).
-    pub(crate) fn snapshot(&self) -> Result<KeyedImage, String> {
+    /// shared: no copy of the state) and the hand-offs not applied to it yet, shared and
+    /// ready to be read (`changes::pending`): what a promoted backup starts from. The backup
+    /// goes on applying them to its image afterwards, in order, before anything its promoted
+    /// primary hands it.
+    ///
+    /// What cannot be read that way is applied here, a large hand-off on two threads (the
+    /// primary's no longer runs); a checkpoint held before such a promotion then finds the
+    /// image moved on, and fails; a checkpoint's writer applying under the lock lets it go
+    /// first (within a part).
+    pub(crate) fn snapshot(&self) -> Result<PromotedImage, String> {
         let _one = lock(&self.promotion);
         self.promoting.store(true, Ordering::SeqCst);
         let mut applied = lock(&self.applied);
         self.promoting.store(false, Ordering::SeqCst);
+        let started = std::time::Instant::now();
+        if let Some(pending) = self.readable_pending(&applied) {
+            let image = PromotedImage {
+                image: applied.image.clone(),
+                pending,
+            };
+            tracing::debug!(pending = image.pending_entries(), took = ?started.elapsed(), "a promotion takes what its backup had not applied as it is");
+            return Ok(image);
+        }
+        let pending = self.pending_entries(&applied);
         self.apply_locked(&mut applied, Upto::All, usize::MAX);
+        tracing::debug!(pending, took = ?started.elapsed(), "a promotion applied what its backup had not");
         match &applied.broken {
             Some(e) => Err(e.clone()),
-            None => Ok(applied.image.clone()),
+            None => Ok(PromotedImage::of(applied.image.clone())),
         }
+    }
+
+    /// The hand-offs not applied yet (the one in part, and those in the log), newest first,
+    /// ready to be read without applying them; `None` if one cannot be (a base, everything
+    /// but in part, timers, a removed key: `changes::pending`), or the image cannot be read
+    /// beside them (broken, or with timers, which the promoted operator restores from it).
+    fn readable_pending(&self, applied: &Applied) -> Option<Vec<Pending>> {
+        if applied.broken.is_some() || applied.image.has_timers() {
+            return None;
+        }
+        let mut parts: Vec<(Arc<KeyedDelta>, usize)> = applied.current.iter().cloned().collect();
+        for item in &lock(&self.log).items {
+            match item {
+                Item::Changes(d) => parts.push((d.clone(), 0)),
+                Item::Base { .. } => return None,
+            }
+        }
+        // Everything, not applied at all yet: the image's other keys would have to go.
+        if parts.iter().any(|(d, from)| d.full && *from == 0) {
+            return None;
+        }
+        parts
+            .into_iter()
+            .rev()
+            .map(|(d, from)| Pending::new(d, from))
+            .collect()
+    }
+
+    /// Entries appended and not applied yet (`applied` locked).
+    fn pending_entries(&self, applied: &Applied) -> usize {
+        let current = applied
+            .current
+            .as_ref()
+            .map_or(0, |(d, at)| d.index.len() - at);
+        let log = lock(&self.log);
+        current
+            + log
+                .items
+                .iter()
+                .map(|i| match i {
+                    Item::Changes(d) => d.index.len(),
+                    Item::Base { .. } => 0,
+                })
+                .sum::<usize>()
     }
 
     /// Holds the image at point `at` (from [`push`](Self::push)) until the returned
@@ -353,10 +416,30 @@ mod tests {
         d
     }
 
+    /// A delta whose entries carry a timer: a promotion cannot read it unapplied.
+    fn timed_delta(entries: &[(u64, &str)]) -> KeyedDelta {
+        let mut d = KeyedDelta::new(false);
+        for (k, v) in entries {
+            d.push(0, k, Some(&(*k, v.to_string(), vec![(5u64, 0u8)])))
+                .expect("encodes");
+        }
+        d
+    }
+
+    /// Each entry's key and value (its timers, if any, left out).
     fn state(payload: Vec<u8>) -> Vec<(u64, String)> {
-        let groups: Vec<(usize, Vec<(u64, String)>)> =
+        let groups: Vec<(usize, Vec<Vec<ciborium::Value>>)> =
             ciborium::from_reader(payload.as_slice()).expect("decodes");
-        let mut all: Vec<_> = groups.into_iter().flat_map(|(_, e)| e).collect();
+        let mut all: Vec<(u64, String)> = groups
+            .into_iter()
+            .flat_map(|(_, e)| e)
+            .map(|e| e[..2].to_vec())
+            .map(|e| {
+                ciborium::Value::Array(e)
+                    .deserialized()
+                    .expect("a key and a value")
+            })
+            .collect();
         all.sort();
         all
     }
@@ -412,12 +495,38 @@ mod tests {
         assert!(!image.has_pending());
         let at = image.push(delta(false, &[(1, "c")]));
         let held = image.hold(at);
-        image.push(delta(false, &[(1, "d")]));
-        assert_eq!(
-            state(image.snapshot().expect("whole").payload()),
-            vec![(1, "d".into())]
-        );
+        image.push(timed_delta(&[(1, "d")]));
+        let whole = image.snapshot().expect("whole");
+        assert!(whole.pending.is_empty(), "timers: applied at the promotion");
+        assert_eq!(state(whole.payload()), vec![(1, "d".into())]);
         assert!(held.resolve().is_err());
+    }
+
+    #[test]
+    fn a_promotion_reads_what_was_not_applied_and_the_backup_applies_it_after() {
+        let image = Arc::new(StateImage::new());
+        image.push(delta(true, &[(1, "a"), (2, "a"), (3, "a")]));
+        image.apply(2); // the first hand-off in part
+        let at = image.push(delta(false, &[(1, "b")]));
+        let held = image.hold(at);
+        image.push(delta(false, &[(2, "c")]));
+        let promoted = image.snapshot().expect("whole");
+        assert_eq!(
+            promoted.pending.len(),
+            3,
+            "the rest of the first and both others"
+        );
+        assert_eq!(promoted.pending_entries(), 1 + 1 + 1);
+        let want = vec![(1, "b".into()), (2, "c".into()), (3, "a".into())];
+        assert_eq!(state(promoted.payload()), want);
+        // Nothing was applied for it: the held point is still there to resolve.
+        assert_eq!(
+            state(held.resolve().expect("not passed")),
+            vec![(1, "b".into()), (2, "a".into()), (3, "a".into())]
+        );
+        image.apply(usize::MAX);
+        assert!(!image.has_pending());
+        assert_eq!(state(image.snapshot().expect("whole").payload()), want);
     }
 
     #[test]
@@ -451,7 +560,7 @@ mod tests {
         // A promotion that passes the held point fails the checkpoint.
         let at = image.push(delta(false, &[(1, "barrier")]));
         let held = image.hold(at);
-        image.push(delta(false, &[(1, "later")]));
+        image.push(timed_delta(&[(1, "later")]));
         let whole = state(image.snapshot().expect("whole").payload());
         assert_eq!(whole.len(), RESOLVE_PART * 2 + 10);
         assert_eq!(whole[1], (1, "later".into()));

@@ -13,7 +13,7 @@ use crate::error::TaskError;
 use crate::hooks::{StateError, StateSnapshot};
 use crate::key_group::key_group_of;
 use crate::metrics::QueueUsage;
-use crate::state::changes::{is_timed, KeyedImage};
+use crate::state::changes::{is_timed, PromotedImage};
 use crate::state::promoted::Promoted;
 use crate::state::Entries;
 use crate::state::{KeyedState, ValueState};
@@ -343,10 +343,11 @@ where
         Ok(())
     }
 
-    /// Starts from the image a promoted backup's backup kept, read in key by key from here
-    /// on (`state::promoted`); the entries' timers and the function's own fields are restored
-    /// now.
-    pub(crate) fn restore_promoted(&mut self, image: KeyedImage) -> Result<(), TaskError> {
+    /// Starts from the image a promoted backup's backup kept and the hand-offs it had not
+    /// applied yet, read in key by key from here on (`state::promoted`); the entries' timers
+    /// (only the image's carry any: `changes::pending`) and the function's own fields are
+    /// restored now.
+    pub(crate) fn restore_promoted(&mut self, image: PromotedImage) -> Result<(), TaskError> {
         if !matches!(self.state.map, Entries::Logged(_)) {
             // Read in key by key only into a map that logs changes (a backed-up operator's
             // in memory); on disk, restored as a snapshot.
@@ -365,9 +366,9 @@ where
             }
             (None, _) => {}
         }
-        if image.has_timers() {
-            for group in image.group_numbers() {
-                for bytes in image.entries_in(group).filter(|e| is_timed(e)) {
+        if image.image.has_timers() {
+            for group in image.image.group_numbers() {
+                for bytes in image.image.entries_in(group).filter(|e| is_timed(e)) {
                     let e: Entry<K, P::State> =
                         crate::checkpoint::decode(bytes).map_err(|e| self.core.state_error(e))?;
                     self.timers.restore(&e.key, &e.timers);
@@ -389,8 +390,10 @@ where
         let mut delta = crate::state::changes::KeyedDelta::new(keys.is_none());
         let (entries, bytes) = self.handed;
         delta.reserve(entries + entries / 4, bytes + bytes / 4);
+        // Says it works as often as the whole-state paths do (`Saying::EVERY` entries): an
+        // entry's encoding (or, on disk, its read) may be slow, and a hand-off large.
         let progress = |delta: &crate::state::changes::KeyedDelta| {
-            if delta.index.len() % 8192 == 8191 {
+            if delta.index.len() % Saying::EVERY == Saying::EVERY - 1 {
                 w.progress();
             }
         };

@@ -84,7 +84,7 @@ pub(super) struct ChainBuilder<'a> {
     /// Building a promoted backup (its `restore` is its primary's state, not a checkpoint).
     pub(super) promoted: bool,
     /// The keyed state image a promoted backup's node starts from (instead of `restore`).
-    pub(super) image: Option<(NodeId, crate::state::changes::KeyedImage)>,
+    pub(super) image: Option<(NodeId, crate::state::changes::PromotedImage)>,
 }
 
 impl ChainBuilder<'_> {

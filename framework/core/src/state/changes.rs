@@ -184,6 +184,10 @@ pub(crate) struct KeyedDelta {
     pub(crate) bytes: Vec<u8>,
     /// Per entry: its key group, its key's range in `bytes`, its entry's range (or none).
     pub(crate) index: Vec<DeltaEntry>,
+    /// Entries that carry timers, and keys removed (entries without one): a promoted backup
+    /// reads a hand-off with neither without applying it (`pending`).
+    pub(crate) timed: usize,
+    pub(crate) removed: usize,
 }
 
 /// One entry of a [`KeyedDelta`].
@@ -192,6 +196,9 @@ pub(crate) struct DeltaEntry {
     pub(crate) group: u32,
     pub(crate) key: (u32, u32),
     pub(crate) entry: Option<(u32, u32)>,
+    /// The key's bytes' [`key_bytes_hash`], taken while they are in cache (a promotion finds
+    /// a hand-off's entries by it without reading them: `pending`).
+    pub(crate) hash: u64,
 }
 
 impl KeyedDelta {
@@ -215,6 +222,8 @@ impl KeyedDelta {
         self.own = None;
         self.bytes.clear();
         self.index.clear();
+        self.timed = 0;
+        self.removed = 0;
     }
 
     /// Adds one entry: `entry` encoded, an array whose first item is `key` (its bytes are
@@ -258,10 +267,15 @@ impl KeyedDelta {
         if self.bytes.len() > u32::MAX as usize {
             return Err("a state delta over 4 GiB".into());
         }
+        match entry {
+            Some((a, _)) => self.timed += usize::from(is_timed(&self.bytes[a..])),
+            None => self.removed += 1,
+        }
         self.index.push(DeltaEntry {
             group: group as u32,
             key: (key.0 as u32, key.1 as u32),
             entry: entry.map(|(a, b)| (a as u32, b as u32)),
+            hash: key_bytes_hash(&self.bytes[key.0..key.1]),
         });
         Ok(())
     }
@@ -275,10 +289,12 @@ impl KeyedDelta {
         let at = |r: (u32, u32)| (r.0 + base as u32, r.1 + base as u32);
         self.bytes.extend_from_slice(&other.bytes);
         self.index.extend(other.index.iter().map(|e| DeltaEntry {
-            group: e.group,
             key: at(e.key),
             entry: e.entry.map(at),
+            ..*e
         }));
+        self.timed += other.timed;
+        self.removed += other.removed;
         if let Some(own) = &other.own {
             self.own = Some(own.clone());
         }
@@ -294,8 +310,10 @@ impl KeyedDelta {
         let mut d = KeyedDelta::new(true);
         let at = |n: usize| u32::try_from(n).map_err(|_| "a state over 4 GiB".to_owned());
         let own_at = entries_of(&payload, own, |group, key, entry| {
+            d.timed += usize::from(is_timed(&payload[entry.clone()]));
             d.index.push(DeltaEntry {
                 group,
+                hash: key_bytes_hash(&payload[key.clone()]),
                 key: (at(key.start)?, at(key.end)?),
                 entry: Some((at(entry.start)?, at(entry.end)?)),
             });
@@ -314,7 +332,7 @@ impl KeyedDelta {
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) enum Restored {
     Payload(Vec<u8>),
-    Image(KeyedImage),
+    Image(PromotedImage),
 }
 
 /// A keyed subtask's state, encoded, built from [`KeyedDelta`]s: what its backup holds.
@@ -861,5 +879,7 @@ impl Reader<'_> {
 }
 
 mod group;
+mod pending;
+pub(crate) use pending::{key_bytes_hash, Pending, PromotedImage};
 #[cfg(test)]
 mod tests;

@@ -10,6 +10,11 @@
 //! reader only by those drops, and keys are never removed from a keyed state, so the map's
 //! entry is always the newer.
 //!
+//! The hand-offs the backup had not applied to its image yet come with it
+//! (`changes::pending`): a key is looked up in them first, newest first, and they are read in
+//! before the image, newest first, each key's first entry read in being the one kept (the
+//! map takes an entry only for a key it does not hold).
+//!
 //! It owns reading the image; not the image (`changes`), nor the map the entries go to
 //! (`KeyedState`), nor the entries' timers (the keyed operator restores those when it is
 //! built: a timer must fire whether or not its key is met).
@@ -21,12 +26,16 @@ use std::marker::PhantomData;
 use serde::de::{DeserializeOwned, IgnoredAny, SeqAccess, Visitor};
 use serde::{Deserialize, Deserializer, Serialize};
 
-use super::changes::KeyedImage;
+use super::changes::{key_bytes_hash, KeyedImage, Pending, PromotedImage};
 
 /// See the module doc.
 #[derive(Debug)]
 pub(crate) struct Promoted {
     image: KeyedImage,
+    /// Hand-offs not in the image, newest first; the first `read.0` of them read in whole,
+    /// and `read.1` entries of the next.
+    pending: Vec<Pending>,
+    read: (usize, usize),
     max_parallelism: usize,
     /// A key's encoding (scratch).
     key: Vec<u8>,
@@ -71,10 +80,13 @@ fn decode<K: DeserializeOwned, S: DeserializeOwned>(entry: &[u8]) -> Result<(K, 
 }
 
 impl Promoted {
-    pub(crate) fn new(image: KeyedImage, max_parallelism: usize) -> Self {
+    pub(crate) fn new(image: PromotedImage, max_parallelism: usize) -> Self {
+        let PromotedImage { image, pending } = image;
         Promoted {
             groups: image.group_numbers().into(),
             image,
+            pending,
+            read: (0, 0),
             max_parallelism,
             key: Vec::new(),
             at: 0,
@@ -91,6 +103,12 @@ impl Promoted {
         let group = crate::key_group::key_group_of(key, self.max_parallelism) as u32;
         self.key.clear();
         ciborium::into_writer(key, &mut self.key).map_err(|e| e.to_string())?;
+        if !self.pending.is_empty() {
+            let hash = key_bytes_hash(&self.key);
+            if let Some(entry) = self.pending.iter().find_map(|p| p.get(&self.key, hash)) {
+                return decode::<K, S>(entry).map(|(_, s)| Some(s));
+            }
+        }
         match self.image.get(group, &self.key) {
             Some(entry) => decode::<K, S>(entry).map(|(_, s)| Some(s)),
             None => Ok(None),
@@ -108,6 +126,20 @@ impl Promoted {
         K: DeserializeOwned,
         S: DeserializeOwned,
     {
+        while let Some(p) = self.pending.get(self.read.0) {
+            for (read, entry) in p.entries(self.read.1).enumerate() {
+                if n == 0 {
+                    self.read.1 += read;
+                    return Ok(false);
+                }
+                let (k, s) = decode::<K, S>(entry)?;
+                f(k, s);
+                n -= 1;
+            }
+            self.read = (self.read.0 + 1, 0);
+        }
+        // Every pending key is in the map now: `get` is not asked for them again.
+        self.pending = Vec::new();
         while let Some(&group) = self.groups.front() {
             for (read, entry) in self.image.entries_in(group).skip(self.at).enumerate() {
                 if n == 0 {
@@ -166,7 +198,7 @@ mod tests {
         let refs: Vec<(u64, &str)> = entries.iter().map(|(k, v)| (*k, v.as_str())).collect();
         let img = image(&refs, Some(7));
         assert!(img.has_timers());
-        let mut p = Promoted::new(img, 8);
+        let mut p = Promoted::new(PromotedImage::of(img), 8);
         assert_eq!(p.get::<u64, String>(&7).expect("reads"), Some("v7".into()));
         assert_eq!(p.get::<u64, String>(&1000).expect("reads"), None);
         let mut read = Vec::new();
@@ -183,8 +215,63 @@ mod tests {
     }
 
     #[test]
+    fn pending_hand_offs_are_found_and_read_in_before_the_image_newest_first() {
+        let entries: Vec<(u64, String)> = (0..50).map(|k| (k, format!("v{k}"))).collect();
+        let refs: Vec<(u64, &str)> = entries.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        let handed = |entries: &[(u64, &str)]| {
+            let mut d = KeyedDelta::new(false);
+            for (k, v) in entries {
+                let group = crate::key_group::key_group_of(k, 8);
+                d.push(group, k, Some(&(*k, v.to_string())))
+                    .expect("encodes");
+            }
+            std::sync::Arc::new(d)
+        };
+        let older = handed(&[(3, "older"), (4, "older"), (60, "new key")]);
+        let newer = handed(&[(3, "newer")]);
+        let mut p = Promoted::new(
+            PromotedImage {
+                image: image(&refs, None),
+                pending: vec![
+                    Pending::new(newer, 0).expect("readable"),
+                    Pending::new(older, 0).expect("readable"),
+                ],
+            },
+            8,
+        );
+        assert_eq!(
+            p.get::<u64, String>(&3).expect("reads"),
+            Some("newer".into())
+        );
+        assert_eq!(
+            p.get::<u64, String>(&4).expect("reads"),
+            Some("older".into())
+        );
+        assert_eq!(
+            p.get::<u64, String>(&60).expect("reads"),
+            Some("new key".into())
+        );
+        assert_eq!(p.get::<u64, String>(&5).expect("reads"), Some("v5".into()));
+        assert_eq!(p.get::<u64, String>(&61).expect("reads"), None);
+        // As the keyed state reads in: the first entry of a key it meets is the one it keeps.
+        let mut map = std::collections::BTreeMap::new();
+        while !p
+            .read_in::<u64, String>(2, |k, s| {
+                map.entry(k).or_insert(s);
+            })
+            .expect("reads")
+        {}
+        let mut want: std::collections::BTreeMap<u64, String> = entries.into_iter().collect();
+        want.insert(3, "newer".into());
+        want.insert(4, "older".into());
+        want.insert(60, "new key".into());
+        assert_eq!(map, want);
+        assert!(p.pending.is_empty(), "dropped once read in");
+    }
+
+    #[test]
     fn an_entry_of_another_type_is_an_error_naming_it() {
-        let mut p = Promoted::new(image(&[(1, "x")], None), 8);
+        let mut p = Promoted::new(PromotedImage::of(image(&[(1, "x")], None)), 8);
         let e = p.get::<u64, u64>(&1).expect_err("a string is not a u64");
         assert!(e.contains("cannot read its state"), "{e}");
     }

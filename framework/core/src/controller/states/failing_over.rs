@@ -133,6 +133,7 @@ fn promote(running: &mut Running, ctx: &mut JobContext, i: usize, why: &str) -> 
     let old = dep.ids[k].clone();
     tracing::warn!(uid = %old.head_uid, subtask = old.subtask, reason = why, "primary failed: promoting its backup");
     let promotion = group.begin_promotion()?;
+    let begun = started.elapsed();
     let head = crate::plan::build_promoted(
         &ctx.graph,
         &ctx.plan,
@@ -146,6 +147,7 @@ fn promote(running: &mut Running, ctx: &mut JobContext, i: usize, why: &str) -> 
         promotion.records_before,
     )
     .map_err(|e| format!("cannot build the promoted operator: {e:?}"))?;
+    let built = started.elapsed();
     let stale = abort_checkpoints_in_flight(running, ctx, k, &old.head_uid);
     let gate = group.clone().finish_promotion(head, stale);
     // Backed up again or not, a promoted primary's checkpoints stay aligned: what it replays
@@ -190,7 +192,7 @@ fn promote(running: &mut Running, ctx: &mut JobContext, i: usize, why: &str) -> 
         batches_reprocessed: promotion.reprocessed as u64,
     };
     ctx.views.update(|v| v.promotions.push(record));
-    tracing::warn!(uid = %old.head_uid, subtask = old.subtask, epoch = promotion.epoch, reprocessed = promotion.reprocessed, replayed = promotion.replayed, ?took, "backup promoted");
+    tracing::warn!(uid = %old.head_uid, subtask = old.subtask, epoch = promotion.epoch, reprocessed = promotion.reprocessed, replayed = promotion.replayed, ?took, ?begun, ?built, "backup promoted");
     Ok(())
 }
 
