@@ -270,14 +270,19 @@ impl StateImage {
             }
         }
         // Everything, not applied at all yet: the image's other keys would have to go.
-        if parts.iter().any(|(d, from)| d.full && *from == 0) {
+        if parts
+            .iter()
+            .any(|(d, from)| (d.full && *from == 0) || !Pending::readable(d))
+        {
             return None;
         }
-        parts
-            .into_iter()
-            .rev()
-            .map(|(d, from)| Pending::new(d, from))
-            .collect()
+        Some(
+            parts
+                .into_iter()
+                .rev()
+                .map(|(d, from)| Pending::new(d, from))
+                .collect(),
+        )
     }
 
     /// Entries appended and not applied yet (`applied` locked).

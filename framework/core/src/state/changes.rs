@@ -327,8 +327,9 @@ impl KeyedDelta {
 }
 
 /// What a keyed subtask restores: its snapshot payload, or (a promoted backup) a clone of the
-/// image its backup kept, read key by key as the operator meets its keys (`state::promoted`):
-/// a promotion then costs no decoding of the whole state.
+/// image its backup kept and the hand-offs not applied to it yet (`pending`), read key by key
+/// as the operator meets its keys (`state::promoted`): a promotion then costs no decoding of
+/// the whole state, and no applying.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) enum Restored {
     Payload(Vec<u8>),

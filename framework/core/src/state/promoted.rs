@@ -232,10 +232,7 @@ mod tests {
         let mut p = Promoted::new(
             PromotedImage {
                 image: image(&refs, None),
-                pending: vec![
-                    Pending::new(newer, 0).expect("readable"),
-                    Pending::new(older, 0).expect("readable"),
-                ],
+                pending: vec![Pending::new(newer, 0), Pending::new(older, 0)],
             },
             8,
         );

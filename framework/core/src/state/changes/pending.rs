@@ -44,14 +44,17 @@ pub(crate) struct Pending {
 }
 
 impl Pending {
-    /// Entries `from..` of `delta`, found by key; `None` if the hand-off carries timers or
-    /// removes a key (see the module doc). Reads only the hand-off's index (each entry's hash
-    /// is in it), not its bytes.
-    pub(crate) fn new(delta: Arc<KeyedDelta>, from: usize) -> Option<Pending> {
-        // Counted over the whole hand-off: one that carries timers is applied, whichever part.
-        if delta.timed > 0 || delta.removed > 0 {
-            return None;
-        }
+    /// Whether entries of `delta` can be read without applying it: none carries timers or
+    /// removes a key (see the module doc; counted over the whole hand-off, whichever part is
+    /// pending).
+    pub(crate) fn readable(delta: &KeyedDelta) -> bool {
+        delta.timed == 0 && delta.removed == 0
+    }
+
+    /// Entries `from..` of `delta` (one [`readable`](Self::readable)), found by key. Reads
+    /// only the hand-off's index (each entry's hash is in it), not its bytes.
+    pub(crate) fn new(delta: Arc<KeyedDelta>, from: usize) -> Pending {
+        debug_assert!(Self::readable(&delta));
         let entries = delta.index.get(from..).unwrap_or_default();
         // Positions fit in 32 bits: a hand-off's bytes do (`KeyedDelta::push`).
         let bits = usize::BITS - entries.len().leading_zeros();
@@ -64,12 +67,12 @@ impl Pending {
             }
             table[s] = tag(e.hash, bits) | (i + 1) as u32;
         }
-        Some(Pending {
+        Pending {
             delta,
             from,
             table,
             bits,
-        })
+        }
     }
 
     /// The encoded entry of the key encoded as `key` (whose [`key_bytes_hash`] is `hash`), if
@@ -208,7 +211,7 @@ mod tests {
     fn every_pending_entry_is_found_by_its_key_and_no_other_key_is() {
         let entries: Vec<(u64, String)> = (0..5000).map(|k| (k * 7, format!("v{k}"))).collect();
         let refs: Vec<(u64, &str)> = entries.iter().map(|(k, v)| (*k, v.as_str())).collect();
-        let p = Pending::new(Arc::new(delta(&refs)), 1000).expect("readable");
+        let p = Pending::new(Arc::new(delta(&refs)), 1000);
         assert_eq!(p.len(), 4000);
         for (i, (k, v)) in entries.iter().enumerate() {
             let b = key(*k);
@@ -232,11 +235,11 @@ mod tests {
         timed
             .push(0, &2u64, Some(&(2u64, "b", vec![(5u64, 0u8)])))
             .expect("encodes");
-        assert!(Pending::new(Arc::new(timed.clone()), 0).is_none());
-        assert!(Pending::new(Arc::new(timed), 1).is_none(), "whichever part");
+        assert!(!Pending::readable(&timed));
+        assert!(Pending::readable(&delta(&[(1, "a")])));
         let mut gone = delta(&[(1, "a")]);
         gone.push::<u64, ()>(0, &3u64, None).expect("encodes");
-        assert!(Pending::new(Arc::new(gone), 0).is_none());
+        assert!(!Pending::readable(&gone));
     }
 
     #[test]
@@ -249,9 +252,9 @@ mod tests {
         let promoted = PromotedImage {
             image: image.clone(),
             pending: vec![
-                Pending::new(third, 0).expect("readable"),
-                Pending::new(second, 0).expect("readable"),
-                Pending::new(Arc::new(first), 2).expect("readable"),
+                Pending::new(third, 0),
+                Pending::new(second, 0),
+                Pending::new(Arc::new(first), 2),
             ],
         };
         assert_eq!(promoted.pending_entries(), 1 + 2 + 1);
