@@ -6,8 +6,9 @@
 //! that apply (65-95 ms for a million entries on two threads). Instead the promotion hands
 //! the promoted operator the image as it is plus those hand-offs ([`PromotedImage`]), each
 //! shared (no copy) and given a table of its entries by the hash of their encoded key
-//! ([`Pending`]): building it reads each entry's key once, in the order the primary wrote
-//! them, and writes one slot, a fraction of an apply's cost. The promoted operator looks a
+//! ([`Pending`]): the primary hashed each key as it encoded it, so building the table reads
+//! only the hand-off's index, in order, and writes one slot an entry (14-19 ns an entry here,
+//! against 60-150 for applying it). The promoted operator looks a
 //! key up in the pending hand-offs, newest first, then in the image (`state::promoted`); the
 //! backup goes on applying them to its own image as before.
 //!
