@@ -153,9 +153,10 @@ impl PromotedImage {
         image
     }
 
-    /// The whole state as the keyed operator's snapshot payload.
-    pub(crate) fn payload(&self) -> Vec<u8> {
-        self.clone().whole().payload()
+    /// The whole state as the keyed operator's snapshot payload (taking `self`: no copy of
+    /// the pending hand-offs' tables to apply them).
+    pub(crate) fn payload(self) -> Vec<u8> {
+        self.whole().payload()
     }
 
     /// The operator's own fields, encoded, if it has them: the newest hand-off's.
