@@ -47,9 +47,17 @@ struct Args {
     /// Runs to make: any of plain, backup, promote (comma-separated).
     #[arg(long, default_value = "plain,backup,promote")]
     runs: String,
-    /// How often the primary hands its state to its backup (ms).
+    /// How often the primary hands its state to its backup (ms; 0: only at checkpoints).
     #[arg(long, default_value_t = 20)]
     state_interval_ms: u64,
+    /// The largest share of the primary's time its hand-offs may take
+    /// (`BackupPolicy::state_share`; default the policy's).
+    #[arg(long)]
+    state_share: Option<f64>,
+    /// Records per batch on the backed-up operator's channels (`BackupPolicy::batch_size`;
+    /// 0: the job's; default the policy's).
+    #[arg(long)]
+    backup_batch: Option<usize>,
     /// The record at which the primary panics (promote; default half the records).
     #[arg(long)]
     fault_at: Option<u64>,
@@ -227,7 +235,18 @@ fn one_in(args: &Args, run: &str, mut cfg: EnvConfig) -> serde_json::Value {
                 Duration::from_millis(args.heartbeat_timeout_ms.div_ceil(5).max(1)),
                 Duration::from_millis(args.heartbeat_timeout_ms),
             )
-            .state_interval(Some(Duration::from_millis(args.state_interval_ms)));
+            .state_interval(
+                Some(Duration::from_millis(args.state_interval_ms)).filter(|d| !d.is_zero()),
+            );
+        let policy = match args.backup_batch {
+            Some(0) => policy.batch_size(None),
+            Some(n) => policy.batch_size(Some(n)),
+            None => policy,
+        };
+        let policy = match args.state_share {
+            Some(share) => policy.state_share(share),
+            None => policy,
+        };
         tallied.with_backup_policy(policy)
     };
     let out = tallied.collect();
@@ -279,6 +298,8 @@ fn one_in(args: &Args, run: &str, mut cfg: EnvConfig) -> serde_json::Value {
         "keys": keys,
         "records": args.records,
         "state_interval_ms": args.state_interval_ms,
+        "state_share": args.state_share,
+        "backup_batch": args.backup_batch,
         "checkpoint_interval_ms": args.checkpoint_interval_ms,
         "checkpoints": result.checkpoints.as_ref().map(|c| c.number_of_completed_checkpoints),
         "seconds": seconds,

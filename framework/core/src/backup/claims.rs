@@ -219,6 +219,15 @@ impl<T: Data> Claims<T> {
         let applying = std::time::Duration::from_nanos(applied.saturating_sub(self.applied_ns));
         self.applied_ns = applied;
         self.handoff_gap = (took + applying).mul_f64((1.0 - share) / share);
+        tracing::debug!(
+            uid = %self.group.uid,
+            subtask = self.group.subtask,
+            since_last = ?self.state_handed.elapsed(),
+            ?took,
+            ?applying,
+            next_after = ?self.handoff_gap,
+            "state handed to the backup"
+        );
         self.state_handed = std::time::Instant::now();
     }
 
