@@ -429,6 +429,12 @@ where
         } else {
             None
         };
+        // Every entry in memory changed, none gone: the hand-off holds the whole state, and
+        // its backup takes it as its image instead of applying it entry by entry
+        // (`backup::image`).
+        let whole = self.state.promoted.is_none()
+            && matches!((&keys, &scanned), (Some(keys), Some(Ok(n)))
+                if *n == keys.len() && *n == self.state.len());
         let pushed = match (&keys, scanned) {
             (None, _) => self
                 .state
@@ -449,6 +455,7 @@ where
             }),
         };
         pushed.map_err(|e| self.core.state_error(e))?;
+        delta.full |= whole;
         if let Some(h) = &self.hooks {
             let own = (h.snapshot)(&self.f).map_err(|e| self.core.state_error(e.to_string()))?;
             delta.own =

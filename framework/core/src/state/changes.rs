@@ -673,22 +673,55 @@ impl KeyedImage {
             .flat_map(|g| g.values())
             .map(|e| e.len())
             .sum();
-        let mut out = Vec::with_capacity(size + 16 * self.groups.len() + 16);
-        if let Some(own) = &self.own {
-            head(&mut out, ARRAY, 2);
-            out.extend_from_slice(own);
-        }
-        head(&mut out, ARRAY, self.groups.len() as u64);
-        for (g, entries) in &self.groups {
-            head(&mut out, ARRAY, 2);
-            head(&mut out, UNSIGNED, u64::from(*g));
-            head(&mut out, ARRAY, entries.len() as u64);
-            for e in entries.values() {
-                out.extend_from_slice(e);
-            }
-        }
-        out
+        let groups = self.groups.iter().map(|(g, e)| (*g, e.len(), e.values()));
+        write_payload(self.own.as_deref(), size, groups)
     }
+
+    /// Whether no key has an entry.
+    #[cfg(test)]
+    pub(crate) fn is_empty(&self) -> bool {
+        self.groups.is_empty()
+    }
+}
+
+impl KeyedDelta {
+    /// The snapshot payload of the state this delta holds whole (`full`), as
+    /// [`KeyedImage::payload`] writes it; its index must be ordered by key group (as a backup
+    /// orders a hand-off it takes). Keys removed (none in a whole state) are left out.
+    pub(crate) fn whole_payload(&self) -> Vec<u8> {
+        let runs: Vec<&[DeltaEntry]> = self.index.chunk_by(|a, b| a.group == b.group).collect();
+        let entry = |e: &DeltaEntry| e.entry.map(|(a, b)| &self.bytes[a as usize..b as usize]);
+        let groups = runs.iter().map(|run| {
+            let n = run.iter().filter(|e| e.entry.is_some()).count();
+            (run[0].group, n, run.iter().filter_map(entry))
+        });
+        write_payload(self.own.as_deref(), self.bytes.len(), groups)
+    }
+}
+
+/// Writes a keyed operator's snapshot payload (see [`KeyedImage::payload`]): the own fields
+/// first if any, then each key group's number, its entries' count and their bytes; `size`:
+/// about the entries' bytes in all.
+fn write_payload<'a, E: Iterator<Item = &'a [u8]>>(
+    own: Option<&[u8]>,
+    size: usize,
+    groups: impl ExactSizeIterator<Item = (u32, usize, E)>,
+) -> Vec<u8> {
+    let mut out = Vec::with_capacity(size + 16 * groups.len() + 16);
+    if let Some(own) = own {
+        head(&mut out, ARRAY, 2);
+        out.extend_from_slice(own);
+    }
+    head(&mut out, ARRAY, groups.len() as u64);
+    for (g, n, entries) in groups {
+        head(&mut out, ARRAY, 2);
+        head(&mut out, UNSIGNED, u64::from(g));
+        head(&mut out, ARRAY, n as u64);
+        for e in entries {
+            out.extend_from_slice(e);
+        }
+    }
+    out
 }
 
 /// Walks a keyed operator's snapshot `payload` (the CBOR `Vec<(usize, Vec<entry>)>`, preceded
@@ -881,6 +914,6 @@ impl Reader<'_> {
 
 mod group;
 mod pending;
-pub(crate) use pending::{key_bytes_hash, Pending, PromotedImage};
+pub(crate) use pending::{key_bytes_hash, Building, Pending, PromotedImage};
 #[cfg(test)]
 mod tests;
