@@ -11,6 +11,10 @@
 //! ([`Held::resolve`]), so the primary's thread pays for what changed, never for the whole
 //! state. The backup actor does not apply past a held point until it is resolved or dropped.
 //!
+//! A hand-off of the whole state (every key changed) is not applied: the backup takes it as
+//! its state as it is ([`StateImage::adopt`]) and builds its table for a promotion
+//! (`changes::pending::Building`) between its batches; changes after it apply it first.
+//!
 //! This module owns the image and its order; when hand-offs happen and which restart point
 //! they make are the buffer queue's and the claims'.
 
