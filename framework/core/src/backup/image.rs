@@ -42,12 +42,10 @@ struct Applied {
     /// Changes taken off the log and applied in part: the entries before the cursor.
     current: Option<(Arc<KeyedDelta>, usize)>,
     /// A hand-off of the whole state taken as it is, not applied ([`StateImage::adopt`]):
-    /// the state is its entries, and `image` is empty. Its table for a promotion is built
-    /// a part at a time by the backup actor's applying.
+    /// the state is its entries (item `applied - 1`), and `image` is empty. Its table for a
+    /// promotion is built a part at a time by the backup actor's applying, when it has
+    /// nothing to apply.
     whole: Option<Building>,
-    /// `current` is an adopted whole applied after all (changes came after it): it was
-    /// counted in `applied` when it was adopted.
-    uncounted: bool,
     /// Items applied: the image is the state after item `applied - 1`.
     applied: u64,
     /// A base could not be read: the image is not the primary's state.
@@ -168,12 +166,6 @@ impl StateImage {
 
     fn apply_some(&self, applied: &mut Applied, upto: Upto, mut budget: usize) -> bool {
         let parallel = matches!(upto, Upto::All);
-        if let (Upto::Held, Some(whole)) = (upto, applied.whole.as_mut()) {
-            budget -= whole.step(budget);
-            if budget == 0 {
-                return true;
-            }
-        }
         loop {
             if let Some((delta, at)) = applied.current.take() {
                 let to = delta.index.len().min(at.saturating_add(budget));
@@ -187,37 +179,30 @@ impl StateImage {
                     applied.current = Some((delta, to));
                     return true;
                 }
-                if !std::mem::take(&mut applied.uncounted) {
-                    applied.applied += 1;
-                }
+                applied.applied += 1;
             }
             if budget == 0 {
                 return true;
             }
-            let item = {
-                let mut log = lock(&self.log);
-                // The first held point is read under the log's lock: a primary holds a point
-                // before it appends anything after it, so an item seen here past a held
-                // point is never applied (read before the lock, a hold made meanwhile could
-                // be passed, and its checkpoint would fail).
-                let upto = match upto {
-                    Upto::Held => lock(&self.holds).keys().next().copied().unwrap_or(u64::MAX),
-                    Upto::Point(at) => at,
-                    Upto::All => u64::MAX,
-                };
-                if applied.applied >= upto {
-                    return false;
+            let Some(item) = self.next_item(applied, upto) else {
+                if applied.current.is_some() {
+                    continue; // an adopted whole, to apply after all
                 }
-                let Some(item) = log.items.pop_front() else {
-                    return false;
-                };
-                log.first += 1;
-                item
+                // Nothing to apply now: the backup actor builds more of an adopted whole's
+                // table meanwhile.
+                return matches!(upto, Upto::Held)
+                    && applied.whole.as_mut().is_some_and(|w| {
+                        w.step(budget);
+                        !w.is_built()
+                    });
             };
             match item {
                 Item::Changes(mut delta) => {
                     if delta.full {
                         applied.broken = None;
+                        // Replaces an adopted whole (its image is empty) as it replaces
+                        // an image.
+                        applied.whole = None;
                     }
                     // Applied a key group at a time: a group's table (and the entries
                     // inserted with it) stays in cache while its entries are applied; in the
@@ -229,14 +214,6 @@ impl StateImage {
                     if delta.full && Pending::readable(&delta) {
                         Self::adopt(applied, delta);
                         budget = budget.saturating_sub(1);
-                    } else if let Some(whole) = applied.whole.take() {
-                        // Changes after an adopted whole: the whole is applied first, a part
-                        // at a time (counted already), and these after it.
-                        let mut log = lock(&self.log);
-                        log.items.push_front(Item::Changes(delta));
-                        log.first -= 1;
-                        applied.current = Some((whole.delta().clone(), 0));
-                        applied.uncounted = true;
                     } else {
                         applied.current = Some((delta, 0));
                     }
@@ -252,6 +229,35 @@ impl StateImage {
                 }
             }
         }
+    }
+
+    /// The next item to apply, taken off the log, if one may be applied now (up to `upto`).
+    /// Changes after an adopted whole stay in the log: the whole becomes `current` instead,
+    /// item `applied - 1` again, to be applied first.
+    fn next_item(&self, applied: &mut Applied, upto: Upto) -> Option<Item> {
+        let mut log = lock(&self.log);
+        // The first held point is read under the log's lock: a primary holds a point
+        // before it appends anything after it, so an item seen here past a held
+        // point is never applied (read before the lock, a hold made meanwhile could
+        // be passed, and its checkpoint would fail).
+        let upto = match upto {
+            Upto::Held => lock(&self.holds).keys().next().copied().unwrap_or(u64::MAX),
+            Upto::Point(at) => at,
+            Upto::All => u64::MAX,
+        };
+        if applied.applied >= upto {
+            return None;
+        }
+        if matches!(log.items.front(), Some(Item::Changes(d)) if !d.full) {
+            if let Some(whole) = applied.whole.take() {
+                applied.applied -= 1;
+                applied.current = Some((whole.delta().clone(), 0));
+                return None;
+            }
+        }
+        let item = log.items.pop_front()?;
+        log.first += 1;
+        Some(item)
     }
 
     /// Takes `delta`, a hand-off of the whole state (readable as it is: `changes::pending`),
@@ -283,11 +289,7 @@ impl StateImage {
         let mut applied = lock(&self.applied);
         self.promoting.store(false, Ordering::SeqCst);
         let started = std::time::Instant::now();
-        if let Some(pending) = self.readable_pending(&mut applied) {
-            let image = PromotedImage {
-                image: applied.image.clone(),
-                pending,
-            };
+        if let Some(image) = self.readable(&mut applied) {
             tracing::debug!(pending = image.pending_entries(), took = ?started.elapsed(), "a promotion takes what its backup had not applied as it is");
             return Ok(image);
         }
@@ -305,12 +307,14 @@ impl StateImage {
         }
     }
 
-    /// The hand-offs not applied yet (the one in part, and those in the log), newest first,
-    /// ready to be read without applying them; `None` if one cannot be (a base, everything
-    /// but in part, timers, a removed key: `changes::pending`), or the image cannot be read
-    /// beside them (broken, or with timers, which the promoted operator restores from it).
-    fn readable_pending(&self, applied: &mut Applied) -> Option<Vec<Pending>> {
-        if applied.broken.is_some() || applied.image.has_timers() {
+    /// The whole state as it is: the image and the hand-offs not applied to it yet (an
+    /// adopted whole, the one in part, those in the log), newest first, ready to be read
+    /// without applying them; `None` if one cannot be (a base, timers, a removed key:
+    /// `changes::pending`), or the image cannot be read beside them (broken, or with timers,
+    /// which the promoted operator restores from it). A whole hand-off still in the log
+    /// replaces the image and everything before it.
+    fn readable(&self, applied: &mut Applied) -> Option<PromotedImage> {
+        if applied.broken.is_some() {
             return None;
         }
         let mut parts: Vec<(Arc<KeyedDelta>, usize)> = applied.current.iter().cloned().collect();
@@ -320,19 +324,29 @@ impl StateImage {
                 Item::Base { .. } => return None,
             }
         }
-        // Everything, not applied at all yet: the image's other keys would have to go.
-        if parts
-            .iter()
-            .any(|(d, from)| (d.full && *from == 0) || !Pending::readable(d))
-        {
+        let cut = parts.iter().rposition(|(d, from)| d.full && *from == 0);
+        let parts = &parts[cut.unwrap_or(0)..];
+        if parts.iter().any(|(d, _)| !Pending::readable(d)) {
             return None;
         }
-        let mut pending: Vec<Pending> = (parts.into_iter().rev())
-            .map(|(d, from)| Pending::new(d, from))
+        let mut pending: Vec<Pending> = (parts.iter().rev())
+            .map(|(d, from)| Pending::new(d.clone(), *from))
             .collect();
+        if cut.is_some() {
+            return Some(PromotedImage {
+                image: KeyedImage::default(),
+                pending,
+            });
+        }
+        if applied.image.has_timers() {
+            return None;
+        }
         // An adopted whole is the oldest, over the empty image (never beside `current`).
         pending.extend(applied.whole.as_mut().map(Building::pending));
-        Some(pending)
+        Some(PromotedImage {
+            image: applied.image.clone(),
+            pending,
+        })
     }
 
     /// Entries appended and not applied yet (`applied` locked).
@@ -697,6 +711,28 @@ mod tests {
         let mut groups_only = Vec::new();
         ciborium::into_writer(&groups, &mut groups_only).expect("encodes");
         assert_eq!(state(groups_only), want);
+    }
+
+    #[test]
+    fn a_whole_handoff_still_in_the_log_replaces_what_is_before_it_at_a_promotion() {
+        let image = Arc::new(StateImage::new());
+        let at = image.push(delta(false, &[(1, "barrier"), (5, "gone")]));
+        let held = image.hold(at);
+        image.push(delta(true, &[(1, "w"), (2, "w")])); // behind the held point
+        image.push(delta(false, &[(2, "after")]));
+        image.apply(usize::MAX); // stops at the held point
+        let promoted = image.snapshot().expect("whole");
+        assert!(promoted.image.is_empty(), "replaced by the whole hand-off");
+        assert_eq!(promoted.pending.len(), 2, "read as they are, nothing applied");
+        assert_eq!(
+            state(promoted.payload()),
+            vec![(1, "w".into()), (2, "after".into())]
+        );
+        // Nothing was applied for the promotion: the checkpoint's point is still there.
+        assert_eq!(
+            state(held.resolve().expect("not passed")),
+            vec![(1, "barrier".into()), (5, "gone".into())]
+        );
     }
 
     #[test]

@@ -58,7 +58,7 @@ impl Pending {
     pub(crate) fn new(delta: Arc<KeyedDelta>, from: usize) -> Pending {
         let mut b = Building::new(delta, from);
         b.step(usize::MAX);
-        b.pending()
+        b.pending
     }
 
     /// The encoded entry of the key encoded as `key` (whose [`key_bytes_hash`] is `hash`), if
@@ -161,9 +161,15 @@ impl Building {
         put
     }
 
-    /// The hand-off with its table, the rest of it built first.
+    /// Whether every entry is in the table.
+    pub(crate) fn is_built(&self) -> bool {
+        self.built == self.pending.len()
+    }
+
+    /// The hand-off with its table (shared), the rest of it built first.
     pub(crate) fn pending(&mut self) -> Pending {
         self.step(usize::MAX);
+        debug_assert!(self.is_built());
         self.pending.clone()
     }
 }
@@ -304,7 +310,10 @@ mod tests {
             let b = key(*k);
             assert_eq!(p.get(&b, key_bytes_hash(&b)).map(value), Some(v.clone()));
         }
-        assert!(Arc::ptr_eq(&p.table, &b.pending().table), "shared, not copied");
+        assert!(
+            Arc::ptr_eq(&p.table, &b.pending().table),
+            "shared, not copied"
+        );
     }
 
     #[test]
