@@ -179,9 +179,9 @@ fn panics_of_a_backed_up_operator_on_disk_are_promoted_exactly() {
     let dir = tmp("promote");
     let mut cfg = config(&dir, disk(&dir), false);
     // A checkpoint whose barrier came before a promotion and whose state (the backup's copy)
-    // is resolved after it is declined ("a promotion came between"): tolerated here, so that
-    // the promotions, not a restart, recover the job. With states on disk a checkpoint takes
-    // longer, and 2 runs in 5 had such a checkpoint.
+    // is resolved after it is declined ("a promotion or a later checkpoint's writer came
+    // between"): tolerated here, so that the promotions, not a restart, recover the job. With
+    // states on disk a checkpoint takes longer, and 2 runs in 5 had such a checkpoint.
     cfg.checkpoint.tolerable_failed_checkpoints = 3;
     let env = Env::with_config(cfg);
     let (c, out) = (Controls::default(), CollectSink::default());

@@ -435,10 +435,14 @@ impl Held {
                 drop(lock(&self.image.promotion));
                 continue;
             }
-            if applied.applied != self.at {
+            // Past the point with the next item in part: a later checkpoint's writer
+            // applied it while this one waited for the lock.
+            if applied.applied != self.at || applied.current.is_some() {
                 return Err(format!(
-                    "the backup's copy of the state is at hand-off {} and the checkpoint's at {} (a promotion came between)",
-                    applied.applied, self.at
+                    "the backup's copy of the state is at hand-off {}{} and the checkpoint's at {} (a promotion or a later checkpoint's writer came between)",
+                    applied.applied,
+                    if applied.current.is_some() { " and the next in part" } else { "" },
+                    self.at
                 ));
             }
             if let Some(e) = &applied.broken {
@@ -455,15 +459,14 @@ impl Held {
     }
 
     /// Applies up to the held point, a part at a time; `false` if it stopped for a
-    /// promotion waiting for the lock.
+    /// promotion waiting for the lock. Applies nothing once the point is reached (or passed:
+    /// `current` is then the item after it in part, which a later checkpoint's writer took).
     fn apply_to_point(&self, applied: &mut Applied) -> bool {
-        while self
-            .image
-            .apply_locked(applied, Upto::Point(self.at), RESOLVE_PART)
+        while applied.applied < self.at
+            && self
+                .image
+                .apply_locked(applied, Upto::Point(self.at), RESOLVE_PART)
         {
-            if applied.applied >= self.at {
-                break;
-            }
             if self.image.promoting.load(Ordering::SeqCst) {
                 return false;
             }
@@ -641,7 +644,7 @@ mod tests {
         assert_eq!(whole.len(), RESOLVE_PART * 2 + 10);
         assert_eq!(whole[1], (1, "later".into()));
         let e = held.resolve().expect_err("the promotion passed the point");
-        assert!(e.contains("promotion came between"), "{e}");
+        assert!(e.contains("a promotion or a later checkpoint"), "{e}");
         assert!(
             !image.promoting.load(Ordering::SeqCst),
             "lowered after a promotion"
@@ -723,7 +726,11 @@ mod tests {
         image.apply(usize::MAX); // stops at the held point
         let promoted = image.snapshot().expect("whole");
         assert!(promoted.image.is_empty(), "replaced by the whole hand-off");
-        assert_eq!(promoted.pending.len(), 2, "read as they are, nothing applied");
+        assert_eq!(
+            promoted.pending.len(),
+            2,
+            "read as they are, nothing applied"
+        );
         assert_eq!(
             state(promoted.payload()),
             vec![(1, "w".into()), (2, "after".into())]
@@ -733,6 +740,39 @@ mod tests {
             state(held.resolve().expect("not passed")),
             vec![(1, "barrier".into()), (5, "gone".into())]
         );
+    }
+
+    #[test]
+    fn a_checkpoint_whose_point_a_later_writer_passed_fails_and_the_later_one_is_whole() {
+        let image = Arc::new(StateImage::new());
+        let first = image.hold(image.push(delta(false, &[(1, "c0")])));
+        let mut big = KeyedDelta::new(false);
+        for k in 0..(RESOLVE_PART as u64 * 3) {
+            big.push(0, &k, Some(&(k, "v".to_string())))
+                .expect("encodes");
+        }
+        image.push(big);
+        let second = image.hold(image.push(delta(false, &[(2, "c")])));
+        image.apply(usize::MAX); // up to the first point
+                                 // The second checkpoint's writer applies a part past the first point, then lets a
+                                 // promotion go first; the first one's writer takes the lock meanwhile.
+        let promotion = lock(&image.promotion);
+        image.promoting.store(true, Ordering::SeqCst);
+        {
+            let mut applied = lock(&image.applied);
+            assert!(
+                !second.apply_to_point(&mut applied),
+                "stopped for the promotion"
+            );
+            assert!(applied.current.is_some(), "the big hand-off in part");
+        }
+        image.promoting.store(false, Ordering::SeqCst);
+        drop(promotion);
+        let e = first.resolve().expect_err("its point was passed");
+        assert!(e.contains("the next in part"), "{e}");
+        let whole = state(second.resolve().expect("its point is reached, not passed"));
+        assert_eq!(whole.len(), RESOLVE_PART * 3);
+        assert_eq!(whole[2], (2, "c".into()));
     }
 
     #[test]
