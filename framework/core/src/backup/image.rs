@@ -143,8 +143,9 @@ impl StateImage {
     }
 
     /// Applies what was appended, up to the first held point, about `budget` entries at
-    /// most (the backup actor answers its heartbeats between two calls). Returns whether it
-    /// stopped for its budget (more can be applied now). It never waits: while a checkpoint's
+    /// most (the backup actor answers its heartbeats between two calls); with nothing to
+    /// apply, builds that much more of an adopted whole's table. Returns whether it stopped
+    /// for its budget (more can be done now). It never waits: while a checkpoint's
     /// writer thread builds its snapshot from the image, the backup actor goes on taking its
     /// batches (waiting, its channels would fill and stop the upstream and so the primary).
     pub(crate) fn apply(&self, budget: usize) -> bool {
