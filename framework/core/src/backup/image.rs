@@ -504,6 +504,27 @@ mod tests {
         d
     }
 
+    /// Changes of keys `0..n`, each `"v"` (over the empty image: not taken as a whole).
+    fn many(n: u64) -> KeyedDelta {
+        let mut d = KeyedDelta::new(false);
+        for k in 0..n {
+            d.push(0, &k, Some(&(k, "v".to_string()))).expect("encodes");
+        }
+        d
+    }
+
+    /// Runs `f` under the image's lock as a checkpoint's writer does while a promotion
+    /// waits for that lock (what `snapshot` does before it waits), then lets the promotion
+    /// go.
+    fn with_promotion_waiting<R>(image: &StateImage, f: impl FnOnce(&mut Applied) -> R) -> R {
+        let promotion = lock(&image.promotion);
+        image.promoting.store(true, Ordering::SeqCst);
+        let r = f(&mut lock(&image.applied));
+        image.promoting.store(false, Ordering::SeqCst);
+        drop(promotion);
+        r
+    }
+
     /// Each entry's key and value (its timers, if any, left out).
     fn state(payload: Vec<u8>) -> Vec<(u64, String)> {
         let groups: Vec<(usize, Vec<Vec<ciborium::Value>>)> =
@@ -611,27 +632,13 @@ mod tests {
     #[test]
     fn a_checkpoints_writer_lets_a_waiting_promotion_go_first() {
         let image = Arc::new(StateImage::new());
-        // (Changes over the empty image: a whole hand-off would be taken as it is.)
-        let mut big = KeyedDelta::new(false);
-        for k in 0..(RESOLVE_PART as u64 * 2 + 10) {
-            big.push(0, &k, Some(&(k, "v".to_string())))
-                .expect("encodes");
-        }
-        let at = image.push(big);
+        let at = image.push(many(RESOLVE_PART as u64 * 2 + 10));
         let held = image.hold(at);
-        // What `snapshot` does before it waits for the lock: the writer stops after its
-        // first part and lets the lock go.
-        let promotion = lock(&image.promotion);
-        image.promoting.store(true, Ordering::SeqCst);
-        let mut applied = lock(&image.applied);
-        assert!(
-            !held.apply_to_point(&mut applied),
-            "stopped for the promotion"
-        );
-        assert_eq!(applied.applied, 0, "the hand-off is applied in part");
-        drop(applied);
-        image.promoting.store(false, Ordering::SeqCst);
-        drop(promotion);
+        // The writer stops after its first part and lets the lock go.
+        with_promotion_waiting(&image, |applied| {
+            assert!(!held.apply_to_point(applied), "stopped for the promotion");
+            assert_eq!(applied.applied, 0, "the hand-off is applied in part");
+        });
         // Nothing came after the held point: the writer goes on and its checkpoint is whole.
         let payload = held
             .resolve()
@@ -747,28 +754,16 @@ mod tests {
     fn a_checkpoint_whose_point_a_later_writer_passed_fails_and_the_later_one_is_whole() {
         let image = Arc::new(StateImage::new());
         let first = image.hold(image.push(delta(false, &[(1, "c0")])));
-        let mut big = KeyedDelta::new(false);
-        for k in 0..(RESOLVE_PART as u64 * 3) {
-            big.push(0, &k, Some(&(k, "v".to_string())))
-                .expect("encodes");
-        }
-        image.push(big);
+        image.push(many(RESOLVE_PART as u64 * 3));
         let second = image.hold(image.push(delta(false, &[(2, "c")])));
-        image.apply(usize::MAX); // up to the first point
-                                 // The second checkpoint's writer applies a part past the first point, then lets a
-                                 // promotion go first; the first one's writer takes the lock meanwhile.
-        let promotion = lock(&image.promotion);
-        image.promoting.store(true, Ordering::SeqCst);
-        {
-            let mut applied = lock(&image.applied);
-            assert!(
-                !second.apply_to_point(&mut applied),
-                "stopped for the promotion"
-            );
+        // Up to the first point.
+        image.apply(usize::MAX);
+        // The second checkpoint's writer applies a part past the first point, then lets a
+        // promotion go first; the first one's writer takes the lock meanwhile.
+        with_promotion_waiting(&image, |applied| {
+            assert!(!second.apply_to_point(applied), "stopped for the promotion");
             assert!(applied.current.is_some(), "the big hand-off in part");
-        }
-        image.promoting.store(false, Ordering::SeqCst);
-        drop(promotion);
+        });
         let e = first.resolve().expect_err("its point was passed");
         assert!(e.contains("the next in part"), "{e}");
         let whole = state(second.resolve().expect("its point is reached, not passed"));
